@@ -1,0 +1,18 @@
+"""distcal: exact probability calibration and decision thresholds at scale.
+
+    >>> import distcal
+    >>> model = distcal.fit("scores.parquet", method="isotonic")   # doctest: +SKIP
+    >>> model.predict([0.1, 0.5, 0.9])                              # doctest: +SKIP
+"""
+
+from . import metrics
+from .api import fit
+from .errors import DataError, ModelError
+from .evaluate import EvaluationReport, evaluate
+from .model import CalibrationModel, load
+from .threshold import ThresholdResult, optimal_threshold
+
+__version__ = "0.1.0"
+
+__all__ = ["fit", "load", "evaluate", "optimal_threshold", "metrics", "CalibrationModel",
+           "EvaluationReport", "ThresholdResult", "DataError", "ModelError", "__version__"]

@@ -1,0 +1,46 @@
+"""Applying a model to a Parquet table in bounded memory."""
+
+from __future__ import annotations
+
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .errors import DataError
+from .io import _arrow_kind, _arrow_to_float, _open_dataset, atomic_path
+from .model import CalibrationModel
+
+__all__ = ["apply_to_parquet"]
+
+
+def apply_to_parquet(model: CalibrationModel, source: str | os.PathLike,
+                     output: str | os.PathLike, *, score_col: str = "score",
+                     output_col: str = "calibrated", overwrite: bool = False,
+                     batch_rows: int = 1 << 20) -> int:
+    """Stream ``source`` batch by batch, add ``output_col``, write one Parquet file.
+
+    Every input column is kept (hive partition columns included). The file
+    is written aside and renamed, so ``output`` is never half-written.
+    Returns the number of rows written.
+    """
+    dataset = _open_dataset(source)
+    schema = dataset.schema
+    if score_col not in schema.names:
+        raise DataError(f"column '{score_col}' (score) not found; the input has columns "
+                        f"{schema.names}")
+    if _arrow_kind(schema.field(score_col).type) == "other":
+        raise DataError(f"column '{score_col}' (score) has type "
+                        f"{schema.field(score_col).type}; expected numbers")
+    keep = [n for n in schema.names if n != output_col]
+    out_schema = pa.schema([schema.field(n) for n in keep] + [pa.field(output_col, pa.float64())])
+    rows = 0
+    with atomic_path(output, overwrite=overwrite) as tmp:
+        with pq.ParquetWriter(tmp, out_schema) as writer:
+            for rb in dataset.scanner(columns=keep, batch_size=batch_rows).to_batches():
+                scores, _ = _arrow_to_float(rb.column(score_col))
+                probs = pa.array(model.predict(scores), type=pa.float64())
+                writer.write_batch(pa.RecordBatch.from_arrays(
+                    [rb.column(n) for n in keep] + [probs], schema=out_schema))
+                rows += rb.num_rows
+    return rows

@@ -1,0 +1,244 @@
+"""Distinct-score tables: the map-side summary every method starts from.
+
+A *distinct-score table* holds, for each distinct score ``s`` in ascending
+order,
+
+    weight    W(s) = sum of w_i over rows with score s
+    positives Y(s) = sum of w_i * y_i over those rows
+    count     n(s) = number of rows (unweighted; Spearman's sign needs it)
+    label_sum P(s) = sum of y_i (unweighted)
+
+Pooling equal scores is the first step of isotonic regression (equal scores
+must get one probability) and is safe in any order, so tables of disjoint
+row sets merge exactly by concatenating and pooling again
+(:func:`merge_tables`). Platt scaling, histogram binning, thresholds and
+Spearman's sign are all functions of this table, which is what lets every
+engine compute them from per-partition summaries.
+
+Three ways to build it, chosen by :func:`pool_ties` from cheap facts about
+the input (see ../shared/PERFORMANCE.md for the measurements):
+
+* ``key``: 0/1 labels, unit weights, scores >= 0. For non-negative float64
+  the IEEE bit pattern orders like the value, so ``bits << 1 | label`` is a
+  uint64 whose single sort orders by score and carries the label; counts
+  per distinct score are read off the sorted keys. One sort, no gathers.
+* ``hash``: many ties. Group equal scores by hashing (``pandas.factorize``),
+  sum with ``np.bincount``, then sort only the distinct values.
+* ``argsort``: the general case: argsort the scores, gather, ``reduceat``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["DistinctTable", "pool_ties", "merge_tables", "choose_pool_path"]
+
+_SIGN_BIT = np.uint64(1) << np.uint64(63)
+
+
+@dataclass(frozen=True)
+class DistinctTable:
+    """Rows pooled by distinct score, ascending (see the module docstring)."""
+
+    score: np.ndarray  # float64, strictly increasing
+    weight: np.ndarray  # float64, > 0
+    positives: np.ndarray  # float64
+    count: np.ndarray  # int64
+    label_sum: np.ndarray  # float64, unweighted sum of labels
+    binary: bool = True  # every label was 0 or 1
+
+    def __len__(self) -> int:
+        return int(self.score.shape[0])
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.count.sum())
+
+    @property
+    def weight_total(self) -> float:
+        return float(self.weight.sum())
+
+    @staticmethod
+    def empty() -> DistinctTable:
+        z = np.zeros(0)
+        return DistinctTable(z, z, z, np.zeros(0, dtype=np.int64), z, True)
+
+    def slice(self, start: int, stop: int) -> DistinctTable:
+        sl = slice(start, stop)
+        return DistinctTable(self.score[sl], self.weight[sl], self.positives[sl],
+                             self.count[sl], self.label_sum[sl], self.binary)
+
+
+def _is_binary(labels: np.ndarray) -> bool:
+    return bool(np.all((labels == 0.0) | (labels == 1.0)))
+
+
+def choose_pool_path(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | None,
+                     binary: bool) -> str:
+    """Pick ``"key"``, ``"hash"`` or ``"argsort"`` from cheap checks.
+
+    Ties are estimated by hashing a strided sample of m = n/16 scores: if
+    the sample has d distinct values, the population has about D distinct
+    values where d = D (1 - exp(-m / D)); hashing pays when rows per
+    distinct value n / D is at least about 3 (measured in bench/).
+    """
+    n = scores.shape[0]
+    if binary and weights is None and (n == 0 or scores.min() >= 0.0):
+        return "key"
+    if n < 4096:
+        return "argsort"
+    import pandas as pd
+
+    step = 16
+    sample = scores[::step]
+    m = sample.shape[0]
+    d = len(pd.unique(sample))
+    if d >= m:  # no collisions at all: (nearly) distinct scores
+        return "argsort"
+    # Solve d = D (1 - exp(-m/D)) for D by bisection on log D.
+    lo, hi = float(d), float(n)
+    for _ in range(60):
+        mid = (lo * hi) ** 0.5
+        if mid * -np.expm1(-m / mid) < d:
+            lo = mid
+        else:
+            hi = mid
+    return "hash" if n / hi >= 3.0 else "argsort"
+
+
+def pool_ties(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | None = None,
+              *, path: str | None = None) -> DistinctTable:
+    """Pool rows with equal scores into a :class:`DistinctTable`.
+
+    ``scores`` and ``labels`` are finite-checked float64 arrays (±inf scores
+    allowed), ``weights`` is None for unit weights or a float64 array > 0
+    (zero-weight rows must already be removed). ``path`` forces one of the
+    three algorithms (for tests and benchmarks); by default it is chosen by
+    :func:`choose_pool_path`.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    labels = np.asarray(labels, dtype=np.float64)
+    if scores.shape[0] == 0:
+        return DistinctTable.empty()
+    # -0.0 + 0.0 == +0.0: one bit pattern and one hash for zero.
+    scores = scores + 0.0
+    binary = _is_binary(labels)
+    if path is None:
+        path = choose_pool_path(scores, labels, weights, binary)
+    if path == "key":
+        if not (binary and weights is None and scores.min() >= 0.0):
+            raise ValueError("the key path needs 0/1 labels, unit weights and scores >= 0")
+        return _pool_by_key(scores, labels)
+    if path == "hash":
+        return _pool_by_hash(scores, labels, weights, binary)
+    if path == "argsort":
+        return _pool_by_argsort(scores, labels, weights, binary)
+    raise ValueError(f"unknown pooling path {path!r}")
+
+
+def _pool_by_key(scores: np.ndarray, labels: np.ndarray) -> DistinctTable:
+    keys = scores.view(np.uint64) << np.uint64(1)
+    keys |= labels.astype(np.uint64)
+    keys.sort()
+    bits = keys >> np.uint64(1)
+    starts = np.flatnonzero(np.concatenate(([True], bits[1:] != bits[:-1])))
+    ends = np.append(starts[1:], keys.shape[0])
+    count = ends - starts
+    pos = np.add.reduceat((keys & np.uint64(1)).astype(np.uint8), starts,
+                          dtype=np.int64).astype(np.float64)
+    score = bits[starts].view(np.float64)
+    return DistinctTable(score, count.astype(np.float64), pos, count.astype(np.int64), pos, True)
+
+
+def _hash_sums(scores: np.ndarray, labels: np.ndarray,
+               weights: np.ndarray | None) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Distinct bit patterns (unsorted) and per-distinct sums, by hashing."""
+    import pandas as pd
+
+    # Hash the bit patterns: equal floats (NaN excluded, -0.0 folded into
+    # +0.0 by the caller) have equal bits, and integer hashing is faster.
+    codes, uniques = pd.factorize(scores.view(np.uint64), sort=False)
+    k = uniques.shape[0]
+    count = np.bincount(codes, minlength=k).astype(np.float64)
+    label_sum = np.bincount(codes, weights=labels, minlength=k)
+    if weights is None:
+        return uniques, [count, count, label_sum, label_sum]
+    weight = np.bincount(codes, weights=weights, minlength=k)
+    positives = np.bincount(codes, weights=weights * labels, minlength=k)
+    return uniques, [count, weight, label_sum, positives]
+
+
+def _pool_by_hash(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | None,
+                  binary: bool, threads: int = 2) -> DistinctTable:
+    n = scores.shape[0]
+    if n < (1 << 21) or threads < 2:
+        uniques, sums = _hash_sums(scores, labels, weights)
+    else:
+        # Map-side combine on two cores: pandas' hashing releases the GIL, so
+        # each thread pools a contiguous half; the halves' (small) tables are
+        # then pooled by hashing their distinct values once more.
+        from concurrent.futures import ThreadPoolExecutor
+
+        cuts = np.linspace(0, n, threads + 1).astype(np.intp)
+        with ThreadPoolExecutor(threads) as pool:
+            parts = list(pool.map(
+                lambda i: _hash_sums(scores[cuts[i]:cuts[i + 1]], labels[cuts[i]:cuts[i + 1]],
+                                     None if weights is None else weights[cuts[i]:cuts[i + 1]]),
+                range(threads)))
+        import pandas as pd
+
+        codes, uniques = pd.factorize(np.concatenate([u for u, _ in parts]), sort=False)
+        k = uniques.shape[0]
+        sums = [np.bincount(codes, weights=np.concatenate([p[1][j] for p in parts]), minlength=k)
+                for j in range(4)]
+    count, weight, label_sum, positives = sums
+    values = uniques.view(np.float64)
+    order = np.argsort(values)
+    return DistinctTable(values[order], weight[order], positives[order],
+                         np.rint(count[order]).astype(np.int64), label_sum[order], binary)
+
+
+def _pool_by_argsort(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | None,
+                     binary: bool) -> DistinctTable:
+    order = np.argsort(scores)
+    s = scores[order]
+    y = labels[order]
+    starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
+    ends = np.append(starts[1:], s.shape[0])
+    count = (ends - starts).astype(np.int64)
+    label_sum = np.add.reduceat(y, starts)
+    if weights is None:
+        weight = count.astype(np.float64)
+        positives = label_sum
+    else:
+        w = weights[order]
+        weight = np.add.reduceat(w, starts)
+        positives = np.add.reduceat(w * y, starts)
+    return DistinctTable(s[starts], weight, positives, count, label_sum, binary)
+
+
+def merge_tables(tables: list[DistinctTable]) -> DistinctTable:
+    """Merge tables of disjoint row sets: concatenate, then pool equal scores.
+
+    Exact in any order, because pooling equal scores commutes with every
+    other pooling (ARCHITECTURE.md, step 1).
+    """
+    tables = [t for t in tables if len(t)]
+    if not tables:
+        return DistinctTable.empty()
+    if len(tables) == 1:
+        return tables[0]
+    score = np.concatenate([t.score for t in tables])
+    # A stable sort keeps runs that are already sorted cheap (timsort merges them).
+    order = np.argsort(score, kind="stable")
+    s = score[order]
+    starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
+
+    def pooled(name: str) -> np.ndarray:
+        return np.add.reduceat(np.concatenate([getattr(t, name) for t in tables])[order], starts)
+
+    return DistinctTable(s[starts], pooled("weight"), pooled("positives"),
+                         pooled("count").astype(np.int64), pooled("label_sum"),
+                         all(t.binary for t in tables))

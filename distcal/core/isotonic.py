@@ -1,0 +1,155 @@
+"""Weighted isotonic regression by Pool Adjacent Violators, as mergeable blocks.
+
+Isotonic regression of labels on scores finds the non-decreasing step
+function f minimising  sum_i w_i (y_i - f(s_i))^2  (Barlow et al., 1972).
+The solution is a partition of the distinct scores into contiguous *blocks*;
+each block predicts its weighted label mean  Y_B / W_B. Pool Adjacent
+Violators reaches it by pooling neighbouring blocks whose means are out of
+order, in any order (Ayer et al., 1955; Best & Chakravarti, 1990), so:
+
+* PAV run on a contiguous score range only pools pairs that are adjacent in
+  the global order: its blocks are a valid intermediate state of the global
+  PAV, and
+* running PAV over the concatenated blocks of neighbouring ranges (value
+  Y_B / W_B, weight W_B) finishes the job: :func:`merge_blocks` is exact.
+
+This is the parallel PAV of Spark MLlib's IsotonicRegression, and what
+ARCHITECTURE.md builds every engine on. PAV itself is scipy's
+``scipy.optimize.isotonic_regression`` (O(n)); we only keep the block sums.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.optimize import isotonic_regression
+
+from .distinct import DistinctTable
+
+__all__ = ["Blocks", "pav_blocks", "merge_blocks", "clip_blocks", "spearman_increasing"]
+
+
+@dataclass(frozen=True)
+class Blocks:
+    """Pooled blocks in ascending score order.
+
+    ``prob`` is ``positives / weight`` unless clipped by y_min / y_max.
+    """
+
+    score_min: np.ndarray
+    score_max: np.ndarray
+    weight: np.ndarray
+    positives: np.ndarray
+    prob: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.score_min.shape[0])
+
+    @staticmethod
+    def from_table(table: DistinctTable) -> Blocks:
+        """Each distinct score as its own block (before any pooling)."""
+        return Blocks(table.score, table.score, table.weight, table.positives,
+                      table.positives / table.weight)
+
+    @staticmethod
+    def concat(parts: list[Blocks]) -> Blocks:
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            z = np.zeros(0)
+            return Blocks(z, z, z, z, z)
+        return Blocks(*(np.concatenate([getattr(p, f) for p in parts])
+                        for f in ("score_min", "score_max", "weight", "positives", "prob")))
+
+
+def _pool_runs(blocks: Blocks, starts: np.ndarray, prob: np.ndarray | None = None) -> Blocks:
+    """Pool the runs of blocks beginning at ``starts`` into single blocks."""
+    ends = np.append(starts[1:], len(blocks)) - 1
+    weight = np.add.reduceat(blocks.weight, starts)
+    positives = np.add.reduceat(blocks.positives, starts)
+    if prob is None:
+        prob = positives / weight
+    return Blocks(blocks.score_min[starts], blocks.score_max[ends], weight, positives, prob)
+
+
+def _merge_equal_neighbours(blocks: Blocks) -> Blocks:
+    """Adjacent blocks with equal probability are one block (API.md)."""
+    if len(blocks) < 2:
+        return blocks
+    p = blocks.prob
+    starts = np.flatnonzero(np.concatenate(([True], p[1:] != p[:-1])))
+    if starts.shape[0] == len(blocks):
+        return blocks
+    return _pool_runs(blocks, starts, prob=p[starts])
+
+
+def _pav(blocks: Blocks, increasing: bool) -> Blocks:
+    if len(blocks) == 0:
+        return blocks
+    res = isotonic_regression(blocks.prob, weights=blocks.weight, increasing=increasing)
+    starts = np.asarray(res.blocks[:-1], dtype=np.intp)
+    return _merge_equal_neighbours(_pool_runs(blocks, starts))
+
+
+def pav_blocks(table: DistinctTable, increasing: bool = True) -> Blocks:
+    """Weighted PAV over a distinct-score table; returns the pooled blocks."""
+    return _pav(Blocks.from_table(table), increasing)
+
+
+def merge_blocks(parts: list[Blocks], increasing: bool = True) -> Blocks:
+    """Merge the blocks of neighbouring, non-overlapping score ranges.
+
+    ``parts`` must be in ascending score order, each part's range strictly
+    below the next (a range partition guarantees it). Concatenating and
+    running PAV over the blocks is exact (module docstring).
+    """
+    blocks = Blocks.concat(parts)
+    if len(blocks) > 1 and np.any(blocks.score_min[1:] <= blocks.score_max[:-1]):
+        raise ValueError("merge_blocks needs parts in ascending, non-overlapping score order")
+    return _pav(blocks, increasing)
+
+
+def clip_blocks(blocks: Blocks, y_min: float | None, y_max: float | None) -> Blocks:
+    """Clip block probabilities to [y_min, y_max] and merge equal neighbours.
+
+    Clipping a monotone fit gives the fit of isotonic regression with those
+    bounds (the bounded problem's solution is the clipped unbounded one).
+    """
+    if y_min is None and y_max is None:
+        return blocks
+    lo = -np.inf if y_min is None else float(y_min)
+    hi = np.inf if y_max is None else float(y_max)
+    if lo > hi:
+        raise ValueError(f"y_min ({lo}) is greater than y_max ({hi})")
+    prob = np.clip(blocks.prob, lo, hi)
+    return _merge_equal_neighbours(Blocks(blocks.score_min, blocks.score_max, blocks.weight,
+                                          blocks.positives, prob))
+
+
+def spearman_increasing(tables: Iterable[DistinctTable]) -> bool:
+    """Sign of Spearman's rho of score and 0/1 label, from ordered tables.
+
+    ``tables`` are distinct-score tables of ascending, non-overlapping score
+    ranges (one table, or the ranges of a range partition). With average
+    ranks and a 0/1 label, rho has the sign of U - n1 * n0 / 2, U being the
+    Mann-Whitney count of (negative, positive) pairs ordered by score, ties
+    counting one half (the ranks of a binary variable are affine in it).
+    Counted in exact integers. A zero correlation means increasing, as
+    scikit-learn decides (``rho >= 0``); when rho is undefined (constant
+    scores or labels) both directions give the same fit.
+    """
+    two_u = n1 = n0 = 0
+    for table in tables:
+        if not table.binary:
+            raise ValueError("spearman_increasing from tables needs 0/1 labels")
+        pos = np.rint(table.label_sum).astype(np.int64)
+        neg = table.count - pos
+        neg_below = np.cumsum(neg) - neg + n0
+        # sum_s pos_s (2 neg_below_s + neg_s): every term and the sum are at
+        # most n^2 / 2, exact in int64 up to 4e9 rows; Python integers beyond.
+        dtype = np.int64 if n0 + table.n_rows <= 4_000_000_000 else object
+        two_u += int(np.sum(pos.astype(dtype) * (2 * neg_below + neg).astype(dtype)))
+        n1 += int(pos.sum())
+        n0 += int(neg.sum())
+    return two_u - n1 * n0 >= 0

@@ -1,0 +1,89 @@
+"""Optimal thresholds for linear losses, as a monoid over ordered segments.
+
+Rule: predict positive iff score >= t. Each distinct score s carries the
+linear loss z_s of predicting its rows positive rather than negative:
+z_s = sum_i w_i (c_fp (1 - y_i) - c_fn y_i) for class costs, or the sum of
+w_i z_i for a per-row loss (Definitions 1-4 of "Optimally Efficient
+Sequential Calibration of Binary Classifiers to Minimize Classification
+Error"). The cost of t is  base + sum_{s >= t} z_s, base being the cost of
+predicting everything negative (c_fn times the positive weight; 0 for a
+per-row loss), so the optimum is the minimum suffix sum of z (the empty
+suffix, t = +inf, included).
+
+A contiguous score segment is summarised by  (Z = sum z, B = min suffix
+sum, t_B = where that suffix starts) plus the weight and positives of the
+segment and of its best suffix (to report the confusion at t). Neighbours
+L < R merge by
+
+    Z = Z_L + Z_R;   if B_R <= B_L + Z_R:  B, t = B_R, t_R   else  B, t = B_L + Z_R, t_L
+
+(ARCHITECTURE.md). The merge is associative, so segments can be summarised
+per range partition, or per node of a balanced tree, and combined in score
+order. Preferring the right side on equal B returns the largest threshold
+among those of equal cost.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .distinct import DistinctTable
+
+__all__ = ["SegmentSummary", "summarise_segment", "merge_segments", "loss_per_score"]
+
+
+@dataclass(frozen=True)
+class SegmentSummary:
+    z: float = 0.0  # sum of z over the segment
+    best: float = 0.0  # min suffix sum, <= 0 (the empty suffix counts)
+    threshold: float = math.inf  # where the best suffix starts; +inf if empty
+    weight: float = 0.0  # weight of the segment
+    positives: float = 0.0  # weighted positives of the segment
+    best_weight: float = 0.0  # weight in the best suffix (predicted positive)
+    best_positives: float = 0.0  # positives in the best suffix
+
+    def __add__(self, right: SegmentSummary) -> SegmentSummary:
+        return merge_segments(self, right)
+
+
+EMPTY = SegmentSummary()
+
+
+def merge_segments(left: SegmentSummary, right: SegmentSummary) -> SegmentSummary:
+    """Summary of ``left`` followed by ``right`` (all of left's scores are lower)."""
+    through = left.best + right.z
+    if right.best <= through:
+        best, t = right.best, right.threshold
+        bw, bp = right.best_weight, right.best_positives
+    else:
+        best, t = through, left.threshold
+        bw, bp = left.best_weight + right.weight, left.best_positives + right.positives
+    return SegmentSummary(left.z + right.z, best, t, left.weight + right.weight,
+                          left.positives + right.positives, bw, bp)
+
+
+def loss_per_score(table: DistinctTable, cost_fp: float, cost_fn: float) -> np.ndarray:
+    """z_s = c_fp (W_s - Y_s) - c_fn Y_s for class costs."""
+    return cost_fp * (table.weight - table.positives) - cost_fn * table.positives
+
+
+def summarise_segment(score: np.ndarray, z: np.ndarray, weight: np.ndarray,
+                      positives: np.ndarray) -> SegmentSummary:
+    """Summary of distinct ascending scores with loss z, in O(n) by a suffix scan."""
+    n = score.shape[0]
+    if n == 0:
+        return EMPTY
+    suffix = np.cumsum(z[::-1])[::-1]  # suffix[i] = sum_{j >= i} z_j
+    # Smallest suffix sum; on ties the shortest suffix (the largest threshold).
+    i = n - 1 - int(np.argmin(suffix[::-1]))
+    if suffix[i] < 0.0:
+        wsuf = np.cumsum(weight[::-1])[::-1]
+        psuf = np.cumsum(positives[::-1])[::-1]
+        best, t, bw, bp = float(suffix[i]), float(score[i]), float(wsuf[i]), float(psuf[i])
+    else:
+        best, t, bw, bp = 0.0, math.inf, 0.0, 0.0
+    return SegmentSummary(float(suffix[0]), best, t, float(weight.sum()),
+                          float(positives.sum()), bw, bp)

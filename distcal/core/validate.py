@@ -1,0 +1,99 @@
+"""Row validation: which rows are usable, and a message naming every problem.
+
+Rules (API.md): a score is a float, ±inf allowed (not for sigmoid), never
+NaN/null; a label is a number in [0, 1]; a weight is finite and >= 0;
+a probability (evaluation) is in [0, 1]; a per-row loss is finite. Text in
+a numeric column is a row problem too. Counts accumulate over batches so
+that the message gives totals for the whole input.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import DataError
+
+__all__ = ["RowChecker", "ROLES"]
+
+# role -> checks applied, in message order
+ROLES = ("score", "label", "weight", "prob", "loss")
+
+
+@dataclass
+class RowChecker:
+    """Checks batches of columns and remembers the problem counts.
+
+    ``columns`` maps a role (see ROLES) to the user's column name;
+    ``finite_scores`` makes infinite scores a problem (Platt scaling).
+    """
+
+    columns: dict[str, str]
+    finite_scores: bool = False
+    problems: Counter = field(default_factory=Counter)
+    rows_seen: int = 0
+    rows_invalid: int = 0
+
+    def check(self, arrays: dict[str, np.ndarray],
+              text: dict[str, np.ndarray] | None = None) -> np.ndarray | None:
+        """Return a mask of valid rows, or None when every row is valid.
+
+        ``arrays`` maps roles to float64 arrays (null already NaN); ``text``
+        maps roles to masks of rows whose value was text.
+        """
+        n = next(iter(arrays.values())).shape[0] if arrays else 0
+        self.rows_seen += n
+        bad = None
+
+        def flag(role: str, problem: str, mask: np.ndarray) -> None:
+            nonlocal bad
+            k = int(np.count_nonzero(mask))
+            if k:
+                self.problems[(role, problem)] += k
+                bad = mask if bad is None else (bad | mask)
+
+        text = text or {}
+        for role, values in arrays.items():
+            t = text.get(role)
+            if t is not None:
+                flag(role, "are text, not numbers", t)
+                nan = np.isnan(values) & ~t
+            else:
+                nan = np.isnan(values)
+            flag(role, "are null or NaN", nan)
+            if role == "score" and self.finite_scores:
+                flag(role, "are infinite (sigmoid needs finite scores)", np.isinf(values))
+            elif role in ("label", "prob"):
+                flag(role, "are outside [0, 1]", (values < 0.0) | (values > 1.0))
+            elif role == "weight":
+                flag(role, "are infinite", np.isinf(values))
+                flag(role, "are negative", values < 0.0)
+            elif role == "loss":
+                flag(role, "are infinite", np.isinf(values))
+        if bad is None:
+            return None
+        self.rows_invalid += int(np.count_nonzero(bad))
+        return ~bad
+
+    def message(self) -> str:
+        parts = []
+        for role in ROLES:
+            for (r, problem), k in self.problems.items():
+                if r == role:
+                    noun = "row" if k == 1 else "rows"
+                    verb = problem if k != 1 else problem.replace("are ", "is ", 1)
+                    parts.append(f"column '{self.columns[role]}': {k} {noun} {verb}")
+        return "; ".join(parts)
+
+    def raise_if_invalid(self, on_invalid: str) -> None:
+        """Raise :class:`DataError` for the problems seen, unless dropping."""
+        if self.problems and on_invalid == "raise":
+            raise DataError(self.message() + " (pass on_invalid='drop' to drop such rows)")
+
+
+def check_on_invalid(on_invalid: str) -> str:
+    if on_invalid not in ("raise", "drop"):
+        raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
+    return on_invalid

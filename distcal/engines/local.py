@@ -1,0 +1,134 @@
+"""The local engine: this process, in-memory frames or Parquet read in batches.
+
+The same pipeline as the cluster engines with the shuffle done in one
+process: each record batch is validated and pooled by distinct score
+(map-side combine), the pooled tables are merged, spilling sorted runs to
+disk past a memory budget (:class:`~distcal.core.store.TableStore`), and
+the methods run over the ordered score ranges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..core.distinct import pool_ties
+from ..core.store import TableStore
+from ..core.validate import RowChecker
+from ..errors import DataError
+from ..io import open_source
+
+__all__ = ["Summary", "summarise"]
+
+
+@dataclass
+class Summary:
+    store: TableStore
+    n_rows: int
+    weight_total: float
+    dropped_rows: int
+    sum_wyy: float = float("nan")  # sum of w * y^2 (Brier score), when asked for
+
+
+def valid_batches(data: Any, columns: dict[str, str | None], *, on_invalid: str = "raise",
+                  finite_scores: bool = False, batch_rows: int = 1 << 22):
+    """Yield validated batches (role -> float64 array) with weight > 0 rows only.
+
+    Problems are counted over the whole input; with ``on_invalid="raise"``
+    the :class:`DataError` comes after the last batch, so its counts are
+    totals. Callers must not write anything before the generator finishes.
+    The generator's return value is the checker (for the dropped count).
+    """
+    source = open_source(data, columns)
+    checker = RowChecker(source.columns, finite_scores=finite_scores)
+    for arrays, text in source.batches(batch_rows):
+        ok = checker.check(arrays, text)
+        if checker.problems and on_invalid == "raise":
+            continue  # keep counting; raise at the end
+        if ok is not None:
+            arrays = {k: v[ok] for k, v in arrays.items()}
+        w = arrays.get("weight")
+        if w is not None:
+            keep = w > 0
+            if not keep.all():
+                arrays = {k: v[keep] for k, v in arrays.items()}
+        yield arrays
+    checker.raise_if_invalid(on_invalid)
+    return checker
+
+
+def summarise(data: Any, score_col: str, label_col: str, weight_col: str | None, *,
+              on_invalid: str = "raise", finite_scores: bool = False, label_role: str = "label",
+              score_role: str = "score",
+              memory_rows: int = 1 << 23, batch_rows: int = 1 << 22,
+              chunk_rows: int = 1 << 24) -> Summary:
+    """Distinct-score table of the valid rows with weight > 0.
+
+    Validated batches are gathered up to ``chunk_rows`` rows and pooled in
+    one call (one sort beats merging many small tables); the pooled chunks
+    go to a :class:`TableStore`, which spills past ``memory_rows`` distinct
+    scores. ``label_role="loss"`` reads a per-row loss instead of a label;
+    ``score_role="prob"`` checks the scores as probabilities (evaluation),
+    and then also sums w y^2 for the Brier score.
+    """
+    columns = {score_role: score_col, label_role: label_col, "weight": weight_col}
+    store = TableStore(memory_rows=memory_rows)
+    n_rows, weight_total, sum_wyy = 0, 0.0, 0.0
+    chunk: list[dict[str, np.ndarray]] = []
+    chunk_len = 0
+
+    def flush() -> None:
+        nonlocal chunk, chunk_len
+        if chunk_len:
+            cat = {k: np.concatenate([c[k] for c in chunk]) if len(chunk) > 1 else chunk[0][k]
+                   for k in chunk[0]}
+            store.add(pool_ties(cat[score_role], cat[label_role], cat.get("weight")))
+        chunk, chunk_len = [], 0
+
+    gen = valid_batches(data, columns, on_invalid=on_invalid, finite_scores=finite_scores,
+                        batch_rows=batch_rows)
+    try:
+        while True:
+            try:
+                arrays = next(gen)
+            except StopIteration as stop:
+                checker = stop.value
+                break
+            k = arrays[score_role].shape[0]
+            if not k:
+                continue
+            w = arrays.get("weight")
+            n_rows += k
+            weight_total += float(w.sum()) if w is not None else k
+            if score_role == "prob":
+                y = arrays[label_role]
+                sum_wyy += float(np.dot(y * w, y) if w is not None else np.dot(y, y))
+            if chunk_len + k > chunk_rows:
+                flush()
+            chunk.append(arrays)
+            chunk_len += k
+        flush()
+    except BaseException:
+        store.close()
+        raise
+    if n_rows == 0:
+        store.close()
+        raise DataError(f"no rows with weight > 0 to use ({checker.rows_seen} rows read, "
+                        f"{checker.rows_invalid} invalid)")
+    return Summary(store, n_rows, weight_total, checker.rows_invalid,
+                   sum_wyy if score_role == "prob" else float("nan"))
+
+
+def spearman_rows(data: Any, score_col: str, label_col: str, weight_col: str | None,
+                  on_invalid: str) -> bool:
+    """Sign of Spearman's rho over rows (labels that are not all 0/1)."""
+    from scipy.stats import spearmanr
+
+    parts = list(valid_batches(data, {"score": score_col, "label": label_col,
+                                      "weight": weight_col}, on_invalid=on_invalid))
+    s = np.concatenate([p["score"] for p in parts])
+    y = np.concatenate([p["label"] for p in parts])
+    rho = spearmanr(s, y).statistic
+    return not (rho < 0)

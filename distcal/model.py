@@ -1,0 +1,289 @@
+"""The fitted calibration map: prediction, inspection, saving and loading.
+
+A :class:`CalibrationModel` is small and engine-independent: the blocks of
+an isotonic fit, the two numbers of a Platt fit, or the bins of a histogram.
+
+Prediction, for a score s:
+
+* isotonic, ``interpolation="linear"`` (scikit-learn's and Spark MLlib's):
+  the knots are (score_min, prob) and (score_max, prob) of every block;
+  p(s) interpolates linearly between neighbouring knots and is clipped to
+  the first/last block's value outside the fitted range. An infinite knot
+  bounds no segment: s = -inf gets the lowest block's value, +inf the
+  highest's.
+* isotonic, ``interpolation="step"``: p(s) is the value of the highest block
+  whose lowest score is <= s, the lowest block's value below the range
+  (AI::Calibrate's ``score_prob``, except below the range).
+* sigmoid: p(s) = 1 / (1 + exp(a s + b)).
+* histogram: the rate of the bin ``searchsorted(edges[1:-1], s)``.
+
+NaN in gives NaN out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .core.bins import bin_ids
+from .core.isotonic import Blocks
+from .core.sigmoid import sigmoid_predict
+from .errors import ModelError
+from .io import atomic_path, is_path, read_table
+
+__all__ = ["CalibrationModel", "load"]
+
+FORMAT = "distcal-model"
+FORMAT_VERSION = 1
+_BLOCK_COLUMNS = ("score_min", "score_max", "prob", "weight", "positives")
+
+
+def _library_version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+class CalibrationModel:
+    """A fitted calibration map (see the module docstring for predictions).
+
+    Attributes: ``method``, ``params`` (method parameters and fitted
+    values), ``n_rows`` (rows with weight > 0 used), ``weight_total``,
+    ``dropped_rows``, and the column names used to fit (``columns``).
+    """
+
+    def __init__(self, method: str, params: dict[str, Any], blocks: Blocks | None = None,
+                 *, n_rows: int = 0, weight_total: float = 0.0, dropped_rows: int = 0,
+                 columns: dict[str, str | None] | None = None):
+        if method not in ("isotonic", "sigmoid", "histogram"):
+            raise ValueError(f"unknown method {method!r}")
+        self.method = method
+        self.params = dict(params)
+        self._blocks = blocks
+        self.n_rows = int(n_rows)
+        self.weight_total = float(weight_total)
+        self.dropped_rows = int(dropped_rows)
+        self.columns = dict(columns or {})
+        self._knots: tuple[np.ndarray, np.ndarray] | None = None
+
+    # -- inspection -----------------------------------------------------
+    @property
+    def blocks(self) -> pd.DataFrame:
+        """One row per block (isotonic) or non-empty bin (histogram), ascending."""
+        if self._blocks is None:
+            raise AttributeError(f"a {self.method} model has no blocks; see model.params")
+        b = self._blocks
+        return pd.DataFrame({"score_min": b.score_min, "score_max": b.score_max,
+                             "prob": b.prob, "weight": b.weight, "positives": b.positives})
+
+    def mapping(self) -> list[tuple[float, float]]:
+        """``(lowest score of the block, prob)`` per block, descending (AI::Calibrate)."""
+        if self._blocks is None:
+            raise AttributeError(f"a {self.method} model has no blocks to map")
+        b = self._blocks
+        return [(float(s), float(p)) for s, p in zip(b.score_min[::-1], b.prob[::-1])]
+
+    def describe(self) -> str:
+        """AI::Calibrate's ``print_mapping`` table, one line a block, from the top."""
+        if self._blocks is None:
+            a, b = self.params["a"], self.params["b"]
+            return f"p(s) = 1 / (1 + exp({a:.6g} * s + {b:+.6g}))"
+        upper = max(1.0, float(self._blocks.score_max[-1]))
+        lines = []
+        for bound, prob in self.mapping():
+            lines.append(f"{upper:0.3f} > SCORE >= {bound:0.3f}     prob = {prob:0.3f}")
+            upper = bound
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        extra = (f"blocks={len(self._blocks)}" if self._blocks is not None
+                 else f"a={self.params['a']:.6g}, b={self.params['b']:.6g}")
+        return (f"CalibrationModel(method={self.method!r}, n_rows={self.n_rows}, "
+                f"weight_total={self.weight_total:g}, {extra})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CalibrationModel):
+            return NotImplemented
+        if (self.method, self.params, self.n_rows, self.weight_total, self.dropped_rows,
+                self.columns) != (other.method, other.params, other.n_rows, other.weight_total,
+                                  other.dropped_rows, other.columns):
+            return False
+        if (self._blocks is None) != (other._blocks is None):
+            return False
+        if self._blocks is None:
+            return True
+        return all(np.array_equal(getattr(self._blocks, f), getattr(other._blocks, f))
+                   for f in _BLOCK_COLUMNS)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # -- prediction -----------------------------------------------------
+    def predict(self, scores: Any) -> np.ndarray:
+        """Probabilities for ``scores`` (array-like); NaN in gives NaN out."""
+        s = np.asarray(scores, dtype=np.float64)
+        if self.method == "sigmoid":
+            return sigmoid_predict(self.params["a"], self.params["b"], s)
+        if self.method == "histogram":
+            out = np.asarray(self.params["bin_prob"])[bin_ids(np.asarray(self.params["edges"]),
+                                                              s)]
+        elif self.params.get("interpolation", "linear") == "step":
+            b = self._blocks
+            idx = np.searchsorted(b.score_min, s, side="right") - 1
+            out = b.prob[np.clip(idx, 0, len(b) - 1)]
+        else:
+            out = self._predict_linear(s)
+        return np.where(np.isnan(s), np.nan, out)
+
+    def _predict_linear(self, s: np.ndarray) -> np.ndarray:
+        b = self._blocks
+        if self._knots is None:
+            x = np.empty(2 * len(b))
+            x[0::2], x[1::2] = b.score_min, b.score_max
+            y = np.repeat(b.prob, 2)
+            finite = np.isfinite(x)
+            self._knots = (x[finite], y[finite])
+        x, y = self._knots
+        if x.shape[0]:
+            out = np.interp(s, x, y)
+        else:  # every fitted score was infinite
+            out = np.where(s > 0, b.prob[-1], b.prob[0]).astype(np.float64)
+        out = np.where(s == -np.inf, b.prob[0], out)
+        return np.where(s == np.inf, b.prob[-1], out)
+
+    def transform(self, data: Any, score_col: str = "score",
+                  output_col: str = "calibrated") -> Any:
+        """``data`` with ``output_col`` = predict(score_col) added.
+
+        pandas in, pandas out; pyarrow in, pyarrow out; a Parquet path in,
+        pandas out; Spark and Dask frames are transformed lazily by their
+        engines.
+        """
+        from .engines import engine_of
+
+        engine = engine_of(data)
+        if engine != "local":
+            from .engines import get_engine
+
+            return get_engine(engine).transform(self, data, score_col, output_col)
+        if is_path(data):
+            data = read_table(data).to_pandas()
+        if isinstance(data, pd.DataFrame):
+            if score_col not in data.columns:
+                from .errors import DataError
+
+                raise DataError(f"column '{score_col}' (score) not found")
+            out = data.copy(deep=False)
+            out[output_col] = self.predict(pd.to_numeric(data[score_col]).to_numpy(
+                dtype=np.float64, na_value=np.nan))
+            return out
+        if isinstance(data, pa.Table):
+            if score_col not in data.schema.names:
+                from .errors import DataError
+
+                raise DataError(f"column '{score_col}' (score) not found")
+            from .io import _arrow_to_float
+
+            values, _ = _arrow_to_float(data.column(score_col))
+            col = pa.array(self.predict(values), type=pa.float64())
+            if output_col in data.schema.names:
+                return data.set_column(data.schema.get_field_index(output_col), output_col, col)
+            return data.append_column(output_col, col)
+        raise TypeError(f"cannot transform data of type {type(data).__name__}")
+
+    # -- persistence ----------------------------------------------------
+    def _metadata(self) -> dict[str, Any]:
+        return {"format": FORMAT, "format_version": FORMAT_VERSION,
+                "library_version": _library_version(), "method": self.method,
+                "params": self.params, "columns": self.columns, "n_rows": self.n_rows,
+                "weight_total": self.weight_total, "dropped_rows": self.dropped_rows}
+
+    def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
+        """Write the model directory: ``model.json`` + ``blocks.parquet``.
+
+        Written aside and renamed into place; an existing directory is
+        replaced only with ``overwrite=True``.
+        """
+        with atomic_path(path, overwrite=overwrite) as tmp:
+            tmp.mkdir()
+            meta = self._metadata()
+            meta["tables"] = {}
+            if self._blocks is not None:
+                table = pa.table({f: pa.array(getattr(self._blocks, f), type=pa.float64())
+                                  for f in _BLOCK_COLUMNS})
+                pq.write_table(table, tmp / "blocks.parquet")
+                meta["tables"]["blocks"] = {"file": "blocks.parquet", "rows": table.num_rows,
+                                            "sha256": _sha256(tmp / "blocks.parquet")}
+            meta["checksum"] = _json_checksum(meta)
+            with open(tmp / "model.json", "w") as fh:
+                json.dump(meta, fh, indent=2, sort_keys=True, allow_nan=True)
+                fh.write("\n")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _json_checksum(meta: dict[str, Any]) -> str:
+    body = {k: v for k, v in meta.items() if k != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+def load(path: str | os.PathLike) -> CalibrationModel:
+    """Read a model directory written by :meth:`CalibrationModel.save`.
+
+    Raises :class:`~distcal.ModelError` when the directory is missing, not a
+    distcal model, of an unknown format version, or damaged (a checksum or
+    a table does not match). Nothing in the directory is executed.
+    """
+    root = Path(path)
+    meta_path = root / "model.json"
+    if not root.is_dir():
+        raise ModelError(f"model directory '{root}' does not exist")
+    if not meta_path.is_file():
+        raise ModelError(f"'{root}' is not a distcal model (no model.json)")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"'{meta_path}' is damaged: {exc}") from exc
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ModelError(f"'{root}' is not a distcal model")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ModelError(f"'{root}' has model format version {meta.get('format_version')!r}; "
+                         f"this distcal reads version {FORMAT_VERSION}")
+    if meta.get("checksum") != _json_checksum(meta):
+        raise ModelError(f"'{meta_path}' is damaged (checksum mismatch)")
+    try:
+        blocks = None
+        tables = meta["tables"]
+        if "blocks" in tables:
+            info = tables["blocks"]
+            file = root / info["file"]
+            if not file.is_file() or _sha256(file) != info["sha256"]:
+                raise ModelError(f"'{file}' is missing or damaged (checksum mismatch)")
+            t = pq.read_table(file)
+            if t.num_rows != info["rows"] or set(t.schema.names) != set(_BLOCK_COLUMNS):
+                raise ModelError(f"'{file}' does not hold the expected blocks")
+            blocks = Blocks(*(t.column(f).to_numpy() for f in
+                              ("score_min", "score_max", "weight", "positives", "prob")))
+        model = CalibrationModel(meta["method"], meta["params"], blocks, n_rows=meta["n_rows"],
+                                 weight_total=meta["weight_total"],
+                                 dropped_rows=meta["dropped_rows"], columns=meta["columns"])
+    except ModelError:
+        raise
+    except (KeyError, TypeError, ValueError, OSError, pa.ArrowException) as exc:
+        raise ModelError(f"'{root}' is damaged: {exc}") from exc
+    if model.method in ("isotonic", "histogram") and blocks is None:
+        raise ModelError(f"'{root}' is damaged: the {model.method} model has no blocks table")
+    return model
