@@ -93,10 +93,10 @@ def fit(data: Any, method: str = "isotonic", score_col: str = "score", label_col
                                   bool(increasing))
             blocks = clip_blocks(blocks, params["y_min"], params["y_max"])
         elif method == "sigmoid":
-            a, b = fit_sigmoid(store.table())
+            a, b = fit_sigmoid(store.ranges)
             params.update(a=a, b=b)
         else:
-            edges, bin_prob, blocks = fit_histogram(store.table(), params["n_bins"],
+            edges, bin_prob, blocks = fit_histogram(store.ranges, params["n_bins"],
                                                     params["strategy"])
             params.update(edges=edges.tolist(), bin_prob=bin_prob.tolist())
     return CalibrationModel(method, params, blocks, n_rows=summary.n_rows,

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .errors import DataError
-from .io import _arrow_kind, _arrow_to_float, _open_dataset, atomic_path
+from .io import _arrow_kind, _arrow_to_float, _open_dataset, atomic_path, iter_tables
 from .model import CalibrationModel
 
 __all__ = ["apply_to_parquet"]
@@ -37,10 +37,10 @@ def apply_to_parquet(model: CalibrationModel, source: str | os.PathLike,
     rows = 0
     with atomic_path(output, overwrite=overwrite) as tmp:
         with pq.ParquetWriter(tmp, out_schema) as writer:
-            for rb in dataset.scanner(columns=keep, batch_size=batch_rows).to_batches():
-                scores, _ = _arrow_to_float(rb.column(score_col))
+            for table in iter_tables(dataset, keep, batch_rows):
+                scores, _ = _arrow_to_float(table.column(score_col))
                 probs = pa.array(model.predict(scores), type=pa.float64())
-                writer.write_batch(pa.RecordBatch.from_arrays(
-                    [rb.column(n) for n in keep] + [probs], schema=out_schema))
-                rows += rb.num_rows
+                writer.write_table(pa.Table.from_arrays(
+                    [table.column(n) for n in keep] + [probs], schema=out_schema))
+                rows += table.num_rows
     return rows

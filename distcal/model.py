@@ -110,18 +110,33 @@ class CalibrationModel:
                 f"weight_total={self.weight_total:g}, {extra})")
 
     def __eq__(self, other: object) -> bool:
+        """Equal as API.md promises across engines and partitionings.
+
+        Isotonic block boundaries, row counts and settings must match exactly;
+        floating-point sums (weights, positives, probabilities, fitted
+        parameters) to 1e-9 relative, since adding the same numbers in
+        another order changes the last bits.
+        """
         if not isinstance(other, CalibrationModel):
             return NotImplemented
-        if (self.method, self.params, self.n_rows, self.weight_total, self.dropped_rows,
-                self.columns) != (other.method, other.params, other.n_rows, other.weight_total,
-                                  other.dropped_rows, other.columns):
+        if (self.method, self.n_rows, self.dropped_rows, self.columns) != \
+                (other.method, other.n_rows, other.dropped_rows, other.columns):
+            return False
+        if not (_close(self.params, other.params) and _close(self.weight_total,
+                                                              other.weight_total)):
             return False
         if (self._blocks is None) != (other._blocks is None):
             return False
         if self._blocks is None:
             return True
-        return all(np.array_equal(getattr(self._blocks, f), getattr(other._blocks, f))
-                   for f in _BLOCK_COLUMNS)
+        a, b = self._blocks, other._blocks
+        # Isotonic block bounds are data values: exact. Histogram bounds are
+        # bin edges, computed (weighted quantiles): to rounding.
+        same = np.array_equal if self.method == "isotonic" else _close
+        return (len(a) == len(b) and same(a.score_min, b.score_min)
+                and same(a.score_max, b.score_max)
+                and all(_close(getattr(a, f), getattr(b, f))
+                        for f in ("weight", "positives", "prob")))
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -225,6 +240,24 @@ class CalibrationModel:
             with open(tmp / "model.json", "w") as fh:
                 json.dump(meta, fh, indent=2, sort_keys=True, allow_nan=True)
                 fh.write("\n")
+
+
+def _close(x: Any, y: Any, rtol: float = 1e-9, atol: float = 1e-12) -> bool:
+    """Structural equality with floats compared to ``rtol`` (and ``atol`` near 0)."""
+    if isinstance(x, dict) and isinstance(y, dict):
+        return x.keys() == y.keys() and all(_close(x[k], y[k], rtol, atol) for k in x)
+    if isinstance(x, (list, tuple, np.ndarray)) and isinstance(y, (list, tuple, np.ndarray)):
+        xa, ya = np.asarray(x), np.asarray(y)
+        if xa.shape != ya.shape:
+            return False
+        if xa.dtype.kind in "fiu" and ya.dtype.kind in "fiu":
+            return bool(np.allclose(xa, ya, rtol=rtol, atol=atol, equal_nan=True))
+        return all(_close(u, v, rtol, atol) for u, v in zip(x, y))
+    if isinstance(x, (float, np.floating)) or isinstance(y, (float, np.floating)):
+        if isinstance(x, bool) or isinstance(y, bool) or x is None or y is None:
+            return x == y
+        return bool(np.isclose(x, y, rtol=rtol, atol=atol, equal_nan=True))
+    return x == y
 
 
 def _sha256(path: Path) -> str:

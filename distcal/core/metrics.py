@@ -48,7 +48,7 @@ def calibration_bins(table: DistinctTable, n_bins: int = 10, strategy: str = "un
                      edges: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Per non-empty bin: prob_pred, prob_true, weight; plus the edges used."""
     if edges is None:
-        edges = bin_edges(table.score, table.weight, n_bins, strategy)
+        edges = bin_edges(table, n_bins, strategy)
     edges = np.asarray(edges, dtype=np.float64)
     ids = bin_ids(edges, table.score)
     nb = edges.shape[0] - 1

@@ -18,6 +18,8 @@ backtracking line search on standardised scores to full double precision
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import numpy as np
 from scipy.special import expit
 
@@ -26,68 +28,101 @@ from .distinct import DistinctTable
 __all__ = ["fit_sigmoid", "sigmoid_predict"]
 
 
-def _loss(alpha: float, beta: float, x: np.ndarray, w: np.ndarray, t: np.ndarray) -> float:
-    z = alpha * x + beta
-    return float(np.sum(w * (t * np.logaddexp(0.0, z) + (1.0 - t) * np.logaddexp(0.0, -z))))
+Tables = Callable[[], Iterable[DistinctTable]]
 
 
-def fit_sigmoid(table: DistinctTable, max_iter: int = 100) -> tuple[float, float]:
-    """Return Platt's (a, b) for the rows summarised in ``table``."""
-    if len(table) == 0:
+def _as_tables(data: DistinctTable | Tables) -> Tables:
+    if isinstance(data, DistinctTable):
+        return lambda: (data,)
+    return data
+
+
+def _reduce(tables: Tables, fn: Callable[[DistinctTable], np.ndarray]) -> np.ndarray:
+    total = None
+    for t in tables():
+        part = np.asarray(fn(t), dtype=np.float64)
+        total = part if total is None else total + part
+    return total
+
+
+def fit_sigmoid(data: DistinctTable | Tables, max_iter: int = 100) -> tuple[float, float]:
+    """Return Platt's (a, b) for the rows summarised in ``data``.
+
+    ``data`` is one distinct-score table, or a function returning the
+    tables of disjoint score ranges (any order): every quantity Newton's
+    method needs is a sum over tables, so a table larger than memory is
+    read range by range, a few times per iteration.
+    """
+    tables = _as_tables(data)
+
+    def totals(t: DistinctTable) -> np.ndarray:
+        finite = np.isfinite(t.score)
+        return np.array([t.weight.sum(), t.positives.sum(), np.sum(t.weight * t.score),
+                         len(t), np.count_nonzero(~finite)])
+
+    sums = _reduce(tables, totals)
+    if sums is None or sums[3] == 0:
         raise ValueError("fit_sigmoid needs at least one row")
-    s = table.score
-    if not np.all(np.isfinite(s)):
+    if sums[4]:
         raise ValueError("fit_sigmoid needs finite scores")
-    w_pos = table.positives
-    w_neg = table.weight - table.positives
-    n_pos = float(w_pos.sum())
-    n_neg = float(w_neg.sum())
+    wsum, n_pos = float(sums[0]), float(sums[1])
+    n_neg = wsum - n_pos
     hi = (n_pos + 1.0) / (n_pos + 2.0)
     lo = 1.0 / (n_neg + 2.0)
-    w = table.weight
-    # Target of 1 - p (the sigmoid of z) per distinct score.
-    t = (w_pos * (1.0 - hi) + w_neg * (1.0 - lo)) / w
+    mu = float(sums[2]) / wsum
+    spread = _reduce(tables, lambda t: np.array([np.sum(t.weight * (t.score - mu) ** 2)]))
+    sd = float(np.sqrt(spread[0] / wsum))
 
-    wsum = float(w.sum())
-    mu = float(np.sum(w * s) / wsum)
-    sd = float(np.sqrt(np.sum(w * (s - mu) ** 2) / wsum))
-    if sd == 0.0 or len(table) == 1:
+    def target(t: DistinctTable) -> np.ndarray:
+        # Target of q = 1 - p = sigmoid(z) per distinct score.
+        return (t.positives * (1.0 - hi) + (t.weight - t.positives) * (1.0 - lo)) / t.weight
+
+    if sd == 0.0:
         # One distinct score: only b is identified; p equals the mean target.
-        tbar = float(np.sum(w * t) / wsum)
+        tbar = float(_reduce(tables, lambda t: np.array([np.sum(t.weight * target(t))]))[0]) / wsum
         return 0.0, float(np.log(tbar / (1.0 - tbar)))
-    x = (s - mu) / sd
+
+    def loss(alpha: float, beta: float) -> float:
+        def part(t: DistinctTable) -> np.ndarray:
+            z = alpha * (t.score - mu) / sd + beta
+            q = target(t)
+            return np.array([np.sum(t.weight * (q * np.logaddexp(0.0, -z)
+                                                 + (1.0 - q) * np.logaddexp(0.0, z)))])
+        return float(_reduce(tables, part)[0])
+
+    def newton_sums(alpha: float, beta: float) -> np.ndarray:
+        def part(t: DistinctTable) -> np.ndarray:
+            x = (t.score - mu) / sd
+            q = expit(alpha * x + beta)
+            r = t.weight * (q - target(t))
+            h = t.weight * q * (1.0 - q)
+            return np.array([np.dot(r, x), r.sum(), np.dot(h, x * x), np.dot(h, x), h.sum()])
+        return _reduce(tables, part)
 
     alpha, beta = 0.0, float(np.log((n_neg + 1.0) / (n_pos + 1.0)))
-    loss = _loss(alpha, beta, x, w, t)
+    current = loss(alpha, beta)
     for _ in range(max_iter):
-        q = expit(alpha * x + beta)
-        r = w * (q - t)
-        g = np.array([np.dot(r, x), r.sum()])
-        h = w * q * (1.0 - q)
-        hxx, hx1, h11 = np.dot(h, x * x), np.dot(h, x), h.sum()
+        g0, g1, hxx, hx1, h11 = newton_sums(alpha, beta)
         det = hxx * h11 - hx1 * hx1
-        if det <= 0.0 or not np.isfinite(det):
-            step = -g / max(hxx + h11, np.finfo(float).tiny)
-        else:
-            step = -np.array([h11 * g[0] - hx1 * g[1], hxx * g[1] - hx1 * g[0]]) / det
+        if det > 0.0 and np.isfinite(det):
+            step = -np.array([h11 * g0 - hx1 * g1, hxx * g1 - hx1 * g0]) / det
+        else:  # flat curvature: a gradient step
+            step = -np.array([g0, g1]) / max(hxx + h11, np.finfo(float).tiny)
         lam = 1.0
         while True:
             na, nb = alpha + lam * step[0], beta + lam * step[1]
-            new_loss = _loss(na, nb, x, w, t)
-            if new_loss <= loss:
+            new = loss(na, nb)
+            if new <= current:
                 break
             lam *= 0.5
-            if lam < 1e-12:  # no descent left: we are at the optimum to rounding
-                return float(alpha / sd), float(beta - alpha * mu / sd)
+            if lam < 1e-12:  # no descent left: optimal to rounding
+                na, nb, new = alpha, beta, current
+                break
         moved = abs(na - alpha) + abs(nb - beta)
-        alpha, beta = na, nb
-        converged = moved <= 1e-15 * (1.0 + abs(alpha) + abs(beta)) or new_loss == loss
-        loss = new_loss
-        if converged:
+        alpha, beta, previous, current = na, nb, current, new
+        if moved <= 1e-15 * (1.0 + abs(alpha) + abs(beta)) or current == previous:
             break
-    a = alpha / sd
-    b = beta - alpha * mu / sd
-    return float(a), float(b)
+    return float(alpha / sd), float(beta - alpha * mu / sd)
 
 
 def sigmoid_predict(a: float, b: float, scores: np.ndarray) -> np.ndarray:

@@ -1,0 +1,34 @@
+"""Shared fixtures: random calibration data and small helpers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+
+def make_scores(n: int, seed: int = 0, ties: bool = True, weights: bool = False,
+                negative: bool = False) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    s = rng.beta(2.0, 3.0, n)
+    y = (rng.random(n) < s**1.5).astype(np.int64)
+    if ties:
+        s = np.round(s, 2)
+    if negative:
+        s = (s - 0.5) * 8.0  # logits-like scores of both signs
+    df = pd.DataFrame({"score": s, "label": y})
+    if weights:
+        w = rng.uniform(0.0, 3.0, n)
+        w[rng.random(n) < 0.05] = 0.0  # some zero weights take no part
+        df["w"] = w
+    return df
+
+
+@pytest.fixture
+def scores_df() -> pd.DataFrame:
+    return make_scores(5000, seed=1)
+
+
+@pytest.fixture
+def query() -> np.ndarray:
+    return np.linspace(-0.2, 1.2, 2001)

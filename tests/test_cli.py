@@ -1,0 +1,170 @@
+"""The command line, run as real subprocesses on real Parquet files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import make_scores
+from sklearn.isotonic import IsotonicRegression
+
+import distcal
+
+DISTCAL = [sys.executable, "-m", "distcal"]
+
+
+def run(*args, cwd=None):
+    return subprocess.run([*DISTCAL, *map(str, args)], capture_output=True, text=True, cwd=cwd,
+                          timeout=300)
+
+
+@pytest.fixture
+def scores_path(tmp_path):
+    df = make_scores(20000, seed=5, weights=True)
+    df["id"] = np.arange(len(df))
+    path = tmp_path / "scores.parquet"
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path)
+    return path, df
+
+
+def test_fit_apply_evaluate_threshold(scores_path, tmp_path):
+    path, df = scores_path
+    r = run("fit", "--input", path, "--output", tmp_path / "model", "--weight-col", "w")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["method"] == "isotonic" and info["n_rows"] == int((df.w > 0).sum())
+    model = distcal.load(tmp_path / "model")
+    live = df[df.w > 0]
+    ir = IsotonicRegression(out_of_bounds="clip").fit(live.score, live.label, sample_weight=live.w)
+
+    r = run("apply", "--model", tmp_path / "model", "--input", path, "--output",
+            tmp_path / "out.parquet")
+    assert r.returncode == 0, r.stderr
+    out = pq.read_table(tmp_path / "out.parquet").to_pandas()
+    assert list(out.columns) == ["score", "label", "w", "id", "calibrated"]
+    np.testing.assert_array_equal(out["id"], df["id"])
+    np.testing.assert_allclose(out["calibrated"], ir.predict(df.score), atol=1e-12)
+    np.testing.assert_array_equal(out["calibrated"], model.predict(df.score))
+
+    r = run("evaluate", "--input", tmp_path / "out.parquet", "--output", tmp_path / "rep",
+            "--prob-col", "calibrated", "--prob-col", "score")
+    assert r.returncode == 0, r.stderr
+    assert {p.name for p in (tmp_path / "rep").iterdir()} >= {
+        "report.json", "report.html", "reliability.png", "roc.png"}
+    doc = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert set(doc["reports"]) == {"calibrated", "score"}
+
+    r = run("threshold", "--input", path, "--cost-fp", "1", "--cost-fn", "3", "--weight-col", "w")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert set(res) >= {"threshold", "cost", "tp", "fp", "tn", "fn"}
+    direct = distcal.optimal_threshold(df, weight_col="w", cost_fp=1, cost_fn=3)
+    assert res["threshold"] == direct.threshold and res["cost"] == pytest.approx(direct.cost)
+
+
+def test_console_script_is_installed(scores_path, tmp_path):
+    exe = shutil.which("distcal", path=os.path.dirname(sys.executable))
+    assert exe, "the distcal console script is not installed next to python"
+    r = subprocess.run([exe, "fit", "--input", str(scores_path[0]), "--output",
+                        str(tmp_path / "m"), "--method", "sigmoid"], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert distcal.load(tmp_path / "m").method == "sigmoid"
+
+
+def test_config_file(scores_path, tmp_path):
+    path, df = scores_path
+    cfg = tmp_path / "job.yaml"
+    cfg.write_text(f"input: {path}\nmethod: histogram\nn-bins: 7\nstrategy: quantile\n"
+                   "weight_col: w\n")
+    r = run("fit", "--config", cfg, "--output", tmp_path / "m", "--n-bins", "5")
+    assert r.returncode == 0, r.stderr
+    m = distcal.load(tmp_path / "m")
+    assert m.method == "histogram" and m.params["n_bins"] == 5  # command line wins
+    assert m.params["strategy"] == "quantile" and m.columns["weight"] == "w"
+
+
+def test_existing_output_needs_overwrite(scores_path, tmp_path):
+    path, _ = scores_path
+    assert run("fit", "--input", path, "--output", tmp_path / "m").returncode == 0
+    before = (tmp_path / "m" / "model.json").read_bytes()
+    r = run("fit", "--input", path, "--output", tmp_path / "m", "--method", "sigmoid")
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and "--overwrite" in r.stderr
+    assert (tmp_path / "m" / "model.json").read_bytes() == before
+    r = run("fit", "--input", path, "--output", tmp_path / "m", "--method", "sigmoid",
+            "--overwrite")
+    assert r.returncode == 0, r.stderr
+    assert distcal.load(tmp_path / "m").method == "sigmoid"
+
+
+def test_bad_input_exits_2_and_writes_nothing(tmp_path):
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"score": [0.1, float("nan"), 0.3], "label": [0, 1, 3]}), bad)
+    for args in (["fit", "--input", bad, "--output", tmp_path / "m"],
+                 ["evaluate", "--input", bad, "--output", tmp_path / "r", "--prob-col", "score"],
+                 ["threshold", "--input", bad]):
+        r = run(*args)
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1
+        assert "column 'score': 1 row is null or NaN" in lines[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.parquet"]
+
+
+def test_overwrite_keeps_old_output_when_new_one_fails(scores_path, tmp_path):
+    path, _ = scores_path
+    assert run("fit", "--input", path, "--output", tmp_path / "m").returncode == 0
+    before = (tmp_path / "m" / "model.json").read_bytes()
+    r = run("fit", "--input", path, "--output", tmp_path / "m", "--label-col", "nope",
+            "--overwrite")
+    assert r.returncode == 2 and "column 'nope'" in r.stderr
+    assert (tmp_path / "m" / "model.json").read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m", "scores.parquet"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["fit"], "--input"),
+    (["fit", "--input", "x.parquet", "--method", "magic"], "invalid choice"),
+    (["frobnicate"], "invalid choice"),
+    (["apply", "--model", "no-such-model", "--input", "x", "--output", "y.parquet"],
+     "does not exist"),
+])
+def test_usage_errors(args, needle, tmp_path):
+    r = run(*args, cwd=tmp_path)
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr
+
+
+def test_apply_hive_partitioned_dataset(tmp_path):
+    df = make_scores(4000, seed=6)
+    df["day"] = np.repeat(["2026-11-01", "2026-11-02"], 2000)
+    pq.write_to_dataset(pa.Table.from_pandas(df, preserve_index=False), tmp_path / "ds",
+                        partition_cols=["day"])
+    assert run("fit", "--input", tmp_path / "ds", "--output", tmp_path / "m").returncode == 0
+    r = run("apply", "--model", tmp_path / "m", "--input", tmp_path / "ds", "--output",
+            tmp_path / "o.parquet")
+    assert r.returncode == 0, r.stderr
+    out = pq.read_table(tmp_path / "o.parquet").to_pandas()
+    assert len(out) == 4000 and "day" in out.columns
+    model = distcal.fit(df)
+    np.testing.assert_array_equal(out["calibrated"], model.predict(out["score"]))
+
+
+def test_demo_module_runs(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "distcal.demo", "--out", str(tmp_path / "demo"),
+                        "--rows", "20000"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert "report.html" in r.stdout
+    d = Path(tmp_path / "demo")
+    assert distcal.load(d / "model").n_rows == 20000
+    doc = json.loads((d / "report" / "report.json").read_text())["reports"]
+    assert doc["calibrated"]["ece"] < doc["score"]["ece"]

@@ -1,0 +1,106 @@
+"""Every bad input of API.md: the error, its message, and nothing written."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import distcal
+
+
+def frame(**cols):
+    base = {"score": [0.1, 0.2, 0.3, 0.4, 0.5], "label": [0, 1, 0, 1, 1]}
+    base.update(cols)
+    return pd.DataFrame(base)
+
+
+CASES = [
+    (frame(score=[0.1, np.nan, 0.3, np.nan, 0.5]), {}, r"column 'score': 2 rows are null or NaN"),
+    (frame(score=pd.array([0.1, None, 0.3, 0.4, 0.5], dtype="Float64")), {},
+     r"column 'score': 1 row is null or NaN"),
+    (frame(label=[0, 1, 2, -1, 1]), {}, r"column 'label': 2 rows are outside \[0, 1\]"),
+    (frame(label=[0, np.nan, 0, 1, 1]), {}, r"column 'label': 1 row is null or NaN"),
+    (frame(label=["0", "yes", "1", "no", "1"]), {}, r"column 'label': 2 rows are text"),
+    (frame(w=[1.0, -1.0, 1.0, -2.0, 1.0]), {"weight_col": "w"},
+     r"column 'w': 2 rows are negative"),
+    (frame(w=[1.0, np.nan, 1.0, 1.0, 1.0]), {"weight_col": "w"},
+     r"column 'w': 1 row is null or NaN"),
+    (frame(w=[1.0, np.inf, 1.0, 1.0, 1.0]), {"weight_col": "w"},
+     r"column 'w': 1 row is infinite"),
+    (frame(), {"label_col": "target"}, r"column 'target' \(label\) not found"),
+    (frame(), {"weight_col": "w"}, r"column 'w' \(weight\) not found"),
+    (frame(score=pd.to_datetime(["2024-01-01"] * 5)), {},
+     r"column 'score' \(score\) has type (datetime64|timestamp).*; expected numbers"),
+    (frame().iloc[:0], {}, r"no rows with weight > 0"),
+    (frame(w=[0.0] * 5), {"weight_col": "w"}, r"no rows with weight > 0 .*5 rows read"),
+]
+
+
+@pytest.mark.parametrize("df,kwargs,message", CASES)
+def test_fit_errors(df, kwargs, message):
+    with pytest.raises(distcal.DataError, match=message):
+        distcal.fit(df, **kwargs)
+
+
+@pytest.mark.parametrize("df,kwargs,message", CASES)
+def test_errors_from_arrow_and_parquet(df, kwargs, message, tmp_path):
+    table = pa.Table.from_pandas(df, preserve_index=False)
+    with pytest.raises(distcal.DataError, match=message):
+        distcal.fit(table, **kwargs)
+    path = tmp_path / "in.parquet"
+    pq.write_table(table, path)
+    with pytest.raises(distcal.DataError, match=message):
+        distcal.fit(str(path), **kwargs)
+
+
+def test_several_problems_are_all_named():
+    df = frame(score=[np.nan, 0.2, 0.3, 0.4, 0.5], label=[0, 1, 5, 1, 1])
+    with pytest.raises(distcal.DataError) as err:
+        distcal.fit(df)
+    msg = str(err.value)
+    assert "column 'score': 1 row is null or NaN" in msg
+    assert "column 'label': 1 row is outside [0, 1]" in msg
+    assert isinstance(err.value, ValueError)
+
+
+def test_drop_reports_dropped_rows():
+    df = frame(score=[0.1, np.nan, 0.3, 0.4, 0.5], label=[0, 1, 0, 7, 1])
+    model = distcal.fit(df, on_invalid="drop")
+    assert model.dropped_rows == 2
+    assert model.n_rows == 3
+    clean = distcal.fit(df.iloc[[0, 2, 4]])
+    assert clean.blocks.equals(model.blocks)
+
+
+def test_counts_are_totals_over_batches(tmp_path):
+    s = np.linspace(0, 1, 10_000)
+    s[::10] = np.nan
+    path = tmp_path / "in.parquet"
+    pq.write_table(pa.table({"score": s, "label": np.zeros(10_000)}), path,
+                   row_group_size=1000)
+    with pytest.raises(distcal.DataError, match="column 'score': 1000 rows are null or NaN"):
+        distcal.fit(str(path), batch_rows=1000)
+
+
+def test_missing_input_path(tmp_path):
+    with pytest.raises(distcal.DataError, match="does not exist"):
+        distcal.fit(str(tmp_path / "nope.parquet"))
+
+
+def test_bool_and_int_labels_are_fine():
+    df = frame(label=[False, True, False, True, True])
+    assert distcal.fit(df).n_rows == 5
+    df = frame(label=pd.array([0, 1, 0, 1, 1], dtype="Int64"))
+    assert distcal.fit(df).n_rows == 5
+
+
+def test_unknown_parameters_are_rejected():
+    with pytest.raises(TypeError, match="n_bins"):
+        distcal.fit(frame(), method="isotonic", n_bins=3)
+    with pytest.raises(ValueError, match="method"):
+        distcal.fit(frame(), method="beta")
+    with pytest.raises(ValueError, match="engine"):
+        distcal.fit(frame(), engine="ray")
