@@ -1,0 +1,162 @@
+"""Evaluation metrics against scikit-learn and textbook worked examples."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.calibration import calibration_curve
+from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score, roc_curve
+
+import distcal
+from distcal.metrics import classification_cost, compare_error_rates, wilson_interval
+
+
+@pytest.fixture(params=[False, True], ids=["unit", "weighted"])
+def probs(request):
+    rng = np.random.default_rng(4)
+    n = 20000
+    p = np.round(rng.beta(2, 2, n), 3)
+    p[:5] = [0.0, 1.0, 0.0, 1.0, 0.5]
+    y = (rng.random(n) < p).astype(int)
+    w = rng.uniform(0.1, 3.0, n) if request.param else None
+    df = pd.DataFrame({"prob": p, "label": y})
+    if w is not None:
+        df["w"] = w
+    return df, p, y, w
+
+
+def test_against_sklearn(probs):
+    df, p, y, w = probs
+    rep = distcal.evaluate(df, weight_col=None if w is None else "w")
+    assert rep.brier == pytest.approx(brier_score_loss(y, p, sample_weight=w), rel=1e-9)
+    assert rep.log_loss == pytest.approx(log_loss(y, p, sample_weight=w), rel=1e-9)
+    assert rep.auc == pytest.approx(roc_auc_score(y, p, sample_weight=w), rel=1e-9)
+    fpr, tpr, thr = roc_curve(y, p, sample_weight=w, drop_intermediate=False)
+    np.testing.assert_allclose(rep.roc["fpr"], fpr, atol=1e-9)
+    np.testing.assert_allclose(rep.roc["tpr"], tpr, atol=1e-9)
+    np.testing.assert_array_equal(rep.roc["threshold"], thr)
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "quantile"])
+def test_calibration_curve_unweighted(strategy):
+    rng = np.random.default_rng(3)
+    p = np.round(rng.beta(2, 2, 20000), 3)
+    y = (rng.random(20000) < p).astype(int)
+    rep = distcal.evaluate(pd.DataFrame({"prob": p, "label": y}), n_bins=7, strategy=strategy)
+    pt, pp = calibration_curve(y, p, n_bins=7, strategy=strategy)
+    np.testing.assert_allclose(rep.calibration_curve["prob_true"], pt, atol=1e-9)
+    np.testing.assert_allclose(rep.calibration_curve["prob_pred"], pp, atol=1e-9)
+
+
+def test_calibration_curve_weighted_equals_repeated_rows():
+    rng = np.random.default_rng(5)
+    p = np.round(rng.random(3000), 2)
+    y = (rng.random(3000) < p).astype(int)
+    k = rng.integers(1, 4, 3000)
+    a = distcal.evaluate(pd.DataFrame({"prob": p, "label": y, "w": k.astype(float)}),
+                         weight_col="w", strategy="quantile", n_bins=9)
+    pt, pp = calibration_curve(np.repeat(y, k), np.repeat(p, k), n_bins=9, strategy="quantile")
+    np.testing.assert_allclose(a.calibration_curve["prob_true"], pt, atol=1e-9)
+    np.testing.assert_allclose(a.calibration_curve["prob_pred"], pp, atol=1e-9)
+
+
+def test_brier_decomposition_with_bin_forecasts():
+    rng = np.random.default_rng(6)
+    p = rng.choice([0.05, 0.15, 0.35, 0.65, 0.95], 10000)  # forecasts take one value per bin
+    y = (rng.random(10000) < p * 0.9).astype(int)
+    rep = distcal.evaluate(pd.DataFrame({"prob": p, "label": y}), n_bins=10)
+    assert rep.brier == pytest.approx(rep.reliability - rep.resolution + rep.uncertainty,
+                                      rel=1e-12)
+
+
+def test_ece_mce_by_hand():
+    p = np.array([0.1, 0.1, 0.3, 0.3, 0.9, 0.9, 0.9, 0.9])
+    y = np.array([0, 1, 0, 0, 1, 1, 1, 0])
+    rep = distcal.evaluate(pd.DataFrame({"prob": p, "label": y}), n_bins=5)
+    gaps = np.array([abs(0.5 - 0.1), abs(0.0 - 0.3), abs(0.75 - 0.9)])
+    shares = np.array([2, 2, 4]) / 8
+    assert rep.ece == pytest.approx(float(np.sum(gaps * shares)), rel=1e-12)
+    assert rep.mce == pytest.approx(0.4, rel=1e-12)
+
+
+@pytest.mark.parametrize("n,lo,hi", [(50, 0.670, 0.888), (100, 0.711, 0.866),
+                                     (500, 0.763, 0.833), (1000, 0.774, 0.824),
+                                     (5000, 0.789, 0.811)])
+def test_wilson_textbook(n, lo, hi):
+    got = wilson_interval(0.8 * n, n)
+    assert got[0] == pytest.approx(lo, abs=1.5e-3) and got[1] == pytest.approx(hi, abs=1.5e-3)
+
+
+def test_compare_error_rates_textbook():
+    d, lo, hi = compare_error_rates(0.15, 30, 0.25, 5000)
+    assert d == pytest.approx(0.1)
+    assert lo < 0 < hi  # not significantly different at 95%
+
+
+def test_cost_matrix_textbook():
+    costs = {"tp": -1, "fn": 100, "fp": 1, "tn": 0}
+    assert classification_cost({"tp": 150, "fn": 40, "fp": 60, "tn": 250}, costs) == 3910
+    assert classification_cost({"tp": 250, "fn": 45, "fp": 5, "tn": 200}, costs) == 4255
+
+
+def test_roc_steps_diagonally_across_ties():
+    # three tied scores holding 1 positive and 2 negatives: one diagonal step
+    df = pd.DataFrame({"prob": [0.9, 0.5, 0.5, 0.5, 0.1], "label": [1, 1, 0, 0, 0]})
+    rep = distcal.evaluate(df)
+    np.testing.assert_allclose(rep.roc["fpr"], [0, 0, 2 / 3, 1])
+    np.testing.assert_allclose(rep.roc["tpr"], [0, 0.5, 1, 1])
+    assert rep.auc == pytest.approx(roc_auc_score(df.label, df.prob))
+
+
+def test_roc_hull_is_convex_and_dominates():
+    rng = np.random.default_rng(7)
+    p = rng.random(500)
+    y = (rng.random(500) < p).astype(int)
+    rep = distcal.evaluate(pd.DataFrame({"prob": p, "label": y}))
+    hx, hy = rep.roc_hull["fpr"].to_numpy(), rep.roc_hull["tpr"].to_numpy()
+    assert (hx[0], hy[0]) == (0, 0) and (hx[-1], hy[-1]) == (1, 1)
+    with np.errstate(divide="ignore"):
+        slopes = np.diff(hy) / np.diff(hx)  # a first vertical edge has slope +inf
+    assert np.all(np.diff(slopes) < 0)  # strictly concave chain
+    assert np.all(np.interp(rep.roc["fpr"], hx, hy) >= rep.roc["tpr"] - 1e-12)
+
+
+def test_confusion_and_accuracy():
+    df = pd.DataFrame({"prob": [0.2, 0.6, 0.5, 0.9, 0.4], "label": [0, 1, 0, 0, 1]})
+    rep = distcal.evaluate(df, threshold=0.5)
+    assert rep.confusion == {"tp": 1.0, "fp": 2.0, "tn": 1.0, "fn": 1.0}
+    assert rep.accuracy == pytest.approx(0.4)
+    assert rep.accuracy_interval == pytest.approx(wilson_interval(2, 5))
+    d = rep.to_dict()
+    import json
+
+    json.dumps(d)  # JSON-safe
+    assert d["roc"]["threshold"][0] is None  # +inf is not JSON
+
+
+def test_bad_probabilities():
+    df = pd.DataFrame({"prob": [0.2, 1.5, -0.1], "label": [0, 1, 0]})
+    with pytest.raises(distcal.DataError, match=r"column 'prob': 2 rows are outside \[0, 1\]"):
+        distcal.evaluate(df)
+
+
+def test_report_files(tmp_path):
+    from PIL import Image
+
+    from distcal.report import write_report
+
+    rng = np.random.default_rng(8)
+    p = rng.random(2000)
+    y = (rng.random(2000) < p**2).astype(int)
+    df = pd.DataFrame({"raw": p, "cal": p**2, "label": y})
+    reps = [distcal.evaluate(df, prob_col=c) for c in ("raw", "cal")]
+    write_report(reps, tmp_path / "rep")
+    html = (tmp_path / "rep" / "report.html").read_text()
+    for name in ("reliability.png", "roc.png"):
+        assert f'src="{name}"' in html
+        img = Image.open(tmp_path / "rep" / name)
+        img.load()
+        assert img.size[0] >= 600 and img.size[1] >= 500
+        px = np.asarray(img.convert("L"))
+        assert px.std() > 10  # not blank
