@@ -146,16 +146,19 @@ class CalibrationModel:
         s = np.asarray(scores, dtype=np.float64)
         if self.method == "sigmoid":
             return sigmoid_predict(self.params["a"], self.params["b"], s)
+        if self.method == "isotonic" and self.params.get("interpolation", "linear") == "linear":
+            return self._predict_linear(s)  # np.interp keeps NaN
         if self.method == "histogram":
             out = np.asarray(self.params["bin_prob"])[bin_ids(np.asarray(self.params["edges"]),
                                                               s)]
-        elif self.params.get("interpolation", "linear") == "step":
+        else:
             b = self._blocks
             idx = np.searchsorted(b.score_min, s, side="right") - 1
             out = b.prob[np.clip(idx, 0, len(b) - 1)]
-        else:
-            out = self._predict_linear(s)
-        return np.where(np.isnan(s), np.nan, out)
+        nan = np.isnan(s)
+        if nan.any():
+            out = np.where(nan, np.nan, out)
+        return out
 
     def _predict_linear(self, s: np.ndarray) -> np.ndarray:
         b = self._blocks
@@ -166,12 +169,16 @@ class CalibrationModel:
             finite = np.isfinite(x)
             self._knots = (x[finite], y[finite])
         x, y = self._knots
-        if x.shape[0]:
-            out = np.interp(s, x, y)
-        else:  # every fitted score was infinite
+        if x.shape[0] == 0:  # every fitted score was infinite
             out = np.where(s > 0, b.prob[-1], b.prob[0]).astype(np.float64)
-        out = np.where(s == -np.inf, b.prob[0], out)
-        return np.where(s == np.inf, b.prob[-1], out)
+            return np.where(np.isnan(s), np.nan, out)
+        out = np.interp(s, x, y)  # clips outside the knots: right for ±inf ...
+        # ... unless a block holds only -inf (or only +inf): it has no finite knot.
+        if b.score_max[0] == -np.inf:
+            out[s == -np.inf] = b.prob[0]
+        if b.score_min[-1] == np.inf:
+            out[s == np.inf] = b.prob[-1]
+        return out
 
     def transform(self, data: Any, score_col: str = "score",
                   output_col: str = "calibrated") -> Any:

@@ -29,6 +29,7 @@ the input (see ../shared/PERFORMANCE.md for the measurements):
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -122,8 +123,6 @@ def pool_ties(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | None
     labels = np.asarray(labels, dtype=np.float64)
     if scores.shape[0] == 0:
         return DistinctTable.empty()
-    # -0.0 + 0.0 == +0.0: one bit pattern and one hash for zero.
-    scores = scores + 0.0
     binary = _is_binary(labels)
     if path is None:
         path = choose_pool_path(scores, labels, weights, binary)
@@ -132,24 +131,32 @@ def pool_ties(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | None
             raise ValueError("the key path needs 0/1 labels, unit weights and scores >= 0")
         return _pool_by_key(scores, labels)
     if path == "hash":
-        return _pool_by_hash(scores, labels, weights, binary)
+        # -0.0 + 0.0 == +0.0: one bit pattern, hence one hash, for zero. (The
+        # key path drops the sign bit in its shift; argsort compares values.)
+        return _pool_by_hash(scores + 0.0, labels, weights, binary)
     if path == "argsort":
         return _pool_by_argsort(scores, labels, weights, binary)
     raise ValueError(f"unknown pooling path {path!r}")
 
 
 def _pool_by_key(scores: np.ndarray, labels: np.ndarray) -> DistinctTable:
-    keys = scores.view(np.uint64) << np.uint64(1)
-    keys |= labels.astype(np.uint64)
+    keys = scores.view(np.uint64) << np.uint64(1)  # the sign bit (of -0.0) drops out
+    np.bitwise_or(keys, labels.astype(np.uint8), out=keys)
     keys.sort()
     bits = keys >> np.uint64(1)
     starts = np.flatnonzero(np.concatenate(([True], bits[1:] != bits[:-1])))
-    ends = np.append(starts[1:], keys.shape[0])
-    count = ends - starts
-    pos = np.add.reduceat((keys & np.uint64(1)).astype(np.uint8), starts,
-                          dtype=np.int64).astype(np.float64)
+    # The label bit of each key, read as the key's lowest byte without a copy
+    # of the keys (little-endian: byte 0 of each uint64).
+    low = (keys.view(np.uint8)[::8] if sys.byteorder == "little"
+           else (keys & np.uint64(1)).astype(np.uint8)) & np.uint8(1)
+    if starts.shape[0] == keys.shape[0]:  # all scores distinct
+        count = np.ones(keys.shape[0], dtype=np.int64)
+        pos = low.astype(np.float64)
+    else:
+        count = np.diff(np.append(starts, keys.shape[0]))
+        pos = np.add.reduceat(low, starts, dtype=np.int64).astype(np.float64)
     score = bits[starts].view(np.float64)
-    return DistinctTable(score, count.astype(np.float64), pos, count.astype(np.int64), pos, True)
+    return DistinctTable(score, count.astype(np.float64), pos, count, pos, True)
 
 
 def _hash_sums(scores: np.ndarray, labels: np.ndarray,
@@ -216,7 +223,7 @@ def _pool_by_argsort(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray
         w = weights[order]
         weight = np.add.reduceat(w, starts)
         positives = np.add.reduceat(w * y, starts)
-    return DistinctTable(s[starts], weight, positives, count, label_sum, binary)
+    return DistinctTable(s[starts] + 0.0, weight, positives, count, label_sum, binary)
 
 
 def merge_tables(tables: list[DistinctTable]) -> DistinctTable:
