@@ -10,9 +10,10 @@ from .api import fit
 from .errors import DataError, ModelError
 from .evaluate import EvaluationReport, evaluate
 from .model import CalibrationModel, load
-from .threshold import ThresholdResult, optimal_threshold
+from .threshold import ThresholdResult, ThresholdTracker, optimal_threshold
 
 __version__ = "0.1.0"
 
 __all__ = ["fit", "load", "evaluate", "optimal_threshold", "metrics", "CalibrationModel",
-           "EvaluationReport", "ThresholdResult", "DataError", "ModelError", "__version__"]
+           "EvaluationReport", "ThresholdResult", "ThresholdTracker", "DataError", "ModelError",
+           "__version__"]

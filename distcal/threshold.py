@@ -9,8 +9,9 @@ from typing import Any
 from .core.threshold import EMPTY, loss_per_score, merge_segments, summarise_segment
 from .core.validate import check_on_invalid
 from .engines import get_engine, resolve_engine
+from .errors import DataError
 
-__all__ = ["ThresholdResult", "optimal_threshold"]
+__all__ = ["ThresholdResult", "ThresholdTracker", "optimal_threshold"]
 
 
 @dataclass(frozen=True)
@@ -88,3 +89,121 @@ def result_from_segment(seg: Any, cost_fp: float, cost_fn: float, per_row_loss: 
     cost = cost_fn * seg.positives + seg.best
     return ThresholdResult(seg.threshold, cost, seg.best_weight, tp=tp, fp=fp, tn=tn, fn=fn,
                            n_rows=n_rows, dropped_rows=dropped_rows)
+
+
+class ThresholdTracker:
+    """The optimal threshold of all rows seen so far, updated in O(log n).
+
+    Feed rows one at a time (:meth:`update`) or in batches
+    (:meth:`update_many`); ``threshold`` and ``cost`` are those
+    :func:`optimal_threshold` would return for all rows so far. Each update
+    and each query costs O(log n) for n distinct scores (a crit-bit tree of
+    segment summaries, :mod:`distcal.core.tracker`). A row carries a 0/1 (or
+    fractional) label and the class costs, or its own loss ``loss`` of being
+    predicted positive.
+
+    >>> t = ThresholdTracker()
+    >>> for s, z in [(1, 1), (8, -2), (5, 3), (4, -4), (6, 5), (3, -6), (7, 7), (2, -8)]:
+    ...     t.update(s, loss=z)
+    >>> t.threshold, t.cost
+    (2.0, -5.0)
+    """
+
+    def __init__(self, cost_fp: float = 1.0, cost_fn: float = 1.0):
+        from .core.tracker import SummaryTree
+
+        self.cost_fp, self.cost_fn = float(cost_fp), float(cost_fn)
+        if not (math.isfinite(self.cost_fp) and math.isfinite(self.cost_fn)):
+            raise ValueError("cost_fp and cost_fn must be finite")
+        self._tree = SummaryTree()
+        self.n_rows = 0
+
+    def update(self, score: float, label: float | None = None, weight: float = 1.0, *,
+               loss: float | None = None) -> None:
+        """Add one row: ``label`` in [0, 1] (class costs) or ``loss`` (its own z)."""
+        # Comparisons written so that NaN fails them: one test per rule.
+        score = float(score)
+        if score != score:
+            raise DataError("score is NaN")
+        if not 0.0 <= weight < math.inf:
+            raise DataError(f"weight must be finite and >= 0, got {weight!r}")
+        if loss is None:
+            if label is None:
+                raise ValueError("give one of label and loss")
+            if not 0.0 <= label <= 1.0:
+                raise DataError(f"label must be in [0, 1], got {label!r}")
+            wy = weight * label
+            z = self.cost_fp * (weight - wy) - self.cost_fn * wy
+        else:
+            if label is not None:
+                raise ValueError("give only one of label and loss")
+            if not -math.inf < loss < math.inf:
+                raise DataError(f"loss must be finite, got {loss!r}")
+            wy = 0.0
+            z = weight * loss
+        if weight:
+            self._tree.add(score, float(z), float(weight), float(wy))
+            self.n_rows += 1
+
+    def update_many(self, scores: Any, labels: Any = None, weights: Any = None, *,
+                    losses: Any = None) -> None:
+        """Add many rows: validated and pooled by distinct score with numpy first."""
+        import numpy as np
+
+        from .core.distinct import pool_ties
+        from .core.validate import RowChecker
+
+        if (labels is None) == (losses is None):
+            raise ValueError("give exactly one of labels and losses")
+        s = np.asarray(scores, dtype=np.float64).ravel()
+        values = np.asarray(labels if losses is None else losses, dtype=np.float64).ravel()
+        w = None if weights is None else np.asarray(weights, dtype=np.float64).ravel()
+        if values.shape != s.shape or (w is not None and w.shape != s.shape):
+            raise ValueError("scores, labels/losses and weights must have one length")
+        role = "label" if losses is None else "loss"
+        arrays = {"score": s, role: values} | ({} if w is None else {"weight": w})
+        checker = RowChecker({"score": "scores", role: role + "s", "weight": "weights"})
+        checker.check(arrays)
+        checker.raise_if_invalid("raise")
+        if w is not None:
+            keep = w > 0
+            s, values, w = s[keep], values[keep], w[keep]
+        table = pool_ties(s, values, w)
+        if losses is None:
+            z = self.cost_fp * (table.weight - table.positives) - self.cost_fn * table.positives
+            pos = table.positives
+        else:
+            z, pos = table.positives, np.zeros(len(table))
+        add = self._tree.add
+        for args in zip(table.score.tolist(), z.tolist(), table.weight.tolist(), pos.tolist()):
+            add(*args)
+        self.n_rows += int(s.shape[0])
+
+    @property
+    def threshold(self) -> float:
+        """Predict positive iff score >= threshold (+inf: nothing positive)."""
+        return self._tree.best()[1]
+
+    @property
+    def cost(self) -> float:
+        """Minimal total cost so far (class costs plus per-row losses)."""
+        return self.cost_fn * self._tree.positives_total + self._tree.best()[0]
+
+    @property
+    def n_distinct(self) -> int:
+        return len(self._tree)
+
+    def summary(self) -> Any:
+        """The segment summary of all rows so far (:class:`SegmentSummary`)."""
+        from .core.threshold import SegmentSummary
+
+        tree = self._tree
+        best, t = tree.best()
+        bw, bp = tree.sums_at_or_above(t)
+        return SegmentSummary(tree.total_z(), best, t, tree.weight_total, tree.positives_total,
+                              bw, bp)
+
+    def result(self) -> ThresholdResult:
+        """What :func:`optimal_threshold` returns for these rows (confusion included)."""
+        return result_from_segment(self.summary(), self.cost_fp, self.cost_fn, False,
+                                   self.n_rows, 0)

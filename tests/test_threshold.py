@@ -104,3 +104,87 @@ def test_cross_check_with_isotonic(cost_fp, cost_fn):
     pos = model.predict(s) >= cost_fp / (cost_fp + cost_fn)
     iso_cost = cost_fp * np.sum(w[pos] * (1 - y[pos])) + cost_fn * np.sum(w[~pos] * y[~pos])
     assert res.cost == pytest.approx(iso_cost, rel=1e-12)
+
+
+PAPER = [(1, 1), (8, -2), (5, 3), (4, -4), (6, 5), (3, -6), (7, 7), (2, -8)]
+
+
+def test_tracker_paper_example_after_every_update():
+    tracker = distcal.ThresholdTracker()
+    for k, (s, z) in enumerate(PAPER, start=1):
+        tracker.update(s, loss=z)
+        seen = np.array(PAPER[:k], dtype=float)
+        t, c = brute_force(seen[:, 0], None, np.ones(k), z=seen[:, 1])
+        assert tracker.threshold == t and tracker.cost == pytest.approx(c)
+    assert tracker.threshold == 2 and tracker.cost == -5
+    seg = tracker.summary()
+    assert seg.z == sum(z for _, z in PAPER) and seg.best == -5 and seg.threshold == 2
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(-6, 6), st.sampled_from([0.0, 1.0, 0.5]),
+                          st.sampled_from([0.0, 0.5, 1.0, 3.0])), min_size=1, max_size=35),
+       st.sampled_from([(1.0, 1.0), (1.0, 3.0), (2.0, 0.5)]))
+def test_tracker_matches_brute_force_after_every_update(rows, costs):
+    tracker = distcal.ThresholdTracker(*costs)
+    for k, (s, y, w) in enumerate(rows, start=1):
+        tracker.update(s / 3.0, y, w)
+        arr = np.array(rows[:k], dtype=float)
+        live = arr[:, 2] > 0
+        if not live.any():
+            assert tracker.threshold == math.inf and tracker.cost == 0
+            continue
+        t, c = brute_force(arr[live, 0] / 3.0, arr[live, 1], arr[live, 2], *costs)
+        assert tracker.cost == pytest.approx(c, abs=1e-9)
+        assert tracker.threshold == t
+    df = pd.DataFrame(rows, columns=["score", "label", "w"]).assign(score=lambda d: d.score / 3)
+    if (df.w > 0).any():
+        batch = distcal.optimal_threshold(df, weight_col="w", cost_fp=costs[0], cost_fn=costs[1])
+        res = tracker.result()
+        for f in ("threshold", "cost", "n_positive_predicted", "tp", "fp", "tn", "fn"):
+            assert getattr(res, f) == pytest.approx(getattr(batch, f), abs=1e-9), f
+
+
+def test_update_many_equals_updates():
+    rng = np.random.default_rng(3)
+    s = np.round(rng.normal(size=3000), 2)
+    y = (rng.random(3000) < 0.4).astype(float)
+    w = rng.uniform(0, 2, 3000)
+    a, b = distcal.ThresholdTracker(1, 2), distcal.ThresholdTracker(1, 2)
+    a.update_many(s, y, w)
+    for i in range(3000):
+        b.update(s[i], y[i], w[i])
+    assert a.threshold == b.threshold and a.cost == pytest.approx(b.cost, rel=1e-12)
+    assert a.n_distinct == b.n_distinct == len(np.unique(s))
+    batch = distcal.optimal_threshold(pd.DataFrame({"score": s, "label": y, "w": w}),
+                                      weight_col="w", cost_fp=1, cost_fn=2)
+    assert a.threshold == batch.threshold and a.cost == pytest.approx(batch.cost, rel=1e-12)
+    c = distcal.ThresholdTracker()
+    c.update_many([1, 8, 5, 4, 6, 3, 7, 2], losses=[1, -2, 3, -4, 5, -6, 7, -8])
+    assert (c.threshold, c.cost) == (2, -5)
+
+
+def test_tracker_signed_zero_and_infinities():
+    t = distcal.ThresholdTracker()
+    t.update(-0.0, 1)
+    t.update(0.0, 1)
+    t.update(-np.inf, 0)
+    t.update(np.inf, 1)
+    assert t.n_distinct == 3 and t.threshold == 0.0 and t.cost == 0
+
+
+def test_tracker_bad_rows():
+    t = distcal.ThresholdTracker()
+    with pytest.raises(distcal.DataError, match="NaN"):
+        t.update(float("nan"), 1)
+    with pytest.raises(distcal.DataError, match="label"):
+        t.update(0.5, 2)
+    with pytest.raises(distcal.DataError, match="weight"):
+        t.update(0.5, 1, -1.0)
+    with pytest.raises(distcal.DataError, match="loss"):
+        t.update(0.5, loss=float("inf"))
+    with pytest.raises(ValueError):
+        t.update(0.5)
+    with pytest.raises(distcal.DataError, match="column 'labels': 1 row is outside"):
+        t.update_many([0.1, 0.2], [0, 3])
+    assert t.n_rows == 0 and t.threshold == math.inf

@@ -212,15 +212,19 @@ def _pool_by_argsort(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray
     order = np.argsort(scores)
     s = scores[order]
     y = labels[order]
-    starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
-    ends = np.append(starts[1:], s.shape[0])
-    count = (ends - starts).astype(np.int64)
+    w = None if weights is None else weights[order]
+    new = np.concatenate(([True], s[1:] != s[:-1]))
+    if new.all():  # all distinct: the sorted rows are the table
+        count = np.ones(s.shape[0], dtype=np.int64)
+        weight = count.astype(np.float64) if w is None else w
+        return DistinctTable(s + 0.0, weight, y if w is None else w * y, count, y, binary)
+    starts = np.flatnonzero(new)
+    count = np.diff(np.append(starts, s.shape[0]))
     label_sum = np.add.reduceat(y, starts)
-    if weights is None:
+    if w is None:
         weight = count.astype(np.float64)
         positives = label_sum
     else:
-        w = weights[order]
         weight = np.add.reduceat(w, starts)
         positives = np.add.reduceat(w * y, starts)
     return DistinctTable(s[starts] + 0.0, weight, positives, count, label_sum, binary)

@@ -76,14 +76,15 @@ def summarise_segment(score: np.ndarray, z: np.ndarray, weight: np.ndarray,
     n = score.shape[0]
     if n == 0:
         return EMPTY
-    suffix = np.cumsum(z[::-1])[::-1]  # suffix[i] = sum_{j >= i} z_j
-    # Smallest suffix sum; on ties the shortest suffix (the largest threshold).
-    i = n - 1 - int(np.argmin(suffix[::-1]))
-    if suffix[i] < 0.0:
-        wsuf = np.cumsum(weight[::-1])[::-1]
-        psuf = np.cumsum(positives[::-1])[::-1]
-        best, t, bw, bp = float(suffix[i]), float(score[i]), float(wsuf[i]), float(psuf[i])
+    suffix = np.cumsum(z[::-1])  # suffix[j] = sum of the last j + 1 values of z
+    # Smallest suffix sum; on ties the shortest suffix (the largest threshold):
+    # argmin returns the first, i.e. shortest, in this reversed order.
+    j = int(np.argmin(suffix))
+    if suffix[j] < 0.0:
+        i = n - 1 - j
+        best, t = float(suffix[j]), float(score[i])
+        bw, bp = float(weight[i:].sum()), float(positives[i:].sum())
     else:
         best, t, bw, bp = 0.0, math.inf, 0.0, 0.0
-    return SegmentSummary(float(suffix[0]), best, t, float(weight.sum()),
+    return SegmentSummary(float(suffix[-1]), best, t, float(weight.sum()),
                           float(positives.sum()), bw, bp)
