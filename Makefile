@@ -18,7 +18,7 @@ demo: $(STAMP)
 	$(BIN)/python -m distcal.demo
 
 lint: $(STAMP)
-	$(BIN)/ruff check distcal jobs tests bench
+	$(BIN)/ruff check .
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q tests
