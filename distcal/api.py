@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .core.histogram import fit_histogram
-from .core.isotonic import clip_blocks, merge_blocks, pav_blocks, spearman_increasing
+from .core.isotonic import fit_isotonic
 from .core.sigmoid import fit_sigmoid
 from .core.validate import check_on_invalid
 from .engines import get_engine, resolve_engine
@@ -69,36 +69,24 @@ def fit(data: Any, method: str = "isotonic", score_col: str = "score", label_col
     """
     check_on_invalid(on_invalid)
     params, engine_opts = _method_params(method, dict(method_params))
-    name = resolve_engine(data, engine)
     columns = {"score": score_col, "label": label_col, "weight": weight_col}
-    if name != "local":
-        return get_engine(name).fit(data, method, params, columns, on_invalid=on_invalid,
-                                    **engine_opts)
-    from .engines import local
-
-    summary = local.summarise(data, score_col, label_col, weight_col, on_invalid=on_invalid,
-                              finite_scores=method in ("sigmoid", "histogram"), **engine_opts)
-    with summary.store as store:
-        blocks = None
+    engine_impl = get_engine(resolve_engine(data, engine))
+    blocks = None
+    with engine_impl.open_ranges(data, columns, on_invalid=on_invalid,
+                                 finite_scores=method in ("sigmoid", "histogram"),
+                                 passes=1 if method == "isotonic" else 3,
+                                 **engine_opts) as ranges:
         if method == "isotonic":
-            increasing = params["increasing"]
-            if increasing == "auto":
-                if store.binary:
-                    increasing = spearman_increasing(store.ranges())
-                else:
-                    increasing = local.spearman_rows(data, score_col, label_col, weight_col,
-                                                     on_invalid)
-            params["increasing_"] = bool(increasing)
-            blocks = merge_blocks([pav_blocks(t, bool(increasing)) for t in store.ranges()],
-                                  bool(increasing))
-            blocks = clip_blocks(blocks, params["y_min"], params["y_max"])
+            blocks, direction = fit_isotonic(ranges.map, params["increasing"], params["y_min"],
+                                             params["y_max"], spearman_rows=ranges.spearman_rows)
+            params["increasing_"] = direction
         elif method == "sigmoid":
-            a, b = fit_sigmoid(store.ranges)
+            a, b = fit_sigmoid(ranges.map)
             params.update(a=a, b=b)
         else:
-            edges, bin_prob, blocks = fit_histogram(store.ranges, params["n_bins"],
+            edges, bin_prob, blocks = fit_histogram(ranges.map, params["n_bins"],
                                                     params["strategy"])
             params.update(edges=edges.tolist(), bin_prob=bin_prob.tolist())
-    return CalibrationModel(method, params, blocks, n_rows=summary.n_rows,
-                            weight_total=summary.weight_total,
-                            dropped_rows=summary.dropped_rows, columns=columns)
+        return CalibrationModel(method, params, blocks, n_rows=ranges.n_rows,
+                                weight_total=ranges.weight_total,
+                                dropped_rows=ranges.dropped_rows, columns=columns)

@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 
 from .core import metrics as m
-from .core.distinct import DistinctTable
+from .core.bins import MapRanges, bin_edges
 from .core.validate import check_on_invalid
 from .engines import get_engine, resolve_engine
 
-__all__ = ["EvaluationReport", "evaluate", "report_from_table"]
+__all__ = ["EvaluationReport", "evaluate", "report_from_ranges"]
 
 
 @dataclass
@@ -62,34 +62,39 @@ class EvaluationReport:
         return {k: clean(getattr(self, k)) for k in self.__dataclass_fields__}
 
 
-def report_from_table(table: DistinctTable, sum_wyy: float, *, prob_col: str, n_rows: int,
-                      dropped_rows: int, n_bins: int = 10, strategy: str = "uniform",
-                      bins: Any = None, threshold: float = 0.5,
-                      confidence: float = 0.95) -> EvaluationReport:
-    """Every metric from the distinct-probability table (engine-independent)."""
-    w_total = float(table.weight.sum())
-    cal = m.calibration_bins(table, n_bins, strategy, edges=bins)
-    share = cal["weight"] / w_total
-    gap = cal["prob_true"] - cal["prob_pred"]
-    ybar = float(table.positives.sum()) / w_total
-    roc = m.roc_points(table)
+def report_from_ranges(map_ranges: MapRanges, sum_wyy: float, *, prob_col: str, n_rows: int,
+                       dropped_rows: int, n_bins: int = 10, strategy: str = "uniform",
+                       bins: Any = None, threshold: float = 0.5,
+                       confidence: float = 0.95) -> EvaluationReport:
+    """Every metric from ordered ranges of distinct probabilities (any engine)."""
+    edges = (np.asarray(bins, dtype=np.float64) if bins is not None
+             else bin_edges(map_ranges, n_bins, strategy))
+    if edges.ndim != 1 or edges.shape[0] < 2 or np.any(np.diff(edges) < 0):
+        raise ValueError("bins must be at least two non-decreasing edges")
+    res = m.combine_partials(map_ranges(lambda t: m.range_partials(t, edges, threshold)),
+                             sum_wyy)
+    w_total = res["weight"]
+    bw, bwp, bwy = res["bins"]
+    full = bw > 0
+    pred, true, share = bwp[full] / bw[full], bwy[full] / bw[full], bw[full] / w_total
+    gap = true - pred
+    ybar = res["positives"] / w_total
+    roc = res["roc"]
     hx, hy = m.roc_hull(roc["fpr"], roc["tpr"])
-    conf = m.confusion_at(table, threshold)
+    conf = res["confusion"]
     correct = conf["tp"] + conf["tn"]
     return EvaluationReport(
         prob_col=prob_col, n_rows=n_rows, weight_total=w_total, dropped_rows=dropped_rows,
-        brier=m.brier(table, sum_wyy), log_loss=m.log_loss(table),
+        brier=res["brier"], log_loss=res["log_loss"],
         ece=float(np.sum(share * np.abs(gap))), mce=float(np.max(np.abs(gap))),
-        auc=m.auc(table), reliability=float(np.sum(share * gap * gap)),
-        resolution=float(np.sum(share * (cal["prob_true"] - ybar) ** 2)),
-        uncertainty=ybar * (1.0 - ybar),
-        calibration_curve=pd.DataFrame({"prob_pred": cal["prob_pred"],
-                                        "prob_true": cal["prob_true"],
-                                        "weight": cal["weight"]}),
+        auc=res["auc"], reliability=float(np.sum(share * gap * gap)),
+        resolution=float(np.sum(share * (true - ybar) ** 2)), uncertainty=ybar * (1.0 - ybar),
+        calibration_curve=pd.DataFrame({"prob_pred": pred, "prob_true": true,
+                                        "weight": bw[full]}),
         roc=pd.DataFrame(roc), roc_hull=pd.DataFrame({"fpr": hx, "tpr": hy}),
         threshold=float(threshold), confusion=conf, accuracy=correct / w_total,
         accuracy_interval=m.wilson_interval(correct, w_total, confidence),
-        confidence=confidence, bin_edges=[float(e) for e in cal["edges"]])
+        confidence=confidence, bin_edges=[float(e) for e in edges])
 
 
 def evaluate(data: Any, prob_col: str = "prob", label_col: str = "label",
@@ -107,20 +112,12 @@ def evaluate(data: Any, prob_col: str = "prob", label_col: str = "label",
     prob >= threshold).
     """
     check_on_invalid(on_invalid)
-    name = resolve_engine(data, engine)
-    if name != "local":
-        return get_engine(name).evaluate(
-            data, prob_col=prob_col, label_col=label_col, weight_col=weight_col, n_bins=n_bins,
-            strategy=strategy, threshold=threshold, bins=bins, confidence=confidence,
-            on_invalid=on_invalid, **engine_opts)
-    from .engines import local
-
-    summary = local.summarise(data, prob_col, label_col, weight_col, on_invalid=on_invalid,
-                              label_role="label", score_role="prob", **engine_opts)
-    with summary.store as store:
-        table = store.table()
-    sum_wyy = summary.sum_wyy
-    return report_from_table(table, sum_wyy, prob_col=prob_col, n_rows=summary.n_rows,
-                             dropped_rows=summary.dropped_rows, n_bins=n_bins,
-                             strategy=strategy, bins=bins, threshold=threshold,
-                             confidence=confidence)
+    columns = {"prob": prob_col, "label": label_col, "weight": weight_col}
+    engine_impl = get_engine(resolve_engine(data, engine))
+    with engine_impl.open_ranges(data, columns, on_invalid=on_invalid,
+                                 passes=1 if bins is not None or strategy == "uniform" else 3,
+                                 **engine_opts) as ranges:
+        return report_from_ranges(ranges.map, ranges.sum_wyy, prob_col=prob_col,
+                                  n_rows=ranges.n_rows, dropped_rows=ranges.dropped_rows,
+                                  n_bins=n_bins, strategy=strategy, bins=bins,
+                                  threshold=threshold, confidence=confidence)

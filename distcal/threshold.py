@@ -6,7 +6,14 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .core.threshold import EMPTY, loss_per_score, merge_segments, summarise_segment
+from .core.distinct import DistinctTable
+from .core.threshold import (
+    EMPTY,
+    SegmentSummary,
+    loss_per_score,
+    merge_segments,
+    summarise_segment,
+)
 from .core.validate import check_on_invalid
 from .engines import get_engine, resolve_engine
 from .errors import DataError
@@ -55,24 +62,22 @@ def optimal_threshold(data: Any, score_col: str = "score", label_col: str = "lab
     cost_fp, cost_fn = float(cost_fp), float(cost_fn)
     if not (math.isfinite(cost_fp) and math.isfinite(cost_fn)):
         raise ValueError("cost_fp and cost_fn must be finite")
-    name = resolve_engine(data, engine)
-    if name != "local":
-        return get_engine(name).optimal_threshold(
-            data, score_col=score_col, label_col=label_col, weight_col=weight_col,
-            cost_fp=cost_fp, cost_fn=cost_fn, loss_col=loss_col, on_invalid=on_invalid,
-            **engine_opts)
-    from .engines import local
+    per_row_loss = loss_col is not None
+    columns = {"score": score_col, "weight": weight_col,
+               **({"loss": loss_col} if per_row_loss else {"label": label_col})}
+    engine_impl = get_engine(resolve_engine(data, engine))
 
-    role, col = ("loss", loss_col) if loss_col is not None else ("label", label_col)
-    summary = local.summarise(data, score_col, col, weight_col, on_invalid=on_invalid,
-                              label_role=role, **engine_opts)
-    seg = EMPTY
-    with summary.store as store:
-        for t in store.ranges():
-            z = t.positives if loss_col is not None else loss_per_score(t, cost_fp, cost_fn)
-            seg = merge_segments(seg, summarise_segment(t.score, z, t.weight, t.positives))
-    return result_from_segment(seg, cost_fp, cost_fn, loss_col is not None, summary.n_rows,
-                               summary.dropped_rows)
+    def summary(t: DistinctTable) -> SegmentSummary:
+        z = t.positives if per_row_loss else loss_per_score(t, cost_fp, cost_fn)
+        return summarise_segment(t.score, z, t.weight, t.positives)
+
+    with engine_impl.open_ranges(data, columns, on_invalid=on_invalid, passes=1,
+                                 **engine_opts) as ranges:
+        seg = EMPTY
+        for part in ranges.map(summary):
+            seg = merge_segments(seg, part)
+        return result_from_segment(seg, cost_fp, cost_fn, per_row_loss, ranges.n_rows,
+                                   ranges.dropped_rows)
 
 
 def result_from_segment(seg: Any, cost_fp: float, cost_fn: float, per_row_loss: bool,

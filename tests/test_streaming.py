@@ -54,7 +54,8 @@ def test_spill_really_happens(parquet_file):
     from distcal.engines import local
 
     path, _ = parquet_file
-    summary = local.summarise(str(path), "score", "label", "w", **SMALL)
+    summary = local.summarise(str(path), {"score": "score", "label": "label", "weight": "w"},
+                              **SMALL)
     with summary.store as store:
         assert store.spilled
         ranges = list(store.ranges(5000))

@@ -9,17 +9,34 @@ lower bin).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from .distinct import DistinctTable
 
-__all__ = ["ordered_quantiles", "bin_edges", "bin_ids"]
+# A map over the ascending, non-overlapping score ranges of a distinct-score
+# table: fn is applied to each non-empty range (on whatever machine holds it)
+# and the results come back in score order. One table, a spilled local table
+# and a range-partitioned cluster frame all offer it.
+MapRanges = Callable[[Callable[[DistinctTable], Any]], list]
+
+__all__ = ["MapRanges", "as_map_ranges", "ordered_quantiles", "bin_edges", "bin_ids"]
 
 
-def ordered_quantiles(tables: Callable[[], Iterable[DistinctTable]], q: np.ndarray,
-                      total: float) -> np.ndarray:
+def as_map_ranges(data: DistinctTable | MapRanges) -> MapRanges:
+    """A map over ordered ranges, from one table or as given."""
+    if isinstance(data, DistinctTable):
+        return lambda fn: [fn(data)] if len(data) else []
+    return data
+
+
+def _range_stats(t: DistinctTable) -> tuple[float, float, float, float]:
+    return (float(t.score[0]), float(t.score[-1]), float(t.weight.sum()), float(t.weight[-1]))
+
+
+def ordered_quantiles(map_ranges: MapRanges, q: np.ndarray) -> np.ndarray:
     """Weighted quantiles at ``q`` of the distinct values of ascending ranges.
 
     Generalises ``np.percentile(..., method="linear")``: with cumulative
@@ -29,66 +46,75 @@ def ordered_quantiles(tables: Callable[[], Iterable[DistinctTable]], q: np.ndarr
     this is exactly ``np.percentile`` of the rows repeated by weight; for
     unit weights, of the rows themselves.
 
-    One ordered pass: each range's knots are shifted by the weight below it,
-    and the last knot of the previous range is carried over, so a position
-    between two ranges interpolates across the boundary exactly as in one
-    table. ``total`` is the weight of all ranges.
+    Two passes over the ranges: their first and last values and weights
+    give each range its offset; then each range evaluates the positions
+    that fall inside it, and the driver interpolates positions that fall
+    between two ranges from the first pass alone.
     """
+    stats = map_ranges(_range_stats)
+    if not stats:
+        raise ValueError("quantiles of no values")
+    weights = np.array([st[2] for st in stats])
+    offsets = np.concatenate(([0.0], np.cumsum(weights)[:-1]))
+    total = float(weights.sum())
     pos = np.asarray(q, dtype=np.float64) * max(total - 1.0, 0.0)
+    # Position of the last knot of each range (see the definition above).
+    last = offsets + np.maximum(weights - np.array([st[3] for st in stats]), weights - 1.0)
     out = np.full(pos.shape, np.nan)
-    offset = 0.0
-    carry: tuple[float, float] | None = None
-    for t in tables():
-        if not len(t):
-            continue
-        cum = offset + np.cumsum(t.weight)
-        first = cum - t.weight
-        last = np.maximum(first, cum - 1.0)
-        xp = np.empty(2 * len(t))
-        xp[0::2], xp[1::2] = first, last
-        fp = np.repeat(t.score, 2)
-        if carry is not None:
-            xp = np.concatenate(([carry[0]], xp))
-            fp = np.concatenate(([carry[1]], fp))
-        todo = np.isnan(out) & (pos <= xp[-1])
-        out[todo] = np.interp(pos[todo], xp, fp)
-        carry = (float(xp[-1]), float(fp[-1]))
-        offset = float(cum[-1])
-    if carry is not None:
-        out[np.isnan(out)] = carry[1]
+    inside: dict[float, tuple[float, np.ndarray]] = {}
+    for k, (first_value, _, _, _) in enumerate(stats):
+        idx = np.flatnonzero((pos >= offsets[k]) & (pos <= last[k]))
+        if idx.shape[0]:
+            inside[first_value] = (float(offsets[k]), idx)
+        if k + 1 < len(stats):  # between this range's last knot and the next one's first
+            gap = np.flatnonzero((pos > last[k]) & (pos < offsets[k + 1]))
+            if gap.shape[0]:
+                out[gap] = np.interp(pos[gap], [last[k], offsets[k + 1]],
+                                     [stats[k][1], stats[k + 1][0]])
+    out[pos > last[-1]] = stats[-1][1]
+    if inside:
+        def evaluate(t: DistinctTable) -> tuple[np.ndarray, np.ndarray] | None:
+            job = inside.get(float(t.score[0]))
+            if job is None:
+                return None
+            offset, idx = job
+            cum = offset + np.cumsum(t.weight)
+            first = cum - t.weight
+            xp = np.empty(2 * len(t))
+            xp[0::2], xp[1::2] = first, np.maximum(first, cum - 1.0)
+            return idx, np.interp(pos[idx], xp, np.repeat(t.score, 2))
+
+        for res in map_ranges(evaluate):
+            if res is not None:
+                out[res[0]] = res[1]
     return out
 
 
-def bin_edges(tables: DistinctTable | Callable[[], Iterable[DistinctTable]], n_bins: int = 10,
+def bin_edges(data: DistinctTable | MapRanges, n_bins: int = 10,
               strategy: str = "uniform") -> np.ndarray:
-    """Edges of ``n_bins`` bins for the distinct values of ``tables``.
+    """Edges of ``n_bins`` bins for the distinct values of ``data``.
 
     "uniform": equal widths over [0, 1] when all values lie in [0, 1], else
     over [min, max]. "quantile": the (weighted) quantiles at
-    ``linspace(0, 1, n_bins + 1)``. ``tables`` is one table or a function
-    returning ascending, non-overlapping score ranges.
+    ``linspace(0, 1, n_bins + 1)``. ``data`` is one table or a map over
+    ascending, non-overlapping score ranges.
     """
-    if isinstance(tables, DistinctTable):
-        one = tables
-        tables = lambda: (one,)  # noqa: E731
+    map_ranges = as_map_ranges(data)
     if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
         raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
-    lo, hi, total = np.inf, -np.inf, 0.0
-    for t in tables():
-        if len(t):
-            lo, hi = min(lo, float(t.score[0])), max(hi, float(t.score[-1]))
-            total += float(t.weight.sum())
-    if total == 0.0:
-        raise ValueError("bin edges of no values")
-    if strategy == "uniform":
-        if not (np.isfinite(lo) and np.isfinite(hi)):
-            raise ValueError("uniform bins need finite values")
-        if lo >= 0.0 and hi <= 1.0:
-            lo, hi = 0.0, 1.0
-        return np.linspace(lo, hi, n_bins + 1)
     if strategy == "quantile":
-        return ordered_quantiles(tables, np.linspace(0.0, 1.0, n_bins + 1), total)
-    raise ValueError(f"strategy must be 'uniform' or 'quantile', got {strategy!r}")
+        return ordered_quantiles(map_ranges, np.linspace(0.0, 1.0, n_bins + 1))
+    if strategy != "uniform":
+        raise ValueError(f"strategy must be 'uniform' or 'quantile', got {strategy!r}")
+    stats = map_ranges(_range_stats)
+    if not stats:
+        raise ValueError("bin edges of no values")
+    lo, hi = stats[0][0], stats[-1][1]
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        raise ValueError("uniform bins need finite values")
+    if lo >= 0.0 and hi <= 1.0:
+        lo, hi = 0.0, 1.0
+    return np.linspace(lo, hi, n_bins + 1)
 
 
 def bin_ids(edges: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -9,11 +9,9 @@ lowest bins. Everything is a sum over the distinct-score table.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-
 import numpy as np
 
-from .bins import bin_edges, bin_ids
+from .bins import MapRanges, as_map_ranges, bin_edges, bin_ids
 from .distinct import DistinctTable
 from .isotonic import Blocks
 
@@ -32,25 +30,23 @@ def fill_empty_bins(rate: np.ndarray, weight: np.ndarray) -> np.ndarray:
     return rate[below]
 
 
-def fit_histogram(tables: DistinctTable | Callable[[], Iterable[DistinctTable]],
-                  n_bins: int = 10,
+def fit_histogram(data: DistinctTable | MapRanges, n_bins: int = 10,
                   strategy: str = "uniform") -> tuple[np.ndarray, np.ndarray, Blocks]:
     """Return (edges, rate of every bin, blocks of the non-empty bins).
 
-    ``tables`` is one distinct-score table or a function returning the
-    tables of ascending, non-overlapping score ranges.
+    ``data`` is one distinct-score table or a map over ascending,
+    non-overlapping score ranges (:data:`~distcal.core.bins.MapRanges`).
     """
-    if isinstance(tables, DistinctTable):
-        one = tables
-        tables = lambda: (one,)  # noqa: E731
-    edges = bin_edges(tables, n_bins, strategy)
+    map_ranges = as_map_ranges(data)
+    edges = bin_edges(map_ranges, n_bins, strategy)
     nb = edges.shape[0] - 1
-    weight = np.zeros(nb)
-    positives = np.zeros(nb)
-    for t in tables():
+
+    def bin_sums(t: DistinctTable) -> np.ndarray:
         ids = bin_ids(edges, t.score)
-        weight += np.bincount(ids, weights=t.weight, minlength=nb)[:nb]
-        positives += np.bincount(ids, weights=t.positives, minlength=nb)[:nb]
+        return np.stack([np.bincount(ids, weights=t.weight, minlength=nb)[:nb],
+                         np.bincount(ids, weights=t.positives, minlength=nb)[:nb]])
+
+    weight, positives = sum(map_ranges(bin_sums))
     with np.errstate(invalid="ignore", divide="ignore"):
         rate = np.where(weight > 0, positives / np.where(weight > 0, weight, 1.0), 0.0)
     filled = fill_empty_bins(rate, weight)

@@ -20,15 +20,17 @@ ARCHITECTURE.md builds every engine on. PAV itself is scipy's
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from scipy.optimize import isotonic_regression
 
+from .bins import MapRanges, as_map_ranges
 from .distinct import DistinctTable
 
-__all__ = ["Blocks", "pav_blocks", "merge_blocks", "clip_blocks", "spearman_increasing"]
+__all__ = ["Blocks", "pav_blocks", "merge_blocks", "clip_blocks", "spearman_increasing",
+           "combine_spearman", "fit_isotonic"]
 
 
 @dataclass(frozen=True)
@@ -127,29 +129,69 @@ def clip_blocks(blocks: Blocks, y_min: float | None, y_max: float | None) -> Blo
                                           blocks.positives, prob))
 
 
-def spearman_increasing(tables: Iterable[DistinctTable]) -> bool:
-    """Sign of Spearman's rho of score and 0/1 label, from ordered tables.
+def _spearman_partial(table: DistinctTable) -> tuple[int, int, int] | None:
+    """(2U inside the range, positives, negatives) of one range; None if labels aren't 0/1."""
+    if not table.binary:
+        return None
+    pos = np.rint(table.label_sum).astype(np.int64)
+    neg = table.count - pos
+    neg_below = np.cumsum(neg) - neg
+    # Every term and the sum are at most n^2 / 2: exact in int64 up to 4e9
+    # rows, Python integers beyond.
+    dtype = np.int64 if table.n_rows <= 4_000_000_000 else object
+    two_u = int(np.sum(pos.astype(dtype) * (2 * neg_below + neg).astype(dtype)))
+    return two_u, int(pos.sum()), int(neg.sum())
 
-    ``tables`` are distinct-score tables of ascending, non-overlapping score
-    ranges (one table, or the ranges of a range partition). With average
-    ranks and a 0/1 label, rho has the sign of U - n1 * n0 / 2, U being the
-    Mann-Whitney count of (negative, positive) pairs ordered by score, ties
-    counting one half (the ranks of a binary variable are affine in it).
-    Counted in exact integers. A zero correlation means increasing, as
-    scikit-learn decides (``rho >= 0``); when rho is undefined (constant
-    scores or labels) both directions give the same fit.
+
+def combine_spearman(partials: list[tuple[int, int, int] | None]) -> bool | None:
+    """Sign of Spearman's rho from the ordered ranges' partials (None: labels not 0/1).
+
+    With average ranks and a 0/1 label, rho has the sign of U - n1 * n0 / 2,
+    U being the Mann-Whitney count of (negative, positive) pairs ordered by
+    score, ties counting one half (the ranks of a binary variable are affine
+    in it). Each positive of a range lies above every negative of the
+    ranges below it. Counted in exact integers. A zero correlation means
+    increasing, as scikit-learn decides (``rho >= 0``); when rho is
+    undefined (constant scores or labels) both directions give the same fit.
     """
     two_u = n1 = n0 = 0
-    for table in tables:
-        if not table.binary:
-            raise ValueError("spearman_increasing from tables needs 0/1 labels")
-        pos = np.rint(table.label_sum).astype(np.int64)
-        neg = table.count - pos
-        neg_below = np.cumsum(neg) - neg + n0
-        # sum_s pos_s (2 neg_below_s + neg_s): every term and the sum are at
-        # most n^2 / 2, exact in int64 up to 4e9 rows; Python integers beyond.
-        dtype = np.int64 if n0 + table.n_rows <= 4_000_000_000 else object
-        two_u += int(np.sum(pos.astype(dtype) * (2 * neg_below + neg).astype(dtype)))
-        n1 += int(pos.sum())
-        n0 += int(neg.sum())
+    for part in partials:
+        if part is None:
+            return None
+        u, p, n = part
+        two_u += u + 2 * p * n0
+        n1 += p
+        n0 += n
     return two_u - n1 * n0 >= 0
+
+
+def spearman_increasing(data: DistinctTable | MapRanges) -> bool | None:
+    """Sign of Spearman's rho of score and 0/1 label; None when labels are not all 0/1."""
+    return combine_spearman(as_map_ranges(data)(_spearman_partial))
+
+
+def fit_isotonic(data: DistinctTable | MapRanges, increasing: bool | str = True,
+                 y_min: float | None = None, y_max: float | None = None,
+                 spearman_rows: Callable[[], bool] | None = None) -> tuple[Blocks, bool]:
+    """Blocks of the isotonic fit over ordered ranges, in one pass.
+
+    Each range runs PAV on its own (both directions when ``increasing`` is
+    "auto", with its Spearman partial); the blocks are merged in score
+    order. With "auto" and labels that are not all 0/1, ``spearman_rows``
+    decides the direction from the rows.
+    """
+    map_ranges = as_map_ranges(data)
+    if increasing == "auto":
+        parts = map_ranges(lambda t: (_spearman_partial(t), pav_blocks(t, True),
+                                      pav_blocks(t, False)))
+        direction = combine_spearman([p[0] for p in parts])
+        if direction is None:
+            if spearman_rows is None:
+                raise ValueError("increasing='auto' with labels that are not all 0/1 "
+                                 "needs the rows")
+            direction = spearman_rows()
+        blocks = merge_blocks([p[1] if direction else p[2] for p in parts], direction)
+    else:
+        direction = bool(increasing)
+        blocks = merge_blocks(map_ranges(lambda t: pav_blocks(t, direction)), direction)
+    return clip_blocks(blocks, y_min, y_max), direction

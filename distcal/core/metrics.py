@@ -20,67 +20,76 @@ W_p and weighted positives Y_p. Every metric below is a sum over that table
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
-from .bins import bin_edges, bin_ids
+from .bins import bin_ids
 from .distinct import DistinctTable
 
-__all__ = ["brier", "log_loss", "calibration_bins", "auc", "roc_points", "roc_hull",
-           "confusion_at", "wilson_interval"]
+__all__ = ["range_partials", "combine_partials", "roc_points", "roc_hull", "wilson_interval"]
 
 EPS = float(np.finfo(np.float64).eps)
 
 
-def brier(table: DistinctTable, sum_wyy: float) -> float:
-    p = table.score
-    return float((np.sum(table.weight * p * p - 2.0 * p * table.positives) + sum_wyy)
-                 / table.weight.sum())
-
-
-def log_loss(table: DistinctTable) -> float:
-    p = np.clip(table.score, EPS, 1.0 - EPS)
-    ll = table.positives * np.log(p) + (table.weight - table.positives) * np.log1p(-p)
-    return float(-np.sum(ll) / table.weight.sum())
-
-
-def calibration_bins(table: DistinctTable, n_bins: int = 10, strategy: str = "uniform",
-                     edges: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """Per non-empty bin: prob_pred, prob_true, weight; plus the edges used."""
-    if edges is None:
-        edges = bin_edges(table, n_bins, strategy)
-    edges = np.asarray(edges, dtype=np.float64)
-    ids = bin_ids(edges, table.score)
+def range_partials(t: DistinctTable, edges: np.ndarray, threshold: float) -> dict[str, Any]:
+    """Every sum the metrics need, for one range of distinct probabilities."""
+    p, w, y = t.score, t.weight, t.positives
+    n = w - y
     nb = edges.shape[0] - 1
-    w = np.bincount(ids, weights=table.weight, minlength=nb)[:nb]
-    wp = np.bincount(ids, weights=table.weight * table.score, minlength=nb)[:nb]
-    wy = np.bincount(ids, weights=table.positives, minlength=nb)[:nb]
-    cnt = np.bincount(ids, weights=table.count.astype(np.float64), minlength=nb)[:nb]
-    full = w > 0
-    return {"edges": edges, "bin": np.flatnonzero(full), "prob_pred": wp[full] / w[full],
-            "prob_true": wy[full] / w[full], "weight": w[full], "count": cnt[full]}
+    ids = bin_ids(edges, p)
+    pc = np.clip(p, EPS, 1.0 - EPS)
+    above = p >= threshold
+    return {
+        "w": float(w.sum()), "y": float(y.sum()), "n": float(n.sum()),
+        "brier": float(np.sum(w * p * p - 2.0 * p * y)),
+        "log": float(np.sum(y * np.log(pc) + n * np.log1p(-pc))),
+        "bins": np.stack([np.bincount(ids, weights=w, minlength=nb)[:nb],
+                          np.bincount(ids, weights=w * p, minlength=nb)[:nb],
+                          np.bincount(ids, weights=y, minlength=nb)[:nb]]),
+        # Mann-Whitney pairs inside the range, ties counting one half
+        "pairs": float(np.sum(y * (np.cumsum(n) - n + 0.5 * n))),
+        "above": (float(y[above].sum()), float(n[above].sum())),
+        "roc": (p, y, n),
+    }
 
 
-def auc(table: DistinctTable) -> float:
-    pos = table.positives
-    neg = table.weight - table.positives
-    p_total, n_total = float(pos.sum()), float(neg.sum())
-    if p_total <= 0.0 or n_total <= 0.0:
-        return math.nan
-    neg_below = np.cumsum(neg) - neg
-    return float(np.sum(pos * (neg_below + 0.5 * neg)) / (p_total * n_total))
+def combine_partials(parts: list[dict[str, Any]], sum_wyy: float) -> dict[str, Any]:
+    """Metrics from the ordered ranges' partials (see the module docstring)."""
+    w = sum(q["w"] for q in parts)
+    pos = sum(q["y"] for q in parts)
+    neg = sum(q["n"] for q in parts)
+    pairs, neg_below = 0.0, 0.0
+    for q in parts:  # a positive of a range lies above every negative below the range
+        pairs += q["pairs"] + q["y"] * neg_below
+        neg_below += q["n"]
+    bins = sum(q["bins"] for q in parts)
+    tp = sum(q["above"][0] for q in parts)
+    fp = sum(q["above"][1] for q in parts)
+    score = np.concatenate([q["roc"][0] for q in parts])
+    ys = np.concatenate([q["roc"][1] for q in parts])
+    ns = np.concatenate([q["roc"][2] for q in parts])
+    return {
+        "weight": w, "positives": pos, "brier": (sum(q["brier"] for q in parts) + sum_wyy) / w,
+        "log_loss": -sum(q["log"] for q in parts) / w,
+        "auc": pairs / (pos * neg) if pos > 0 and neg > 0 else math.nan,
+        "bins": bins, "roc": roc_points(score, ys, ns),
+        "confusion": {"tp": tp, "fp": fp, "tn": neg - fp, "fn": pos - tp},
+    }
 
 
-def roc_points(table: DistinctTable) -> dict[str, np.ndarray]:
-    """(fpr, tpr, threshold) from (0, 0) at +inf, one point per distinct p, descending."""
-    pos = table.positives[::-1]
-    neg = (table.weight - table.positives)[::-1]
-    tps = np.concatenate(([0.0], np.cumsum(pos)))
-    fps = np.concatenate(([0.0], np.cumsum(neg)))
+def roc_points(score: np.ndarray, pos: np.ndarray, neg: np.ndarray) -> dict[str, np.ndarray]:
+    """(fpr, tpr, threshold) from (0, 0) at +inf, one point per distinct p, descending.
+
+    ``score`` ascending distinct probabilities with their positive and
+    negative weights.
+    """
+    tps = np.concatenate(([0.0], np.cumsum(pos[::-1])))
+    fps = np.concatenate(([0.0], np.cumsum(neg[::-1])))
     with np.errstate(invalid="ignore", divide="ignore"):
         tpr = tps / tps[-1] if tps[-1] > 0 else np.full_like(tps, np.nan)
         fpr = fps / fps[-1] if fps[-1] > 0 else np.full_like(fps, np.nan)
-    return {"fpr": fpr, "tpr": tpr, "threshold": np.concatenate(([np.inf], table.score[::-1]))}
+    return {"fpr": fpr, "tpr": tpr, "threshold": np.concatenate(([np.inf], score[::-1]))}
 
 
 def roc_hull(fpr: np.ndarray, tpr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -100,16 +109,6 @@ def roc_hull(fpr: np.ndarray, tpr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         hull.append((float(x), float(y)))
     h = np.array(hull)
     return h[:, 0], h[:, 1]
-
-
-def confusion_at(table: DistinctTable, threshold: float) -> dict[str, float]:
-    """Weighted confusion of the rule "positive iff p >= threshold"."""
-    above = table.score >= threshold
-    tp = float(table.positives[above].sum())
-    fp = float((table.weight[above] - table.positives[above]).sum())
-    fn = float(table.positives[~above].sum())
-    tn = float((table.weight[~above] - table.positives[~above]).sum())
-    return {"tp": tp, "fp": fp, "tn": tn, "fn": fn}
 
 
 def wilson_interval(successes: float, n: float, confidence: float = 0.95) -> tuple[float, float]:

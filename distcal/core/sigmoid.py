@@ -18,49 +18,37 @@ backtracking line search on standardised scores to full double precision
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 import numpy as np
 from scipy.special import expit
 
+from .bins import MapRanges, as_map_ranges
 from .distinct import DistinctTable
 
 __all__ = ["fit_sigmoid", "sigmoid_predict"]
 
 
-Tables = Callable[[], Iterable[DistinctTable]]
-
-
-def _as_tables(data: DistinctTable | Tables) -> Tables:
-    if isinstance(data, DistinctTable):
-        return lambda: (data,)
-    return data
-
-
-def _reduce(tables: Tables, fn: Callable[[DistinctTable], np.ndarray]) -> np.ndarray:
-    total = None
-    for t in tables():
-        part = np.asarray(fn(t), dtype=np.float64)
-        total = part if total is None else total + part
-    return total
-
-
-def fit_sigmoid(data: DistinctTable | Tables, max_iter: int = 100) -> tuple[float, float]:
+def fit_sigmoid(data: DistinctTable | MapRanges, max_iter: int = 100) -> tuple[float, float]:
     """Return Platt's (a, b) for the rows summarised in ``data``.
 
-    ``data`` is one distinct-score table, or a function returning the
-    tables of disjoint score ranges (any order): every quantity Newton's
-    method needs is a sum over tables, so a table larger than memory is
-    read range by range, a few times per iteration.
+    ``data`` is one distinct-score table, or a map over score ranges
+    (:data:`~distcal.core.bins.MapRanges`): every quantity Newton's method
+    needs is a sum over ranges, so a table larger than memory (or spread
+    over a cluster) is read range by range, twice per iteration.
     """
-    tables = _as_tables(data)
+    map_ranges = as_map_ranges(data)
+
+    def reduce(fn: Callable[[DistinctTable], np.ndarray]) -> np.ndarray | None:
+        parts = map_ranges(lambda t: np.asarray(fn(t), dtype=np.float64))
+        return sum(parts) if parts else None
 
     def totals(t: DistinctTable) -> np.ndarray:
         finite = np.isfinite(t.score)
         return np.array([t.weight.sum(), t.positives.sum(), np.sum(t.weight * t.score),
                          len(t), np.count_nonzero(~finite)])
 
-    sums = _reduce(tables, totals)
+    sums = reduce(totals)
     if sums is None or sums[3] == 0:
         raise ValueError("fit_sigmoid needs at least one row")
     if sums[4]:
@@ -70,7 +58,7 @@ def fit_sigmoid(data: DistinctTable | Tables, max_iter: int = 100) -> tuple[floa
     hi = (n_pos + 1.0) / (n_pos + 2.0)
     lo = 1.0 / (n_neg + 2.0)
     mu = float(sums[2]) / wsum
-    spread = _reduce(tables, lambda t: np.array([np.sum(t.weight * (t.score - mu) ** 2)]))
+    spread = reduce(lambda t: np.array([np.sum(t.weight * (t.score - mu) ** 2)]))
     sd = float(np.sqrt(spread[0] / wsum))
 
     def target(t: DistinctTable) -> np.ndarray:
@@ -79,7 +67,7 @@ def fit_sigmoid(data: DistinctTable | Tables, max_iter: int = 100) -> tuple[floa
 
     if sd == 0.0:
         # One distinct score: only b is identified; p equals the mean target.
-        tbar = float(_reduce(tables, lambda t: np.array([np.sum(t.weight * target(t))]))[0]) / wsum
+        tbar = float(reduce(lambda t: np.array([np.sum(t.weight * target(t))]))[0]) / wsum
         return 0.0, float(np.log(tbar / (1.0 - tbar)))
 
     def loss(alpha: float, beta: float) -> float:
@@ -88,7 +76,7 @@ def fit_sigmoid(data: DistinctTable | Tables, max_iter: int = 100) -> tuple[floa
             q = target(t)
             return np.array([np.sum(t.weight * (q * np.logaddexp(0.0, -z)
                                                  + (1.0 - q) * np.logaddexp(0.0, z)))])
-        return float(_reduce(tables, part)[0])
+        return float(reduce(part)[0])
 
     def newton_sums(alpha: float, beta: float) -> np.ndarray:
         def part(t: DistinctTable) -> np.ndarray:
@@ -97,7 +85,7 @@ def fit_sigmoid(data: DistinctTable | Tables, max_iter: int = 100) -> tuple[floa
             r = t.weight * (q - target(t))
             h = t.weight * q * (1.0 - q)
             return np.array([np.dot(r, x), r.sum(), np.dot(h, x * x), np.dot(h, x), h.sum()])
-        return _reduce(tables, part)
+        return reduce(part)
 
     alpha, beta = 0.0, float(np.log((n_neg + 1.0) / (n_pos + 1.0)))
     current = loss(alpha, beta)

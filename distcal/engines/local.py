@@ -9,18 +9,19 @@ the methods run over the ordered score ranges.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..core.distinct import pool_ties
+from ..core.distinct import DistinctTable, pool_ties
 from ..core.store import TableStore
 from ..core.validate import RowChecker
 from ..errors import DataError
 from ..io import open_source
 
-__all__ = ["Summary", "summarise"]
+__all__ = ["Summary", "summarise", "LocalRanges", "open_ranges"]
 
 
 @dataclass
@@ -59,21 +60,20 @@ def valid_batches(data: Any, columns: dict[str, str | None], *, on_invalid: str 
     return checker
 
 
-def summarise(data: Any, score_col: str, label_col: str, weight_col: str | None, *,
-              on_invalid: str = "raise", finite_scores: bool = False, label_role: str = "label",
-              score_role: str = "score",
-              memory_rows: int = 1 << 23, batch_rows: int = 1 << 22,
-              chunk_rows: int = 1 << 24) -> Summary:
+def summarise(data: Any, columns: dict[str, str | None], *, on_invalid: str = "raise",
+              finite_scores: bool = False, memory_rows: int = 1 << 23,
+              batch_rows: int = 1 << 22, chunk_rows: int = 1 << 24) -> Summary:
     """Distinct-score table of the valid rows with weight > 0.
 
+    ``columns`` maps roles to column names: "score" or "prob" (the value
+    ordered by), "label" or "loss" (summed as positives), "weight".
     Validated batches are gathered up to ``chunk_rows`` rows and pooled in
     one call (one sort beats merging many small tables); the pooled chunks
     go to a :class:`TableStore`, which spills past ``memory_rows`` distinct
-    scores. ``label_role="loss"`` reads a per-row loss instead of a label;
-    ``score_role="prob"`` checks the scores as probabilities (evaluation),
-    and then also sums w y^2 for the Brier score.
+    scores. With a "prob" column the sum of w y^2 is kept for the Brier score.
     """
-    columns = {score_role: score_col, label_role: label_col, "weight": weight_col}
+    score_role = "prob" if "prob" in columns else "score"
+    label_role = "loss" if "loss" in columns else "label"
     store = TableStore(memory_rows=memory_rows)
     n_rows, weight_total, sum_wyy = 0, 0.0, 0.0
     chunk: list[dict[str, np.ndarray]] = []
@@ -117,17 +117,53 @@ def summarise(data: Any, score_col: str, label_col: str, weight_col: str | None,
         store.close()
         raise DataError(f"no rows with weight > 0 to use ({checker.rows_seen} rows read, "
                         f"{checker.rows_invalid} invalid)")
-    return Summary(store, n_rows, weight_total, checker.rows_invalid,
-                   sum_wyy if score_role == "prob" else float("nan"))
+    return Summary(store, n_rows, weight_total, checker.rows_invalid, sum_wyy)
 
 
-def spearman_rows(data: Any, score_col: str, label_col: str, weight_col: str | None,
-                  on_invalid: str) -> bool:
+class LocalRanges:
+    """The ordered score ranges of a local input (see :data:`MapRanges`)."""
+
+    def __init__(self, data: Any, columns: dict[str, str | None], *, on_invalid: str,
+                 finite_scores: bool = False, **opts: Any):
+        self.data, self.columns, self.on_invalid = data, columns, on_invalid
+        self.summary = summarise(data, columns, on_invalid=on_invalid,
+                                 finite_scores=finite_scores, **opts)
+        self.n_rows = self.summary.n_rows
+        self.weight_total = self.summary.weight_total
+        self.dropped_rows = self.summary.dropped_rows
+        self.sum_wyy = self.summary.sum_wyy
+
+    def map(self, fn: Callable[[DistinctTable], Any]) -> list:
+        return [fn(t) for t in self.summary.store.ranges()]
+
+    def spearman_rows(self) -> bool:
+        return spearman_rows(self.data, self.columns, self.on_invalid)
+
+    def close(self) -> None:
+        self.summary.store.close()
+
+    def __enter__(self) -> LocalRanges:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def open_ranges(data: Any, columns: dict[str, str | None], *, on_invalid: str = "raise",
+                finite_scores: bool = False, passes: int = 1, **opts: Any) -> LocalRanges:
+    """Validate and summarise ``data``; the result maps functions over score ranges.
+
+    ``passes`` (how often the caller will map) matters to cluster engines,
+    which cache between passes; locally the summary is kept either way.
+    """
+    return LocalRanges(data, columns, on_invalid=on_invalid, finite_scores=finite_scores, **opts)
+
+
+def spearman_rows(data: Any, columns: dict[str, str | None], on_invalid: str) -> bool:
     """Sign of Spearman's rho over rows (labels that are not all 0/1)."""
     from scipy.stats import spearmanr
 
-    parts = list(valid_batches(data, {"score": score_col, "label": label_col,
-                                      "weight": weight_col}, on_invalid=on_invalid))
+    parts = list(valid_batches(data, columns, on_invalid=on_invalid))
     s = np.concatenate([p["score"] for p in parts])
     y = np.concatenate([p["label"] for p in parts])
     rho = spearmanr(s, y).statistic
