@@ -18,13 +18,15 @@ _METHOD_PARAMS = {
     "sigmoid": {},
     "histogram": {"n_bins": 10, "strategy": "uniform"},
 }
-_ENGINE_OPTIONS = ("memory_rows", "batch_rows", "chunk_rows")
+_ALL_METHOD_PARAMS = {k for p in _METHOD_PARAMS.values() for k in p}
 
 
 def _method_params(method: str, given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     if method not in _METHOD_PARAMS:
         raise ValueError(f"method must be one of {tuple(_METHOD_PARAMS)}, got {method!r}")
-    engine_opts = {k: given.pop(k) for k in _ENGINE_OPTIONS if k in given}
+    # Everything else is for the engine (e.g. memory_rows locally, n_ranges on
+    # Spark), which rejects what it does not know.
+    engine_opts = {k: given.pop(k) for k in list(given) if k not in _ALL_METHOD_PARAMS}
     unknown = set(given) - set(_METHOD_PARAMS[method])
     if unknown:
         raise TypeError(f"unknown parameter(s) for method {method!r}: {sorted(unknown)}")

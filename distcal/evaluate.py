@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from .core import metrics as m
-from .core.bins import MapRanges, bin_edges
+from .core.bins import bin_edges
 from .core.validate import check_on_invalid
 from .engines import get_engine, resolve_engine
 
@@ -62,17 +62,21 @@ class EvaluationReport:
         return {k: clean(getattr(self, k)) for k in self.__dataclass_fields__}
 
 
-def report_from_ranges(map_ranges: MapRanges, sum_wyy: float, *, prob_col: str, n_rows: int,
-                       dropped_rows: int, n_bins: int = 10, strategy: str = "uniform",
-                       bins: Any = None, threshold: float = 0.5,
+def report_from_ranges(ranges: Any, *, prob_col: str, n_bins: int = 10,
+                       strategy: str = "uniform", bins: Any = None, threshold: float = 0.5,
                        confidence: float = 0.95) -> EvaluationReport:
-    """Every metric from ordered ranges of distinct probabilities (any engine)."""
+    """Every metric from the ordered ranges of distinct probabilities (any engine).
+
+    ``ranges`` offers ``map`` (see ``MapRanges``) and, once mapped over,
+    ``n_rows``, ``dropped_rows`` and ``sum_wyy`` (sum of w y^2).
+    """
     edges = (np.asarray(bins, dtype=np.float64) if bins is not None
-             else bin_edges(map_ranges, n_bins, strategy))
+             else bin_edges(ranges.map, n_bins, strategy))
     if edges.ndim != 1 or edges.shape[0] < 2 or np.any(np.diff(edges) < 0):
         raise ValueError("bins must be at least two non-decreasing edges")
-    res = m.combine_partials(map_ranges(lambda t: m.range_partials(t, edges, threshold)),
-                             sum_wyy)
+    parts = ranges.map(lambda t: m.range_partials(t, edges, threshold))
+    res = m.combine_partials(parts, ranges.sum_wyy)
+    n_rows, dropped_rows = ranges.n_rows, ranges.dropped_rows
     w_total = res["weight"]
     bw, bwp, bwy = res["bins"]
     full = bw > 0
@@ -117,7 +121,5 @@ def evaluate(data: Any, prob_col: str = "prob", label_col: str = "label",
     with engine_impl.open_ranges(data, columns, on_invalid=on_invalid,
                                  passes=1 if bins is not None or strategy == "uniform" else 3,
                                  **engine_opts) as ranges:
-        return report_from_ranges(ranges.map, ranges.sum_wyy, prob_col=prob_col,
-                                  n_rows=ranges.n_rows, dropped_rows=ranges.dropped_rows,
-                                  n_bins=n_bins, strategy=strategy, bins=bins,
-                                  threshold=threshold, confidence=confidence)
+        return report_from_ranges(ranges, prob_col=prob_col, n_bins=n_bins, strategy=strategy,
+                                  bins=bins, threshold=threshold, confidence=confidence)

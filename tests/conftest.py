@@ -32,3 +32,33 @@ def scores_df() -> pd.DataFrame:
 @pytest.fixture
 def query() -> np.ndarray:
     return np.linspace(-0.2, 1.2, 2001)
+
+
+@pytest.fixture(scope="session")
+def spark():
+    """A real local Spark session (local[2]); executors run this interpreter.
+
+    No skip: without Java or pyspark this fails, as CI must.
+    """
+    import os
+    import sys
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    session = (SparkSession.builder.master("local[2]").appName("distcal-tests")
+               .config("spark.ui.enabled", "false")
+               .config("spark.sql.shuffle.partitions", "8")
+               .config("spark.pyspark.python", sys.executable)
+               .config("spark.sql.warehouse.dir", str(_tmp_warehouse()))
+               .getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def _tmp_warehouse():
+    import tempfile
+    from pathlib import Path
+
+    return Path(tempfile.mkdtemp(prefix="distcal-warehouse-"))

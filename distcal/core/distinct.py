@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DistinctTable", "pool_ties", "merge_tables", "choose_pool_path"]
+__all__ = ["DistinctTable", "pool_ties", "merge_tables", "choose_pool_path", "estimate_distinct"]
 
 _SIGN_BIT = np.uint64(1) << np.uint64(63)
 
@@ -98,15 +98,25 @@ def choose_pool_path(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray
     d = len(pd.unique(sample))
     if d >= m:  # no collisions at all: (nearly) distinct scores
         return "argsort"
-    # Solve d = D (1 - exp(-m/D)) for D by bisection on log D.
-    lo, hi = float(d), float(n)
+    return "hash" if n / estimate_distinct(n, m, d) >= 3.0 else "argsort"
+
+
+def estimate_distinct(n: int, m: int, d: int) -> float:
+    """Distinct values among n rows, from d distinct values in a sample of m rows.
+
+    Solves d = D (1 - exp(-m / D)) for D (each distinct value equally
+    frequent), by bisection on log D; d = m means no tie was seen (D = n).
+    """
+    if m <= 0 or d >= m:
+        return float(n)
+    lo, hi = float(d), float(max(n, d))
     for _ in range(60):
         mid = (lo * hi) ** 0.5
         if mid * -np.expm1(-m / mid) < d:
             lo = mid
         else:
             hi = mid
-    return "hash" if n / hi >= 3.0 else "argsort"
+    return hi
 
 
 def pool_ties(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | None = None,

@@ -16,10 +16,29 @@ import numpy as np
 
 from ..errors import DataError
 
-__all__ = ["RowChecker", "ROLES"]
+__all__ = ["RowChecker", "ROLES", "rules"]
 
 # role -> checks applied, in message order
 ROLES = ("score", "label", "weight", "prob", "loss")
+
+
+def rules(role: str, finite_scores: bool = False) -> list[tuple[str, str]]:
+    """The checks of a role, in message order: (problem as worded, kind).
+
+    Kinds: "text" (text in a numeric column), "null" (null or NaN), "inf",
+    "range01" (outside [0, 1]), "negative". Every engine evaluates these
+    same rules, so the messages are the same everywhere.
+    """
+    out = [("are text, not numbers", "text"), ("are null or NaN", "null")]
+    if role == "score" and finite_scores:
+        out.append(("are infinite (this method needs finite scores)", "inf"))
+    elif role in ("label", "prob"):
+        out.append(("are outside [0, 1]", "range01"))
+    elif role == "weight":
+        out += [("are infinite", "inf"), ("are negative", "negative")]
+    elif role == "loss":
+        out.append(("are infinite", "inf"))
+    return out
 
 
 @dataclass
@@ -57,21 +76,19 @@ class RowChecker:
         text = text or {}
         for role, values in arrays.items():
             t = text.get(role)
-            if t is not None:
-                flag(role, "are text, not numbers", t)
-                nan = np.isnan(values) & ~t
-            else:
-                nan = np.isnan(values)
-            flag(role, "are null or NaN", nan)
-            if role == "score" and self.finite_scores:
-                flag(role, "are infinite (sigmoid needs finite scores)", np.isinf(values))
-            elif role in ("label", "prob"):
-                flag(role, "are outside [0, 1]", (values < 0.0) | (values > 1.0))
-            elif role == "weight":
-                flag(role, "are infinite", np.isinf(values))
-                flag(role, "are negative", values < 0.0)
-            elif role == "loss":
-                flag(role, "are infinite", np.isinf(values))
+            for problem, kind in rules(role, self.finite_scores):
+                if kind == "text":
+                    if t is not None:
+                        flag(role, problem, t)
+                elif kind == "null":
+                    flag(role, problem, np.isnan(values) & ~t if t is not None
+                         else np.isnan(values))
+                elif kind == "inf":
+                    flag(role, problem, np.isinf(values))
+                elif kind == "range01":
+                    flag(role, problem, (values < 0.0) | (values > 1.0))
+                elif kind == "negative":
+                    flag(role, problem, values < 0.0)
         if bad is None:
             return None
         self.rows_invalid += int(np.count_nonzero(bad))
@@ -79,9 +96,10 @@ class RowChecker:
 
     def message(self) -> str:
         parts = []
-        for role in ROLES:
-            for (r, problem), k in self.problems.items():
-                if r == role:
+        for role in ROLES:  # a fixed order, whatever order batches found them in
+            for problem, _ in rules(role, self.finite_scores):
+                k = self.problems.get((role, problem), 0)
+                if k:
                     noun = "row" if k == 1 else "rows"
                     verb = problem if k != 1 else problem.replace("are ", "is ", 1)
                     parts.append(f"column '{self.columns[role]}': {k} {noun} {verb}")

@@ -37,7 +37,10 @@ def get_engine(name: str) -> ModuleType:
         from . import local
 
         return local
-    if name in ("spark", "dask"):
-        raise NotImplementedError(
-            f"the {name} engine is not available in this version of distcal yet")
+    if name == "spark":
+        from . import spark
+
+        return spark
+    if name == "dask":
+        raise NotImplementedError("the dask engine is not available in this version yet")
     raise ValueError(f"unknown engine {name!r}")

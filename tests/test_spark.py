@@ -1,0 +1,166 @@
+"""The Spark engine on a real local SparkSession, against the local engine and MLlib."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import make_scores
+
+import distcal
+
+
+def both(spark, df, partitions=4):
+    return spark.createDataFrame(df).repartition(partitions), df
+
+
+@pytest.mark.parametrize("partitions", [1, 4, 13, 40])
+@pytest.mark.parametrize("combine", [True, False])
+def test_isotonic_equals_local(spark, partitions, combine):
+    df = make_scores(30_000, seed=partitions, weights=True)
+    sdf, _ = both(spark, df, partitions)
+    model = distcal.fit(sdf, weight_col="w", combine=combine)
+    local = distcal.fit(df, weight_col="w")
+    assert model == local
+    q = np.linspace(-0.1, 1.1, 1201)
+    np.testing.assert_allclose(model.predict(q), local.predict(q), rtol=1e-9, atol=1e-12)
+
+
+def test_shuffled_rows_and_range_counts(spark):
+    df = make_scores(20_000, seed=2, ties=False, weights=True)
+    local = distcal.fit(df, weight_col="w")
+    shuffled = df.sample(frac=1.0, random_state=3).reset_index(drop=True)
+    for n_ranges in (1, 3, 16):
+        sdf = spark.createDataFrame(shuffled).repartition(7)
+        assert distcal.fit(sdf, weight_col="w", n_ranges=n_ranges) == local
+
+
+def test_matches_spark_mllib(spark):
+    from pyspark.ml.regression import IsotonicRegression
+
+    df = make_scores(20_000, seed=4, weights=True)
+    df = df[df.w > 0]  # MLlib drops nothing; zero weights are equivalent anyway
+    sdf = spark.createDataFrame(df).repartition(5)
+    mllib = IsotonicRegression(featuresCol="score", labelCol="label", weightCol="w").fit(sdf)
+    ours = distcal.fit(sdf, weight_col="w")
+    q = pd.DataFrame({"score": np.concatenate([np.linspace(-0.2, 1.2, 1401),
+                                               df.score.to_numpy()[:500]])})
+    expect = (mllib.transform(spark.createDataFrame(q)).toPandas()["prediction"].to_numpy())
+    np.testing.assert_allclose(ours.predict(q.score), expect, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("method,params", [
+    ("sigmoid", {}), ("histogram", {"strategy": "quantile", "n_bins": 12}),
+    ("histogram", {}), ("isotonic", {"increasing": "auto", "interpolation": "step"}),
+    ("isotonic", {"y_min": 0.1, "y_max": 0.8}),
+])
+def test_other_methods_equal_local(spark, method, params):
+    df = make_scores(20_000, seed=5, weights=True)
+    sdf, _ = both(spark, df, 6)
+    assert distcal.fit(sdf, method=method, weight_col="w", **params) == \
+        distcal.fit(df, method=method, weight_col="w", **params)
+
+
+def test_auto_direction_with_fractional_labels(spark):
+    rng = np.random.default_rng(6)
+    s = rng.random(3000)
+    df = pd.DataFrame({"score": s, "label": np.clip(1 - s + rng.normal(0, .2, 3000), 0, 1)})
+    model = distcal.fit(spark.createDataFrame(df), increasing="auto")
+    assert model.params["increasing_"] is False
+    assert model == distcal.fit(df, increasing="auto")
+
+
+def test_threshold_equals_local(spark):
+    df = make_scores(20_000, seed=7, weights=True)
+    sdf, _ = both(spark, df, 9)
+    for kw in ({"cost_fp": 1, "cost_fn": 3}, {"cost_fp": 2, "cost_fn": 1}):
+        a = distcal.optimal_threshold(sdf, weight_col="w", **kw)
+        b = distcal.optimal_threshold(df, weight_col="w", **kw)
+        assert a.threshold == b.threshold
+        for f in ("cost", "n_positive_predicted", "tp", "fp", "tn", "fn"):
+            assert getattr(a, f) == pytest.approx(getattr(b, f), rel=1e-9)
+    z = df.assign(z=np.where(df.label == 1, -1.0, 0.5))
+    a = distcal.optimal_threshold(spark.createDataFrame(z), loss_col="z", weight_col="w")
+    b = distcal.optimal_threshold(z, loss_col="z", weight_col="w")
+    assert a.threshold == b.threshold and a.cost == pytest.approx(b.cost, rel=1e-9)
+
+
+@pytest.mark.parametrize("strategy", ["uniform", "quantile"])
+def test_evaluate_equals_local(spark, strategy):
+    df = make_scores(20_000, seed=8, weights=True).rename(columns={"score": "prob"})
+    sdf, _ = both(spark, df, 5)
+    a = distcal.evaluate(sdf, weight_col="w", strategy=strategy)
+    b = distcal.evaluate(df, weight_col="w", strategy=strategy)
+    for f in ("brier", "log_loss", "ece", "mce", "auc", "reliability", "resolution",
+              "uncertainty", "accuracy"):
+        assert getattr(a, f) == pytest.approx(getattr(b, f), rel=1e-9, abs=1e-12), f
+    pd.testing.assert_frame_equal(a.calibration_curve, b.calibration_curve, rtol=1e-9)
+    pd.testing.assert_frame_equal(a.roc, b.roc, rtol=1e-9)
+    assert a.confusion == pytest.approx(b.confusion, rel=1e-9)
+
+
+def test_transform(spark):
+    df = make_scores(5000, seed=9)
+    df["id"] = np.arange(len(df))
+    sdf = spark.createDataFrame(df).repartition(3)
+    model = distcal.fit(df)
+    out = model.transform(sdf, output_col="p")
+    assert out.columns == ["score", "label", "id", "p"]
+    assert dict(out.dtypes)["p"] == "double"
+    got = out.toPandas().sort_values("id")
+    np.testing.assert_array_equal(got["p"].to_numpy(), model.predict(got["score"]))
+    again = model.transform(out, output_col="p")  # replaces the column, keeps the rest
+    assert again.columns == ["score", "label", "id", "p"] and again.count() == 5000
+    with pytest.raises(distcal.DataError, match="column 'nope'"):
+        model.transform(sdf, score_col="nope")
+
+
+def test_edge_partitions_and_values(spark):
+    df = pd.DataFrame({"score": [-np.inf, 0.2, 0.2, 0.5, np.inf, 0.7] * 50,
+                       "label": [0, 0, 1, 1, 1, 0] * 50})
+    skewed = spark.createDataFrame(df).repartition(40)  # many empty partitions
+    assert distcal.fit(skewed) == distcal.fit(df)
+    one = pd.DataFrame({"score": [0.4] * 100, "label": [1, 0, 0, 0] * 25})
+    m = distcal.fit(spark.createDataFrame(one), n_ranges=5)
+    assert len(m.blocks) == 1 and m.blocks.prob.iloc[0] == 0.25
+
+
+@pytest.mark.parametrize("combine", [True, False])
+def test_bad_input_same_errors(spark, combine):
+    cases = [
+        pd.DataFrame({"score": [0.1, None, 0.3, float("nan")], "label": [0, 1, 0, 1]}),
+        pd.DataFrame({"score": [0.1, 0.2, 0.3, 0.4], "label": [0.0, 2.0, None, 1.0]}),
+        pd.DataFrame({"score": [0.1, 0.2, 0.3, 0.4], "label": ["0", "x", "1", "yes"]}),
+        pd.DataFrame({"score": [0.1, 0.2, 0.3, 0.4], "label": [0, 1, 0, 1],
+                      "w": [1.0, -1.0, float("inf"), 1.0]}),
+    ]
+    for df in cases:
+        kw = {"weight_col": "w"} if "w" in df else {}
+        local, remote = _errors(spark, df, combine, kw)
+        assert local == remote
+
+
+def _errors(spark, df, combine, kw):
+    with pytest.raises(distcal.DataError) as local:
+        distcal.fit(df, **kw)
+    with pytest.raises(distcal.DataError) as remote:
+        distcal.fit(spark.createDataFrame(df), combine=combine, **kw)
+    return str(local.value), str(remote.value)
+
+
+def test_schema_errors_and_empty(spark):
+    sdf = spark.createDataFrame(pd.DataFrame({"score": [0.1, 0.2], "label": [0, 1]}))
+    with pytest.raises(distcal.DataError, match=r"column 'target' \(label\) not found"):
+        distcal.fit(sdf, label_col="target")
+    with pytest.raises(distcal.DataError, match="no rows with weight > 0"):
+        distcal.fit(sdf.where("score > 5"))
+    dates = spark.sql("select current_date() as score, 1 as label")
+    with pytest.raises(distcal.DataError, match=r"has type date; expected numbers"):
+        distcal.fit(dates)
+
+
+def test_drop_invalid(spark):
+    df = pd.DataFrame({"score": [0.1, None, 0.3, 0.5, 0.7], "label": [0, 1, 5, 1, 1]})
+    model = distcal.fit(spark.createDataFrame(df), on_invalid="drop")
+    assert model.dropped_rows == 2 and model.n_rows == 3
+    assert model == distcal.fit(df, on_invalid="drop")
