@@ -14,16 +14,11 @@ import json
 import math
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
-from .errors import DataError, ModelError
+from .errors import DataError, ModelError, UsageError
 
 __all__ = ["main", "build_parser", "run"]
-
-
-class UsageError(Exception):
-    """Bad command-line usage (exit 2)."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -145,11 +140,6 @@ def _require(opts: dict[str, Any], *names: str) -> None:
                          + ", ".join("--" + n.replace("_", "-") for n in missing))
 
 
-def _refuse_existing(path: str, overwrite: bool) -> None:
-    if Path(path).exists() and not overwrite:
-        raise UsageError(f"output '{path}' exists (pass --overwrite to replace it)")
-
-
 def _method_params(opts: dict[str, Any]) -> dict[str, Any]:
     params = dict(opts.get("params") or {})
     method = opts["method"]
@@ -167,16 +157,16 @@ def _method_params(opts: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
-def cmd_fit(opts: dict[str, Any], data: Any = None) -> dict[str, Any]:
+def cmd_fit(opts: dict[str, Any], io: Any) -> dict[str, Any]:
     import distcal
 
-    _require(opts, *(("output",) if data is not None else ("input", "output")))
-    _refuse_existing(opts["output"], opts["overwrite"])
-    model = distcal.fit(opts["input"] if data is None else data, method=opts["method"],
-                        score_col=opts["score_col"], label_col=opts["label_col"],
-                        weight_col=opts["weight_col"], engine=opts["engine"],
-                        on_invalid=opts["on_invalid"], **_method_params(opts))
-    model.save(opts["output"], overwrite=opts["overwrite"])
+    data = io.read(opts)
+    _require(opts, "output")
+    io.refuse_existing(opts["output"], opts["overwrite"])
+    model = distcal.fit(data, method=opts["method"], score_col=opts["score_col"],
+                        label_col=opts["label_col"], weight_col=opts["weight_col"],
+                        engine=io.engine, on_invalid=opts["on_invalid"], **_method_params(opts))
+    io.save_model(model, opts["output"], opts["overwrite"])
     out = {"model": str(opts["output"]), "method": model.method, "n_rows": model.n_rows,
            "weight_total": model.weight_total, "dropped_rows": model.dropped_rows}
     if model.method == "sigmoid":
@@ -186,45 +176,39 @@ def cmd_fit(opts: dict[str, Any], data: Any = None) -> dict[str, Any]:
     return out
 
 
-def cmd_apply(opts: dict[str, Any]) -> dict[str, Any]:
+def cmd_apply(opts: dict[str, Any], io: Any) -> dict[str, Any]:
+    _require(opts, "model")
+    target = io.output_name(opts)
+    io.refuse_existing(target, opts["overwrite"], table=opts.get("output_table"))
+    model = io.load_model(opts["model"])
+    rows = io.apply(model, opts)
+    return {"output": target, "rows": rows, "output_col": opts["output_col"]}
+
+
+def cmd_evaluate(opts: dict[str, Any], io: Any) -> dict[str, Any]:
     import distcal
 
-    from .apply import apply_to_parquet
-
-    _require(opts, "model", "input", "output")
-    _refuse_existing(opts["output"], opts["overwrite"])
-    model = distcal.load(opts["model"])
-    rows = apply_to_parquet(model, opts["input"], opts["output"], score_col=opts["score_col"],
-                            output_col=opts["output_col"], overwrite=opts["overwrite"])
-    return {"output": str(opts["output"]), "rows": rows, "output_col": opts["output_col"]}
-
-
-def cmd_evaluate(opts: dict[str, Any]) -> dict[str, Any]:
-    import distcal
-
-    from .report import write_report
-
-    _require(opts, "input", "output")
-    _refuse_existing(opts["output"], opts["overwrite"])
-    reports = [distcal.evaluate(opts["input"], prob_col=c, label_col=opts["label_col"],
+    data = io.read(opts)
+    _require(opts, "output")
+    io.refuse_existing(opts["output"], opts["overwrite"])
+    reports = [distcal.evaluate(data, prob_col=c, label_col=opts["label_col"],
                                 weight_col=opts["weight_col"], n_bins=opts["n_bins"],
                                 strategy=opts["strategy"], threshold=opts["threshold"],
-                                engine=opts["engine"], on_invalid=opts["on_invalid"])
+                                engine=io.engine, on_invalid=opts["on_invalid"])
                for c in opts["prob_col"]]
-    write_report(reports, opts["output"], overwrite=opts["overwrite"])
+    io.write_report(reports, opts["output"], opts["overwrite"])
     return {"report": str(opts["output"]),
             "metrics": {r.prob_col: {"brier": r.brier, "log_loss": r.log_loss, "ece": r.ece,
                                      "auc": r.auc} for r in reports}}
 
 
-def cmd_threshold(opts: dict[str, Any]) -> dict[str, Any]:
+def cmd_threshold(opts: dict[str, Any], io: Any) -> dict[str, Any]:
     import distcal
 
-    _require(opts, "input")
-    res = distcal.optimal_threshold(opts["input"], score_col=opts["score_col"],
+    res = distcal.optimal_threshold(io.read(opts), score_col=opts["score_col"],
                                     label_col=opts["label_col"], weight_col=opts["weight_col"],
                                     cost_fp=opts["cost_fp"], cost_fn=opts["cost_fn"],
-                                    loss_col=opts["loss_col"], engine=opts["engine"],
+                                    loss_col=opts["loss_col"], engine=io.engine,
                                     on_invalid=opts["on_invalid"])
     return {k: _json_number(v) for k, v in (("threshold", res.threshold), ("cost", res.cost),
                                             ("tp", res.tp), ("fp", res.fp), ("tn", res.tn),
@@ -244,14 +228,32 @@ COMMANDS = {"fit": cmd_fit, "apply": cmd_apply, "evaluate": cmd_evaluate,
             "threshold": cmd_threshold}
 
 
+def default_io(opts: dict[str, Any]) -> Any:
+    """Where data comes from and outputs go, for the engine asked for."""
+    engine = opts.get("engine") or "local"
+    if engine == "spark":
+        from .spark.job import SparkIO
+
+        return SparkIO.embedded()
+    if engine == "dask":
+        from .engines.dask_io import DaskIO
+
+        return DaskIO.local()
+    from .runner import LocalIO
+
+    return LocalIO()
+
+
 def run(argv: Sequence[str] | None, prog: str = "distcal",
-        dispatch: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
+        io_factory: Callable[[dict[str, Any]], Any] | None = None,
         extra: Callable[[argparse.ArgumentParser], None] | None = None) -> int:
     """Parse, run, print one JSON line; map failures to exit codes and one line."""
+    io = None
     try:
         args = build_parser(prog, extra).parse_args(argv)
         opts = resolve_options(args)
-        result = (dispatch or (lambda c, o: COMMANDS[c](o)))(args.command, opts)
+        io = (io_factory or default_io)(opts)
+        result = COMMANDS[args.command](opts, io)
     except (UsageError, DataError, ModelError, FileExistsError, ValueError, TypeError) as exc:
         msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if not msg.startswith(prog):
@@ -265,6 +267,9 @@ def run(argv: Sequence[str] | None, prog: str = "distcal",
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
         print(f"{prog}: failed: {type(exc).__name__}: {first}", file=sys.stderr)
         return 1
+    finally:
+        if io is not None:
+            io.close()
     print(json.dumps(result))
     return 0
 

@@ -11,3 +11,7 @@ class DataError(ValueError):
 
 class ModelError(Exception):
     """A model directory that is missing, damaged or not a distcal model."""
+
+
+class UsageError(Exception):
+    """Bad command-line usage, or an existing output without --overwrite (exit 2)."""

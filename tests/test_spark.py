@@ -164,3 +164,43 @@ def test_drop_invalid(spark):
     model = distcal.fit(spark.createDataFrame(df), on_invalid="drop")
     assert model.dropped_rows == 2 and model.n_rows == 3
     assert model == distcal.fit(df, on_invalid="drop")
+
+
+def test_pipeline_fit_save_load(spark, tmp_path):
+    from pyspark.ml import Pipeline, PipelineModel
+    from pyspark.ml.feature import SQLTransformer
+
+    from distcal.spark import Calibrator, CalibratorModel
+
+    df = make_scores(8000, seed=10, weights=True).rename(columns={"score": "raw"})
+    sdf = spark.createDataFrame(df)
+    pipe = Pipeline(stages=[
+        SQLTransformer(statement="SELECT *, raw AS score FROM __THIS__"),
+        Calibrator(weightCol="w", outputCol="p", method="isotonic", interpolation="step")])
+    fitted = pipe.fit(sdf)
+    stage = fitted.stages[-1]
+    assert isinstance(stage, CalibratorModel)
+    assert stage.model == distcal.fit(df.rename(columns={"raw": "score"}), weight_col="w",
+                                      interpolation="step")
+    fitted.write().overwrite().save(str(tmp_path / "pipe"))
+    back = PipelineModel.load(str(tmp_path / "pipe"))
+    assert back.stages[-1].model == stage.model and back.stages[-1].uid == stage.uid
+    assert back.stages[-1].getOutputCol() == "p"
+    a = fitted.transform(sdf).toPandas().sort_values("raw")
+    b = back.transform(sdf).toPandas().sort_values("raw")
+    np.testing.assert_array_equal(a["p"].to_numpy(), b["p"].to_numpy())
+    # the stage directory holds distcal's own model format
+    assert distcal.load(next((tmp_path / "pipe" / "stages").glob("1_*")) / "model") == stage.model
+
+
+def test_calibrator_params(spark):
+    from distcal.spark import Calibrator
+
+    df = make_scores(3000, seed=11)
+    sdf = spark.createDataFrame(df)
+    hist = Calibrator(method="histogram", nBins=7, strategy="quantile").fit(sdf)
+    assert hist.model == distcal.fit(df, method="histogram", n_bins=7, strategy="quantile")
+    sig = Calibrator(method="sigmoid", outputCol="q").fit(sdf)
+    assert sig.transform(sdf).columns == ["score", "label", "q"]
+    auto = Calibrator(increasing="auto", yMin=0.05).fit(sdf)
+    assert auto.model.params["increasing_"] is True and auto.model.blocks.prob.min() >= 0.05

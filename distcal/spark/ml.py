@@ -1,0 +1,153 @@
+"""``pyspark.ml`` integration: a calibrator that fits and persists in a Pipeline.
+
+    from pyspark.ml import Pipeline
+    from distcal.spark import Calibrator
+
+    pipe = Pipeline(stages=[..., Calibrator(scoreCol="score", labelCol="label",
+                                            outputCol="probability_calibrated")])
+    fitted = pipe.fit(train)            # the calibrator stage is a CalibratorModel
+    fitted.write().overwrite().save("hdfs:///pipelines/p1")
+    PipelineModel.load("hdfs:///pipelines/p1").transform(test)
+
+The fitted stage keeps the engine-independent :class:`distcal.CalibrationModel`
+as ``.model``; it is saved inside the stage's directory in distcal's own
+format (JSON + Parquet, no pickle) next to Spark's parameter metadata.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark import keyword_only
+from pyspark.ml import Estimator, Model
+from pyspark.ml.param import Param, Params, TypeConverters
+from pyspark.ml.util import (
+    DefaultParamsReadable,
+    DefaultParamsReader,
+    DefaultParamsWritable,
+    DefaultParamsWriter,
+    MLReadable,
+    MLReader,
+    MLWritable,
+    MLWriter,
+)
+
+import distcal
+
+from . import hadoop
+
+__all__ = ["Calibrator", "CalibratorModel"]
+
+
+def _p(name: str, doc: str, conv: Any = TypeConverters.toString) -> Param:
+    return Param(Params._dummy(), name, doc, typeConverter=conv)
+
+
+class _CalibratorParams(Params):
+    scoreCol = _p("scoreCol", "column of classifier scores")
+    labelCol = _p("labelCol", "column of 0/1 labels (or rates in [0, 1])")
+    weightCol = _p("weightCol", "column of row weights (unset: all 1)")
+    outputCol = _p("outputCol", "column for the calibrated probability")
+    method = _p("method", "isotonic | sigmoid | histogram")
+    increasing = _p("increasing", "isotonic: true | false | auto")
+    interpolation = _p("interpolation", "isotonic: linear | step")
+    yMin = _p("yMin", "isotonic: lower bound of the fitted values", TypeConverters.toFloat)
+    yMax = _p("yMax", "isotonic: upper bound of the fitted values", TypeConverters.toFloat)
+    nBins = _p("nBins", "histogram: number of bins", TypeConverters.toInt)
+    strategy = _p("strategy", "histogram: uniform | quantile")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._setDefault(scoreCol="score", labelCol="label", outputCol="calibrated",
+                         method="isotonic", increasing="true", interpolation="linear",
+                         nBins=10, strategy="uniform")
+
+    def _opt(self, param: Param) -> Any:
+        return self.getOrDefault(param) if self.isDefined(param) else None
+
+    def getScoreCol(self) -> str:
+        return self.getOrDefault(self.scoreCol)
+
+    def getOutputCol(self) -> str:
+        return self.getOrDefault(self.outputCol)
+
+    def _fit_kwargs(self) -> dict[str, Any]:
+        method = self.getOrDefault(self.method)
+        kw: dict[str, Any] = {"method": method, "score_col": self.getScoreCol(),
+                              "label_col": self.getOrDefault(self.labelCol),
+                              "weight_col": self._opt(self.weightCol)}
+        if method == "isotonic":
+            inc = self.getOrDefault(self.increasing).lower()
+            kw.update(increasing={"true": True, "false": False}.get(inc, inc),
+                      interpolation=self.getOrDefault(self.interpolation),
+                      y_min=self._opt(self.yMin), y_max=self._opt(self.yMax))
+        elif method == "histogram":
+            kw.update(n_bins=self.getOrDefault(self.nBins),
+                      strategy=self.getOrDefault(self.strategy))
+        return kw
+
+
+class Calibrator(Estimator, _CalibratorParams, DefaultParamsReadable, DefaultParamsWritable):
+    """Fits a distcal calibration map on a Spark DataFrame (exact, distributed)."""
+
+    @keyword_only
+    def __init__(self, *, scoreCol: str = "score", labelCol: str = "label",
+                 weightCol: str | None = None, outputCol: str = "calibrated",
+                 method: str = "isotonic", increasing: str = "true",
+                 interpolation: str = "linear", yMin: float | None = None,
+                 yMax: float | None = None, nBins: int = 10, strategy: str = "uniform"):
+        super().__init__()
+        self.setParams(**self._input_kwargs)
+
+    @keyword_only
+    def setParams(self, **kwargs: Any) -> Calibrator:
+        return self._set(**{k: v for k, v in kwargs.items() if v is not None})
+
+    def _fit(self, dataset: Any) -> CalibratorModel:
+        model = CalibratorModel(distcal.fit(dataset, engine="spark", **self._fit_kwargs()))
+        self._copyValues(model)
+        return model
+
+
+class CalibratorModel(Model, _CalibratorParams, MLReadable, MLWritable):
+    """The fitted calibrator: adds ``outputCol`` = calibrated probability of ``scoreCol``."""
+
+    def __init__(self, model: distcal.CalibrationModel | None = None):
+        super().__init__()
+        self.model = model
+
+    def _transform(self, dataset: Any) -> Any:
+        return self.model.transform(dataset, score_col=self.getScoreCol(),
+                                    output_col=self.getOutputCol())
+
+    def write(self) -> MLWriter:
+        return _ModelWriter(self)
+
+    @classmethod
+    def read(cls) -> MLReader:
+        return _ModelReader(cls)
+
+
+class _ModelWriter(MLWriter):
+    def __init__(self, instance: CalibratorModel):
+        super().__init__()
+        self.instance = instance
+
+    def saveImpl(self, path: str) -> None:
+        DefaultParamsWriter.saveMetadata(self.instance, path, self.sc)
+        hadoop.publish_dir(self.sparkSession, lambda d: self.instance.model.save(d),
+                           path.rstrip("/") + "/model", overwrite=True)
+
+
+class _ModelReader(MLReader):
+    def __init__(self, cls: type):
+        super().__init__()
+        self.cls = cls
+
+    def load(self, path: str) -> CalibratorModel:
+        metadata = DefaultParamsReader.loadMetadata(path, self.sc)
+        core = hadoop.fetch_dir(self.sparkSession, path.rstrip("/") + "/model", distcal.load)
+        model = self.cls(core)
+        DefaultParamsReader.getAndSetParams(model, metadata)
+        model._resetUid(metadata["uid"])
+        return model

@@ -1,0 +1,173 @@
+"""jobs/spark_calibrate.py run by the real spark-submit, on Parquet files and tables."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from conftest import make_scores
+
+import distcal
+
+ROOT = Path(__file__).resolve().parents[1]
+SUBMIT = Path(sys.executable).parent / "spark-submit"
+
+
+def _env() -> dict:
+    """spark-submit as a user of this virtual environment runs it (venv activated)."""
+    import os
+
+    import pyspark
+
+    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+            "PYSPARK_PYTHON": sys.executable, "SPARK_HOME": os.path.dirname(pyspark.__file__)}
+
+
+def conf(tmp: Path) -> list[str]:
+    """A Hive catalog in a temporary warehouse with an embedded Derby metastore."""
+    return ["--master", "local[2]", "--conf", f"spark.pyspark.python={sys.executable}",
+            "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
+            "--conf", "spark.sql.catalogImplementation=hive",
+            "--conf", f"spark.sql.warehouse.dir={tmp / 'warehouse'}",
+            "--conf", f"spark.driver.extraJavaOptions=-Dderby.system.home={tmp / 'derby'}",
+            "--conf", "spark.hadoop.javax.jdo.option.ConnectionURL="
+                      f"jdbc:derby:;databaseName={tmp / 'metastore_db'};create=true"]
+
+
+def submit(tmp: Path, *args: object) -> subprocess.CompletedProcess:
+    return subprocess.run([str(SUBMIT), *conf(tmp), str(ROOT / "jobs" / "spark_calibrate.py"),
+                           *map(str, args)], capture_output=True, text=True, timeout=600,
+                          cwd=tmp, env=_env())
+
+
+def reason(r: subprocess.CompletedProcess) -> str:
+    """The job's one-line reason among Spark's own log lines.
+
+    spark-submit merges the Python driver's stderr into its stdout.
+    """
+    lines = [ln for ln in (r.stdout + r.stderr).splitlines()
+             if ln.startswith("spark_calibrate:")]
+    assert len(lines) == 1, r.stderr[-3000:]
+    return lines[0]
+
+
+def spark_script(tmp: Path, body: str) -> dict:
+    script = tmp / f"script_{abs(hash(body))}.py"
+    script.write_text(textwrap.dedent("""
+        import json, sys
+        from pyspark.sql import SparkSession
+        spark = SparkSession.builder.enableHiveSupport().getOrCreate()
+    """) + textwrap.dedent(body))
+    r = subprocess.run([str(SUBMIT), *conf(tmp), str(script)], capture_output=True, text=True,
+                       timeout=600, cwd=tmp, env=_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sparkjob")
+    df = make_scores(50_000, seed=21, weights=True)
+    df["id"] = np.arange(len(df))
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp / "scores.parquet")
+    return tmp, df
+
+
+def test_parquet_fit_apply_evaluate_threshold(work):
+    tmp, df = work
+    r = submit(tmp, "fit", "--input", tmp / "scores.parquet", "--output", tmp / "model",
+               "--weight-col", "w")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert json.loads(r.stdout.strip().splitlines()[-1])["n_rows"] == int((df.w > 0).sum())
+    model = distcal.load(tmp / "model")
+    assert model == distcal.fit(df, weight_col="w")
+
+    r = submit(tmp, "apply", "--model", tmp / "model", "--input", tmp / "scores.parquet",
+               "--output", tmp / "calibrated.parquet")
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = pq.read_table(tmp / "calibrated.parquet").to_pandas().sort_values("id")
+    assert list(out.columns) == ["score", "label", "w", "id", "calibrated"]
+    np.testing.assert_array_equal(out["calibrated"].to_numpy(), model.predict(out["score"]))
+
+    r = submit(tmp, "evaluate", "--input", tmp / "calibrated.parquet", "--output",
+               tmp / "report", "--prob-col", "calibrated", "--weight-col", "w")
+    assert r.returncode == 0, r.stderr[-3000:]
+    rep = json.loads((tmp / "report" / "report.json").read_text())
+    local = distcal.evaluate(out, prob_col="calibrated", weight_col="w")
+    assert rep["brier"] == pytest.approx(local.brier, rel=1e-9)
+    assert (tmp / "report" / "reliability.png").stat().st_size > 1000
+
+    r = submit(tmp, "threshold", "--input", tmp / "scores.parquet", "--cost-fn", "4",
+               "--weight-col", "w")
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads(r.stdout.strip().splitlines()[-1])
+    direct = distcal.optimal_threshold(df, weight_col="w", cost_fn=4)
+    assert res["threshold"] == direct.threshold and res["cost"] == pytest.approx(direct.cost)
+
+    # an existing output is refused without --overwrite and kept as it was
+    before = (tmp / "model" / "model.json").read_bytes()
+    r = submit(tmp, "fit", "--input", tmp / "scores.parquet", "--output", tmp / "model",
+               "--method", "sigmoid")
+    assert r.returncode == 2 and "--overwrite" in reason(r)
+    assert (tmp / "model" / "model.json").read_bytes() == before
+    r = submit(tmp, "apply", "--model", tmp / "model", "--input", tmp / "scores.parquet",
+               "--output", tmp / "calibrated.parquet", "--output-col", "p2", "--overwrite")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "p2" in pq.read_table(tmp / "calibrated.parquet").schema.names
+    assert not [p for p in tmp.iterdir() if p.name.startswith(".calibrated")]
+
+
+def test_bad_input_fails_with_one_line_and_writes_nothing(work):
+    tmp, _ = work
+    bad = tmp / "bad.parquet"
+    pq.write_table(pa.table({"score": [0.1, None, 0.4], "label": [0, 1, 2]}), bad)
+    r = submit(tmp, "fit", "--input", bad, "--output", tmp / "bad_model")
+    assert r.returncode == 2
+    assert reason(r).startswith("spark_calibrate: error: column 'score'")
+    assert not (tmp / "bad_model").exists()
+
+
+def test_tables(work):
+    tmp, df = work
+    spark_script(tmp, f"""
+        spark.sql("CREATE DATABASE IF NOT EXISTS ml")
+        spark.read.parquet({str(tmp / 'scores.parquet')!r}).write.saveAsTable("ml.scores")
+        print(json.dumps({{"ok": True}}))
+    """)
+    r = submit(tmp, "fit", "--input-table", "ml.scores", "--output", tmp / "tmodel",
+               "--weight-col", "w")
+    assert r.returncode == 0, r.stderr[-3000:]
+    model = distcal.load(tmp / "tmodel")
+    assert model == distcal.fit(df, weight_col="w")
+    for _ in range(2):  # the second run replaces the table
+        r = submit(tmp, "apply", "--model", tmp / "tmodel", "--input-table", "ml.scores",
+                   "--output-table", "ml.calibrated", "--overwrite")
+        assert r.returncode == 0, r.stderr[-3000:]
+    r = submit(tmp, "apply", "--model", tmp / "tmodel", "--input-table", "ml.scores",
+               "--output-table", "ml.calibrated")
+    assert r.returncode == 2 and "exists" in reason(r)
+    got = spark_script(tmp, """
+        t = spark.table("ml.calibrated").toPandas().sort_values("id")
+        names = [r.tableName for r in spark.sql("SHOW TABLES IN ml").collect()]
+        print(json.dumps({"n": len(t), "cal": t["calibrated"].tolist(),
+                          "score": t["score"].tolist(), "tables": sorted(names)}))
+    """)
+    assert got["n"] == len(df) and got["tables"] == ["calibrated", "scores"]
+    np.testing.assert_array_equal(got["cal"], model.predict(np.array(got["score"])))
+
+
+def test_cli_with_embedded_spark(work):
+    tmp, df = work
+    r = subprocess.run([sys.executable, "-m", "distcal", "fit", "--engine", "spark", "--input",
+                        str(tmp / "scores.parquet"), "--output", str(tmp / "cli_model"),
+                        "--weight-col", "w"], capture_output=True, text=True, timeout=600,
+                       env=_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert distcal.load(tmp / "cli_model") == distcal.fit(df, weight_col="w")
