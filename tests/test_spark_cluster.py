@@ -61,7 +61,8 @@ def test_first_attempt_failures_still_give_the_exact_model(tmp_path):
 
         df = (spark.range(0, 200000, numPartitions=6)
               .select(F.round(F.rand(3), 3).alias("s"), F.rand(4).alias("u"))
-              .select(flaky("s").alias("score"), (F.col("u") < F.col("s")).cast("int").alias("label")))
+              .select(flaky("s").alias("score"),
+                      (F.col("u") < F.col("s")).cast("int").alias("label")))
         model = distcal.fit(df)
         model.save({str(tmp_path / 'flaky')!r})
         pdf = df.toPandas()
