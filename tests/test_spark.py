@@ -108,11 +108,43 @@ def test_transform(spark):
     assert out.columns == ["score", "label", "id", "p"]
     assert dict(out.dtypes)["p"] == "double"
     got = out.toPandas().sort_values("id")
-    np.testing.assert_array_equal(got["p"].to_numpy(), model.predict(got["score"]))
+    # evaluated in the JVM with np.interp's formula: equal to rounding
+    np.testing.assert_allclose(got["p"].to_numpy(), model.predict(got["score"]), rtol=0,
+                               atol=1e-15)
     again = model.transform(out, output_col="p")  # replaces the column, keeps the rest
     assert again.columns == ["score", "label", "id", "p"] and again.count() == 5000
     with pytest.raises(distcal.DataError, match="column 'nope'"):
         model.transform(sdf, score_col="nope")
+
+
+@pytest.mark.parametrize("method,params", [
+    ("isotonic", {}), ("isotonic", {"interpolation": "step"}), ("sigmoid", {}),
+    ("histogram", {"strategy": "quantile", "n_bins": 7}), ("histogram", {"n_bins": 4}),
+    ("isotonic", {"increasing": False}),
+])
+def test_transform_every_map_kind(spark, method, params):
+    rng = np.random.default_rng(12)
+    df = make_scores(4000, seed=12)
+    df.loc[:3, "score"] = [0.25, 0.5, 0.0, 1.0]  # on histogram edges
+    model = distcal.fit(df, method=method, **params)
+    q = np.concatenate([df.score.to_numpy(), rng.uniform(-0.5, 1.5, 2000),
+                        [np.inf, -np.inf, np.nan], np.asarray(model.params.get("edges", []))])
+    sdf = spark.createDataFrame(pd.DataFrame({"score": q, "i": np.arange(len(q))}))
+    got = model.transform(sdf).toPandas().sort_values("i")["calibrated"].to_numpy()
+    np.testing.assert_allclose(got, model.predict(q), rtol=0, atol=1e-15, equal_nan=True)
+
+
+def test_transform_infinite_blocks_and_nulls(spark):
+    df = pd.DataFrame({"score": [-np.inf, -np.inf, 0.2, 0.4, 0.6, np.inf],
+                       "label": [0, 0, 1, 0, 1, 1]})
+    model = distcal.fit(df)
+    q = [-np.inf, -1e300, 0.2, 0.5, 0.6, 1e300, np.inf, np.nan]
+    sdf = spark.createDataFrame(pd.DataFrame({"score": q, "i": range(len(q))}))
+    got = model.transform(sdf).toPandas().sort_values("i")["calibrated"].to_numpy()
+    np.testing.assert_allclose(got, model.predict(q), atol=1e-15, equal_nan=True)
+    nulls = spark.createDataFrame([(None,), (0.3,)], "score double")
+    vals = [r["calibrated"] for r in model.transform(nulls).collect()]
+    assert vals[0] is None and vals[1] == pytest.approx(model.predict([0.3])[0])
 
 
 def test_edge_partitions_and_values(spark):

@@ -42,5 +42,7 @@ def get_engine(name: str) -> ModuleType:
 
         return spark
     if name == "dask":
-        raise NotImplementedError("the dask engine is not available in this version yet")
+        from . import dask
+
+        return dask
     raise ValueError(f"unknown engine {name!r}")

@@ -219,7 +219,7 @@ class SparkRanges:
 
     def __init__(self, df: Any, columns: dict[str, str | None], *, on_invalid: str = "raise",
                  finite_scores: bool = False, passes: int = 1, n_ranges: int | None = None,
-                 combine: bool | str = "auto", sample_rows: int = 200_000):
+                 combine: bool | str = "auto", sample_rows: int = 50_000):
         self.df = df
         self.columns = {r: c for r, c in columns.items() if c is not None}
         self.on_invalid = on_invalid
@@ -252,22 +252,31 @@ class SparkRanges:
         self.sum_wyy = float("nan")
 
     def _ties_pay(self, prepared: Any, sample_rows: int) -> bool:
-        """Estimate rows per distinct score from a sample: combine when >= 3."""
+        """Combine when the scores have at most ~250k distinct values.
+
+        Measured at 1e7 rows (bench/spark_isotonic.py, RESULTS.md): with
+        962 / 9.3k / 87k distinct scores the combine cut the fit from
+        3.2 / 3.5 / 3.6 s to 2.0 / 1.3 / 2.3 s; with 940k it cost 4.2 s
+        instead of 3.1 s. The distinct count is estimated from the first
+        ``sample_rows`` rows (a head, no pass over the data) with the
+        estimator of ``distcal.core.distinct.estimate_distinct``; a head of
+        sorted data shows fewer distinct values only when ties are heavy.
+        """
         from pyspark.sql import functions as F
 
-        n = prepared.count()
-        if n == 0:
-            return False
-        frac = min(1.0, sample_rows / n)
-        row = (prepared.sample(False, frac, seed=17)
+        row = (prepared.select(self.score_role).limit(sample_rows)
                .agg(F.count(F.lit(1)).alias("m"), F.countDistinct(self.score_role).alias("d"))
                .collect()[0])
-        return n / estimate_distinct(n, int(row["m"]), int(row["d"])) >= 3.0
+        m, d = int(row["m"]), int(row["d"])
+        if m == 0 or d >= m:
+            return False
+        return estimate_distinct(10**15, m, d) <= 250_000
 
     def map(self, fn: Callable[[DistinctTable], Any]) -> list:
         runner = _run_partition(fn, "combined" if self.combined else "raw", self.columns,
                                 self.finite_scores, self.problem_keys)
-        rows = self.ranged.mapInArrow(runner, "pid long, payload binary").collect()
+        rows = _with_arrow_batches(self.ranged.sparkSession, lambda: self.ranged.mapInArrow(
+            runner, "pid long, payload binary").collect())
         parts = [pickle.loads(r["payload"]) for r in sorted(rows, key=lambda r: r["pid"])]
         if not self.checked:
             self._check([p["stats"] for p in parts])
@@ -320,6 +329,29 @@ class SparkRanges:
         self.close()
 
 
+def _with_arrow_batches(spark: Any, action: Callable[[], Any], rows: int = 100_000) -> Any:
+    """Run ``action`` with Arrow batches of ``rows`` unless the user chose a size.
+
+    A range partition is concatenated in Python anyway; 100k-row batches
+    instead of Spark's 10k cut the fit by ~8% at 1e7 rows.
+    """
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    try:
+        current = spark.conf.get(key, None)
+    except Exception:
+        current = None
+    if current not in (None, "10000"):
+        return action()
+    spark.conf.set(key, str(rows))
+    try:
+        return action()
+    finally:
+        if current is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, current)
+
+
 def _default_ranges(df: Any) -> int:
     """Twice the default parallelism, at least 8 (8 was best on 2 cores, PERFORMANCE.md)."""
     try:
@@ -333,12 +365,17 @@ def open_ranges(data: Any, columns: dict[str, str | None], **opts: Any) -> Spark
 
 
 def transform(model: Any, df: Any, score_col: str, output_col: str) -> Any:
-    """Add ``output_col`` = model.predict(score_col), lazily, per Arrow batch.
+    """Add ``output_col`` = model.predict(score_col), lazily, inside the JVM.
 
-    The model (small) is broadcast once; the output keeps every input column
-    (an existing ``output_col`` is replaced) and adds a double column.
+    The map is small (knots or bin edges), so it is evaluated with Spark's
+    own operators: Bucketizer's binary search over the knots, a broadcast
+    join to the knot table, and the interpolation as a SQL expression
+    (``np.interp``'s formula); Platt's sigmoid is one expression. No Python
+    worker touches the rows, which keeps transform + write as fast as
+    MLlib's. The output keeps every input column (an existing
+    ``output_col`` is replaced) and adds a double column.
     """
-    from pyspark.sql import types as T
+    from pyspark.sql import functions as F
 
     fields = {f.name: f.dataType for f in df.schema.fields}
     if score_col not in fields:
@@ -347,25 +384,89 @@ def transform(model: Any, df: Any, score_col: str, output_col: str) -> Any:
     if _kind(fields[score_col]) != "number":
         raise DataError(f"column '{score_col}' (score) has type "
                         f"{fields[score_col].simpleString()}; expected numbers")
-    keep = [f for f in df.schema.fields if f.name != output_col]
-    schema = T.StructType(keep + [T.StructField(output_col, T.DoubleType(), True)])
-    try:
-        shipped = df.sparkSession.sparkContext.broadcast(model)
-    except Exception:  # Spark Connect: the closure carries the model
-        shipped = None
-    local_model = model if shipped is None else None
-    names = [f.name for f in keep]
+    keep = [F.col(_q(f.name)) for f in df.schema.fields if f.name != output_col]
+    s = F.col(_q(score_col)).cast("double")
+    if model.method == "sigmoid":
+        a, b = float(model.params["a"]), float(model.params["b"])
+        prob = F.lit(1.0) / (F.lit(1.0) + F.exp(s * F.lit(a) + F.lit(b)))
+        return df.select(*keep, prob.alias(output_col))
+    return _transform_by_table(model, df, s, keep, output_col)
 
-    def apply(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow.compute as pc
 
-        m = shipped.value if shipped is not None else local_model
-        for b in batches:
-            s = pc.cast(b.column(score_col), pa.float64()).to_numpy(zero_copy_only=False)
-            arrays = [b.column(n) for n in names] + [pa.array(m.predict(s), type=pa.float64())]
-            yield pa.RecordBatch.from_arrays(arrays, names=names + [output_col])
+def _knot_table(model: Any) -> tuple[np.ndarray, np.ndarray, str]:
+    """(sorted split points, values, how to read them) for the piecewise map."""
+    if model.method == "histogram":
+        edges = np.asarray(model.params["edges"], dtype=np.float64)
+        return edges, np.asarray(model.params["bin_prob"], dtype=np.float64), "bins"
+    b = model._blocks
+    if model.params.get("interpolation", "linear") == "step":
+        return b.score_min, b.prob, "step"
+    x = np.concatenate([b.score_min, b.score_max])
+    y = np.concatenate([b.prob, b.prob])
+    finite = np.isfinite(x)
+    xs, first = np.unique(x[finite], return_index=True)
+    return xs, y[finite][first], "linear"
 
-    return df.mapInArrow(apply, schema)
+
+def _transform_by_table(model: Any, df: Any, s: Any, keep: list, output_col: str) -> Any:
+    from pyspark.ml.feature import Bucketizer
+    from pyspark.sql import functions as F
+
+    spark = df.sparkSession
+    xs, ys, kind = _knot_table(model)
+    blocks = model._blocks
+    nan = F.lit(float("nan"))
+    base = df.select(*keep, s.alias("_s"))
+    if kind == "bins":
+        # searchsorted(edges[1:-1], s) puts s on an inner edge in the lower bin:
+        # intervals (u_{j-1}, u_j] over the distinct inner edges u, which is
+        # Bucketizer's [a, b) on -s. Interval j maps to the bin searchsorted gives.
+        inner = xs[1:-1]
+        u = np.unique(inner)
+        interval_bin = np.append(np.searchsorted(inner, u), inner.shape[0])
+        splits = [-np.inf, *(-u[::-1]).tolist(), np.inf]
+        base = base.withColumn("_neg", -F.col("_s"))
+        col_in, m = "_neg", u.shape[0]
+        table = [(float(k), float(ys[interval_bin[m - k]]), 0.0, 0.0, 0.0)
+                 for k in range(m + 1)]
+    elif kind == "step":
+        # value of the highest block with score_min <= s; the lowest below the range
+        splits = [-np.inf, *xs[1:].tolist(), np.inf] if len(xs) > 1 else [-np.inf, np.inf]
+        col_in = "_s"
+        table = [(float(k), float(ys[k]), 0.0, 0.0, 0.0) for k in range(len(splits) - 1)]
+    else:
+        if xs.shape[0] == 0:  # every fitted score was infinite
+            p = F.when(F.col("_s") > 0, F.lit(float(blocks.prob[-1]))).otherwise(
+                F.lit(float(blocks.prob[0])))
+            return base.select(*keep, F.when(F.isnan("_s"), nan).otherwise(p)
+                               .alias(output_col))
+        splits = [-np.inf, *xs.tolist(), np.inf]
+        col_in = "_s"
+        # bucket k in 1..n-1 lies between knots k-1 and k; 0 and n are the clipped ends
+        n = xs.shape[0]
+        table = [(0.0, float(ys[0]), 0.0, 0.0, 0.0)]
+        table += [(float(k), float(ys[k - 1]), float(xs[k - 1]), float(xs[k]), float(ys[k]))
+                  for k in range(1, n)]
+        table.append((float(n), float(ys[-1]), 0.0, 0.0, 0.0))
+    bucketed = Bucketizer(splits=splits, inputCol=col_in, outputCol="_b",
+                          handleInvalid="keep").transform(base)
+    knots = spark.createDataFrame(table, "_b double, _y0 double, _x0 double, _x1 double, "
+                                         "_y1 double")
+    joined = bucketed.join(F.broadcast(knots), on="_b", how="left")
+    sv, x0, x1, y0, y1 = (F.col(c) for c in ("_s", "_x0", "_x1", "_y0", "_y1"))
+    if kind == "linear":
+        slope = (y1 - y0) / (x1 - x0)
+        inside = (F.col("_b") > 0) & (F.col("_b") < float(xs.shape[0]))
+        p = F.when(inside, slope * (sv - x0) + y0).otherwise(y0)
+        # a block holding only -inf (or +inf) has no finite knot
+        if blocks.score_max[0] == -np.inf:
+            p = F.when(sv == float("-inf"), F.lit(float(blocks.prob[0]))).otherwise(p)
+        if blocks.score_min[-1] == np.inf:
+            p = F.when(sv == float("inf"), F.lit(float(blocks.prob[-1]))).otherwise(p)
+    else:
+        p = y0
+    p = F.when(sv.isNull(), F.lit(None).cast("double")).when(F.isnan(sv), nan).otherwise(p)
+    return joined.select(*keep, p.alias(output_col))
 
 
 def session_python() -> str:
