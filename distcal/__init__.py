@@ -6,14 +6,14 @@
 """
 
 from . import metrics
-from .api import fit
+from .api import fit, fit_and_threshold
 from .errors import DataError, ModelError
-from .evaluate import EvaluationReport, evaluate
+from .evaluate import EvaluationReport, evaluate, evaluate_many
 from .model import CalibrationModel, load
 from .threshold import ThresholdResult, ThresholdTracker, optimal_threshold
 
 __version__ = "0.1.0"
 
-__all__ = ["fit", "load", "evaluate", "optimal_threshold", "metrics", "CalibrationModel",
-           "EvaluationReport", "ThresholdResult", "ThresholdTracker", "DataError", "ModelError",
-           "__version__"]
+__all__ = ["fit", "fit_and_threshold", "load", "evaluate", "evaluate_many", "optimal_threshold",
+           "metrics", "CalibrationModel", "EvaluationReport", "ThresholdResult",
+           "ThresholdTracker", "DataError", "ModelError", "__version__"]

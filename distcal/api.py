@@ -73,22 +73,72 @@ def fit(data: Any, method: str = "isotonic", score_col: str = "score", label_col
     params, engine_opts = _method_params(method, dict(method_params))
     columns = {"score": score_col, "label": label_col, "weight": weight_col}
     engine_impl = get_engine(resolve_engine(data, engine))
-    blocks = None
     with engine_impl.open_ranges(data, columns, on_invalid=on_invalid,
                                  finite_scores=method in ("sigmoid", "histogram"),
                                  passes=1 if method == "isotonic" else 3,
                                  **engine_opts) as ranges:
-        if method == "isotonic":
-            blocks, direction = fit_isotonic(ranges.map, params["increasing"], params["y_min"],
-                                             params["y_max"], spearman_rows=ranges.spearman_rows)
-            params["increasing_"] = direction
-        elif method == "sigmoid":
-            a, b = fit_sigmoid(ranges.map)
-            params.update(a=a, b=b)
-        else:
-            edges, bin_prob, blocks = fit_histogram(ranges.map, params["n_bins"],
-                                                    params["strategy"])
-            params.update(edges=edges.tolist(), bin_prob=bin_prob.tolist())
-        return CalibrationModel(method, params, blocks, n_rows=ranges.n_rows,
-                                weight_total=ranges.weight_total,
-                                dropped_rows=ranges.dropped_rows, columns=columns)
+        return _fit_on_ranges(ranges, ranges.map, method, params, columns)
+
+
+def _fit_on_ranges(ranges: Any, map_ranges: Any, method: str, params: dict[str, Any],
+                   columns: dict[str, str | None]) -> CalibrationModel:
+    blocks = None
+    if method == "isotonic":
+        blocks, direction = fit_isotonic(map_ranges, params["increasing"], params["y_min"],
+                                         params["y_max"], spearman_rows=ranges.spearman_rows)
+        params["increasing_"] = direction
+    elif method == "sigmoid":
+        a, b = fit_sigmoid(map_ranges)
+        params.update(a=a, b=b)
+    else:
+        edges, bin_prob, blocks = fit_histogram(map_ranges, params["n_bins"], params["strategy"])
+        params.update(edges=edges.tolist(), bin_prob=bin_prob.tolist())
+    return CalibrationModel(method, params, blocks, n_rows=ranges.n_rows,
+                            weight_total=ranges.weight_total,
+                            dropped_rows=ranges.dropped_rows, columns=columns)
+
+
+def fit_and_threshold(data: Any, method: str = "isotonic", score_col: str = "score",
+                      label_col: str = "label", weight_col: str | None = None,
+                      cost_fp: float = 1.0, cost_fn: float = 1.0, engine: str = "auto",
+                      on_invalid: str = "raise", **method_params: Any) -> tuple[Any, Any]:
+    """A calibration map and the cost-optimal threshold on the scores, from one shuffle.
+
+    Returns ``(model, threshold_result)``, equal to :func:`fit` and
+    :func:`distcal.optimal_threshold` called separately. The threshold's
+    segment summary rides along with the first pass over the score ranges,
+    so an isotonic fit and its threshold cost one range shuffle on a
+    cluster.
+    """
+    from .core.threshold import EMPTY, loss_per_score, merge_segments, summarise_segment
+    from .threshold import result_from_segment
+
+    check_on_invalid(on_invalid)
+    params, engine_opts = _method_params(method, dict(method_params))
+    columns = {"score": score_col, "label": label_col, "weight": weight_col}
+    engine_impl = get_engine(resolve_engine(data, engine))
+    cost_fp, cost_fn = float(cost_fp), float(cost_fn)
+
+    def segment(t: Any) -> Any:
+        return summarise_segment(t.score, loss_per_score(t, cost_fp, cost_fn), t.weight,
+                                 t.positives)
+
+    with engine_impl.open_ranges(data, columns, on_invalid=on_invalid,
+                                 finite_scores=method in ("sigmoid", "histogram"),
+                                 passes=1 if method == "isotonic" else 3,
+                                 **engine_opts) as ranges:
+        segments: list = []
+
+        def map_ranges(fn: Any) -> list:
+            if segments:
+                return ranges.map(fn)
+            both = ranges.map(lambda t: (fn(t), segment(t)))
+            segments.extend(b[1] for b in both)
+            return [b[0] for b in both]
+
+        model = _fit_on_ranges(ranges, map_ranges, method, params, columns)
+        seg = EMPTY
+        for part in segments:
+            seg = merge_segments(seg, part)
+        return model, result_from_segment(seg, cost_fp, cost_fn, False, ranges.n_rows,
+                                          ranges.dropped_rows)

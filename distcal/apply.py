@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -17,12 +19,14 @@ __all__ = ["apply_to_parquet"]
 def apply_to_parquet(model: CalibrationModel, source: str | os.PathLike,
                      output: str | os.PathLike, *, score_col: str = "score",
                      output_col: str = "calibrated", overwrite: bool = False,
-                     batch_rows: int = 1 << 20) -> int:
+                     batch_rows: int = 1 << 20,
+                     before_commit: Callable[[Path], None] | None = None) -> int:
     """Stream ``source`` batch by batch, add ``output_col``, write one Parquet file.
 
     Every input column is kept (hive partition columns included). The file
-    is written aside and renamed, so ``output`` is never half-written.
-    Returns the number of rows written.
+    is written aside and renamed, so ``output`` is never half-written;
+    ``before_commit(path_of_the_new_file)`` runs in between (a report on the
+    output: if it raises, nothing is published). Returns the rows written.
     """
     dataset = _open_dataset(source)
     schema = dataset.schema
@@ -43,4 +47,6 @@ def apply_to_parquet(model: CalibrationModel, source: str | os.PathLike,
                 writer.write_table(pa.Table.from_arrays(
                     [table.column(n) for n in keep] + [probs], schema=out_schema))
                 rows += table.num_rows
+        if before_commit is not None:
+            before_commit(tmp)
     return rows

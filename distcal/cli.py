@@ -62,6 +62,11 @@ def build_parser(prog: str = "distcal", extra: Callable[[argparse.ArgumentParser
     a.add_argument("--output", required=False, help="Parquet file to write")
     a.add_argument("--score-col", default=None)
     a.add_argument("--output-col", default=None)
+    a.add_argument("--report", default=None,
+                   help="also write the before/after evaluation report to this directory "
+                        "(needs --label-col)")
+    a.add_argument("--label-col", default=None)
+    a.add_argument("--weight-col", default=None)
     a.add_argument("--overwrite", action="store_true", default=None)
     _common(a)
 
@@ -177,12 +182,36 @@ def cmd_fit(opts: dict[str, Any], io: Any) -> dict[str, Any]:
 
 
 def cmd_apply(opts: dict[str, Any], io: Any) -> dict[str, Any]:
+    import distcal
+
     _require(opts, "model")
     target = io.output_name(opts)
     io.refuse_existing(target, opts["overwrite"], table=opts.get("output_table"))
+    if opts.get("report"):
+        io.refuse_existing(opts["report"], opts["overwrite"])
     model = io.load_model(opts["model"])
-    rows = io.apply(model, opts)
-    return {"output": target, "rows": rows, "output_col": opts["output_col"]}
+    report = None
+    if opts.get("report"):
+        # Before and after: the raw score too when the model was fitted on
+        # scores in [0, 1] (probabilities, not logits).
+        cols = [opts["output_col"]]
+        if model.method != "sigmoid":
+            b = model.blocks
+            if b.score_min.min() >= 0.0 and b.score_max.max() <= 1.0:
+                cols.insert(0, opts["score_col"])
+
+        def report(written: Any) -> None:
+            # On the new output before it is published: a bad label stops both.
+            reports = distcal.evaluate_many(written, cols, label_col=opts["label_col"],
+                                            weight_col=opts["weight_col"], engine=io.engine,
+                                            on_invalid=opts["on_invalid"])
+            io.write_report(list(reports.values()), opts["report"], opts["overwrite"])
+
+    rows = io.apply(model, opts, before_commit=report)
+    out = {"output": target, "rows": rows, "output_col": opts["output_col"]}
+    if opts.get("report"):
+        out["report"] = str(opts["report"])
+    return out
 
 
 def cmd_evaluate(opts: dict[str, Any], io: Any) -> dict[str, Any]:
@@ -191,11 +220,10 @@ def cmd_evaluate(opts: dict[str, Any], io: Any) -> dict[str, Any]:
     data = io.read(opts)
     _require(opts, "output")
     io.refuse_existing(opts["output"], opts["overwrite"])
-    reports = [distcal.evaluate(data, prob_col=c, label_col=opts["label_col"],
-                                weight_col=opts["weight_col"], n_bins=opts["n_bins"],
-                                strategy=opts["strategy"], threshold=opts["threshold"],
-                                engine=io.engine, on_invalid=opts["on_invalid"])
-               for c in opts["prob_col"]]
+    reports = list(distcal.evaluate_many(
+        data, opts["prob_col"], label_col=opts["label_col"], weight_col=opts["weight_col"],
+        n_bins=opts["n_bins"], strategy=opts["strategy"], threshold=opts["threshold"],
+        engine=io.engine, on_invalid=opts["on_invalid"]).values())
     io.write_report(reports, opts["output"], opts["overwrite"])
     return {"report": str(opts["output"]),
             "metrics": {r.prob_col: {"brier": r.brier, "log_loss": r.log_loss, "ece": r.ece,

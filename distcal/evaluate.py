@@ -14,7 +14,7 @@ from .core.bins import bin_edges
 from .core.validate import check_on_invalid
 from .engines import get_engine, resolve_engine
 
-__all__ = ["EvaluationReport", "evaluate", "report_from_ranges"]
+__all__ = ["EvaluationReport", "evaluate", "evaluate_many", "report_from_ranges"]
 
 
 @dataclass
@@ -123,3 +123,41 @@ def evaluate(data: Any, prob_col: str = "prob", label_col: str = "label",
                                  **engine_opts) as ranges:
         return report_from_ranges(ranges, prob_col=prob_col, n_bins=n_bins, strategy=strategy,
                                   bins=bins, threshold=threshold, confidence=confidence)
+
+
+def evaluate_many(data: Any, prob_cols: list[str], label_col: str = "label",
+                  weight_col: str | None = None, n_bins: int = 10, strategy: str = "uniform",
+                  threshold: float = 0.5, engine: str = "auto", *, bins: Any = None,
+                  confidence: float = 0.95, on_invalid: str = "raise",
+                  **engine_opts: Any) -> dict[str, EvaluationReport]:
+    """:func:`evaluate` for several probability columns (e.g. raw and calibrated).
+
+    A row with a problem in any of the columns counts as invalid for all,
+    so the reports describe the same rows. The local engine reads the input
+    once for all columns; Spark and Dask keep the selected columns in
+    memory and range-partition them once per column (each column orders
+    the rows differently).
+    """
+    check_on_invalid(on_invalid)
+    prob_cols = list(dict.fromkeys(prob_cols))
+    if not prob_cols:
+        raise ValueError("prob_cols is empty")
+    columns = {**{f"prob:{c}": c for c in prob_cols}, "label": label_col,
+               "weight": weight_col}
+    name = resolve_engine(data, engine)
+    kw = {"n_bins": n_bins, "strategy": strategy, "bins": bins, "threshold": threshold,
+          "confidence": confidence}
+    if name == "local":
+        from .engines import local
+
+        ranges = local.open_ranges_many(data, columns, on_invalid=on_invalid, **engine_opts)
+        try:
+            return {c: report_from_ranges(ranges[f"prob:{c}"], prob_col=c, **kw)
+                    for c in prob_cols}
+        finally:
+            for r in ranges.values():
+                r.close()
+    engine_impl = get_engine(name)
+    return engine_impl.evaluate_many(data, columns, prob_cols, on_invalid=on_invalid,
+                                     report=lambda r, c: report_from_ranges(r, prob_col=c, **kw),
+                                     **engine_opts)

@@ -8,6 +8,7 @@ interface (``read``, ``save_model``, ``load_model``, ``apply``,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +44,16 @@ class LocalIO:
 
         return load(path)
 
-    def apply(self, model: Any, opts: dict[str, Any]) -> int:
+    def apply(self, model: Any, opts: dict[str, Any],
+              before_commit: Callable[[Any], None] | None = None) -> int:
+        """Write the calibrated table; ``before_commit(new_data)`` runs before it is published."""
         from .apply import apply_to_parquet
 
         return apply_to_parquet(model, self.read(opts), self.output_name(opts),
                                 score_col=opts["score_col"], output_col=opts["output_col"],
-                                overwrite=opts["overwrite"])
+                                overwrite=opts["overwrite"],
+                                before_commit=(lambda p: before_commit(str(p)))
+                                if before_commit else None)
 
     def write_report(self, reports: list, path: str, overwrite: bool) -> None:
         from .report import write_report

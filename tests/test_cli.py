@@ -168,3 +168,22 @@ def test_demo_module_runs(tmp_path):
     assert distcal.load(d / "model").n_rows == 20000
     doc = json.loads((d / "report" / "report.json").read_text())["reports"]
     assert doc["calibrated"]["ece"] < doc["score"]["ece"]
+
+
+def test_apply_writes_before_after_report(scores_path, tmp_path):
+    path, df = scores_path
+    assert run("fit", "--input", path, "--output", tmp_path / "m", "--weight-col", "w"
+               ).returncode == 0
+    r = run("apply", "--model", tmp_path / "m", "--input", path, "--output",
+            tmp_path / "o.parquet", "--report", tmp_path / "rep", "--weight-col", "w")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert doc["columns"] == ["score", "calibrated"]
+    assert doc["reports"]["calibrated"]["ece"] < doc["reports"]["score"]["ece"]
+    # bad labels: neither the output nor the report appears
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"score": [0.1, 0.5, 0.9], "label": [0, 1, 7]}), bad)
+    r = run("apply", "--model", tmp_path / "m", "--input", bad, "--output",
+            tmp_path / "o2.parquet", "--report", tmp_path / "rep2")
+    assert r.returncode == 2 and "column 'label': 1 row is outside [0, 1]" in r.stderr
+    assert not (tmp_path / "o2.parquet").exists() and not (tmp_path / "rep2").exists()

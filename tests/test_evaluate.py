@@ -160,3 +160,29 @@ def test_report_files(tmp_path):
         assert img.size[0] >= 600 and img.size[1] >= 500
         px = np.asarray(img.convert("L"))
         assert px.std() > 10  # not blank
+
+
+def test_evaluate_many_is_evaluate_per_column_on_common_rows():
+    rng = np.random.default_rng(9)
+    p = rng.random(3000)
+    y = (rng.random(3000) < p).astype(int)
+    df = pd.DataFrame({"raw": p, "cal": np.sqrt(p), "label": y})
+    many = distcal.evaluate_many(df, ["raw", "cal"])
+    assert list(many) == ["raw", "cal"]
+    for c in ("raw", "cal"):
+        one = distcal.evaluate(df, prob_col=c)
+        assert many[c].brier == pytest.approx(one.brier, rel=1e-12)
+        assert many[c].auc == pytest.approx(one.auc, rel=1e-12)
+        pd.testing.assert_frame_equal(many[c].calibration_curve, one.calibration_curve)
+    # a row invalid in one column is dropped for all; problems are named per column
+    bad = df.copy()
+    bad.loc[0, "raw"] = 1.5
+    bad.loc[1, "cal"] = np.nan
+    with pytest.raises(distcal.DataError) as err:
+        distcal.evaluate_many(bad, ["raw", "cal"])
+    assert str(err.value).startswith("column 'raw': 1 row is outside [0, 1]; column 'cal': "
+                                     "1 row is null or NaN")
+    dropped = distcal.evaluate_many(bad, ["raw", "cal"], on_invalid="drop")
+    assert dropped["raw"].n_rows == dropped["cal"].n_rows == 2998
+    assert dropped["cal"].brier == pytest.approx(
+        distcal.evaluate(df.iloc[2:], prob_col="cal").brier, rel=1e-12)

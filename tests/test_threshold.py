@@ -188,3 +188,18 @@ def test_tracker_bad_rows():
     with pytest.raises(distcal.DataError, match="column 'labels': 1 row is outside"):
         t.update_many([0.1, 0.2], [0, 3])
     assert t.n_rows == 0 and t.threshold == math.inf
+
+
+@pytest.mark.parametrize("increasing", [True, "auto"])
+def test_fit_and_threshold_in_one_pass(increasing):
+    rng = np.random.default_rng(17)
+    s = np.round(rng.random(5000), 3)
+    df = pd.DataFrame({"score": s, "label": (rng.random(5000) < s).astype(int),
+                       "w": rng.uniform(0.5, 2, 5000)})
+    model, res = distcal.fit_and_threshold(df, weight_col="w", cost_fp=1, cost_fn=3,
+                                           increasing=increasing)
+    assert model == distcal.fit(df, weight_col="w", increasing=increasing)
+    alone = distcal.optimal_threshold(df, weight_col="w", cost_fp=1, cost_fn=3)
+    assert res.threshold == alone.threshold and res.cost == pytest.approx(alone.cost)
+    sig, res2 = distcal.fit_and_threshold(df, method="sigmoid", weight_col="w", cost_fn=3)
+    assert sig == distcal.fit(df, method="sigmoid", weight_col="w") and res2 == res

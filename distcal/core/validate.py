@@ -18,8 +18,15 @@ from ..errors import DataError
 
 __all__ = ["RowChecker", "ROLES", "rules"]
 
-# role -> checks applied, in message order
-ROLES = ("score", "label", "weight", "prob", "loss")
+# The roles a column can play ("prob:NAME" when several probability columns
+# are evaluated together).
+ROLES = ("score", "prob", "label", "loss", "weight")
+
+
+def _role_rank(role: str) -> int:
+    if role in ("score", "prob") or role.startswith("prob:"):
+        return 0
+    return 1 if role in ("label", "loss") else 2
 
 
 def rules(role: str, finite_scores: bool = False) -> list[tuple[str, str]]:
@@ -32,7 +39,7 @@ def rules(role: str, finite_scores: bool = False) -> list[tuple[str, str]]:
     out = [("are text, not numbers", "text"), ("are null or NaN", "null")]
     if role == "score" and finite_scores:
         out.append(("are infinite (this method needs finite scores)", "inf"))
-    elif role in ("label", "prob"):
+    elif role in ("label", "prob") or role.startswith("prob:"):
         out.append(("are outside [0, 1]", "range01"))
     elif role == "weight":
         out += [("are infinite", "inf"), ("are negative", "negative")]
@@ -96,7 +103,8 @@ class RowChecker:
 
     def message(self) -> str:
         parts = []
-        for role in ROLES:  # a fixed order, whatever order batches found them in
+        # A fixed order (values, labels, weights), whatever order batches found them in.
+        for role in sorted(self.columns, key=_role_rank):
             for problem, _ in rules(role, self.finite_scores):
                 k = self.problems.get((role, problem), 0)
                 if k:

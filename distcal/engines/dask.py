@@ -203,6 +203,52 @@ def open_ranges(data: Any, columns: dict[str, str | None], **opts: Any) -> DaskR
     return DaskRanges(data, columns, **opts)
 
 
+def _valid_rows(pdf: pd.DataFrame, columns: dict[str, str]) -> tuple[pd.DataFrame, dict]:
+    """Rows valid in every column, as role-named float columns, and the counts."""
+    source = ColumnSource(pdf, columns)
+    checker = RowChecker(dict(columns))
+    arrays, text = next(source.batches())
+    ok = checker.check(arrays, text)
+    out = pd.DataFrame(arrays)
+    if ok is not None:
+        out = out[ok]
+    return out, {"problems": checker.problems, "rows": checker.rows_seen,
+                 "invalid": checker.rows_invalid}
+
+
+def evaluate_many(ddf: Any, columns: dict[str, str | None], prob_cols: list[str], *,
+                  on_invalid: str, report: Callable[[Any, str], Any], **opts: Any) -> dict:
+    """One report per probability column; a row invalid in any column is invalid for all."""
+    import dask
+    import dask.dataframe as dd
+    from dask import delayed
+
+    cols = {r: c for r, c in columns.items() if c is not None}
+    _check_schema(ddf, cols)
+    names = list(dict.fromkeys(cols.values()))
+    parts = [delayed(_valid_rows, nout=2)(p, cols)
+             for p in ddf[names].to_delayed(optimize_graph=True)]
+    (parts,) = dask.persist(parts)
+    stats = dask.compute(*[p[1] for p in parts])
+    checker = RowChecker(cols)
+    for st in stats:
+        checker.problems.update(st["problems"])
+        checker.rows_seen += st["rows"]
+        checker.rows_invalid += st["invalid"]
+    checker.raise_if_invalid(on_invalid)
+    meta = pd.DataFrame({r: np.zeros(0) for r in cols})
+    clean = dd.from_delayed([p[0] for p in parts], meta=meta)
+    rest = {r: r for r in cols if not r.startswith("prob:")}
+    out = {}
+    for c in prob_cols:
+        one = clean[[f"prob:{c}", *rest]].rename(columns={f"prob:{c}": "_prob"})
+        with DaskRanges(one, {"prob": "_prob", **rest}, on_invalid="raise", **opts) as ranges:
+            rep = report(ranges, c)
+        rep.dropped_rows = checker.rows_invalid
+        out[c] = rep
+    return out
+
+
 def transform(model: Any, ddf: Any, score_col: str, output_col: str) -> Any:
     """Add ``output_col`` lazily, per partition, with the right ``meta``."""
     if score_col not in ddf.columns:

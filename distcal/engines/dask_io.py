@@ -129,22 +129,28 @@ class DaskIO:
             fs.get(root, str(Path(d) / "in"), recursive=True)
             return load(Path(d) / "in")
 
-    def apply(self, model: Any, opts: dict[str, Any]) -> int:
+    def apply(self, model: Any, opts: dict[str, Any],
+              before_commit: Callable[[Any], None] | None = None) -> int:
+        """Write the calibrated table aside; ``before_commit(new_ddf)``; then move it in."""
+        import dask.dataframe as dd
+
         out = model.transform(self.read(opts), score_col=opts["score_col"],
                               output_col=opts["output_col"])
         fs, root = _fs(self.output_name(opts))
         tmp = _sibling(root, "tmp")
         try:
-            out.to_parquet(tmp if _is_local(root) else f"{fs.unstrip_protocol(tmp)}",
+            out.to_parquet(tmp if _is_local(root) else fs.unstrip_protocol(tmp),
                            write_index=False)
+            written = dd.read_parquet(tmp if _is_local(root) else fs.unstrip_protocol(tmp))
+            rows = int(written.shape[0].compute())
+            if before_commit is not None:
+                before_commit(written)
             self._swap(fs, tmp, root, opts["overwrite"])
         except BaseException:
             if fs.exists(tmp):
                 fs.rm(tmp, recursive=True)
             raise
-        import dask.dataframe as dd
-
-        return int(dd.read_parquet(self.output_name(opts)).shape[0].compute())
+        return rows
 
     def write_report(self, reports: list, path: str, overwrite: bool) -> None:
         from ..report import write_report

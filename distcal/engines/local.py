@@ -26,11 +26,24 @@ __all__ = ["Summary", "summarise", "LocalRanges", "open_ranges"]
 
 @dataclass
 class Summary:
-    store: TableStore
+    stores: dict[str, TableStore]  # one per value role ("score", "prob" or "prob:NAME")
     n_rows: int
     weight_total: float
     dropped_rows: int
     sum_wyy: float = float("nan")  # sum of w * y^2 (Brier score), when asked for
+
+    @property
+    def store(self) -> TableStore:
+        (only,) = self.stores.values()
+        return only
+
+    def close(self) -> None:
+        for st in self.stores.values():
+            st.close()
+
+
+def value_roles(columns: dict[str, str | None]) -> list[str]:
+    return [r for r in columns if r in ("score", "prob") or r.startswith("prob:")]
 
 
 def valid_batches(data: Any, columns: dict[str, str | None], *, on_invalid: str = "raise",
@@ -63,18 +76,20 @@ def valid_batches(data: Any, columns: dict[str, str | None], *, on_invalid: str 
 def summarise(data: Any, columns: dict[str, str | None], *, on_invalid: str = "raise",
               finite_scores: bool = False, memory_rows: int = 1 << 23,
               batch_rows: int = 1 << 22, chunk_rows: int = 1 << 24) -> Summary:
-    """Distinct-score table of the valid rows with weight > 0.
+    """Distinct-value tables of the valid rows with weight > 0, in one read.
 
-    ``columns`` maps roles to column names: "score" or "prob" (the value
-    ordered by), "label" or "loss" (summed as positives), "weight".
-    Validated batches are gathered up to ``chunk_rows`` rows and pooled in
-    one call (one sort beats merging many small tables); the pooled chunks
-    go to a :class:`TableStore`, which spills past ``memory_rows`` distinct
-    scores. With a "prob" column the sum of w y^2 is kept for the Brier score.
+    ``columns`` maps roles to column names: the values ordered by ("score",
+    "prob", or several "prob:NAME" to evaluate columns together), "label"
+    or "loss" (summed as positives), "weight". A row with a problem in any
+    column is invalid for all. Validated batches are gathered up to
+    ``chunk_rows`` rows and pooled in one call (one sort beats merging many
+    small tables); the pooled chunks go to a :class:`TableStore` per value
+    column, which spills past ``memory_rows`` distinct values. With
+    probability columns the sum of w y^2 is kept for the Brier score.
     """
-    score_role = "prob" if "prob" in columns else "score"
+    roles = value_roles(columns)
     label_role = "loss" if "loss" in columns else "label"
-    store = TableStore(memory_rows=memory_rows)
+    stores = {r: TableStore(memory_rows=memory_rows) for r in roles}
     n_rows, weight_total, sum_wyy = 0, 0.0, 0.0
     chunk: list[dict[str, np.ndarray]] = []
     chunk_len = 0
@@ -84,7 +99,8 @@ def summarise(data: Any, columns: dict[str, str | None], *, on_invalid: str = "r
         if chunk_len:
             cat = {k: np.concatenate([c[k] for c in chunk]) if len(chunk) > 1 else chunk[0][k]
                    for k in chunk[0]}
-            store.add(pool_ties(cat[score_role], cat[label_role], cat.get("weight")))
+            for r in roles:
+                stores[r].add(pool_ties(cat[r], cat[label_role], cat.get("weight")))
         chunk, chunk_len = [], 0
 
     gen = valid_batches(data, columns, on_invalid=on_invalid, finite_scores=finite_scores,
@@ -96,13 +112,13 @@ def summarise(data: Any, columns: dict[str, str | None], *, on_invalid: str = "r
             except StopIteration as stop:
                 checker = stop.value
                 break
-            k = arrays[score_role].shape[0]
+            k = arrays[roles[0]].shape[0]
             if not k:
                 continue
             w = arrays.get("weight")
             n_rows += k
             weight_total += float(w.sum()) if w is not None else k
-            if score_role == "prob":
+            if roles[0] != "score":
                 y = arrays[label_role]
                 sum_wyy += float(np.dot(y * w, y) if w is not None else np.dot(y, y))
             if chunk_len + k > chunk_rows:
@@ -111,36 +127,38 @@ def summarise(data: Any, columns: dict[str, str | None], *, on_invalid: str = "r
             chunk_len += k
         flush()
     except BaseException:
-        store.close()
+        for st in stores.values():
+            st.close()
         raise
     if n_rows == 0:
-        store.close()
+        for st in stores.values():
+            st.close()
         raise DataError(f"no rows with weight > 0 to use ({checker.rows_seen} rows read, "
                         f"{checker.rows_invalid} invalid)")
-    return Summary(store, n_rows, weight_total, checker.rows_invalid, sum_wyy)
+    return Summary(stores, n_rows, weight_total, checker.rows_invalid,
+                   sum_wyy if roles[0] != "score" else float("nan"))
 
 
 class LocalRanges:
-    """The ordered score ranges of a local input (see :data:`MapRanges`)."""
+    """The ordered ranges of one value column of a local input (see ``MapRanges``)."""
 
-    def __init__(self, data: Any, columns: dict[str, str | None], *, on_invalid: str,
-                 finite_scores: bool = False, **opts: Any):
+    def __init__(self, data: Any, columns: dict[str, str | None], summary: Summary,
+                 role: str, on_invalid: str):
         self.data, self.columns, self.on_invalid = data, columns, on_invalid
-        self.summary = summarise(data, columns, on_invalid=on_invalid,
-                                 finite_scores=finite_scores, **opts)
-        self.n_rows = self.summary.n_rows
-        self.weight_total = self.summary.weight_total
-        self.dropped_rows = self.summary.dropped_rows
-        self.sum_wyy = self.summary.sum_wyy
+        self.summary, self.role = summary, role
+        self.n_rows = summary.n_rows
+        self.weight_total = summary.weight_total
+        self.dropped_rows = summary.dropped_rows
+        self.sum_wyy = summary.sum_wyy
 
     def map(self, fn: Callable[[DistinctTable], Any]) -> list:
-        return [fn(t) for t in self.summary.store.ranges()]
+        return [fn(t) for t in self.summary.stores[self.role].ranges()]
 
     def spearman_rows(self) -> bool:
         return spearman_rows(self.data, self.columns, self.on_invalid)
 
     def close(self) -> None:
-        self.summary.store.close()
+        self.summary.stores[self.role].close()
 
     def __enter__(self) -> LocalRanges:
         return self
@@ -156,7 +174,18 @@ def open_ranges(data: Any, columns: dict[str, str | None], *, on_invalid: str = 
     ``passes`` (how often the caller will map) matters to cluster engines,
     which cache between passes; locally the summary is kept either way.
     """
-    return LocalRanges(data, columns, on_invalid=on_invalid, finite_scores=finite_scores, **opts)
+    summary = summarise(data, columns, on_invalid=on_invalid, finite_scores=finite_scores,
+                        **opts)
+    return LocalRanges(data, columns, summary, value_roles(columns)[0], on_invalid)
+
+
+def open_ranges_many(data: Any, columns: dict[str, str | None], *, on_invalid: str = "raise",
+                     **opts: Any) -> dict[str, LocalRanges]:
+    """One read of ``data`` for several "prob:NAME" columns: ranges per column."""
+    opts.pop("passes", None)
+    summary = summarise(data, columns, on_invalid=on_invalid, **opts)
+    return {r: LocalRanges(data, columns, summary, r, on_invalid)
+            for r in value_roles(columns)}
 
 
 def spearman_rows(data: Any, columns: dict[str, str | None], on_invalid: str) -> bool:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import UsageError
@@ -98,21 +98,27 @@ class SparkIO:
 
         return hadoop.fetch_dir(self.spark, path, load)
 
-    def apply(self, model: Any, opts: dict[str, Any]) -> int:
+    def apply(self, model: Any, opts: dict[str, Any],
+              before_commit: Callable[[Any], None] | None = None) -> int:
+        """Write the calibrated table aside; ``before_commit(new_df)``; then swap it in."""
         out = model.transform(self.read(opts), score_col=opts["score_col"],
                               output_col=opts["output_col"])
         if opts.get("output_table"):
-            self._write_table(out, opts["output_table"], opts["overwrite"])
-            return self.spark.table(opts["output_table"]).count()
+            return self._write_table(out, opts["output_table"], opts["overwrite"],
+                                     before_commit)
         target = self.output_name(opts)
         tmp = hadoop._sibling(target, "tmp")
         out.write.parquet(tmp)  # Spark's committer: complete or absent
         try:
+            written = self.spark.read.parquet(tmp)
+            rows = written.count()
+            if before_commit is not None:
+                before_commit(written)
             hadoop.swap_into_place(self.spark, tmp, target, opts["overwrite"])
         except BaseException:
             self._drop_path(tmp)
             raise
-        return self.spark.read.parquet(target).count()
+        return rows
 
     def _drop_path(self, uri: str) -> None:
         import shutil
@@ -122,12 +128,16 @@ class SparkIO:
         else:
             hadoop.HadoopFS(self.spark).delete(uri)
 
-    def _write_table(self, df: Any, table: str, overwrite: bool) -> None:
+    def _write_table(self, df: Any, table: str, overwrite: bool,
+                     before_commit: Callable[[Any], None] | None = None) -> int:
         """Write a new table aside, then swap names: readers never see half a table."""
         db, _, name = table.rpartition(".")
         tmp = f"{db + '.' if db else ''}_distcal_tmp_{name}_{uuid.uuid4().hex[:8]}"
         df.write.saveAsTable(tmp)
         try:
+            rows = self.spark.table(tmp).count()
+            if before_commit is not None:
+                before_commit(self.spark.table(tmp))
             if self.spark.catalog.tableExists(table):
                 if not overwrite:
                     raise UsageError(f"output '{table}' exists (pass --overwrite to replace it)")
@@ -140,6 +150,7 @@ class SparkIO:
         except BaseException:
             self.spark.sql(f"DROP TABLE IF EXISTS {tmp}")
             raise
+        return rows
 
     def write_report(self, reports: list, path: str, overwrite: bool) -> None:
         from ..report import write_report
