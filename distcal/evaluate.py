@@ -40,6 +40,9 @@ class EvaluationReport:
     confusion: dict[str, float]
     accuracy: float
     accuracy_interval: tuple[float, float]
+    precision: float = float("nan")
+    recall: float = float("nan")
+    f1: float = float("nan")
     confidence: float = 0.95
     bin_edges: list[float] = field(default_factory=list)
 
@@ -87,6 +90,13 @@ def report_from_ranges(ranges: Any, *, prob_col: str, n_bins: int = 10,
     hx, hy = m.roc_hull(roc["fpr"], roc["tpr"])
     conf = res["confusion"]
     correct = conf["tp"] + conf["tn"]
+    tp, fp, fn = conf["tp"], conf["fp"], conf["fn"]
+    precision = tp / (tp + fp) if tp + fp > 0 else math.nan
+    recall = tp / (tp + fn) if tp + fn > 0 else math.nan
+    f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn > 0 else math.nan
+    # Wilson interval of each bin's observed rate (weight as the count)
+    ci = np.array([m.wilson_interval(t * n, n, confidence) for t, n in zip(true, bw[full])])
+    ci = ci.reshape(-1, 2)
     return EvaluationReport(
         prob_col=prob_col, n_rows=n_rows, weight_total=w_total, dropped_rows=dropped_rows,
         brier=res["brier"], log_loss=res["log_loss"],
@@ -94,11 +104,13 @@ def report_from_ranges(ranges: Any, *, prob_col: str, n_bins: int = 10,
         auc=res["auc"], reliability=float(np.sum(share * gap * gap)),
         resolution=float(np.sum(share * (true - ybar) ** 2)), uncertainty=ybar * (1.0 - ybar),
         calibration_curve=pd.DataFrame({"prob_pred": pred, "prob_true": true,
-                                        "weight": bw[full]}),
+                                        "weight": bw[full], "ci_low": ci[:, 0],
+                                        "ci_high": ci[:, 1]}),
         roc=pd.DataFrame(roc), roc_hull=pd.DataFrame({"fpr": hx, "tpr": hy}),
         threshold=float(threshold), confusion=conf, accuracy=correct / w_total,
         accuracy_interval=m.wilson_interval(correct, w_total, confidence),
-        confidence=confidence, bin_edges=[float(e) for e in edges])
+        precision=precision, recall=recall, f1=f1, confidence=confidence,
+        bin_edges=[float(e) for e in edges])
 
 
 def evaluate(data: Any, prob_col: str = "prob", label_col: str = "label",

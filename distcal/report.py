@@ -9,14 +9,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .core.metrics import wilson_interval
 from .evaluate import EvaluationReport
 from .io import atomic_path
 
 __all__ = ["write_report"]
 
 _METRICS = ("n_rows", "weight_total", "brier", "log_loss", "ece", "mce", "auc", "reliability",
-            "resolution", "uncertainty", "accuracy")
+            "resolution", "uncertainty", "accuracy", "precision", "recall", "f1")
 
 
 def _plot_reliability(reports: list[EvaluationReport], path: Path) -> None:
@@ -30,10 +29,8 @@ def _plot_reliability(reports: list[EvaluationReport], path: Path) -> None:
     ax.plot([0, 1], [0, 1], ls="--", color="0.5", lw=1, label="perfectly calibrated")
     for r in reports:
         cc = r.calibration_curve
-        counts = cc["weight"].to_numpy()
-        lo, hi = np.array([wilson_interval(t * n, n, r.confidence)
-                           for t, n in zip(cc["prob_true"], counts)]).T.reshape(2, -1)
-        yerr = np.clip(np.vstack([cc["prob_true"] - lo, hi - cc["prob_true"]]), 0.0, None)
+        yerr = np.clip(np.vstack([cc["prob_true"] - cc["ci_low"],
+                                  cc["ci_high"] - cc["prob_true"]]), 0.0, None)
         ax.errorbar(cc["prob_pred"], cc["prob_true"], yerr=yerr, marker="o", ms=4, capsize=3,
                     label=f"{r.prob_col} (ECE {r.ece:.3f}, Brier {r.brier:.3f})")
         edges = np.asarray(r.bin_edges)

@@ -62,13 +62,25 @@ def table(tmp_path_factory):
     return d
 
 
-@pytest.mark.parametrize("name", ["fit_isotonic", "fit_sigmoid", "fit_histogram"])
-def test_fit_configs(name, table):
+@pytest.mark.parametrize("name,method", [
+    ("fit_isotonic", "isotonic"), ("fit_sigmoid", "sigmoid"), ("fit_histogram", "histogram"),
+    ("spark_job", "isotonic"),  # the same options as spark_calibrate.py takes
+])
+def test_fit_configs(name, method, table):
     r = subprocess.run([sys.executable, "-m", "distcal", "fit", "--config",
                         str(ROOT / "conf" / f"{name}.yaml"), "--input", str(table / "t.parquet"),
                         "--output", str(table / name)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert distcal.load(table / name).method == name.split("_")[1]
+    assert distcal.load(table / name).method == method
+
+
+def test_dask_job_config(table):
+    r = subprocess.run([sys.executable, str(ROOT / "jobs" / "dask_calibrate.py"), "fit",
+                        "--config", str(ROOT / "conf" / "dask_job.yaml"), "--input",
+                        str(table / "t.parquet"), "--output", str(table / "dask_conf")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert distcal.load(table / "dask_conf").params["increasing"] == "auto"
 
 
 def test_evaluate_and_threshold_configs(table):

@@ -186,3 +186,23 @@ def test_evaluate_many_is_evaluate_per_column_on_common_rows():
     assert dropped["raw"].n_rows == dropped["cal"].n_rows == 2998
     assert dropped["cal"].brier == pytest.approx(
         distcal.evaluate(df.iloc[2:], prob_col="cal").brier, rel=1e-12)
+
+
+def test_precision_recall_f1_and_bin_intervals():
+    from sklearn.metrics import f1_score, precision_score, recall_score
+
+    rng = np.random.default_rng(12)
+    p = rng.random(5000)
+    y = (rng.random(5000) < p).astype(int)
+    w = rng.uniform(0.5, 2, 5000)
+    rep = distcal.evaluate(pd.DataFrame({"prob": p, "label": y, "w": w}), weight_col="w",
+                           threshold=0.4)
+    pred = (p >= 0.4).astype(int)
+    assert rep.precision == pytest.approx(precision_score(y, pred, sample_weight=w), rel=1e-12)
+    assert rep.recall == pytest.approx(recall_score(y, pred, sample_weight=w), rel=1e-12)
+    assert rep.f1 == pytest.approx(f1_score(y, pred, sample_weight=w), rel=1e-12)
+    cc = rep.calibration_curve
+    for row in cc.itertuples():
+        assert (row.ci_low, row.ci_high) == pytest.approx(
+            wilson_interval(row.prob_true * row.weight, row.weight))
+        assert row.ci_low <= row.prob_true <= row.ci_high

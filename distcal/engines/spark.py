@@ -72,12 +72,21 @@ def _check_schema(df: Any, columns: dict[str, str]) -> dict[str, str]:
 
 
 def _prepared(df: Any, columns: dict[str, str], kinds: dict[str, str]) -> Any:
-    """One double column per role (null for null/text) and a text flag per text column."""
-    from pyspark.sql import functions as F
+    """One double column per role (null for null/text) and a text flag per text column.
 
+    Integer and boolean labels travel as 4-byte floats (exact for 0/1, and
+    any integer beyond that is outside [0, 1] either way): a quarter less to
+    shuffle and to hand to Python.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    fields = {f.name: f.dataType for f in df.schema.fields}
     cols = []
     for role, name in columns.items():
-        cols.append(F.expr(f"try_cast({_q(name)} AS DOUBLE)").alias(role))
+        small = role == "label" and isinstance(fields[name], (T.IntegralType, T.BooleanType))
+        cols.append(F.expr(f"try_cast({_q(name)} AS {'FLOAT' if small else 'DOUBLE'})")
+                    .alias(role))
         if kinds[role] == "text":
             cols.append(F.expr(f"{_q(name)} IS NOT NULL AND try_cast({_q(name)} AS DOUBLE) "
                                "IS NULL").alias(f"_text_{role}"))
