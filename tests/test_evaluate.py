@@ -109,6 +109,36 @@ def test_roc_steps_diagonally_across_ties():
     assert rep.auc == pytest.approx(roc_auc_score(df.label, df.prob))
 
 
+def monotone_chain_upper_hull(fpr, tpr):
+    """Andrew's monotone chain (upper hull), brute force oracle for the ROC hull."""
+    pts = sorted(set(zip([0.0, *fpr, 1.0], [0.0, *tpr, 1.0])))
+    hull = []
+    for x, y in pts:
+        while len(hull) >= 2:
+            (x1, y1), (x2, y2) = hull[-2], hull[-1]
+            if (x2 - x1) * (y - y1) - (y2 - y1) * (x - x1) >= 0:
+                hull.pop()
+            else:
+                break
+        hull.append((x, y))
+    return np.array(hull)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_roc_hull_equals_monotone_chain(seed):
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(5, 400))
+    p = np.round(rng.random(n), int(rng.integers(1, 3)))  # ties and collinear runs
+    y = (rng.random(n) < p).astype(int)
+    if y.min() == y.max():
+        y[0] = 1 - y[0]
+    w = rng.choice([0.5, 1.0, 2.0], n)
+    rep = distcal.evaluate(pd.DataFrame({"prob": p, "label": y, "w": w}), weight_col="w")
+    expect = monotone_chain_upper_hull(rep.roc["fpr"].to_numpy(), rep.roc["tpr"].to_numpy())
+    got = rep.roc_hull[["fpr", "tpr"]].to_numpy()
+    np.testing.assert_allclose(got, expect, atol=1e-12)
+
+
 def test_roc_hull_is_convex_and_dominates():
     rng = np.random.default_rng(7)
     p = rng.random(500)

@@ -73,7 +73,7 @@ def combine_partials(parts: list[dict[str, Any]], sum_wyy: float) -> dict[str, A
         "weight": w, "positives": pos, "brier": (sum(q["brier"] for q in parts) + sum_wyy) / w,
         "log_loss": -sum(q["log"] for q in parts) / w,
         "auc": pairs / (pos * neg) if pos > 0 and neg > 0 else math.nan,
-        "bins": bins, "roc": roc_points(score, ys, ns),
+        "bins": bins, "roc": roc_points(score, ys, ns), "roc_pos": ys, "roc_neg": ns,
         "confusion": {"tp": tp, "fp": fp, "tn": neg - fp, "fn": pos - tp},
     }
 
@@ -92,23 +92,34 @@ def roc_points(score: np.ndarray, pos: np.ndarray, neg: np.ndarray) -> dict[str,
     return {"fpr": fpr, "tpr": tpr, "threshold": np.concatenate(([np.inf], score[::-1]))}
 
 
-def roc_hull(fpr: np.ndarray, tpr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Vertices of the ROC convex hull from (0, 0) to (1, 1) (upper hull, monotone chain)."""
-    pts = np.unique(np.column_stack([np.concatenate(([0.0], fpr, [1.0])),
-                                     np.concatenate(([0.0], tpr, [1.0]))]), axis=0)
-    pts = pts[~np.isnan(pts).any(axis=1)]
-    hull: list[tuple[float, float]] = []
-    for x, y in pts:  # ascending x, then y
-        while len(hull) >= 2:
-            (x1, y1), (x2, y2) = hull[-2], hull[-1]
-            # drop the middle point unless it is a strict left turn (above the chord)
-            if (x2 - x1) * (y - y1) - (y2 - y1) * (x - x1) >= 0:
-                hull.pop()
-            else:
-                break
-        hull.append((float(x), float(y)))
-    h = np.array(hull)
-    return h[:, 0], h[:, 1]
+def roc_hull(pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Vertices of the ROC convex hull, from (0, 0) to (1, 1).
+
+    ``pos``, ``neg``: positive and negative weight per distinct probability,
+    ascending. The upper hull's segments are exactly the blocks of the
+    isotonic regression of the label on the probability (Fawcett &
+    Niculescu-Mizil, "PAV and the ROC convex hull", 2007): a block's slope
+    is its positive rate, and PAV makes rates decrease from the top score
+    down, which is convexity. So the hull is one O(n) PAV (scipy) and the
+    cumulative sums at block boundaries, read from the highest score;
+    collinear points fall inside merged blocks.
+    """
+    from scipy.optimize import isotonic_regression
+
+    w = pos + neg
+    p_total, n_total = float(pos.sum()), float(neg.sum())
+    if p_total <= 0.0 or n_total <= 0.0 or w.shape[0] == 0:
+        return np.array([0.0, 1.0]), np.array([0.0, 1.0])
+    res = isotonic_regression(pos / w, weights=w, increasing=True)
+    starts = np.asarray(res.blocks[:-1], dtype=np.intp)
+    bp = np.add.reduceat(pos, starts)[::-1]
+    bn = np.add.reduceat(neg, starts)[::-1]
+    rate = (bp / (bp + bn))
+    # equal rates in neighbouring blocks are one segment
+    keep = np.concatenate((rate[1:] != rate[:-1], [True]))
+    tp = np.concatenate(([0.0], np.cumsum(bp)[keep]))
+    fp = np.concatenate(([0.0], np.cumsum(bn)[keep]))
+    return fp / n_total, tp / p_total
 
 
 def wilson_interval(successes: float, n: float, confidence: float = 0.95) -> tuple[float, float]:

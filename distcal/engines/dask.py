@@ -32,7 +32,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..core.distinct import DistinctTable, merge_tables, pool_ties
+from ..core.distinct import DistinctTable, merge_tables
+from ..core.partition import pool_valid_rows
 from ..core.validate import RowChecker
 from ..errors import DataError
 from ..io import ColumnSource
@@ -48,26 +49,8 @@ def _check_schema(ddf: Any, columns: dict[str, str]) -> None:
 def _pool_partition(pdf: pd.DataFrame, columns: dict[str, str],
                     finite_scores: bool) -> tuple[DistinctTable, dict]:
     """Validate one partition and pool it into a sorted run, with its counts."""
-    score_role = "prob" if "prob" in columns else "score"
-    label_role = "loss" if "loss" in columns else "label"
-    source = ColumnSource(pdf, columns)
-    checker = RowChecker(dict(columns), finite_scores=finite_scores)
-    arrays, text = next(source.batches())
-    ok = checker.check(arrays, text)
-    if ok is not None:
-        arrays = {k: v[ok] for k, v in arrays.items()}
-    w = arrays.get("weight")
-    if w is not None:
-        keep = w > 0
-        arrays = {k: v[keep] for k, v in arrays.items()}
-        w = arrays["weight"]
-    s, y = arrays[score_role], arrays[label_role]
-    stats = {"problems": checker.problems, "rows": checker.rows_seen,
-             "invalid": checker.rows_invalid, "n_rows": int(s.shape[0]),
-             "weight_total": float(w.sum()) if w is not None else float(s.shape[0]),
-             "sum_wyy": float(np.dot(y * w, y) if w is not None else np.dot(y, y))
-             if score_role == "prob" else 0.0}
-    return pool_ties(s, y, w), stats
+    arrays, text = next(ColumnSource(pdf, columns).batches())
+    return pool_valid_rows(arrays, text, columns, finite_scores)
 
 
 def _run_of(pair: tuple[DistinctTable, dict]) -> DistinctTable:

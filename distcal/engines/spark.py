@@ -35,7 +35,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..core.distinct import DistinctTable, estimate_distinct, pool_ties
+from ..core.distinct import DistinctTable, estimate_distinct
+from ..core.partition import pool_valid_rows
 from ..core.validate import RowChecker, rules
 from ..errors import DataError
 
@@ -151,8 +152,6 @@ def _combined(prepared: Any, columns: dict[str, str], kinds: dict[str, str],
 def _run_partition(fn: Callable[[DistinctTable], Any], mode: str, columns: dict[str, str],
                    finite_scores: bool, problem_keys: list) -> Callable:
     """The function each range partition runs (shipped to executors by cloudpickle)."""
-    score_role = "prob" if "prob" in columns else "score"
-    label_role = "loss" if "loss" in columns else "label"
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -181,24 +180,9 @@ def _run_partition(fn: Callable[[DistinctTable], Any], mode: str, columns: dict[
             arrays[role] = data.column(role).to_numpy(zero_copy_only=False).astype(np.float64)
             if f"_text_{role}" in data.column_names:
                 text[role] = data.column(f"_text_{role}").to_numpy(zero_copy_only=False)
-        checker = RowChecker(dict(columns), finite_scores=finite_scores)
-        ok = checker.check(arrays, text)
-        stats["problems"].update(checker.problems)
-        stats["rows"] = checker.rows_seen
-        stats["invalid"] = checker.rows_invalid
-        if ok is not None:
-            arrays = {k: v[ok] for k, v in arrays.items()}
-        w = arrays.get("weight")
-        if w is not None:
-            keep = w > 0
-            arrays = {k: v[keep] for k, v in arrays.items()}
-            w = arrays["weight"]
-        s, y = arrays[score_role], arrays[label_role]
-        stats["n_rows"] = int(s.shape[0])
-        stats["weight_total"] = float(w.sum()) if w is not None else float(s.shape[0])
-        if score_role == "prob":
-            stats["sum_wyy"] = float(np.dot(y * w, y) if w is not None else np.dot(y, y))
-        return pool_ties(s, y, w)
+        table, counts = pool_valid_rows(arrays, text, columns, finite_scores)
+        stats.update(counts)
+        return table
 
     def _combined_table(data: pa.Table, stats: dict) -> DistinctTable:
         col = {name: data.column(name).to_numpy(zero_copy_only=False) for name in
