@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -238,18 +237,10 @@ def cmd_threshold(opts: dict[str, Any], io: Any) -> dict[str, Any]:
                                     cost_fp=opts["cost_fp"], cost_fn=opts["cost_fn"],
                                     loss_col=opts["loss_col"], engine=io.engine,
                                     on_invalid=opts["on_invalid"])
-    return {k: _json_number(v) for k, v in (("threshold", res.threshold), ("cost", res.cost),
-                                            ("tp", res.tp), ("fp", res.fp), ("tn", res.tn),
-                                            ("fn", res.fn),
-                                            ("n_positive_predicted", res.n_positive_predicted))}
-
-
-def _json_number(v: float) -> Any:
-    if isinstance(v, float) and math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    if isinstance(v, float) and math.isnan(v):
-        return None
-    return v
+    # +inf (predict nothing positive) prints as JSON's customary Infinity, which
+    # Python's json, JavaScript and pandas read back as a number.
+    return {"threshold": res.threshold, "cost": res.cost, "tp": res.tp, "fp": res.fp,
+            "tn": res.tn, "fn": res.fn, "n_positive_predicted": res.n_positive_predicted}
 
 
 COMMANDS = {"fit": cmd_fit, "apply": cmd_apply, "evaluate": cmd_evaluate,

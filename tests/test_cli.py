@@ -187,3 +187,12 @@ def test_apply_writes_before_after_report(scores_path, tmp_path):
             tmp_path / "o2.parquet", "--report", tmp_path / "rep2")
     assert r.returncode == 2 and "column 'label': 1 row is outside [0, 1]" in r.stderr
     assert not (tmp_path / "o2.parquet").exists() and not (tmp_path / "rep2").exists()
+
+
+def test_threshold_json_with_nothing_positive(tmp_path):
+    path = tmp_path / "neg.parquet"
+    pq.write_table(pa.table({"score": [0.1, 0.5, 0.9], "label": [0, 0, 0]}), path)
+    r = run("threshold", "--input", path)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert res["threshold"] == float("inf") and res["cost"] == 0 and res["tn"] == 3

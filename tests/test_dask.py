@@ -157,3 +157,31 @@ def test_killed_worker_still_gives_the_exact_model():
         assert not t.is_alive()
         assert victim not in c.run(os.getpid).values()  # the nanny started a new process
     assert result["model"] == distcal.fit(df, weight_col="w")
+
+
+def test_fit_and_threshold_and_evaluate_many(client):
+    df = make_scores(20_000, seed=15, weights=True)
+    model, res = distcal.fit_and_threshold(ddf_of(df, 4), weight_col="w", cost_fn=4)
+    assert model == distcal.fit(df, weight_col="w")
+    assert res.threshold == distcal.optimal_threshold(df, weight_col="w", cost_fn=4).threshold
+    rng = np.random.default_rng(16)
+    p = rng.random(4000)
+    two = pd.DataFrame({"raw": p, "cal": np.sqrt(p),
+                        "label": (rng.random(4000) < p).astype(int)})
+    two.loc[0, "cal"] = np.nan
+    a = distcal.evaluate_many(ddf_of(two, 3), ["raw", "cal"], on_invalid="drop")
+    b = distcal.evaluate_many(two, ["raw", "cal"], on_invalid="drop")
+    for c in ("raw", "cal"):
+        assert a[c].n_rows == b[c].n_rows == 3999 and a[c].dropped_rows == 1
+        assert a[c].auc == pytest.approx(b[c].auc, rel=1e-9)
+    with pytest.raises(distcal.DataError) as remote:
+        distcal.evaluate_many(ddf_of(two, 3), ["raw", "cal"])
+    with pytest.raises(distcal.DataError) as local:
+        distcal.evaluate_many(two, ["raw", "cal"])
+    assert str(remote.value) == str(local.value)
+
+
+def test_forced_engine_on_local_data(client):
+    df = make_scores(5000, seed=19)
+    assert distcal.fit(df, engine="dask") == distcal.fit(df)
+    assert distcal.optimal_threshold(df, engine="dask") == distcal.optimal_threshold(df)

@@ -236,3 +236,41 @@ def test_calibrator_params(spark):
     assert sig.transform(sdf).columns == ["score", "label", "q"]
     auto = Calibrator(increasing="auto", yMin=0.05).fit(sdf)
     assert auto.model.params["increasing_"] is True and auto.model.blocks.prob.min() >= 0.05
+
+
+def test_fit_and_threshold_one_pass(spark):
+    df = make_scores(20_000, seed=13, weights=True)
+    sdf, _ = both(spark, df, 6)
+    model, res = distcal.fit_and_threshold(sdf, weight_col="w", cost_fn=4)
+    assert model == distcal.fit(df, weight_col="w")
+    alone = distcal.optimal_threshold(df, weight_col="w", cost_fn=4)
+    assert res.threshold == alone.threshold and res.cost == pytest.approx(alone.cost, rel=1e-9)
+
+
+def test_evaluate_many(spark):
+    rng = np.random.default_rng(14)
+    p = rng.random(4000)
+    df = pd.DataFrame({"raw": p, "cal": np.sqrt(p), "label": (rng.random(4000) < p).astype(int)})
+    df.loc[0, "raw"] = 2.0  # invalid in one column: dropped for both
+    a = distcal.evaluate_many(spark.createDataFrame(df), ["raw", "cal"], on_invalid="drop")
+    b = distcal.evaluate_many(df, ["raw", "cal"], on_invalid="drop")
+    for c in ("raw", "cal"):
+        assert a[c].n_rows == b[c].n_rows == 3999 and a[c].dropped_rows == 1
+        assert a[c].brier == pytest.approx(b[c].brier, rel=1e-9)
+    with pytest.raises(distcal.DataError) as remote:
+        distcal.evaluate_many(spark.createDataFrame(df), ["raw", "cal"])
+    with pytest.raises(distcal.DataError) as local:
+        distcal.evaluate_many(df, ["raw", "cal"])
+    assert str(remote.value) == str(local.value)
+
+
+def test_forced_engine_on_local_data(spark, tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    df = make_scores(5000, seed=18)
+    assert distcal.fit(df, engine="spark") == distcal.fit(df)
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp_path / "s.parquet")
+    assert distcal.fit(str(tmp_path / "s.parquet"), engine="spark") == distcal.fit(df)
+    with pytest.raises(TypeError, match="collect"):
+        distcal.fit(spark.createDataFrame(df), engine="local")

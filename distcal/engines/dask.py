@@ -182,8 +182,28 @@ def _workers_threads() -> int:
         return os.cpu_count() or 2
 
 
+def as_dask(data: Any, npartitions: int | None = None) -> Any:
+    """A Dask DataFrame for ``data`` (engine="dask" forced on local data)."""
+    import dask.dataframe as dd
+
+    from ..engines import engine_of
+    from ..io import is_path
+
+    if engine_of(data) == "dask":
+        return data
+    if is_path(data):
+        return dd.read_parquet(str(data))
+    import pyarrow as pa
+
+    if isinstance(data, pa.Table):
+        data = data.to_pandas()
+    if isinstance(data, pd.DataFrame):
+        return dd.from_pandas(data, npartitions=npartitions or max(1, _workers_threads()))
+    raise TypeError(f"the dask engine cannot read data of type {type(data).__name__}")
+
+
 def open_ranges(data: Any, columns: dict[str, str | None], **opts: Any) -> DaskRanges:
-    return DaskRanges(data, columns, **opts)
+    return DaskRanges(as_dask(data), columns, **opts)
 
 
 def _valid_rows(pdf: pd.DataFrame, columns: dict[str, str]) -> tuple[pd.DataFrame, dict]:
@@ -207,6 +227,7 @@ def evaluate_many(ddf: Any, columns: dict[str, str | None], prob_cols: list[str]
     from dask import delayed
 
     cols = {r: c for r, c in columns.items() if c is not None}
+    ddf = as_dask(ddf)
     _check_schema(ddf, cols)
     names = list(dict.fromkeys(cols.values()))
     parts = [delayed(_valid_rows, nout=2)(p, cols)

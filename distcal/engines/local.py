@@ -167,6 +167,14 @@ class LocalRanges:
         self.close()
 
 
+def _refuse_cluster_frames(data: Any) -> None:
+    from . import engine_of
+
+    if engine_of(data) != "local":
+        raise TypeError(f"engine='local' would collect a {engine_of(data)} DataFrame's rows to "
+                        "this process; use engine='auto' (or the frame's own engine)")
+
+
 def open_ranges(data: Any, columns: dict[str, str | None], *, on_invalid: str = "raise",
                 finite_scores: bool = False, passes: int = 1, **opts: Any) -> LocalRanges:
     """Validate and summarise ``data``; the result maps functions over score ranges.
@@ -174,6 +182,7 @@ def open_ranges(data: Any, columns: dict[str, str | None], *, on_invalid: str = 
     ``passes`` (how often the caller will map) matters to cluster engines,
     which cache between passes; locally the summary is kept either way.
     """
+    _refuse_cluster_frames(data)
     summary = summarise(data, columns, on_invalid=on_invalid, finite_scores=finite_scores,
                         **opts)
     return LocalRanges(data, columns, summary, value_roles(columns)[0], on_invalid)
@@ -182,6 +191,7 @@ def open_ranges(data: Any, columns: dict[str, str | None], *, on_invalid: str = 
 def open_ranges_many(data: Any, columns: dict[str, str | None], *, on_invalid: str = "raise",
                      **opts: Any) -> dict[str, LocalRanges]:
     """One read of ``data`` for several "prob:NAME" columns: ranges per column."""
+    _refuse_cluster_frames(data)
     opts.pop("passes", None)
     summary = summarise(data, columns, on_invalid=on_invalid, **opts)
     return {r: LocalRanges(data, columns, summary, r, on_invalid)

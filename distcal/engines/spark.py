@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 
 from ..core.distinct import DistinctTable, estimate_distinct
@@ -352,8 +353,31 @@ def _default_ranges(df: Any) -> int:
         return 8
 
 
+def as_spark(data: Any) -> Any:
+    """A Spark DataFrame for ``data`` (engine="spark" forced on local data).
+
+    Paths are read by the active session (so any Hadoop-compatible path
+    works); pandas and Arrow tables are handed to it.
+    """
+    from ..engines import engine_of
+    from ..io import is_path
+
+    if engine_of(data) == "spark":
+        return data
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+    if is_path(data):
+        return spark.read.parquet(str(data))
+    if isinstance(data, pa.Table):
+        data = data.to_pandas()
+    if isinstance(data, pd.DataFrame):
+        return spark.createDataFrame(data)
+    raise TypeError(f"the spark engine cannot read data of type {type(data).__name__}")
+
+
 def open_ranges(data: Any, columns: dict[str, str | None], **opts: Any) -> SparkRanges:
-    return SparkRanges(data, columns, **opts)
+    return SparkRanges(as_spark(data), columns, **opts)
 
 
 def evaluate_many(df: Any, columns: dict[str, str | None], prob_cols: list[str], *,
@@ -367,6 +391,7 @@ def evaluate_many(df: Any, columns: dict[str, str | None], prob_cols: list[str],
     from pyspark.sql import functions as F
 
     cols = {r: c for r, c in columns.items() if c is not None}
+    df = as_spark(df)
     kinds = _check_schema(df, cols)
     prepared = _prepared(df, cols, kinds)
     flags = _problem_flags(cols, kinds, False)
