@@ -9,14 +9,16 @@ the sum of w y^2 that the Brier score needs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ..errors import DataError
 from .distinct import DistinctTable, pool_ties
 from .validate import RowChecker
 
-__all__ = ["pool_valid_rows"]
+__all__ = ["pool_valid_rows", "PartitionTotals", "add_up"]
 
 
 def pool_valid_rows(arrays: dict[str, np.ndarray], text: dict[str, np.ndarray],
@@ -41,3 +43,34 @@ def pool_valid_rows(arrays: dict[str, np.ndarray], text: dict[str, np.ndarray],
              "sum_wyy": (float(np.dot(y * w, y) if w is not None else np.dot(y, y))
                          if value_role == "prob" else 0.0)}
     return pool_ties(s, y, w), stats
+
+
+@dataclass(frozen=True)
+class PartitionTotals:
+    n_rows: int
+    weight_total: float
+    dropped_rows: int
+    sum_wyy: float
+
+
+def add_up(stats: list[dict[str, Any]], columns: dict[str, str], *, on_invalid: str,
+           finite_scores: bool = False) -> PartitionTotals:
+    """The partitions' counts added up; raises the input's ``DataError`` if any.
+
+    The message is the local engine's (same rules, same order), and an
+    input with no usable row is a ``DataError`` too.
+    """
+    checker = RowChecker(dict(columns), finite_scores=finite_scores)
+    for st in stats:
+        checker.problems.update(st["problems"])
+        checker.rows_seen += st["rows"]
+        checker.rows_invalid += st["invalid"]
+    checker.raise_if_invalid(on_invalid)
+    n_rows = sum(st["n_rows"] for st in stats)
+    if n_rows == 0:
+        raise DataError(f"no rows with weight > 0 to use ({checker.rows_seen} rows read, "
+                        f"{checker.rows_invalid} invalid)")
+    prob = "prob" in columns
+    return PartitionTotals(n_rows, float(sum(st["weight_total"] for st in stats)),
+                           checker.rows_invalid,
+                           float(sum(st["sum_wyy"] for st in stats)) if prob else float("nan"))

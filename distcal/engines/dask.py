@@ -25,7 +25,6 @@ combine, so cutting them directly avoids a second sort and a quantile pass
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.distinct import DistinctTable, merge_tables
-from ..core.partition import pool_valid_rows
+from ..core.partition import add_up, pool_valid_rows
 from ..core.validate import RowChecker
 from ..errors import DataError
 from ..io import ColumnSource
@@ -123,22 +122,10 @@ class DaskRanges:
         del pooled  # the ranges hold everything now; lineage stays with the scheduler
 
     def _check(self, stats: list[dict]) -> None:
-        checker = RowChecker(self.columns, finite_scores=self.finite_scores)
-        problems: Counter = Counter()
-        for st in stats:
-            problems.update(st["problems"])
-            checker.rows_seen += st["rows"]
-            checker.rows_invalid += st["invalid"]
-        checker.problems = problems
-        checker.raise_if_invalid(self.on_invalid)
-        self.n_rows = sum(st["n_rows"] for st in stats)
-        if self.n_rows == 0:
-            raise DataError(f"no rows with weight > 0 to use ({checker.rows_seen} rows read, "
-                            f"{checker.rows_invalid} invalid)")
-        self.weight_total = float(sum(st["weight_total"] for st in stats))
-        self.dropped_rows = checker.rows_invalid
-        self.sum_wyy = (float(sum(st["sum_wyy"] for st in stats)) if "prob" in self.columns
-                        else float("nan"))
+        totals = add_up(stats, self.columns, on_invalid=self.on_invalid,
+                        finite_scores=self.finite_scores)
+        self.n_rows, self.weight_total = totals.n_rows, totals.weight_total
+        self.dropped_rows, self.sum_wyy = totals.dropped_rows, totals.sum_wyy
 
     def map(self, fn: Callable[[DistinctTable], Any]) -> list:
         import dask

@@ -27,7 +27,6 @@ partitioned rows persisted between passes.
 from __future__ import annotations
 
 import pickle
-import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -37,7 +36,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..core.distinct import DistinctTable, estimate_distinct
-from ..core.partition import pool_valid_rows
+from ..core.partition import add_up, pool_valid_rows
 from ..core.validate import RowChecker, rules
 from ..errors import DataError
 
@@ -276,20 +275,10 @@ class SparkRanges:
         return [p["result"] for p in parts if not p["empty"]]
 
     def _check(self, stats: list[dict]) -> None:
-        checker = RowChecker(self.columns, finite_scores=self.finite_scores)
-        for st in stats:
-            checker.problems.update(st["problems"])
-            checker.rows_seen += st["rows"]
-            checker.rows_invalid += st["invalid"]
-        checker.raise_if_invalid(self.on_invalid)
-        self.n_rows = sum(st["n_rows"] for st in stats)
-        if self.n_rows == 0:
-            raise DataError(f"no rows with weight > 0 to use ({checker.rows_seen} rows read, "
-                            f"{checker.rows_invalid} invalid)")
-        self.weight_total = float(sum(st["weight_total"] for st in stats))
-        self.dropped_rows = checker.rows_invalid
-        if self.score_role == "prob":
-            self.sum_wyy = float(sum(st["sum_wyy"] for st in stats))
+        totals = add_up(stats, self.columns, on_invalid=self.on_invalid,
+                        finite_scores=self.finite_scores)
+        self.n_rows, self.weight_total = totals.n_rows, totals.weight_total
+        self.dropped_rows, self.sum_wyy = totals.dropped_rows, totals.sum_wyy
         self.checked = True
 
     def spearman_rows(self) -> bool:
@@ -554,8 +543,3 @@ def _transform_by_table(model: Any, df: Any, s: Any, keep: list, output_col: str
             p = F.when(sv == float("inf"), F.lit(float(blocks.prob[-1]))).otherwise(p)
     p = F.when(sv.isNull(), F.lit(None).cast("double")).when(F.isnan(sv), nan).otherwise(p)
     return bucketed.select(*keep, p.alias(output_col))
-
-
-def session_python() -> str:
-    """The interpreter executors should run: this one (same distcal, numpy, scipy)."""
-    return sys.executable
