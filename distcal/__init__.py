@@ -8,7 +8,7 @@
 from . import metrics
 from .api import fit, fit_and_threshold
 from .errors import DataError, ModelError
-from .evaluate import EvaluationReport, evaluate, evaluate_many
+from .evaluation import EvaluationReport, evaluate, evaluate_many
 from .model import CalibrationModel, load
 from .threshold import ThresholdResult, ThresholdTracker, optimal_threshold
 

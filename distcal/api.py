@@ -1,86 +1,90 @@
-"""``distcal.fit``: one entry point for every method and engine."""
+"""``distcal.fit`` and ``distcal.fit_and_threshold``: every method on every engine."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from . import params as checks
 from .core.histogram import fit_histogram
 from .core.isotonic import fit_isotonic
+from .core.ranges import MapRanges
 from .core.sigmoid import fit_sigmoid
-from .core.validate import check_on_invalid
-from .engines import get_engine, resolve_engine
+from .core.threshold import EMPTY, loss_per_score, merge_segments, summarise_segment
+from .defaults import DEFAULTS
+from .engines import Ranges, get_engine, resolve_engine
+from .logs import log, phase
 from .model import CalibrationModel
+from .params import check_finite, check_on_invalid, split_engine_options
+from .threshold import ThresholdResult, result_from_segment
 
-__all__ = ["fit"]
-
-_METHOD_PARAMS = {
-    "isotonic": {"increasing": True, "interpolation": "linear", "y_min": None, "y_max": None},
-    "sigmoid": {},
-    "histogram": {"n_bins": 10, "strategy": "uniform"},
-}
-_ALL_METHOD_PARAMS = {k for p in _METHOD_PARAMS.values() for k in p}
+__all__ = ["fit", "fit_and_threshold"]
 
 
-def _method_params(method: str, given: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
-    if method not in _METHOD_PARAMS:
-        raise ValueError(f"method must be one of {tuple(_METHOD_PARAMS)}, got {method!r}")
-    # Everything else is for the engine (e.g. memory_rows locally, n_ranges on
-    # Spark), which rejects what it does not know.
-    engine_opts = {k: given.pop(k) for k in list(given) if k not in _ALL_METHOD_PARAMS}
-    unknown = set(given) - set(_METHOD_PARAMS[method])
-    if unknown:
-        raise TypeError(f"unknown parameter(s) for method {method!r}: {sorted(unknown)}")
-    params = {**_METHOD_PARAMS[method], **given}
-    if method == "isotonic":
-        if params["increasing"] not in (True, False, "auto"):
-            raise ValueError("increasing must be True, False or 'auto'")
-        if params["interpolation"] not in ("linear", "step"):
-            raise ValueError("interpolation must be 'linear' or 'step'")
-        for k in ("y_min", "y_max"):
-            if params[k] is not None:
-                params[k] = float(params[k])
-        if (params["y_min"] is not None and params["y_max"] is not None
-                and params["y_min"] > params["y_max"]):
-            raise ValueError("y_min must not exceed y_max")
-    if method == "histogram":
-        if params["strategy"] not in ("uniform", "quantile"):
-            raise ValueError("strategy must be 'uniform' or 'quantile'")
-        n_bins = params["n_bins"]
-        if isinstance(n_bins, bool) or not isinstance(n_bins, int) or n_bins < 1:
-            raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
-    return params, engine_opts
-
-
-def fit(data: Any, method: str = "isotonic", score_col: str = "score", label_col: str = "label",
-        weight_col: str | None = None, engine: str = "auto", on_invalid: str = "raise",
+def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.score_col,
+        label_col: str = DEFAULTS.label_col, weight_col: str | None = DEFAULTS.weight_col,
+        engine: str = DEFAULTS.engine, on_invalid: str = DEFAULTS.on_invalid,
         **method_params: Any) -> CalibrationModel:
     """Fit a calibration map of ``label`` on ``score``.
 
-    ``data``: pandas DataFrame, pyarrow Table, Parquet path, Spark or Dask
-    DataFrame. ``method``: "isotonic" (``increasing``, ``interpolation``,
-    ``y_min``, ``y_max``), "sigmoid" or "histogram" (``n_bins``,
-    ``strategy``). Bad rows raise :class:`~distcal.DataError` unless
-    ``on_invalid="drop"``. See API.md for the exact contract.
+    Parameters
+    ----------
+    data : pandas.DataFrame, pyarrow.Table, str or path, Spark or Dask DataFrame
+        The rows; a path names a Parquet file or dataset directory.
+    method : {"isotonic", "sigmoid", "histogram"}
+        Isotonic regression (Pool Adjacent Violators, parameters
+        ``increasing=True|False|"auto"``, ``interpolation="linear"|"step"``,
+        ``y_min``, ``y_max``), Platt's sigmoid, or histogram binning
+        (``n_bins=10``, ``strategy="uniform"|"quantile"``).
+    score_col, label_col, weight_col : str
+        Column names; labels are 0/1 or rates in [0, 1]; weights finite and
+        >= 0 (None: all 1).
+    engine : {"auto", "local", "spark", "dask"}
+        "auto" picks the engine from the type of ``data``.
+    on_invalid : {"raise", "drop"}
+        Bad rows raise :class:`~distcal.DataError`, or are dropped and
+        counted in ``model.dropped_rows``.
+    **method_params
+        The method's parameters above, and engine options (local:
+        ``memory_rows``, ``batch_rows``; Spark: ``n_ranges``, ``combine``;
+        Dask: ``n_ranges``).
 
-    Example::
+    Returns
+    -------
+    CalibrationModel
 
-        >>> import pandas as pd, distcal
-        >>> df = pd.DataFrame({"score": [.1, .3, .5, .7, .9], "label": [0, 1, 0, 1, 1]})
-        >>> distcal.fit(df, interpolation="step").mapping()
-        [(0.7, 1.0), (0.3, 0.5), (0.1, 0.0)]
+    Raises
+    ------
+    DataError
+        Bad rows, missing columns, wrong column types, or no row with weight > 0.
+    ValueError
+        A bad parameter value (before any data is read).
+    TypeError
+        An unknown keyword argument.
+
+    Examples
+    --------
+    >>> import pandas as pd, distcal
+    >>> df = pd.DataFrame({"score": [.1, .3, .5, .7, .9], "label": [0, 1, 0, 1, 1]})
+    >>> distcal.fit(df, interpolation="step").mapping()
+    [(0.7, 1.0), (0.3, 0.5), (0.1, 0.0)]
+    >>> distcal.fit(df, method="histogram", n_bins=2).predict([0.2, 0.8])
+    array([0.33333333, 1.        ])
     """
     check_on_invalid(on_invalid)
-    params, engine_opts = _method_params(method, dict(method_params))
+    name = resolve_engine(data, engine)
+    impl = get_engine(name)
+    given, engine_opts = split_engine_options("fit", method, method_params, impl.options)
+    params = checks.method_params(method, given)
     columns = {"score": score_col, "label": label_col, "weight": weight_col}
-    engine_impl = get_engine(resolve_engine(data, engine))
-    with engine_impl.open_ranges(data, columns, on_invalid=on_invalid,
-                                 finite_scores=method in ("sigmoid", "histogram"),
-                                 passes=1 if method == "isotonic" else 3,
-                                 **engine_opts) as ranges:
-        return _fit_on_ranges(ranges, ranges.map, method, params, columns)
+    log.info("fit: method %s on the %s engine", method, name)
+    with impl.open_ranges(data, columns, on_invalid=on_invalid,
+                          finite_scores=method in ("sigmoid", "histogram"),
+                          passes=1 if method == "isotonic" else 3, **engine_opts) as ranges:
+        with phase("fit: %s", method):
+            return _fit_on_ranges(ranges, ranges.map, method, params, columns)
 
 
-def _fit_on_ranges(ranges: Any, map_ranges: Any, method: str, params: dict[str, Any],
+def _fit_on_ranges(ranges: Ranges, map_ranges: MapRanges, method: str, params: dict[str, Any],
                    columns: dict[str, str | None]) -> CalibrationModel:
     blocks = None
     if method == "isotonic":
@@ -98,38 +102,57 @@ def _fit_on_ranges(ranges: Any, map_ranges: Any, method: str, params: dict[str, 
                             dropped_rows=ranges.dropped_rows, columns=columns)
 
 
-def fit_and_threshold(data: Any, method: str = "isotonic", score_col: str = "score",
-                      label_col: str = "label", weight_col: str | None = None,
-                      cost_fp: float = 1.0, cost_fn: float = 1.0, engine: str = "auto",
-                      on_invalid: str = "raise", **method_params: Any) -> tuple[Any, Any]:
+def fit_and_threshold(data: Any, method: str = DEFAULTS.method,
+                      score_col: str = DEFAULTS.score_col, label_col: str = DEFAULTS.label_col,
+                      weight_col: str | None = DEFAULTS.weight_col,
+                      cost_fp: float = DEFAULTS.cost_fp, cost_fn: float = DEFAULTS.cost_fn,
+                      engine: str = DEFAULTS.engine, on_invalid: str = DEFAULTS.on_invalid,
+                      **method_params: Any) -> tuple[CalibrationModel, ThresholdResult]:
     """A calibration map and the cost-optimal threshold on the scores, from one shuffle.
 
-    Returns ``(model, threshold_result)``, equal to :func:`fit` and
-    :func:`distcal.optimal_threshold` called separately. The threshold's
-    segment summary rides along with the first pass over the score ranges,
-    so an isotonic fit and its threshold cost one range shuffle on a
-    cluster.
-    """
-    from .core.threshold import EMPTY, loss_per_score, merge_segments, summarise_segment
-    from .threshold import result_from_segment
+    Parameters
+    ----------
+    data, method, score_col, label_col, weight_col, engine, on_invalid, **method_params
+        As for :func:`fit`.
+    cost_fp, cost_fn : float
+        As for :func:`distcal.optimal_threshold`.
 
+    Returns
+    -------
+    (CalibrationModel, ThresholdResult)
+        Equal to :func:`fit` and :func:`distcal.optimal_threshold` called
+        separately. The threshold's segment summary rides along with the
+        first pass over the score ranges, so an isotonic fit and its
+        threshold cost one range shuffle on a cluster.
+
+    Examples
+    --------
+    >>> import pandas as pd, distcal
+    >>> df = pd.DataFrame({"score": [.1, .3, .5, .7, .9], "label": [0, 1, 0, 1, 1]})
+    >>> model, best = distcal.fit_and_threshold(df, cost_fp=1, cost_fn=1)
+    >>> best.threshold, best.cost
+    (0.7, 1.0)
+    """
     check_on_invalid(on_invalid)
-    params, engine_opts = _method_params(method, dict(method_params))
+    name = resolve_engine(data, engine)
+    impl = get_engine(name)
+    given, engine_opts = split_engine_options("fit_and_threshold", method, method_params,
+                                              impl.options)
+    params = checks.method_params(method, given)
+    c_fp = check_finite(cost_fp, "cost_fp")
+    c_fn = check_finite(cost_fn, "cost_fn")
+    assert c_fp is not None and c_fn is not None
     columns = {"score": score_col, "label": label_col, "weight": weight_col}
-    engine_impl = get_engine(resolve_engine(data, engine))
-    cost_fp, cost_fn = float(cost_fp), float(cost_fn)
 
     def segment(t: Any) -> Any:
-        return summarise_segment(t.score, loss_per_score(t, cost_fp, cost_fn), t.weight,
-                                 t.positives)
+        return summarise_segment(t.score, loss_per_score(t, c_fp, c_fn), t.weight, t.positives)
 
-    with engine_impl.open_ranges(data, columns, on_invalid=on_invalid,
-                                 finite_scores=method in ("sigmoid", "histogram"),
-                                 passes=1 if method == "isotonic" else 3,
-                                 **engine_opts) as ranges:
-        segments: list = []
+    with impl.open_ranges(data, columns, on_invalid=on_invalid,
+                          finite_scores=method in ("sigmoid", "histogram"),
+                          passes=1 if method == "isotonic" else 3, **engine_opts) as ranges:
+        segments: list[Any] = []
 
-        def map_ranges(fn: Any) -> list:
+        def map_ranges(fn: Any) -> list[Any]:
             if segments:
                 return ranges.map(fn)
             both = ranges.map(lambda t: (fn(t), segment(t)))
@@ -140,5 +163,5 @@ def fit_and_threshold(data: Any, method: str = "isotonic", score_col: str = "sco
         seg = EMPTY
         for part in segments:
             seg = merge_segments(seg, part)
-        return model, result_from_segment(seg, cost_fp, cost_fn, False, ranges.n_rows,
+        return model, result_from_segment(seg, c_fp, c_fn, False, ranges.n_rows,
                                           ranges.dropped_rows)

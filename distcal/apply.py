@@ -9,9 +9,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import DataError
-from .io import _arrow_kind, _arrow_to_float, _open_dataset, atomic_path, iter_tables
+from .errors import column_not_found, column_type, output_column_exists
 from .model import CalibrationModel
+from .storage import local_publishing
+from .tables import arrow_kind, arrow_to_float, iter_tables, open_dataset
 
 __all__ = ["apply_to_parquet"]
 
@@ -28,21 +29,21 @@ def apply_to_parquet(model: CalibrationModel, source: str | os.PathLike,
     ``before_commit(path_of_the_new_file)`` runs in between (a report on the
     output: if it raises, nothing is published). Returns the rows written.
     """
-    dataset = _open_dataset(source)
+    dataset = open_dataset(source)
     schema = dataset.schema
     if score_col not in schema.names:
-        raise DataError(f"column '{score_col}' (score) not found; the input has columns "
-                        f"{schema.names}")
-    if _arrow_kind(schema.field(score_col).type) == "other":
-        raise DataError(f"column '{score_col}' (score) has type "
-                        f"{schema.field(score_col).type}; expected numbers")
-    keep = [n for n in schema.names if n != output_col]
+        raise column_not_found(score_col, "score", schema.names)
+    if arrow_kind(schema.field(score_col).type) == "other":
+        raise column_type(score_col, "score", str(schema.field(score_col).type))
+    if output_col in schema.names:
+        raise output_column_exists(output_col)
+    keep = list(schema.names)
     out_schema = pa.schema([schema.field(n) for n in keep] + [pa.field(output_col, pa.float64())])
     rows = 0
-    with atomic_path(output, overwrite=overwrite) as tmp:
+    with local_publishing(output, overwrite=overwrite) as tmp:
         with pq.ParquetWriter(tmp, out_schema) as writer:
             for table in iter_tables(dataset, keep, batch_rows):
-                scores, _ = _arrow_to_float(table.column(score_col))
+                scores, _ = arrow_to_float(table.column(score_col))
                 probs = pa.array(model.predict(scores), type=pa.float64())
                 writer.write_table(pa.Table.from_arrays(
                     [table.column(n) for n in keep] + [probs], schema=out_schema))

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .cli import run
+from .cli.main import main as distcal_main
 
 
 def build_tables(out: Path, rows: int = 1_000_000, seed: int = 0) -> tuple[Path, Path]:
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     for title, cmd in steps:
         print(title, flush=True)
         print("      $ distcal " + " ".join(cmd), flush=True)
-        code = run(cmd)
+        code = distcal_main(cmd)
         if code:
             return code
     report = json.loads((out / "report" / "report.json").read_text())["reports"]

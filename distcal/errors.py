@@ -1,4 +1,17 @@
-"""Exceptions raised by distcal."""
+"""Exceptions raised by distcal, and the messages shared by every engine.
+
+``DataError`` and ``ModelError`` are the user's input (exit 2 on the command
+line), as are ``UsageError`` (bad options) and ``OutputExistsError`` (an
+existing output without ``overwrite``). Any other exception is a bug or an
+environment failure (exit 1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+__all__ = ["DataError", "ModelError", "UsageError", "ParameterError", "column_not_found",
+           "column_type", "output_column_exists", "unexpected_arguments"]
 
 
 class DataError(ValueError):
@@ -14,4 +27,33 @@ class ModelError(Exception):
 
 
 class UsageError(Exception):
-    """Bad command-line usage, or an existing output without --overwrite (exit 2)."""
+    """Bad command-line usage or options (exit 2)."""
+
+
+class ParameterError(ValueError):
+    """A parameter value that cannot be used (raised before any data is read)."""
+
+
+def column_not_found(name: str, role: str, available: Iterable[str]) -> DataError:
+    """The one message for a missing column, whatever the engine."""
+    return DataError(f"column '{name}' ({role}) not found; the input has columns "
+                     f"{list(available)}")
+
+
+def column_type(name: str, role: str, type_name: str, expected: str = "numbers") -> DataError:
+    """The one message for a column of the wrong type, whatever the engine."""
+    return DataError(f"column '{name}' ({role}) has type {type_name}; expected {expected}")
+
+
+def unexpected_arguments(function: str, names: Iterable[str]) -> TypeError:
+    """``TypeError`` for keyword arguments a public function does not take."""
+    names = sorted(names)
+    plural = "s" if len(names) > 1 else ""
+    return TypeError(f"{function}() got unexpected keyword argument{plural} "
+                     + ", ".join(repr(n) for n in names))
+
+
+def output_column_exists(name: str) -> DataError:
+    """The output column would overwrite an input column."""
+    return DataError(f"output column '{name}' already exists in the input; choose another "
+                     "output column name")

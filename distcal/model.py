@@ -36,10 +36,11 @@ import pyarrow.parquet as pq
 from .core.bins import bin_ids
 from .core.isotonic import Blocks
 from .core.sigmoid import sigmoid_predict
+from .defaults import DEFAULTS
 from .errors import ModelError
-from .io import atomic_path, is_path, read_table
+from .storage import fetch_dir, filesystem_for, publish_dir
 
-__all__ = ["CalibrationModel", "load"]
+__all__ = ["CalibrationModel", "load", "load_dir"]
 
 FORMAT = "distcal-model"
 FORMAT_VERSION = 1
@@ -54,6 +55,22 @@ def _library_version() -> str:
 
 class CalibrationModel:
     """A fitted calibration map (see the module docstring for predictions).
+
+    Made by :func:`distcal.fit` or :func:`distcal.load`; small and
+    engine-independent (fit on Spark, predict in pandas).
+
+    Examples
+    --------
+    >>> import pandas as pd, distcal
+    >>> df = pd.DataFrame({"score": [.1, .3, .5, .7, .9], "label": [0, 1, 0, 1, 1]})
+    >>> model = distcal.fit(df)
+    >>> model.blocks[["score_min", "score_max", "prob", "weight"]]
+       score_min  score_max  prob  weight
+    0        0.1        0.1   0.0     1.0
+    1        0.3        0.5   0.5     2.0
+    2        0.7        0.9   1.0     2.0
+    >>> model.predict([0.2, 0.6, float("nan")])
+    array([0.25, 0.75,  nan])
 
     Attributes: ``method``, ``params`` (method parameters and fitted
     values), ``n_rows`` (rows with weight > 0 used), ``weight_total``,
@@ -92,7 +109,17 @@ class CalibrationModel:
         return [(float(s), float(p)) for s, p in zip(b.score_min[::-1], b.prob[::-1])]
 
     def describe(self) -> str:
-        """AI::Calibrate's ``print_mapping`` table, one line a block, from the top."""
+        """AI::Calibrate's ``print_mapping`` table, one line a block, from the top.
+
+        Examples
+        --------
+        >>> import pandas as pd, distcal
+        >>> df = pd.DataFrame({"score": [.1, .3, .5, .7, .9], "label": [0, 1, 0, 1, 1]})
+        >>> print(distcal.fit(df, interpolation="step").describe())
+        1.000 > SCORE >= 0.700     prob = 1.000
+        0.700 > SCORE >= 0.300     prob = 0.500
+        0.300 > SCORE >= 0.100     prob = 0.000
+        """
         if self._blocks is None:
             a, b = self.params["a"], self.params["b"]
             return f"p(s) = 1 / (1 + exp({a:.6g} * s + {b:+.6g}))"
@@ -110,7 +137,7 @@ class CalibrationModel:
                 f"weight_total={self.weight_total:g}, {extra})")
 
     def __eq__(self, other: object) -> bool:
-        """Equal as API.md promises across engines and partitionings.
+        """Equal as distcal promises across engines and partitionings.
 
         Isotonic block boundaries, row counts and settings must match exactly;
         floating-point sums (weights, positives, probabilities, fitted
@@ -127,7 +154,7 @@ class CalibrationModel:
             return False
         if (self._blocks is None) != (other._blocks is None):
             return False
-        if self._blocks is None:
+        if self._blocks is None or other._blocks is None:
             return True
         a, b = self._blocks, other._blocks
         # Isotonic block bounds are data values: exact. Histogram bounds are
@@ -152,7 +179,7 @@ class CalibrationModel:
             out = np.asarray(self.params["bin_prob"])[bin_ids(np.asarray(self.params["edges"]),
                                                               s)]
         else:
-            b = self._blocks
+            b = self._fitted_blocks()
             idx = np.searchsorted(b.score_min, s, side="right") - 1
             out = b.prob[np.clip(idx, 0, len(b) - 1)]
         nan = np.isnan(s)
@@ -160,8 +187,13 @@ class CalibrationModel:
             out = np.where(nan, np.nan, out)
         return out
 
+    def _fitted_blocks(self) -> Blocks:
+        if self._blocks is None:
+            raise AttributeError(f"a {self.method} model has no blocks; see model.params")
+        return self._blocks
+
     def _predict_linear(self, s: np.ndarray) -> np.ndarray:
-        b = self._blocks
+        b = self._fitted_blocks()
         if self._knots is None:
             x = np.empty(2 * len(b))
             x[0::2], x[1::2] = b.score_min, b.score_max
@@ -170,8 +202,8 @@ class CalibrationModel:
             self._knots = (x[finite], y[finite])
         x, y = self._knots
         if x.shape[0] == 0:  # every fitted score was infinite
-            out = np.where(s > 0, b.prob[-1], b.prob[0]).astype(np.float64)
-            return np.where(np.isnan(s), np.nan, out)
+            ends = np.where(s > 0, b.prob[-1], b.prob[0])
+            return np.where(np.isnan(s), np.nan, ends)
         out = np.interp(s, x, y)  # clips outside the knots: right for ±inf ...
         # ... unless a block holds only -inf (or only +inf): it has no finite knot.
         if b.score_max[0] == -np.inf:
@@ -180,45 +212,26 @@ class CalibrationModel:
             out[s == np.inf] = b.prob[-1]
         return out
 
-    def transform(self, data: Any, score_col: str = "score",
-                  output_col: str = "calibrated") -> Any:
-        """``data`` with ``output_col`` = predict(score_col) added.
+    def transform(self, data: Any, score_col: str = DEFAULTS.score_col,
+                  output_col: str = DEFAULTS.output_col) -> Any:
+        """``data`` with ``output_col`` = ``predict(score_col)`` added.
 
         pandas in, pandas out; pyarrow in, pyarrow out; a Parquet path in,
         pandas out; Spark and Dask frames are transformed lazily by their
-        engines.
+        engines (on Spark inside the JVM, on Dask per partition). An
+        ``output_col`` that already exists in ``data`` is a
+        :class:`~distcal.DataError`.
+
+        Examples
+        --------
+        >>> import pandas as pd, distcal
+        >>> df = pd.DataFrame({"score": [.1, .3, .5, .7, .9], "label": [0, 1, 0, 1, 1]})
+        >>> distcal.fit(df).transform(df[["score"]], output_col="p")["p"].tolist()
+        [0.0, 0.5, 0.5, 1.0, 1.0]
         """
-        from .engines import engine_of
+        from .engines import engine_of, get_engine
 
-        engine = engine_of(data)
-        if engine != "local":
-            from .engines import get_engine
-
-            return get_engine(engine).transform(self, data, score_col, output_col)
-        if is_path(data):
-            data = read_table(data).to_pandas()
-        if isinstance(data, pd.DataFrame):
-            if score_col not in data.columns:
-                from .errors import DataError
-
-                raise DataError(f"column '{score_col}' (score) not found")
-            out = data.copy(deep=False)
-            out[output_col] = self.predict(pd.to_numeric(data[score_col]).to_numpy(
-                dtype=np.float64, na_value=np.nan))
-            return out
-        if isinstance(data, pa.Table):
-            if score_col not in data.schema.names:
-                from .errors import DataError
-
-                raise DataError(f"column '{score_col}' (score) not found")
-            from .io import _arrow_to_float
-
-            values, _ = _arrow_to_float(data.column(score_col))
-            col = pa.array(self.predict(values), type=pa.float64())
-            if output_col in data.schema.names:
-                return data.set_column(data.schema.get_field_index(output_col), output_col, col)
-            return data.append_column(output_col, col)
-        raise TypeError(f"cannot transform data of type {type(data).__name__}")
+        return get_engine(engine_of(data)).transform(self, data, score_col, output_col)
 
     # -- persistence ----------------------------------------------------
     def _metadata(self) -> dict[str, Any]:
@@ -230,23 +243,29 @@ class CalibrationModel:
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
         """Write the model directory: ``model.json`` + ``blocks.parquet``.
 
-        Written aside and renamed into place; an existing directory is
-        replaced only with ``overwrite=True``.
+        ``path`` is a local path or any fsspec URL. The directory is written
+        aside and committed into place (:mod:`distcal.storage`); an existing
+        one is replaced only with ``overwrite=True``, and only once the new
+        one is complete.
         """
-        with atomic_path(path, overwrite=overwrite) as tmp:
-            tmp.mkdir()
-            meta = self._metadata()
-            meta["tables"] = {}
-            if self._blocks is not None:
-                table = pa.table({f: pa.array(getattr(self._blocks, f), type=pa.float64())
-                                  for f in _BLOCK_COLUMNS})
-                pq.write_table(table, tmp / "blocks.parquet")
-                meta["tables"]["blocks"] = {"file": "blocks.parquet", "rows": table.num_rows,
-                                            "sha256": _sha256(tmp / "blocks.parquet")}
-            meta["checksum"] = _json_checksum(meta)
-            with open(tmp / "model.json", "w") as fh:
-                json.dump(meta, fh, indent=2, sort_keys=True, allow_nan=True)
-                fh.write("\n")
+        publish_dir(filesystem_for(os.fspath(path)), os.fspath(path), self.write_dir,
+                    overwrite=overwrite)
+
+    def write_dir(self, tmp: Path) -> None:
+        """Write the model's files into the new local directory ``tmp``."""
+        tmp.mkdir()
+        meta = self._metadata()
+        meta["tables"] = {}
+        if self._blocks is not None:
+            table = pa.table({f: pa.array(getattr(self._blocks, f), type=pa.float64())
+                              for f in _BLOCK_COLUMNS})
+            pq.write_table(table, tmp / "blocks.parquet")
+            meta["tables"]["blocks"] = {"file": "blocks.parquet", "rows": table.num_rows,
+                                        "sha256": _sha256(tmp / "blocks.parquet")}
+        meta["checksum"] = _json_checksum(meta)
+        with open(tmp / "model.json", "w") as fh:
+            json.dump(meta, fh, indent=2, sort_keys=True, allow_nan=True)
+            fh.write("\n")
 
 
 def _close(x: Any, y: Any, rtol: float = 1e-9, atol: float = 1e-12) -> bool:
@@ -283,11 +302,35 @@ def _json_checksum(meta: dict[str, Any]) -> str:
 def load(path: str | os.PathLike) -> CalibrationModel:
     """Read a model directory written by :meth:`CalibrationModel.save`.
 
-    Raises :class:`~distcal.ModelError` when the directory is missing, not a
-    distcal model, of an unknown format version, or damaged (a checksum or
-    a table does not match). Nothing in the directory is executed.
+    ``path`` is a local path or any fsspec URL (copied to a local temporary
+    directory first).
+
+    Raises
+    ------
+    ModelError
+        When the directory is missing, not a distcal model, of an unknown
+        format version, or damaged (a checksum or a table does not match).
+        Nothing in the directory is executed.
+
+    Examples
+    --------
+    >>> import tempfile, pandas as pd, distcal
+    >>> df = pd.DataFrame({"score": [.1, .3, .5, .7, .9], "label": [0, 1, 0, 1, 1]})
+    >>> model = distcal.fit(df)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     model.save(f"{d}/model")
+    ...     distcal.load(f"{d}/model") == model
+    True
     """
-    root = Path(path)
+    uri = os.fspath(path)
+    fs = filesystem_for(uri)
+    if not fs.exists(uri):
+        raise ModelError(f"model directory '{uri}' does not exist")
+    return fetch_dir(fs, uri, load_dir)
+
+
+def load_dir(root: Path) -> CalibrationModel:
+    """Read the model directory ``root`` of this machine (see :func:`load`)."""
     meta_path = root / "model.json"
     if not root.is_dir():
         raise ModelError(f"model directory '{root}' does not exist")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from .evaluate import EvaluationReport
-from .io import atomic_path
+from .evaluation import EvaluationReport
+from .storage import local_publishing as atomic_path
 
 __all__ = ["write_report"]
 

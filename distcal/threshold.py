@@ -14,9 +14,10 @@ from .core.threshold import (
     merge_segments,
     summarise_segment,
 )
-from .core.validate import check_on_invalid
+from .defaults import DEFAULTS
 from .engines import get_engine, resolve_engine
 from .errors import DataError
+from .params import check_finite, check_on_invalid, split_engine_options
 
 __all__ = ["ThresholdResult", "ThresholdTracker", "optimal_threshold"]
 
@@ -46,26 +47,66 @@ class ThresholdResult:
         return asdict(self)
 
 
-def optimal_threshold(data: Any, score_col: str = "score", label_col: str = "label",
-                      weight_col: str | None = None, cost_fp: float = 1.0,
-                      cost_fn: float = 1.0, loss_col: str | None = None,
-                      engine: str = "auto", on_invalid: str = "raise",
+def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
+                      label_col: str = DEFAULTS.label_col,
+                      weight_col: str | None = DEFAULTS.weight_col,
+                      cost_fp: float = DEFAULTS.cost_fp, cost_fn: float = DEFAULTS.cost_fn,
+                      loss_col: str | None = DEFAULTS.loss_col, engine: str = DEFAULTS.engine,
+                      on_invalid: str = DEFAULTS.on_invalid,
                       **engine_opts: Any) -> ThresholdResult:
-    """Threshold t minimising cost_fp * FP weight + cost_fn * FN weight.
+    """Threshold t of the rule "positive iff score >= t" minimising the total cost.
 
-    With ``loss_col``, each row carries its own loss z of being predicted
-    positive (times its weight, if ``weight_col``), and t minimises the sum
-    of z over rows predicted positive. Equal scores fall on the same side;
-    among thresholds of equal cost the largest is returned.
+    The cost is ``cost_fp`` * (weight of negatives predicted positive) +
+    ``cost_fn`` * (weight of positives predicted negative). It is found
+    exactly by merging the ordered segment summaries of the score ranges
+    (docs/design.md).
+
+    Parameters
+    ----------
+    data : pandas.DataFrame, pyarrow.Table, str or path, Spark or Dask DataFrame
+        The rows.
+    score_col, label_col, weight_col : str
+        Column names (as for :func:`distcal.fit`).
+    cost_fp, cost_fn : float
+        Cost of a false positive and of a false negative (finite; any sign).
+    loss_col : str, optional
+        Instead of labels and class costs, each row's own loss z of being
+        predicted positive (times its weight, if ``weight_col``); t then
+        minimises the sum of z over the rows predicted positive.
+    engine, on_invalid, **engine_opts
+        As for :func:`distcal.fit`.
+
+    Returns
+    -------
+    ThresholdResult
+        ``threshold`` (+inf: predict nothing positive), ``cost``,
+        ``n_positive_predicted`` and the weighted confusion. Equal scores
+        fall on the same side; among thresholds of equal cost the largest
+        is returned.
+
+    Examples
+    --------
+    The worked example of "Optimally Efficient Sequential Calibration of
+    Binary Classifiers to Minimize Classification Error":
+
+    >>> import pandas as pd, distcal
+    >>> df = pd.DataFrame({"score": [1, 8, 5, 4, 6, 3, 7, 2],
+    ...                    "z": [1, -2, 3, -4, 5, -6, 7, -8]})
+    >>> res = distcal.optimal_threshold(df, loss_col="z")
+    >>> res.threshold, res.cost
+    (2.0, -5.0)
     """
     check_on_invalid(on_invalid)
-    cost_fp, cost_fn = float(cost_fp), float(cost_fn)
-    if not (math.isfinite(cost_fp) and math.isfinite(cost_fn)):
-        raise ValueError("cost_fp and cost_fn must be finite")
+    c_fp = check_finite(cost_fp, "cost_fp")
+    c_fn = check_finite(cost_fn, "cost_fn")
+    assert c_fp is not None and c_fn is not None
+    cost_fp, cost_fn = c_fp, c_fn
     per_row_loss = loss_col is not None
     columns = {"score": score_col, "weight": weight_col,
                **({"loss": loss_col} if per_row_loss else {"label": label_col})}
     engine_impl = get_engine(resolve_engine(data, engine))
+    _, engine_opts = split_engine_options("optimal_threshold", None, engine_opts,
+                                          engine_impl.options)
 
     def summary(t: DistinctTable) -> SegmentSummary:
         z = t.positives if per_row_loss else loss_per_score(t, cost_fp, cost_fn)

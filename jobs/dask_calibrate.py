@@ -11,7 +11,7 @@ on other failures, with one line on stderr.
 
 import sys
 
-from distcal.engines.dask_io import main
+from distcal.cli.dask import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -34,17 +34,34 @@ def query() -> np.ndarray:
     return np.linspace(-0.2, 1.2, 2001)
 
 
+def pytest_collection_modifyitems(config, items):
+    """Mark what needs Spark, a Dask cluster or minutes, so ``make test-fast`` can leave it out."""
+    for item in items:
+        name = item.path.name
+        if "spark" in getattr(item, "fixturenames", ()) or name.startswith("test_spark"):
+            item.add_marker(pytest.mark.spark)
+        if name.startswith("test_dask"):
+            item.add_marker(pytest.mark.dask)
+        if name == "test_bounded_memory.py":
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def spark():
     """A real local Spark session (local[2]); executors run this interpreter.
 
-    No skip: without Java or pyspark this fails, as CI must.
+    Prepared as the README tells users to: PySpark starts its Python
+    workers with ``PYSPARK_PYTHON``, so it names this interpreter while the
+    session starts (restored after). No skip: without Java or pyspark this
+    fails, as CI must.
     """
     import os
     import sys
 
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
+
+    saved = os.environ.get("PYSPARK_PYTHON")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
 
     session = (SparkSession.builder.master("local[2]").appName("distcal-tests")
                .config("spark.ui.enabled", "false")
@@ -52,6 +69,10 @@ def spark():
                .config("spark.pyspark.python", sys.executable)
                .config("spark.sql.warehouse.dir", str(_tmp_warehouse()))
                .getOrCreate())
+    if saved is None:
+        del os.environ["PYSPARK_PYTHON"]
+    else:
+        os.environ["PYSPARK_PYTHON"] = saved
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -75,7 +75,7 @@ def test_console_script_is_installed(scores_path, tmp_path):
     assert exe, "the distcal console script is not installed next to python"
     r = subprocess.run([exe, "fit", "--input", str(scores_path[0]), "--output",
                         str(tmp_path / "m"), "--method", "sigmoid"], capture_output=True,
-                       text=True)
+                       text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     assert distcal.load(tmp_path / "m").method == "sigmoid"
 

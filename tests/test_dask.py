@@ -135,7 +135,10 @@ def test_killed_worker_still_gives_the_exact_model():
     parts = np.array_split(df, 12)
 
     def slow(part):
-        time.sleep(0.4)  # long enough to kill a worker while tasks run
+        from distributed import Event
+
+        Event("distcal-test-fit-started").set()  # the test kills a worker once tasks run
+        time.sleep(0.4)
         return part
 
     ddf = dd.from_delayed([dask.delayed(slow)(p) for p in parts], meta=df.iloc[:0])
@@ -147,9 +150,12 @@ def test_killed_worker_still_gives_the_exact_model():
         def fit():
             result["model"] = distcal.fit(ddf, weight_col="w")
 
+        from distributed import Event
+
+        started = Event("distcal-test-fit-started", client=c)
         t = threading.Thread(target=fit)
         t.start()
-        time.sleep(1.0)
+        assert started.wait(timeout=120), "no task of the fit started"
         assert t.is_alive(), "the fit ended before the worker could be killed"
         victim = sorted(pids.values())[0]
         os.kill(victim, signal.SIGKILL)

@@ -111,14 +111,14 @@ def test_job_with_its_own_local_cluster(tmp_path):
     assert distcal.load(tmp_path / "m") == distcal.fit(df, method="sigmoid")
 
 
-def test_notebook_runs_top_to_bottom(tmp_path):
+def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):
     """notebooks/calibrate_with_dask.ipynb, stored without outputs, executed here."""
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(ROOT / "notebooks" / "calibrate_with_dask.ipynb", as_version=4)
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
-    os.environ["DISTCAL_NOTEBOOK_ROWS"] = "100000"
+    monkeypatch.setenv("DISTCAL_NOTEBOOK_ROWS", "100000")  # restored after the test
     NotebookClient(nb, timeout=600, kernel_name="python3",
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]

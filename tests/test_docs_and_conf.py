@@ -1,9 +1,7 @@
-"""The README's examples and the conf/ files keep working."""
+"""The conf/ files keep working."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import subprocess
 import sys
@@ -18,39 +16,6 @@ from conftest import make_scores
 import distcal
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def readme_blocks(lang: str) -> list[str]:
-    """Fenced code blocks of the README whose fence names ``lang`` ("" for none)."""
-    blocks, current, fence = [], [], None
-    for line in (ROOT / "README.md").read_text().splitlines():
-        if fence is None and line.startswith("```"):
-            fence, current = line[3:].strip(), []
-        elif fence is not None and line.startswith("```"):
-            if fence == lang:
-                blocks.append("\n".join(current) + "\n")
-            fence = None
-        elif fence is not None:
-            current.append(line)
-    return blocks
-
-
-def test_readme_worked_example_prints_its_table():
-    blocks = readme_blocks("python")
-    example = next(b for b in blocks if "points = " in b)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        exec(compile(example, "README", "exec"), {})
-    table = next(b for b in readme_blocks("") if "SCORE >=" in b)
-    assert out.getvalue().strip() == table.strip()
-
-
-def test_readme_threshold_example():
-    example = next(b for b in readme_blocks("python") if "loss_col" in b)
-    scope: dict = {"pd": __import__("pandas"), "distcal": distcal}
-    exec(compile(example.replace("distcal.optimal_threshold(", "res = distcal.optimal_threshold("),
-                 "README", "exec"), scope)
-    assert scope["res"].threshold == 2 and scope["res"].cost == -5
 
 
 @pytest.fixture(scope="module")
@@ -69,11 +34,13 @@ def table(tmp_path_factory):
 def test_fit_configs(name, method, table):
     r = subprocess.run([sys.executable, "-m", "distcal", "fit", "--config",
                         str(ROOT / "conf" / f"{name}.yaml"), "--input", str(table / "t.parquet"),
-                        "--output", str(table / name)], capture_output=True, text=True)
+                        "--output", str(table / name)], capture_output=True, text=True,
+                       timeout=300)
     assert r.returncode == 0, r.stderr
     assert distcal.load(table / name).method == method
 
 
+@pytest.mark.dask
 def test_dask_job_config(table):
     r = subprocess.run([sys.executable, str(ROOT / "jobs" / "dask_calibrate.py"), "fit",
                         "--config", str(ROOT / "conf" / "dask_job.yaml"), "--input",
@@ -86,13 +53,15 @@ def test_dask_job_config(table):
 def test_evaluate_and_threshold_configs(table):
     r = subprocess.run([sys.executable, "-m", "distcal", "evaluate", "--config",
                         str(ROOT / "conf" / "evaluate.yaml"), "--input", str(table / "t.parquet"),
-                        "--output", str(table / "rep")], capture_output=True, text=True)
+                        "--output", str(table / "rep")], capture_output=True, text=True,
+                       timeout=300)
     assert r.returncode == 0, r.stderr
     assert set(json.loads((table / "rep" / "report.json").read_text())["reports"]) == {
         "score", "calibrated"}
     r = subprocess.run([sys.executable, "-m", "distcal", "threshold", "--config",
                         str(ROOT / "conf" / "threshold.yaml"), "--input",
-                        str(table / "t.parquet")], capture_output=True, text=True)
+                        str(table / "t.parquet")], capture_output=True, text=True,
+                       timeout=300)
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert 0 < res["threshold"] <= 1 and np.isfinite(res["cost"])

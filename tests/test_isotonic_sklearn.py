@@ -28,7 +28,7 @@ def test_matches_sklearn(ties, weights, negative):
     wc = "w" if weights else None
     model = distcal.fit(df, weight_col=wc)
     np.testing.assert_allclose(model.predict(q), sklearn_predict(df, q, wc), rtol=0, atol=1e-12)
-    assert model.n_rows == int((df[wc] > 0).sum()) if weights else len(df)
+    assert model.n_rows == (int((df[wc] > 0).sum()) if weights else len(df))
 
 
 @pytest.mark.parametrize("increasing", [False, "auto"])

@@ -111,8 +111,8 @@ def test_transform(spark):
     # evaluated in the JVM with np.interp's formula: equal to rounding
     np.testing.assert_allclose(got["p"].to_numpy(), model.predict(got["score"]), rtol=0,
                                atol=1e-15)
-    again = model.transform(out, output_col="p")  # replaces the column, keeps the rest
-    assert again.columns == ["score", "label", "id", "p"] and again.count() == 5000
+    with pytest.raises(distcal.DataError, match="output column 'p' already exists"):
+        model.transform(out, output_col="p")  # never overwrites an input column
     with pytest.raises(distcal.DataError, match="column 'nope'"):
         model.transform(sdf, score_col="nope")
 

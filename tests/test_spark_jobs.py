@@ -26,8 +26,12 @@ def _env() -> dict:
 
     import pyspark
 
-    return {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
-            "PYSPARK_PYTHON": sys.executable, "SPARK_HOME": os.path.dirname(pyspark.__file__)}
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+           "SPARK_HOME": os.path.dirname(pyspark.__file__)}
+    # The workers' Python comes from --conf spark.pyspark.python, as the README says.
+    env.pop("PYSPARK_PYTHON", None)
+    env.pop("PYSPARK_DRIVER_PYTHON", None)
+    return env
 
 
 def conf(tmp: Path) -> list[str]:

@@ -1,4 +1,4 @@
-"""Every bad input of API.md: the error, its message, and nothing written."""
+"""Every bad input of the public contract: the error, its message, and nothing written."""
 
 from __future__ import annotations
 

@@ -9,27 +9,12 @@ lower bin).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import numpy as np
 
 from .distinct import DistinctTable
+from .ranges import MapRanges, as_map_ranges
 
-# A map over the ascending, non-overlapping score ranges of a distinct-score
-# table: fn is applied to each non-empty range (on whatever machine holds it)
-# and the results come back in score order. One table, a spilled local table
-# and a range-partitioned cluster frame all offer it.
-MapRanges = Callable[[Callable[[DistinctTable], Any]], list]
-
-__all__ = ["MapRanges", "as_map_ranges", "ordered_quantiles", "bin_edges", "bin_ids"]
-
-
-def as_map_ranges(data: DistinctTable | MapRanges) -> MapRanges:
-    """A map over ordered ranges, from one table or as given."""
-    if isinstance(data, DistinctTable):
-        return lambda fn: [fn(data)] if len(data) else []
-    return data
+__all__ = ["ordered_quantiles", "bin_edges", "bin_ids"]
 
 
 def _range_stats(t: DistinctTable) -> tuple[float, float, float, float]:

@@ -16,7 +16,7 @@ Spearman's sign are all functions of this table, which is what lets every
 engine compute them from per-partition summaries.
 
 Three ways to build it, chosen by :func:`pool_ties` from cheap facts about
-the input (see ../shared/PERFORMANCE.md for the measurements):
+the input (measured in bench/local_isotonic.py, see bench/RESULTS.md):
 
 * ``key``: 0/1 labels, unit weights, scores >= 0. For non-negative float64
   the IEEE bit pattern orders like the value, so ``bits << 1 | label`` is a
@@ -244,7 +244,7 @@ def merge_tables(tables: list[DistinctTable]) -> DistinctTable:
     """Merge tables of disjoint row sets: concatenate, then pool equal scores.
 
     Exact in any order, because pooling equal scores commutes with every
-    other pooling (ARCHITECTURE.md, step 1).
+    other pooling (docs/design.md).
     """
     tables = [t for t in tables if len(t)]
     if not tables:

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bins import MapRanges, as_map_ranges, bin_edges, bin_ids
+from .bins import bin_edges, bin_ids
 from .distinct import DistinctTable
 from .isotonic import Blocks
+from .ranges import MapRanges, as_map_ranges
 
 __all__ = ["fit_histogram", "fill_empty_bins"]
 
@@ -46,7 +47,8 @@ def fit_histogram(data: DistinctTable | MapRanges, n_bins: int = 10,
         return np.stack([np.bincount(ids, weights=t.weight, minlength=nb)[:nb],
                          np.bincount(ids, weights=t.positives, minlength=nb)[:nb]])
 
-    weight, positives = sum(map_ranges(bin_sums))
+    sums: np.ndarray = np.sum(map_ranges(bin_sums), axis=0)
+    weight, positives = sums[0], sums[1]
     with np.errstate(invalid="ignore", divide="ignore"):
         rate = np.where(weight > 0, positives / np.where(weight > 0, weight, 1.0), 0.0)
     filled = fill_empty_bins(rate, weight)

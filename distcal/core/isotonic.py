@@ -14,7 +14,7 @@ order, in any order (Ayer et al., 1955; Best & Chakravarti, 1990), so:
   Y_B / W_B, weight W_B) finishes the job: :func:`merge_blocks` is exact.
 
 This is the parallel PAV of Spark MLlib's IsotonicRegression, and what
-ARCHITECTURE.md builds every engine on. PAV itself is scipy's
+what every engine of distcal is built on (docs/design.md). PAV itself is scipy's
 ``scipy.optimize.isotonic_regression`` (O(n)); we only keep the block sums.
 """
 
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import isotonic_regression
 
-from .bins import MapRanges, as_map_ranges
 from .distinct import DistinctTable
+from .ranges import MapRanges, as_map_ranges
 
 __all__ = ["Blocks", "pav_blocks", "merge_blocks", "clip_blocks", "spearman_increasing",
            "combine_spearman", "fit_isotonic"]
@@ -76,7 +76,7 @@ def _pool_runs(blocks: Blocks, starts: np.ndarray, prob: np.ndarray | None = Non
 
 
 def _merge_equal_neighbours(blocks: Blocks) -> Blocks:
-    """Adjacent blocks with equal probability are one block (API.md)."""
+    """Adjacent blocks with equal probability are one block (part of the public contract)."""
     if len(blocks) < 2:
         return blocks
     p = blocks.prob

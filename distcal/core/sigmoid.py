@@ -23,8 +23,8 @@ from collections.abc import Callable
 import numpy as np
 from scipy.special import expit
 
-from .bins import MapRanges, as_map_ranges
 from .distinct import DistinctTable
+from .ranges import MapRanges, as_map_ranges
 
 __all__ = ["fit_sigmoid", "sigmoid_predict"]
 
@@ -39,9 +39,12 @@ def fit_sigmoid(data: DistinctTable | MapRanges, max_iter: int = 100) -> tuple[f
     """
     map_ranges = as_map_ranges(data)
 
-    def reduce(fn: Callable[[DistinctTable], np.ndarray]) -> np.ndarray | None:
+    def reduce(fn: Callable[[DistinctTable], np.ndarray]) -> np.ndarray:
         parts = map_ranges(lambda t: np.asarray(fn(t), dtype=np.float64))
-        return sum(parts) if parts else None
+        if not parts:
+            raise ValueError("fit_sigmoid needs at least one row")
+        total: np.ndarray = np.sum(parts, axis=0)
+        return total
 
     def totals(t: DistinctTable) -> np.ndarray:
         finite = np.isfinite(t.score)
@@ -49,7 +52,7 @@ def fit_sigmoid(data: DistinctTable | MapRanges, max_iter: int = 100) -> tuple[f
                          len(t), np.count_nonzero(~finite)])
 
     sums = reduce(totals)
-    if sums is None or sums[3] == 0:
+    if sums[3] == 0:
         raise ValueError("fit_sigmoid needs at least one row")
     if sums[4]:
         raise ValueError("fit_sigmoid needs finite scores")
@@ -63,7 +66,9 @@ def fit_sigmoid(data: DistinctTable | MapRanges, max_iter: int = 100) -> tuple[f
 
     def target(t: DistinctTable) -> np.ndarray:
         # Target of q = 1 - p = sigmoid(z) per distinct score.
-        return (t.positives * (1.0 - hi) + (t.weight - t.positives) * (1.0 - lo)) / t.weight
+        q: np.ndarray = (t.positives * (1.0 - hi) + (t.weight - t.positives) * (1.0 - lo)) \
+            / t.weight
+        return q
 
     if sd == 0.0:
         # One distinct score: only b is identified; p equals the mean target.
@@ -115,4 +120,5 @@ def fit_sigmoid(data: DistinctTable | MapRanges, max_iter: int = 100) -> tuple[f
 
 def sigmoid_predict(a: float, b: float, scores: np.ndarray) -> np.ndarray:
     """p = 1 / (1 + exp(a s + b)), computed without overflow; NaN stays NaN."""
-    return expit(-(a * np.asarray(scores, dtype=np.float64) + b))
+    p: np.ndarray = expit(-(a * np.asarray(scores, dtype=np.float64) + b))
+    return p

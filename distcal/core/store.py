@@ -4,7 +4,7 @@ Batches are pooled map-side (:func:`~distcal.core.distinct.pool_ties`) and
 merged in memory while the merged table stays under ``memory_rows``
 distinct scores. Past that, the table is written to disk as a sorted run
 (one ``.npy`` file per column) and memory starts again. Reading back is the
-range shuffle of ARCHITECTURE.md done on one machine: bounds are taken from
+range shuffle of docs/design.md done on one machine: bounds are taken from
 evenly spaced samples of the sorted runs, each run is cut at the bounds by
 binary search on a memory map (equal scores stay together), and the slices
 of one range are merged. Each range is a contiguous, non-overlapping score
@@ -72,7 +72,7 @@ class TableStore:
 
     @property
     def n_distinct_upper(self) -> int:
-        return self._pending_rows + sum(r["score"].shape[0] for r in self._runs)
+        return self._pending_rows + sum(int(r["score"].shape[0]) for r in self._runs)
 
     # -- reading --------------------------------------------------------
     def table(self) -> DistinctTable:
@@ -109,7 +109,9 @@ class TableStore:
             for run, cut in zip(self._runs, cuts):
                 lo, hi = int(cut[k]), int(cut[k + 1])
                 if hi > lo:
-                    parts.append(DistinctTable(*(np.array(run[f][lo:hi]) for f in _FIELDS),
+                    score, weight, positives, count, label_sum = (
+                        np.array(run[f][lo:hi]) for f in _FIELDS)
+                    parts.append(DistinctTable(score, weight, positives, count, label_sum,
                                                binary=self.binary))
             merged = merge_tables(parts)
             if len(merged):

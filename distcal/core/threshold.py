@@ -17,7 +17,7 @@ L < R merge by
 
     Z = Z_L + Z_R;   if B_R <= B_L + Z_R:  B, t = B_R, t_R   else  B, t = B_L + Z_R, t_L
 
-(ARCHITECTURE.md). The merge is associative, so segments can be summarised
+(docs/design.md). The merge is associative, so segments can be summarised
 per range partition, or per node of a balanced tree, and combined in score
 order. Preferring the right side on equal B returns the largest threshold
 among those of equal cost.
@@ -67,7 +67,8 @@ def merge_segments(left: SegmentSummary, right: SegmentSummary) -> SegmentSummar
 
 def loss_per_score(table: DistinctTable, cost_fp: float, cost_fn: float) -> np.ndarray:
     """z_s = c_fp (W_s - Y_s) - c_fn Y_s for class costs."""
-    return cost_fp * (table.weight - table.positives) - cost_fn * table.positives
+    z: np.ndarray = cost_fp * (table.weight - table.positives) - cost_fn * table.positives
+    return z
 
 
 def summarise_segment(score: np.ndarray, z: np.ndarray, weight: np.ndarray,

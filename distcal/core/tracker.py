@@ -14,7 +14,7 @@ order of arrival, and about log2(n) for n distinct scores from any
 continuous distribution; no rebalancing is ever needed.
 
 Memory layout, because at a million nodes an update is bound by cache
-misses, not arithmetic (../shared/PERFORMANCE.md):
+misses, not arithmetic (measured with bench/threshold.py):
 
 * a node's record is one 64-byte cache line of doubles: its two children's
   summaries side by side, (Z_left, B_left, Z_right, B_right), Z the sum of
@@ -54,7 +54,7 @@ _PENDING_MAX = 1 << 20
 
 def score_key(score: float) -> int:
     """A 64-bit integer ordering like ``score`` (-0.0 and 0.0 share one key)."""
-    bits = _UNPACK.unpack(_PACK.pack(score + 0.0))[0]
+    bits: int = _UNPACK.unpack(_PACK.pack(score + 0.0))[0]
     return (~bits) & _MASK if bits & _SIGN else bits | _SIGN
 
 

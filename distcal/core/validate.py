@@ -1,6 +1,6 @@
 """Row validation: which rows are usable, and a message naming every problem.
 
-Rules (API.md): a score is a float, ±inf allowed (not for sigmoid), never
+Rules: a score is a float, ±inf allowed (not for sigmoid), never
 NaN/null; a label is a number in [0, 1]; a weight is finite and >= 0;
 a probability (evaluation) is in [0, 1]; a per-row loss is finite. Text in
 a numeric column is a row problem too. Counts accumulate over batches so
@@ -58,7 +58,7 @@ class RowChecker:
 
     columns: dict[str, str]
     finite_scores: bool = False
-    problems: Counter = field(default_factory=Counter)
+    problems: Counter[tuple[str, str]] = field(default_factory=Counter)
     rows_seen: int = 0
     rows_invalid: int = 0
 
@@ -118,8 +118,3 @@ class RowChecker:
         if self.problems and on_invalid == "raise":
             raise DataError(self.message() + " (pass on_invalid='drop' to drop such rows)")
 
-
-def check_on_invalid(on_invalid: str) -> str:
-    if on_invalid not in ("raise", "drop"):
-        raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
-    return on_invalid

@@ -1,15 +1,19 @@
-"""Engines move data and call the engine-free core (distcal.core).
+"""Engines move data and call the engine-free core (:mod:`distcal.core`).
 
 ``local`` runs in this process (pandas, pyarrow, Parquet); ``spark`` and
-``dask`` run the same pipeline on a cluster (ARCHITECTURE.md).
+``dask`` run the same pipeline on a cluster (docs/design.md). Each is an
+:class:`~distcal.engines.base.Engine`; :func:`get_engine` returns one by
+name and imports the engine's libraries only then.
 """
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import Any
 
-__all__ = ["engine_of", "get_engine", "resolve_engine"]
+from ..errors import ParameterError
+from .base import Engine, Ranges
+
+__all__ = ["ENGINES", "Engine", "Ranges", "engine_of", "get_engine", "resolve_engine"]
 
 ENGINES = ("local", "spark", "dask")
 
@@ -24,25 +28,31 @@ def engine_of(data: Any) -> str:
     return "local"
 
 
-def resolve_engine(data: Any, engine: str) -> str:
-    if engine == "auto":
-        return engine_of(data)
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be 'auto' or one of {ENGINES}, got {engine!r}")
+def check_engine_name(engine: str) -> str:
+    """``engine`` if it is "auto" or a known engine, else ``ValueError``."""
+    if engine != "auto" and engine not in ENGINES:
+        raise ParameterError(f"engine must be 'auto' or one of {ENGINES}, got {engine!r}")
     return engine
 
 
-def get_engine(name: str) -> ModuleType:
+def resolve_engine(data: Any, engine: str) -> str:
+    """The engine to run: the data's own for "auto", else the one asked for."""
+    check_engine_name(engine)
+    return engine_of(data) if engine == "auto" else engine
+
+
+def get_engine(name: str) -> Engine:
+    """The engine called ``name`` (its libraries are imported now, not before)."""
     if name == "local":
-        from . import local
+        from .local import LocalEngine
 
-        return local
+        return LocalEngine()
     if name == "spark":
-        from . import spark
+        from .spark import SparkEngine
 
-        return spark
+        return SparkEngine()
     if name == "dask":
-        from . import dask
+        from .dask import DaskEngine
 
-        return dask
-    raise ValueError(f"unknown engine {name!r}")
+        return DaskEngine()
+    raise ValueError(f"engine must be one of {ENGINES}, got {name!r}")

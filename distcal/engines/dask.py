@@ -17,10 +17,10 @@ On a Dask DataFrame, with whatever scheduler is in scope (a distributed
 4. Each pass maps a core function over the persisted ranges and brings the
    small results back to the client in score order.
 
-This is ARCHITECTURE.md's pipeline written with ``dask.delayed`` rather than
+This is the pipeline of docs/design.md written with ``dask.delayed`` rather than
 ``DataFrame.set_index``: the runs are already sorted after the map-side
 combine, so cutting them directly avoids a second sort and a quantile pass
-(1.5 s vs 2.2-4.1 s through the DataFrame API at 1e7 rows, PERFORMANCE.md).
+(1.5 s vs 2.2-4.1 s through the DataFrame API at 1e7 rows, measured on 2 cores).
 """
 
 from __future__ import annotations
@@ -34,10 +34,12 @@ import pandas as pd
 from ..core.distinct import DistinctTable, merge_tables
 from ..core.partition import add_up, pool_valid_rows
 from ..core.validate import RowChecker
-from ..errors import DataError
-from ..io import ColumnSource
+from ..errors import column_not_found, output_column_exists
+from ..logs import log, phase
+from ..tables import ColumnSource, is_path
+from .base import ReportFn
 
-__all__ = ["DaskRanges", "open_ranges", "transform"]
+__all__ = ["DaskRanges", "DaskEngine"]
 
 
 def _check_schema(ddf: Any, columns: dict[str, str]) -> None:
@@ -99,10 +101,13 @@ class DaskRanges:
         pooled = [delayed(_pool_partition, pure=True)(p, self.columns, finite_scores)
                   for p in parts]
         # Map side, computed and kept where it ran: sorted runs and their counts.
+        log.info("dask: %d input partitions, %d ranges", len(parts), k)
         (pooled,) = dask.persist(pooled)
         info = dask.compute(*[delayed(_stats_and_sample)(p, samples_per_range * k)
                               for p in pooled])
         self._check([st for st, _, _ in info])
+        log.info("dask: %d rows used (weight %g), %d dropped", self.n_rows, self.weight_total,
+                 self.dropped_rows)
         # Bounds from evenly spaced samples of the sorted runs, weighted by run length.
         samples = [(smp, n) for _, smp, n in info if n]
         values = np.concatenate([smp for smp, _ in samples])
@@ -127,11 +132,12 @@ class DaskRanges:
         self.n_rows, self.weight_total = totals.n_rows, totals.weight_total
         self.dropped_rows, self.sum_wyy = totals.dropped_rows, totals.sum_wyy
 
-    def map(self, fn: Callable[[DistinctTable], Any]) -> list:
+    def map(self, fn: Callable[[DistinctTable], Any]) -> list[Any]:
         import dask
         from dask import delayed
 
-        results = dask.compute(*[delayed(_apply)(fn, r) for r in self.ranges])
+        with phase("dask: one pass over the ranges"):
+            results = dask.compute(*[delayed(_apply)(fn, r) for r in self.ranges])
         return [r for r in results if r is not None]
 
     def spearman_rows(self) -> bool:
@@ -141,10 +147,13 @@ class DaskRanges:
         score_role = "prob" if "prob" in self.columns else "score"
         label_role = "loss" if "loss" in self.columns else "label"
         # Needs the rows: ranks of fractional labels are not a per-score sum.
+        log.warning("dask: increasing='auto' with labels that are not all 0/1 brings the "
+                    "score and label columns to the client (Spearman's rho needs the rows)")
         pdf = self.ddf[list(dict.fromkeys(self.columns.values()))].compute()
         from .local import valid_batches
 
-        arrays = list(valid_batches(pdf, self.columns, on_invalid=self.on_invalid))[0]
+        columns: dict[str, str | None] = dict(self.columns)
+        arrays = list(valid_batches(pdf, columns, on_invalid=self.on_invalid))[0]
         rho = spearmanr(arrays[score_role], arrays[label_role]).statistic
         return not (rho < 0)
 
@@ -173,8 +182,7 @@ def as_dask(data: Any, npartitions: int | None = None) -> Any:
     """A Dask DataFrame for ``data`` (engine="dask" forced on local data)."""
     import dask.dataframe as dd
 
-    from ..engines import engine_of
-    from ..io import is_path
+    from . import engine_of
 
     if engine_of(data) == "dask":
         return data
@@ -189,8 +197,25 @@ def as_dask(data: Any, npartitions: int | None = None) -> Any:
     raise TypeError(f"the dask engine cannot read data of type {type(data).__name__}")
 
 
-def open_ranges(data: Any, columns: dict[str, str | None], **opts: Any) -> DaskRanges:
-    return DaskRanges(as_dask(data), columns, **opts)
+class DaskEngine:
+    """The Dask engine; implements :class:`~distcal.engines.base.Engine`."""
+
+    name = "dask"
+    options = frozenset({"n_ranges", "samples_per_range"})
+
+    def open_ranges(self, data: Any, columns: dict[str, str | None], *,
+                    on_invalid: str = "raise", finite_scores: bool = False, passes: int = 1,
+                    **opts: Any) -> DaskRanges:
+        return DaskRanges(as_dask(data), columns, on_invalid=on_invalid,
+                          finite_scores=finite_scores, passes=passes, **opts)
+
+    def evaluate_many(self, data: Any, columns: dict[str, str | None], prob_cols: list[str],
+                      *, on_invalid: str, report: ReportFn, **opts: Any) -> dict[str, Any]:
+        return _evaluate_many(data, columns, prob_cols, on_invalid=on_invalid, report=report,
+                              **opts)
+
+    def transform(self, model: Any, data: Any, score_col: str, output_col: str) -> Any:
+        return _transform(model, as_dask(data), score_col, output_col)
 
 
 def _valid_rows(pdf: pd.DataFrame, columns: dict[str, str]) -> tuple[pd.DataFrame, dict]:
@@ -206,8 +231,8 @@ def _valid_rows(pdf: pd.DataFrame, columns: dict[str, str]) -> tuple[pd.DataFram
                  "invalid": checker.rows_invalid}
 
 
-def evaluate_many(ddf: Any, columns: dict[str, str | None], prob_cols: list[str], *,
-                  on_invalid: str, report: Callable[[Any, str], Any], **opts: Any) -> dict:
+def _evaluate_many(ddf: Any, columns: dict[str, str | None], prob_cols: list[str], *,
+                   on_invalid: str, report: ReportFn, **opts: Any) -> dict[str, Any]:
     """One report per probability column; a row invalid in any column is invalid for all."""
     import dask
     import dask.dataframe as dd
@@ -240,11 +265,13 @@ def evaluate_many(ddf: Any, columns: dict[str, str | None], prob_cols: list[str]
     return out
 
 
-def transform(model: Any, ddf: Any, score_col: str, output_col: str) -> Any:
+def _transform(model: Any, ddf: Any, score_col: str, output_col: str) -> Any:
     """Add ``output_col`` lazily, per partition, with the right ``meta``."""
     if score_col not in ddf.columns:
-        raise DataError(f"column '{score_col}' (score) not found; the input has columns "
-                        f"{list(ddf.columns)}")
+        raise column_not_found(score_col, "score", ddf.columns)
+    ColumnSource(ddf._meta, {"score": score_col})  # the column's type, from the meta
+    if output_col in ddf.columns:
+        raise output_column_exists(output_col)
     meta = ddf._meta.copy()
     meta[output_col] = np.zeros(0, dtype=np.float64)
 

@@ -14,14 +14,18 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pandas as pd
+import pyarrow as pa
 
 from ..core.distinct import DistinctTable, pool_ties
 from ..core.store import TableStore
 from ..core.validate import RowChecker
-from ..errors import DataError
-from ..io import open_source
+from ..errors import DataError, column_not_found, output_column_exists
+from ..logs import describe_input, log, phase
+from ..tables import ColumnSource, is_path, open_source, read_table
+from .base import ReportFn
 
-__all__ = ["Summary", "summarise", "LocalRanges", "open_ranges"]
+__all__ = ["Summary", "summarise", "LocalRanges", "LocalEngine", "valid_batches"]
 
 
 @dataclass
@@ -151,7 +155,7 @@ class LocalRanges:
         self.dropped_rows = summary.dropped_rows
         self.sum_wyy = summary.sum_wyy
 
-    def map(self, fn: Callable[[DistinctTable], Any]) -> list:
+    def map(self, fn: Callable[[DistinctTable], Any]) -> list[Any]:
         return [fn(t) for t in self.summary.stores[self.role].ranges()]
 
     def spearman_rows(self) -> bool:
@@ -175,27 +179,80 @@ def _refuse_cluster_frames(data: Any) -> None:
                         "this process; use engine='auto' (or the frame's own engine)")
 
 
-def open_ranges(data: Any, columns: dict[str, str | None], *, on_invalid: str = "raise",
-                finite_scores: bool = False, passes: int = 1, **opts: Any) -> LocalRanges:
-    """Validate and summarise ``data``; the result maps functions over score ranges.
+class LocalEngine:
+    """The local engine (see the module docstring); implements :class:`~.base.Engine`."""
 
-    ``passes`` (how often the caller will map) matters to cluster engines,
-    which cache between passes; locally the summary is kept either way.
-    """
-    _refuse_cluster_frames(data)
-    summary = summarise(data, columns, on_invalid=on_invalid, finite_scores=finite_scores,
-                        **opts)
-    return LocalRanges(data, columns, summary, value_roles(columns)[0], on_invalid)
+    name = "local"
+    options = frozenset({"memory_rows", "batch_rows", "chunk_rows"})
+
+    def open_ranges(self, data: Any, columns: dict[str, str | None], *,
+                    on_invalid: str = "raise", finite_scores: bool = False, passes: int = 1,
+                    **opts: Any) -> LocalRanges:
+        """Validate and summarise ``data``; the result maps functions over score ranges.
+
+        ``passes`` (how often the caller will map) matters to cluster engines,
+        which cache between passes; locally the summary is kept either way.
+        """
+        _refuse_cluster_frames(data)
+        with phase("local: read, validate and pool %s", describe_input(data)):
+            summary = summarise(data, columns, on_invalid=on_invalid,
+                                finite_scores=finite_scores, **opts)
+        _log_summary(summary)
+        return LocalRanges(data, columns, summary, value_roles(columns)[0], on_invalid)
+
+    def evaluate_many(self, data: Any, columns: dict[str, str | None], prob_cols: list[str],
+                      *, on_invalid: str, report: ReportFn, **opts: Any) -> dict[str, Any]:
+        """One read of ``data`` for all "prob:NAME" columns, then one report per column."""
+        _refuse_cluster_frames(data)
+        with phase("local: read, validate and pool %s", describe_input(data)):
+            summary = summarise(data, columns, on_invalid=on_invalid, **opts)
+        _log_summary(summary)
+        try:
+            return {c: report(LocalRanges(data, columns, summary, f"prob:{c}", on_invalid), c)
+                    for c in prob_cols}
+        finally:
+            summary.close()
+
+    def transform(self, model: Any, data: Any, score_col: str, output_col: str) -> Any:
+        """pandas in, pandas out; pyarrow in, pyarrow out; a Parquet path in, pandas out."""
+        if is_path(data):
+            data = read_table(data).to_pandas()
+        if isinstance(data, pd.DataFrame):
+            if score_col not in data.columns:
+                raise column_not_found(score_col, "score", map(str, data.columns))
+            values, text = ColumnSource(data, {"score": score_col}).batches().__next__()
+            _refuse_text(text, score_col)
+            if output_col in data.columns:
+                raise output_column_exists(output_col)
+            out = data.copy(deep=False)
+            out[output_col] = model.predict(values["score"])
+            return out
+        if isinstance(data, (pa.Table, pa.RecordBatch)):
+            if score_col not in data.schema.names:
+                raise column_not_found(score_col, "score", data.schema.names)
+            values, text = ColumnSource(data, {"score": score_col}).batches().__next__()
+            _refuse_text(text, score_col)
+            if output_col in data.schema.names:
+                raise output_column_exists(output_col)
+            col = pa.array(model.predict(values["score"]), type=pa.float64())
+            if isinstance(data, pa.RecordBatch):
+                data = pa.Table.from_batches([data])
+            return data.append_column(output_col, col)
+        raise TypeError(f"cannot transform data of type {type(data).__name__}")
 
 
-def open_ranges_many(data: Any, columns: dict[str, str | None], *, on_invalid: str = "raise",
-                     **opts: Any) -> dict[str, LocalRanges]:
-    """One read of ``data`` for several "prob:NAME" columns: ranges per column."""
-    _refuse_cluster_frames(data)
-    opts.pop("passes", None)
-    summary = summarise(data, columns, on_invalid=on_invalid, **opts)
-    return {r: LocalRanges(data, columns, summary, r, on_invalid)
-            for r in value_roles(columns)}
+def _refuse_text(text: dict[str, np.ndarray], score_col: str) -> None:
+    k = int(np.count_nonzero(text["score"])) if "score" in text else 0
+    if k:
+        raise DataError(f"column '{score_col}': {k} row{'s' if k > 1 else ''} "
+                        f"{'are' if k > 1 else 'is'} text, not numbers")
+
+
+def _log_summary(summary: Summary) -> None:
+    log.info("local: %d rows used (weight %g), %d dropped; %s distinct values%s",
+             summary.n_rows, summary.weight_total, summary.dropped_rows,
+             ", ".join(f"{r}: {st.n_distinct_upper}" for r, st in summary.stores.items()),
+             " (spilled to disk)" if any(st.spilled for st in summary.stores.values()) else "")
 
 
 def spearman_rows(data: Any, columns: dict[str, str | None], on_invalid: str) -> bool:

@@ -1,4 +1,4 @@
-"""distcal on Spark: the pyspark.ml Estimator/Model pair and the spark-submit job.
+"""distcal in pyspark.ml: the Calibrator Estimator and its fitted CalibratorModel.
 
 ``distcal.fit(spark_df)`` and friends work on Spark DataFrames directly; this
 package adds ``Calibrator`` (a ``pyspark.ml`` Estimator) whose fitted
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Calibrator", "CalibratorModel", "CalibrationModel"]
+__all__ = ["Calibrator", "CalibratorModel"]
 
 
 def __getattr__(name: str) -> Any:  # pyspark is imported only when asked for
     if name in __all__:
         from . import ml
 
-        return getattr(ml, "CalibratorModel" if name == "CalibrationModel" else name)
+        return getattr(ml, name)
     raise AttributeError(name)

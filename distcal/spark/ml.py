@@ -34,7 +34,9 @@ from pyspark.ml.util import (
 
 import distcal
 
-from . import hadoop
+from ..defaults import DEFAULTS, METHOD_PARAMS
+from ..model import load_dir
+from ..storage import fetch_dir, filesystem_for, publish_dir
 
 __all__ = ["Calibrator", "CalibratorModel"]
 
@@ -58,9 +60,12 @@ class _CalibratorParams(Params):
 
     def __init__(self) -> None:
         super().__init__()
-        self._setDefault(scoreCol="score", labelCol="label", outputCol="calibrated",
-                         method="isotonic", increasing="true", interpolation="linear",
-                         nBins=10, strategy="uniform")
+        iso = METHOD_PARAMS["isotonic"]
+        self._setDefault(scoreCol=DEFAULTS.score_col, labelCol=DEFAULTS.label_col,
+                         outputCol=DEFAULTS.output_col, method=DEFAULTS.method,
+                         increasing=str(iso["increasing"]).lower(),
+                         interpolation=iso["interpolation"], nBins=DEFAULTS.n_bins,
+                         strategy=DEFAULTS.strategy)
 
     def _opt(self, param: Param) -> Any:
         return self.getOrDefault(param) if self.isDefined(param) else None
@@ -91,13 +96,14 @@ class Calibrator(Estimator, _CalibratorParams, DefaultParamsReadable, DefaultPar
     """Fits a distcal calibration map on a Spark DataFrame (exact, distributed)."""
 
     @keyword_only
-    def __init__(self, *, scoreCol: str = "score", labelCol: str = "label",
-                 weightCol: str | None = None, outputCol: str = "calibrated",
-                 method: str = "isotonic", increasing: str = "true",
-                 interpolation: str = "linear", yMin: float | None = None,
-                 yMax: float | None = None, nBins: int = 10, strategy: str = "uniform"):
+    def __init__(self, *, scoreCol: str = DEFAULTS.score_col,
+                 labelCol: str = DEFAULTS.label_col, weightCol: str | None = None,
+                 outputCol: str = DEFAULTS.output_col, method: str = DEFAULTS.method,
+                 increasing: str = "true", interpolation: str = "linear",
+                 yMin: float | None = None, yMax: float | None = None,
+                 nBins: int = DEFAULTS.n_bins, strategy: str = DEFAULTS.strategy):
         super().__init__()
-        self.setParams(**self._input_kwargs)
+        self.setParams(**self._input_kwargs)  # type: ignore[attr-defined]  # set by keyword_only
 
     @keyword_only
     def setParams(self, **kwargs: Any) -> Calibrator:
@@ -117,6 +123,7 @@ class CalibratorModel(Model, _CalibratorParams, MLReadable, MLWritable):
         self.model = model
 
     def _transform(self, dataset: Any) -> Any:
+        assert self.model is not None, "a CalibratorModel holds a fitted model"
         return self.model.transform(dataset, score_col=self.getScoreCol(),
                                     output_col=self.getOutputCol())
 
@@ -133,10 +140,15 @@ class _ModelWriter(MLWriter):
         super().__init__()
         self.instance = instance
 
+    def _model(self) -> distcal.CalibrationModel:
+        assert self.instance.model is not None, "a CalibratorModel holds a fitted model"
+        return self.instance.model
+
     def saveImpl(self, path: str) -> None:
         DefaultParamsWriter.saveMetadata(self.instance, path, self.sc)
-        hadoop.publish_dir(self.sparkSession, lambda d: self.instance.model.save(d),
-                           path.rstrip("/") + "/model", overwrite=True)
+        target = path.rstrip("/") + "/model"
+        publish_dir(filesystem_for(target, self.sparkSession), target,
+                    self._model().write_dir, overwrite=True)
 
 
 class _ModelReader(MLReader):
@@ -146,7 +158,8 @@ class _ModelReader(MLReader):
 
     def load(self, path: str) -> CalibratorModel:
         metadata = DefaultParamsReader.loadMetadata(path, self.sc)
-        core = hadoop.fetch_dir(self.sparkSession, path.rstrip("/") + "/model", distcal.load)
+        source = path.rstrip("/") + "/model"
+        core = fetch_dir(filesystem_for(source, self.sparkSession), source, load_dir)
         model = self.cls(core)
         DefaultParamsReader.getAndSetParams(model, metadata)
         model._resetUid(metadata["uid"])

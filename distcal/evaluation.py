@@ -11,8 +11,16 @@ import pandas as pd
 
 from .core import metrics as m
 from .core.bins import bin_edges
-from .core.validate import check_on_invalid
+from .defaults import DEFAULTS
 from .engines import get_engine, resolve_engine
+from .errors import ParameterError
+from .params import (
+    check_finite,
+    check_n_bins,
+    check_on_invalid,
+    check_strategy,
+    split_engine_options,
+)
 
 __all__ = ["EvaluationReport", "evaluate", "evaluate_many", "report_from_ranges"]
 
@@ -113,23 +121,67 @@ def report_from_ranges(ranges: Any, *, prob_col: str, n_bins: int = 10,
         bin_edges=[float(e) for e in edges])
 
 
-def evaluate(data: Any, prob_col: str = "prob", label_col: str = "label",
-             weight_col: str | None = None, n_bins: int = 10, strategy: str = "uniform",
-             threshold: float = 0.5, engine: str = "auto", *, bins: Any = None,
-             confidence: float = 0.95, on_invalid: str = "raise",
+def _check_evaluation_params(n_bins: int, strategy: str, threshold: float,
+                             confidence: float, on_invalid: str) -> None:
+    check_on_invalid(on_invalid)
+    check_n_bins(n_bins)
+    check_strategy(strategy)
+    check_finite(threshold, "threshold")
+    c = check_finite(confidence, "confidence")
+    if not (c is not None and 0.0 < c < 1.0):
+        raise ParameterError(f"confidence must be in (0, 1), got {confidence!r}")
+
+
+def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFAULTS.label_col,
+             weight_col: str | None = DEFAULTS.weight_col, n_bins: int = DEFAULTS.n_bins,
+             strategy: str = DEFAULTS.strategy, threshold: float = DEFAULTS.threshold,
+             engine: str = DEFAULTS.engine, *, bins: Any = None,
+             confidence: float = DEFAULTS.confidence, on_invalid: str = DEFAULTS.on_invalid,
              **engine_opts: Any) -> EvaluationReport:
     """Calibration and discrimination metrics of the probabilities in ``prob_col``.
 
-    Brier score and Murphy's decomposition over the bins, log loss, the
-    calibration curve with scikit-learn's bins (``strategy`` "uniform" or
-    "quantile", or explicit ``bins`` edges), ECE and MCE, exact AUC (ties
-    count one half), the ROC curve and its convex hull, the confusion,
-    accuracy and its Wilson interval at ``threshold`` (positive iff
-    prob >= threshold).
+    Every metric is an exact sum over the ordered ranges of distinct
+    probabilities, so every engine gives the same numbers.
+
+    Parameters
+    ----------
+    data : pandas.DataFrame, pyarrow.Table, str or path, Spark or Dask DataFrame
+        The rows.
+    prob_col, label_col, weight_col : str
+        Probabilities in [0, 1], labels 0/1 (or rates), weights (None: all 1).
+    n_bins, strategy : int, {"uniform", "quantile"}
+        The calibration curve's bins, scikit-learn's: edges
+        ``linspace(0, 1, n_bins + 1)`` or the (weighted) quantiles; ``bins``
+        gives explicit edges instead.
+    threshold : float
+        The confusion, accuracy, precision, recall and F1 are those of the
+        rule "positive iff prob >= threshold".
+    engine, on_invalid, **engine_opts
+        As for :func:`distcal.fit`.
+    confidence : float
+        Of the Wilson intervals (accuracy, each bin's observed rate).
+
+    Returns
+    -------
+    EvaluationReport
+        Brier score and Murphy's decomposition over the bins (reliability -
+        resolution + uncertainty equals the Brier score only when every bin
+        holds one distinct probability), log loss (probabilities clipped to
+        [eps, 1 - eps]), ECE and MCE, exact AUC (ties count one half), the
+        ROC curve and its convex hull, the confusion matrix and accuracy.
+
+    Examples
+    --------
+    >>> import pandas as pd, distcal
+    >>> df = pd.DataFrame({"prob": [.1, .4, .35, .8], "label": [0, 0, 1, 1]})
+    >>> rep = distcal.evaluate(df)
+    >>> rep.auc, round(rep.brier, 4)
+    (0.75, 0.1581)
     """
-    check_on_invalid(on_invalid)
+    _check_evaluation_params(n_bins, strategy, threshold, confidence, on_invalid)
     columns = {"prob": prob_col, "label": label_col, "weight": weight_col}
     engine_impl = get_engine(resolve_engine(data, engine))
+    _, engine_opts = split_engine_options("evaluate", None, engine_opts, engine_impl.options)
     with engine_impl.open_ranges(data, columns, on_invalid=on_invalid,
                                  passes=1 if bins is not None or strategy == "uniform" else 3,
                                  **engine_opts) as ranges:
@@ -137,10 +189,12 @@ def evaluate(data: Any, prob_col: str = "prob", label_col: str = "label",
                                   bins=bins, threshold=threshold, confidence=confidence)
 
 
-def evaluate_many(data: Any, prob_cols: list[str], label_col: str = "label",
-                  weight_col: str | None = None, n_bins: int = 10, strategy: str = "uniform",
-                  threshold: float = 0.5, engine: str = "auto", *, bins: Any = None,
-                  confidence: float = 0.95, on_invalid: str = "raise",
+def evaluate_many(data: Any, prob_cols: list[str], label_col: str = DEFAULTS.label_col,
+                  weight_col: str | None = DEFAULTS.weight_col, n_bins: int = DEFAULTS.n_bins,
+                  strategy: str = DEFAULTS.strategy, threshold: float = DEFAULTS.threshold,
+                  engine: str = DEFAULTS.engine, *, bins: Any = None,
+                  confidence: float = DEFAULTS.confidence,
+                  on_invalid: str = DEFAULTS.on_invalid,
                   **engine_opts: Any) -> dict[str, EvaluationReport]:
     """:func:`evaluate` for several probability columns (e.g. raw and calibrated).
 
@@ -149,27 +203,31 @@ def evaluate_many(data: Any, prob_cols: list[str], label_col: str = "label",
     once for all columns; Spark and Dask keep the selected columns in
     memory and range-partition them once per column (each column orders
     the rows differently).
+
+    Returns
+    -------
+    dict
+        Column name -> :class:`EvaluationReport`, in the order given.
+
+    Examples
+    --------
+    >>> import pandas as pd, distcal
+    >>> df = pd.DataFrame({"raw": [.1, .4, .35, .8], "cal": [.0, .5, .5, 1.],
+    ...                    "label": [0, 0, 1, 1]})
+    >>> {c: r.auc for c, r in distcal.evaluate_many(df, ["raw", "cal"]).items()}
+    {'raw': 0.75, 'cal': 0.875}
     """
-    check_on_invalid(on_invalid)
+    _check_evaluation_params(n_bins, strategy, threshold, confidence, on_invalid)
     prob_cols = list(dict.fromkeys(prob_cols))
     if not prob_cols:
         raise ValueError("prob_cols is empty")
     columns = {**{f"prob:{c}": c for c in prob_cols}, "label": label_col,
                "weight": weight_col}
-    name = resolve_engine(data, engine)
+    engine_impl = get_engine(resolve_engine(data, engine))
+    _, engine_opts = split_engine_options("evaluate_many", None, engine_opts,
+                                          engine_impl.options)
     kw = {"n_bins": n_bins, "strategy": strategy, "bins": bins, "threshold": threshold,
           "confidence": confidence}
-    if name == "local":
-        from .engines import local
-
-        ranges = local.open_ranges_many(data, columns, on_invalid=on_invalid, **engine_opts)
-        try:
-            return {c: report_from_ranges(ranges[f"prob:{c}"], prob_col=c, **kw)
-                    for c in prob_cols}
-        finally:
-            for r in ranges.values():
-                r.close()
-    engine_impl = get_engine(name)
     return engine_impl.evaluate_many(data, columns, prob_cols, on_invalid=on_invalid,
                                      report=lambda r, c: report_from_ranges(r, prob_col=c, **kw),
                                      **engine_opts)

@@ -1,22 +1,15 @@
-"""Reading columns as float64 batches, and writing outputs atomically.
+"""Reading input columns as float64 batches.
 
 Inputs: pandas DataFrames, pyarrow Tables, and Parquet files or datasets
 (directories, hive partitions) read with ``pyarrow.dataset`` in record
 batches. Every column arrives as a float64 numpy array with null as NaN;
-text in a numeric column is reported as a row problem (API.md).
-
-Outputs: written beside the target under a temporary name, then renamed
-into place, so that a reader sees the old output or the complete new one.
+text in a numeric column is reported as a row problem.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -24,9 +17,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from .errors import DataError
+from .errors import DataError, column_not_found, column_type
+from .logs import progress
 
-__all__ = ["ColumnSource", "open_source", "iter_tables", "atomic_path", "is_path", "read_table"]
+__all__ = ["ColumnSource", "open_source", "open_dataset", "iter_tables", "is_path", "read_table",
+           "arrow_kind", "arrow_to_float"]
 
 Batch = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]
 
@@ -35,9 +30,9 @@ def is_path(data: object) -> bool:
     return isinstance(data, (str, os.PathLike))
 
 
-def _arrow_kind(t: pa.DataType) -> str:
+def arrow_kind(t: pa.DataType) -> str:
     if pa.types.is_dictionary(t):
-        return _arrow_kind(t.value_type)
+        return arrow_kind(t.value_type)
     if (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
             or pa.types.is_decimal(t) or pa.types.is_null(t)):
         return "number"
@@ -53,10 +48,10 @@ def _coerce_text(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     return out, text
 
 
-def _arrow_to_float(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
+def arrow_to_float(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     if pa.types.is_dictionary(col.type):
         col = pc.cast(col, col.type.value_type)
-    if _arrow_kind(col.type) == "text":
+    if arrow_kind(col.type) == "text":
         return _coerce_text(pd.Series(col.to_pandas(), dtype=object))
     return pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False), None
 
@@ -91,14 +86,14 @@ class ColumnSource:
         elif isinstance(data, (pa.Table, pa.RecordBatch)):
             self.kind = "arrow"
             names = data.schema.names
-            kinds = {c: _arrow_kind(data.schema.field(c).type)
+            kinds = {c: arrow_kind(data.schema.field(c).type)
                      for c in self.columns.values() if c in names}
             types = {c: str(data.schema.field(c).type) for c in kinds}
         elif is_path(data):
             self.kind = "parquet"
-            self.dataset = _open_dataset(data)
+            self.dataset = open_dataset(data)  # type: ignore[arg-type]  # is_path checked it
             names = self.dataset.schema.names
-            kinds = {c: _arrow_kind(self.dataset.schema.field(c).type)
+            kinds = {c: arrow_kind(self.dataset.schema.field(c).type)
                      for c in self.columns.values() if c in names}
             types = {c: str(self.dataset.schema.field(c).type) for c in kinds}
         else:
@@ -107,21 +102,26 @@ class ColumnSource:
                 "pyarrow Table, a Parquet path, a Spark DataFrame or a Dask DataFrame")
         for role, name in self.columns.items():
             if name not in kinds:
-                raise DataError(f"column '{name}' ({role}) not found; the input has columns "
-                                f"{names}")
+                raise column_not_found(name, role, names)
             if kinds[name] == "other":
-                raise DataError(f"column '{name}' ({role}) has type {types[name]}; "
-                                "expected numbers")
+                raise column_type(name, role, types[name])
 
     def batches(self, batch_rows: int = 1 << 22) -> Iterator[Batch]:
         roles = list(self.columns)
-        if self.kind == "pandas":
+        if isinstance(self.data, pd.DataFrame):
             yield self._convert_pandas(self.data, roles)
-        elif self.kind == "arrow":
+        elif isinstance(self.data, (pa.Table, pa.RecordBatch)):
             yield self._convert_arrow(self.data, roles)
         else:
             names = list(dict.fromkeys(self.columns[r] for r in roles))
-            for table in iter_tables(self.dataset, names, batch_rows):
+            dataset = self.dataset
+
+            def row_groups() -> int:
+                return sum(f.num_row_groups for f in dataset.get_fragments()
+                           if hasattr(f, "num_row_groups"))
+
+            tables = iter_tables(self.dataset, names, batch_rows)
+            for table in progress(tables, row_groups, "reading"):
                 yield self._convert_arrow(table, roles)
 
     def _convert_pandas(self, df: pd.DataFrame, roles: list[str]) -> Batch:
@@ -135,13 +135,13 @@ class ColumnSource:
     def _convert_arrow(self, tab: pa.Table | pa.RecordBatch, roles: list[str]) -> Batch:
         arrays, text = {}, {}
         for r in roles:
-            arrays[r], t = _arrow_to_float(tab.column(self.columns[r]))
+            arrays[r], t = arrow_to_float(tab.column(self.columns[r]))
             if t is not None:
                 text[r] = t
         return arrays, text
 
 
-def _open_dataset(path: str | os.PathLike) -> ds.Dataset:
+def open_dataset(path: str | os.PathLike) -> ds.Dataset:
     p = os.fspath(path)
     if "://" not in p and not os.path.exists(p):
         raise DataError(f"input '{p}' does not exist")
@@ -174,44 +174,4 @@ def open_source(data: object, columns: dict[str, str | None]) -> ColumnSource:
 
 def read_table(path: str | os.PathLike) -> pa.Table:
     """The whole Parquet file or dataset as one Arrow table."""
-    return _open_dataset(path).to_table()
-
-
-@contextmanager
-def atomic_path(target: str | os.PathLike, overwrite: bool = False) -> Iterator[Path]:
-    """Yield a temporary sibling path; on success move it to ``target``.
-
-    The caller writes a file or a directory at the yielded path. Nothing
-    appears at ``target`` if the block raises. An existing target is
-    refused unless ``overwrite``; then it is replaced only after the new
-    output is complete: renamed aside, the new one renamed in, the old one
-    removed (the old one is put back if the second rename fails).
-    """
-    target = Path(target)
-    if target.exists() and not overwrite:
-        raise FileExistsError(f"output '{target}' exists (use overwrite to replace it)")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.parent / f".{target.name}.tmp-{uuid.uuid4().hex[:12]}"
-    try:
-        yield tmp
-        if target.exists():
-            old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:12]}"
-            os.rename(target, old)
-            try:
-                os.rename(tmp, target)
-            except BaseException:
-                os.rename(old, target)
-                raise
-            _remove(old)
-        else:
-            os.rename(tmp, target)
-    finally:
-        if tmp.exists():
-            _remove(tmp)
-
-
-def _remove(p: Path) -> None:
-    if p.is_dir() and not p.is_symlink():
-        shutil.rmtree(p, ignore_errors=True)
-    else:
-        p.unlink(missing_ok=True)
+    return open_dataset(path).to_table()

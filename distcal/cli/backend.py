@@ -1,0 +1,105 @@
+"""What a command-line backend is: where data comes from and where outputs go.
+
+The commands (:mod:`.commands`) are written once against :class:`Backend`;
+the local command line, the Spark job and the Dask job each provide one
+(:mod:`.local`, :mod:`.spark`, :mod:`.dask`). Reading the input and writing
+the calibrated table are the engine's own; models and reports are small
+local directories published through the storage layer
+(:mod:`distcal.storage`) on whatever store the backend's paths live.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from ..errors import DataError, ModelError, UsageError
+from ..model import CalibrationModel, load_dir
+from ..storage import (
+    FileSystem,
+    fetch_dir,
+    filesystem_for,
+    is_local_uri,
+    local_path,
+    publish_dir,
+    refuse_existing,
+)
+
+__all__ = ["Backend"]
+
+
+class Backend:
+    """Base of the three backends; subclasses give ``read`` and ``apply``."""
+
+    engine = "local"
+
+    # -- where things are -----------------------------------------------------
+    def filesystem(self, uri: str) -> FileSystem:
+        """The store of ``uri`` for this backend."""
+        return filesystem_for(uri)
+
+    def read(self, opts: dict[str, Any]) -> Any:
+        """The input as the engine's kind of data."""
+        raise NotImplementedError
+
+    def output_name(self, opts: dict[str, Any]) -> str:
+        if not opts.get("output"):
+            raise UsageError("missing required option(s): --output")
+        return str(opts["output"])
+
+    def check_paths(self, opts: dict[str, Any], outputs: Iterable[str]) -> None:
+        """Refuse an output inside the input (a re-run would read it) or overlapping another."""
+        outputs = [str(o) for o in outputs]
+        inp = opts.get("input")
+        if inp:
+            for out in outputs:
+                if _inside(out, str(inp)) or _inside(str(inp), out):
+                    raise DataError(f"output '{out}' is inside the input '{inp}' (or contains "
+                                    "it): a re-run would read its own output")
+        for i, a in enumerate(outputs):
+            for b in outputs[i + 1:]:
+                if _inside(a, b) or _inside(b, a):
+                    raise UsageError(f"outputs '{a}' and '{b}' overlap; give each its own path")
+
+    def refuse_existing(self, target: str, overwrite: bool, table: str | None = None) -> None:
+        refuse_existing(self.filesystem(target), target, overwrite)
+
+    # -- models and reports ---------------------------------------------------
+    def save_model(self, model: CalibrationModel, path: str, overwrite: bool) -> None:
+        publish_dir(self.filesystem(path), path, model.write_dir, overwrite=overwrite)
+
+    def load_model(self, path: str) -> CalibrationModel:
+        fs = self.filesystem(path)
+        if not fs.exists(path):
+            raise ModelError(f"model directory '{path}' does not exist")
+        return fetch_dir(fs, path, load_dir)
+
+    def write_report(self, reports: list[Any], path: str, overwrite: bool) -> None:
+        from ..report import write_report
+
+        def write(d: Any) -> None:
+            write_report(reports, d)
+
+        publish_dir(self.filesystem(path), path, write, overwrite=overwrite)
+
+    # -- the calibrated table -------------------------------------------------
+    def apply(self, model: CalibrationModel, opts: dict[str, Any],
+              before_commit: Callable[[Any], None] | None = None) -> int:
+        """Write the calibrated table; ``before_commit(new_data)`` runs before it is published."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the backend started (sessions, clusters)."""
+
+
+def _normal(uri: str) -> str:
+    if is_local_uri(uri):
+        return os.path.realpath(local_path(uri))
+    return uri.rstrip("/")
+
+
+def _inside(a: str, b: str) -> bool:
+    """Whether path ``a`` is ``b`` or lies under it."""
+    na, nb = _normal(a), _normal(b)
+    return na == nb or na.startswith(nb.rstrip("/") + "/")

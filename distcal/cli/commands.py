@@ -1,0 +1,127 @@
+"""The four subcommands, written once against the :class:`~.backend.Backend` interface.
+
+Each takes the resolved options (command line over config file over
+defaults) and a backend that knows where data comes from and where outputs
+go on its engine, and returns the dict printed as the command's JSON line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..api import fit
+from ..defaults import DEFAULTS
+from ..errors import UsageError
+from ..evaluation import evaluate_many
+from ..threshold import optimal_threshold
+from .backend import Backend
+
+__all__ = ["COMMANDS", "cmd_fit", "cmd_apply", "cmd_evaluate", "cmd_threshold"]
+
+
+def _require(opts: dict[str, Any], *names: str) -> None:
+    """Every option of ``names`` given ("input" is also given by --input-table)."""
+    missing = [n for n in names
+               if not (opts.get(n) or (n == "input" and opts.get("input_table")))]
+    if missing:
+        raise UsageError("missing required option(s): "
+                         + ", ".join("--" + n.replace("_", "-") for n in missing))
+
+
+def _method_params(opts: dict[str, Any]) -> dict[str, Any]:
+    params = dict(opts.get("params") or {})
+    method = opts["method"]
+    if method == "isotonic":
+        if opts.get("increasing") is not None:
+            inc = str(opts["increasing"]).lower()
+            params["increasing"] = {"true": True, "false": False, "auto": "auto"}.get(inc, inc)
+        for k in ("interpolation", "y_min", "y_max"):
+            if opts.get(k) is not None:
+                params[k] = opts[k]
+    elif method == "histogram":
+        for k in ("n_bins", "strategy"):
+            if k in opts and opts[k] is not None:
+                params[k] = opts[k]
+    return params
+
+
+def cmd_fit(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
+    _require(opts, "input", "output")
+    io.check_paths(opts, outputs=[opts["output"]])
+    data = io.read(opts)
+    io.refuse_existing(opts["output"], opts["overwrite"])
+    model = fit(data, method=opts["method"], score_col=opts["score_col"],
+                        label_col=opts["label_col"], weight_col=opts["weight_col"],
+                        engine=io.engine, on_invalid=opts["on_invalid"], **_method_params(opts))
+    io.save_model(model, opts["output"], opts["overwrite"])
+    out = {"model": str(opts["output"]), "method": model.method, "n_rows": model.n_rows,
+           "weight_total": model.weight_total, "dropped_rows": model.dropped_rows}
+    if model.method == "sigmoid":
+        out.update(a=model.params["a"], b=model.params["b"])
+    else:
+        out["blocks"] = len(model.blocks)
+    return out
+
+
+def cmd_apply(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
+    _require(opts, "model", "input")
+    target = io.output_name(opts)
+    io.check_paths(opts, outputs=[t for t in (opts.get("output"), opts.get("report")) if t])
+    io.refuse_existing(target, opts["overwrite"], table=opts.get("output_table"))
+    if opts.get("report"):
+        io.refuse_existing(opts["report"], opts["overwrite"])
+    model = io.load_model(opts["model"])
+    report = None
+    if opts.get("report"):
+        # Before and after: the raw score too when the model was fitted on
+        # scores in [0, 1] (probabilities, not logits).
+        cols = [opts["output_col"]]
+        if model.method != "sigmoid":
+            b = model.blocks
+            if b.score_min.min() >= 0.0 and b.score_max.max() <= 1.0:
+                cols.insert(0, opts["score_col"])
+
+        def report(written: Any) -> None:
+            # On the new output before it is published: a bad label stops both.
+            reports = evaluate_many(written, cols, label_col=opts["label_col"],
+                                            weight_col=opts["weight_col"], engine=io.engine,
+                                            on_invalid=opts["on_invalid"])
+            io.write_report(list(reports.values()), opts["report"], opts["overwrite"])
+
+    rows = io.apply(model, opts, before_commit=report)
+    out = {"output": target, "rows": rows, "output_col": opts["output_col"]}
+    if opts.get("report"):
+        out["report"] = str(opts["report"])
+    return out
+
+
+def cmd_evaluate(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
+    _require(opts, "input", "output")
+    io.check_paths(opts, outputs=[opts["output"]])
+    data = io.read(opts)
+    io.refuse_existing(opts["output"], opts["overwrite"])
+    reports = list(evaluate_many(
+        data, opts["prob_col"], label_col=opts["label_col"], weight_col=opts["weight_col"],
+        n_bins=opts.get("n_bins") or DEFAULTS.n_bins,
+        strategy=opts.get("strategy") or DEFAULTS.strategy, threshold=opts["threshold"],
+        engine=io.engine, on_invalid=opts["on_invalid"]).values())
+    io.write_report(reports, opts["output"], opts["overwrite"])
+    return {"report": str(opts["output"]),
+            "metrics": {r.prob_col: {"brier": r.brier, "log_loss": r.log_loss, "ece": r.ece,
+                                     "auc": r.auc} for r in reports}}
+
+
+def cmd_threshold(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
+    res = optimal_threshold(io.read(opts), score_col=opts["score_col"],
+                                    label_col=opts["label_col"], weight_col=opts["weight_col"],
+                                    cost_fp=opts["cost_fp"], cost_fn=opts["cost_fn"],
+                                    loss_col=opts["loss_col"], engine=io.engine,
+                                    on_invalid=opts["on_invalid"])
+    # +inf (predict nothing positive) prints as JSON's customary Infinity, which
+    # Python's json, JavaScript and pandas read back as a number.
+    return {"threshold": res.threshold, "cost": res.cost, "tp": res.tp, "fp": res.fp,
+            "tn": res.tn, "fn": res.fn, "n_positive_predicted": res.n_positive_predicted}
+
+
+COMMANDS = {"fit": cmd_fit, "apply": cmd_apply, "evaluate": cmd_evaluate,
+            "threshold": cmd_threshold}

@@ -1,0 +1,86 @@
+"""The Dask backend, and the job ``jobs/dask_calibrate.py SUBCOMMAND ... [--scheduler ADDR]``.
+
+Reads Parquet with ``dask.dataframe.read_parquet`` (files, directories,
+hive partitions, any fsspec filesystem), runs on the cluster at
+``--scheduler ADDRESS`` or on a ``LocalCluster`` started for the run
+(worker processes on 127.0.0.1, no dashboard) and closed after. Outputs go
+through :mod:`distcal.storage`: the calibrated Parquet is written by Dask
+under a temporary sibling name and committed into place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import DataError, UsageError
+from ..model import CalibrationModel
+from ..storage import publishing
+from .backend import Backend
+from .run import run
+
+__all__ = ["DaskBackend", "main"]
+
+
+class DaskBackend(Backend):
+    """Parquet through fsspec; the Dask engine on a distributed cluster."""
+
+    engine = "dask"
+
+    def __init__(self, client: Any, cluster: Any = None):
+        self.client = client
+        self.cluster = cluster
+
+    @classmethod
+    def local(cls, opts: dict[str, Any] | None = None, workers: int = 2,
+              threads: int = 1) -> DaskBackend:
+        """A LocalCluster of worker processes for this run, on loopback, no dashboard."""
+        from distributed import Client, LocalCluster
+
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=threads,
+                               processes=True, host="127.0.0.1", dashboard_address=None)
+        return cls(Client(cluster), cluster)
+
+    @classmethod
+    def for_job(cls, opts: dict[str, Any]) -> DaskBackend:
+        if opts.get("scheduler"):
+            from distributed import Client
+
+            return cls(Client(opts["scheduler"], timeout="30s"))
+        return cls.local(opts)
+
+    def read(self, opts: dict[str, Any]) -> Any:
+        import dask.dataframe as dd
+
+        if not opts.get("input"):
+            raise UsageError("missing required option(s): --input")
+        if not self.filesystem(opts["input"]).exists(opts["input"]):
+            raise DataError(f"input '{opts['input']}' does not exist")
+        return dd.read_parquet(str(opts["input"]))
+
+    def apply(self, model: CalibrationModel, opts: dict[str, Any],
+              before_commit: Callable[[Any], None] | None = None) -> int:
+        """Write the calibrated table aside; ``before_commit(new_ddf)``; then commit it."""
+        import dask.dataframe as dd
+
+        out = model.transform(self.read(opts), score_col=opts["score_col"],
+                              output_col=opts["output_col"])
+        target = self.output_name(opts)
+        fs = self.filesystem(target)
+        with publishing(fs, target, overwrite=opts["overwrite"]) as tmp:
+            out.to_parquet(tmp, write_index=False)
+            written = dd.read_parquet(tmp)
+            rows = int(written.shape[0].compute())
+            if before_commit is not None:
+                before_commit(written)
+        return rows
+
+    def close(self) -> None:
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``jobs/dask_calibrate.py``."""
+    return run(argv, prog="dask_calibrate", entry_point="dask", backend_factory=DaskBackend.for_job)

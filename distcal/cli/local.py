@@ -1,0 +1,36 @@
+"""The local backend: Parquet files and directories of this machine, the local engine."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..model import CalibrationModel
+from .backend import Backend
+
+__all__ = ["LocalBackend"]
+
+
+class LocalBackend(Backend):
+    """Reads Parquet in bounded memory; writes one Parquet file for ``apply``."""
+
+    engine = "local"
+
+    def read(self, opts: dict[str, Any]) -> Any:
+        if not opts.get("input"):
+            raise UsageError("missing required option(s): --input")
+        return opts["input"]
+
+    def apply(self, model: CalibrationModel, opts: dict[str, Any],
+              before_commit: Callable[[Any], None] | None = None) -> int:
+        from ..apply import apply_to_parquet
+
+        def check(path: Path) -> None:
+            if before_commit is not None:
+                before_commit(str(path))
+
+        return apply_to_parquet(model, self.read(opts), self.output_name(opts),
+                                score_col=opts["score_col"], output_col=opts["output_col"],
+                                overwrite=opts["overwrite"], before_commit=check)

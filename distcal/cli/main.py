@@ -1,0 +1,37 @@
+"""The ``distcal`` command (and ``python -m distcal``): the engine chosen by ``--engine``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .backend import Backend
+from .run import run
+
+__all__ = ["main", "backend_for"]
+
+
+def backend_for(opts: dict[str, Any]) -> Backend:
+    """The backend of ``--engine``: this process, an embedded Spark session, a LocalCluster."""
+    engine = opts.get("engine") or "local"
+    if engine == "spark":
+        from .spark import SparkBackend
+
+        return SparkBackend.embedded(opts)
+    if engine == "dask":
+        from .dask import DaskBackend
+
+        return DaskBackend.local(opts)
+    from .local import LocalBackend
+
+    return LocalBackend()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``distcal SUBCOMMAND ...`` and return the exit code."""
+    return run(argv, prog="distcal", entry_point="distcal", backend_factory=backend_for)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

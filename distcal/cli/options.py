@@ -1,0 +1,221 @@
+"""The command-line options, declared once: the parser and the YAML config checks use them.
+
+Each option has a type, a help text that states its default, the
+subcommands it belongs to, and the entry points that offer it (the
+``distcal`` command, the Spark job, the Dask job). Options from a YAML file
+(``--config``) are checked against the same declarations, so
+``overwrite: "false"`` is an error, not ``True``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..defaults import DEFAULTS, INTERPOLATIONS, METHODS, STRATEGIES
+from ..engines import ENGINES
+from ..errors import UsageError
+
+__all__ = ["Option", "OPTIONS", "COMMANDS", "add_options", "load_config", "resolve_options"]
+
+COMMANDS = ("fit", "apply", "evaluate", "threshold")
+ALL = COMMANDS
+CLI, SPARK_JOB, DASK_JOB = "distcal", "spark", "dask"
+EVERYWHERE = (CLI, SPARK_JOB, DASK_JOB)
+
+# A config file larger than this is refused: options fit in a few lines.
+MAX_CONFIG_BYTES = 1 << 20
+
+
+@dataclass(frozen=True)
+class Option:
+    """One command-line option (``--name``) and what its value may be."""
+
+    name: str
+    kind: type
+    help: str
+    commands: tuple[str, ...] = ALL
+    choices: tuple[Any, ...] | None = None
+    repeat: bool = False
+    entry_points: tuple[str, ...] = EVERYWHERE
+    default: Any = None  # shown in the help and used when neither command line nor config give it
+
+    @property
+    def dest(self) -> str:
+        return self.name.replace("-", "_")
+
+
+def _d(value: Any) -> str:
+    return "none" if value is None else str(value)
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("config", str, "YAML file of option defaults (keys: long option names); the "
+           "command line wins (default: none)"),
+    Option("engine", str, f"where to run (default: {DEFAULTS.cli_engine})", choices=ENGINES,
+           entry_points=(CLI,), default=DEFAULTS.cli_engine),
+    Option("input", str, "input: a Parquet file or dataset directory, any path the engine "
+           "reads (required)", commands=("fit", "apply", "evaluate", "threshold")),
+    Option("input-table", str, "read this catalog table instead of --input (default: none)",
+           entry_points=(SPARK_JOB,)),
+    Option("output", str, "model directory to write (required)", commands=("fit",)),
+    Option("output", str, "Parquet output to write: the input's columns plus --output-col "
+           "(required)",
+           commands=("apply",)),
+    Option("output", str, "report directory to write: report.json, report.html, PNGs (required)",
+           commands=("evaluate",)),
+    Option("output-table", str, "write this catalog table instead of --output (default: none)",
+           commands=("apply",), entry_points=(SPARK_JOB,)),
+    Option("model", str, "model directory written by 'fit' (required)", commands=("apply",)),
+    Option("method", str, f"calibration method (default: {DEFAULTS.method})", commands=("fit",),
+           choices=METHODS, default=DEFAULTS.method),
+    Option("score-col", str, f"score column (default: {DEFAULTS.score_col})",
+           commands=("fit", "apply", "threshold"), default=DEFAULTS.score_col),
+    Option("prob-col", str, f"probability column; repeat to evaluate several (default: "
+           f"{DEFAULTS.output_col}, what 'apply' writes)", commands=("evaluate",),
+           repeat=True, default=[DEFAULTS.output_col]),
+    Option("label-col", str, f"label column: 0/1 or rates in [0, 1] (default: "
+           f"{DEFAULTS.label_col})", commands=("fit", "apply", "evaluate", "threshold"),
+           default=DEFAULTS.label_col),
+    Option("weight-col", str, "row weight column (default: none, every weight 1)"),
+    Option("loss-col", str, "per-row loss of predicting positive, instead of labels and "
+           "costs (default: none)", commands=("threshold",)),
+    Option("output-col", str, f"column to add (default: {DEFAULTS.output_col})",
+           commands=("apply",), default=DEFAULTS.output_col),
+    Option("report", str, "also write the before/after evaluation report to this directory "
+           "(needs the label column; default: none)", commands=("apply",)),
+    Option("increasing", str, "isotonic: direction of the map (default: true)",
+           commands=("fit",), choices=("true", "false", "auto")),
+    Option("interpolation", str, "isotonic: between blocks (default: linear)",
+           commands=("fit",), choices=INTERPOLATIONS),
+    Option("y-min", float, "isotonic: lower bound of the fitted values (default: none)",
+           commands=("fit",)),
+    Option("y-max", float, "isotonic: upper bound of the fitted values (default: none)",
+           commands=("fit",)),
+    Option("n-bins", int, f"histogram / calibration-curve bins (default: {DEFAULTS.n_bins})",
+           commands=("fit", "evaluate")),
+    Option("strategy", str, f"bin edges (default: {DEFAULTS.strategy})",
+           commands=("fit", "evaluate"), choices=STRATEGIES),
+    Option("threshold", float, f"confusion matrix at prob >= this (default: "
+           f"{DEFAULTS.threshold})", commands=("evaluate",), default=DEFAULTS.threshold),
+    Option("cost-fp", float, f"cost of a false positive (default: {DEFAULTS.cost_fp})",
+           commands=("threshold",), default=DEFAULTS.cost_fp),
+    Option("cost-fn", float, f"cost of a false negative (default: {DEFAULTS.cost_fn})",
+           commands=("threshold",), default=DEFAULTS.cost_fn),
+    Option("on-invalid", str, f"bad rows: fail, or drop and count them (default: "
+           f"{DEFAULTS.on_invalid})", choices=("raise", "drop"), default=DEFAULTS.on_invalid),
+    Option("overwrite", bool, "replace an existing output once the new one is complete "
+           "(default: refuse)", commands=("fit", "apply", "evaluate"), default=False),
+    Option("scheduler", str, "address of a running Dask scheduler (default: start a "
+           "LocalCluster for the run)", entry_points=(DASK_JOB,)),
+)
+
+
+def options_for(command: str, entry_point: str) -> list[Option]:
+    return [o for o in OPTIONS if command in o.commands and entry_point in o.entry_points]
+
+
+def add_options(parser: argparse.ArgumentParser, command: str, entry_point: str) -> None:
+    """Add the options of ``command`` at ``entry_point`` to its subparser."""
+    for o in options_for(command, entry_point):
+        flag = "--" + o.name
+        if o.kind is bool:
+            parser.add_argument(flag, action="store_true", default=None, help=o.help)
+        elif o.repeat:
+            parser.add_argument(flag, action="append", default=None, help=o.help,
+                                metavar=o.dest.upper())
+        else:
+            parser.add_argument(flag, type=o.kind, choices=o.choices, default=None,
+                                help=o.help, metavar=None if o.choices else o.dest.upper())
+
+
+def _check_value(o: Option, value: Any, source: str) -> Any:
+    def bad(expected: str) -> UsageError:
+        return UsageError(f"option '{o.name}' in {source} must be {expected}, got {value!r}")
+
+    if o.repeat and isinstance(value, list):
+        return [_check_value(Option(o.name, o.kind, o.help), v, source) for v in value]
+    if o.kind is bool:
+        if not isinstance(value, bool):
+            raise bad("true or false")
+        return value
+    if o.kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise bad("an integer")
+    elif o.kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise bad("a number")
+        value = float(value)
+    elif o.kind is str:
+        if o.name == "increasing" and isinstance(value, bool):
+            value = "true" if value else "false"
+        if not isinstance(value, str):
+            raise bad("a string")
+    if o.choices is not None and value not in o.choices:
+        raise bad("one of " + ", ".join(map(str, o.choices)))
+    return [value] if o.repeat else value
+
+
+def _reject_aliases(text: str, path: str) -> None:
+    """YAML anchors and aliases can expand a small file into gigabytes: refuse them."""
+    import yaml
+
+    try:
+        for event in yaml.parse(text, Loader=yaml.SafeLoader):
+            if isinstance(event, yaml.AliasEvent):
+                raise UsageError(f"config '{path}' uses a YAML alias (*name); write the values "
+                                 "out")
+    except yaml.YAMLError as exc:
+        raise UsageError(f"config '{path}' is not valid YAML: {exc}".splitlines()[0]) from exc
+
+
+def load_config(path: str | None, command: str, entry_point: str) -> dict[str, Any]:
+    """The typed options of a YAML file, checked against :data:`OPTIONS`."""
+    if not path:
+        return {}
+    import yaml
+
+    try:
+        p = Path(path)
+        if p.stat().st_size > MAX_CONFIG_BYTES:
+            raise UsageError(f"config '{path}' is larger than {MAX_CONFIG_BYTES} bytes")
+        text = p.read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read config '{path}': {exc.strerror}") from exc
+    _reject_aliases(text, path)
+    try:
+        doc = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        raise UsageError(f"config '{path}' is not valid YAML: {exc}".splitlines()[0]) from exc
+    if not isinstance(doc, dict):
+        raise UsageError(f"config '{path}' must be a mapping of option names to values")
+    known = {o.dest: o for o in options_for(command, entry_point)}
+    out: dict[str, Any] = {}
+    for key, value in doc.items():
+        dest = str(key).replace("-", "_")
+        if dest == "params" and command == "fit":
+            if not isinstance(value, dict):
+                raise UsageError(f"'params' in config '{path}' must be a mapping")
+            out["params"] = value
+            continue
+        if dest not in known or dest == "config":
+            raise UsageError(f"unknown option '{key}' in config '{path}' for '{command}'")
+        if value is None:
+            continue
+        out[dest] = _check_value(known[dest], value, f"config '{path}'")
+    return out
+
+
+def resolve_options(args: argparse.Namespace, entry_point: str) -> dict[str, Any]:
+    """Command line over config file over defaults, every option of the command present."""
+    command = args.command
+    cfg = load_config(getattr(args, "config", None), command, entry_point)
+    given = {k: v for k, v in vars(args).items() if v is not None}
+    opts = {o.dest: o.default for o in options_for(command, entry_point)}
+    opts.update(cfg)
+    opts.update(given)
+    opts.setdefault("engine", {SPARK_JOB: "spark", DASK_JOB: "dask"}.get(entry_point,
+                                                                           DEFAULTS.cli_engine))
+    return opts

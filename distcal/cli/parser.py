@@ -1,0 +1,42 @@
+"""The argument parser of the command line and of the job entry points."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..errors import UsageError
+from .options import COMMANDS, add_options
+
+__all__ = ["build_parser"]
+
+_HELP = {
+    "fit": "fit a calibration map and save the model directory",
+    "apply": "add calibrated probabilities to a table",
+    "evaluate": "metrics, plots and an HTML report",
+    "threshold": "print the cost-optimal threshold as JSON",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]  # one line, exit 2
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def build_parser(prog: str, entry_point: str) -> argparse.ArgumentParser:
+    """The parser of ``prog``: the four subcommands with the options of ``entry_point``."""
+    from .. import __version__
+
+    parser = _Parser(prog=prog, description="Exact probability calibration and thresholds.")
+    parser.add_argument("--version", action="version", version=f"distcal {__version__}",
+                        help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for command in COMMANDS:
+        p = sub.add_parser(command, help=_HELP[command], description=_HELP[command])
+        add_options(p, command, entry_point)
+        loud = p.add_mutually_exclusive_group()
+        loud.add_argument("-v", "--verbose", action="count", default=0,
+                          help="log what is read, the engine's path and the time per phase "
+                               "(-vv: debug), and show tracebacks (default: warnings only)")
+        loud.add_argument("-q", "--quiet", action="store_true", default=False,
+                          help="log errors only, no progress bar (default: warnings)")
+    return parser

@@ -1,0 +1,97 @@
+"""Running one command: parse, resolve options, run, print one JSON line, exit code.
+
+Exit 0 on success with the command's JSON line on stdout. Exit 2 for the
+user's input: bad usage or options, bad data (:class:`~distcal.DataError`),
+a bad model directory, a bad parameter value, an existing output without
+``--overwrite``; one line on stderr and nothing written. Exit 1 for
+anything else (a bug or the environment), also one line, with the
+traceback under ``--verbose``. SIGTERM is handled like Ctrl-C: temporary
+outputs are removed and nothing is published.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import sys
+import threading
+import traceback
+from collections.abc import Callable, Sequence
+from types import FrameType
+from typing import Any
+
+from ..errors import DataError, ModelError, ParameterError, UsageError
+from ..storage import OutputExistsError
+from .backend import Backend
+from .commands import COMMANDS
+from .options import resolve_options
+from .parser import build_parser
+
+__all__ = ["run", "BackendFactory"]
+
+BackendFactory = Callable[[dict[str, Any]], Backend]
+_USER_ERRORS = (UsageError, DataError, ModelError, ParameterError, OutputExistsError)
+
+
+def _configure_logging(verbose: int, quiet: bool) -> None:
+    level = logging.ERROR if quiet else (logging.DEBUG if verbose > 1 else
+                                         logging.INFO if verbose else logging.WARNING)
+    log = logging.getLogger("distcal")
+    log.setLevel(level)
+    if not any(getattr(h, "_distcal_cli", False) for h in log.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s distcal %(levelname)s %(message)s",
+                                               "%H:%M:%S"))
+        handler._distcal_cli = True  # type: ignore[attr-defined]
+        log.addHandler(handler)
+        log.propagate = False
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def run(argv: Sequence[str] | None, prog: str, entry_point: str,
+        backend_factory: BackendFactory) -> int:
+    """Parse ``argv``, run the command on a backend, print one JSON line; the exit code."""
+    backend = None
+    verbose = 0
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        args = build_parser(prog, entry_point).parse_args(argv)
+        verbose = args.verbose
+        _configure_logging(args.verbose, args.quiet)
+        opts = resolve_options(args, entry_point)
+        backend = backend_factory(opts)
+        result = COMMANDS[args.command](opts, backend)
+    except _USER_ERRORS as exc:
+        msg = _one_line(exc)
+        if not msg.startswith(prog):
+            msg = f"{prog}: error: {msg}"
+        print(msg, file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except SystemExit:
+        raise
+    except Exception as exc:  # one line for schedulers; the type helps triage
+        if verbose:
+            traceback.print_exc(file=sys.stderr)
+        print(f"{prog}: failed: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    finally:
+        if backend is not None:
+            backend.close()
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+    print(json.dumps(result))
+    return 0

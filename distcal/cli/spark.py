@@ -1,0 +1,163 @@
+"""The Spark backend, and the spark-submit job ``jobs/spark_calibrate.py SUBCOMMAND ...``.
+
+The subcommands and options of the ``distcal`` command line with the Spark
+engine, plus ``--input-table DB.TABLE`` / ``--output-table DB.TABLE`` for
+tables of the session catalog. Paths are resolved as Spark resolves them
+(a path without a scheme is on the cluster's default filesystem), and every
+output is published through :mod:`distcal.storage`: the calibrated Parquet
+is written by Spark's committer under a temporary sibling name and
+committed into place; a table is written under a temporary name and
+renamed. Exit 0 on success, 2 on bad input or usage, 1 otherwise, with one
+line on stderr, so a scheduler marks the task failed; re-running is safe.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ..errors import DataError, UsageError
+from ..model import CalibrationModel
+from ..storage import FileSystem, LocalFileSystem, is_local_uri, publishing
+from .backend import Backend
+from .run import run
+
+__all__ = ["SparkBackend", "main"]
+
+
+def _quote_table(name: str) -> str:
+    """``db.table`` as ```db`.`table``` for the SQL we build (names with odd characters)."""
+    return ".".join("`" + part.replace("`", "``") + "`" for part in name.split("."))
+
+
+class SparkBackend(Backend):
+    """Parquet on any Hadoop-compatible path, or catalog tables; the Spark engine."""
+
+    engine = "spark"
+
+    def __init__(self, spark: Any, own: bool = False):
+        self.spark = spark
+        self.own = own
+
+    @classmethod
+    def embedded(cls, opts: dict[str, Any] | None = None) -> SparkBackend:
+        """A local session for ``distcal ... --engine spark`` (see ``embedded_session``)."""
+        from ..engines.spark.session import embedded_session
+
+        return cls(embedded_session(), own=True)
+
+    @classmethod
+    def submitted(cls, opts: dict[str, Any]) -> SparkBackend:
+        """The session spark-submit set up (master, configs)."""
+        from pyspark.sql import SparkSession
+
+        builder = SparkSession.builder.appName("distcal")
+        if not opts.get("verbose"):
+            # Spark's INFO lines would bury the job's own one line (unless the
+            # user set a level with --conf spark.log.level=...).
+            builder = builder.config("spark.log.level", "WARN")
+        spark = builder.getOrCreate()
+        return cls(spark, own=False)
+
+    # -- where things are -----------------------------------------------------
+    def filesystem(self, uri: str) -> FileSystem:
+        """This machine's files for ``file:`` paths (and plain ones when Spark's default
+        filesystem is local); the session's Hadoop FileSystem for everything else."""
+        if is_local_uri(uri) and (str(uri).startswith("file:") or self._default_fs_local()):
+            return LocalFileSystem()
+        from ..storage.hadoop import HadoopFileSystem
+
+        return HadoopFileSystem(self.spark)
+
+    def _default_fs_local(self) -> bool:
+        conf = self.spark.sparkContext._jsc.hadoopConfiguration()
+        return str(conf.get("fs.defaultFS", "file:///")).startswith("file:")
+
+    # -- inputs ---------------------------------------------------------------
+    def read(self, opts: dict[str, Any]) -> Any:
+        if opts.get("input_table"):
+            if opts.get("input"):
+                raise UsageError("give --input or --input-table, not both")
+            if not self.spark.catalog.tableExists(opts["input_table"]):
+                raise DataError(f"table '{opts['input_table']}' does not exist")
+            return self.spark.table(opts["input_table"])
+        if not opts.get("input"):
+            raise UsageError("missing required option(s): --input (or --input-table)")
+        if not self.filesystem(opts["input"]).exists(opts["input"]):
+            raise DataError(f"input '{opts['input']}' does not exist")
+        return self.spark.read.parquet(str(opts["input"]))
+
+    # -- outputs --------------------------------------------------------------
+    def output_name(self, opts: dict[str, Any]) -> str:
+        if opts.get("output_table"):
+            if opts.get("output"):
+                raise UsageError("give --output or --output-table, not both")
+            return str(opts["output_table"])
+        if not opts.get("output"):
+            raise UsageError("missing required option(s): --output (or --output-table)")
+        return str(opts["output"])
+
+    def refuse_existing(self, target: str, overwrite: bool, table: str | None = None) -> None:
+        if table:
+            if self.spark.catalog.tableExists(table) and not overwrite:
+                raise UsageError(f"output '{table}' exists (pass --overwrite to replace it)")
+            return
+        super().refuse_existing(target, overwrite)
+
+    def apply(self, model: CalibrationModel, opts: dict[str, Any],
+              before_commit: Callable[[Any], None] | None = None) -> int:
+        """Write the calibrated table aside; ``before_commit(new_df)``; then commit it."""
+        out = model.transform(self.read(opts), score_col=opts["score_col"],
+                              output_col=opts["output_col"])
+        if opts.get("output_table"):
+            return self._write_table(out, opts["output_table"], opts["overwrite"],
+                                     before_commit)
+        target = self.output_name(opts)
+        with publishing(self.filesystem(target), target, overwrite=opts["overwrite"]) as tmp:
+            out.write.parquet(tmp)  # Spark's committer: complete or absent
+            written = self.spark.read.parquet(tmp)
+            rows = int(written.count())
+            if before_commit is not None:
+                before_commit(written)
+        return rows
+
+    def _write_table(self, df: Any, table: str, overwrite: bool,
+                     before_commit: Callable[[Any], None] | None = None) -> int:
+        """Write a new table aside, then swap names: readers never see half a table."""
+        db, _, name = table.rpartition(".")
+        prefix = f"{db}." if db else ""
+        tmp = f"{prefix}_distcal_tmp_{name}_{uuid.uuid4().hex[:8]}"
+        df.write.saveAsTable(tmp)
+        q = _quote_table
+        try:
+            rows = int(self.spark.table(tmp).count())
+            if before_commit is not None:
+                before_commit(self.spark.table(tmp))
+            if self.spark.catalog.tableExists(table):
+                if not overwrite:
+                    raise UsageError(f"output '{table}' exists (pass --overwrite to replace it)")
+                old = f"{prefix}_distcal_old_{name}_{uuid.uuid4().hex[:8]}"
+                self.spark.sql(f"ALTER TABLE {q(table)} RENAME TO {q(old)}")
+                try:
+                    self.spark.sql(f"ALTER TABLE {q(tmp)} RENAME TO {q(table)}")
+                except BaseException:
+                    self.spark.sql(f"ALTER TABLE {q(old)} RENAME TO {q(table)}")
+                    raise
+                self.spark.sql(f"DROP TABLE {q(old)}")
+            else:
+                self.spark.sql(f"ALTER TABLE {q(tmp)} RENAME TO {q(table)}")
+        except BaseException:
+            self.spark.sql(f"DROP TABLE IF EXISTS {q(tmp)}")
+            raise
+        return rows
+
+    def close(self) -> None:
+        if self.own:
+            self.spark.stop()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``jobs/spark_calibrate.py``."""
+    return run(argv, prog="spark_calibrate", entry_point="spark",
+               backend_factory=SparkBackend.submitted)

@@ -1,0 +1,48 @@
+"""The Spark engine: range partitions by score, the core on Arrow batches.
+
+The modules, in the order data flows through them:
+
+* :mod:`.session`: the session (an embedded one for the command line),
+  reading local data into Spark, the number of ranges, Arrow batch size;
+* :mod:`.schema`: columns cast and checked in Spark SQL;
+* :mod:`.ranges`: optional map-side combine, ``repartitionByRange``, one
+  ``mapInArrow`` per pass;
+* :mod:`.executor`: what each range partition runs in the Python worker;
+* :mod:`.evaluate`: several probability columns over the same rows;
+* :mod:`.transform`: applying a model inside the JVM.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..base import ReportFn
+from .ranges import SparkRanges
+from .session import as_spark
+
+__all__ = ["SparkEngine", "SparkRanges"]
+
+
+class SparkEngine:
+    """The Spark engine; implements :class:`~distcal.engines.base.Engine`."""
+
+    name = "spark"
+    options = frozenset({"n_ranges", "combine", "sample_rows"})
+
+    def open_ranges(self, data: Any, columns: dict[str, str | None], *,
+                    on_invalid: str = "raise", finite_scores: bool = False, passes: int = 1,
+                    **opts: Any) -> SparkRanges:
+        return SparkRanges(as_spark(data), columns, on_invalid=on_invalid,
+                           finite_scores=finite_scores, passes=passes, **opts)
+
+    def evaluate_many(self, data: Any, columns: dict[str, str | None], prob_cols: list[str],
+                      *, on_invalid: str, report: ReportFn, **opts: Any) -> dict[str, Any]:
+        from .evaluate import evaluate_many
+
+        return evaluate_many(data, columns, prob_cols, on_invalid=on_invalid, report=report,
+                             **opts)
+
+    def transform(self, model: Any, data: Any, score_col: str, output_col: str) -> Any:
+        from .transform import transform
+
+        return transform(model, as_spark(data), score_col, output_col)

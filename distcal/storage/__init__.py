@@ -1,0 +1,55 @@
+"""Where outputs go: one publish/fetch algorithm over three kinds of store.
+
+Every output distcal writes (model directories, reports, Parquet tables
+written by ``apply``) is written aside under a temporary sibling name and
+then committed into place, so that a reader sees the old complete output or
+the new complete one, never a mix (:mod:`distcal.storage.publish`). The
+stores only provide a handful of primitive operations
+(:class:`~distcal.storage.base.FileSystem`):
+
+* :class:`~distcal.storage.local.LocalFileSystem`: this machine's files;
+  commits with Linux ``renameat2`` (create-if-absent, atomic exchange).
+* :class:`~distcal.storage.fsspec.FsspecFileSystem`: any fsspec URL
+  (``s3://``, ``gs://``, ``memory://``, ...), used by the Dask backend.
+* :class:`~distcal.storage.hadoop.HadoopFileSystem`: any Hadoop-compatible
+  path through a Spark session's JVM (``hdfs://``, ``s3a://``, ...).
+
+:func:`filesystem_for` picks one for a path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import FileSystem, is_local_uri, local_path
+from .local import LocalFileSystem
+from .publish import (
+    OutputExistsError,
+    fetch_dir,
+    local_publishing,
+    publish_dir,
+    publishing,
+    refuse_existing,
+)
+
+__all__ = ["FileSystem", "LocalFileSystem", "OutputExistsError", "filesystem_for", "fetch_dir",
+           "is_local_uri", "local_path", "local_publishing", "publish_dir", "publishing",
+           "refuse_existing"]
+
+
+def filesystem_for(uri: str, spark: Any = None) -> FileSystem:
+    """The store of ``uri``: local files, the Spark session's Hadoop FileSystem, or fsspec.
+
+    Paths without a scheme and ``file:`` URLs are local. Anything else goes
+    through the JVM when a Spark session is given (so that Hadoop's
+    credentials and connectors apply), and through fsspec otherwise.
+    """
+    if is_local_uri(uri):
+        return LocalFileSystem()
+    if spark is not None:
+        from .hadoop import HadoopFileSystem
+
+        return HadoopFileSystem(spark)
+    from .fsspec import FsspecFileSystem
+
+    return FsspecFileSystem.for_uri(uri)

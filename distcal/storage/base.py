@@ -1,0 +1,73 @@
+"""The few operations the publish algorithm needs from a store."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+__all__ = ["FileSystem", "is_local_uri", "local_path", "split_uri"]
+
+
+class FileSystem(Protocol):
+    """A store of files and directories addressed by path strings.
+
+    ``local`` says whether a path of this store can be written directly by
+    this process (then writers get the temporary path itself, otherwise a
+    local staging directory that :meth:`put` copies up).
+    """
+
+    local: bool
+
+    def exists(self, path: str) -> bool:
+        """Whether anything (file, directory, link) is at ``path``."""
+
+    def makedirs(self, path: str) -> None:
+        """Create the directory ``path`` and its parents if missing."""
+
+    def listdir(self, path: str) -> list[str]:
+        """Names (not paths) of the entries of directory ``path``; [] if it is missing."""
+
+    def rename(self, src: str, dst: str) -> None:
+        """Move ``src`` to ``dst``, which must not exist."""
+
+    def rename_noreplace(self, src: str, dst: str) -> bool:
+        """Move ``src`` to ``dst`` only if ``dst`` does not exist; False if it does.
+
+        Atomic where the store allows it (Linux ``RENAME_NOREPLACE``);
+        elsewhere a check followed by a rename.
+        """
+
+    def exchange(self, a: str, b: str) -> bool:
+        """Swap ``a`` and ``b`` atomically; False when the store cannot."""
+
+    def remove(self, path: str) -> None:
+        """Remove a file or a directory tree; nothing if missing."""
+
+    def put(self, local: Path, path: str) -> None:
+        """Copy the local file or directory ``local`` to ``path``."""
+
+    def get(self, path: str, local: Path) -> None:
+        """Copy ``path`` to the local path ``local``."""
+
+
+def is_local_uri(uri: str) -> bool:
+    """No scheme, or ``file:``: a path of this machine."""
+    s = str(uri)
+    return s.startswith("file:") or "://" not in s
+
+
+def local_path(uri: str) -> str:
+    """The filesystem path of a local URI (``file:///x`` -> ``/x``)."""
+    s = str(uri)
+    if s.startswith("file://"):
+        return s[len("file://"):]
+    if s.startswith("file:"):
+        return s[len("file:"):]
+    return s
+
+
+def split_uri(uri: str) -> tuple[str, str]:
+    """``(parent, name)`` of a path or URI, without a trailing slash."""
+    s = str(uri).rstrip("/")
+    head, _, name = s.rpartition("/")
+    return head, name

@@ -1,0 +1,72 @@
+"""Any Hadoop-compatible path (hdfs://, s3a://, abfss://, gs://, ...) through Spark's JVM.
+
+The session's Hadoop ``FileSystem`` is used over py4j, so the cluster's
+connectors and credentials apply. Renames are those of the store: atomic on
+HDFS, a copy on object stores. There is no atomic exchange, so the publish
+algorithm moves an old output aside and the next run restores it if a
+crash left the target empty.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["HadoopFileSystem"]
+
+
+class HadoopFileSystem:
+    """The FileSystem calls the publish algorithm needs, for one Spark session."""
+
+    local = False
+
+    def __init__(self, spark: Any):
+        self.jvm = spark.sparkContext._jvm
+        self.conf = spark.sparkContext._jsc.hadoopConfiguration()
+
+    def _path(self, uri: str) -> tuple[Any, Any]:
+        p = self.jvm.org.apache.hadoop.fs.Path(str(uri))
+        return p, p.getFileSystem(self.conf)
+
+    def exists(self, path: str) -> bool:
+        p, fs = self._path(path)
+        return bool(fs.exists(p))
+
+    def makedirs(self, path: str) -> None:
+        p, fs = self._path(path)
+        fs.mkdirs(p)
+
+    def listdir(self, path: str) -> list[str]:
+        p, fs = self._path(path)
+        if not fs.exists(p):
+            return []
+        return [str(st.getPath().getName()) for st in fs.listStatus(p)]
+
+    def rename(self, src: str, dst: str) -> None:
+        if not self.rename_noreplace(src, dst):
+            raise FileExistsError(dst)
+
+    def rename_noreplace(self, src: str, dst: str) -> bool:
+        # Hadoop's rename onto an existing directory moves src *into* it: check first.
+        ps, fs = self._path(src)
+        pd, _ = self._path(dst)
+        if fs.exists(pd):
+            return False
+        if not fs.rename(ps, pd):
+            raise OSError(f"could not rename '{src}' to '{dst}'")
+        return True
+
+    def exchange(self, a: str, b: str) -> bool:
+        return False
+
+    def remove(self, path: str) -> None:
+        p, fs = self._path(path)
+        fs.delete(p, True)
+
+    def put(self, local: Path, path: str) -> None:
+        p, fs = self._path(path)
+        fs.copyFromLocalFile(False, True, self.jvm.org.apache.hadoop.fs.Path(str(local)), p)
+
+    def get(self, path: str, local: Path) -> None:
+        p, fs = self._path(path)
+        fs.copyToLocalFile(False, p, self.jvm.org.apache.hadoop.fs.Path(str(local)), True)

@@ -1,0 +1,212 @@
+"""Publishing an output: write aside, then commit; never a mix of old and new.
+
+The algorithm, the same on every store (:class:`~distcal.storage.base.FileSystem`):
+
+1. Recover: if an earlier run died after moving the old output aside and
+   before putting the new one in place (possible only on stores without an
+   atomic exchange), the target is missing and ``.NAME.old-*`` exists: move
+   it back. Temporary siblings left by runs of this host that are no longer
+   alive are removed.
+2. Refuse an existing target unless ``overwrite``.
+3. The caller writes the new output at a temporary sibling ``.NAME.tmp-*``
+   (same directory, so that the commit is a rename on the same volume).
+4. Commit. If the target is absent: create it by a rename that fails if the
+   target appeared meanwhile (``RENAME_NOREPLACE`` locally), so of two
+   concurrent runs without ``overwrite`` exactly one wins and the other
+   fails with :class:`OutputExistsError`. If it exists and ``overwrite``:
+   swap the two atomically where the store can (``RENAME_EXCHANGE``), then
+   remove the old one; elsewhere move the old one aside, rename the new one
+   in, put the old one back if that fails, and remove it.
+5. On any failure (including KeyboardInterrupt), the temporary sibling is
+   removed and directories created for the output are removed again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from hashlib import sha1
+from pathlib import Path
+from typing import TypeVar
+
+from .base import FileSystem, local_path, split_uri
+
+__all__ = ["OutputExistsError", "publishing", "local_publishing", "publish_dir", "fetch_dir",
+           "refuse_existing", "temp_sibling", "recover"]
+
+log = logging.getLogger("distcal")
+T = TypeVar("T")
+
+# Names longer than this are shortened in temporary siblings, so that the
+# temporary name stays within the usual 255-byte limit of a file name.
+_MAX_BASE = 120
+
+
+class OutputExistsError(FileExistsError):
+    """The output exists and ``overwrite`` was not given (or another run created it)."""
+
+    def __init__(self, target: str):
+        super().__init__(f"output '{target}' exists (pass --overwrite / overwrite=True to "
+                         "replace it)")
+        self.target = target
+
+
+def _base(name: str) -> str:
+    if len(name.encode()) <= _MAX_BASE:
+        return name
+    return name[:60] + "~" + sha1(name.encode()).hexdigest()[:16]
+
+
+def _owner() -> str:
+    return f"{os.getpid()}@{socket.gethostname()}"
+
+
+def temp_sibling(target: str, tag: str) -> str:
+    """``.NAME.TAG-PID@HOST-RANDOM`` next to ``target``."""
+    parent, name = split_uri(target)
+    sib = f".{_base(name)}.{tag}-{_owner()}-{uuid.uuid4().hex[:8]}"
+    return f"{parent}/{sib}" if parent else sib
+
+
+def _dead_owner(entry: str, prefix: str) -> bool:
+    """Whether the run that made the sibling ``PREFIX PID@HOST-RANDOM`` is gone (this host only)."""
+    owner = entry[len(prefix):].rpartition("-")[0]
+    pid_s, _, host = owner.partition("@")
+    if host != socket.gethostname() or not pid_s.isdigit():
+        return False
+    try:
+        os.kill(int(pid_s), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
+def recover(fs: FileSystem, target: str) -> None:
+    """Put back an old output a killed run left aside; drop dead runs' temporaries."""
+    parent, name = split_uri(target)
+    base = _base(name)
+    entries = fs.listdir(parent) if parent or fs.local else []
+    join = (lambda e: f"{parent}/{e}") if parent else (lambda e: e)
+    olds = sorted(e for e in entries if e.startswith(f".{base}.old-"))
+    if olds and not fs.exists(target):
+        log.warning("restoring %s from %s, left aside by an interrupted run", target, olds[-1])
+        fs.rename_noreplace(join(olds[-1]), target)
+        olds = olds[:-1]
+    for e in entries:
+        prefix = next((p for p in (f".{base}.tmp-", f".{base}.old-") if e.startswith(p)), None)
+        if prefix is not None and (prefix.endswith("tmp-") or e in olds) and _dead_owner(e, prefix):
+            log.info("removing %s, left by a run that no longer exists", join(e))
+            fs.remove(join(e))
+
+
+def refuse_existing(fs: FileSystem, target: str, overwrite: bool) -> None:
+    """Raise :class:`OutputExistsError` if ``target`` exists and not ``overwrite``."""
+    if not overwrite and fs.exists(target):
+        raise OutputExistsError(target)
+
+
+def _commit(fs: FileSystem, tmp: str, target: str, overwrite: bool) -> None:
+    if fs.rename_noreplace(tmp, target):
+        return
+    if not overwrite:  # it appeared while we were writing: the other run won
+        raise OutputExistsError(target)
+    if fs.exchange(tmp, target):  # tmp now holds the old output
+        fs.remove(tmp)
+        return
+    old = temp_sibling(target, "old")
+    fs.rename(target, old)
+    try:
+        fs.rename(tmp, target)
+    except BaseException:
+        fs.rename(old, target)
+        raise
+    fs.remove(old)
+
+
+def _make_parents(fs: FileSystem, target: str) -> list[str]:
+    """Create the missing parent directories; return them, deepest first."""
+    parent, _ = split_uri(target)
+    if not parent or not fs.local:
+        if parent:
+            fs.makedirs(parent)
+        return []
+    created = []
+    p = Path(parent)
+    while not p.exists() and p != p.parent:
+        created.append(str(p))
+        p = p.parent
+    fs.makedirs(parent)
+    return created
+
+
+@contextmanager
+def publishing(fs: FileSystem, target: str, *, overwrite: bool = False) -> Iterator[str]:
+    """Yield a temporary sibling of ``target`` to write; commit it on success.
+
+    The caller writes a file or a directory at the yielded path (through the
+    same store). Nothing appears at ``target`` if the block raises.
+    """
+    target = str(target).rstrip("/") or str(target)
+    recover(fs, target)
+    refuse_existing(fs, target, overwrite)
+    created = _make_parents(fs, target)
+    tmp = temp_sibling(target, "tmp")
+    done = False
+    try:
+        yield tmp
+        _commit(fs, tmp, target, overwrite)
+        done = True
+    finally:
+        if fs.exists(tmp):
+            fs.remove(tmp)
+        if not done:
+            for d in created:  # deepest first; only if still empty
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    break
+
+
+@contextmanager
+def local_publishing(target: str | os.PathLike[str], *,
+                     overwrite: bool = False) -> Iterator[Path]:
+    """:func:`publishing` on this machine's filesystem, yielding a :class:`~pathlib.Path`."""
+    from .local import LocalFileSystem
+
+    with publishing(LocalFileSystem(), local_path(os.fspath(target)),
+                    overwrite=overwrite) as tmp:
+        yield Path(tmp)
+
+
+def publish_dir(fs: FileSystem, target: str, write: Callable[[Path], None], *,
+                overwrite: bool = False) -> None:
+    """Publish what ``write(local_path)`` creates (a file or a directory) at ``target``.
+
+    On a local store ``write`` writes the temporary sibling directly; on
+    remote stores it writes a local staging directory that is then copied
+    up, so ``write`` can always use plain local file APIs.
+    """
+    with publishing(fs, target, overwrite=overwrite) as tmp:
+        if fs.local:
+            write(Path(local_path(tmp)))
+            return
+        with tempfile.TemporaryDirectory(prefix="distcal-") as d:
+            staged = Path(d) / "out"
+            write(staged)
+            fs.put(staged, tmp)
+
+
+def fetch_dir(fs: FileSystem, uri: str, read: Callable[[Path], T]) -> T:
+    """``read(local_path)`` on ``uri``, copied to a local temporary directory if remote."""
+    if fs.local:
+        return read(Path(local_path(uri)))
+    with tempfile.TemporaryDirectory(prefix="distcal-") as d:
+        fs.get(uri, Path(d) / "in")
+        return read(Path(d) / "in")

@@ -1,0 +1,200 @@
+"""The storage layer: one publish/fetch algorithm on local files, fsspec and Hadoop.
+
+Real stores only: this machine's filesystem, fsspec's in-memory filesystem
+and ``file://`` URLs, and a Spark session's Hadoop FileSystem.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import distcal
+from distcal.storage import (
+    LocalFileSystem,
+    OutputExistsError,
+    fetch_dir,
+    filesystem_for,
+    publish_dir,
+    publishing,
+)
+from distcal.storage.fsspec import FsspecFileSystem
+
+
+def _write(content: str):
+    def write(d: Path) -> None:
+        d.mkdir()
+        (d / "data.txt").write_text(content)
+
+    return write
+
+
+def _read(d: Path) -> str:
+    return (d / "data.txt").read_text()
+
+
+def _siblings(parent: Path, name: str) -> list[str]:
+    return sorted(e for e in os.listdir(parent) if e.startswith(f".{name}."))
+
+
+def test_local_publish_refuse_and_replace(tmp_path):
+    fs, target = LocalFileSystem(), str(tmp_path / "out")
+    publish_dir(fs, target, _write("one"))
+    assert _read(Path(target)) == "one"
+    with pytest.raises(OutputExistsError, match="exists"):
+        publish_dir(fs, target, _write("two"))
+    assert _read(Path(target)) == "one"
+    publish_dir(fs, target, _write("three"), overwrite=True)
+    assert _read(Path(target)) == "three"
+    assert _siblings(tmp_path, "out") == []  # no temporary or old copies left
+
+
+def test_local_exchange_swaps_directories(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    _write("A")(a)
+    _write("B")(b)
+    assert LocalFileSystem().exchange(str(a), str(b)) is True  # Linux renameat2
+    assert (_read(a), _read(b)) == ("B", "A")
+
+
+def test_failed_write_leaves_old_output_and_no_directories(tmp_path):
+    fs = LocalFileSystem()
+    target = tmp_path / "out"
+    publish_dir(fs, str(target), _write("old"))
+
+    def broken(d: Path) -> None:
+        d.mkdir()
+        (d / "data.txt").write_text("half")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        publish_dir(fs, str(target), broken, overwrite=True)
+    assert _read(target) == "old" and _siblings(tmp_path, "out") == []
+    deep = tmp_path / "x" / "y" / "out"
+    with pytest.raises(RuntimeError):
+        publish_dir(fs, str(deep), broken)
+    assert not (tmp_path / "x").exists()  # parents created for it are gone again
+
+
+def test_concurrent_writers_one_wins(tmp_path):
+    fs, target = LocalFileSystem(), str(tmp_path / "out")
+    first, second = publishing(fs, target), publishing(fs, target)
+    # Both start while nothing is at the target, and both write ...
+    _write("first")(Path(first.__enter__()))
+    _write("second")(Path(second.__enter__()))
+    first.__exit__(None, None, None)  # ... the first commits,
+    with pytest.raises(OutputExistsError):  # and the second, without overwrite, loses
+        second.__exit__(None, None, None)
+    assert _read(Path(target)) == "first"
+    assert _siblings(tmp_path, "out") == []
+
+
+class NoExchange(LocalFileSystem):
+    """A real local filesystem that behaves like a store without atomic exchange."""
+
+    def exchange(self, a: str, b: str) -> bool:
+        return False
+
+
+class FailingSecondRename(NoExchange):
+    def __init__(self) -> None:
+        self.renames = 0
+
+    def rename(self, src: str, dst: str) -> None:
+        self.renames += 1
+        if self.renames == 2:  # the new output into place
+            raise OSError("store went away")
+        super().rename(src, dst)
+
+
+def test_without_exchange_old_output_is_moved_aside_then_removed(tmp_path):
+    fs, target = NoExchange(), str(tmp_path / "out")
+    publish_dir(fs, target, _write("old"))
+    publish_dir(fs, target, _write("new"), overwrite=True)
+    assert _read(Path(target)) == "new" and _siblings(tmp_path, "out") == []
+
+
+def test_failed_second_rename_restores_old_output(tmp_path):
+    target = str(tmp_path / "out")
+    publish_dir(LocalFileSystem(), target, _write("old"))
+    with pytest.raises(OSError, match="went away"):
+        publish_dir(FailingSecondRename(), target, _write("new"), overwrite=True)
+    assert _read(Path(target)) == "old" and _siblings(tmp_path, "out") == []
+
+
+def test_next_run_restores_output_left_aside_and_cleans_dead_temporaries(tmp_path):
+    fs, target = LocalFileSystem(), tmp_path / "out"
+    host = socket.gethostname()
+    # A run killed between "old aside" and "new in place" left this:
+    _write("old")(tmp_path / f".out.old-999999999@{host}-deadbeef")
+    _write("partial")(tmp_path / f".out.tmp-999999999@{host}-0badf00d")
+    # ... and a live run (this process) is writing this one:
+    live = tmp_path / f".out.tmp-{os.getpid()}@{host}-1234abcd"
+    _write("live")(live)
+    with pytest.raises(OutputExistsError):
+        publish_dir(fs, str(target), _write("new"))
+    assert _read(target) == "old"
+    assert _siblings(tmp_path, "out") == [live.name]
+
+
+def test_long_names_fit_the_temporary_prefix(tmp_path):
+    name = "m" * 250  # near the 255-byte limit of ext4
+    target = tmp_path / name
+    publish_dir(LocalFileSystem(), str(target), _write("x"))
+    publish_dir(LocalFileSystem(), str(target), _write("y"), overwrite=True)
+    assert _read(target) == "y"
+
+
+def test_fsspec_memory_filesystem():
+    root = f"memory://distcal-test-{uuid.uuid4().hex}"
+    target = f"{root}/models/out"
+    fs = filesystem_for(target)
+    assert isinstance(fs, FsspecFileSystem) and not fs.local
+    publish_dir(fs, target, _write("one"))
+    assert fetch_dir(fs, target, _read) == "one"
+    with pytest.raises(OutputExistsError):
+        publish_dir(fs, target, _write("two"))
+    publish_dir(fs, target, _write("three"), overwrite=True)
+    assert fetch_dir(fs, target, _read) == "three"
+    assert fs.listdir(f"{root}/models") == ["out"]
+
+
+def test_fsspec_file_url_through_fsspec(tmp_path):
+    fs = FsspecFileSystem.for_uri(f"file://{tmp_path}")
+    target = f"file://{tmp_path}/out"
+    publish_dir(fs, target, _write("one"))
+    publish_dir(fs, target, _write("two"), overwrite=True)
+    assert _read(tmp_path / "out") == "two"
+    assert _siblings(tmp_path, "out") == []
+
+
+def test_model_save_and_load_on_fsspec():
+    df = pd.DataFrame({"score": [.1, .3, .5, .7, .9], "label": [0, 1, 0, 1, 1]})
+    model = distcal.fit(df)
+    uri = f"memory://distcal-test-{uuid.uuid4().hex}/model"
+    model.save(uri)
+    assert distcal.load(uri) == model
+    with pytest.raises(OutputExistsError):
+        model.save(uri)
+
+
+@pytest.mark.spark
+def test_hadoop_filesystem_on_a_spark_session(spark, tmp_path):
+    from distcal.storage.hadoop import HadoopFileSystem
+
+    fs = filesystem_for(f"hdfs-like://ignored/{tmp_path}", spark)
+    assert isinstance(fs, HadoopFileSystem)
+    target = f"file://{tmp_path}/out"  # Hadoop's local FileSystem, through the JVM
+    fs = HadoopFileSystem(spark)
+    publish_dir(fs, target, _write("one"))
+    assert fetch_dir(fs, target, _read) == "one"
+    with pytest.raises(OutputExistsError):
+        publish_dir(fs, target, _write("two"))
+    publish_dir(fs, target, _write("three"), overwrite=True)
+    assert fetch_dir(fs, target, _read) == "three"
+    assert sorted(e for e in os.listdir(tmp_path) if not e.endswith(".crc")) == ["out"]
