@@ -65,11 +65,11 @@ from scipy.special import gammaln
 __all__ = ["ModlResult", "modl_cost", "modl_partition", "premerge_range", "interval_bounds",
            "greedy_merge"]
 
-# Merge gains are rounded to this many decimals before they are compared, so
-# that "leftmost pair among equal gains" is well defined whatever lgamma
-# implementation computed them (math.lgamma and scipy's gammaln differ in the
-# last bits).
-_DIGITS = 10
+# Merge gains are rounded to a binary grid (see _quantise) before they are
+# compared, so that "leftmost pair among equal gains" is well defined whatever
+# lgamma implementation computed them (math.lgamma and scipy's gammaln differ
+# in the last bits).
+_QUANT = 524288.0  # 2^19: grid 2^(19-52) = 2^-33 ~ 1.2e-10 for |gain| < 2^19
 # A post-optimisation move must lower the cost by more than this.
 _TOL = 1e-9
 
@@ -266,7 +266,8 @@ def greedy_merge(counts: np.ndarray) -> np.ndarray:
     """First rows of the intervals of plain greedy bottom-up merging (no post-optimisation).
 
     Starts from one interval per row and repeatedly merges the adjacent pair
-    with the least Delta f (rounded to 1e-10; ties: the leftmost pair) while
+    with the least Delta f (rounded to 2^-33, see ``_quantise``; ties: the
+    leftmost pair) while
     the merge lowers the criterion. A heap with lazy invalidation keeps it
     O(V log V). Exposed so that callers (and tests) can compare with the
     full search.
@@ -280,60 +281,125 @@ def greedy_merge(counts: np.ndarray) -> np.ndarray:
     return _greedy_starts(_check_counts(counts))
 
 
+def _quantise(x):
+    """Round gains to a fixed binary grid (2^-33 for |x| < 2^19), identically in numpy and Python.
+
+    Adding and subtracting 2^19 is exact IEEE arithmetic, so both give the
+    same grid value, which makes "leftmost pair among equal gains" a
+    well-defined rule whichever lgamma computed the gain.
+    """
+    return (x + _QUANT) - _QUANT
+
+
 def _greedy_starts(C: np.ndarray) -> np.ndarray:
     K, J = C.shape
     if K == 1:
         return np.zeros(1, dtype=np.intp)
     N = int(C.sum())
-    lg_j = math.lgamma(J)
-    lgamma = math.lgamma
     f_row = _f(C)
-    keys = np.round(_f(C[:-1] + C[1:]) - f_row[:-1] - f_row[1:], _DIGITS)
-    heap = list(zip(keys.tolist(), range(K - 1), range(1, K), [0] * (K - 1), [0] * (K - 1)))
+    f_pair = _f(C[:-1] + C[1:])
+    keys = _quantise(f_pair - f_row[:-1] - f_row[1:])
+    # Heap entries (gain, left interval, stamp, f of the merged pair). The
+    # pair starting at interval s is valid while stamp[s] equals the entry's
+    # stamp: every change to s or to its right neighbour pushes a new entry
+    # with a new stamp (lazy invalidation, no decrease-key).
+    heap = list(zip(keys.tolist(), range(K - 1), range(K - 1), f_pair.tolist()))
     heapq.heapify(heap)
-    cnt = C.tolist()
-    fv = f_row.tolist()
+    stamp = list(range(K - 1)) + [-1]
     nxt = list(range(1, K + 1))
     prv = list(range(-1, K - 1))
-    ver = [0] * K  # bumped when an interval grows; -1 once absorbed
-    heappop, heappush = heapq.heappop, heapq.heappush
-
+    fv = f_row.tolist()
     if J == 2:
-        def f_of(c: list[int]) -> float:
-            a, b = c
-            return lgamma(a + b + 2) - lg_j - lgamma(a + 1) - lgamma(b + 1)
+        _greedy_loop2(heap, stamp, nxt, prv, fv, C[:, 0].tolist(), C[:, 1].tolist(), N, K)
     else:
-        def f_of(c: list[int]) -> float:
-            return lgamma(sum(c) + J) - lg_j - sum([lgamma(x + 1) for x in c])
+        _greedy_loop(heap, stamp, nxt, prv, fv, C.tolist(), N, K, J)
+    out = [0]
+    s = nxt[0]
+    while s < K:
+        out.append(s)
+        s = nxt[s]
+    return np.asarray(out, dtype=np.intp)
 
+
+def _greedy_loop2(heap, stamp, nxt, prv, fv, A, B, N, K):
+    """The greedy loop for two classes, counts in two lists (f = log((n+1)! / (a! b!)))."""
+    lg, log, Q = math.lgamma, math.log, _QUANT
+    heappop, heappush = heapq.heappop, heapq.heappush
     I = K
+    st = K  # next stamp
     while heap and I > 1:
-        key, s, r, vs, vr = heappop(heap)
-        if ver[s] != vs or ver[r] != vr:
-            continue  # stale: one of the two intervals changed since the push
-        if key + math.log((I - 1) / (N + I - 1)) >= 0.0:
+        key, s, t, fm = heappop(heap)
+        if stamp[s] != t:
+            continue  # stale
+        if key + log((I - 1) / (N + I - 1)) >= 0.0:
             break  # the best merge does not lower the criterion
-        m = [a + b for a, b in zip(cnt[s], cnt[r])]
-        fm = f_of(m)
-        cnt[s] = m
+        r = nxt[s]
+        a = A[s] + A[r]
+        b = B[s] + B[r]
+        A[s] = a
+        B[s] = b
         fv[s] = fm
-        ver[s] += 1
-        ver[r] = -1
+        stamp[r] = -1
         nr = nxt[r]
         nxt[s] = nr
-        if nr < K:
-            prv[nr] = s
         I -= 1
         p = prv[s]
         if p >= 0:
-            cp = cnt[p]
-            k = round(f_of([a + b for a, b in zip(cp, m)]) - fv[p] - fm, _DIGITS)
-            heappush(heap, (k, p, s, ver[p], ver[s]))
+            x, y = A[p] + a, B[p] + b
+            fp = lg(x + y + 2) - lg(x + 1) - lg(y + 1)
+            stamp[p] = st
+            heappush(heap, ((fp - fv[p] - fm + Q) - Q, p, st, fp))
+            st += 1
         if nr < K:
-            cq = cnt[nr]
-            k = round(f_of([a + b for a, b in zip(m, cq)]) - fm - fv[nr], _DIGITS)
-            heappush(heap, (k, s, nr, ver[s], ver[nr]))
-    return np.asarray([i for i in range(K) if ver[i] >= 0], dtype=np.intp)
+            prv[nr] = s
+            x, y = a + A[nr], b + B[nr]
+            fn = lg(x + y + 2) - lg(x + 1) - lg(y + 1)
+            stamp[s] = st
+            heappush(heap, ((fn - fm - fv[nr] + Q) - Q, s, st, fn))
+            st += 1
+        else:
+            stamp[s] = -1
+
+
+def _greedy_loop(heap, stamp, nxt, prv, fv, cnt, N, K, J):
+    """The greedy loop for any number of classes, counts as lists."""
+    lg, log, Q = math.lgamma, math.log, _QUANT
+    lg_j = lg(J)
+    heappop, heappush = heapq.heappop, heapq.heappush
+
+    def f_of(c: list[int]) -> float:
+        return lg(sum(c) + J) - lg_j - sum([lg(x + 1) for x in c])
+
+    I = K
+    st = K
+    while heap and I > 1:
+        key, s, t, fm = heappop(heap)
+        if stamp[s] != t:
+            continue
+        if key + log((I - 1) / (N + I - 1)) >= 0.0:
+            break
+        r = nxt[s]
+        m = [a + b for a, b in zip(cnt[s], cnt[r])]
+        cnt[s] = m
+        fv[s] = fm
+        stamp[r] = -1
+        nr = nxt[r]
+        nxt[s] = nr
+        I -= 1
+        p = prv[s]
+        if p >= 0:
+            fp = f_of([a + b for a, b in zip(cnt[p], m)])
+            stamp[p] = st
+            heappush(heap, ((fp - fv[p] - fm + Q) - Q, p, st, fp))
+            st += 1
+        if nr < K:
+            prv[nr] = s
+            fn = f_of([a + b for a, b in zip(m, cnt[nr])])
+            stamp[s] = st
+            heappush(heap, ((fn - fm - fv[nr] + Q) - Q, s, st, fn))
+            st += 1
+        else:
+            stamp[s] = -1
 
 
 # ----------------------------------------------------------------------------
@@ -462,7 +528,7 @@ def modl_partition(counts: np.ndarray, exact_max: int = 1000) -> ModlResult:
     post-optimisation with split, merge and merge-split moves until none
     lowers the cost by more than 1e-9. Guarantee: the cost is at most that
     of :func:`greedy_merge` on the *input rows* (plain greedy merging started
-    from single distinct scores, gains compared to 1e-10, leftmost pair on
+    from single distinct scores, gains rounded to 2^-33, leftmost pair on
     ties). When every input row is pure, greedy merging started from the
     pure runs is provably identical to it and is used; otherwise greedy
     merging starts from the single rows. Post-optimisation only lowers the
