@@ -291,7 +291,14 @@ def _quantise(x):
     return (x + _QUANT) - _QUANT
 
 
-def _greedy_starts(C: np.ndarray) -> np.ndarray:
+def _greedy_starts(C: np.ndarray, to_end: bool = False) -> np.ndarray:
+    """First rows of the intervals of greedy merging over the rows of C.
+
+    Plain greedy stops at the first merge that does not lower the cost.
+    With ``to_end`` merging goes on down to one interval, along the same
+    path, and the cheapest partition met is kept (Boullé's variant): never
+    worse than the plain stopping point, which is on the path.
+    """
     K, J = C.shape
     if K == 1:
         return np.zeros(1, dtype=np.intp)
@@ -310,30 +317,47 @@ def _greedy_starts(C: np.ndarray) -> np.ndarray:
     prv = list(range(-1, K - 1))
     fv = f_row.tolist()
     if J == 2:
-        _greedy_loop2(heap, stamp, nxt, prv, fv, C[:, 0].tolist(), C[:, 1].tolist(), N, K)
+        removed, steps = _greedy_loop2(heap, stamp, nxt, prv, fv, C[:, 0].tolist(),
+                                       C[:, 1].tolist(), N, K, to_end)
     else:
-        _greedy_loop(heap, stamp, nxt, prv, fv, C.tolist(), N, K, J)
-    out = [0]
-    s = nxt[0]
-    while s < K:
-        out.append(s)
-        s = nxt[s]
-    return np.asarray(out, dtype=np.intp)
+        removed, steps = _greedy_loop(heap, stamp, nxt, prv, fv, C.tolist(), N, K, J, to_end)
+    # Keep the prefix of merges with the least cumulative change (all of them
+    # for plain greedy, whose every step lowers the cost).
+    n_keep = len(removed)
+    if to_end and steps:
+        path = np.concatenate(([0.0], np.cumsum(steps)))
+        n_keep = int(np.argmin(path))
+    alive = np.ones(K, dtype=bool)
+    alive[np.asarray(removed[:n_keep], dtype=np.intp)] = False
+    return np.flatnonzero(alive)
 
 
-def _greedy_loop2(heap, stamp, nxt, prv, fv, A, B, N, K):
+def _drop_stale(heap: list, stamp: list) -> list:
+    """The live entries of a heap, re-heapified (stale ones would cost a pop each)."""
+    live = [e for e in heap if stamp[e[1]] == e[2]]
+    heapq.heapify(live)
+    return live
+
+
+def _greedy_loop2(heap, stamp, nxt, prv, fv, A, B, N, K, to_end):
     """The greedy loop for two classes, counts in two lists (f = log((n+1)! / (a! b!)))."""
     lg, log, Q = math.lgamma, math.log, _QUANT
     heappop, heappush = heapq.heappop, heapq.heappush
     I = K
     st = K  # next stamp
+    removed, steps = [], []
     while heap and I > 1:
         key, s, t, fm = heappop(heap)
         if stamp[s] != t:
+            if len(heap) > 4 * I + 64:
+                heap = _drop_stale(heap, stamp)
             continue  # stale
-        if key + log((I - 1) / (N + I - 1)) >= 0.0:
-            break  # the best merge does not lower the criterion
         r = nxt[s]
+        step = fm - fv[s] - fv[r] + log((I - 1) / (N + I - 1))
+        if key + log((I - 1) / (N + I - 1)) >= 0.0 and not to_end:
+            break  # the best merge does not lower the criterion
+        removed.append(r)
+        steps.append(step)
         a = A[s] + A[r]
         b = B[s] + B[r]
         A[s] = a
@@ -359,9 +383,10 @@ def _greedy_loop2(heap, stamp, nxt, prv, fv, A, B, N, K):
             st += 1
         else:
             stamp[s] = -1
+    return removed, steps
 
 
-def _greedy_loop(heap, stamp, nxt, prv, fv, cnt, N, K, J):
+def _greedy_loop(heap, stamp, nxt, prv, fv, cnt, N, K, J, to_end):
     """The greedy loop for any number of classes, counts as lists."""
     lg, log, Q = math.lgamma, math.log, _QUANT
     lg_j = lg(J)
@@ -372,13 +397,19 @@ def _greedy_loop(heap, stamp, nxt, prv, fv, cnt, N, K, J):
 
     I = K
     st = K
+    removed, steps = [], []
     while heap and I > 1:
         key, s, t, fm = heappop(heap)
         if stamp[s] != t:
+            if len(heap) > 4 * I + 64:
+                heap = _drop_stale(heap, stamp)
             continue
-        if key + log((I - 1) / (N + I - 1)) >= 0.0:
-            break
         r = nxt[s]
+        step = fm - fv[s] - fv[r] + log((I - 1) / (N + I - 1))
+        if key + log((I - 1) / (N + I - 1)) >= 0.0 and not to_end:
+            break
+        removed.append(r)
+        steps.append(step)
         m = [a + b for a, b in zip(cnt[s], cnt[r])]
         cnt[s] = m
         fv[s] = fm
@@ -400,6 +431,7 @@ def _greedy_loop(heap, stamp, nxt, prv, fv, cnt, N, K, J):
             st += 1
         else:
             stamp[s] = -1
+    return removed, steps
 
 
 # ----------------------------------------------------------------------------
@@ -495,6 +527,10 @@ def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
         starts, cost = new, new_cost
 
 
+def _table_cost(C: np.ndarray, starts: np.ndarray) -> float:
+    return modl_cost(np.add.reduceat(C, starts, axis=0))
+
+
 def _apply_moves(starts: np.ndarray, moves: list[tuple[float, int, int, int]]) -> np.ndarray:
     keep = np.ones(starts.shape[0], dtype=bool)
     add = []
@@ -568,7 +604,13 @@ def modl_partition(counts: np.ndarray, exact_max: int = 1000) -> ModlResult:
         cuts, exact = run_starts[_exact_starts(reduced)], True
     else:
         table, rows = (reduced, run_starts) if all_pure else (c, np.arange(V))
-        local = _post_optimise(table, _greedy_starts(table))
+        local = _post_optimise(table, _greedy_starts(table, to_end=True))
+        # A second start, top-down from one interval: the moves cannot always
+        # leave greedy's local optimum (e.g. where three intervals must
+        # become one), and splitting from the top is cheap (few passes).
+        top = _post_optimise(table, np.zeros(1, dtype=np.intp))
+        if _table_cost(table, top) < _table_cost(table, local):
+            local = top
         cuts, exact = rows[local], False
     cuts = np.asarray(cuts, dtype=np.intp)
     ic = np.add.reduceat(c, cuts, axis=0)
