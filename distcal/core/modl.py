@@ -452,13 +452,29 @@ def _best_in_segments(gain: np.ndarray, seg_start: np.ndarray, n_seg: int
     return best, first
 
 
+def _best_cut(P: np.ndarray, lo: np.ndarray, hi: np.ndarray, f_old: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """For each span of rows [lo, hi) (hi - lo >= 2): least f(left) + f(right) - f_old, and its cut.
+
+    All cuts lo < t < hi of all spans at once, with prefix sums P.
+    """
+    L = hi - lo - 1
+    seg = np.concatenate(([0], np.cumsum(L)[:-1]))
+    t = np.arange(L.sum()) - np.repeat(seg, L) + np.repeat(lo + 1, L)
+    gain = _f(P[t] - P[np.repeat(lo, L)]) + _f(P[np.repeat(hi, L)] - P[t]) - np.repeat(f_old, L)
+    best, pos = _best_in_segments(gain, seg, lo.shape[0])
+    return best, t[pos]
+
+
 def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Apply improving split / merge / merge-split moves until none lowers the cost.
 
-    Each pass evaluates every move of every interval (or pair of neighbours)
-    at once with prefix sums; the best non-overlapping improving moves are
-    applied together when that lowers the true cost (g is not additive over
-    moves), else the single best one.
+    The f-part of every move (best split of each interval, merge and best
+    re-cut of each pair of neighbours) is kept in arrays, computed at once
+    with prefix sums and recomputed after each pass only for the intervals
+    the pass changed. The best non-overlapping improving moves are applied
+    together when that lowers the true cost (the prior term g is not
+    additive over moves), else the single best one.
     """
     K, J = C.shape
     N = int(C.sum())
@@ -469,48 +485,44 @@ def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
         ends = np.append(st[1:], K)
         return float(_log_prior_intervals(N, st.shape[0]) + _f(P[ends] - P[st]).sum())
 
+    def evaluate(st, en, f_int, todo, todo_pairs):
+        """(split gain, split cut) for intervals todo; (merge gain, re-cut gain, cut) for pairs."""
+        sg = np.full(todo.shape[0], np.inf)
+        sc = np.full(todo.shape[0], -1, dtype=np.intp)
+        ok = np.flatnonzero(en[todo] - st[todo] >= 2)
+        if ok.size:
+            i = todo[ok]
+            sg[ok], sc[ok] = _best_cut(P, st[i], en[i], f_int[i])
+        i = todo_pairs
+        pair_f = f_int[i] + f_int[i + 1]
+        mg = _f(P[en[i + 1]] - P[st[i]]) - pair_f
+        if i.size:
+            rg, rc = _best_cut(P, st[i], en[i + 1], pair_f)
+        else:
+            rg, rc = np.zeros(0), np.zeros(0, dtype=np.intp)
+        return sg, sc, mg, rg, rc
+
     cost = total(starts)
+    ends = np.append(starts[1:], K)
+    f_int = _f(P[ends] - P[starts])
+    I = starts.shape[0]
+    split_g, split_c, merge_g, recut_g, recut_c = evaluate(
+        starts, ends, f_int, np.arange(I), np.arange(I - 1))
     while True:
         I = starts.shape[0]
-        ends = np.append(starts[1:], K)
-        f_int = _f(P[ends] - P[starts])
-        moves: list[tuple[float, int, int, int]] = []  # (gain, kind, interval, new cut)
-        # Split interval i at t, starts[i] < t < ends[i].
-        length = ends - starts
-        ok = np.flatnonzero(length >= 2)
-        if ok.size:
-            L = length[ok] - 1
-            seg = np.concatenate(([0], np.cumsum(L)[:-1]))
-            t = np.arange(L.sum()) - np.repeat(seg, L) + np.repeat(starts[ok] + 1, L)
-            s_rep = np.repeat(starts[ok], L)
-            e_rep = np.repeat(ends[ok], L)
-            gain = _f(P[t] - P[s_rep]) + _f(P[e_rep] - P[t]) - np.repeat(f_int[ok], L)
-            best, pos = _best_in_segments(gain, seg, ok.size)
-            best = best + math.log((N + I) / I)
-            for i in np.flatnonzero(best < -_TOL):
-                moves.append((float(best[i]), 0, int(ok[i]), int(t[pos[i]])))
+        sg = split_g + math.log((N + I) / I)
+        cand = [(float(sg[i]), 0, int(i), int(split_c[i])) for i in np.flatnonzero(sg < -_TOL)]
         if I >= 2:
-            # Merge i and i+1, or re-cut them at t, starts[i] < t < ends[i+1].
-            a, b = starts[:-1], ends[1:]
-            pair_f = f_int[:-1] + f_int[1:]
-            merged_gain = _f(P[b] - P[a]) - pair_f + math.log((I - 1) / (N + I - 1))
-            for i in np.flatnonzero(merged_gain < -_TOL):
-                moves.append((float(merged_gain[i]), 1, int(i), -1))
-            L = b - a - 1
-            seg = np.concatenate(([0], np.cumsum(L)[:-1]))
-            t = np.arange(L.sum()) - np.repeat(seg, L) + np.repeat(a + 1, L)
-            a_rep = np.repeat(a, L)
-            b_rep = np.repeat(b, L)
-            gain = _f(P[t] - P[a_rep]) + _f(P[b_rep] - P[t]) - np.repeat(pair_f, L)
-            best, pos = _best_in_segments(gain, seg, I - 1)
-            for i in np.flatnonzero(best < -_TOL):
-                moves.append((float(best[i]), 2, int(i), int(t[pos[i]])))
-        if not moves:
+            mg = merge_g + math.log((I - 1) / (N + I - 1))
+            cand += [(float(mg[i]), 1, int(i), -1) for i in np.flatnonzero(mg < -_TOL)]
+            cand += [(float(recut_g[i]), 2, int(i), int(recut_c[i]))
+                     for i in np.flatnonzero(recut_g < -_TOL)]
+        if not cand:
             return starts
-        moves.sort()
+        cand.sort()
         used = np.zeros(I, dtype=bool)
         chosen = []
-        for mv in moves:
+        for mv in cand:
             _, kind, i, _ = mv
             span = slice(i, i + 1) if kind == 0 else slice(i, i + 2)
             if used[span].any():
@@ -524,7 +536,36 @@ def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
             new_cost = total(new)
         if new_cost >= cost - _TOL:
             return starts
-        starts, cost = new, new_cost
+        # Carry the moves of the intervals (and pairs) that did not change.
+        new_ends = np.append(new[1:], K)
+        key_old = starts * (K + 1) + ends
+        key_new = new * (K + 1) + new_ends
+        old_idx = np.searchsorted(key_old, key_new)  # keys increase with the start
+        old_idx = np.minimum(old_idx, I - 1)
+        same = key_old[old_idx] == key_new
+        n_new = new.shape[0]
+        new_f = np.empty(n_new)
+        new_f[same] = f_int[old_idx[same]]
+        changed = np.flatnonzero(~same)
+        new_f[changed] = _f(P[new_ends[changed]] - P[new[changed]])
+        pair_same = same[:-1] & same[1:]
+        changed_pairs = np.flatnonzero(~pair_same)
+        sg, sc, mg, rg, rc = evaluate(new, new_ends, new_f, changed, changed_pairs)
+        n_split_g = np.empty(n_new)
+        n_split_c = np.empty(n_new, dtype=np.intp)
+        n_split_g[same], n_split_c[same] = split_g[old_idx[same]], split_c[old_idx[same]]
+        n_split_g[changed], n_split_c[changed] = sg, sc
+        ps = np.flatnonzero(pair_same)
+        n_merge_g = np.empty(n_new - 1)
+        n_recut_g = np.empty(n_new - 1)
+        n_recut_c = np.empty(n_new - 1, dtype=np.intp)
+        o = old_idx[ps]
+        n_merge_g[ps], n_recut_g[ps], n_recut_c[ps] = merge_g[o], recut_g[o], recut_c[o]
+        n_merge_g[changed_pairs], n_recut_g[changed_pairs] = mg, rg
+        n_recut_c[changed_pairs] = rc
+        starts, ends, f_int, cost = new, new_ends, new_f, new_cost
+        split_g, split_c, merge_g, recut_g, recut_c = (n_split_g, n_split_c, n_merge_g,
+                                                       n_recut_g, n_recut_c)
 
 
 def _table_cost(C: np.ndarray, starts: np.ndarray) -> float:
