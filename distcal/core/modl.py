@@ -601,15 +601,17 @@ def modl_partition(counts: np.ndarray, exact_max: int = 1000) -> ModlResult:
     are optimal the one with fewest intervals, then leftmost cuts, is
     typically returned (ties are broken on floating-point values).
 
-    Otherwise (``exact=False``) greedy bottom-up merging runs, followed by
+    Otherwise (``exact=False``) greedy bottom-up merging runs on to one
+    interval, keeping the cheapest partition on its path, then
     post-optimisation with split, merge and merge-split moves until none
-    lowers the cost by more than 1e-9. Guarantee: the cost is at most that
-    of :func:`greedy_merge` on the *input rows* (plain greedy merging started
-    from single distinct scores, gains rounded to 2^-33, leftmost pair on
-    ties). When every input row is pure, greedy merging started from the
-    pure runs is provably identical to it and is used; otherwise greedy
-    merging starts from the single rows. Post-optimisation only lowers the
-    cost. No optimality is claimed for this path. Time is O(V log V) for
+    lowers the cost by more than 1e-9; a second post-optimisation starts
+    top-down from one interval, and the cheaper result is returned.
+    Guarantee: the cost is at most that of :func:`greedy_merge` on the
+    *input rows* (plain greedy merging started from single distinct scores,
+    gains rounded to 2^-33, leftmost pair on ties), up to rounding. When
+    every input row is pure, greedy merging started from the pure runs is
+    provably identical to it and is used; otherwise greedy merging starts
+    from the single rows. No optimality is claimed for this path. Time is O(V log V) for
     the greedy phase (a Python heap) plus O(V J) per post-optimisation pass.
 
     Parameters
