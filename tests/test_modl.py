@@ -1,0 +1,493 @@
+"""MODL discretisation (distcal.core.modl) against independent oracles.
+
+The oracles below recompute the criterion from its definition with
+math.lgamma (never with the module's functions): brute force over all
+2^(V-1) partitions, a plain O(V^3) dynamic programme, and plain O(V^2)
+greedy merging.
+"""
+
+from __future__ import annotations
+
+import doctest
+import itertools
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from distcal.core import modl
+from distcal.core.modl import (
+    greedy_merge,
+    interval_bounds,
+    modl_cost,
+    modl_partition,
+    premerge_range,
+)
+
+# ----------------------------------------------------------------------------
+# Oracles
+# ----------------------------------------------------------------------------
+
+
+def lfact(n: int) -> float:
+    return math.lgamma(n + 1)
+
+
+def oracle_interval(row: list[int]) -> float:
+    """log C(N_i+J-1, J-1) + log(N_i! / prod_j N_ij!), written as in Boullé (2006)."""
+    n, J = sum(row), len(row)
+    return (lfact(n + J - 1) - lfact(J - 1) - lfact(n)) + (lfact(n) - sum(lfact(x) for x in row))
+
+
+def oracle_cost(interval_counts) -> float:
+    rows = [list(map(int, r)) for r in interval_counts]
+    N, I = sum(map(sum, rows)), len(rows)
+    return (math.log(N) + lfact(N + I - 1) - lfact(I - 1) - lfact(N)
+            + sum(oracle_interval(r) for r in rows))
+
+
+def sum_rows(counts, cuts) -> list[list[int]]:
+    rows = [list(map(int, r)) for r in counts]
+    bounds = list(cuts) + [len(rows)]
+    return [[sum(col) for col in zip(*rows[a:b])] for a, b in zip(bounds[:-1], bounds[1:])]
+
+
+def brute_force(counts) -> list[tuple[float, tuple[int, ...]]]:
+    """(cost, cuts) of every partition, best first."""
+    V = len(counts)
+    out = []
+    for mask in itertools.product((False, True), repeat=V - 1):
+        cuts = (0,) + tuple(i + 1 for i, m in enumerate(mask) if m)
+        out.append((oracle_cost(sum_rows(counts, cuts)), cuts))
+    out.sort()
+    return out
+
+
+def plain_dp(counts) -> float:
+    """Least cost by D[k][v] = min_u D[k-1][u] + cost(rows u..v-1), then min over k."""
+    rows = [list(map(int, r)) for r in counts]
+    V, N = len(rows), sum(map(sum, rows))
+    cost = [[0.0] * (V + 1) for _ in range(V + 1)]
+    for u in range(V):
+        acc = [0] * len(rows[0])
+        for v in range(u + 1, V + 1):
+            acc = [a + b for a, b in zip(acc, rows[v - 1])]
+            cost[u][v] = oracle_interval(acc)
+    inf = float("inf")
+    D = [inf] * (V + 1)
+    D[0] = 0.0
+    best = inf
+    for k in range(1, V + 1):
+        Dn = [inf] * (V + 1)
+        for v in range(k, V + 1):
+            Dn[v] = min(D[u] + cost[u][v] for u in range(k - 1, v))
+        D = Dn
+        best = min(best, math.log(N) + lfact(N + k - 1) - lfact(k - 1) - lfact(N) + D[V])
+    return best
+
+
+def plain_greedy(counts) -> list[int]:
+    """Greedy bottom-up merging from single rows, recomputing every gain at each step.
+
+    Gains rounded to the grid 2^-33 as the API documents; ties: leftmost pair.
+    """
+    rows = [list(map(int, r)) for r in counts]
+    N = sum(map(sum, rows))
+    ivals = [(i, r) for i, r in enumerate(rows)]
+    while len(ivals) > 1:
+        I = len(ivals)
+        gains = []
+        for (_, a), (_, b) in zip(ivals[:-1], ivals[1:]):
+            m = [x + y for x, y in zip(a, b)]
+            g = oracle_interval(m) - oracle_interval(a) - oracle_interval(b)
+            gains.append((g + 2.0**19) - 2.0**19)
+        best = min(range(I - 1), key=lambda i: (gains[i], i))
+        if gains[best] + math.log((I - 1) / (N + I - 1)) >= 0.0:
+            break
+        (s, a), (_, b) = ivals[best], ivals[best + 1]
+        ivals[best:best + 2] = [(s, [x + y for x, y in zip(a, b)])]
+    return [s for s, _ in ivals]
+
+
+def pure_runs(counts) -> list[int]:
+    """First rows of maximal runs of rows pure in one class (mixed rows alone)."""
+    starts = [0]
+    for v in range(1, len(counts)):
+        a, b = np.flatnonzero(counts[v - 1]), np.flatnonzero(counts[v])
+        if not (len(a) == 1 and len(b) == 1 and a[0] == b[0]):
+            starts.append(v)
+    return starts
+
+
+# ----------------------------------------------------------------------------
+# Data
+# ----------------------------------------------------------------------------
+
+
+def make_counts(rng: np.random.Generator, V: int, J: int, kind: str) -> np.ndarray:
+    """A (V, J) table: 'signal' (class depends on the score), 'noise', 'ties' (mixed rows)."""
+    if kind == "noise":
+        n = rng.integers(1, 4, V)
+        return np.stack([rng.multinomial(k, np.full(J, 1.0 / J)) for k in n])
+    pos = np.linspace(0.0, 1.0, V)
+    centres = np.linspace(0.0, 1.0, J)
+    logits = -((pos[:, None] - centres[None, :]) ** 2) * rng.uniform(5.0, 40.0)
+    p = np.exp(logits)
+    p /= p.sum(axis=1, keepdims=True)
+    n = rng.integers(1, 6, V) if kind == "ties" else np.ones(V, dtype=np.int64)
+    return np.stack([rng.multinomial(k, q) for k, q in zip(n, p)])
+
+
+CASES = [(V, J, kind, seed) for seed in range(6) for J in (2, 3, 5)
+         for kind in ("signal", "noise", "ties") for V in (1, 2, 5, 9, 12)]
+
+
+# ----------------------------------------------------------------------------
+# Criterion
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_cost_against_definition(seed):
+    rng = np.random.default_rng(seed)
+    ic = rng.integers(0, 30, size=(rng.integers(1, 8), rng.integers(1, 6)))
+    ic[:, 0] += 1  # no empty interval
+    assert modl_cost(ic) == pytest.approx(oracle_cost(ic), abs=1e-9)
+
+
+def test_cost_hand_value():
+    # log 6 + log C(7, 1) + 2 log C(4, 1) for two pure intervals of 3.
+    assert modl_cost(np.array([[3, 0], [0, 3]])) == pytest.approx(
+        math.log(6) + math.log(7) + 2 * math.log(4), abs=1e-12)
+
+
+@pytest.mark.parametrize("bad", [np.zeros((0, 2)), np.array([[1, -1]]), np.array([[1, 0], [0, 0]]),
+                                 np.array([[0.5, 1.0]]), np.array([1, 2])])
+def test_invalid_counts(bad):
+    with pytest.raises(ValueError):
+        modl_partition(bad)
+
+
+# ----------------------------------------------------------------------------
+# Exact path
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("V,J,kind,seed", CASES)
+def test_exact_against_brute_force(V, J, kind, seed):
+    counts = make_counts(np.random.default_rng([V, J, seed]), V, J, kind)
+    ranked = brute_force(counts)
+    res = modl_partition(counts)
+    assert res.exact
+    assert res.cost == pytest.approx(ranked[0][0], abs=1e-9)
+    assert res.cost == pytest.approx(oracle_cost(res.interval_counts), abs=1e-9)
+    if len(ranked) == 1 or ranked[1][0] > ranked[0][0] + 1e-7:  # unique optimum
+        assert tuple(res.cuts.tolist()) == ranked[0][1]
+
+
+@pytest.mark.parametrize("V,J,kind,seed", CASES[::3])
+def test_pure_runs_are_never_needed_brute_force(V, J, kind, seed):
+    """The best partition without cuts inside pure runs is as good as the best partition."""
+    counts = make_counts(np.random.default_rng([V, J, seed, 7]), V, J, kind)
+    ranked = brute_force(counts)
+    allowed = set(pure_runs(counts))
+    restricted = [c for c, cuts in ranked if set(cuts) <= allowed]
+    assert restricted[0] == pytest.approx(ranked[0][0], abs=1e-9)
+
+
+def test_pure_runs_brute_force_crafted():
+    """Long pure runs between mixed rows, where cutting a run looks tempting."""
+    counts = np.array([[0, 3], [2, 2], [1, 0], [1, 0], [1, 0], [3, 1], [0, 1], [0, 1],
+                       [0, 2], [1, 1], [2, 0], [2, 0]])
+    ranked = brute_force(counts)
+    res = modl_partition(counts)
+    assert res.cost == pytest.approx(ranked[0][0], abs=1e-9)
+    allowed = set(pure_runs(counts))
+    assert min(c for c, cuts in ranked if set(cuts) <= allowed) == pytest.approx(ranked[0][0])
+
+
+@pytest.mark.parametrize("V,J,kind,seed", [(200, 2, "signal", 0), (150, 3, "ties", 1),
+                                           (120, 5, "ties", 2), (200, 2, "ties", 3),
+                                           (100, 2, "noise", 4), (60, 3, "signal", 5)])
+def test_exact_against_plain_dp(V, J, kind, seed):
+    counts = make_counts(np.random.default_rng([V, J, seed]), V, J, kind)
+    res = modl_partition(counts)
+    assert res.exact
+    assert res.cost == pytest.approx(plain_dp(counts), abs=1e-9)
+
+
+def test_exact_many_intervals():
+    """Alternating heavy pure rows: the optimum keeps every cut (the DP runs to k = V)."""
+    counts = np.array([[50, 0], [0, 50]] * 20)
+    res = modl_partition(counts)
+    assert len(res) == 40
+    assert res.cost == pytest.approx(plain_dp(counts), abs=1e-9)
+
+
+@pytest.mark.parametrize("exact_max", [1000, 0])
+def test_noise_gives_one_interval(exact_max):
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 2, 3000)
+    counts = np.stack([1 - y, y], axis=1)
+    res = modl_partition(counts, exact_max=exact_max)
+    assert res.cuts.tolist() == [0]
+    assert res.cost == pytest.approx(oracle_cost([counts.sum(axis=0)]), abs=1e-9)
+
+
+@pytest.mark.parametrize("exact_max", [1000, 0])
+def test_single_class_gives_one_interval(exact_max):
+    for counts in (np.array([[3], [1], [4]]), np.array([[3, 0], [1, 0], [4, 0]]),
+                   np.array([[0, 2, 0]] * 50)):
+        res = modl_partition(counts, exact_max=exact_max)
+        assert res.cuts.tolist() == [0]
+        assert res.interval_counts.tolist() == [counts.sum(axis=0).tolist()]
+
+
+def test_clear_signal_is_found():
+    counts = np.array([[5, 0]] * 30 + [[0, 5]] * 30)
+    for exact_max in (1000, 0):
+        assert modl_partition(counts, exact_max=exact_max).cuts.tolist() == [0, 30]
+
+
+# ----------------------------------------------------------------------------
+# Greedy path
+# ----------------------------------------------------------------------------
+
+GREEDY_CASES = [(V, J, kind, seed) for seed in range(5) for J in (2, 3, 5)
+                for kind in ("signal", "noise", "ties") for V in (2, 7, 25, 60)]
+
+
+@pytest.mark.parametrize("V,J,kind,seed", GREEDY_CASES)
+def test_greedy_against_plain_greedy(V, J, kind, seed):
+    counts = make_counts(np.random.default_rng([V, J, seed, 1]), V, J, kind)
+    baseline = plain_greedy(counts)
+    assert greedy_merge(counts).tolist() == baseline
+    res = modl_partition(counts, exact_max=0)
+    assert not res.exact or V == 1
+    assert res.cost <= oracle_cost(sum_rows(counts, baseline)) + 1e-9
+    assert res.cost == pytest.approx(oracle_cost(res.interval_counts), abs=1e-9)
+
+
+def test_greedy_from_pure_runs_equals_plain_greedy():
+    """All rows pure: the module starts greedy from the pure runs; plain greedy from rows agrees."""
+    for seed in range(30):
+        rng = np.random.default_rng(seed)
+        J = int(rng.integers(2, 5))
+        y = np.minimum((np.linspace(0, J, 80) + rng.normal(0, 0.7, 80)).astype(int), J - 1)
+        y = np.maximum(y, 0)
+        counts = np.zeros((80, J), dtype=np.int64)
+        counts[np.arange(80), y] = rng.integers(1, 4, 80)
+        starts = np.asarray(pure_runs(counts))
+        reduced = np.add.reduceat(counts, starts, axis=0)
+        assert starts[greedy_merge(reduced)].tolist() == plain_greedy(counts)
+
+
+def test_greedy_matches_exact_in_most_small_cases():
+    """Fraction of small random tables where greedy + post-optimisation finds the optimum."""
+    hits = total = 0
+    for seed in range(150):
+        rng = np.random.default_rng([seed, 11])
+        J = int(rng.choice([2, 3, 5]))
+        kind = ("signal", "noise", "ties")[seed % 3]
+        counts = make_counts(rng, int(rng.integers(5, 40)), J, kind)
+        exact = modl_partition(counts)
+        greedy = modl_partition(counts, exact_max=0)
+        assert greedy.cost >= exact.cost - 1e-9
+        hits += greedy.cost <= exact.cost + 1e-9
+        total += 1
+    # Observed: 150 / 150 (plain greedy alone: 136 / 150).
+    assert hits / total >= 0.95, hits / total
+
+
+# ----------------------------------------------------------------------------
+# Pre-merging per range
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_premerge_keeps_the_optimum(seed):
+    rng = np.random.default_rng([seed, 5])
+    J = int(rng.choice([2, 3]))
+    counts = make_counts(rng, int(rng.integers(1, 13)), J, ("signal", "ties")[seed % 2])
+    merged, lo, hi = premerge_range(counts)
+    best_raw = brute_force(counts)[0][0]
+    assert brute_force(merged)[0][0] == pytest.approx(best_raw, abs=1e-9)
+    assert modl_partition(merged).cost == pytest.approx(best_raw, abs=1e-9)
+    assert lo.tolist() == pure_runs(counts)
+    assert (hi[:-1] + 1).tolist() == lo[1:].tolist() and hi[-1] == len(counts) - 1
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_premerge_per_range_then_concatenate(seed):
+    rng = np.random.default_rng([seed, 9])
+    V = int(rng.integers(20, 300))
+    J = int(rng.choice([2, 3, 5]))
+    counts = make_counts(rng, V, J, ("signal", "ties", "noise")[seed % 3])
+    scores = np.sort(rng.random(V))
+    bounds = np.unique(np.concatenate(([0, V], rng.integers(0, V, 4))))
+    parts = [premerge_range(counts[a:b], scores[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+    table = np.concatenate([p[0] for p in parts])
+    lo = np.concatenate([p[1] for p in parts])
+    hi = np.concatenate([p[2] for p in parts])
+    whole = modl_partition(counts)
+    driver = modl_partition(table)
+    assert driver.exact and whole.exact
+    assert driver.cost == pytest.approx(whole.cost, abs=1e-9)
+    assert driver.cost == pytest.approx(plain_dp(counts), abs=1e-9) if V <= 120 else True
+    # The driver's intervals, in scores, are a partition of the whole table's rows.
+    d_lo, d_hi = interval_bounds(driver, lo)[0], interval_bounds(driver, hi)[1]
+    w_lo, w_hi = interval_bounds(whole, scores)
+    cuts = np.searchsorted(scores, d_lo)
+    assert oracle_cost(sum_rows(counts, cuts)) == pytest.approx(whole.cost, abs=1e-9)
+    if np.array_equal(d_lo, w_lo):
+        assert np.array_equal(d_hi, w_hi)
+
+
+def test_premerge_with_scores():
+    counts = np.array([[2, 0], [1, 0], [0, 4], [1, 1], [0, 1], [0, 2]])
+    merged, lo, hi = premerge_range(counts, np.array([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]))
+    assert merged.tolist() == [[3, 0], [0, 4], [1, 1], [0, 3]]
+    assert lo.tolist() == [0.1, 0.3, 0.4, 0.5] and hi.tolist() == [0.2, 0.3, 0.4, 0.6]
+
+
+# ----------------------------------------------------------------------------
+# Fixed vectors from Discretizers.jl
+# ----------------------------------------------------------------------------
+
+# From sisl/Discretizers.jl, test/test_disc_MODL.jl (cases 1-7): scores 1..n,
+# one row each, the class of each row, and the bin edges returned by its
+# exact DP (DiscretizeMODL_Optimal) and by DiscretizeMODL_PostGreedy without
+# a bin limit. An inner edge x.5 is a cut between scores x and x+1, i.e. a new
+# interval starting at row x (0-based). Its J is the number of classes seen.
+_CASE7 = [1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2,
+          1, 1, 2, 3, 2, 1, 2, 2, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3,
+          3, 3, 3, 3, 3, 3, 3, 2, 2, 3, 2, 3, 2, 3, 3, 3, 3, 2, 2, 2,
+          1, 1, 1, 1, 2, 2, 2, 2, 1, 1, 1, 1, 3, 3, 3, 3, 4, 4, 4, 4,
+          4, 4, 4, 4, 4, 4, 4, 4, 1, 1, 4, 1, 4, 1, 4, 4, 4, 4, 4, 1]
+DISCRETIZERS_JL = [
+    ([1], [1.0, 1.0]),
+    ([1, 1, 2, 2], [1.0, 4.0]),
+    ([1, 1, 1, 2, 1, 2, 1, 2, 2, 2], [1.0, 10.0]),
+    ([1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2], [1.0, 20.0]),
+    ([1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2], [1.0, 3.5, 20.0]),
+    ([i // 20 for i in range(100)], [1.0, 20.5, 40.5, 60.5, 80.5, 100.0]),
+    (_CASE7, [1.0, 12.5, 38.5, 57.5, 72.5, 76.5, 100.0]),
+]
+# Its plain greedy result where it differs from the optimum (cases 4, 5, 7).
+DISCRETIZERS_JL_GREEDY = {3: [1.0, 3.5, 10.5, 14.5, 20.0], 4: [1.0, 3.5, 10.5, 15.5, 20.0],
+                          6: [1.0, 12.5, 38.5, 60.5, 72.5, 76.5, 100.0]}
+
+
+def _jl_counts(classes):
+    labels = sorted(set(classes))
+    counts = np.zeros((len(classes), len(labels)), dtype=np.int64)
+    counts[np.arange(len(classes)), [labels.index(c) for c in classes]] = 1
+    return counts
+
+
+def _jl_cuts(edges):
+    return [0] + [int(e) for e in edges[1:-1]]
+
+
+@pytest.mark.parametrize("case", range(len(DISCRETIZERS_JL)))
+def test_discretizers_jl_optimal(case):
+    classes, edges = DISCRETIZERS_JL[case]
+    res = modl_partition(_jl_counts(classes))
+    assert res.exact
+    assert res.cuts.tolist() == _jl_cuts(edges)
+
+
+@pytest.mark.parametrize("case", range(len(DISCRETIZERS_JL)))
+def test_discretizers_jl_post_greedy(case):
+    """Its post-optimised greedy equals its optimum on all 7 cases; so does ours."""
+    classes, edges = DISCRETIZERS_JL[case]
+    counts = _jl_counts(classes)
+    res = modl_partition(counts, exact_max=0)
+    assert res.cuts.tolist() == _jl_cuts(edges)
+    if case in DISCRETIZERS_JL_GREEDY:
+        assert res.cost < oracle_cost(sum_rows(counts, _jl_cuts(DISCRETIZERS_JL_GREEDY[case])))
+
+
+@pytest.mark.parametrize("case", sorted(DISCRETIZERS_JL_GREEDY))
+def test_discretizers_jl_plain_greedy(case):
+    classes, _ = DISCRETIZERS_JL[case]
+    cuts = greedy_merge(_jl_counts(classes)).tolist()
+    assert cuts == _jl_cuts(DISCRETIZERS_JL_GREEDY[case]) == plain_greedy(_jl_counts(classes))
+
+
+# ----------------------------------------------------------------------------
+# Properties
+# ----------------------------------------------------------------------------
+
+
+@st.composite
+def tables(draw, max_v=10):
+    J = draw(st.integers(1, 4))
+    V = draw(st.integers(1, max_v))
+    rows = draw(st.lists(st.lists(st.integers(0, 6), min_size=J, max_size=J), min_size=V,
+                         max_size=V))
+    counts = np.asarray(rows, dtype=np.int64).reshape(V, J)
+    counts[counts.sum(axis=1) == 0, 0] = 1
+    return counts
+
+
+def _check_result(res, counts):
+    cuts = res.cuts.tolist()
+    assert cuts[0] == 0 and all(a < b for a, b in zip(cuts, cuts[1:])) and cuts[-1] < len(counts)
+    assert res.interval_counts.tolist() == sum_rows(counts, cuts)
+    assert res.cost == pytest.approx(modl_cost(res.interval_counts), abs=1e-12)
+    assert res.cost == pytest.approx(oracle_cost(res.interval_counts), abs=1e-9)
+
+
+@settings(max_examples=150, deadline=None)
+@given(tables())
+def test_properties(counts):
+    exact = modl_partition(counts)
+    greedy = modl_partition(counts, exact_max=0)
+    _check_result(exact, counts)
+    _check_result(greedy, counts)
+    assert exact.exact
+    # The optimum is at most any particular partition, greedy's included.
+    assert exact.cost <= greedy.cost + 1e-9
+    assert exact.cost <= oracle_cost([counts.sum(axis=0)]) + 1e-9
+    assert exact.cost <= oracle_cost(counts) + 1e-9
+    # The criterion does not see the score direction or the class labels.
+    assert modl_partition(counts[::-1]).cost == pytest.approx(exact.cost, abs=1e-9)
+    assert modl_partition(counts[:, ::-1]).cost == pytest.approx(exact.cost, abs=1e-9)
+    # Splitting the table in two ranges and pre-merging each changes nothing.
+    k = len(counts) // 2
+    parts = [premerge_range(p)[0] for p in (counts[:k], counts[k:]) if len(p)]
+    assert modl_partition(np.concatenate(parts)).cost == pytest.approx(exact.cost, abs=1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(tables(max_v=9))
+def test_property_brute_force(counts):
+    assert modl_partition(counts).cost == pytest.approx(brute_force(counts)[0][0], abs=1e-9)
+
+
+def test_interval_bounds():
+    res = modl_partition(np.array([[3, 0], [2, 0], [0, 4], [0, 5]]))
+    lo, hi = interval_bounds(res, np.array([0.1, 0.2, 0.7, 0.9]))
+    assert lo.tolist() == [0.1, 0.7] and hi.tolist() == [0.2, 0.9]
+
+
+def test_doctests():
+    assert doctest.testmod(modl).failed == 0
+
+
+def test_greedy_inside_a_range_is_not_safe():
+    """docs/modl.md: greedy merging one range alone can merge rows that the optimum separates."""
+    whole = np.array([[50, 0], [1, 0], [0, 1], [0, 50]])
+    rng_rows = whole[1:3]  # a range holding one negative and one positive row
+    local = greedy_merge(rng_rows)
+    assert local.tolist() == [0]  # alone, the two rows are not worth a cut
+    merged = np.concatenate([whole[:1], np.add.reduceat(rng_rows, local, axis=0), whole[3:]])
+    best_whole, best_merged = brute_force(whole)[0][0], brute_force(merged)[0][0]
+    assert brute_force(whole)[0][1] == (0, 2)
+    assert best_merged > best_whole + 1.0
+    # The pure-run rule, applied per range, keeps the optimum.
+    parts = [premerge_range(p)[0] for p in (whole[:1], rng_rows, whole[3:])]
+    assert modl_partition(np.concatenate(parts)).cost == pytest.approx(best_whole, abs=1e-9)
