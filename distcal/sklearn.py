@@ -23,7 +23,7 @@ from sklearn.preprocessing import LabelEncoder
 from sklearn.utils import _safe_indexing, indexable
 from sklearn.utils._tags import get_tags
 from sklearn.utils.multiclass import check_classification_targets
-from sklearn.utils.validation import check_is_fitted
+from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from .multiclass import METHODS, MulticlassCalibrationModel, fit_multiclass
 
@@ -175,14 +175,11 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             raise ValueError("estimator is required")
         check_classification_targets(y)
         X, y = indexable(X, y)
-        y = np.asarray(y)
-        if y.ndim != 1:
-            y = np.ravel(y) if y.ndim == 2 and y.shape[1] == 1 else y
+        y = column_or_1d(y, warn=True)
         encoder = LabelEncoder().fit(y)
         self.classes_ = encoder.classes_
         if len(self.classes_) < 2:
-            raise ValueError("calibration needs at least 2 classes in y; got "
-                             f"{len(self.classes_)}")
+            raise ValueError("calibration needs samples of at least 2 classes; got 1 class")
         y_idx = encoder.transform(y)
         if sample_weight is not None:
             sample_weight = np.asarray(sample_weight, dtype=np.float64).reshape(-1)
@@ -253,7 +250,8 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
 
     def predict(self, X: Any) -> np.ndarray:
         """The class of highest calibrated probability."""
-        return self.classes_[np.argmax(self.predict_proba(X), axis=1)]
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]
 
     def __sklearn_tags__(self):
         tags = super().__sklearn_tags__()

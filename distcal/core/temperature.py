@@ -137,39 +137,50 @@ def fit_temperature(map_parts: MapParts, max_iter: int = 200,
     beta = 1.0
     loss, g, h = sums(beta)
     it = 0
-    while it < max_iter:
+    while it < max_iter and g != 0.0:
         it += 1
-        if g == 0.0:
-            break
         if g > 0:
             hi = beta
         else:
             lo = beta
-        if h > 0 and np.isfinite(h):
-            new = beta - g / h
-        else:
+        new = beta - g / h if (h > 0 and np.isfinite(h)) else np.nan
+        # No bracket on one side yet: at least double (halve) beta, so that an
+        # optimum far away, or at a bound, is reached in a few steps (Newton
+        # alone crawls when the loss decays exponentially, e.g. separable data).
+        if g < 0 and hi == BETA_MAX:
+            new = max(new, 2.0 * beta) if np.isfinite(new) else 2.0 * beta
+            if new >= BETA_MAX:
+                new = BETA_MAX
+        elif g > 0 and lo == BETA_MIN:
+            new = min(new, 0.5 * beta) if np.isfinite(new) else 0.5 * beta
+            if new <= BETA_MIN:
+                new = BETA_MIN
+        if new in (BETA_MIN, BETA_MAX):
+            loss_b, g_b, h_b = sums(new)
+            if (new == BETA_MAX and g_b <= 0) or (new == BETA_MIN and g_b >= 0):
+                beta, loss, g, h = new, loss_b, g_b, h_b
+                break  # the optimum within the bounds is the bound
+            if new == BETA_MAX:
+                hi = new
+            else:
+                lo = new
             new = np.nan
         if not (lo < new < hi):
-            # Newton leaves the bracket: bisect in log beta.
-            new = float(np.sqrt(lo * hi))
-        if abs(new - beta) <= rtol * beta or hi - lo <= rtol * lo:
-            beta = new
-            loss, g, h = sums(beta)
-            break
+            new = float(np.sqrt(lo * hi))  # Newton leaves the bracket: bisect in log beta
+        done = abs(new - beta) <= rtol * beta or hi - lo <= rtol * lo
         beta = float(new)
         loss, g, h = sums(beta)
-    # At a bound with the gradient pushing outward, the bound is the answer
-    # (scikit-learn's bounded search does the same).
-    if g < 0 and hi == BETA_MAX and beta < BETA_MAX and _at_bound(beta, BETA_MAX, rtol):
-        beta = BETA_MAX
-    if g > 0 and lo == BETA_MIN and beta > BETA_MIN and _at_bound(beta, BETA_MIN, rtol):
-        beta = BETA_MIN
+        if done:
+            break
+    if g == 0.0 and h == 0.0:
+        # The loss went flat in floating point (probabilities already 0/1) on the
+        # way to a bound: the bound, as the exact minimiser in the bounds is.
+        if hi == BETA_MAX and lo > BETA_MIN:
+            beta = BETA_MAX
+        elif lo == BETA_MIN and hi < BETA_MAX:
+            beta = BETA_MIN
     return float(beta), {"iterations": it, "loss": float(loss), "grad": float(g),
                          "hess": float(h)}
-
-
-def _at_bound(beta: float, bound: float, rtol: float) -> bool:
-    return abs(beta - bound) <= 1e3 * rtol * bound
 
 
 def softmax_predict(logits: np.ndarray, beta: float) -> np.ndarray:
