@@ -165,15 +165,15 @@ def _vector_column(data: pd.DataFrame | pa.Table,
         vals = s.to_numpy()
         if (s.dtype == object and len(vals) and isinstance(vals[0], np.ndarray)
                 and vals[0].ndim == 1):
-            k0 = vals[0].shape[0]
-            if all(isinstance(v, np.ndarray) and v.shape == (k0,) for v in vals):
-                try:
-                    m = np.stack(vals).astype(np.float64)
-                except (TypeError, ValueError) as exc:
-                    raise DataError(f"column '{name}' does not hold numeric vectors: "
-                                    f"{exc}") from exc
+            # Fast path: equal-length numeric arrays stack directly; anything
+            # else (None, ragged, text) goes the Arrow way, which counts problems.
+            try:
+                m = np.stack(vals)
+            except (TypeError, ValueError):
+                m = None
+            if m is not None and m.ndim == 2 and m.dtype.kind in "fiub":
                 z = np.zeros(len(vals), bool)
-                return m, z, z
+                return m.astype(np.float64, copy=False), z, z
         col: Any = _vectors_to_arrow(s, name)
     else:
         col = data.column(name)
