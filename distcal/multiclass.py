@@ -1,0 +1,805 @@
+"""Multiclass calibration: one-vs-rest (isotonic, sigmoid, histogram) and temperature scaling.
+
+The scores of a row are K >= 2 per-class values, in one vector column
+(``score_col``: pandas column of numpy arrays or lists, pyarrow list or
+fixed-size list) or in K columns (``score_cols=[c0, c1, ...]``); the label
+is the class index 0..K-1. A single score column (or vectors of length 1)
+is a binary problem (K = 2) whose score belongs to class 1.
+
+* ``method="isotonic" | "sigmoid" | "histogram"``: one-vs-rest as
+  scikit-learn's ``CalibratedClassifierCV``: class k is calibrated on its
+  own score against ``label == k`` (with the weights) by :func:`distcal.fit`,
+  then each row is divided by its sum (1/K where the sum is 0). With K = 2
+  only class 1 is calibrated (on the last score column) and p0 = 1 - p1.
+* ``method="temperature"``: p = softmax(beta * logits) with one beta > 0
+  minimising the weighted multinomial log loss exactly
+  (:mod:`distcal.core.temperature`). Scores are logits, unless they look
+  like ``predict_proba`` output (all in [0, 1], rows summing to 1), which
+  become log(p + 1e-12); one column s is the logit pair (-s, s)
+  (:func:`distcal.core.multiclass.to_logits`, scikit-learn's rule, applied
+  to the rows given at fit and, again, to the rows given at prediction).
+
+Models are saved as a directory: ``model.json`` (format
+``distcal-multiclass-model``, checksums) and, when a class has blocks,
+``classes.parquet`` with the per-class blocks keyed by a ``class`` column.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from .core.isotonic import Blocks
+from .core.multiclass import label_problems, normalise_ovr, to_logits
+from .core.temperature import center_logits, fit_temperature, softmax_predict, temperature_sums
+from .errors import DataError, ModelError
+from .model import CalibrationModel, _close, _json_checksum, _sha256
+
+__all__ = ["MulticlassCalibrationModel", "fit_multiclass", "load_multiclass",
+           "is_multiclass_model", "FORMAT", "FORMAT_VERSION", "METHODS"]
+
+FORMAT = "distcal-multiclass-model"
+FORMAT_VERSION = 1
+METHODS = ("isotonic", "sigmoid", "histogram", "temperature")
+_BLOCK_COLUMNS = ("score_min", "score_max", "prob", "weight", "positives")
+_TABLE_FILE = "classes.parquet"
+
+
+def _library_version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+# ---------------------------------------------------------------------------
+# Reading scores, labels and weights
+# ---------------------------------------------------------------------------
+
+class _Problems:
+    """Row problems per column, counted once per row and problem."""
+
+    def __init__(self, n: int):
+        self.bad = np.zeros(n, dtype=bool)
+        self.items: list[tuple[str, str, int]] = []
+
+    def add(self, column: str, problem: str, mask: np.ndarray) -> None:
+        k = int(np.count_nonzero(mask))
+        if k:
+            self.items.append((column, problem, k))
+            self.bad |= mask
+
+    def message(self) -> str:
+        parts = []
+        for column, problem, k in self.items:
+            if k == 1:
+                problem = (problem.replace("are ", "is ", 1) if problem.startswith("are ")
+                           else problem.replace("have ", "has ", 1))
+            parts.append(f"column '{column}': {k} {'row' if k == 1 else 'rows'} {problem}")
+        return "; ".join(parts)
+
+
+def _open_input(data: Any, names: list[str]) -> pd.DataFrame | pa.Table:
+    if isinstance(data, (pd.DataFrame, pa.Table)):
+        have = list(map(str, data.columns)) if isinstance(data, pd.DataFrame) \
+            else data.schema.names
+        for c in names:
+            if c not in have:
+                raise DataError(f"column '{c}' not found; the input has columns {have}")
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return _open_input(pa.Table.from_batches([data]), names)
+    if isinstance(data, (str, os.PathLike)):
+        p = os.fspath(data)
+        if "://" not in p and not os.path.exists(p):
+            raise DataError(f"input '{p}' does not exist")
+        try:
+            dataset = ds.dataset(p, format="parquet", partitioning="hive")
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DataError(f"input '{p}' is not a readable Parquet file or dataset: "
+                            f"{exc}") from exc
+        missing = [c for c in names if c not in dataset.schema.names]
+        if missing:
+            raise DataError(f"column '{missing[0]}' not found; the input has columns "
+                            f"{dataset.schema.names}")
+        return dataset.to_table(columns=list(dict.fromkeys(names)))
+    raise TypeError(f"cannot read data of type {type(data).__name__}: pass a pandas DataFrame, "
+                    "a pyarrow Table or a Parquet path (Spark and Dask: not yet for multiclass)")
+
+
+def _column_to_float(data: pd.DataFrame | pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """A scalar numeric column as float64 (null -> NaN) and the mask of text cells."""
+    if isinstance(data, pa.Table):
+        col = data.column(name)
+        t = col.type
+        if pa.types.is_dictionary(t):
+            col, t = pc.cast(col, t.value_type), t.value_type
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            return _text_to_float(pd.Series(col.to_pandas(), dtype=object))
+        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+                or pa.types.is_decimal(t) or pa.types.is_null(t)):
+            raise DataError(f"column '{name}' has type {t}; expected numbers")
+        values = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)
+        return np.asarray(values, dtype=np.float64), np.zeros(len(values), bool)
+    s = data[name]
+    if pd.api.types.is_bool_dtype(s.dtype) or pd.api.types.is_numeric_dtype(s.dtype):
+        return s.to_numpy(dtype=np.float64, na_value=np.nan), np.zeros(len(s), bool)
+    if pd.api.types.is_object_dtype(s.dtype) or pd.api.types.is_string_dtype(s.dtype):
+        if s.map(lambda v: isinstance(v, (list, tuple, np.ndarray))).any():
+            raise DataError(f"column '{name}' holds vectors; pass it as score_col")
+        return _text_to_float(s.astype(object))
+    raise DataError(f"column '{name}' has type {s.dtype}; expected numbers")
+
+
+def _text_to_float(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    out = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    return out, s.notna().to_numpy() & np.isnan(out)
+
+
+def _vectors_to_arrow(s: pd.Series, name: str) -> pa.Array:
+    try:
+        arr = pa.array(s, from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+        raise DataError(f"column '{name}' does not hold numeric vectors: {exc}") from exc
+    return arr
+
+
+def _vector_column(data: pd.DataFrame | pa.Table,
+                   name: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A vector column as an (n, K) float64 matrix, K the most common length.
+
+    Returns (matrix, null-row mask, ragged-row mask); null and ragged rows
+    are NaN in the matrix.
+    """
+    if isinstance(data, pd.DataFrame):
+        s = data[name]
+        vals = s.to_numpy()
+        if (s.dtype == object and len(vals) and isinstance(vals[0], np.ndarray)
+                and vals[0].ndim == 1):
+            # Fast path: equal-length numeric arrays stack directly; anything
+            # else (None, ragged, text) goes the Arrow way, which counts problems.
+            try:
+                m = np.stack(vals)
+            except (TypeError, ValueError):
+                m = None
+            if m is not None and m.ndim == 2 and m.dtype.kind in "fiub":
+                z = np.zeros(len(vals), bool)
+                return m.astype(np.float64, copy=False), z, z
+        col: Any = _vectors_to_arrow(s, name)
+    else:
+        col = data.column(name)
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    t = col.type
+    if pa.types.is_fixed_size_list(t) or pa.types.is_large_list(t):
+        t = pa.list_(t.value_type)
+        col = pc.cast(col, t)
+    if not pa.types.is_list(t):
+        raise DataError(f"column '{name}' has type {col.type}; expected a vector (list) of "
+                        "numbers per row, or pass one column per class as score_cols")
+    vt = t.value_type
+    if not (pa.types.is_integer(vt) or pa.types.is_floating(vt) or pa.types.is_null(vt)
+            or pa.types.is_decimal(vt)):
+        raise DataError(f"column '{name}' holds vectors of {vt}; expected numbers")
+    n = len(col)
+    lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False)
+    null = np.isnan(lengths.astype(np.float64)) if lengths.dtype.kind == "f" \
+        else np.zeros(n, bool)
+    if col.null_count:
+        null = np.asarray(col.is_null().to_numpy(zero_copy_only=False), bool)
+    lens = np.where(null, 0, np.nan_to_num(lengths.astype(np.float64))).astype(np.int64)
+    flat = pc.cast(pc.list_flatten(col), pa.float64()).to_numpy(zero_copy_only=False)
+    flat = np.asarray(flat, dtype=np.float64)
+    present = lens[~null]
+    k = int(np.bincount(present).argmax()) if present.size else 0
+    ragged = ~null & (lens != k)
+    out = np.full((n, max(k, 1)), np.nan)
+    good = ~null & ~ragged
+    if k and good.all():
+        out = flat.reshape(n, k)
+    elif k and good.any():
+        starts = np.concatenate([[0], np.cumsum(lens)[:-1]])[good]
+        out[good] = flat[starts[:, None] + np.arange(k)]
+    return out, null, ragged
+
+
+def _read_scores(data: pd.DataFrame | pa.Table, score_col: str | None,
+                 score_cols: list[str] | None, problems: _Problems,
+                 finite: bool) -> np.ndarray:
+    """The (n, K) score matrix; row problems recorded in ``problems``."""
+    if score_cols is not None:
+        cols = []
+        for c in score_cols:
+            v, text = _column_to_float(data, c)
+            problems.add(c, "are text, not numbers", text)
+            problems.add(c, "are null or NaN", np.isnan(v) & ~text)
+            if finite:
+                problems.add(c, "are infinite (this method needs finite scores)", np.isinf(v))
+            cols.append(v)
+        return np.column_stack(cols) if cols else np.empty((0, 0))
+    m, null, ragged = _vector_column(data, score_col)
+    problems.add(score_col, "are null", null)
+    if ragged.any():
+        k = m.shape[1]
+        problems.add(score_col, f"have a length other than {k} (ragged vectors)", ragged)
+    ok = ~null & ~ragged
+    with np.errstate(invalid="ignore"):
+        problems.add(score_col, "contain NaN or null", ok & np.isnan(m).any(axis=1))
+        if finite:
+            problems.add(score_col, "contain infinite values (this method needs finite scores)",
+                         ok & np.isinf(m).any(axis=1))
+    return m
+
+
+def _n_classes(n_cols: int) -> int:
+    return 2 if n_cols == 1 else n_cols
+
+
+def _read_fit_input(data: Any, method: str, score_col: str | None, score_cols: Any,
+                    label_col: str, weight_col: str | None, on_invalid: str):
+    if on_invalid not in ("raise", "drop"):
+        raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
+    score_cols = _check_score_args(score_col, score_cols)
+    names = (list(score_cols) if score_cols is not None else [score_col]) + [label_col]
+    if weight_col is not None:
+        names.append(weight_col)
+    table = _open_input(data, names)
+    n = len(table) if isinstance(table, pd.DataFrame) else table.num_rows
+    problems = _Problems(n)
+    scores = _read_scores(table, score_col, score_cols, problems,
+                          finite=method != "isotonic")
+    k = _n_classes(scores.shape[1])
+    if k < 2:
+        raise DataError(f"column '{score_col}': no vectors to calibrate (need K >= 2 entries)")
+    labels, text = _column_to_float(table, label_col)
+    for problem, mask in label_problems(labels, k, text):
+        problems.add(label_col, problem, mask)
+    weights = None
+    if weight_col is not None:
+        weights, wtext = _column_to_float(table, weight_col)
+        problems.add(weight_col, "are text, not numbers", wtext)
+        problems.add(weight_col, "are null or NaN", np.isnan(weights) & ~wtext)
+        problems.add(weight_col, "are infinite", np.isinf(weights))
+        with np.errstate(invalid="ignore"):
+            problems.add(weight_col, "are negative", weights < 0)
+    dropped = int(np.count_nonzero(problems.bad))
+    if dropped and on_invalid == "raise":
+        raise DataError(problems.message() + " (pass on_invalid='drop' to drop such rows)")
+    keep = ~problems.bad
+    if weights is not None:
+        with np.errstate(invalid="ignore"):
+            keep &= weights > 0
+    if not keep.all():
+        scores, labels = scores[keep], labels[keep]
+        weights = None if weights is None else weights[keep]
+    if labels.shape[0] == 0:
+        raise DataError("no rows to calibrate (after dropping invalid and zero-weight rows)")
+    return scores, labels.astype(np.intp), weights, k, dropped, score_cols
+
+
+def _check_score_args(score_col: str | None, score_cols: Any) -> list[str] | None:
+    if (score_col is None) == (score_cols is None):
+        raise ValueError("pass exactly one of score_col (a vector column) and score_cols "
+                         "(one column per class)")
+    if score_cols is not None:
+        if isinstance(score_cols, str):
+            raise TypeError("score_cols must be a list of column names")
+        score_cols = [str(c) for c in score_cols]
+        if len(score_cols) < 1:
+            raise ValueError("score_cols must name at least one column")
+    return score_cols
+
+
+# ---------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------
+
+class MulticlassCalibrationModel:
+    """A fitted multiclass calibration map.
+
+    Attributes
+    ----------
+    method : str
+        "isotonic", "sigmoid", "histogram" (one-vs-rest) or "temperature".
+    classes : list of int
+        ``[0, 1, ..., K-1]``.
+    params : dict
+        The method parameters given to the fit; for temperature scaling also
+        ``beta``, ``temperature`` (= 1 / beta) and ``input_`` ("logits" or
+        "probabilities": how the fit read its scores).
+    n_rows, weight_total, dropped_rows, columns
+        Rows used (weight > 0), their total weight, rows dropped as invalid,
+        and the column names of the fit.
+
+    Examples
+    --------
+    >>> import pandas as pd, distcal
+    >>> from distcal.multiclass import fit_multiclass
+    >>> df = pd.DataFrame({"s0": [.8, .1, .2, .6, .1, .3], "s1": [.1, .7, .2, .3, .8, .3],
+    ...                    "s2": [.1, .2, .6, .1, .1, .4], "label": [0, 1, 2, 0, 1, 2]})
+    >>> model = fit_multiclass(df, method="temperature", score_cols=["s0", "s1", "s2"])
+    >>> p = model.predict([[.8, .1, .1]])
+    >>> p.shape, bool(abs(p.sum() - 1) < 1e-12)
+    ((1, 3), True)
+    >>> model.classes
+    [0, 1, 2]
+    """
+
+    def __init__(self, method: str, n_classes: int, params: dict[str, Any],
+                 class_models: list[CalibrationModel | None] | None = None, *,
+                 n_rows: int = 0, weight_total: float = 0.0, dropped_rows: int = 0,
+                 columns: dict[str, Any] | None = None):
+        if method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+        k = int(n_classes)
+        if k < 2:
+            raise ValueError(f"a multiclass model needs K >= 2 classes, got {n_classes!r}")
+        if method == "temperature":
+            beta = float(params["beta"])
+            if not (np.isfinite(beta) and beta > 0):
+                raise ValueError(f"beta must be finite and > 0, got {beta!r}")
+            class_models = None
+        else:
+            if class_models is None or len(class_models) != k:
+                raise ValueError(f"a one-vs-rest model needs {k} class models")
+            for i, m in enumerate(class_models):
+                if (m is None) != (k == 2 and i == 0):
+                    raise ValueError("a one-vs-rest model has a model for every class, "
+                                     "except class 0 when K = 2")
+                if m is not None and m.method != method:
+                    raise ValueError(f"class {i} model is {m.method!r}, not {method!r}")
+        self.method = method
+        self.n_classes = k
+        self.params = dict(params)
+        self._class_models = None if class_models is None else list(class_models)
+        self.n_rows = int(n_rows)
+        self.weight_total = float(weight_total)
+        self.dropped_rows = int(dropped_rows)
+        self.columns = dict(columns or {})
+
+    @property
+    def classes(self) -> list[int]:
+        """The class indices ``[0, ..., K-1]``."""
+        return list(range(self.n_classes))
+
+    @property
+    def beta(self) -> float:
+        """The inverse temperature (temperature scaling only)."""
+        if self.method != "temperature":
+            raise AttributeError(f"a {self.method} (one-vs-rest) model has no beta")
+        return float(self.params["beta"])
+
+    def class_model(self, k: int) -> CalibrationModel:
+        """The binary :class:`~distcal.CalibrationModel` of class ``k`` (one-vs-rest).
+
+        With K = 2 only class 1 has one (p0 = 1 - p1). Temperature scaling
+        has no per-class models (one beta for all classes): ValueError.
+        """
+        if self.method == "temperature":
+            raise ValueError("a temperature-scaling model has no per-class models: one "
+                             f"inverse temperature for all classes (beta = {self.beta:.6g})")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) \
+                or not 0 <= k < self.n_classes:
+            raise ValueError(f"class must be one of {self.classes}, got {k!r}")
+        m = self._class_models[int(k)]
+        if m is None:
+            raise ValueError("with K = 2 only class 1 is calibrated (as scikit-learn does); "
+                             "p0 = 1 - p1: use class_model(1)")
+        return m
+
+    # -- inspection -----------------------------------------------------
+    def describe(self) -> str:
+        """A text summary, one section per class (one line for temperature scaling)."""
+        if self.method == "temperature":
+            return (f"p = softmax(beta * logits) over {self.n_classes} classes, "
+                    f"beta = {self.beta:.6g} (temperature = {1.0 / self.beta:.6g})")
+        out = []
+        for k in self.classes:
+            out.append(f"class {k}:")
+            m = self._class_models[k]
+            body = "p0 = 1 - p1" if m is None else m.describe()
+            out.append(textwrap.indent(body, "  "))
+        return "\n".join(out)
+
+    def __repr__(self) -> str:
+        extra = (f"beta={self.beta:.6g}" if self.method == "temperature"
+                 else "one-vs-rest")
+        return (f"MulticlassCalibrationModel(method={self.method!r}, K={self.n_classes}, "
+                f"n_rows={self.n_rows}, weight_total={self.weight_total:g}, {extra})")
+
+    def __eq__(self, other: object) -> bool:
+        """Equal settings, counts and class models; floats to 1e-9 relative."""
+        if not isinstance(other, MulticlassCalibrationModel):
+            return NotImplemented
+        if (self.method, self.n_classes, self.n_rows, self.dropped_rows, self.columns) != \
+                (other.method, other.n_classes, other.n_rows, other.dropped_rows,
+                 other.columns):
+            return False
+        if not (_close(self.params, other.params)
+                and _close(self.weight_total, other.weight_total)):
+            return False
+        if self._class_models is None or other._class_models is None:
+            return self._class_models is other._class_models
+        return all((a is None and b is None) or (a is not None and b is not None and a == b)
+                   for a, b in zip(self._class_models, other._class_models))
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # -- prediction -----------------------------------------------------
+    def predict(self, scores: Any) -> np.ndarray:
+        """Calibrated probabilities, shape (n, K), rows summing to 1.
+
+        ``scores``: (n, K) per-class scores; with K = 2 also (n,) or (n, 1),
+        the score of class 1. A row with NaN gives a NaN row.
+
+        Examples
+        --------
+        >>> import pandas as pd
+        >>> df = pd.DataFrame({"s": [[-1.0, 1.0], [1.0, -1.0], [0.5, -0.5]], "y": [1, 0, 1]})
+        >>> model = fit_multiclass(df, method="temperature", score_col="s", label_col="y")
+        >>> model.predict([[2.0, -2.0]]).round(4).tolist() == \
+softmax_predict(np.array([[2.0, -2.0]]), model.beta).round(4).tolist()
+        True
+        """
+        s = np.asarray(scores, dtype=np.float64)
+        if s.ndim == 1 and self.n_classes == 2:
+            s = s.reshape(-1, 1)
+        if s.ndim != 2:
+            raise DataError(f"scores must be a 2-d array (n, {self.n_classes}), got shape "
+                            f"{s.shape}")
+        if s.shape[1] != self.n_classes and not (self.n_classes == 2 and s.shape[1] == 1):
+            raise DataError(f"scores have {s.shape[1]} columns; the model has K = "
+                            f"{self.n_classes} classes")
+        if self.method == "temperature":
+            return softmax_predict(to_logits(s), self.beta)
+        q = np.zeros((s.shape[0], self.n_classes))
+        if self.n_classes == 2:
+            q[:, 1] = self._class_models[1].predict(s[:, -1])
+        else:
+            for k in self.classes:
+                q[:, k] = self._class_models[k].predict(np.ascontiguousarray(s[:, k]))
+        return normalise_ovr(q)
+
+    def transform(self, data: Any, score_col: str | None = None,
+                  score_cols: list[str] | None = None,
+                  output_col: str = "calibrated") -> Any:
+        """``data`` with ``output_col`` = the calibrated probability vector of each row.
+
+        Scores are read from ``score_col`` (a vector column) or
+        ``score_cols`` (one column per class); neither: the columns of the
+        fit. pandas in: pandas out, the new column holding one float64
+        numpy array per row; pyarrow in: pyarrow out, a ``list<double>``
+        column; a Parquet path: pandas out. Null or NaN scores give NaN
+        probabilities; ragged vectors raise :class:`~distcal.DataError`.
+        """
+        if score_col is None and score_cols is None:
+            score_col, score_cols = self.columns.get("score"), self.columns.get("scores")
+        score_cols = _check_score_args(score_col, score_cols)
+        names = list(score_cols) if score_cols is not None else [score_col]
+        source = _open_input(data, names)
+        if isinstance(data, (str, os.PathLike)):
+            data = ds.dataset(os.fspath(data), format="parquet",
+                              partitioning="hive").to_table().to_pandas()
+        n = len(source) if isinstance(source, pd.DataFrame) else source.num_rows
+        problems = _Problems(n)
+        s = _read_scores(source, score_col, score_cols, problems, finite=False)
+        fatal = [(c, p, k) for c, p, k in problems.items
+                 if "ragged" in p or "text" in p]
+        if fatal:
+            problems.items = fatal
+            raise DataError(problems.message())
+        probs = self.predict(s)
+        if isinstance(data, pa.RecordBatch):
+            data = pa.Table.from_batches([data])
+        if isinstance(data, pa.Table):
+            k = probs.shape[1]
+            col = pa.ListArray.from_arrays(pa.array(np.arange(0, n * k + 1, k, dtype=np.int32)),
+                                           pa.array(probs.ravel(), type=pa.float64()))
+            if output_col in data.schema.names:
+                return data.set_column(data.schema.get_field_index(output_col), output_col, col)
+            return data.append_column(output_col, col)
+        out = data.copy(deep=False)
+        out[output_col] = list(probs)
+        return out
+
+    # -- persistence ----------------------------------------------------
+    def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
+        """Write the model directory: ``model.json`` (+ ``classes.parquet``).
+
+        Written aside and renamed into place; an existing directory is
+        replaced only with ``overwrite=True``. No pickle: JSON and Parquet.
+        Read it back with :func:`load_multiclass`.
+        """
+        from .io import atomic_path
+
+        with atomic_path(path, overwrite=overwrite) as tmp:
+            tmp.mkdir()
+            meta: dict[str, Any] = {
+                "format": FORMAT, "format_version": FORMAT_VERSION,
+                "library_version": _library_version(), "method": self.method,
+                "n_classes": self.n_classes, "classes": self.classes, "params": self.params,
+                "columns": self.columns, "n_rows": self.n_rows,
+                "weight_total": self.weight_total, "dropped_rows": self.dropped_rows,
+                "class_models": None, "tables": {}}
+            if self._class_models is not None:
+                entries, parts = [], []
+                for k, m in enumerate(self._class_models):
+                    if m is None:
+                        entries.append(None)
+                        continue
+                    nb = 0 if m._blocks is None else len(m._blocks)
+                    entries.append({"class": k, "params": m.params, "n_rows": m.n_rows,
+                                    "weight_total": m.weight_total,
+                                    "dropped_rows": m.dropped_rows, "columns": m.columns,
+                                    "blocks": nb if m._blocks is not None else None})
+                    if m._blocks is not None:
+                        cols = {"class": pa.array(np.full(nb, k, dtype=np.int32))}
+                        cols.update({f: pa.array(np.asarray(getattr(m._blocks, f),
+                                                            dtype=np.float64))
+                                     for f in _BLOCK_COLUMNS})
+                        parts.append(pa.table(cols))
+                meta["class_models"] = entries
+                if parts:
+                    table = pa.concat_tables(parts)
+                    pq.write_table(table, tmp / _TABLE_FILE)
+                    meta["tables"]["classes"] = {"file": _TABLE_FILE, "rows": table.num_rows,
+                                                 "sha256": _sha256(tmp / _TABLE_FILE)}
+            meta["checksum"] = _json_checksum(meta)
+            with open(tmp / "model.json", "w") as fh:
+                json.dump(meta, fh, indent=2, sort_keys=True, allow_nan=True)
+                fh.write("\n")
+
+
+# ---------------------------------------------------------------------------
+# Loading
+# ---------------------------------------------------------------------------
+
+def is_multiclass_model(path: str | os.PathLike) -> bool:
+    """True when ``path`` is a directory whose model.json has format ``distcal-multiclass-model``.
+
+    For ``distcal.load`` to dispatch: only the ``format`` field is read;
+    nothing is validated (:func:`load_multiclass` does that).
+    """
+    meta_path = Path(path) / "model.json"
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(meta, dict) and meta.get("format") == FORMAT
+
+
+def load_multiclass(path: str | os.PathLike) -> MulticlassCalibrationModel:
+    """Read a directory written by :meth:`MulticlassCalibrationModel.save`.
+
+    Raises :class:`~distcal.ModelError` when the directory is missing, not a
+    distcal multiclass model, of an unknown format version, or damaged (a
+    checksum, a table or the metadata is inconsistent).
+
+    Examples
+    --------
+    >>> import tempfile, pandas as pd
+    >>> df = pd.DataFrame({"s": [[.7, .2, .1], [.2, .5, .3], [.1, .2, .7], [.3, .4, .3]],
+    ...                    "y": [0, 1, 2, 1]})
+    >>> model = fit_multiclass(df, method="isotonic", score_col="s", label_col="y")
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     model.save(d + "/m")
+    ...     load_multiclass(d + "/m") == model
+    True
+    """
+    root = Path(path)
+    meta_path = root / "model.json"
+    if not root.is_dir():
+        raise ModelError(f"model directory '{root}' does not exist")
+    if not meta_path.is_file():
+        raise ModelError(f"'{root}' is not a distcal model (no model.json)")
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelError(f"'{meta_path}' is damaged: {exc}") from exc
+    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+        raise ModelError(f"'{root}' is not a distcal multiclass model")
+    if meta.get("format_version") != FORMAT_VERSION:
+        raise ModelError(f"'{root}' has multiclass model format version "
+                         f"{meta.get('format_version')!r}; this distcal reads version "
+                         f"{FORMAT_VERSION}")
+    if meta.get("checksum") != _json_checksum(meta):
+        raise ModelError(f"'{meta_path}' is damaged (checksum mismatch)")
+    try:
+        return _model_from_meta(root, meta)
+    except ModelError:
+        raise
+    except (KeyError, TypeError, ValueError, IndexError, OSError, pa.ArrowException) as exc:
+        raise ModelError(f"'{root}' is damaged: {exc}") from exc
+
+
+def _model_from_meta(root: Path, meta: dict[str, Any]) -> MulticlassCalibrationModel:
+    def bad(why: str) -> ModelError:
+        return ModelError(f"'{root}' is damaged: {why}")
+
+    method, k = meta["method"], meta["n_classes"]
+    if method not in METHODS:
+        raise bad(f"unknown method {method!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+        raise bad(f"n_classes must be an integer >= 2, got {k!r}")
+    if meta["classes"] != list(range(k)):
+        raise bad("classes are not 0..K-1")
+    entries = meta["class_models"]
+    tables = meta["tables"]
+    if method == "temperature":
+        beta = meta["params"].get("beta")
+        if not isinstance(beta, (int, float)) or not (np.isfinite(beta) and beta > 0):
+            raise bad(f"beta must be finite and > 0, got {beta!r}")
+        if entries is not None or tables:
+            raise bad("a temperature-scaling model has no per-class models or tables")
+        return MulticlassCalibrationModel(method, k, meta["params"], None,
+                                          n_rows=meta["n_rows"],
+                                          weight_total=meta["weight_total"],
+                                          dropped_rows=meta["dropped_rows"],
+                                          columns=meta["columns"])
+    if not isinstance(entries, list) or len(entries) != k:
+        raise bad(f"expected {k} per-class entries")
+    table = None
+    if "classes" in tables:
+        info = tables["classes"]
+        file = root / info["file"]
+        if info["file"] != _TABLE_FILE or not file.is_file() \
+                or _sha256(file) != info["sha256"]:
+            raise ModelError(f"'{file}' is missing or damaged (checksum mismatch)")
+        table = pq.read_table(file)
+        if table.num_rows != info["rows"] or \
+                set(table.schema.names) != {"class", *_BLOCK_COLUMNS}:
+            raise ModelError(f"'{file}' does not hold the expected per-class blocks")
+    elif set(tables):
+        raise bad(f"unknown tables {sorted(tables)}")
+    cls = None if table is None else table.column("class").to_numpy()
+    used = 0
+    models: list[CalibrationModel | None] = []
+    for i, e in enumerate(entries):
+        if e is None:
+            if not (k == 2 and i == 0):
+                raise bad(f"class {i} has no model")
+            models.append(None)
+            continue
+        if e["class"] != i:
+            raise bad(f"entry {i} is for class {e['class']!r}")
+        blocks = None
+        if e["blocks"] is not None:
+            if cls is None:
+                raise bad(f"class {i} has blocks but there is no blocks table")
+            rows = np.flatnonzero(cls == i)
+            if len(rows) != e["blocks"]:
+                raise bad(f"class {i} has {len(rows)} blocks in the table, "
+                          f"{e['blocks']} in model.json")
+            part = table.take(pa.array(rows))
+            b = {f: part.column(f).to_numpy() for f in _BLOCK_COLUMNS}
+            if np.any(np.diff(b["score_min"]) <= 0) or np.any(b["score_max"] < b["score_min"]) \
+                    or np.any(np.isnan(b["prob"])) or np.any((b["prob"] < 0) | (b["prob"] > 1)):
+                raise bad(f"class {i} blocks are not ascending probability blocks")
+            blocks = Blocks(b["score_min"], b["score_max"], b["weight"], b["positives"],
+                            b["prob"])
+            used += len(rows)
+        elif method in ("isotonic", "histogram"):
+            raise bad(f"the {method} model of class {i} has no blocks")
+        m = CalibrationModel(method, e["params"], blocks, n_rows=e["n_rows"],
+                             weight_total=e["weight_total"], dropped_rows=e["dropped_rows"],
+                             columns=e["columns"])
+        if method == "sigmoid" and not all(
+                isinstance(m.params.get(p), (int, float)) and np.isfinite(m.params[p])
+                for p in ("a", "b")):
+            raise bad(f"the sigmoid model of class {i} has no finite a and b")
+        models.append(m)
+    if table is not None and used != table.num_rows:
+        raise bad("the blocks table has rows of no class")
+    return MulticlassCalibrationModel(method, k, meta["params"], models, n_rows=meta["n_rows"],
+                                      weight_total=meta["weight_total"],
+                                      dropped_rows=meta["dropped_rows"], columns=meta["columns"])
+
+
+# ---------------------------------------------------------------------------
+# Fitting
+# ---------------------------------------------------------------------------
+
+def fit_multiclass(data: Any, method: str = "isotonic", score_col: str | None = None,
+                   score_cols: list[str] | None = None, label_col: str = "label",
+                   weight_col: str | None = None, on_invalid: str = "raise",
+                   **method_params: Any) -> MulticlassCalibrationModel:
+    """Fit a multiclass calibration map on local data.
+
+    Parameters
+    ----------
+    data : pandas DataFrame, pyarrow Table or Parquet path
+    method : {"isotonic", "sigmoid", "histogram", "temperature"}
+        One-vs-rest with the binary method, or temperature scaling.
+    score_col : str, optional
+        A vector column: K per-class scores per row (numpy arrays or lists;
+        pyarrow list or fixed-size list).
+    score_cols : list of str, optional
+        One column per class, in class order. Exactly one of ``score_col``
+        and ``score_cols``. One score per row (a single column, or vectors
+        of length 1) is binary: K = 2, the score of class 1.
+    label_col : str
+        The class index 0..K-1 of each row (whole numbers).
+    weight_col : str, optional
+        Row weights (finite, >= 0; rows of weight 0 take no part).
+    on_invalid : {"raise", "drop"}
+        Bad rows (labels outside 0..K-1, fractional or NaN labels; null,
+        NaN or ragged scores; infinite scores except for isotonic; bad
+        weights) raise :class:`~distcal.DataError` naming the column, the
+        problem and the count, or are dropped (``model.dropped_rows``).
+    **method_params
+        Passed to :func:`distcal.fit` for every class (e.g.
+        ``interpolation="step"`` for isotonic, ``n_bins`` for histogram);
+        temperature scaling takes none.
+
+    Returns
+    -------
+    MulticlassCalibrationModel
+
+    Examples
+    --------
+    >>> import pandas as pd
+    >>> df = pd.DataFrame({"s": [[.7, .2, .1], [.2, .5, .3], [.1, .2, .7], [.5, .4, .1]],
+    ...                    "y": [0, 1, 2, 1]})
+    >>> model = fit_multiclass(df, method="isotonic", score_col="s", label_col="y")
+    >>> model.predict([[.7, .2, .1]]).round(3).tolist()
+    [[1.0, 0.0, 0.0]]
+    >>> model.class_model(1).method
+    'isotonic'
+    """
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    if method == "temperature" and method_params:
+        raise TypeError(f"unknown parameter(s) for method 'temperature': "
+                        f"{sorted(method_params)}")
+    scores, labels, weights, k, dropped, score_cols = _read_fit_input(
+        data, method, score_col, score_cols, label_col, weight_col, on_invalid)
+    columns = {"score": score_col, "scores": score_cols, "label": label_col,
+               "weight": weight_col}
+    wsum = float(labels.shape[0] if weights is None else weights.sum())
+    if method == "temperature":
+        logits = to_logits(scores)
+        kind = "logits" if logits is scores or scores.shape[1] == 1 else "probabilities"
+        zc = center_logits(logits)
+        beta, info = fit_temperature(lambda b: _temperature_parts(zc, labels, weights, b))
+        params = {"beta": beta, "temperature": 1.0 / beta, "input_": kind}
+        return MulticlassCalibrationModel(method, k, params, None, n_rows=labels.shape[0],
+                                          weight_total=wsum, dropped_rows=dropped,
+                                          columns=columns)
+    import distcal
+
+    models: list[CalibrationModel | None] = []
+    for c in range(k):
+        if k == 2 and c == 0:
+            models.append(None)
+            continue
+        j = scores.shape[1] - 1 if k == 2 else c
+        name = (score_cols[j] if score_cols is not None else f"{score_col}[{j}]")
+        frame = {name: np.ascontiguousarray(scores[:, j]),
+                 label_col: (labels == c).astype(np.int8)}
+        if weights is not None:
+            frame[weight_col] = weights
+        models.append(distcal.fit(pd.DataFrame(frame, copy=False), method=method,
+                                  score_col=name, label_col=label_col, weight_col=weight_col,
+                                  engine="local", **method_params))
+    return MulticlassCalibrationModel(method, k, dict(method_params), models,
+                                      n_rows=labels.shape[0], weight_total=wsum,
+                                      dropped_rows=dropped, columns=columns)
+
+
+def _temperature_parts(zc: np.ndarray, labels: np.ndarray, weights: np.ndarray | None,
+                       beta: float, chunk: int = 1 << 16) -> list[np.ndarray]:
+    """Per-chunk sums (the local 'partitions'; chunks keep temporaries in cache)."""
+    n = zc.shape[0]
+    return [temperature_sums(zc[i:i + chunk], labels[i:i + chunk],
+                             None if weights is None else weights[i:i + chunk], beta,
+                             centered=True)
+            for i in range(0, n, chunk)]

@@ -1,0 +1,260 @@
+"""A scikit-learn meta-estimator calibrating a classifier with distcal.
+
+:class:`CalibratedClassifier` is a drop-in for scikit-learn's
+``CalibratedClassifierCV``, with distcal's exact fits: the same responses
+(``decision_function`` where the classifier has one, ``predict_proba``
+otherwise; binary: the positive class's column), the same one-vs-rest
+normalisation and temperature rule, the same folds, and so the same
+probabilities (isotonic to rounding; sigmoid and temperature to the
+tolerance of scikit-learn's optimisers, distcal's fits are converged to
+rounding).
+"""
+
+from __future__ import annotations
+
+from inspect import signature
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, clone
+from sklearn.model_selection import check_cv, cross_val_predict
+from sklearn.preprocessing import LabelEncoder
+from sklearn.utils import _safe_indexing, indexable
+from sklearn.utils._tags import get_tags
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_is_fitted, column_or_1d
+
+from .multiclass import METHODS, MulticlassCalibrationModel, fit_multiclass
+
+__all__ = ["CalibratedClassifier"]
+
+
+def _response_method(estimator: Any) -> str:
+    for name in ("decision_function", "predict_proba"):
+        if hasattr(estimator, name):
+            return name
+    raise TypeError(f"{type(estimator).__name__} has neither decision_function nor "
+                    "predict_proba")
+
+
+def _binary_column(pred: np.ndarray, method: str) -> np.ndarray:
+    """scikit-learn's binary response: the decision value or P(classes_[1])."""
+    pred = np.asarray(pred, dtype=np.float64)
+    if method == "predict_proba":
+        return pred[:, 1]
+    return pred.reshape(-1)
+
+
+class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
+    """Probability calibration of a classifier by distcal (isotonic, sigmoid, histogram,
+    temperature).
+
+    Parameters
+    ----------
+    estimator : classifier
+        With ``cv=None``: an already fitted classifier, never refitted
+        (scikit-learn's ``CalibratedClassifierCV(FrozenEstimator(clf))``).
+        Note that :func:`sklearn.base.clone` unfits it; wrap it in
+        ``sklearn.frozen.FrozenEstimator`` where it will be cloned (e.g.
+        inside ``cross_val_score``). With ``cv`` set: an unfitted
+        classifier, cloned and fitted per fold.
+    method : {"isotonic", "sigmoid", "histogram", "temperature"}
+        One-vs-rest with a binary distcal method, or temperature scaling.
+    params : dict, optional
+        Method parameters for :func:`distcal.fit`, e.g. ``{"interpolation": "step"}``.
+    cv : None, int, or a cross-validation splitter
+        None: calibrate the fitted ``estimator`` on the data given to
+        ``fit``. Otherwise cross-fitting as ``CalibratedClassifierCV(cv=...)``,
+        with the splitter of ``sklearn.model_selection.check_cv(cv, y,
+        classifier=True)`` (an int: ``StratifiedKFold(cv)``, no shuffle).
+    ensemble : bool
+        With ``cv`` set: True fits one (classifier, calibration) pair per
+        fold and averages their probabilities; False fits the classifier on
+        all data and calibrates on the out-of-fold responses of
+        ``cross_val_predict``.
+
+    Attributes
+    ----------
+    classes_ : ndarray
+        The class labels (any labels, sorted as ``LabelEncoder`` sorts
+        them); class index k of the distcal model is ``classes_[k]``.
+    calibration_model_ : MulticlassCalibrationModel or list of them
+        The distcal model; a list of one model per fold when
+        ``cv`` is set and ``ensemble=True``.
+    estimators_ : list
+        The classifier(s) whose responses are calibrated (one per model).
+    response_method_ : str
+        "decision_function" or "predict_proba".
+
+    Examples
+    --------
+    >>> from sklearn.datasets import load_iris
+    >>> from sklearn.linear_model import LogisticRegression
+    >>> X, y = load_iris(return_X_y=True)
+    >>> clf = LogisticRegression(max_iter=1000).fit(X[::2], y[::2])
+    >>> cal = CalibratedClassifier(clf, method="temperature").fit(X[1::2], y[1::2])
+    >>> cal.predict_proba(X[:2]).shape
+    (2, 3)
+    >>> bool(cal.calibration_model_.params["beta"] > 0)
+    True
+    """
+
+    def __init__(self, estimator: Any = None, method: str = "isotonic",
+                 params: dict[str, Any] | None = None, cv: Any = None,
+                 ensemble: bool = True):
+        self.estimator = estimator
+        self.method = method
+        self.params = params
+        self.cv = cv
+        self.ensemble = ensemble
+
+    # -- helpers ----------------------------------------------------------
+    def _scores(self, estimator: Any, X: Any) -> np.ndarray:
+        """The calibrated-on response as an (n, K) or, binary, (n, 1) matrix."""
+        pred = np.asarray(getattr(estimator, self.response_method_)(X), dtype=np.float64)
+        return self._shape_scores(estimator, pred)
+
+    def _shape_scores(self, estimator: Any, pred: np.ndarray) -> np.ndarray:
+        k = len(self.classes_)
+        if k == 2:
+            s = _binary_column(pred, self.response_method_)
+            if self.method == "temperature" and self.response_method_ == "predict_proba":
+                return np.column_stack([1.0 - s, s])  # scikit-learn's pair
+            return s.reshape(-1, 1)
+        if pred.ndim != 2 or pred.shape[1] != k:
+            raise ValueError(f"the classifier's {self.response_method_} gives "
+                             f"{pred.shape[1] if pred.ndim == 2 else 1} columns for "
+                             f"{k} classes: every (training fold of the) data must hold "
+                             "every class")
+        est_classes = getattr(estimator, "classes_", None)
+        if est_classes is not None and not np.array_equal(np.asarray(est_classes),
+                                                          self.classes_):
+            raise ValueError("the classifier's classes_ differ from the calibration classes")
+        return pred
+
+    def _calibrate(self, scores: np.ndarray, y_idx: np.ndarray,
+                   sample_weight: np.ndarray | None) -> MulticlassCalibrationModel:
+        cols = [f"score_{j}" for j in range(scores.shape[1])]
+        frame = pd.DataFrame(scores, columns=cols, copy=False)
+        frame["label"] = y_idx
+        wcol = None
+        if sample_weight is not None:
+            frame["weight"] = sample_weight
+            wcol = "weight"
+        return fit_multiclass(frame, method=self.method, score_cols=cols, label_col="label",
+                              weight_col=wcol, **dict(self.params or {}))
+
+    def _fit_kwargs(self, estimator: Any, sample_weight: Any) -> dict[str, Any]:
+        if sample_weight is None:
+            return {}
+        if "sample_weight" in signature(estimator.fit).parameters:
+            return {"sample_weight": sample_weight}
+        return {}
+
+    # -- scikit-learn API -------------------------------------------------
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> CalibratedClassifier:
+        """Calibrate the classifier (and with ``cv`` set, fit it) on X, y.
+
+        Parameters
+        ----------
+        X : array-like of shape (n_samples, n_features)
+        y : array-like of shape (n_samples,)
+            Class labels of any type (strings too).
+        sample_weight : array-like of shape (n_samples,), optional
+            Weights for the calibration (and the classifier's fit, when
+            refitted and its ``fit`` takes ``sample_weight``).
+
+        Returns
+        -------
+        self
+        """
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
+        if self.estimator is None:
+            raise ValueError("estimator is required")
+        check_classification_targets(y)
+        X, y = indexable(X, y)
+        y = column_or_1d(y, warn=True)
+        encoder = LabelEncoder().fit(y)
+        self.classes_ = encoder.classes_
+        if len(self.classes_) < 2:
+            raise ValueError("calibration needs samples of at least 2 classes; got 1 class")
+        y_idx = encoder.transform(y)
+        if sample_weight is not None:
+            sample_weight = np.asarray(sample_weight, dtype=np.float64).reshape(-1)
+            if sample_weight.shape[0] != y.shape[0]:
+                raise ValueError(f"sample_weight has {sample_weight.shape[0]} entries for "
+                                 f"{y.shape[0]} samples")
+        self.response_method_ = _response_method(self.estimator)
+
+        if self.cv is None:
+            check_is_fitted(self.estimator)
+            self.estimators_ = [self.estimator]
+            model = self._calibrate(self._scores(self.estimator, X), y_idx, sample_weight)
+            self.calibration_model_ = model
+            self._models = [model]
+        else:
+            self._cross_fit(X, y, y_idx, sample_weight)
+        first = self.estimators_[0]
+        if hasattr(first, "n_features_in_"):
+            self.n_features_in_ = first.n_features_in_
+        if hasattr(first, "feature_names_in_"):
+            self.feature_names_in_ = first.feature_names_in_
+        return self
+
+    def _cross_fit(self, X: Any, y: np.ndarray, y_idx: np.ndarray,
+                   sample_weight: np.ndarray | None) -> None:
+        n_folds = (self.cv if isinstance(self.cv, int) and not isinstance(self.cv, bool)
+                   else getattr(self.cv, "n_splits", None))
+        if n_folds and np.min(np.bincount(y_idx)) < n_folds:
+            raise ValueError(f"Requesting {n_folds}-fold cross-validation but provided less "
+                             f"than {n_folds} examples for at least one class.")
+        cv = check_cv(self.cv, y, classifier=True)
+        if self.ensemble:
+            self.estimators_, models = [], []
+            for train, test in cv.split(X, y):
+                est = clone(self.estimator)
+                sw_train = None if sample_weight is None else sample_weight[train]
+                est.fit(_safe_indexing(X, train), y[train], **self._fit_kwargs(est, sw_train))
+                scores = self._scores(est, _safe_indexing(X, test))
+                models.append(self._calibrate(scores, y_idx[test],
+                                              None if sample_weight is None
+                                              else sample_weight[test]))
+                self.estimators_.append(est)
+            self.calibration_model_ = models
+            self._models = models
+        else:
+            est = clone(self.estimator)
+            kwargs = self._fit_kwargs(est, sample_weight)
+            pred = cross_val_predict(clone(self.estimator), X, y, cv=cv,
+                                     method=self.response_method_, params=kwargs or None)
+            est.fit(X, y, **kwargs)
+            scores = self._shape_scores(est, np.asarray(pred, dtype=np.float64))
+            model = self._calibrate(scores, y_idx, sample_weight)
+            self.estimators_ = [est]
+            self.calibration_model_ = model
+            self._models = [model]
+
+    def predict_proba(self, X: Any) -> np.ndarray:
+        """Calibrated probabilities, shape (n_samples, n_classes), columns as ``classes_``.
+
+        With several (fold) models, the mean of their probabilities.
+        """
+        check_is_fitted(self, "classes_")
+        total = None
+        for est, model in zip(self.estimators_, self._models):
+            p = model.predict(self._scores(est, X))
+            total = p if total is None else total + p
+        return total / len(self._models)
+
+    def predict(self, X: Any) -> np.ndarray:
+        """The class of highest calibrated probability."""
+        proba = self.predict_proba(X)
+        return self.classes_[np.argmax(proba, axis=1)]
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        if self.estimator is not None:
+            tags.input_tags.sparse = get_tags(self.estimator).input_tags.sparse
+        return tags

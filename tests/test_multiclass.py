@@ -1,0 +1,510 @@
+"""Multiclass calibration (one-vs-rest and temperature scaling) against independent oracles.
+
+Oracles: scikit-learn's CalibratedClassifierCV(FrozenEstimator(clf)) on
+datasets shipped with scikit-learn, and a weighted multinomial log loss
+minimised by scipy in this file.
+"""
+
+from __future__ import annotations
+
+import doctest
+import json
+import warnings
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from scipy.optimize import brentq, minimize_scalar
+from scipy.special import logsumexp, softmax
+from sklearn.calibration import CalibratedClassifierCV
+from sklearn.datasets import load_breast_cancer, load_digits, load_iris, load_wine
+from sklearn.frozen import FrozenEstimator
+from sklearn.linear_model import LogisticRegression
+from sklearn.naive_bayes import GaussianNB
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+import distcal
+from distcal.errors import DataError, ModelError
+from distcal.multiclass import (
+    MulticlassCalibrationModel,
+    fit_multiclass,
+    is_multiclass_model,
+    load_multiclass,
+)
+
+TOL = {"isotonic": 1e-9, "sigmoid": 1e-4, "temperature": 1e-6}
+LOADERS = {"iris": load_iris, "wine": load_wine, "digits": load_digits}
+
+
+def _split(name):
+    X, y = LOADERS[name](return_X_y=True)
+    rng = np.random.default_rng(0)
+    idx = rng.permutation(len(y))
+    half = len(y) // 2
+    return X[idx[:half]], y[idx[:half]], X[idx[half:]], y[idx[half:]]
+
+
+def _sklearn_proba(clf, method, X_cal, y_cal, X_eval, w=None):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # FrozenEstimator takes no sample_weight: expected
+        cal = CalibratedClassifierCV(FrozenEstimator(clf), method=method)
+        cal.fit(X_cal, y_cal, sample_weight=w)
+    return cal.predict_proba(X_eval), cal
+
+
+def _frame(S, y, w=None):
+    cols = [f"s{k}" for k in range(S.shape[1])]
+    df = pd.DataFrame(S, columns=cols)
+    df["label"] = y
+    if w is not None:
+        df["w"] = w
+    return df, cols
+
+
+def _min_gap(S):
+    """Smallest gap between distinct values of any column (isotonic near-ties)."""
+    gaps = [np.diff(np.unique(c)).min() for c in np.asarray(S).T if len(np.unique(c)) > 1]
+    return min(gaps)
+
+
+@pytest.fixture(scope="module", params=list(LOADERS))
+def fitted(request):
+    Xa, ya, Xb, yb = _split(request.param)
+    clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000)).fit(Xa, ya)
+    return request.param, clf, Xa, Xb, yb
+
+
+@pytest.mark.parametrize("method", ["isotonic", "sigmoid", "temperature"])
+@pytest.mark.parametrize("weighted", [False, True])
+def test_decision_function_matches_sklearn(fitted, method, weighted):
+    name, clf, Xa, Xb, yb = fitted
+    w = np.random.default_rng(1).uniform(0.2, 3.0, len(yb)) if weighted else None
+    S = clf.decision_function(Xb)
+    if method == "isotonic":
+        assert _min_gap(S) > 1e-12
+    df, cols = _frame(S, yb, w)
+    model = fit_multiclass(df, method=method, score_cols=cols,
+                           weight_col="w" if weighted else None)
+    X_eval = np.vstack([Xa, Xb])
+    expect, cal = _sklearn_proba(clf, method, Xb, yb, X_eval, w)
+    got = model.predict(clf.decision_function(X_eval))
+    np.testing.assert_allclose(got, expect, rtol=0, atol=TOL[method])
+    np.testing.assert_allclose(got.sum(axis=1), 1.0, atol=1e-12)
+    assert model.classes == list(range(len(np.unique(yb))))
+    assert model.n_rows == len(yb)
+    if method == "temperature":
+        beta_sk = float(cal.calibrated_classifiers_[0].calibrators[0].beta_)
+        assert model.params["beta"] == pytest.approx(beta_sk, rel=1e-6)
+        assert model.params["temperature"] == pytest.approx(1 / model.params["beta"], rel=1e-15)
+        assert model.params["input_"] == "logits"
+
+
+@pytest.mark.parametrize("name", ["iris", "wine", "digits"])
+@pytest.mark.parametrize("method", ["sigmoid", "temperature"])
+def test_predict_proba_inputs_match_sklearn(name, method):
+    # GaussianNB has no decision_function: scikit-learn calibrates predict_proba,
+    # and temperature scaling takes log(p + 1e-12) of it.
+    Xa, ya, Xb, yb = _split(name)
+    clf = GaussianNB().fit(Xa, ya)
+    w = np.random.default_rng(2).uniform(0.5, 2.0, len(yb))
+    df, cols = _frame(clf.predict_proba(Xb), yb, w)
+    model = fit_multiclass(df, method=method, score_cols=cols, weight_col="w")
+    X_eval = np.vstack([Xa, Xb])
+    expect, _ = _sklearn_proba(clf, method, Xb, yb, X_eval, w)
+    np.testing.assert_allclose(model.predict(clf.predict_proba(X_eval)), expect, rtol=0,
+                               atol=TOL[method])
+    if method == "temperature":
+        assert model.params["input_"] == "probabilities"
+
+
+def test_isotonic_on_probabilities_matches_sklearn():
+    Xa, ya, Xb, yb = _split("iris")
+    clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000)).fit(Xa, ya)
+
+    class ProbaOnly(FrozenEstimator):  # hides decision_function: predict_proba is used
+        def __getattr__(self, name):
+            if name == "decision_function":
+                raise AttributeError(name)
+            return super().__getattr__(name)
+
+    P = clf.predict_proba(Xb)
+    assert _min_gap(P) > 1e-12
+    df, cols = _frame(P, yb)
+    model = fit_multiclass(df, method="isotonic", score_cols=cols)
+    cal = CalibratedClassifierCV(ProbaOnly(clf), method="isotonic").fit(Xb, yb)
+    X_eval = np.vstack([Xa, Xb])
+    np.testing.assert_allclose(model.predict(clf.predict_proba(X_eval)),
+                               cal.predict_proba(X_eval), rtol=0, atol=1e-9)
+
+
+@pytest.mark.parametrize("method", ["isotonic", "sigmoid", "temperature"])
+@pytest.mark.parametrize("form", ["one_col", "vector1", "proba2"])
+def test_binary_matches_sklearn(method, form):
+    X, y = load_breast_cancer(return_X_y=True)
+    rng = np.random.default_rng(3)
+    idx = rng.permutation(len(y))
+    a, b = idx[:280], idx[280:]
+    clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000)).fit(X[a], y[a])
+    w = rng.uniform(0.5, 2.0, len(b))
+    if form == "proba2":
+        # predict_proba only: scikit-learn calibrates P(class 1) (OvR) or the pair
+        # (1 - p, p) as probabilities (temperature).
+        class ProbaOnly(FrozenEstimator):
+            def __getattr__(self, name):
+                if name == "decision_function":
+                    raise AttributeError(name)
+                return super().__getattr__(name)
+
+        p1 = clf.predict_proba(X[b])[:, 1]
+        df = pd.DataFrame({"s0": 1 - p1, "s1": p1, "label": y[b], "w": w})
+        model = fit_multiclass(df, method=method, score_cols=["s0", "s1"], weight_col="w")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cal = CalibratedClassifierCV(ProbaOnly(clf), method=method).fit(X[b], y[b],
+                                                                           sample_weight=w)
+        q = clf.predict_proba(X)[:, 1]
+        got = model.predict(np.column_stack([1 - q, q]))
+    else:
+        s = clf.decision_function(X[b])
+        if form == "one_col":
+            df = pd.DataFrame({"s": s, "label": y[b], "w": w})
+            model = fit_multiclass(df, method=method, score_cols=["s"], weight_col="w")
+        else:
+            df = pd.DataFrame({"s": [np.array([v]) for v in s], "label": y[b], "w": w})
+            model = fit_multiclass(df, method=method, score_col="s", weight_col="w")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            cal = CalibratedClassifierCV(FrozenEstimator(clf), method=method).fit(
+                X[b], y[b], sample_weight=w)
+        got = model.predict(clf.decision_function(X))
+    np.testing.assert_allclose(got, cal.predict_proba(X), rtol=0, atol=TOL[method])
+    assert model.classes == [0, 1]
+    if method != "temperature":
+        np.testing.assert_array_equal(got[:, 0], 1.0 - got[:, 1])
+        with pytest.raises(ValueError, match="only class 1"):
+            model.class_model(0)
+        assert model.class_model(1).method == method
+
+
+# -- temperature: the optimum against scipy --------------------------------------
+
+def _test_loss(beta, z, y, w):
+    a = beta * z
+    return float(np.sum(w * (logsumexp(a, axis=1) - a[np.arange(len(y)), y])))
+
+
+def _test_grad(beta, z, y, w):
+    p = softmax(beta * z, axis=1)
+    return float(np.sum(w * ((p * z).sum(axis=1) - z[np.arange(len(y)), y])))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_temperature_beta_is_the_weighted_log_loss_optimum(seed):
+    rng = np.random.default_rng(seed)
+    n, k = 3000, 5
+    z = rng.normal(0, 2.0, (n, k))
+    y = np.array([rng.choice(k, p=softmax(0.4 * row)) for row in z])  # over-confident z
+    w = rng.uniform(0.0, 3.0, n)
+    df = pd.DataFrame({"z": list(z), "y": y, "w": w})
+    model = fit_multiclass(df, method="temperature", score_col="z", label_col="y",
+                           weight_col="w")
+    beta = model.params["beta"]
+    # scipy, loss only (bounded Brent in log beta, as tight as a loss allows) ...
+    res = minimize_scalar(lambda lb: _test_loss(np.exp(lb), z, y, w), bounds=(-5, 5),
+                          method="bounded", options={"xatol": 1e-14})
+    assert beta == pytest.approx(np.exp(res.x), rel=1e-6)
+    # ... and the stationary point of the loss, bracketed to full precision.
+    ref = brentq(lambda b: _test_grad(b, z, y, w), 1e-3, 1e3, xtol=1e-16, rtol=1e-15)
+    assert beta == pytest.approx(ref, rel=1e-9)
+    scale = np.sum(w * np.abs(z).max(axis=1))
+    assert abs(_test_grad(beta, z, y, w)) <= 1e-12 * scale
+    assert _test_loss(beta, z, y, w) <= min(_test_loss(beta * (1 + 1e-6), z, y, w),
+                                            _test_loss(beta * (1 - 1e-6), z, y, w))
+    np.testing.assert_allclose(model.predict(z), softmax(beta * z, axis=1), atol=1e-14)
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_temperature_bounds_like_sklearn(sign):
+    # Perfectly separated logits: the loss falls as beta grows (or, reversed, as
+    # beta shrinks); the optimum within scikit-learn's bounds (log beta in
+    # [-10, 10]) is the bound. scikit-learn's bounded search stops anywhere on the
+    # flat loss (e.g. beta = 10.6 here), with the same probabilities to rounding.
+    from sklearn.calibration import _TemperatureScaling
+
+    z = sign * np.array([[2.0, 0.0, 0.5], [0.0, 2.0, 0.5], [0.5, 0.0, 2.0]] * 5)
+    y = np.array([0, 1, 2] * 5)
+    df = pd.DataFrame({"z": list(z), "y": y})
+    model = fit_multiclass(df, method="temperature", score_col="z", label_col="y")
+    assert model.params["beta"] == pytest.approx(np.exp(10.0 * sign), rel=1e-12)
+    ref = _TemperatureScaling().fit(z, y)
+    np.testing.assert_allclose(model.predict(z), ref.predict(z), atol=1e-6)
+
+
+def test_temperature_partition_sums_add_up():
+    from distcal.core.temperature import temperature_sums
+
+    rng = np.random.default_rng(5)
+    z, y, w = rng.normal(size=(1000, 4)), rng.integers(0, 4, 1000), rng.random(1000)
+    whole = temperature_sums(z, y, w, 0.7)
+    parts = sum(temperature_sums(z[i:i + 137], y[i:i + 137], w[i:i + 137], 0.7)
+                for i in range(0, 1000, 137))
+    np.testing.assert_allclose(parts, whole, rtol=1e-12)
+    assert whole[0] == pytest.approx(_test_loss(0.7, z, y, w), rel=1e-12)
+    assert whole[1] == pytest.approx(_test_grad(0.7, z, y, w), rel=1e-10)
+    h = 1e-5
+    fd = (_test_grad(0.7 + h, z, y, w) - _test_grad(0.7 - h, z, y, w)) / (2 * h)
+    assert whole[2] == pytest.approx(fd, rel=1e-6)
+
+
+# -- input forms -----------------------------------------------------------------
+
+def _data():
+    rng = np.random.default_rng(7)
+    n, k = 600, 4
+    S = rng.normal(size=(n, k))
+    y = np.array([rng.choice(k, p=softmax(r)) for r in S])
+    w = rng.uniform(0.5, 2, n)
+    return S, y, w
+
+
+@pytest.mark.parametrize("method", ["isotonic", "sigmoid", "histogram", "temperature"])
+def test_input_forms_agree(tmp_path, method):
+    S, y, w = _data()
+    cols_df, cols = _frame(S, y, w)
+    base = fit_multiclass(cols_df, method=method, score_cols=cols, weight_col="w")
+    forms = {
+        "numpy": pd.DataFrame({"v": list(S), "label": y, "w": w}),
+        "lists": pd.DataFrame({"v": [list(r) for r in S], "label": y, "w": w}),
+        "arrow_list": pa.table({"v": pa.array(list(S), type=pa.list_(pa.float64())),
+                                "label": y, "w": w}),
+        "arrow_fixed": pa.table({"v": pa.array(list(S), type=pa.list_(pa.float64(), 4)),
+                                 "label": y, "w": w}),
+    }
+    pq.write_table(forms["arrow_list"], tmp_path / "d.parquet")
+    forms["parquet"] = str(tmp_path / "d.parquet")
+    q = np.random.default_rng(8).normal(size=(200, 4))
+    for name, data in forms.items():
+        m = fit_multiclass(data, method=method, score_col="v", weight_col="w")
+        np.testing.assert_allclose(m.predict(q), base.predict(q), rtol=0, atol=1e-15,
+                                   err_msg=name)
+    # score_cols from a pyarrow table too
+    m = fit_multiclass(pa.Table.from_pandas(cols_df), method=method, score_cols=cols,
+                       weight_col="w")
+    assert m == base
+
+
+def test_class_models_are_binary_fits():
+    S, y, w = _data()
+    df, cols = _frame(S, y, w)
+    model = fit_multiclass(df, method="isotonic", score_cols=cols, weight_col="w",
+                           interpolation="step")
+    for k in range(4):
+        binary = distcal.fit(pd.DataFrame({"s": S[:, k], "l": (y == k).astype(int), "w": w}),
+                             score_col="s", label_col="l", weight_col="w", interpolation="step")
+        q = np.linspace(-3, 3, 101)
+        np.testing.assert_array_equal(model.class_model(k).predict(q), binary.predict(q))
+    assert model.params == {"interpolation": "step"}
+    text = model.describe()
+    assert all(f"class {k}:" in text for k in range(4))
+    with pytest.raises(ValueError, match="class must be one of"):
+        model.class_model(4)
+
+
+def test_temperature_has_no_class_models():
+    S, y, _ = _data()
+    df, cols = _frame(S, y)
+    model = fit_multiclass(df, method="temperature", score_cols=cols)
+    with pytest.raises(ValueError, match="no per-class models"):
+        model.class_model(0)
+    assert "beta" in model.describe()
+    with pytest.raises(TypeError, match="unknown parameter"):
+        fit_multiclass(df, method="temperature", score_cols=cols, n_bins=3)
+
+
+def test_zero_sum_rows_are_uniform():
+    # Isotonic gives 0 for every class at these scores: the row becomes 1/K.
+    df = pd.DataFrame({"a": [1.0, 0.0, 0.0], "b": [0.0, 1.0, 0.0],
+                       "c": [0.0, 0.0, 1.0], "label": [0, 1, 2]})
+    model = fit_multiclass(df, method="isotonic", score_cols=["a", "b", "c"])
+    p = model.predict([[-1.0, -1.0, -1.0], [1.0, 0.0, 0.0]])
+    np.testing.assert_allclose(p[0], [1 / 3] * 3)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0)
+
+
+# -- bad data ------------------------------------------------------------------
+
+@pytest.mark.parametrize("labels, problem", [
+    ([0, 1, 3, 2, 5, 1], "2 rows are outside the class indices 0..2"),
+    ([0, 1, 0.5, 2, 1.5, 1], "2 rows are not whole numbers"),
+    ([0, 1, np.nan, 2, 1, 1], "1 row is null or NaN"),
+    ([0, 1, -1, 2, 1, 1], "1 row is outside the class indices 0..2"),
+    (["0", "1", "x", "2", "1", "1"], "1 row is text, not numbers"),
+])
+def test_bad_labels(labels, problem):
+    S = np.random.default_rng(0).normal(size=(6, 3))
+    df = pd.DataFrame({"v": list(S), "cls": labels})
+    for method in ("isotonic", "temperature"):
+        with pytest.raises(DataError) as exc:
+            fit_multiclass(df, method=method, score_col="v", label_col="cls")
+        assert "column 'cls'" in str(exc.value) and problem in str(exc.value)
+
+
+def test_ragged_and_null_vectors():
+    df = pd.DataFrame({"v": [[0.1, 0.2, 0.7], [0.3, 0.7], [0.2, 0.2, 0.6], None,
+                             [0.5, 0.5, 0.0, 0.0], [0.1, np.nan, 0.9]],
+                       "label": [0, 1, 2, 0, 1, 2]})
+    with pytest.raises(DataError) as exc:
+        fit_multiclass(df, score_col="v")
+    msg = str(exc.value)
+    assert "column 'v': 2 rows have a length other than 3 (ragged vectors)" in msg
+    assert "column 'v': 1 row is null" in msg
+    assert "column 'v': 1 row contain" in msg or "1 row contains" in msg or "contain NaN" in msg
+    m = fit_multiclass(df, score_col="v", on_invalid="drop")
+    assert m.dropped_rows == 4 and m.n_rows == 2
+
+
+def test_arrow_ragged_vectors():
+    t = pa.table({"v": pa.array([[0.1, 0.9], [0.5, 0.5], [1.0], [0.2, 0.8]]),
+                  "label": [0, 1, 1, 0]})
+    with pytest.raises(DataError, match="column 'v': 1 row has a length other than 2"):
+        fit_multiclass(t, score_col="v")
+
+
+def test_k_mismatch():
+    S, y, _ = _data()
+    df, cols = _frame(S, y)
+    # label 3 with only 3 score columns: K mismatch
+    with pytest.raises(DataError, match=r"column 'label': \d+ rows are outside the class "
+                                        r"indices 0..2"):
+        fit_multiclass(df, score_cols=cols[:3])
+    model = fit_multiclass(df, score_cols=cols)
+    with pytest.raises(DataError, match="3 columns; the model has K = 4"):
+        model.predict(S[:, :3])
+
+
+def test_other_bad_inputs():
+    S, y, w = _data()
+    df, cols = _frame(S, y, w)
+    df.loc[[3, 5], "w"] = -1.0
+    df.loc[7, "s1"] = np.inf
+    with pytest.raises(DataError) as exc:
+        fit_multiclass(df, method="sigmoid", score_cols=cols, weight_col="w")
+    assert "column 'w': 2 rows are negative" in str(exc.value)
+    assert "column 's1': 1 row is infinite" in str(exc.value)
+    fit_multiclass(df.drop(index=[3, 5]), method="isotonic", score_cols=cols, weight_col="w")
+    with pytest.raises(DataError, match="column 'nope' not found"):
+        fit_multiclass(df, score_cols=cols, label_col="nope")
+    with pytest.raises(ValueError, match="exactly one of"):
+        fit_multiclass(df)
+
+
+# -- model: transform, save/load ---------------------------------------------------
+
+def test_transform_pandas_and_arrow(tmp_path):
+    S, y, _ = _data()
+    df = pd.DataFrame({"v": list(S), "label": y})
+    model = fit_multiclass(df, method="sigmoid", score_col="v")
+    out = model.transform(df)
+    np.testing.assert_array_equal(np.stack(out["calibrated"].to_numpy()), model.predict(S))
+    t = model.transform(pa.Table.from_pandas(df), output_col="p")
+    assert t.schema.field("p").type == pa.list_(pa.float64())
+    np.testing.assert_array_equal(np.array(t.column("p").to_pylist()), model.predict(S))
+    cols_df, cols = _frame(S, y)
+    out2 = model.transform(cols_df, score_cols=cols)
+    np.testing.assert_array_equal(np.stack(out2["calibrated"].to_numpy()), model.predict(S))
+    pq.write_table(pa.Table.from_pandas(df), tmp_path / "x.parquet")
+    out3 = model.transform(str(tmp_path / "x.parquet"))
+    np.testing.assert_array_equal(np.stack(out3["calibrated"].to_numpy()), model.predict(S))
+
+
+@pytest.mark.parametrize("method", ["isotonic", "sigmoid", "histogram", "temperature"])
+@pytest.mark.parametrize("k", [2, 4])
+def test_save_load_round_trip(tmp_path, method, k):
+    S, y, w = _data()
+    if k == 2:
+        S, y = S[:, :1], (y > 1).astype(int)
+    df, cols = _frame(S, y, w)
+    model = fit_multiclass(df, method=method, score_cols=cols, weight_col="w")
+    model.save(tmp_path / "m")
+    assert is_multiclass_model(tmp_path / "m")
+    back = load_multiclass(tmp_path / "m")
+    assert isinstance(back, MulticlassCalibrationModel) and back == model
+    np.testing.assert_array_equal(back.predict(S), model.predict(S))
+    with pytest.raises(FileExistsError):
+        model.save(tmp_path / "m")
+    model.save(tmp_path / "m", overwrite=True)
+    meta = json.loads((tmp_path / "m" / "model.json").read_text())
+    assert meta["format"] == "distcal-multiclass-model" and meta["n_classes"] == k
+    if method in ("isotonic", "histogram"):
+        t = pq.read_table(tmp_path / "m" / "classes.parquet")
+        assert set(np.unique(t.column("class").to_numpy())) == (
+            {1} if k == 2 else set(range(k)))
+
+
+def test_damaged_models(tmp_path):
+    S, y, _ = _data()
+    df, cols = _frame(S, y)
+    model = fit_multiclass(df, method="isotonic", score_cols=cols)
+    model.save(tmp_path / "m")
+    root = tmp_path / "m"
+    meta = json.loads((root / "model.json").read_text())
+
+    def write(m):
+        (root / "model.json").write_text(json.dumps(m))
+
+    m2 = dict(meta, n_classes=5)
+    write(m2)  # edited without fixing the checksum
+    with pytest.raises(ModelError, match="checksum"):
+        load_multiclass(root)
+    from distcal.model import _json_checksum
+
+    m3 = dict(meta, n_classes=5)
+    m3["checksum"] = _json_checksum(m3)
+    write(m3)  # consistent checksum, inconsistent content
+    with pytest.raises(ModelError, match="damaged"):
+        load_multiclass(root)
+    write(meta)
+    assert load_multiclass(root) == model
+    data = bytearray((root / "classes.parquet").read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (root / "classes.parquet").write_bytes(bytes(data))
+    with pytest.raises(ModelError, match="damaged"):
+        load_multiclass(root)
+    (root / "classes.parquet").unlink()
+    with pytest.raises(ModelError, match="missing"):
+        load_multiclass(root)
+    (root / "model.json").write_text("{not json")
+    with pytest.raises(ModelError):
+        load_multiclass(root)
+    assert not is_multiclass_model(root)
+    with pytest.raises(ModelError, match="does not exist"):
+        load_multiclass(tmp_path / "nothing")
+    # a binary model directory is not a multiclass model
+    distcal.fit(pd.DataFrame({"score": [0.1, 0.9], "label": [0, 1]})).save(tmp_path / "b")
+    assert not is_multiclass_model(tmp_path / "b")
+    with pytest.raises(ModelError, match="not a distcal multiclass model"):
+        load_multiclass(tmp_path / "b")
+
+
+def test_equality():
+    S, y, w = _data()
+    df, cols = _frame(S, y, w)
+    a = fit_multiclass(df, method="sigmoid", score_cols=cols, weight_col="w")
+    b = fit_multiclass(df.iloc[::-1], method="sigmoid", score_cols=cols, weight_col="w")
+    assert a == b
+    c = fit_multiclass(df, method="sigmoid", score_cols=cols)
+    assert a != c
+
+
+def test_docstring_examples_run():
+    import distcal.core.multiclass as cm
+    import distcal.core.temperature as ct
+    import distcal.multiclass as mc
+    import distcal.sklearn as sk
+
+    for mod in (cm, ct, mc, sk):
+        result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
+        assert result.failed == 0 and result.attempted > 0, mod.__name__

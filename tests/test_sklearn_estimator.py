@@ -1,0 +1,199 @@
+"""distcal.sklearn.CalibratedClassifier against scikit-learn's CalibratedClassifierCV."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from sklearn.base import clone
+from sklearn.calibration import CalibratedClassifierCV
+from sklearn.datasets import load_breast_cancer, load_digits, load_iris, load_wine
+from sklearn.frozen import FrozenEstimator
+from sklearn.linear_model import LogisticRegression
+from sklearn.model_selection import KFold, StratifiedKFold, cross_val_score
+from sklearn.naive_bayes import GaussianNB
+from sklearn.pipeline import Pipeline, make_pipeline
+from sklearn.preprocessing import StandardScaler
+from sklearn.utils.estimator_checks import parametrize_with_checks
+
+from distcal.multiclass import MulticlassCalibrationModel
+from distcal.sklearn import CalibratedClassifier
+
+TOL = {"isotonic": 1e-9, "sigmoid": 1e-4, "temperature": 1e-6}
+LOADERS = {"iris": load_iris, "wine": load_wine, "digits": load_digits,
+           "breast_cancer": load_breast_cancer}
+
+
+def _lr():
+    return make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
+
+
+def _data(name, strings=False):
+    X, y = LOADERS[name](return_X_y=True)
+    if strings:
+        y = np.array([f"class_{v}" for v in y])
+    w = np.random.default_rng(0).uniform(0.3, 2.5, len(y))
+    return X, y, w
+
+
+def _sk(est, method, X, y, w, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # FrozenEstimator takes no sample_weight
+        return CalibratedClassifierCV(est, method=method, **kw).fit(X, y, sample_weight=w)
+
+
+@pytest.mark.parametrize("name", list(LOADERS))
+@pytest.mark.parametrize("method", ["isotonic", "sigmoid", "temperature"])
+@pytest.mark.parametrize("strings", [False, True])
+def test_frozen_matches_sklearn(name, method, strings):
+    X, y, w = _data(name, strings)
+    idx = np.random.default_rng(1).permutation(len(y))
+    a, b = idx[: len(y) // 2], idx[len(y) // 2:]
+    clf = _lr().fit(X[a], y[a])
+    ours = CalibratedClassifier(clf, method=method).fit(X[b], y[b], sample_weight=w[b])
+    ref = _sk(FrozenEstimator(clf), method, X[b], y[b], w[b])
+    np.testing.assert_allclose(ours.predict_proba(X), ref.predict_proba(X), rtol=0,
+                               atol=TOL[method])
+    np.testing.assert_array_equal(ours.classes_, ref.classes_)
+    agree = np.mean(ours.predict(X) == ref.predict(X))
+    assert agree > 0.99  # argmax may flip only on exact-tolerance ties
+    assert isinstance(ours.calibration_model_, MulticlassCalibrationModel)
+    assert ours.estimators_[0] is clf  # never refitted
+    assert ours.response_method_ == "decision_function"
+
+
+@pytest.mark.parametrize("name", ["iris", "breast_cancer"])
+@pytest.mark.parametrize("method", ["sigmoid", "temperature"])
+def test_frozen_predict_proba_classifier(name, method):
+    # GaussianNB has only predict_proba (isotonic: GaussianNB's probabilities
+    # have near-ties < 1e-12, which scikit-learn's IsotonicRegression merges).
+    X, y, w = _data(name, strings=True)
+    clf = GaussianNB().fit(X[::2], y[::2])
+    ours = CalibratedClassifier(clf, method=method).fit(X[1::2], y[1::2], sample_weight=w[1::2])
+    ref = _sk(FrozenEstimator(clf), method, X[1::2], y[1::2], w[1::2])
+    np.testing.assert_allclose(ours.predict_proba(X), ref.predict_proba(X), rtol=0,
+                               atol=TOL[method])
+    assert ours.response_method_ == "predict_proba"
+
+
+@pytest.mark.parametrize("name", ["iris", "wine", "breast_cancer"])
+@pytest.mark.parametrize("method", ["isotonic", "sigmoid", "temperature"])
+@pytest.mark.parametrize("cv", [3, 5])
+@pytest.mark.parametrize("ensemble", [True, False])
+def test_cross_fitting_matches_sklearn(name, method, cv, ensemble):
+    X, y, w = _data(name, strings=True)
+    ours = CalibratedClassifier(_lr(), method=method, cv=cv, ensemble=ensemble)
+    ours.fit(X, y, sample_weight=w)
+    ref = _sk(_lr(), method, X, y, w, cv=cv, ensemble=ensemble)
+    if method == "temperature" and _separable_folds(ours, ref):
+        return  # checked fold by fold in _separable_folds
+    np.testing.assert_allclose(ours.predict_proba(X), ref.predict_proba(X), rtol=0,
+                               atol=TOL[method])
+    if ensemble:
+        assert isinstance(ours.calibration_model_, list) and len(ours.calibration_model_) == cv
+    else:
+        assert isinstance(ours.calibration_model_, MulticlassCalibrationModel)
+
+
+def _separable_folds(ours, ref):
+    """Compare temperatures fold by fold; True if some calibration fold is separable.
+
+    On a fold whose logits rank every row's class first the loss decreases
+    towards 0 as beta grows: distcal returns the minimiser within
+    scikit-learn's bounds, beta = e^10, while scikit-learn's bounded search
+    stops wherever the loss is flat to rounding (beta = 94 or 516 on iris,
+    cv=5), so probabilities differ there by up to 1e-3. Other folds: 1e-6.
+    """
+    models = ours.calibration_model_
+    models = models if isinstance(models, list) else [models]
+    separable = False
+    for m, c in zip(models, ref.calibrated_classifiers_):
+        sk_beta = float(c.calibrators[0].beta_)
+        if m.params["beta"] == pytest.approx(np.exp(10.0), rel=1e-12):
+            separable = True
+            assert sk_beta > 50  # scikit-learn went far up the flat loss too
+        else:
+            assert m.params["beta"] == pytest.approx(sk_beta, rel=1e-6)
+    return separable
+
+
+def test_digits_cross_fitting_and_splitter():
+    X, y, w = _data("digits")
+    X, y, w = X[:900], y[:900], w[:900]
+    for splitter in (StratifiedKFold(3, shuffle=True, random_state=4), KFold(3)):
+        for method in ("isotonic", "temperature"):
+            ours = CalibratedClassifier(_lr(), method=method, cv=splitter).fit(X, y, w)
+            ref = _sk(_lr(), method, X, y, w, cv=splitter, ensemble=True)
+            if method == "temperature" and _separable_folds(ours, ref):
+                continue
+            np.testing.assert_allclose(ours.predict_proba(X), ref.predict_proba(X), rtol=0,
+                                       atol=TOL[method])
+
+
+def test_params_are_passed():
+    X, y, _ = _data("iris")
+    clf = _lr().fit(X[::2], y[::2])
+    ours = CalibratedClassifier(clf, params={"interpolation": "step"}).fit(X[1::2], y[1::2])
+    assert ours.calibration_model_.class_model(0).params["interpolation"] == "step"
+    hist = CalibratedClassifier(clf, method="histogram", params={"n_bins": 5})
+    p = hist.fit(X[1::2], y[1::2]).predict_proba(X)
+    np.testing.assert_allclose(p.sum(axis=1), 1.0)
+    model = hist.calibration_model_
+    np.testing.assert_array_equal(p, model.predict(clf.decision_function(X)))
+
+
+def test_clone_params_pipeline():
+    X, y, _ = _data("wine", strings=True)
+    est = CalibratedClassifier(LogisticRegression(max_iter=3000), method="sigmoid", cv=3,
+                               params={"a": 1})
+    c = clone(est)
+    assert c.get_params()["method"] == "sigmoid" and c.params == {"a": 1}
+    assert c.params is not est.params or c.params == est.params
+    c.set_params(method="temperature", estimator__C=0.5, params=None)
+    assert c.method == "temperature" and c.estimator.C == 0.5
+    pipe = Pipeline([("scale", StandardScaler()), ("cal", c)]).fit(X, y)
+    assert set(pipe.predict(X)) <= set(np.unique(y))
+    assert pipe.predict_proba(X).shape == (len(y), 3)
+    scores = cross_val_score(pipe, X, y, cv=3)
+    assert scores.mean() > 0.8
+    # the frozen mode survives cloning with FrozenEstimator
+    fitted = _lr().fit(X, y)
+    frozen = clone(CalibratedClassifier(FrozenEstimator(fitted), method="isotonic"))
+    frozen.fit(X, y)
+
+
+def test_unfitted_estimator_without_cv():
+    from sklearn.exceptions import NotFittedError
+
+    X, y, _ = _data("iris")
+    with pytest.raises(NotFittedError):
+        CalibratedClassifier(_lr()).fit(X, y)
+
+
+def test_too_few_per_class():
+    X, y, _ = _data("iris")
+    keep = np.r_[0:50, 50:100, 100:102]
+    with pytest.raises(ValueError, match="3-fold"):
+        CalibratedClassifier(_lr(), cv=3).fit(X[keep], y[keep])
+
+
+# scikit-learn's own estimator checks. The frozen mode (cv=None) is not among
+# them: the checks fit one instance on data of other shapes and feature counts,
+# which a classifier fitted beforehand and never refitted cannot follow; the
+# cross-fitting mode below is the same code path after the classifier's fit.
+_CHECKED = [CalibratedClassifier(LogisticRegression(C=1), method=m, cv=3)
+            for m in ("isotonic", "sigmoid", "histogram", "temperature")]
+
+
+def _expected_failed(estimator):
+    # Every check applies and passes; array-API checks are skipped by
+    # scikit-learn itself unless SCIPY_ARRAY_API is set (distcal is numpy only).
+    return {}
+
+
+@parametrize_with_checks(_CHECKED, expected_failed_checks=_expected_failed)
+def test_sklearn_estimator_checks(estimator, check):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        check(estimator)
