@@ -218,5 +218,5 @@ def smooth_curve(grid: np.ndarray, sigma: float, n_points: int = 200) -> dict[st
     t = np.linspace(0, 1, n_points)
     rs, dens = _smoothed(grid, sigma, t)
     total = float(grid[0].sum())
-    density = (dens - DENSITY_EPS) / (total * (grid.shape[1] - 1)) if total > 0 else dens * 0
+    density = (dens - DENSITY_EPS) / total if total > 0 else dens * 0
     return {"t": t, "mu": np.clip(t - rs, 0.0, 1.0), "density": density}
