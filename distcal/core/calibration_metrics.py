@@ -65,7 +65,7 @@ from .distinct import DistinctTable, pool_ties
 __all__ = ["murphy_partials", "combine_murphy", "adaptive_cuts", "adaptive_partials",
            "adaptive_from_bins", "adaptive_ece", "extra_range_partials", "extra_metrics",
            "calibration_metrics", "table_from_report", "metrics_from_report", "binned_ece",
-           "top_label_ece", "classwise_ece"]
+           "top_label_ece", "classwise_ece", "cost_curve"]
 
 
 # -- exact Murphy decomposition ------------------------------------------------
@@ -329,3 +329,30 @@ def classwise_ece(probs: Any, labels: Any, n_bins: int = 15, strategy: str = "un
     per = [binned_ece(probs[:, k], (labels == k).astype(np.float64), n_bins, strategy, weights)
            for k in range(probs.shape[1])]
     return {"classwise_ece": float(np.mean(per)), "per_class": per}
+
+
+# -- cost curve ------------------------------------------------------------------
+
+def cost_curve(report: Any, cost_fp: float = 1.0, cost_fn: float = 1.0) -> dict[str, Any]:
+    """Total cost c_fp FP(t) + c_fn FN(t) at every threshold of the ROC.
+
+    Rule: positive iff p >= t. The thresholds are +inf (nothing positive)
+    and the distinct probabilities descending; FP(t) and FN(t) are the
+    weighted counts read back from the ROC (:func:`table_from_report`).
+    ``best_threshold`` minimises the cost, the largest among equal costs
+    (as :func:`distcal.optimal_threshold`).
+    """
+    t = table_from_report(report)
+    pos_desc = t.positives[::-1]
+    neg_desc = (t.weight - t.positives)[::-1]
+    tp = np.concatenate(([0.0], np.cumsum(pos_desc)))
+    fp = np.concatenate(([0.0], np.cumsum(neg_desc)))
+    fn = tp[-1] - tp
+    cost = float(cost_fp) * fp + float(cost_fn) * fn
+    threshold = np.concatenate(([np.inf], t.score[::-1]))
+    best = float(cost.min())
+    k = int(np.flatnonzero(cost <= best + 1e-12 * max(1.0, abs(best)))[0])
+    return {"threshold": threshold, "cost": cost, "fp": fp, "fn": fn, "tp": tp,
+            "best_threshold": float(threshold[k]), "best_cost": float(cost[k]),
+            "best_fp": float(fp[k]), "best_fn": float(fn[k]),
+            "cost_fp": float(cost_fp), "cost_fn": float(cost_fn)}
