@@ -38,7 +38,8 @@ METRICS: tuple[tuple[str, str, str, str], ...] = (
     ("n_distinct", "distinct probabilities", "count",
      "Number of distinct predicted probabilities (the bins of the exact decomposition)."),
     ("brier", "Brier score", "metric", "Mean of w (p − y)²; lower is better."),
-    ("log_loss", "log loss", "metric", "Mean of −w [y log p + (1 − y) log(1 − p)]; lower is better."),
+    ("log_loss", "log loss", "metric",
+     "Mean of −w [y log p + (1 − y) log(1 − p)]; lower is better."),
     ("reliability", "reliability (exact)", "metric",
      "Murphy reliability with one bin per distinct probability: Σ W_p (p − ȳ_p)² / W. "
      "Brier = reliability − resolution + uncertainty exactly."),
@@ -46,12 +47,14 @@ METRICS: tuple[tuple[str, str, str, str], ...] = (
      "Murphy resolution per distinct probability: Σ W_p (ȳ_p − ȳ)² / W; higher is better."),
     ("uncertainty", "uncertainty", "metric", "Variance of the label, ȳ (1 − ȳ) for 0/1 labels."),
     ("ece", "ECE (binned)", "metric",
-     "Expected calibration error over the report's bins: Σ_b (W_b / W) |observed_b − predicted_b|."),
+     "Expected calibration error over the report's bins: "
+     "Σ_b (W_b / W) |observed_b − predicted_b|."),
     ("mce", "MCE (binned)", "metric", "Largest |observed − predicted| over the non-empty bins."),
     ("adaptive_ece", "adaptive ECE", "metric",
      "ECE over bins of equal weight (W / B each, ties split by weight): "
      "Σ_b (W_b / W) |observed_b − predicted_b|."),
-    ("adaptive_mce", "adaptive MCE", "metric", "Largest |observed − predicted| over the equal-weight bins."),
+    ("adaptive_mce", "adaptive MCE", "metric",
+     "Largest |observed − predicted| over the equal-weight bins."),
     ("smece", "smooth ECE", "metric",
      "SmoothECE of Błasiok & Nakkiran (relplot's smECE): kernel-smoothed residuals, "
      "reflected Gaussian kernel, bandwidth σ* where smECE_σ = σ."),
@@ -59,11 +62,14 @@ METRICS: tuple[tuple[str, str, str, str], ...] = (
      "The kernel bandwidth chosen by the fixed-point search (a multiple of 2⁻¹⁰)."),
     ("reliability_binned", "reliability (binned)", "metric",
      "Murphy reliability over the report's bins (not exact: within-bin spread is ignored)."),
-    ("resolution_binned", "resolution (binned)", "metric", "Murphy resolution over the report's bins."),
+    ("resolution_binned", "resolution (binned)", "metric",
+     "Murphy resolution over the report's bins."),
     ("auc", "ROC AUC", "metric", "Area under the ROC curve; ties count one half."),
     ("accuracy", "accuracy", "metric", "Weight correctly classified at the threshold."),
-    ("accuracy_low", "accuracy interval low", "metric", "Wilson interval of the accuracy, lower end."),
-    ("accuracy_high", "accuracy interval high", "metric", "Wilson interval of the accuracy, upper end."),
+    ("accuracy_low", "accuracy interval low", "metric",
+     "Wilson interval of the accuracy, lower end."),
+    ("accuracy_high", "accuracy interval high", "metric",
+     "Wilson interval of the accuracy, upper end."),
     ("precision", "precision", "metric", "TP / (TP + FP) at the threshold."),
     ("recall", "recall", "metric", "TP / (TP + FN) at the threshold."),
     ("f1", "F1", "metric", "2 TP / (2 TP + FP + FN) at the threshold."),
@@ -275,7 +281,8 @@ def _table_html(reports: list[EvaluationReport], table: list[dict[str, Any]]) ->
             f"<td data-key=\"{row['key']}\" data-col=\"{html.escape(c, quote=True)}\">"
             f"{html.escape(format_value(row['values'][c], row['kind']))}</td>"
             for c in (r.prob_col for r in reports))
-        rows.append(f"<tr><th scope=\"row\" title=\"{html.escape(row['description'], quote=True)}\">"
+        tip = html.escape(row["description"], quote=True)
+        rows.append(f"<tr><th scope=\"row\" title=\"{tip}\">"
                     f"{html.escape(row['label'])}</th>{cells}</tr>")
     return ("<div class=\"scroll\"><table id=\"metrics\"><thead><tr><th>metric</th>"
             f"{head}</tr></thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table></div>")
@@ -359,7 +366,8 @@ def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
         page = f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
+<meta http-equiv="Content-Security-Policy"
+ content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
 <title>distcal evaluation: {html.escape(', '.join(doc['columns']))}</title>
 <style>{_CSS}</style></head>
 <body><h1>distcal evaluation</h1>
