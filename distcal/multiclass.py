@@ -519,9 +519,9 @@ softmax_predict(np.array([[2.0, -2.0]]), model.beta).round(4).tolist()
         replaced only with ``overwrite=True``. No pickle: JSON and Parquet.
         Read it back with :func:`load_multiclass`.
         """
-        from .io import atomic_path
+        from .storage import local_publishing
 
-        with atomic_path(path, overwrite=overwrite) as tmp:
+        with local_publishing(path, overwrite=overwrite) as tmp:
             tmp.mkdir()
             meta: dict[str, Any] = {
                 "format": FORMAT, "format_version": FORMAT_VERSION,

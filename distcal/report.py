@@ -1,123 +1,416 @@
-"""Evaluation reports on disk: report.json, reliability and ROC plots, report.html."""
+"""Evaluation reports on disk: report.json, the figures as PNG, and report.html.
+
+report.html is self-contained (images embedded as data URIs, no script, no
+external request) and readable on a phone. It holds the provenance, a
+metrics table (names explained on hover and in a legend), notes (e.g. an
+AUC that dropped after calibration), and the figures: reliability diagram,
+calibration map (when a model is given), ROC curve, cost curve. Every
+number the page shows is in report.json (``table``, ``provenance``,
+``notes`` and the per-column ``reports``).
+"""
 
 from __future__ import annotations
 
+import base64
+import datetime as _dt
 import html
+import io
 import json
+import math
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .evaluation import EvaluationReport
-from .storage import local_publishing as atomic_path
+from .core import calibration_metrics as cm
+from .storage import local_publishing
 
-__all__ = ["write_report"]
+if TYPE_CHECKING:  # the reports are only read here; no import at run time
+    from .evaluation import EvaluationReport
 
-_METRICS = ("n_rows", "weight_total", "brier", "log_loss", "ece", "mce", "auc", "reliability",
-            "resolution", "uncertainty", "accuracy", "precision", "recall", "f1")
+__all__ = ["write_report", "build_document", "format_value", "METRICS"]
+
+# key, label, kind (format), explanation. The values come from _values().
+METRICS: tuple[tuple[str, str, str, str], ...] = (
+    ("n_rows", "rows used", "count", "Rows with a valid probability, label and weight > 0."),
+    ("dropped_rows", "rows dropped", "count", "Invalid rows left out (on_invalid='drop')."),
+    ("weight_total", "total weight", "weight", "Sum of the row weights (rows if unweighted)."),
+    ("positives", "positive weight", "weight", "Sum of weight × label."),
+    ("n_distinct", "distinct probabilities", "count",
+     "Number of distinct predicted probabilities (the bins of the exact decomposition)."),
+    ("brier", "Brier score", "metric", "Mean of w (p − y)²; lower is better."),
+    ("log_loss", "log loss", "metric",
+     "Mean of −w [y log p + (1 − y) log(1 − p)]; lower is better."),
+    ("reliability", "reliability (exact)", "metric",
+     "Murphy reliability with one bin per distinct probability: Σ W_p (p − ȳ_p)² / W. "
+     "Brier = reliability − resolution + uncertainty exactly."),
+    ("resolution", "resolution (exact)", "metric",
+     "Murphy resolution per distinct probability: Σ W_p (ȳ_p − ȳ)² / W; higher is better."),
+    ("uncertainty", "uncertainty", "metric", "Variance of the label, ȳ (1 − ȳ) for 0/1 labels."),
+    ("ece", "ECE (binned)", "metric",
+     "Expected calibration error over the report's bins: "
+     "Σ_b (W_b / W) |observed_b − predicted_b|."),
+    ("mce", "MCE (binned)", "metric", "Largest |observed − predicted| over the non-empty bins."),
+    ("adaptive_ece", "adaptive ECE", "metric",
+     "ECE over bins of equal weight (W / B each, ties split by weight): "
+     "Σ_b (W_b / W) |observed_b − predicted_b|."),
+    ("adaptive_mce", "adaptive MCE", "metric",
+     "Largest |observed − predicted| over the equal-weight bins."),
+    ("smece", "smooth ECE", "metric",
+     "SmoothECE of Błasiok & Nakkiran (relplot's smECE): kernel-smoothed residuals, "
+     "reflected Gaussian kernel, bandwidth σ* where smECE_σ = σ."),
+    ("smece_sigma", "smooth ECE bandwidth σ*", "metric",
+     "The kernel bandwidth chosen by the fixed-point search (a multiple of 2⁻¹⁰)."),
+    ("reliability_binned", "reliability (binned)", "metric",
+     "Murphy reliability over the report's bins (not exact: within-bin spread is ignored)."),
+    ("resolution_binned", "resolution (binned)", "metric",
+     "Murphy resolution over the report's bins."),
+    ("auc", "ROC AUC", "metric", "Area under the ROC curve; ties count one half."),
+    ("accuracy", "accuracy", "metric", "Weight correctly classified at the threshold."),
+    ("accuracy_low", "accuracy interval low", "metric",
+     "Wilson interval of the accuracy, lower end."),
+    ("accuracy_high", "accuracy interval high", "metric",
+     "Wilson interval of the accuracy, upper end."),
+    ("precision", "precision", "metric", "TP / (TP + FP) at the threshold."),
+    ("recall", "recall", "metric", "TP / (TP + FN) at the threshold."),
+    ("f1", "F1", "metric", "2 TP / (2 TP + FP + FN) at the threshold."),
+    ("tp", "TP", "weight", "True positives (weight) at the threshold: label 1, p ≥ threshold."),
+    ("fp", "FP", "weight", "False positives (weight) at the threshold."),
+    ("tn", "TN", "weight", "True negatives (weight) at the threshold."),
+    ("fn", "FN", "weight", "False negatives (weight) at the threshold."),
+    ("best_threshold", "cost-optimal threshold", "metric",
+     "Threshold t minimising cost_fp·FP(t) + cost_fn·FN(t) (positive iff p ≥ t)."),
+    ("best_cost", "minimal total cost", "weight", "cost_fp·FP + cost_fn·FN at that threshold."),
+)
 
 
-def _plot_reliability(reports: list[EvaluationReport], path: Path) -> None:
-    import matplotlib
+def format_value(v: Any, kind: str) -> str:
+    """The text shown for a number: 4 significant digits for metrics, thousands
+    separators for counts and weights; '—' for missing values."""
+    if v is None:
+        return "—"
+    v = float(v)
+    if math.isnan(v):
+        return "—"
+    if math.isinf(v):
+        return "∞" if v > 0 else "−∞"
+    if kind == "count":
+        return f"{v:,.0f}"
+    if kind == "weight":
+        return f"{v:,.0f}" if v == round(v) and abs(v) < 1e15 else f"{v:,.2f}"
+    if v == 0:
+        return "0"
+    if 1e-3 <= abs(v) < 1e5:
+        return f"{v:#.4g}".rstrip(".")
+    return f"{v:.3e}"
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, (ax, hx) = plt.subplots(2, 1, figsize=(6.4, 7.2), sharex=True,
-                                 gridspec_kw={"height_ratios": [3, 1]})
-    ax.plot([0, 1], [0, 1], ls="--", color="0.5", lw=1, label="perfectly calibrated")
+def _values(r: EvaluationReport, extra: dict[str, Any], cost: dict[str, Any]) -> dict[str, Any]:
+    cc = r.calibration_curve
+    w = r.weight_total
+    share = cc["weight"].to_numpy() / w if w else np.zeros(len(cc))
+    gap = (cc["prob_true"] - cc["prob_pred"]).to_numpy()
+    conf = r.confusion
+    pos = conf["tp"] + conf["fn"]
+    ybar = pos / w if w else math.nan
+    vals = {
+        "n_rows": r.n_rows, "dropped_rows": r.dropped_rows, "weight_total": w,
+        "positives": pos, "n_distinct": extra.get("n_distinct"),
+        "brier": r.brier, "log_loss": r.log_loss,
+        "reliability": extra["reliability"], "resolution": extra["resolution"],
+        "uncertainty": extra["uncertainty"], "ece": r.ece, "mce": r.mce,
+        "adaptive_ece": extra["adaptive_ece"], "adaptive_mce": extra["adaptive_mce"],
+        "smece": extra["smece"], "smece_sigma": extra["smece_sigma"],
+        "reliability_binned": float(np.sum(share * gap * gap)),
+        "resolution_binned": float(np.sum(share * (cc["prob_true"].to_numpy() - ybar) ** 2)),
+        "auc": r.auc, "accuracy": r.accuracy, "accuracy_low": r.accuracy_interval[0],
+        "accuracy_high": r.accuracy_interval[1], "precision": r.precision, "recall": r.recall,
+        "f1": r.f1, "tp": conf["tp"], "fp": conf["fp"], "tn": conf["tn"], "fn": conf["fn"],
+        "best_threshold": cost["best_threshold"], "best_cost": cost["best_cost"],
+    }
+    return {k: _jsonable(v) for k, v in vals.items()}
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple, np.ndarray)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    if isinstance(v, (float, np.floating)):
+        return float(v) if math.isfinite(v) else None
+    return v
+
+
+def _strategy(edges: list[float]) -> str:
+    e = np.asarray(edges, dtype=float)
+    if e.shape[0] >= 2 and np.allclose(np.diff(e), (e[-1] - e[0]) / (e.shape[0] - 1),
+                                       rtol=1e-9, atol=1e-12):
+        return "uniform"
+    return "quantile or explicit edges"
+
+
+def _provenance(reports: list[EvaluationReport], given: dict[str, Any] | None,
+                model: Any) -> dict[str, Any]:
+    from . import __version__
+
+    r0 = reports[0]
+    prov: dict[str, Any] = {
+        "columns": [r.prob_col for r in reports],
+        "rows_used": r0.n_rows, "rows_dropped": r0.dropped_rows,
+        "weight_total": r0.weight_total,
+        "n_bins": len(r0.bin_edges) - 1, "strategy": _strategy(r0.bin_edges),
+        "threshold": r0.threshold, "confidence": r0.confidence,
+        "distcal_version": __version__,
+        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    if model is not None:
+        prov["model_method"] = model.method
+        prov["model_rows"] = model.n_rows
+    prov.update(given or {})
+    model_dir = prov.get("model_dir")
+    if model_dir and not prov.get("model_checksum"):
+        meta = Path(model_dir) / "model.json"
+        try:
+            prov["model_checksum"] = json.loads(meta.read_text()).get("checksum")
+        except (OSError, ValueError, AttributeError):
+            pass
+    return {k: _jsonable(v) if not isinstance(v, (str, os.PathLike)) else str(v)
+            for k, v in prov.items() if v is not None}
+
+
+def _notes(reports: list[EvaluationReport], model: Any) -> list[dict[str, Any]]:
+    """AUC drops: against the model's score column when present, else the first column."""
+    if len(reports) < 2:
+        return []
+    names = [r.prob_col for r in reports]
+    base = reports[0]
+    score_col = (getattr(model, "columns", {}) or {}).get("score") if model is not None else None
+    if score_col in names:
+        base = reports[names.index(score_col)]
+    notes = []
     for r in reports:
-        cc = r.calibration_curve
-        yerr = np.clip(np.vstack([cc["prob_true"] - cc["ci_low"],
-                                  cc["ci_high"] - cc["prob_true"]]), 0.0, None)
-        ax.errorbar(cc["prob_pred"], cc["prob_true"], yerr=yerr, marker="o", ms=4, capsize=3,
-                    label=f"{r.prob_col} (ECE {r.ece:.3f}, Brier {r.brier:.3f})")
-        edges = np.asarray(r.bin_edges)
-        hx.stairs(_bin_weights(r, edges), edges, alpha=0.5, fill=True, label=r.prob_col)
-    ax.set(ylabel="observed positive rate", xlim=(0, 1), ylim=(0, 1),
-           title="Reliability diagram")
-    ax.legend(loc="upper left", fontsize=8)
-    hx.set(xlabel="predicted probability", ylabel="weight")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+        if r is base or not (math.isfinite(r.auc) and math.isfinite(base.auc)):
+            continue
+        if r.auc < base.auc - 1e-12:
+            notes.append({
+                "kind": "auc_drop", "column": r.prob_col, "baseline": base.prob_col,
+                "auc": r.auc, "baseline_auc": base.auc, "drop": base.auc - r.auc,
+                "text": (f"The AUC of '{r.prob_col}' ({r.auc:.4f}) is lower than that of "
+                         f"'{base.prob_col}' ({base.auc:.4f}), by {base.auc - r.auc:.4g}: "
+                         "calibration merged differently ranked scores into ties. A "
+                         "monotone map that keeps the ranking inside blocks, "
+                         "interpolation=\"centered\", avoids this loss."),
+            })
+    return notes
 
 
-def _bin_weights(r: EvaluationReport, edges: np.ndarray) -> np.ndarray:
-    # calibration_curve lists the non-empty bins only; place them back.
-    full = np.zeros(edges.shape[0] - 1)
-    mids = r.calibration_curve["prob_pred"].to_numpy()
-    idx = np.clip(np.searchsorted(edges[1:-1], mids), 0, full.shape[0] - 1)
-    np.add.at(full, idx, r.calibration_curve["weight"].to_numpy())
-    return full
+def _png(fig: Any, dpi: int = 110) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
 
 
-def _plot_roc(reports: list[EvaluationReport], path: Path) -> None:
-    import matplotlib
+def _figures(reports: list[EvaluationReport], extras: list[dict[str, Any]],
+             costs: list[dict[str, Any]], model: Any, cost_fp: float, cost_fn: float
+             ) -> list[tuple[str, str, str, bytes]]:
+    """(file stem, title, alt text, PNG bytes) of each figure, in page order."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from . import plots
 
-    fig, ax = plt.subplots(figsize=(6.4, 6.0))
-    ax.plot([0, 1], [0, 1], ls="--", color="0.5", lw=1)
-    for r in reports:
-        line, = ax.plot(r.roc["fpr"], r.roc["tpr"], lw=1.5,
-                        label=f"{r.prob_col} (AUC {r.auc:.4f})")
-        ax.plot(r.roc_hull["fpr"], r.roc_hull["tpr"], ls=":", marker=".",
-                color=line.get_color(), label=f"{r.prob_col} convex hull")
-    ax.set(xlabel="false positive rate", ylabel="true positive rate", xlim=(0, 1),
-           ylim=(0, 1.01), title="ROC curve")
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    out = []
+    fig = Figure(figsize=(6.4, 7.0))
+    ax, hx = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    plots.plot_reliability(reports, ax, hist_ax=hx, metrics=extras)
+    out.append(("reliability", "Reliability diagram",
+                "Reliability diagram: observed positive rate against mean predicted "
+                "probability per bin, marker area proportional to bin weight, Wilson "
+                "intervals, smoothed curve; weight per bin below on a log scale", _png(fig)))
+    if model is not None:
+        fig = Figure(figsize=(6.4, 4.8))
+        plots.plot_calibration_map(model, fig.subplots())
+        out.append(("calibration_map", "Calibration map",
+                    "Fitted calibration map from score to probability with its blocks "
+                    "and Wilson intervals", _png(fig)))
+    fig = Figure(figsize=(6.0, 5.6))
+    plots.plot_roc(reports, fig.subplots())
+    out.append(("roc", "ROC curve", "ROC curves with convex hulls and AUC", _png(fig)))
+    fig = Figure(figsize=(6.4, 4.4))
+    plots.plot_cost_curve(reports, fig.subplots(), cost_fp=cost_fp, cost_fn=cost_fn,
+                          curves=costs)
+    out.append(("cost", "Cost curve",
+                f"Total cost {cost_fp:g}·FP + {cost_fn:g}·FN against the threshold, "
+                "optimum marked", _png(fig)))
+    return out
 
 
-def _html(reports: list[EvaluationReport]) -> str:
-    head = "".join(f"<th>{html.escape(r.prob_col)}</th>" for r in reports)
-    rows = []
-    for k in _METRICS:
-        cells = "".join(f"<td>{getattr(r, k):.6g}</td>" for r in reports)
-        rows.append(f"<tr><th>{k}</th>{cells}</tr>")
-    cells = "".join(f"<td>{r.accuracy_interval[0]:.4f} – {r.accuracy_interval[1]:.4f}</td>"
-                    for r in reports)
-    rows.append(f"<tr><th>accuracy interval ({reports[0].confidence:.0%})</th>{cells}</tr>")
-    for k in ("tp", "fp", "tn", "fn"):
-        cells = "".join(f"<td>{r.confusion[k]:.6g}</td>" for r in reports)
-        rows.append(f"<tr><th>{k} at {reports[0].threshold:g}</th>{cells}</tr>")
-    table = "\n".join(rows)
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>distcal evaluation</title>
-<style>body{{font-family:sans-serif;margin:2em;max-width:1100px}}
-table{{border-collapse:collapse}}td,th{{border:1px solid #ccc;padding:4px 10px;text-align:right}}
-th{{background:#f4f4f4}} .plots img{{width:48%;min-width:320px}}</style></head>
-<body><h1>distcal evaluation</h1>
-<div class="plots"><img src="reliability.png" alt="reliability diagram">
-<img src="roc.png" alt="ROC curve"></div>
-<h2>Metrics</h2>
-<table><tr><th>metric</th>{head}</tr>
-{table}
-</table>
-<p>Full numbers: <a href="report.json">report.json</a>.</p>
-</body></html>
+_CSS = """
+:root{color-scheme:light}
+*{box-sizing:border-box}
+body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0 auto;
+ padding:1rem;max-width:1150px;line-height:1.45;color:#1b1b1b;background:#fff}
+h1{font-size:1.5rem;margin:.2rem 0 1rem}h2{font-size:1.2rem;margin:1.6rem 0 .6rem}
+.scroll{overflow-x:auto;-webkit-overflow-scrolling:touch;max-width:100%}
+table{border-collapse:collapse;font-variant-numeric:tabular-nums}
+td,th{border:1px solid #d0d0d0;padding:.3rem .6rem}
+td{text-align:right;white-space:nowrap}
+thead th{background:#eef1f5;position:sticky;top:0}
+tbody th{background:#f7f7f7;text-align:left;font-weight:600}
+th[title]{cursor:help;text-decoration:underline dotted #888}
+dl.prov{display:grid;grid-template-columns:max-content 1fr;gap:.15rem 1rem;margin:0}
+dl.prov dt{font-weight:600}dl.prov dd{margin:0;word-break:break-all}
+.figs{display:grid;grid-template-columns:repeat(auto-fit,minmax(min(100%,440px),1fr));gap:1rem}
+figure{margin:0;border:1px solid #e2e2e2;border-radius:6px;padding:.4rem;background:#fff}
+figure img{width:100%;height:auto;display:block}
+figcaption{font-size:.9rem;color:#444;padding:.3rem .2rem 0}
+.note{background:#fff4d6;border-left:4px solid #e0a800;padding:.6rem .8rem;margin:.6rem 0}
+dl.legend dt{font-weight:600;margin-top:.4rem}dl.legend dd{margin:0 0 0 1rem;color:#333}
+@media (max-width:600px){body{padding:.6rem;font-size:15px}td,th{padding:.25rem .4rem}
+}
 """
 
 
-def write_report(reports: list[EvaluationReport], output: str | os.PathLike,
-                 overwrite: bool = False) -> Path:
-    """Write report.json, reliability.png, roc.png and report.html to ``output``.
+def _table_html(reports: list[EvaluationReport], table: list[dict[str, Any]]) -> str:
+    head = "".join(f"<th scope=\"col\">{html.escape(r.prob_col)}</th>" for r in reports)
+    rows = []
+    for row in table:
+        cells = "".join(
+            f"<td data-key=\"{row['key']}\" data-col=\"{html.escape(c, quote=True)}\">"
+            f"{html.escape(format_value(row['values'][c], row['kind']))}</td>"
+            for c in (r.prob_col for r in reports))
+        tip = html.escape(row["description"], quote=True)
+        rows.append(f"<tr><th scope=\"row\" title=\"{tip}\">"
+                    f"{html.escape(row['label'])}</th>{cells}</tr>")
+    return ("<div class=\"scroll\"><table id=\"metrics\"><thead><tr><th>metric</th>"
+            f"{head}</tr></thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table></div>")
 
-    The directory appears complete or not at all (written aside, renamed).
+
+def _prov_html(prov: dict[str, Any]) -> str:
+    items = []
+    for k, v in prov.items():
+        if isinstance(v, list):
+            text = ", ".join(str(x) for x in v)
+        elif isinstance(v, bool) or not isinstance(v, (int, float)):
+            text = str(v)
+        else:
+            kind = "count" if k in ("rows_used", "rows_dropped", "n_bins", "model_rows") \
+                else "weight" if k == "weight_total" else "metric"
+            text = format_value(v, kind)
+        items.append(f"<dt>{html.escape(k.replace('_', ' '))}</dt>"
+                     f"<dd data-prov=\"{html.escape(k, quote=True)}\">{html.escape(text)}</dd>")
+    return "<dl class=\"prov\">" + "".join(items) + "</dl>"
+
+
+def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
+                   model: Any = None, cost_fp: float = 1.0, cost_fn: float = 1.0,
+                   fragment: bool = False) -> dict[str, Any]:
+    """Everything a report consists of, in memory.
+
+    Returns ``{"json": doc, "html": text, "figures": [(stem, title, alt, png)]}``.
+    ``fragment=True`` gives a ``<div>`` for a notebook instead of a page.
     """
-    with atomic_path(output, overwrite=overwrite) as tmp:
+    if isinstance(reports, dict):
+        reports = list(reports.values())
+    elif hasattr(reports, "prob_col"):  # one EvaluationReport
+        reports = [reports]
+    reports = list(reports)
+    if not reports:
+        raise ValueError("no reports to write")
+    extras = [cm.metrics_from_report(r) for r in reports]
+    costs = [cm.cost_curve(r, cost_fp, cost_fn) for r in reports]
+    values = {r.prob_col: _values(r, e, c) for r, e, c in zip(reports, extras, costs)}
+    table = [{"key": k, "label": label, "kind": kind, "description": desc,
+              "values": {c: values[c][k] for c in values}} for k, label, kind, desc in METRICS]
+    prov = _provenance(reports, provenance, model)
+    notes = _notes(reports, model)
+    figures = _figures(reports, extras, costs, model, cost_fp, cost_fn)
+
+    doc: dict[str, Any] = {"columns": [r.prob_col for r in reports]}
+    doc["reports"] = {}
+    for r, e, c in zip(reports, extras, costs):
+        d = r.to_dict()
+        d["extra"] = _jsonable({k: v for k, v in e.items() if k != "smooth_curve"})
+        d["extra"]["smooth_curve"] = _jsonable(e["smooth_curve"])
+        d["cost_curve"] = _jsonable({k: c[k] for k in ("best_threshold", "best_cost", "best_fp",
+                                                        "best_fn", "cost_fp", "cost_fn")})
+        doc["reports"][r.prob_col] = d
+    if len(reports) == 1:
+        doc.update(reports[0].to_dict())
+    doc.update({"table": table, "provenance": prov, "notes": notes,
+                "costs": {"cost_fp": float(cost_fp), "cost_fn": float(cost_fn)},
+                "figures": [stem + ".png" for stem, *_ in figures]})
+
+    figs_html = "\n".join(
+        f"<figure id=\"fig-{stem}\"><img alt=\"{html.escape(alt, quote=True)}\" "
+        f"src=\"data:image/png;base64,{base64.b64encode(png).decode('ascii')}\">"
+        f"<figcaption>{html.escape(title)}</figcaption></figure>"
+        for stem, title, alt, png in figures)
+    notes_html = "".join(f"<p class=\"note\" data-note=\"{n['kind']}\">{html.escape(n['text'])}</p>"
+                         for n in notes)
+    legend = "".join(f"<dt>{html.escape(label)}</dt><dd>{html.escape(desc)}</dd>"
+                     for _, label, _, desc in METRICS)
+    cost_text = (f"Costs: false positive {format_value(cost_fp, 'metric')}, false negative "
+                 f"{format_value(cost_fn, 'metric')}; threshold for the confusion counts "
+                 f"{format_value(reports[0].threshold, 'metric')}.")
+    body = (f"{notes_html}<h2>Metrics</h2>{_table_html(reports, table)}"
+            f"<p>{html.escape(cost_text)}</p>"
+            f"<h2>Figures</h2><div class=\"figs\">{figs_html}</div>"
+            f"<h2>What the metrics mean</h2><dl class=\"legend\">{legend}</dl>")
+    if fragment:
+        page = f"<div class=\"distcal-report\"><style>{_CSS.replace('body', '.distcal-report')}" \
+               f"</style>{body}</div>"
+    else:
+        page = f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy"
+ content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
+<title>distcal evaluation: {html.escape(', '.join(doc['columns']))}</title>
+<style>{_CSS}</style></head>
+<body><h1>distcal evaluation</h1>
+<h2>Provenance</h2>{_prov_html(prov)}
+{body}
+<p>Every number on this page is in report.json, next to this file.</p>
+</body></html>
+"""
+    return {"json": doc, "html": page, "figures": figures}
+
+
+def write_report(reports: Any, output: str | os.PathLike, overwrite: bool = False, *,
+                 provenance: dict[str, Any] | None = None, model: Any = None,
+                 cost_fp: float = 1.0, cost_fn: float = 1.0) -> Path:
+    """Write report.json, the figures (reliability.png, roc.png, cost.png and, with
+    ``model``, calibration_map.png) and a self-contained report.html to ``output``.
+
+    ``reports``: a list (or the dict of :func:`~distcal.evaluate_many`) of
+    :class:`~distcal.EvaluationReport`. ``provenance``: what to record about
+    the run (input, columns, engine, model_dir, model_checksum, ...); rows,
+    bins, threshold, distcal version and time are added. ``model``: the
+    :class:`~distcal.CalibrationModel` whose map to draw. ``cost_fp``,
+    ``cost_fn``: the costs of the cost curve. The directory appears complete
+    or not at all (written aside, renamed).
+    """
+    doc = build_document(reports, provenance=provenance, model=model, cost_fp=cost_fp,
+                         cost_fn=cost_fn)
+    with local_publishing(output, overwrite=overwrite) as tmp:
         tmp.mkdir()
-        doc = {"columns": [r.prob_col for r in reports],
-               "reports": {r.prob_col: r.to_dict() for r in reports}}
-        if len(reports) == 1:
-            doc.update(reports[0].to_dict())
-        (tmp / "report.json").write_text(json.dumps(doc, indent=2) + "\n")
-        _plot_reliability(reports, tmp / "reliability.png")
-        _plot_roc(reports, tmp / "roc.png")
-        (tmp / "report.html").write_text(_html(reports))
+        (tmp / "report.json").write_text(json.dumps(doc["json"], indent=2) + "\n")
+        for stem, _, _, png in doc["figures"]:
+            (tmp / f"{stem}.png").write_bytes(png)
+        (tmp / "report.html").write_text(doc["html"], encoding="utf-8")
     return Path(output)
+
+
+def report_html_fragment(report: Any, **kwargs: Any) -> str:
+    """HTML of a report (or several): metrics table and figures, images embedded.
+
+    For a notebook (``EvaluationReport._repr_html_``); the same content as
+    report.html's body without provenance. ``kwargs`` go to
+    :func:`build_document` (``cost_fp``, ``cost_fn``, ``model``).
+    """
+    return str(build_document(report, fragment=True, **kwargs)["html"])

@@ -183,8 +183,9 @@ def test_report_files(tmp_path):
     reps = [distcal.evaluate(df, prob_col=c) for c in ("raw", "cal")]
     write_report(reps, tmp_path / "rep")
     html = (tmp_path / "rep" / "report.html").read_text()
-    for name in ("reliability.png", "roc.png"):
-        assert f'src="{name}"' in html
+    assert html.count('src="data:image/png;base64,') == 3  # embedded, not linked
+    assert 'src="reliability.png"' not in html
+    for name in ("reliability.png", "roc.png", "cost.png"):
         img = Image.open(tmp_path / "rep" / name)
         img.load()
         assert img.size[0] >= 600 and img.size[1] >= 500
