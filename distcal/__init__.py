@@ -7,13 +7,17 @@
 
 from . import metrics
 from .api import fit, fit_and_threshold
+from .discretize import discretize
 from .errors import DataError, ModelError
 from .evaluation import EvaluationReport, evaluate, evaluate_many
-from .model import CalibrationModel, load
+from .loading import load
+from .model import CalibrationModel
+from .multiclass import MulticlassCalibrationModel
 from .threshold import ThresholdResult, ThresholdTracker, optimal_threshold
 
 __version__ = "0.1.0"
 
-__all__ = ["fit", "fit_and_threshold", "load", "evaluate", "evaluate_many", "optimal_threshold",
-           "metrics", "CalibrationModel", "EvaluationReport", "ThresholdResult",
-           "ThresholdTracker", "DataError", "ModelError", "__version__"]
+__all__ = ["fit", "fit_and_threshold", "discretize", "load", "evaluate", "evaluate_many",
+           "optimal_threshold",
+           "metrics", "CalibrationModel", "MulticlassCalibrationModel", "EvaluationReport",
+           "ThresholdResult", "ThresholdTracker", "DataError", "ModelError", "__version__"]

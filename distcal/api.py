@@ -5,16 +5,19 @@ from __future__ import annotations
 from typing import Any
 
 from . import params as checks
+from .core.discretize import fit_modl
 from .core.histogram import fit_histogram
 from .core.isotonic import fit_isotonic
 from .core.ranges import MapRanges
 from .core.sigmoid import fit_sigmoid
 from .core.threshold import EMPTY, loss_per_score, merge_segments, summarise_segment
-from .defaults import DEFAULTS
+from .defaults import DEFAULTS, METHOD_PARAMS, MULTICLASS_METHODS
 from .engines import Ranges, get_engine, resolve_engine
+from .errors import DataError, ParameterError, unexpected_arguments
 from .logs import log, phase
 from .model import CalibrationModel
 from .params import check_finite, check_on_invalid, split_engine_options
+from .tables import is_vector_column
 from .threshold import ThresholdResult, result_from_segment
 
 __all__ = ["fit", "fit_and_threshold"]
@@ -22,22 +25,27 @@ __all__ = ["fit", "fit_and_threshold"]
 
 def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.score_col,
         label_col: str = DEFAULTS.label_col, weight_col: str | None = DEFAULTS.weight_col,
-        engine: str = DEFAULTS.engine, on_invalid: str = DEFAULTS.on_invalid,
-        **method_params: Any) -> CalibrationModel:
+        engine: str = DEFAULTS.engine, on_invalid: str = DEFAULTS.on_invalid, *,
+        score_cols: list[str] | None = None, **method_params: Any) -> Any:
     """Fit a calibration map of ``label`` on ``score``.
 
     Parameters
     ----------
     data : pandas.DataFrame, pyarrow.Table, str or path, Spark or Dask DataFrame
         The rows; a path names a Parquet file or dataset directory.
-    method : {"isotonic", "sigmoid", "histogram"}
+    method : {"isotonic", "sigmoid", "histogram", "modl", "temperature"}
         Isotonic regression (Pool Adjacent Violators, parameters
         ``increasing=True|False|"auto"``, ``interpolation="linear"|"step"``,
-        ``y_min``, ``y_max``), Platt's sigmoid, or histogram binning
-        (``n_bins=10``, ``strategy="uniform"|"quantile"``).
+        ``y_min``, ``y_max``), Platt's sigmoid, histogram binning
+        (``n_bins=10``, ``strategy="uniform"|"quantile"``), or MODL's
+        Bayes-optimal bins (0/1 labels, unit weights; ``params["cost"]``).
+        "temperature" is for multiclass scores only.
     score_col, label_col, weight_col : str
         Column names; labels are 0/1 or rates in [0, 1]; weights finite and
-        >= 0 (None: all 1).
+        >= 0 (None: all 1). A ``score_col`` of vectors (lists or arrays of K
+        per-class scores) fits a multiclass calibration, with labels 0..K-1.
+    score_cols : list of str, optional
+        Multiclass scores as one column per class (local engine).
     engine : {"auto", "local", "spark", "dask"}
         "auto" picks the engine from the type of ``data``.
     on_invalid : {"raise", "drop"}
@@ -51,6 +59,9 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
     Returns
     -------
     CalibrationModel
+        Or a :class:`~distcal.multiclass.MulticlassCalibrationModel` for
+        multiclass scores (one-vs-rest normalised as scikit-learn's
+        CalibratedClassifierCV, or temperature scaling).
 
     Raises
     ------
@@ -72,9 +83,16 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
     """
     check_on_invalid(on_invalid)
     name = resolve_engine(data, engine)
+    if score_cols is not None or method == "temperature" or (
+            name == "local" and is_vector_column(data, score_col)):
+        return _fit_multiclass(data, name, method, score_col, score_cols, label_col,
+                               weight_col, on_invalid, method_params)
     impl = get_engine(name)
     given, engine_opts = split_engine_options("fit", method, method_params, impl.options)
     params = checks.method_params(method, given)
+    if method == "modl" and weight_col is not None:
+        raise DataError(f"column '{weight_col}' (weight): MODL counts rows; it takes no "
+                        "weights (pass weight_col=None)")
     columns = {"score": score_col, "label": label_col, "weight": weight_col}
     log.info("fit: method %s on the %s engine", method, name)
     with impl.open_ranges(data, columns, on_invalid=on_invalid,
@@ -94,12 +112,40 @@ def _fit_on_ranges(ranges: Ranges, map_ranges: MapRanges, method: str, params: d
     elif method == "sigmoid":
         a, b = fit_sigmoid(map_ranges)
         params.update(a=a, b=b)
+    elif method == "modl":
+        try:
+            blocks, cost, exact = fit_modl(map_ranges)
+        except ValueError as exc:  # labels that are not 0/1
+            raise DataError(f"column '{columns['label']}' (label): {exc}") from exc
+        params.update(cost=cost, exact=exact)
     else:
         edges, bin_prob, blocks = fit_histogram(map_ranges, params["n_bins"], params["strategy"])
         params.update(edges=edges.tolist(), bin_prob=bin_prob.tolist())
     return CalibrationModel(method, params, blocks, n_rows=ranges.n_rows,
                             weight_total=ranges.weight_total,
                             dropped_rows=ranges.dropped_rows, columns=columns)
+
+
+def _fit_multiclass(data: Any, engine: str, method: str, score_col: str,
+                    score_cols: list[str] | None, label_col: str, weight_col: str | None,
+                    on_invalid: str, method_params: dict[str, Any]) -> Any:
+    """Multiclass scores: one-vs-rest or temperature (:mod:`distcal.multiclass`)."""
+    from .multiclass import fit_multiclass
+
+    if method not in MULTICLASS_METHODS:
+        raise ParameterError(f"method must be one of {MULTICLASS_METHODS} for multiclass "
+                             f"scores, got {method!r}")
+    if engine != "local":
+        raise NotImplementedError(f"multiclass calibration runs on the local engine only in "
+                                  f"this version (got a {engine} input)")
+    unknown = set(method_params) - set(METHOD_PARAMS[method])
+    if unknown:
+        raise unexpected_arguments("fit", unknown)
+    if method != "temperature":
+        checks.method_params(method, dict(method_params))
+    return fit_multiclass(data, method, score_col=None if score_cols is not None else score_col,
+                          score_cols=score_cols, label_col=label_col, weight_col=weight_col,
+                          on_invalid=on_invalid, **method_params)
 
 
 def fit_and_threshold(data: Any, method: str = DEFAULTS.method,

@@ -9,7 +9,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any
 
-__all__ = ["DEFAULTS", "METHOD_PARAMS", "METHODS", "STRATEGIES", "INTERPOLATIONS"]
+__all__ = ["DEFAULTS", "METHOD_PARAMS", "METHODS", "MULTICLASS_METHODS", "STRATEGIES",
+           "INTERPOLATIONS"]
 
 
 class _Defaults:
@@ -38,7 +39,9 @@ class _Defaults:
 
 DEFAULTS = _Defaults()
 
-METHODS = ("isotonic", "sigmoid", "histogram")
+METHODS = ("isotonic", "sigmoid", "histogram", "modl")
+# Methods of multiclass calibration (one-vs-rest with a binary method, or temperature).
+MULTICLASS_METHODS = ("isotonic", "sigmoid", "histogram", "temperature")
 INTERPOLATIONS = ("linear", "step")
 STRATEGIES = ("uniform", "quantile")
 
@@ -48,4 +51,6 @@ METHOD_PARAMS: MappingProxyType[str, MappingProxyType[str, Any]] = MappingProxyT
                                   "y_min": None, "y_max": None}),
     "sigmoid": MappingProxyType({}),
     "histogram": MappingProxyType({"n_bins": DEFAULTS.n_bins, "strategy": DEFAULTS.strategy}),
+    "modl": MappingProxyType({}),
+    "temperature": MappingProxyType({}),
 })

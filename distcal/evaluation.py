@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .core import calibration_metrics as cm
 from .core import metrics as m
 from .core.bins import bin_edges
 from .defaults import DEFAULTS
@@ -53,6 +54,44 @@ class EvaluationReport:
     f1: float = float("nan")
     confidence: float = 0.95
     bin_edges: list[float] = field(default_factory=list)
+    # Murphy's decomposition with one bin per distinct probability: exact,
+    # brier = reliability_exact - resolution_exact + uncertainty.
+    reliability_exact: float = float("nan")
+    resolution_exact: float = float("nan")
+    # ECE over equal-weight bins (as many as n_bins), and the smooth ECE of
+    # Blasiok & Nakkiran (relplot's smECE) with its kernel bandwidth.
+    adaptive_ece: float = float("nan")
+    adaptive_mce: float = float("nan")
+    smece: float = float("nan")
+    smece_sigma: float = float("nan")
+    smooth_curve: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return (f"EvaluationReport(prob_col={self.prob_col!r}, n_rows={self.n_rows}, "
+                f"brier={self.brier:.4g}, log_loss={self.log_loss:.4g}, ece={self.ece:.4g}, "
+                f"auc={self.auc:.4g})")
+
+    def _repr_html_(self) -> str:
+        """The metrics table and figures, for notebooks."""
+        from .report import report_html_fragment
+
+        return report_html_fragment(self)
+
+    def plot(self, kind: str = "reliability", ax: Any = None, **kwargs: Any) -> Any:
+        """A figure of this report on matplotlib Axes (created if not given).
+
+        ``kind``: "reliability" (marker area proportional to bin weight,
+        Wilson intervals, the diagonal), "roc" (with the convex hull) or
+        "cost" (total cost against threshold, ``cost_fp``/``cost_fn``).
+        Returns the Axes, as scikit-learn's ``CalibrationDisplay`` does.
+        """
+        from . import plots
+
+        fn = {"reliability": plots.plot_reliability, "roc": plots.plot_roc,
+              "cost": plots.plot_cost_curve}.get(kind)
+        if fn is None:
+            raise ValueError(f"kind must be 'reliability', 'roc' or 'cost', got {kind!r}")
+        return fn(self, ax, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe dict (non-finite numbers become None)."""
@@ -62,6 +101,8 @@ class EvaluationReport:
                 return {c: [clean(x) for x in v[c].tolist()] for c in v.columns}
             if isinstance(v, dict):
                 return {k: clean(x) for k, x in v.items()}
+            if isinstance(v, np.ndarray):
+                return [clean(x) for x in v.tolist()]
             if isinstance(v, (list, tuple)):
                 return [clean(x) for x in v]
             if isinstance(v, (float, np.floating)):
@@ -85,8 +126,11 @@ def report_from_ranges(ranges: Any, *, prob_col: str, n_bins: int = 10,
              else bin_edges(ranges.map, n_bins, strategy))
     if edges.ndim != 1 or edges.shape[0] < 2 or np.any(np.diff(edges) < 0):
         raise ValueError("bins must be at least two non-decreasing edges")
-    parts = ranges.map(lambda t: m.range_partials(t, edges, threshold))
+    parts = ranges.map(lambda t: {**m.range_partials(t, edges, threshold),
+                                  "extra": cm.extra_range_partials(t)})
     res = m.combine_partials(parts, ranges.sum_wyy)
+    extra = cm.extra_metrics(ranges.map, [q["extra"] for q in parts], n_bins=len(edges) - 1,
+                             sum_wyy=ranges.sum_wyy)
     n_rows, dropped_rows = ranges.n_rows, ranges.dropped_rows
     w_total = res["weight"]
     bw, bwp, bwy = res["bins"]
@@ -118,7 +162,10 @@ def report_from_ranges(ranges: Any, *, prob_col: str, n_bins: int = 10,
         threshold=float(threshold), confusion=conf, accuracy=correct / w_total,
         accuracy_interval=m.wilson_interval(correct, w_total, confidence),
         precision=precision, recall=recall, f1=f1, confidence=confidence,
-        bin_edges=[float(e) for e in edges])
+        bin_edges=[float(e) for e in edges], reliability_exact=extra["reliability"],
+        resolution_exact=extra["resolution"], adaptive_ece=extra["adaptive_ece"],
+        adaptive_mce=extra["adaptive_mce"], smece=extra["smece"],
+        smece_sigma=extra["smece_sigma"], smooth_curve=extra["smooth_curve"])
 
 
 def _check_evaluation_params(n_bins: int, strategy: str, threshold: float,

@@ -38,9 +38,9 @@ from .core.isotonic import Blocks
 from .core.sigmoid import sigmoid_predict
 from .defaults import DEFAULTS
 from .errors import ModelError
-from .storage import fetch_dir, filesystem_for, publish_dir
+from .storage import filesystem_for, publish_dir
 
-__all__ = ["CalibrationModel", "load", "load_dir"]
+__all__ = ["CalibrationModel", "load_dir"]
 
 FORMAT = "distcal-model"
 FORMAT_VERSION = 1
@@ -80,7 +80,7 @@ class CalibrationModel:
     def __init__(self, method: str, params: dict[str, Any], blocks: Blocks | None = None,
                  *, n_rows: int = 0, weight_total: float = 0.0, dropped_rows: int = 0,
                  columns: dict[str, str | None] | None = None):
-        if method not in ("isotonic", "sigmoid", "histogram"):
+        if method not in ("isotonic", "sigmoid", "histogram", "modl"):
             raise ValueError(f"unknown method {method!r}")
         self.method = method
         self.params = dict(params)
@@ -129,6 +129,16 @@ class CalibrationModel:
             lines.append(f"{upper:0.3f} > SCORE >= {bound:0.3f}     prob = {prob:0.3f}")
             upper = bound
         return "\n".join(lines)
+
+    def plot(self, ax: Any = None) -> Any:
+        """The map score -> probability on matplotlib Axes (created if not given).
+
+        Blocks or bins with their Wilson intervals (isotonic, histogram,
+        MODL), or the sigmoid curve. Returns the Axes.
+        """
+        from .plots import plot_calibration_map
+
+        return plot_calibration_map(self, ax)
 
     def __repr__(self) -> str:
         extra = (f"blocks={len(self._blocks)}" if self._blocks is not None
@@ -299,38 +309,13 @@ def _json_checksum(meta: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
-def load(path: str | os.PathLike) -> CalibrationModel:
-    """Read a model directory written by :meth:`CalibrationModel.save`.
-
-    ``path`` is a local path or any fsspec URL (copied to a local temporary
-    directory first).
-
-    Raises
-    ------
-    ModelError
-        When the directory is missing, not a distcal model, of an unknown
-        format version, or damaged (a checksum or a table does not match).
-        Nothing in the directory is executed.
-
-    Examples
-    --------
-    >>> import tempfile, pandas as pd, distcal
-    >>> df = pd.DataFrame({"score": [.1, .3, .5, .7, .9], "label": [0, 1, 0, 1, 1]})
-    >>> model = distcal.fit(df)
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     model.save(f"{d}/model")
-    ...     distcal.load(f"{d}/model") == model
-    True
-    """
-    uri = os.fspath(path)
-    fs = filesystem_for(uri)
-    if not fs.exists(uri):
-        raise ModelError(f"model directory '{uri}' does not exist")
-    return fetch_dir(fs, uri, load_dir)
-
-
 def load_dir(root: Path) -> CalibrationModel:
-    """Read the model directory ``root`` of this machine (see :func:`load`)."""
+    """Read the binary model directory ``root`` of this machine (see :func:`distcal.load`).
+
+    Raises :class:`~distcal.ModelError` when the directory is missing, not a
+    distcal model, of an unknown format version, or damaged. Nothing in the
+    directory is executed.
+    """
     meta_path = root / "model.json"
     if not root.is_dir():
         raise ModelError(f"model directory '{root}' does not exist")

@@ -167,8 +167,9 @@ def _vector_column(data: pd.DataFrame | pa.Table,
                 and vals[0].ndim == 1):
             # Fast path: equal-length numeric arrays stack directly; anything
             # else (None, ragged, text) goes the Arrow way, which counts problems.
+            m: np.ndarray | None
             try:
-                m = np.stack(vals)
+                m = np.stack(list(vals))
             except (TypeError, ValueError):
                 m = None
             if m is not None and m.ndim == 2 and m.dtype.kind in "fiub":
@@ -226,6 +227,9 @@ def _read_scores(data: pd.DataFrame | pa.Table, score_col: str | None,
                 problems.add(c, "are infinite (this method needs finite scores)", np.isinf(v))
             cols.append(v)
         return np.column_stack(cols) if cols else np.empty((0, 0))
+    if score_col is None:
+        raise ValueError("pass exactly one of score_col (a vector column) and score_cols "
+                         "(one column per class)")
     m, null, ragged = _vector_column(data, score_col)
     problems.add(score_col, "are null", null)
     if ragged.any():
@@ -249,7 +253,7 @@ def _read_fit_input(data: Any, method: str, score_col: str | None, score_cols: A
     if on_invalid not in ("raise", "drop"):
         raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
     score_cols = _check_score_args(score_col, score_cols)
-    names = (list(score_cols) if score_cols is not None else [score_col]) + [label_col]
+    names = _score_names(score_col, score_cols) + [label_col]
     if weight_col is not None:
         names.append(weight_col)
     table = _open_input(data, names)
@@ -297,6 +301,16 @@ def _check_score_args(score_col: str | None, score_cols: Any) -> list[str] | Non
         if len(score_cols) < 1:
             raise ValueError("score_cols must name at least one column")
     return score_cols
+
+
+def _score_names(score_col: str | None, score_cols: list[str] | None) -> list[str]:
+    """The score column names: ``score_cols``, else ``[score_col]`` (checked arguments)."""
+    if score_cols is not None:
+        return list(score_cols)
+    if score_col is None:
+        raise ValueError("pass exactly one of score_col (a vector column) and score_cols "
+                         "(one column per class)")
+    return [score_col]
 
 
 # ---------------------------------------------------------------------------
@@ -371,6 +385,19 @@ class MulticlassCalibrationModel:
         """The class indices ``[0, ..., K-1]``."""
         return list(range(self.n_classes))
 
+    def _ovr_models(self) -> list[CalibrationModel | None]:
+        """The per-class models (one-vs-rest; None for class 0 when K = 2)."""
+        if self._class_models is None:
+            raise ValueError("a temperature-scaling model has no per-class models")
+        return self._class_models
+
+    def _ovr_model(self, k: int) -> CalibrationModel:
+        """The model of class ``k``, which must have one (one-vs-rest)."""
+        m = self._ovr_models()[k]
+        if m is None:
+            raise ValueError(f"class {k} has no model (p0 = 1 - p1 when K = 2)")
+        return m
+
     @property
     def beta(self) -> float:
         """The inverse temperature (temperature scaling only)."""
@@ -390,7 +417,7 @@ class MulticlassCalibrationModel:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) \
                 or not 0 <= k < self.n_classes:
             raise ValueError(f"class must be one of {self.classes}, got {k!r}")
-        m = self._class_models[int(k)]
+        m = self._ovr_models()[int(k)]
         if m is None:
             raise ValueError("with K = 2 only class 1 is calibrated (as scikit-learn does); "
                              "p0 = 1 - p1: use class_model(1)")
@@ -405,7 +432,7 @@ class MulticlassCalibrationModel:
         out = []
         for k in self.classes:
             out.append(f"class {k}:")
-            m = self._class_models[k]
+            m = self._ovr_models()[k]
             body = "p0 = 1 - p1" if m is None else m.describe()
             out.append(textwrap.indent(body, "  "))
         return "\n".join(out)
@@ -463,10 +490,10 @@ softmax_predict(np.array([[2.0, -2.0]]), model.beta).round(4).tolist()
             return softmax_predict(to_logits(s), self.beta)
         q = np.zeros((s.shape[0], self.n_classes))
         if self.n_classes == 2:
-            q[:, 1] = self._class_models[1].predict(s[:, -1])
+            q[:, 1] = self._ovr_model(1).predict(s[:, -1])
         else:
             for k in self.classes:
-                q[:, k] = self._class_models[k].predict(np.ascontiguousarray(s[:, k]))
+                q[:, k] = self._ovr_model(k).predict(np.ascontiguousarray(s[:, k]))
         return normalise_ovr(q)
 
     def transform(self, data: Any, score_col: str | None = None,
@@ -484,7 +511,7 @@ softmax_predict(np.array([[2.0, -2.0]]), model.beta).round(4).tolist()
         if score_col is None and score_cols is None:
             score_col, score_cols = self.columns.get("score"), self.columns.get("scores")
         score_cols = _check_score_args(score_col, score_cols)
-        names = list(score_cols) if score_cols is not None else [score_col]
+        names = _score_names(score_col, score_cols)
         source = _open_input(data, names)
         if isinstance(data, (str, os.PathLike)):
             data = ds.dataset(os.fspath(data), format="parquet",
@@ -531,7 +558,8 @@ softmax_predict(np.array([[2.0, -2.0]]), model.beta).round(4).tolist()
                 "weight_total": self.weight_total, "dropped_rows": self.dropped_rows,
                 "class_models": None, "tables": {}}
             if self._class_models is not None:
-                entries, parts = [], []
+                entries: list[dict[str, object] | None] = []
+                parts: list[Any] = []  # pyarrow Tables
                 for k, m in enumerate(self._class_models):
                     if m is None:
                         entries.append(None)
@@ -673,7 +701,7 @@ def _model_from_meta(root: Path, meta: dict[str, Any]) -> MulticlassCalibrationM
             raise bad(f"entry {i} is for class {e['class']!r}")
         blocks = None
         if e["blocks"] is not None:
-            if cls is None:
+            if cls is None or table is None:
                 raise bad(f"class {i} has blocks but there is no blocks table")
             rows = np.flatnonzero(cls == i)
             if len(rows) != e["blocks"]:

@@ -53,7 +53,8 @@ def check_finite(value: Any, name: str, *, optional: bool = False) -> float | No
 def method_params(method: str, given: dict[str, Any]) -> dict[str, Any]:
     """The full, checked parameters of ``method`` (defaults filled in)."""
     if method not in METHODS:
-        raise ParameterError(f"method must be one of {METHODS}, got {method!r}")
+        raise ParameterError(f"method must be one of {METHODS} (or, for multiclass scores, "
+                             f"'temperature'), got {method!r}")
     params = {**METHOD_PARAMS[method], **given}
     if method == "isotonic":
         if params["increasing"] not in (True, False, "auto") or \

@@ -19,15 +19,16 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .core import calibration_metrics as cm
 from .storage import local_publishing
 
-if TYPE_CHECKING:  # the reports are only read here; no import at run time
-    from .evaluation import EvaluationReport
+# The reports (distcal.EvaluationReport) are only read here, by attribute:
+# no import of distcal.evaluation, which imports this module for _repr_html_.
+EvaluationReport = Any
 
 __all__ = ["write_report", "build_document", "format_value", "METRICS"]
 

@@ -192,7 +192,8 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             check_is_fitted(self.estimator)
             self.estimators_ = [self.estimator]
             model = self._calibrate(self._scores(self.estimator, X), y_idx, sample_weight)
-            self.calibration_model_ = model
+            self.calibration_model_: (MulticlassCalibrationModel
+                                      | list[MulticlassCalibrationModel]) = model
             self._models = [model]
         else:
             self._cross_fit(X, y, y_idx, sample_weight)
@@ -242,11 +243,14 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         With several (fold) models, the mean of their probabilities.
         """
         check_is_fitted(self, "classes_")
-        total = None
+        total: np.ndarray | None = None
         for est, model in zip(self.estimators_, self._models):
             p = model.predict(self._scores(est, X))
             total = p if total is None else total + p
-        return total / len(self._models)
+        if total is None:
+            raise ValueError("the calibrated classifier holds no calibration models")
+        mean: np.ndarray = total / len(self._models)
+        return mean
 
     def predict(self, X: Any) -> np.ndarray:
         """The class of highest calibrated probability."""

@@ -21,7 +21,7 @@ from .errors import DataError, column_not_found, column_type
 from .logs import progress
 
 __all__ = ["ColumnSource", "open_source", "open_dataset", "iter_tables", "is_path", "read_table",
-           "arrow_kind", "arrow_to_float"]
+           "arrow_kind", "arrow_to_float", "is_vector_column"]
 
 Batch = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]
 
@@ -175,3 +175,28 @@ def open_source(data: object, columns: dict[str, str | None]) -> ColumnSource:
 def read_table(path: str | os.PathLike) -> pa.Table:
     """The whole Parquet file or dataset as one Arrow table."""
     return open_dataset(path).to_table()
+
+
+def _is_list_type(t: pa.DataType) -> bool:
+    return bool(pa.types.is_list(t) or pa.types.is_large_list(t)
+                or pa.types.is_fixed_size_list(t))
+
+
+def is_vector_column(data: object, name: str) -> bool:
+    """Whether column ``name`` of local ``data`` holds a vector (list/array) per row.
+
+    pyarrow list types, a pandas column whose first non-null value is a list
+    or a numpy array, or a list column of a Parquet dataset; False when the
+    column is missing or ``data`` is not local.
+    """
+    if isinstance(data, pd.DataFrame):
+        if name not in data.columns or data[name].dtype != object:
+            return False
+        first = data[name].first_valid_index()
+        return first is not None and isinstance(data[name][first], (list, tuple, np.ndarray))
+    if isinstance(data, (pa.Table, pa.RecordBatch)):
+        return name in data.schema.names and _is_list_type(data.schema.field(name).type)
+    if is_path(data):
+        schema = open_dataset(data).schema  # type: ignore[arg-type]
+        return name in schema.names and _is_list_type(schema.field(name).type)
+    return False

@@ -42,7 +42,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.spark)
         if name.startswith("test_dask"):
             item.add_marker(pytest.mark.dask)
-        if name == "test_bounded_memory.py":
+        if name == "test_bounded_memory.py" or item.name.startswith(
+                "test_sklearn_estimator_checks"):
             item.add_marker(pytest.mark.slow)
 
 

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from ..errors import DataError, ModelError, UsageError
-from ..model import CalibrationModel, load_dir
+from ..loading import load_dir
+from ..model import CalibrationModel
 from ..storage import (
     FileSystem,
     fetch_dir,
@@ -80,6 +81,13 @@ class Backend:
 
         def write(d: Any) -> None:
             write_report(reports, d)
+
+        publish_dir(self.filesystem(path), path, write, overwrite=overwrite)
+
+    def write_table(self, table: Any, path: str, overwrite: bool) -> None:
+        """A small pandas table as one Parquet file at ``path``."""
+        def write(p: Any) -> None:
+            table.rename(columns=str).to_parquet(p, index=False)
 
         publish_dir(self.filesystem(path), path, write, overwrite=overwrite)
 

@@ -11,12 +11,14 @@ from typing import Any
 
 from ..api import fit
 from ..defaults import DEFAULTS
+from ..discretize import discretize
 from ..errors import UsageError
 from ..evaluation import evaluate_many
 from ..threshold import optimal_threshold
 from .backend import Backend
 
-__all__ = ["COMMANDS", "cmd_fit", "cmd_apply", "cmd_evaluate", "cmd_threshold"]
+__all__ = ["COMMANDS", "cmd_fit", "cmd_apply", "cmd_evaluate", "cmd_threshold",
+           "cmd_discretize"]
 
 
 def _require(opts: dict[str, Any], *names: str) -> None:
@@ -60,6 +62,8 @@ def cmd_fit(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
         out.update(a=model.params["a"], b=model.params["b"])
     else:
         out["blocks"] = len(model.blocks)
+    if model.method == "modl":
+        out["cost"] = model.params["cost"]
     return out
 
 
@@ -123,5 +127,20 @@ def cmd_threshold(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
             "tn": res.tn, "fn": res.fn, "n_positive_predicted": res.n_positive_predicted}
 
 
+def cmd_discretize(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
+    _require(opts, "input")
+    if opts.get("output"):
+        io.check_paths(opts, outputs=[opts["output"]])
+        io.refuse_existing(opts["output"], opts["overwrite"])
+    table = discretize(io.read(opts), score_col=opts["score_col"], label_col=opts["label_col"],
+                       engine=io.engine)
+    if opts.get("output"):
+        io.write_table(table, opts["output"], opts["overwrite"])
+    return {"cost": table.attrs["cost"], "exact": table.attrs["exact"],
+            "intervals": [{str(k): v for k, v in row.items()}
+                          for row in table.to_dict(orient="records")],
+            **({"output": str(opts["output"])} if opts.get("output") else {})}
+
+
 COMMANDS = {"fit": cmd_fit, "apply": cmd_apply, "evaluate": cmd_evaluate,
-            "threshold": cmd_threshold}
+            "threshold": cmd_threshold, "discretize": cmd_discretize}

@@ -20,7 +20,7 @@ from ..errors import UsageError
 
 __all__ = ["Option", "OPTIONS", "COMMANDS", "add_options", "load_config", "resolve_options"]
 
-COMMANDS = ("fit", "apply", "evaluate", "threshold")
+COMMANDS = ("fit", "apply", "evaluate", "threshold", "discretize")
 ALL = COMMANDS
 CLI, SPARK_JOB, DASK_JOB = "distcal", "spark", "dask"
 EVERYWHERE = (CLI, SPARK_JOB, DASK_JOB)
@@ -57,7 +57,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("engine", str, f"where to run (default: {DEFAULTS.cli_engine})", choices=ENGINES,
            entry_points=(CLI,), default=DEFAULTS.cli_engine),
     Option("input", str, "input: a Parquet file or dataset directory, any path the engine "
-           "reads (required)", commands=("fit", "apply", "evaluate", "threshold")),
+           "reads (required)"),
     Option("input-table", str, "read this catalog table instead of --input (default: none)",
            entry_points=(SPARK_JOB,)),
     Option("output", str, "model directory to write (required)", commands=("fit",)),
@@ -71,13 +71,16 @@ OPTIONS: tuple[Option, ...] = (
     Option("model", str, "model directory written by 'fit' (required)", commands=("apply",)),
     Option("method", str, f"calibration method (default: {DEFAULTS.method})", commands=("fit",),
            choices=METHODS, default=DEFAULTS.method),
+    Option("output", str, "also write the intervals as a Parquet file (default: only the "
+           "JSON line)", commands=("discretize",)),
     Option("score-col", str, f"score column (default: {DEFAULTS.score_col})",
-           commands=("fit", "apply", "threshold"), default=DEFAULTS.score_col),
+           commands=("fit", "apply", "threshold", "discretize"), default=DEFAULTS.score_col),
     Option("prob-col", str, f"probability column; repeat to evaluate several (default: "
            f"{DEFAULTS.output_col}, what 'apply' writes)", commands=("evaluate",),
            repeat=True, default=[DEFAULTS.output_col]),
     Option("label-col", str, f"label column: 0/1 or rates in [0, 1] (default: "
-           f"{DEFAULTS.label_col})", commands=("fit", "apply", "evaluate", "threshold"),
+           f"{DEFAULTS.label_col})",
+           commands=("fit", "apply", "evaluate", "threshold", "discretize"),
            default=DEFAULTS.label_col),
     Option("weight-col", str, "row weight column (default: none, every weight 1)"),
     Option("loss-col", str, "per-row loss of predicting positive, instead of labels and "
@@ -105,9 +108,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("cost-fn", float, f"cost of a false negative (default: {DEFAULTS.cost_fn})",
            commands=("threshold",), default=DEFAULTS.cost_fn),
     Option("on-invalid", str, f"bad rows: fail, or drop and count them (default: "
-           f"{DEFAULTS.on_invalid})", choices=("raise", "drop"), default=DEFAULTS.on_invalid),
+           f"{DEFAULTS.on_invalid})", choices=("raise", "drop"), default=DEFAULTS.on_invalid,
+           commands=("fit", "apply", "evaluate", "threshold")),
     Option("overwrite", bool, "replace an existing output once the new one is complete "
-           "(default: refuse)", commands=("fit", "apply", "evaluate"), default=False),
+           "(default: refuse)", commands=("fit", "apply", "evaluate", "discretize"),
+           default=False),
     Option("scheduler", str, "address of a running Dask scheduler (default: start a "
            "LocalCluster for the run)", entry_points=(DASK_JOB,)),
 )

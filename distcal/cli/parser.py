@@ -14,6 +14,7 @@ _HELP = {
     "apply": "add calibrated probabilities to a table",
     "evaluate": "metrics, plots and an HTML report",
     "threshold": "print the cost-optimal threshold as JSON",
+    "discretize": "MODL's Bayes-optimal intervals of the score for any class labels",
 }
 
 

@@ -165,8 +165,10 @@ def _adaptive_pass(map_ranges: MapRanges, firsts: list[float], totals: list[floa
                    n_bins: int) -> dict[str, Any]:
     offsets = dict(zip(firsts, np.concatenate(([0.0], np.cumsum(totals)[:-1])).tolist()))
     cuts = adaptive_cuts(float(np.sum(totals)), n_bins)
-    parts = map_ranges(lambda t: adaptive_partials(t, offsets[_range_key(t)], cuts))
-    return adaptive_from_bins(sum(parts))
+    parts: list[np.ndarray] = map_ranges(
+        lambda t: adaptive_partials(t, offsets[_range_key(t)], cuts))
+    # Summed in order from zero, as sum(parts) does (every part is (n_bins, 3)).
+    return adaptive_from_bins(sum(parts, np.zeros((n_bins, 3))))
 
 
 def _range_total(t: DistinctTable) -> tuple[float, float]:
@@ -290,7 +292,7 @@ def binned_ece(scores: np.ndarray, labels: np.ndarray, n_bins: int = 15,
     t = pool_ties(np.asarray(scores, dtype=np.float64), np.asarray(labels, dtype=np.float64),
                   None if weights is None else np.asarray(weights, dtype=np.float64))
     if strategy == "adaptive":
-        return adaptive_ece(t, n_bins)["adaptive_ece"]
+        return float(adaptive_ece(t, n_bins)["adaptive_ece"])
     if strategy != "uniform":
         raise ValueError(f"strategy must be 'uniform' or 'adaptive', got {strategy!r}")
     edges = bin_edges(t, n_bins, "uniform")

@@ -73,6 +73,9 @@ _QUANT = 524288.0  # 2^19: grid 2^(19-52) = 2^-33 ~ 1.2e-10 for |gain| < 2^19
 # A post-optimisation move must lower the cost by more than this.
 _TOL = 1e-9
 
+# A greedy-merge heap entry: (gain, left interval, stamp, f of the merged pair).
+_HeapEntry = tuple[float, int, int, float]
+
 
 @dataclass(frozen=True)
 class ModlResult:
@@ -114,12 +117,14 @@ def _f(c: np.ndarray) -> np.ndarray:
     """f of each row of a (..., J) count array (module docstring)."""
     J = c.shape[-1]
     c = c.astype(np.float64)
-    return gammaln(c.sum(axis=-1) + J) - gammaln(J) - gammaln(c + 1.0).sum(axis=-1)
+    f: np.ndarray = gammaln(c.sum(axis=-1) + J) - gammaln(J) - gammaln(c + 1.0).sum(axis=-1)
+    return f
 
 
 def _log_prior_intervals(N: int, I: np.ndarray | int) -> np.ndarray | float:
     """g(I) = log C(N+I-1, I-1)."""
-    return gammaln(N + I) - gammaln(I) - gammaln(N + 1.0)
+    g: np.ndarray | float = gammaln(N + I) - gammaln(I) - gammaln(N + 1.0)
+    return g
 
 
 def modl_cost(interval_counts: np.ndarray) -> float:
@@ -281,7 +286,7 @@ def greedy_merge(counts: np.ndarray) -> np.ndarray:
     return _greedy_starts(_check_counts(counts))
 
 
-def _quantise(x):
+def _quantise(x: np.ndarray) -> np.ndarray:
     """Round gains to a fixed binary grid (2^-33 for |x| < 2^19), identically in numpy and Python.
 
     Adding and subtracting 2^19 is exact IEEE arithmetic, so both give the
@@ -310,12 +315,13 @@ def _greedy_starts(C: np.ndarray, to_end: bool = False) -> np.ndarray:
     # pair starting at interval s is valid while stamp[s] equals the entry's
     # stamp: every change to s or to its right neighbour pushes a new entry
     # with a new stamp (lazy invalidation, no decrease-key).
-    heap = list(zip(keys.tolist(), range(K - 1), range(K - 1), f_pair.tolist()))
+    heap: list[_HeapEntry] = list(zip(keys.tolist(), range(K - 1), range(K - 1),
+                                      f_pair.tolist()))
     heapq.heapify(heap)
     stamp = list(range(K - 1)) + [-1]
     nxt = list(range(1, K + 1))
     prv = list(range(-1, K - 1))
-    fv = f_row.tolist()
+    fv: list[float] = f_row.tolist()
     if J == 2:
         removed, steps = _greedy_loop2(heap, stamp, nxt, prv, fv, C[:, 0].tolist(),
                                        C[:, 1].tolist(), N, K, to_end)
@@ -332,20 +338,23 @@ def _greedy_starts(C: np.ndarray, to_end: bool = False) -> np.ndarray:
     return np.flatnonzero(alive)
 
 
-def _drop_stale(heap: list, stamp: list) -> list:
+def _drop_stale(heap: list[_HeapEntry], stamp: list[int]) -> list[_HeapEntry]:
     """The live entries of a heap, re-heapified (stale ones would cost a pop each)."""
     live = [e for e in heap if stamp[e[1]] == e[2]]
     heapq.heapify(live)
     return live
 
 
-def _greedy_loop2(heap, stamp, nxt, prv, fv, A, B, N, K, to_end):
+def _greedy_loop2(heap: list[_HeapEntry], stamp: list[int], nxt: list[int], prv: list[int],
+                  fv: list[float], A: list[int], B: list[int], N: int, K: int, to_end: bool
+                  ) -> tuple[list[int], list[float]]:
     """The greedy loop for two classes, counts in two lists (f = log((n+1)! / (a! b!)))."""
     lg, log, Q = math.lgamma, math.log, _QUANT
     heappop, heappush = heapq.heappop, heapq.heappush
     I = K
     st = K  # next stamp
-    removed, steps = [], []
+    removed: list[int] = []
+    steps: list[float] = []
     while heap and I > 1:
         key, s, t, fm = heappop(heap)
         if stamp[s] != t:
@@ -386,7 +395,9 @@ def _greedy_loop2(heap, stamp, nxt, prv, fv, A, B, N, K, to_end):
     return removed, steps
 
 
-def _greedy_loop(heap, stamp, nxt, prv, fv, cnt, N, K, J, to_end):
+def _greedy_loop(heap: list[_HeapEntry], stamp: list[int], nxt: list[int], prv: list[int],
+                 fv: list[float], cnt: list[list[int]], N: int, K: int, J: int, to_end: bool
+                 ) -> tuple[list[int], list[float]]:
     """The greedy loop for any number of classes, counts as lists."""
     lg, log, Q = math.lgamma, math.log, _QUANT
     lg_j = lg(J)
@@ -397,7 +408,8 @@ def _greedy_loop(heap, stamp, nxt, prv, fv, cnt, N, K, J, to_end):
 
     I = K
     st = K
-    removed, steps = [], []
+    removed: list[int] = []
+    steps: list[float] = []
     while heap and I > 1:
         key, s, t, fm = heappop(heap)
         if stamp[s] != t:
@@ -485,7 +497,9 @@ def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
         ends = np.append(st[1:], K)
         return float(_log_prior_intervals(N, st.shape[0]) + _f(P[ends] - P[st]).sum())
 
-    def evaluate(st, en, f_int, todo, todo_pairs):
+    def evaluate(st: np.ndarray, en: np.ndarray, f_int: np.ndarray, todo: np.ndarray,
+                 todo_pairs: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(split gain, split cut) for intervals todo; (merge gain, re-cut gain, cut) for pairs."""
         sg = np.full(todo.shape[0], np.inf)
         sc = np.full(todo.shape[0], -1, dtype=np.intp)

@@ -133,7 +133,8 @@ def _interpolate(t: np.ndarray, y: np.ndarray) -> np.ndarray:
     size = 1 / (n - 1)
     inds = (t * (n - 1)).astype(int).clip(0, n - 2)
     residual = (t - inds * size) / size
-    return y[inds] * (1 - residual) + y[inds + 1] * residual
+    out: np.ndarray = y[inds] * (1 - residual) + y[inds + 1] * residual
+    return out
 
 
 def _smoothed(grid: np.ndarray, sigma: float, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -32,8 +32,9 @@ __all__ = ["temperature_sums", "fit_temperature", "softmax_predict", "center_log
 BETA_MIN = float(np.exp(-10.0))
 BETA_MAX = float(np.exp(10.0))
 
-# beta -> the per-partition [loss, grad, hess] at beta (one map over partitions).
-MapParts = Callable[[float], list]
+# beta -> the per-partition [loss, grad, hess] at beta (one map over partitions);
+# each item an ndarray of 3 floats or any sequence np.asarray stacks alike.
+MapParts = Callable[[float], list[Any]]
 
 
 def center_logits(logits: np.ndarray) -> np.ndarray:
@@ -49,7 +50,8 @@ def center_logits(logits: np.ndarray) -> np.ndarray:
            [ 0., -3.]])
     """
     z = np.asarray(logits, dtype=np.float64)
-    return z - z.max(axis=1, keepdims=True)
+    centered: np.ndarray = z - z.max(axis=1, keepdims=True)
+    return centered
 
 
 def temperature_sums(logits: np.ndarray, labels: np.ndarray, weights: np.ndarray | None,
@@ -196,4 +198,5 @@ def softmax_predict(logits: np.ndarray, beta: float) -> np.ndarray:
     m = np.max(a, axis=1, keepdims=True)
     with np.errstate(invalid="ignore"):
         e = np.exp(a - m)
-        return e / e.sum(axis=1, keepdims=True)
+        p: np.ndarray = e / e.sum(axis=1, keepdims=True)
+        return p

@@ -48,7 +48,7 @@ def _knot_table(model: Any) -> tuple[np.ndarray, np.ndarray, str]:
         edges = np.asarray(model.params["edges"], dtype=np.float64)
         return edges, np.asarray(model.params["bin_prob"], dtype=np.float64), "bins"
     b = _block_arrays(model)
-    if model.params.get("interpolation", "linear") == "step":
+    if model.method == "modl" or model.params.get("interpolation", "linear") == "step":
         return b.score_min, b.prob, "step"
     x = np.concatenate([b.score_min, b.score_max])
     y = np.concatenate([b.prob, b.prob])

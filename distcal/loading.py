@@ -1,0 +1,51 @@
+"""``distcal.load``: any model directory, binary or multiclass, from any store."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from .errors import ModelError
+from .model import load_dir as load_binary_dir
+from .multiclass import is_multiclass_model, load_multiclass
+from .storage import fetch_dir, filesystem_for
+
+__all__ = ["load", "load_dir"]
+
+
+def load_dir(root: Path) -> Any:
+    """The model in the local directory ``root``: multiclass or binary, by its model.json."""
+    if is_multiclass_model(root):
+        return load_multiclass(root)
+    return load_binary_dir(root)
+
+
+def load(path: str | os.PathLike[str]) -> Any:
+    """Read a model directory written by :meth:`CalibrationModel.save`.
+
+    ``path`` is a local path or any fsspec URL (copied to a local temporary
+    directory first).
+
+    Raises
+    ------
+    ModelError
+        When the directory is missing, not a distcal model, of an unknown
+        format version, or damaged (a checksum or a table does not match).
+        Nothing in the directory is executed.
+
+    Examples
+    --------
+    >>> import tempfile, pandas as pd, distcal
+    >>> df = pd.DataFrame({"score": [.1, .3, .5, .7, .9], "label": [0, 1, 0, 1, 1]})
+    >>> model = distcal.fit(df)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     model.save(f"{d}/model")
+    ...     distcal.load(f"{d}/model") == model
+    True
+    """
+    uri = os.fspath(path)
+    fs = filesystem_for(uri)
+    if not fs.exists(uri):
+        raise ModelError(f"model directory '{uri}' does not exist")
+    return fetch_dir(fs, uri, load_dir)

@@ -1,0 +1,143 @@
+"""MODL through the public API: ``fit(method="modl")``, ``discretize``, the CLI, every engine.
+
+The partition itself is checked against brute force and a plain dynamic
+programme in tests/test_modl.py; here the oracle is that core applied to
+class counts computed independently with numpy in the test, and the
+engines must agree with the local result.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_modl import brute_force, oracle_cost
+
+import distcal
+
+
+def scores(n: int, seed: int, classes: int = 2, decimals: int = 2) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    s = np.round(rng.random(n), decimals)
+    cut = np.minimum((s + rng.normal(0, 0.15, n)) * classes, classes - 1).clip(0).astype(int)
+    return pd.DataFrame({"score": s, "label": cut})
+
+
+def counts_by_numpy(df: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, list]:
+    classes = sorted(df.label.unique().tolist())
+    values = np.unique(df.score.to_numpy())
+    counts = np.array([[int(((df.score == v) & (df.label == c)).sum()) for c in classes]
+                       for v in values])
+    return values, counts, classes
+
+
+def test_fit_modl_is_the_brute_force_optimum_on_small_data():
+    df = scores(60, seed=1, decimals=1)  # 11 distinct scores: brute force over 2^10 partitions
+    values, counts, _ = counts_by_numpy(df)
+    best_cost, best_cuts = brute_force(counts)[0]
+    model = distcal.fit(df, method="modl")
+    assert model.params["cost"] == pytest.approx(best_cost, rel=1e-12)
+    assert model.params["exact"] is True
+    starts = [0, *best_cuts] if best_cuts[:1] != (0,) else list(best_cuts)
+    assert model.blocks["score_min"].tolist() == [values[i] for i in starts]
+    # each interval predicts its positive rate, stepwise
+    b = model.blocks
+    np.testing.assert_allclose(b.prob, b.positives / b.weight)
+    np.testing.assert_allclose(model.predict(b.score_min), b.prob)
+
+
+def test_fit_modl_cost_is_the_criterion_of_its_blocks():
+    df = scores(5000, seed=2)
+    model = distcal.fit(df, method="modl")
+    b = model.blocks
+    rows = np.column_stack([b.weight - b.positives, b.positives]).astype(int).tolist()
+    assert model.params["cost"] == pytest.approx(oracle_cost(rows), rel=1e-12)
+    assert b.weight.sum() == len(df)
+
+
+def test_fit_modl_refuses_weights_and_non_binary_labels():
+    df = scores(200, seed=3)
+    df["w"] = 1.0
+    with pytest.raises(distcal.DataError, match="column 'w'"):
+        distcal.fit(df, method="modl", weight_col="w")
+    df["label"] = df["label"] * 0.5
+    with pytest.raises(distcal.DataError, match="column 'label'"):
+        distcal.fit(df, method="modl")
+
+
+@pytest.mark.parametrize("classes", [2, 3, 5])
+def test_discretize_any_labels_matches_brute_force(classes):
+    df = scores(80, seed=10 + classes, classes=classes, decimals=1)
+    names = ["apple", "kiwi", "pear", "fig", "lime"][:classes]
+    df["label"] = [names[i] for i in df.label]
+    values, counts, found = counts_by_numpy(df)
+    best_cost, _ = brute_force(counts)[0]
+    out = distcal.discretize(df)
+    assert out.attrs["cost"] == pytest.approx(best_cost, rel=1e-12)
+    assert list(out.columns) == ["score_min", "score_max", "n", *sorted(found)]
+    assert out["n"].sum() == len(df) and out[sorted(found)].to_numpy().sum() == len(df)
+
+
+def test_discretize_pure_noise_is_one_interval():
+    rng = np.random.default_rng(4)
+    df = pd.DataFrame({"score": rng.random(3000), "label": rng.integers(0, 2, 3000)})
+    assert len(distcal.discretize(df)) == 1
+
+
+def test_discretize_bad_scores():
+    df = pd.DataFrame({"score": [0.1, np.nan, 0.3], "label": ["a", "b", "a"]})
+    with pytest.raises(distcal.DataError, match="column 'score': 1 row is null or NaN"):
+        distcal.discretize(df)
+
+
+def test_cli_fit_modl_and_discretize(tmp_path):
+    df = scores(3000, seed=5, classes=3)
+    path = tmp_path / "s.parquet"
+    df.to_parquet(path)
+    binary = tmp_path / "b.parquet"
+    df.assign(label=(df.label > 0).astype(int)).to_parquet(binary)
+    r = subprocess.run([sys.executable, "-m", "distcal", "fit", "--method", "modl", "--input",
+                        str(binary), "--output", str(tmp_path / "m")], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    line = json.loads(r.stdout)
+    assert line["cost"] == pytest.approx(distcal.load(tmp_path / "m").params["cost"])
+    r = subprocess.run([sys.executable, "-m", "distcal", "discretize", "--input", str(path),
+                        "--output", str(tmp_path / "d.parquet")], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    expect = distcal.discretize(df)
+    assert json.loads(r.stdout)["cost"] == pytest.approx(expect.attrs["cost"], rel=1e-12)
+    written = pd.read_parquet(tmp_path / "d.parquet")
+    assert written["n"].tolist() == expect["n"].tolist()
+
+
+@pytest.mark.spark
+def test_spark_equals_local(spark):
+    df = scores(20_000, seed=6, classes=3, decimals=3)
+    sdf = spark.createDataFrame(df).repartition(5)
+    local = distcal.discretize(df)
+    remote = distcal.discretize(sdf)
+    pd.testing.assert_frame_equal(remote.reset_index(drop=True), local, check_dtype=False)
+    assert remote.attrs["cost"] == pytest.approx(local.attrs["cost"], rel=1e-9)
+    binary = df.assign(label=(df.label > 0).astype(int))
+    assert distcal.fit(spark.createDataFrame(binary).repartition(4), method="modl") == \
+        distcal.fit(binary, method="modl")
+
+
+@pytest.mark.dask
+def test_dask_equals_local():
+    import dask.dataframe as dd
+
+    df = scores(20_000, seed=7, classes=3, decimals=3)
+    ddf = dd.from_pandas(df, npartitions=4)
+    local = distcal.discretize(df)
+    remote = distcal.discretize(ddf)
+    pd.testing.assert_frame_equal(remote, local, check_dtype=False)
+    binary = df.assign(label=(df.label > 0).astype(int))
+    assert distcal.fit(dd.from_pandas(binary, npartitions=3), method="modl") == \
+        distcal.fit(binary, method="modl")
