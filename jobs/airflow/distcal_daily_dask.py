@@ -22,7 +22,6 @@ Configuration (see README.md beside this file):
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import distcal_loop as loop
 from airflow.providers.standard.operators.bash import BashOperator
@@ -32,8 +31,7 @@ from airflow.sdk import DAG, Param
 # Environment of every job: the bash commands below refer to these as "$NAME".
 JOB_ENV = {
     "DISTCAL_PYTHON": loop.PYTHON,
-    "DISTCAL_JOB": ("{{ var.value.get('distcal_jobs_dir', '%s') }}/dask_calibrate.py"
-                    % Path(__file__).resolve().parents[1]),
+    "DISTCAL_JOB": loop.JOBS_DIR + "/dask_calibrate.py",
     "DASK_SCHEDULER": "{{ var.value.get('distcal_dask_scheduler', '') }}",
     "SCORE_COL": "{{ params.score_col }}",
     "LABEL_COL": "{{ params.label_col }}",

@@ -21,14 +21,12 @@ Configuration (see README.md beside this file):
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from pathlib import Path
 
 import distcal_loop as loop
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, Param
 
-JOB = ("{{ var.value.get('distcal_jobs_dir', '%s') }}/spark_calibrate.py"
-       % Path(__file__).resolve().parents[1])
+JOB = loop.JOBS_DIR + "/spark_calibrate.py"
 
 SPARK_CONF = {
     # The Python of Spark's driver and executors: it must have distcal installed.

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
@@ -44,6 +45,10 @@ from airflow.sdk import task
 # (templates, not Variable.get() at import: the DAG file parses without a database)
 BASE = "{{ var.value.get('distcal_base_dir', '/data/distcal') }}"
 PYTHON = "{{ var.value.get('distcal_python', 'python3') }}"  # a Python that has distcal
+# The directory of spark_calibrate.py and dask_calibrate.py: by default the
+# jobs/ directory this DAG folder (jobs/airflow/) is in.
+JOBS_DIR = ("{{ var.value.get('distcal_jobs_dir', '"
+            + str(Path(__file__).resolve().parents[1]) + "') }}")
 
 # -- the run's paths (Jinja templates, rendered per task) ---------------------------
 YESTERDAY = "{{ macros.ds_add(ds, -1) }}"
