@@ -133,7 +133,10 @@ def airflow_home(tmp_path_factory) -> Path:
     spark_conf = home / "spark-conf"  # spark-defaults.conf, as on a gateway machine
     spark_conf.mkdir()
     (spark_conf / "spark-defaults.conf").write_text(
-        "spark.ui.enabled false\nspark.sql.shuffle.partitions 4\n")
+        "spark.ui.enabled false\n"
+        "spark.sql.shuffle.partitions 4\n"
+        "spark.driver.bindAddress 127.0.0.1\n"  # local[2]: stay on loopback
+        "spark.driver.host 127.0.0.1\n")
     r = subprocess.run([str(AIRFLOW_PY), "-m", "airflow", "db", "migrate"],
                        env=airflow_env(home), capture_output=True, text=True,
                        timeout=MIGRATE_TIMEOUT)
@@ -155,9 +158,9 @@ def airflow_env(home: Path, **variables: str) -> dict[str, str]:
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
         "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
         "SPARK_CONF_DIR": str(home / "spark-conf"),
-        # Airflow Variables: where the data is, which Python has distcal
+        # Airflow Variable: the Python that has distcal (the jobs' directory is
+        # left to its default, the jobs/ beside the DAG folder)
         "AIRFLOW_VAR_DISTCAL_PYTHON": sys.executable,
-        "AIRFLOW_VAR_DISTCAL_JOBS_DIR": str(ROOT / "jobs"),
     })
     env.update({f"AIRFLOW_VAR_{k.upper()}": v for k, v in variables.items()})
     return env
