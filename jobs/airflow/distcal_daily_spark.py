@@ -52,7 +52,7 @@ def spark_job(task_id: str, *args: str) -> loop.DistcalSparkSubmitOperator:
 with DAG(
     dag_id="distcal_daily_spark",
     description="Daily probability calibration with distcal on Spark",
-    schedule="@daily",
+    schedule="@daily",  # fires at 00:00 of ds: pick the hour today's scores land at
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,  # runs share models/CURRENT.json: one at a time, in order
