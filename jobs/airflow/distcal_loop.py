@@ -1,0 +1,219 @@
+"""Pieces shared by the example DAGs ``distcal_daily_spark`` and ``distcal_daily_dask``.
+
+The daily calibration loop, for the run of logical date ``ds``:
+
+1. fit a candidate model on yesterday's labelled scores,
+2. score the holdout with the candidate (and, if there is one, the current model),
+3. evaluate both probability columns on the holdout,
+4. publish the candidate if it is not worse than the current model (the first
+   run, with no current model, publishes),
+5. calibrate today's scores with the current model,
+6. compute the cost-optimal threshold on the holdout, for the current model.
+
+Data layout under the base directory (Airflow Variable ``distcal_base_dir``)::
+
+    scores/dt=YYYY-MM-DD/        labelled scores of a day (score, label, ...)
+    holdout/dt=YYYY-MM-DD/       labelled holdout of a day
+    models/candidates/<ds>/      the candidate fitted by the run of <ds>
+    models/CURRENT.json          which model is current: {"model": dir, "ds": ...}
+    runs/<ds>/...                the run's scored holdout, evaluation report, job lines
+    calibrated/dt=<ds>/          today's scores with the current model's probability
+    thresholds/dt=<ds>.json      the cost-optimal threshold of the run
+
+Publishing moves only ``models/CURRENT.json``, by writing a new file beside it
+and renaming it over the old one: readers see the old or the new pointer,
+never half of one. Model directories are never modified once published
+(a re-run's fit replaces only its own ``candidates/<ds>``). Every job output
+belongs to one logical date and is written with ``--overwrite``, so re-running
+a date replaces its own outputs with the same ones.
+
+This module is imported by the DAG files (Airflow puts the DAG folder on
+``sys.path``); it defines no DAG itself.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import task
+
+# -- configuration: Airflow Variables, read when a task is rendered -----------------
+# (templates, not Variable.get() at import: the DAG file parses without a database)
+BASE = "{{ var.value.get('distcal_base_dir', '/data/distcal') }}"
+PYTHON = "{{ var.value.get('distcal_python', 'python3') }}"  # a Python that has distcal
+# The directory of spark_calibrate.py and dask_calibrate.py: by default the
+# jobs/ directory this DAG folder (jobs/airflow/) is in.
+JOBS_DIR = ("{{ var.value.get('distcal_jobs_dir', '"
+            + str(Path(__file__).resolve().parents[1]) + "') }}")
+
+# -- the run's paths (Jinja templates, rendered per task) ---------------------------
+YESTERDAY = "{{ macros.ds_add(ds, -1) }}"
+TRAIN = BASE + "/scores/dt=" + YESTERDAY
+HOLDOUT = BASE + "/holdout/dt=" + YESTERDAY
+TODAY = BASE + "/scores/dt={{ ds }}"
+CANDIDATE = BASE + "/models/candidates/{{ ds }}"
+RUN_DIR = BASE + "/runs/{{ ds }}"
+HOLDOUT_CANDIDATE = RUN_DIR + "/holdout_candidate"  # holdout + p_candidate
+HOLDOUT_BOTH = RUN_DIR + "/holdout_both"  # holdout + p_candidate + p_current
+REPORT = RUN_DIR + "/holdout_report"
+CALIBRATED = BASE + "/calibrated/dt={{ ds }}"
+
+# The model current when the run started (pushed to XCom by check_current) ...
+PREVIOUS_MODEL = "{{ ti.xcom_pull(task_ids='check_current', key='current_model') }}"
+# ... and the one current after the decision, with its holdout table and
+# probability column (pushed to XCom by the task current_model).
+CURRENT_MODEL = "{{ ti.xcom_pull(task_ids='current_model')['model'] }}"
+CURRENT_HOLDOUT = "{{ ti.xcom_pull(task_ids='current_model')['holdout'] }}"
+CURRENT_PROB_COL = "{{ ti.xcom_pull(task_ids='current_model')['prob_col'] }}"
+
+CANDIDATE_COL = "p_candidate"
+CURRENT_COL = "p_current"
+
+# Metrics of evaluate where lower is better; the DAG param "metric" picks one.
+METRICS = ["log_loss", "brier", "ece"]
+
+
+# -- the pointer to the current model -----------------------------------------------
+def _fs(url: str) -> tuple[Any, str]:
+    import fsspec  # comes with Airflow; local paths, s3://, gs://, ... alike
+
+    return fsspec.core.url_to_fs(url)
+
+
+def pointer_path(base: str) -> str:
+    return base.rstrip("/") + "/models/CURRENT.json"
+
+
+def read_json(url: str) -> Any | None:
+    """The JSON document at ``url``, or None if there is none."""
+    fs, path = _fs(url)
+    if not fs.exists(path):
+        return None
+    return json.loads(fs.cat_file(path))
+
+
+def write_json_atomic(url: str, doc: Any) -> None:
+    """Write beside the target, then rename over it: all or nothing for readers."""
+    fs, path = _fs(url)
+    parent, _, name = path.rpartition("/")
+    fs.makedirs(parent, exist_ok=True)
+    tmp = f"{parent}/.{name}.{uuid.uuid4().hex[:12]}.tmp"
+    fs.pipe_file(tmp, (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode())
+    try:
+        fs.mv(tmp, path)  # a rename on local and HDFS paths; one PUT on object stores
+    finally:
+        if fs.exists(tmp):
+            fs.rm(tmp)
+
+
+def job_result(value: Any) -> dict:
+    """A job's JSON line from XCom: BashOperator pushes a string, the Spark operator a dict."""
+    if isinstance(value, str):
+        value = json.loads(value.strip().splitlines()[-1])
+    if not isinstance(value, dict):
+        raise ValueError(f"expected the job's JSON line, got {value!r}")
+    return value
+
+
+# -- the loop's Python tasks ----------------------------------------------------------
+@task.branch
+def check_current(base: str, ti: Any = None) -> str:
+    """Compare with the current model if there is one; the first run publishes."""
+    current = read_json(pointer_path(base))
+    if current is None:
+        print("no current model: the candidate will be published")
+        return "no_current_model"
+    print(f"current model: {current['model']} (published by the run of {current['ds']})")
+    ti.xcom_push(key="current_model", value=current["model"])
+    return "score_holdout_current"
+
+
+@task.branch
+def compare(evaluation: Any, metric: str) -> str:
+    """Publish the candidate if its holdout metric is not worse (lower or equal)."""
+    metrics = job_result(evaluation)["metrics"]
+    cand, cur = metrics[CANDIDATE_COL][metric], metrics[CURRENT_COL][metric]
+    print(f"{metric}: candidate {cand:.6g}, current {cur:.6g}")
+    return "publish" if cand <= cur else "keep_current"
+
+
+@task(trigger_rule="none_failed_min_one_success")
+def publish(base: str, candidate: str, fit: Any, ds: str | None = None) -> dict:
+    """Make the candidate the current model (one atomic rename of the pointer).
+
+    ``ds``, the run's logical date, comes from the task context (Airflow fills
+    in parameters named like context variables).
+    """
+    fit = job_result(fit)
+    record = {"model": candidate, "ds": ds, "method": fit.get("method"),
+              "n_rows": fit.get("n_rows")}
+    write_json_atomic(pointer_path(base), record)
+    print(f"published {candidate}")
+    return record
+
+
+@task(trigger_rule="none_failed_min_one_success")
+def current_model(base: str, candidate: str, holdout_candidate: str,
+                  holdout_both: str) -> dict:
+    """After the decision: the current model and the holdout scored with it."""
+    current = read_json(pointer_path(base))
+    if current["model"] == candidate:  # published by this run
+        return {"model": candidate, "holdout": holdout_candidate, "prob_col": CANDIDATE_COL}
+    return {"model": current["model"], "holdout": holdout_both, "prob_col": CURRENT_COL}
+
+
+@task
+def save_threshold(base: str, threshold: Any, current: dict, ds: str | None = None) -> dict:
+    """thresholds/dt=<ds>.json: the threshold on the current model's probability."""
+    doc = {"ds": ds, "model": current["model"], "prob_col": current["prob_col"],
+           **job_result(threshold)}
+    write_json_atomic(f"{base.rstrip('/')}/thresholds/dt={ds}.json", doc)
+    return doc
+
+
+# -- SparkSubmitOperator that returns the job's JSON line -----------------------------
+class DistcalSparkSubmitOperator(SparkSubmitOperator):
+    """``SparkSubmitOperator`` whose return value (XCom ``return_value``) is the job's line.
+
+    spark-submit's output (the driver's stdout and Spark's log on stderr, merged)
+    goes through the hook line by line into the task log; this keeps the last
+    line that is a JSON object, which is the job's result line, and fails the
+    task if there is none. That works in client deploy mode (local[N], YARN or
+    standalone client mode), where the driver's stdout is spark-submit's. In
+    cluster deploy mode the driver prints elsewhere: use the files the jobs
+    write instead (evaluate's report.json, the model directory's model.json).
+    """
+
+    def execute(self, context: Any) -> dict:
+        self._job_line: dict | None = None
+        super().execute(context)
+        if self._job_line is None:
+            raise RuntimeError("the Spark job printed no JSON result line "
+                               "(cluster deploy mode? see DistcalSparkSubmitOperator)")
+        return self._job_line
+
+    def _get_hook(self) -> Any:
+        hook = super()._get_hook()
+        process = hook._process_spark_submit_log  # logs each line, finds app/driver ids
+
+        def capture(lines: Any) -> None:
+            process(self._watch(lines))
+
+        hook._process_spark_submit_log = capture
+        return hook
+
+    def _watch(self, lines: Any) -> Any:
+        for line in lines:
+            text = line.strip()
+            if text.startswith("{") and text.endswith("}"):
+                try:
+                    doc = json.loads(text)
+                except ValueError:
+                    doc = None
+                if isinstance(doc, dict):
+                    self._job_line = doc
+            yield line

@@ -1,0 +1,278 @@
+"""The example DAGs of jobs/airflow/, run by Airflow itself on small Parquet data.
+
+Airflow lives in its own virtual environment (``make airflow-venv``:
+.venv/airflow); this test, run by the project's pytest, drives it through
+that venv's Python in subprocesses: ``airflow db migrate`` on a SQLite
+database in a temporary AIRFLOW_HOME, then ``dag.test()`` for one logical
+date per call, which runs every task of the DAG run for real: spark-submit
+with master local[2] (connection spark_default) for distcal_daily_spark,
+``python jobs/dask_calibrate.py --scheduler`` on a local Dask cluster for
+distcal_daily_dask. The DAGs are configured as a user would: Airflow
+Variables (environment AIRFLOW_VAR_*), a connection (AIRFLOW_CONN_*),
+spark-submit on PATH; Spark's Python comes from the DAG's
+spark.pyspark.python, never from PYSPARK_PYTHON.
+
+Three runs per DAG: the first day publishes its candidate (no current model),
+re-running it changes nothing, and a day whose training data has inverted
+labels keeps the current model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import distcal
+
+ROOT = Path(__file__).resolve().parents[1]
+AIRFLOW_PY = ROOT / ".venv" / "airflow" / "bin" / "python"
+DAGS = ROOT / "jobs" / "airflow"
+
+DAY0, DAY1, DAY2 = "2026-03-01", "2026-03-02", "2026-03-03"
+N = 2000
+MIGRATE_TIMEOUT = 300
+RUN_TIMEOUT = 900  # one DAG run: six spark-submits on two shared cores
+
+# Runs one DAG for one logical date in the Airflow venv; prints one RESULT line.
+DRIVER = r"""
+import json, sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from airflow.dag_processing.dagbag import BundleDagBag
+from airflow.models.xcom import XComModel
+from airflow.utils.session import create_session
+
+folder, dag_id, day = sys.argv[1:4]
+bag = BundleDagBag(dag_folder=folder, bundle_path=Path(folder))
+if bag.import_errors:
+    raise SystemExit(f"import errors: {bag.import_errors}")
+dag = bag.get_dag(dag_id)
+assert all(t.retries == 2 for t in dag.tasks), "the example DAGs retry each task twice"
+for t in dag.tasks:  # retry sooner than the DAG's 5 minutes here
+    t.retry_delay = timedelta(seconds=1)
+run = dag.test(logical_date=datetime.fromisoformat(day).replace(tzinfo=timezone.utc))
+def name(state):
+    return str(getattr(state, "value", state))
+
+with create_session() as session:
+    tis = {ti.task_id: name(ti.state) for ti in run.get_task_instances(session=session)}
+    xcoms = {}
+    for x in session.query(XComModel).filter(XComModel.dag_id == dag_id,
+                                             XComModel.run_id == run.run_id,
+                                             XComModel.key == "return_value"):
+        xcoms[x.task_id] = XComModel.deserialize_value(x)
+print("RESULT " + json.dumps({"state": name(run.state), "tasks": tis, "xcom": xcoms},
+                             default=str))
+"""
+
+
+def _airflow_or_fail() -> Path:
+    if not AIRFLOW_PY.exists():
+        pytest.fail(f"no Airflow virtual environment at {AIRFLOW_PY.parent.parent}: "
+                    "run `make airflow-venv` first", pytrace=False)
+    return AIRFLOW_PY
+
+
+# -- data ----------------------------------------------------------------------------
+def _scores(seed: int, inverted: bool = False) -> pd.DataFrame:
+    """Scores squashed towards 0 (true probability score ** 0.5), labels drawn from it."""
+    rng = np.random.default_rng(seed)
+    s = np.round(rng.beta(2.0, 3.0, N), 3)
+    p = np.sqrt(s)
+    y = (rng.random(N) < (1.0 - p if inverted else p)).astype(np.int64)
+    return pd.DataFrame({"id": np.arange(N), "score": s, "label": y})
+
+
+def _write(df: pd.DataFrame, path: Path) -> None:
+    path.mkdir(parents=True)
+    df.to_parquet(path / "part-0.parquet", index=False)
+
+
+def make_data(base: Path) -> dict[str, pd.DataFrame]:
+    """Three days of scores and holdouts; DAY1's labels are inverted (a bad training day)."""
+    data = {
+        f"scores/dt={DAY0}": _scores(1),
+        f"holdout/dt={DAY0}": _scores(2),
+        f"scores/dt={DAY1}": _scores(3, inverted=True),
+        f"holdout/dt={DAY1}": _scores(4),
+        f"scores/dt={DAY2}": _scores(5),
+    }
+    for rel, df in data.items():
+        _write(df, base / rel)
+    return data
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    return pd.read_parquet(path).sort_values("id").reset_index(drop=True)
+
+
+def snapshot(base: Path, day: str) -> dict:
+    """A run's outputs, to compare a re-run with."""
+    return {
+        "current": json.loads((base / "models" / "CURRENT.json").read_text()),
+        "blocks": pd.read_parquet(base / "models" / "candidates" / day / "blocks.parquet"),
+        "calibrated": read_table(base / "calibrated" / f"dt={day}"),
+        "threshold": json.loads((base / "thresholds" / f"dt={day}.json").read_text()),
+    }
+
+
+# -- Airflow -------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def airflow_home(tmp_path_factory) -> Path:
+    """A temporary AIRFLOW_HOME with a migrated SQLite metadata database."""
+    _airflow_or_fail()
+    home = tmp_path_factory.mktemp("airflow_home")
+    spark_conf = home / "spark-conf"  # spark-defaults.conf, as on a gateway machine
+    spark_conf.mkdir()
+    (spark_conf / "spark-defaults.conf").write_text(
+        "spark.ui.enabled false\n"
+        "spark.sql.shuffle.partitions 4\n"
+        "spark.driver.bindAddress 127.0.0.1\n"  # local[2]: stay on loopback
+        "spark.driver.host 127.0.0.1\n")
+    r = subprocess.run([str(AIRFLOW_PY), "-m", "airflow", "db", "migrate"],
+                       env=airflow_env(home), capture_output=True, text=True,
+                       timeout=MIGRATE_TIMEOUT)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return home
+
+
+def airflow_env(home: Path, **variables: str) -> dict[str, str]:
+    import pyspark
+
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("AIRFLOW", "PYSPARK_", "SPARK_"))}
+    spark_bin = Path(pyspark.__file__).parent / "bin"  # spark-submit, as the provider wants
+    env.update({
+        "PATH": f"{spark_bin}{os.pathsep}{env.get('PATH', '')}",
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(DAGS),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home}/airflow.db",
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": "local[2]"}),
+        "SPARK_CONF_DIR": str(home / "spark-conf"),
+        # Airflow Variable: the Python that has distcal (the jobs' directory is
+        # left to its default, the jobs/ beside the DAG folder)
+        "AIRFLOW_VAR_DISTCAL_PYTHON": sys.executable,
+    })
+    env.update({f"AIRFLOW_VAR_{k.upper()}": v for k, v in variables.items()})
+    return env
+
+
+def run_dag(home: Path, dag_id: str, day: str, **variables: str) -> dict:
+    """dag.test() for one logical date; the run's state, task states and XComs."""
+    r = subprocess.run([str(AIRFLOW_PY), "-c", DRIVER, str(DAGS), dag_id, day],
+                       env=airflow_env(home, **variables), capture_output=True, text=True,
+                       timeout=RUN_TIMEOUT, cwd=home)
+    log = home / f"{dag_id}-{day}.log"
+    log.write_text(r.stdout + "\n--- stderr ---\n" + r.stderr)
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert r.returncode == 0 and lines, (
+        f"{dag_id} {day}: exit {r.returncode}, log {log}\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}")
+    return json.loads(lines[-1][len("RESULT "):])
+
+
+@pytest.fixture(scope="module")
+def dask_scheduler():
+    from distributed import LocalCluster
+
+    with LocalCluster(n_workers=1, threads_per_worker=2, processes=True,
+                      dashboard_address=":0") as cluster:
+        yield cluster.scheduler_address
+
+
+# -- the expected states -------------------------------------------------------------
+ALWAYS = ["fit_candidate", "score_holdout_candidate", "check_current", "publish",
+          "current_model", "calibrate_today", "threshold", "save_threshold"]
+COMPARED = ["score_holdout_current", "evaluate_holdout", "compare"]
+
+
+def expect(first: bool = False, published: bool = True) -> dict[str, str]:
+    states = {t: "success" for t in ALWAYS + COMPARED + ["no_current_model", "keep_current"]}
+    if first:
+        states.update({t: "skipped" for t in COMPARED + ["keep_current"]})
+    else:
+        states["no_current_model"] = "skipped"
+        states["keep_current" if published else "publish"] = "skipped"
+    return states
+
+
+def check_outputs(base: Path, data: dict, day: str, yesterday: str, model_day: str,
+                  result: dict) -> None:
+    """Calibrated table and threshold are those of the current model, recomputed here."""
+    model_dir = base / "models" / "candidates" / model_day
+    model = distcal.load(model_dir)
+    today = read_table(base / "calibrated" / f"dt={day}")
+    src = data[f"scores/dt={day}"]
+    assert len(today) == N and list(today.columns[:3]) == ["id", "score", "label"]
+    np.testing.assert_allclose(today["calibrated"], model.predict(src["score"].to_numpy()),
+                               rtol=0, atol=1e-9)
+
+    holdout = data[f"holdout/dt={yesterday}"].assign(p=lambda d: model.predict(d["score"]))
+    best = distcal.optimal_threshold(holdout, score_col="p", label_col="label",
+                                     cost_fp=1.0, cost_fn=1.0)
+    saved = json.loads((base / "thresholds" / f"dt={day}.json").read_text())
+    assert saved["model"] == str(model_dir)
+    assert saved["threshold"] == pytest.approx(best.threshold, abs=1e-9)
+    assert (saved["fp"], saved["fn"]) == (best.fp, best.fn)
+    assert result["xcom"]["save_threshold"] == saved
+    line = result["xcom"]["threshold"]
+    line = json.loads(line) if isinstance(line, str) else line
+    assert line["threshold"] == saved["threshold"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dag_id", ["distcal_daily_spark", "distcal_daily_dask"])
+def test_daily_loop(dag_id, airflow_home, dask_scheduler, tmp_path):
+    base = tmp_path / "data"
+    data = make_data(base)
+    variables = {"distcal_base_dir": str(base)}
+    if dag_id.endswith("dask"):
+        variables["distcal_dask_scheduler"] = dask_scheduler
+
+    # Day 1: no current model yet, the candidate is published without comparison.
+    first = run_dag(airflow_home, dag_id, DAY1, **variables)
+    assert first["state"] == "success", first
+    assert first["tasks"] == expect(first=True)
+    current = json.loads((base / "models" / "CURRENT.json").read_text())
+    assert current["model"] == str(base / "models" / "candidates" / DAY1)
+    assert current["ds"] == DAY1 and current["n_rows"] == N
+    assert (base / "models" / "candidates" / DAY1 / "model.json").exists()
+    check_outputs(base, data, DAY1, DAY0, DAY1, first)
+    before = snapshot(base, DAY1)
+
+    # The same logical date again: succeeds, compares the candidate with itself
+    # (equal, so "not worse": publish) and leaves the same outputs.
+    again = run_dag(airflow_home, dag_id, DAY1, **variables)
+    assert again["state"] == "success", again
+    assert again["tasks"] == expect(published=True)
+    metrics = again["xcom"]["evaluate_holdout"]
+    metrics = (json.loads(metrics) if isinstance(metrics, str) else metrics)["metrics"]
+    assert metrics["p_candidate"] == metrics["p_current"]
+    after = snapshot(base, DAY1)
+    assert after["current"] == before["current"]
+    pd.testing.assert_frame_equal(after["blocks"], before["blocks"])
+    pd.testing.assert_frame_equal(after["calibrated"], before["calibrated"])
+    assert after["threshold"] == before["threshold"]
+    assert (base / "runs" / DAY1 / "holdout_report" / "report.json").exists()
+
+    # Day 2 trains on inverted labels: its candidate is worse on the holdout, the
+    # current model (day 1's) stays and calibrates day 2.
+    second = run_dag(airflow_home, dag_id, DAY2, **variables)
+    assert second["state"] == "success", second
+    assert second["tasks"] == expect(published=False)
+    metrics = second["xcom"]["evaluate_holdout"]
+    metrics = (json.loads(metrics) if isinstance(metrics, str) else metrics)["metrics"]
+    assert metrics["p_candidate"]["log_loss"] > metrics["p_current"]["log_loss"]
+    assert json.loads((base / "models" / "CURRENT.json").read_text()) == before["current"]
+    assert (base / "models" / "candidates" / DAY2 / "model.json").exists()
+    check_outputs(base, data, DAY2, DAY1, DAY1, second)
+    assert json.loads((base / "thresholds" / f"dt={DAY2}.json").read_text())["prob_col"] \
+        == "p_current"
