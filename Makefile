@@ -5,7 +5,9 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 PYTEST  := $(BIN)/python -m pytest -q -p no:cacheprovider
 
-.PHONY: install demo test test-fast lint typecheck bench zip clean
+.PHONY: install demo test test-fast lint bench clean system-deps
+
+include mk/airflow.mk
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -22,10 +24,19 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-# Everything: lint and types, the whole suite (Spark, Dask clusters, the 1 GB
-# fixture, every README block) and the package's doctests.
-test: $(STAMP) lint
-	$(PYTEST) tests
+# Debian's chromium and its driver for the report's browser test (browser
+# downloads from elsewhere are not reachable; apt is). Skipped when present.
+system-deps:
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	    $$SUDO apt-get update -qq && \
+	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	fi
+
+# Everything: lint and types, the whole suite (Spark, Dask clusters, Airflow,
+# a browser, the 1 GB fixture, every README block) and the package's doctests.
+test: $(STAMP) $(AIRFLOW_STAMP) system-deps lint
+	$(PYTEST) -n 2 --dist loadfile tests
 	$(PYTEST) --doctest-modules distcal
 
 # The development loop: no Spark, no Dask cluster, no large files (under a minute).
@@ -38,4 +49,4 @@ bench: $(STAMP)
 	$(BIN)/python bench/local_isotonic.py 1000000
 
 clean:
-	rm -rf $(VENV) demo_output .pytest_cache
+	rm -rf $(VENV) demo_output .pytest_cache test-artifacts

@@ -10,14 +10,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from matplotlib.figure import Figure  # noqa: E402
 
 import distcal
 from distcal import plots
 from distcal.core import calibration_metrics as cm
 from distcal.report import build_document, format_value, report_html_fragment, write_report
-
-matplotlib = pytest.importorskip("matplotlib")
-from matplotlib.figure import Figure  # noqa: E402
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
 
@@ -280,7 +278,7 @@ def _chrome(tmp_path: Path):
 def test_renders_in_chromium(written, tmp_path) -> None:
     """Headless Chromium: no console message, no request but the file and its
     data: images, every image decoded, no horizontal scrolling on a phone."""
-    selenium = pytest.importorskip("selenium")  # noqa: F841 (dev extra)
+    import selenium  # noqa: F401  (dev extra: installed by make; never skipped)
     driver = _chrome(tmp_path)
     shots = []
     try:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import relplot  # noqa: E402  (dev extra: installed by make; never skipped)
 
 from distcal.core import smooth_ece as sm
 from distcal.core.distinct import merge_tables, pool_ties
-
-relplot = pytest.importorskip("relplot")
 
 
 def _data(kind: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
