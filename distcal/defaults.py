@@ -42,7 +42,7 @@ DEFAULTS = _Defaults()
 METHODS = ("isotonic", "sigmoid", "histogram", "modl")
 # Methods of multiclass calibration (one-vs-rest with a binary method, or temperature).
 MULTICLASS_METHODS = ("isotonic", "sigmoid", "histogram", "temperature")
-INTERPOLATIONS = ("linear", "step")
+INTERPOLATIONS = ("linear", "step", "centered")
 STRATEGIES = ("uniform", "quantile")
 
 # Method parameters and their defaults, per method.

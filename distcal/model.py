@@ -98,8 +98,11 @@ class CalibrationModel:
         if self._blocks is None:
             raise AttributeError(f"a {self.method} model has no blocks; see model.params")
         b = self._blocks
-        return pd.DataFrame({"score_min": b.score_min, "score_max": b.score_max,
-                             "prob": b.prob, "weight": b.weight, "positives": b.positives})
+        out = pd.DataFrame({"score_min": b.score_min, "score_max": b.score_max,
+                            "prob": b.prob, "weight": b.weight, "positives": b.positives})
+        if b.score_mean is not None:
+            out["score_mean"] = b.score_mean
+        return out
 
     def mapping(self) -> list[tuple[float, float]]:
         """``(lowest score of the block, prob)`` per block, descending (AI::Calibrate)."""
@@ -173,7 +176,9 @@ class CalibrationModel:
         return (len(a) == len(b) and same(a.score_min, b.score_min)
                 and same(a.score_max, b.score_max)
                 and all(_close(getattr(a, f), getattr(b, f))
-                        for f in ("weight", "positives", "prob")))
+                        for f in ("weight", "positives", "prob"))
+                and (a.score_mean is None or b.score_mean is None
+                     or _close(a.score_mean, b.score_mean)))
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -183,7 +188,8 @@ class CalibrationModel:
         s = np.asarray(scores, dtype=np.float64)
         if self.method == "sigmoid":
             return sigmoid_predict(self.params["a"], self.params["b"], s)
-        if self.method == "isotonic" and self.params.get("interpolation", "linear") == "linear":
+        interpolation = self.params.get("interpolation", "linear")
+        if self.method == "isotonic" and interpolation in ("linear", "centered"):
             return self._predict_linear(s)  # np.interp keeps NaN
         if self.method == "histogram":
             out = np.asarray(self.params["bin_prob"])[bin_ids(np.asarray(self.params["edges"]),
@@ -202,25 +208,57 @@ class CalibrationModel:
             raise AttributeError(f"a {self.method} model has no blocks; see model.params")
         return self._blocks
 
-    def _predict_linear(self, s: np.ndarray) -> np.ndarray:
+    def knots(self) -> tuple[np.ndarray, np.ndarray]:
+        """The finite knots (x ascending, p) of a linear or centered isotonic map.
+
+        "linear": (score_min, prob) and (score_max, prob) of every block;
+        "centered": (score_mean, prob) of every block (Oron & Flournoy's
+        centered isotonic regression). Predictions interpolate linearly
+        between knots and are constant beyond the first and last; an
+        infinite knot bounds no segment (see :meth:`predict`).
+        """
         b = self._fitted_blocks()
         if self._knots is None:
-            x = np.empty(2 * len(b))
-            x[0::2], x[1::2] = b.score_min, b.score_max
-            y = np.repeat(b.prob, 2)
+            if self.params.get("interpolation", "linear") == "centered":
+                if b.score_mean is None:
+                    raise ModelError("a centered isotonic model needs the blocks' score_mean")
+                x, y = b.score_mean, b.prob
+            else:
+                x = np.empty(2 * len(b))
+                x[0::2], x[1::2] = b.score_min, b.score_max
+                y = np.repeat(b.prob, 2)
             finite = np.isfinite(x)
             self._knots = (x[finite], y[finite])
-        x, y = self._knots
+        return self._knots
+
+    def _predict_linear(self, s: np.ndarray) -> np.ndarray:
+        b = self._fitted_blocks()
+        x, y = self.knots()
         if x.shape[0] == 0:  # every fitted score was infinite
             ends = np.where(s > 0, b.prob[-1], b.prob[0])
             return np.where(np.isnan(s), np.nan, ends)
         out = np.interp(s, x, y)  # clips outside the knots: right for ±inf ...
-        # ... unless a block holds only -inf (or only +inf): it has no finite knot.
-        if b.score_max[0] == -np.inf:
+        out[np.isnan(s)] = np.nan  # (np.interp with a single knot returns it for NaN too)
+        # ... unless the lowest (highest) block has no finite knot: it holds only
+        # -inf (+inf), or, centered, its mean is infinite.
+        low, high = self.end_knots()
+        if not np.isfinite(low):
             out[s == -np.inf] = b.prob[0]
-        if b.score_min[-1] == np.inf:
+        if not np.isfinite(high):
             out[s == np.inf] = b.prob[-1]
         return out
+
+    def end_knots(self) -> tuple[float, float]:
+        """The highest knot of the lowest block and the lowest knot of the highest block.
+
+        Infinite when that block holds only -inf (+inf) scores or, centered,
+        when its mean is infinite: such a block gets no finite knot, and only
+        s = -inf (+inf) takes its probability.
+        """
+        b = self._fitted_blocks()
+        if self.params.get("interpolation") == "centered" and b.score_mean is not None:
+            return float(b.score_mean[0]), float(b.score_mean[-1])
+        return float(b.score_max[0]), float(b.score_min[-1])
 
     def transform(self, data: Any, score_col: str = DEFAULTS.score_col,
                   output_col: str = DEFAULTS.output_col) -> Any:
@@ -267,8 +305,10 @@ class CalibrationModel:
         meta = self._metadata()
         meta["tables"] = {}
         if self._blocks is not None:
+            columns = _BLOCK_COLUMNS + (("score_mean",) if self._blocks.score_mean is not None
+                                        else ())
             table = pa.table({f: pa.array(getattr(self._blocks, f), type=pa.float64())
-                              for f in _BLOCK_COLUMNS})
+                              for f in columns})
             pq.write_table(table, tmp / "blocks.parquet")
             meta["tables"]["blocks"] = {"file": "blocks.parquet", "rows": table.num_rows,
                                         "sha256": _sha256(tmp / "blocks.parquet")}
@@ -341,10 +381,15 @@ def load_dir(root: Path) -> CalibrationModel:
             if not file.is_file() or _sha256(file) != info["sha256"]:
                 raise ModelError(f"'{file}' is missing or damaged (checksum mismatch)")
             t = pq.read_table(file)
-            if t.num_rows != info["rows"] or set(t.schema.names) != set(_BLOCK_COLUMNS):
+            names = set(t.schema.names)
+            if t.num_rows != info["rows"] or names - {"score_mean"} != set(_BLOCK_COLUMNS):
                 raise ModelError(f"'{file}' does not hold the expected blocks")
-            blocks = Blocks(*(t.column(f).to_numpy() for f in
-                              ("score_min", "score_max", "weight", "positives", "prob")))
+            smin, smax, weight, positives, prob = (
+                t.column(f).to_numpy() for f in
+                ("score_min", "score_max", "weight", "positives", "prob"))
+            blocks = Blocks(smin, smax, weight, positives, prob,
+                            score_mean=t.column("score_mean").to_numpy()
+                            if "score_mean" in names else None)
         model = CalibrationModel(meta["method"], meta["params"], blocks, n_rows=meta["n_rows"],
                                  weight_total=meta["weight_total"],
                                  dropped_rows=meta["dropped_rows"], columns=meta["columns"])

@@ -38,6 +38,8 @@ class Blocks:
     """Pooled blocks in ascending score order.
 
     ``prob`` is ``positives / weight`` unless clipped by y_min / y_max.
+    ``score_mean`` (isotonic blocks only) is the weighted mean score of the
+    block's rows, the block's point in centered isotonic regression.
     """
 
     score_min: np.ndarray
@@ -45,6 +47,7 @@ class Blocks:
     weight: np.ndarray
     positives: np.ndarray
     prob: np.ndarray
+    score_mean: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.score_min.shape[0])
@@ -53,16 +56,25 @@ class Blocks:
     def from_table(table: DistinctTable) -> Blocks:
         """Each distinct score as its own block (before any pooling)."""
         return Blocks(table.score, table.score, table.weight, table.positives,
-                      table.positives / table.weight)
+                      table.positives / table.weight, table.score)
 
     @staticmethod
     def concat(parts: list[Blocks]) -> Blocks:
         parts = [p for p in parts if len(p)]
         if not parts:
             z = np.zeros(0)
-            return Blocks(z, z, z, z, z)
-        return Blocks(*(np.concatenate([getattr(p, f) for p in parts])
-                        for f in ("score_min", "score_max", "weight", "positives", "prob")))
+            return Blocks(z, z, z, z, z, z)
+        smin, smax, weight, positives, prob = (
+            np.concatenate([getattr(p, f) for p in parts])
+            for f in ("score_min", "score_max", "weight", "positives", "prob"))
+        means = [p.score_mean for p in parts]
+        mean = None if any(m is None for m in means) else np.concatenate(
+            [m for m in means if m is not None])
+        return Blocks(smin, smax, weight, positives, prob, mean)
+
+    def with_prob(self, prob: np.ndarray) -> Blocks:
+        return Blocks(self.score_min, self.score_max, self.weight, self.positives, prob,
+                      self.score_mean)
 
 
 def _pool_runs(blocks: Blocks, starts: np.ndarray, prob: np.ndarray | None = None) -> Blocks:
@@ -72,7 +84,17 @@ def _pool_runs(blocks: Blocks, starts: np.ndarray, prob: np.ndarray | None = Non
     positives = np.add.reduceat(blocks.positives, starts)
     if prob is None:
         prob = positives / weight
-    return Blocks(blocks.score_min[starts], blocks.score_max[ends], weight, positives, prob)
+    mean = None
+    if blocks.score_mean is not None:
+        # Weighted mean of the runs' means, with each run's share of the weight
+        # (w / W <= 1, so no product overflows); +inf and -inf in one run give NaN.
+        share = blocks.weight / np.repeat(weight, np.diff(np.append(starts, len(blocks))))
+        with np.errstate(invalid="ignore"):
+            mean = np.add.reduceat(share * blocks.score_mean, starts)
+        single = np.diff(np.append(starts, len(blocks))) == 1
+        mean[single] = blocks.score_mean[starts[single]]  # exact for unpooled blocks
+    return Blocks(blocks.score_min[starts], blocks.score_max[ends], weight, positives, prob,
+                  mean)
 
 
 def _merge_equal_neighbours(blocks: Blocks) -> Blocks:
@@ -124,9 +146,7 @@ def clip_blocks(blocks: Blocks, y_min: float | None, y_max: float | None) -> Blo
     hi = np.inf if y_max is None else float(y_max)
     if lo > hi:
         raise ValueError(f"y_min ({lo}) is greater than y_max ({hi})")
-    prob = np.clip(blocks.prob, lo, hi)
-    return _merge_equal_neighbours(Blocks(blocks.score_min, blocks.score_max, blocks.weight,
-                                          blocks.positives, prob))
+    return _merge_equal_neighbours(blocks.with_prob(np.clip(blocks.prob, lo, hi)))
 
 
 def _spearman_partial(table: DistinctTable) -> tuple[int, int, int] | None:

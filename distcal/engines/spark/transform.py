@@ -50,11 +50,9 @@ def _knot_table(model: Any) -> tuple[np.ndarray, np.ndarray, str]:
     b = _block_arrays(model)
     if model.method == "modl" or model.params.get("interpolation", "linear") == "step":
         return b.score_min, b.prob, "step"
-    x = np.concatenate([b.score_min, b.score_max])
-    y = np.concatenate([b.prob, b.prob])
-    finite = np.isfinite(x)
-    xs, first = np.unique(x[finite], return_index=True)
-    return xs, y[finite][first], "linear"
+    x, y = model.knots()  # finite knots, ascending ("linear" or "centered")
+    xs, first = np.unique(x, return_index=True)
+    return xs, y[first], "linear"
 
 
 def _java_doubles(spark: Any, values: Any) -> Any:
@@ -153,10 +151,12 @@ def _transform_by_table(model: Any, df: Any, s: Any, keep: list, output_col: str
     sv = F.col("_s")
     p = F.when(sl == 0.0, y0).otherwise(sl * (sv - x0) + y0)
     if kind == "linear":
-        # a block holding only -inf (or +inf) has no finite knot
-        if blocks.score_max[0] == -np.inf:
+        # an end block without a finite knot (only -inf/+inf scores, or an
+        # infinite centered mean) is reached by s = -inf/+inf only
+        low, high = model.end_knots()
+        if not np.isfinite(low):
             p = F.when(sv == float("-inf"), F.lit(float(blocks.prob[0]))).otherwise(p)
-        if blocks.score_min[-1] == np.inf:
+        if not np.isfinite(high):
             p = F.when(sv == float("inf"), F.lit(float(blocks.prob[-1]))).otherwise(p)
     p = F.when(sv.isNull(), F.lit(None).cast("double")).when(F.isnan(sv), nan).otherwise(p)
     return bucketed.select(*keep, p.alias(output_col))
