@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
 Outputs:
   model              {out / 'model'}/  (model.json + blocks.parquet)
   calibrated table   {out / 'calibrated.parquet'}
-  report             {out / 'report' / 'report.html'}  (+ report.json, reliability.png, roc.png)
+  report             {out / 'report' / 'report.html'}  (one self-contained page; report.json has
+                     every number, the figures are also PNG files beside it)
 """)
     return 0
 

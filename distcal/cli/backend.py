@@ -76,11 +76,14 @@ class Backend:
             raise ModelError(f"model directory '{path}' does not exist")
         return fetch_dir(fs, path, load_dir)
 
-    def write_report(self, reports: list[Any], path: str, overwrite: bool) -> None:
+    def write_report(self, reports: list[Any], path: str, overwrite: bool, *,
+                     provenance: dict[str, Any] | None = None, model: Any = None) -> None:
         from ..report import write_report
 
+        prov = {"engine": self.engine, **(provenance or {})}
+
         def write(d: Any) -> None:
-            write_report(reports, d)
+            write_report(reports, d, provenance=prov, model=model)
 
         publish_dir(self.filesystem(path), path, write, overwrite=overwrite)
 

@@ -47,6 +47,13 @@ def _method_params(opts: dict[str, Any]) -> dict[str, Any]:
     return params
 
 
+def _provenance(opts: dict[str, Any], command: str) -> dict[str, Any]:
+    """What the report records about how it was made."""
+    return {"command": f"distcal {command}",
+            "input": opts.get("input") or opts.get("input_table"),
+            "label_col": opts.get("label_col"), "weight_col": opts.get("weight_col")}
+
+
 def cmd_fit(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     _require(opts, "input", "output")
     io.check_paths(opts, outputs=[opts["output"]])
@@ -88,9 +95,13 @@ def cmd_apply(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
         def report(written: Any) -> None:
             # On the new output before it is published: a bad label stops both.
             reports = evaluate_many(written, cols, label_col=opts["label_col"],
-                                            weight_col=opts["weight_col"], engine=io.engine,
-                                            on_invalid=opts["on_invalid"])
-            io.write_report(list(reports.values()), opts["report"], opts["overwrite"])
+                                    weight_col=opts["weight_col"], engine=io.engine,
+                                    on_invalid=opts["on_invalid"])
+            io.write_report(list(reports.values()), opts["report"], opts["overwrite"],
+                            provenance={**_provenance(opts, "apply"),
+                                        "output": io.output_name(opts),
+                                        "model_dir": str(opts["model"])},
+                            model=model)
 
     rows = io.apply(model, opts, before_commit=report)
     out = {"output": target, "rows": rows, "output_col": opts["output_col"]}
@@ -109,7 +120,8 @@ def cmd_evaluate(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
         n_bins=opts.get("n_bins") or DEFAULTS.n_bins,
         strategy=opts.get("strategy") or DEFAULTS.strategy, threshold=opts["threshold"],
         engine=io.engine, on_invalid=opts["on_invalid"]).values())
-    io.write_report(reports, opts["output"], opts["overwrite"])
+    io.write_report(reports, opts["output"], opts["overwrite"],
+                    provenance=_provenance(opts, "evaluate"))
     return {"report": str(opts["output"]),
             "metrics": {r.prob_col: {"brier": r.brier, "log_loss": r.log_loss, "ece": r.ece,
                                      "auc": r.auc} for r in reports}}
