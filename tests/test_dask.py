@@ -81,7 +81,8 @@ def test_threshold_and_evaluate_equal_local(client):
     p = df.rename(columns={"score": "prob"})
     e1 = distcal.evaluate(ddf_of(p, 6), weight_col="w", strategy="quantile")
     e2 = distcal.evaluate(p, weight_col="w", strategy="quantile")
-    for f in ("brier", "log_loss", "ece", "auc", "accuracy"):
+    for f in ("brier", "log_loss", "ece", "auc", "accuracy", "reliability_exact",
+              "resolution_exact", "adaptive_ece", "adaptive_mce", "smece", "smece_sigma"):
         assert getattr(e1, f) == pytest.approx(getattr(e2, f), rel=1e-9), f
     pd.testing.assert_frame_equal(e1.roc, e2.roc, rtol=1e-9)
 

@@ -92,7 +92,8 @@ def test_evaluate_equals_local(spark, strategy):
     a = distcal.evaluate(sdf, weight_col="w", strategy=strategy)
     b = distcal.evaluate(df, weight_col="w", strategy=strategy)
     for f in ("brier", "log_loss", "ece", "mce", "auc", "reliability", "resolution",
-              "uncertainty", "accuracy"):
+              "uncertainty", "accuracy", "reliability_exact", "resolution_exact",
+              "adaptive_ece", "adaptive_mce", "smece", "smece_sigma"):
         assert getattr(a, f) == pytest.approx(getattr(b, f), rel=1e-9, abs=1e-12), f
     pd.testing.assert_frame_equal(a.calibration_curve, b.calibration_curve, rtol=1e-9)
     pd.testing.assert_frame_equal(a.roc, b.roc, rtol=1e-9)
