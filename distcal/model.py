@@ -40,7 +40,7 @@ from .core.bins import bin_ids
 from .core.isotonic import Blocks
 from .core.sigmoid import sigmoid_predict
 from .defaults import DEFAULTS
-from .errors import DataError, ModelError
+from .errors import ModelError, sums_overflow
 from .storage import filesystem_for, publish_dir
 
 __all__ = ["CalibrationModel", "load_dir", "check_model", "read_model_json", "read_plain_file",
@@ -283,10 +283,6 @@ class CalibrationModel:
             fh.write("\n")
 
 
-OVERFLOW_MESSAGE = ("the weights are too large: their sums overflow float64 (the largest "
-                    "float is 1.8e308); divide the weight column by a constant")
-
-
 def _refuse_overflow(method: str, params: dict[str, Any], blocks: Blocks | None,
                      weight_total: float) -> None:
     """:class:`DataError` instead of a model holding inf or NaN from overflowing sums.
@@ -307,7 +303,7 @@ def _refuse_overflow(method: str, params: dict[str, Any], blocks: Blocks | None,
     elif method == "histogram" and "bin_prob" in params:
         bad = bad or not np.all(np.isfinite(np.asarray(params["bin_prob"], dtype=np.float64)))
     if bad:
-        raise DataError(OVERFLOW_MESSAGE)
+        raise sums_overflow()
 
 
 def _close(x: Any, y: Any, rtol: float = 1e-9, atol: float = 1e-12) -> bool:
