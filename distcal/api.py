@@ -82,6 +82,7 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
     array([0.33333333, 1.        ])
     """
     check_on_invalid(on_invalid)
+    checks.check_fit_params(method, method_params)  # before anything reads the data
     name = resolve_engine(data, engine)
     if score_cols is not None or method == "temperature" or (
             name == "local" and is_vector_column(data, score_col)):

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 __all__ = ["DataError", "ModelError", "UsageError", "ParameterError", "column_not_found",
-           "column_type", "output_column_exists", "unexpected_arguments"]
+           "column_type", "output_column_exists", "unexpected_arguments", "sums_overflow",
+           "OutputPathError"]
 
 
 class DataError(ValueError):
@@ -32,6 +33,16 @@ class UsageError(Exception):
 
 class ParameterError(ValueError):
     """A parameter value that cannot be used (raised before any data is read)."""
+
+
+class OutputPathError(ValueError):
+    """An output path that cannot be written: its parent is a file, its name is too long."""
+
+
+def sums_overflow(what: str = "weights") -> DataError:
+    """Finite values whose sums exceed the largest double (weights near 1e308)."""
+    return DataError(f"the {what} are too large: their sums overflow float64 (the largest "
+                     f"float is 1.8e308); divide them by a constant")
 
 
 def column_not_found(name: str, role: str, available: Iterable[str]) -> DataError:

@@ -22,9 +22,12 @@ NaN in gives NaN out.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
+import math
 import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +40,11 @@ from .core.bins import bin_ids
 from .core.isotonic import Blocks
 from .core.sigmoid import sigmoid_predict
 from .defaults import DEFAULTS
-from .errors import ModelError
+from .errors import ModelError, sums_overflow
 from .storage import filesystem_for, publish_dir
 
-__all__ = ["CalibrationModel", "load_dir"]
+__all__ = ["CalibrationModel", "load_dir", "check_model", "read_model_json", "read_plain_file",
+           "read_table_file", "blocks_from_table"]
 
 FORMAT = "distcal-model"
 FORMAT_VERSION = 1
@@ -90,6 +94,7 @@ class CalibrationModel:
         self.dropped_rows = int(dropped_rows)
         self.columns = dict(columns or {})
         self._knots: tuple[np.ndarray, np.ndarray] | None = None
+        _refuse_overflow(method, self.params, blocks, self.weight_total)
 
     # -- inspection -----------------------------------------------------
     @property
@@ -314,8 +319,31 @@ class CalibrationModel:
                                         "sha256": _sha256(tmp / "blocks.parquet")}
         meta["checksum"] = _json_checksum(meta)
         with open(tmp / "model.json", "w") as fh:
-            json.dump(meta, fh, indent=2, sort_keys=True, allow_nan=True)
+            json.dump(meta, fh, indent=2, sort_keys=True, allow_nan=False)
             fh.write("\n")
+
+
+def _refuse_overflow(method: str, params: dict[str, Any], blocks: Blocks | None,
+                     weight_total: float) -> None:
+    """:class:`DataError` instead of a model holding inf or NaN from overflowing sums.
+
+    Weights are each finite, but their sums (and the sums a fit builds on
+    them) can exceed the largest double; a model must never hold the NaN
+    that follows.
+    """
+    bad = not math.isfinite(weight_total)
+    if blocks is not None and len(blocks):
+        with np.errstate(invalid="ignore"):
+            bad = bad or not (np.all(np.isfinite(blocks.weight))
+                              and np.all(np.isfinite(blocks.positives))
+                              and not np.any(np.isnan(blocks.prob)))
+    if method == "sigmoid":
+        bad = bad or not all(isinstance(params.get(k), (int, float))
+                             and math.isfinite(params[k]) for k in ("a", "b"))
+    elif method == "histogram" and "bin_prob" in params:
+        bad = bad or not np.all(np.isfinite(np.asarray(params["bin_prob"], dtype=np.float64)))
+    if bad:
+        raise sums_overflow()
 
 
 def _close(x: Any, y: Any, rtol: float = 1e-9, atol: float = 1e-12) -> bool:
@@ -349,54 +377,309 @@ def _json_checksum(meta: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
+# -- reading untrusted model directories ----------------------------------------
+
+# model.json beyond this is not a model distcal wrote (a histogram of 1,000,000
+# bins takes about 50 MB); tables beyond this neither.
+MAX_JSON_BYTES = 128 << 20
+MAX_TABLE_BYTES = 1 << 30
+# model.json nests three levels; anything much deeper is not a model.
+MAX_JSON_DEPTH = 32
+BLOCKS_FILE = "blocks.parquet"
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a finite number")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"number {text[:40]} is out of the range of a float")
+    return value
+
+
+def _depth(doc: Any) -> int:
+    """Nesting depth of a parsed JSON document, iteratively (no recursion)."""
+    deepest, stack = 0, [(doc, 1)]
+    while stack:
+        node, d = stack.pop()
+        if isinstance(node, dict):
+            node = list(node.values())
+        if isinstance(node, list):
+            deepest = max(deepest, d)
+            if d > MAX_JSON_DEPTH:
+                return d
+            stack.extend((v, d + 1) for v in node)
+    return deepest
+
+
+def read_plain_file(root: Path, name: Any, limit: int, what: str = "file") -> bytes:
+    """The bytes of the regular file ``name`` directly inside ``root``.
+
+    A model directory is untrusted: ``name`` must be a plain file name (no
+    separator, no ``..``, not absolute), the file must be a regular file
+    (a symbolic link is refused, never followed; so are FIFOs and devices)
+    and at most ``limit`` bytes. Anything else is a :class:`ModelError`.
+    """
+    if (not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name
+            or "\x00" in name or os.path.isabs(name)):
+        raise ModelError(f"'{root}' is damaged: the {what} {str(name)[:80]!r} is not a plain "
+                         "file name inside the model directory")
+    path = root / name
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError as exc:
+        raise ModelError(f"'{path}' is missing") from exc
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or os.path.islink(path):
+            raise ModelError(f"'{path}' is a symbolic link; a model directory holds regular "
+                             "files only") from exc
+        raise ModelError(f"cannot read '{path}': {exc.strerror}") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ModelError(f"'{path}' is not a regular file")
+        if st.st_size > limit:
+            raise ModelError(f"'{path}' is larger than {limit} bytes: not a distcal model file")
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            size += len(chunk)
+            if size > limit:
+                raise ModelError(f"'{path}' is larger than {limit} bytes: not a distcal model "
+                                 "file")
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_model_json(root: Path) -> dict[str, Any]:
+    """The parsed ``model.json`` of ``root``, or :class:`ModelError`.
+
+    Only finite numbers (no ``NaN``/``Infinity``, no float beyond the range
+    of a double), at most :data:`MAX_JSON_BYTES` and :data:`MAX_JSON_DEPTH`
+    levels, an object at the top.
+    """
+    if not root.is_dir():
+        raise ModelError(f"model directory '{root}' does not exist")
+    meta_path = root / "model.json"
+    if not os.path.lexists(meta_path):
+        raise ModelError(f"'{root}' is not a distcal model (no model.json)")
+    raw = read_plain_file(root, "model.json", MAX_JSON_BYTES, "metadata file")
+    try:
+        meta = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant,
+                          parse_float=_finite_float)
+    except (ValueError, RecursionError, MemoryError) as exc:  # UnicodeDecodeError too
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+        raise ModelError(f"'{meta_path}' is damaged: {why}") from exc
+    if _depth(meta) > MAX_JSON_DEPTH:
+        raise ModelError(f"'{meta_path}' is damaged: nested too deeply")
+    if not isinstance(meta, dict):
+        raise ModelError(f"'{root}' is not a distcal model")
+    return meta
+
+
+def read_table_file(root: Path, info: Any, expected_file: str) -> pa.Table:
+    """The Parquet table of a ``tables`` entry of model.json, checked against its hash."""
+    if not isinstance(info, dict) or info.get("file") != expected_file:
+        raise ModelError(f"'{root}' is damaged: a table entry does not name "
+                         f"'{expected_file}'")
+    data = read_plain_file(root, info["file"], MAX_TABLE_BYTES, "table file")
+    if hashlib.sha256(data).hexdigest() != info.get("sha256"):
+        raise ModelError(f"'{root / expected_file}' is missing or damaged (checksum mismatch)")
+    try:
+        table = pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise ModelError(f"'{root / expected_file}' is damaged: {exc}") from exc
+    rows = info.get("rows")
+    if isinstance(rows, bool) or not isinstance(rows, int) or table.num_rows != rows:
+        raise ModelError(f"'{root / expected_file}' does not hold the expected rows")
+    return table
+
+
+def blocks_from_table(table: pa.Table, where: str, keys: tuple[str, ...] = ()) -> Blocks:
+    """:class:`Blocks` from the five float columns of a blocks table."""
+    cols = {}
+    for f in _BLOCK_COLUMNS:
+        if f not in table.schema.names or not pa.types.is_floating(table.schema.field(f).type):
+            raise ModelError(f"{where} does not hold the expected blocks (column {f!r})")
+        cols[f] = np.asarray(table.column(f).to_numpy(), dtype=np.float64)
+    extra = set(table.schema.names) - set(_BLOCK_COLUMNS) - set(keys)
+    if extra - {"score_mean"}:
+        raise ModelError(f"{where} does not hold the expected blocks (columns "
+                         f"{sorted(extra)})")
+    mean = None
+    if "score_mean" in extra:  # isotonic blocks: the weighted mean score of each block
+        if not pa.types.is_floating(table.schema.field("score_mean").type):
+            raise ModelError(f"{where} does not hold the expected blocks (column 'score_mean')")
+        mean = np.asarray(table.column("score_mean").to_numpy(), dtype=np.float64)
+    return Blocks(cols["score_min"], cols["score_max"], cols["weight"], cols["positives"],
+                  cols["prob"], mean)
+
+
+def _short(v: Any) -> str:
+    """``repr(v)``, cut to 40 characters (values from untrusted files go into messages)."""
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _is_number(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def _is_count(v: Any) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int) and v >= 0
+
+
+def check_model(method: Any, params: Any, blocks: Blocks | None, *, n_rows: Any = 0,
+                weight_total: Any = 0.0, dropped_rows: Any = 0, columns: Any = None) -> None:
+    """Raise ``ValueError`` naming what is inconsistent in a binary model's parts.
+
+    Every parameter a method's prediction uses, of the right type; finite,
+    ordered edges and block bounds; probabilities in [0, 1]; monotone blocks
+    for isotonic regression.
+    """
+    from .defaults import INTERPOLATIONS, METHODS, STRATEGIES
+
+    if method not in METHODS:
+        raise ValueError(f"unknown method {method!r}")
+    if not isinstance(params, dict):
+        raise ValueError("params is not a mapping")
+    if not (_is_count(n_rows) and _is_count(dropped_rows)):
+        raise ValueError("n_rows and dropped_rows must be integers >= 0")
+    if not (_is_number(weight_total) and weight_total >= 0):
+        raise ValueError(f"weight_total must be a finite number >= 0, got {weight_total!r}")
+    if columns is not None and not (isinstance(columns, dict) and all(
+            isinstance(k, str) and (v is None or isinstance(v, str))
+            for k, v in columns.items())):
+        raise ValueError("columns must map roles to column names")
+    if method == "sigmoid":
+        if blocks is not None:
+            raise ValueError("a sigmoid model has no blocks table")
+        for k in ("a", "b"):
+            if not _is_number(params.get(k)):
+                raise ValueError(f"sigmoid parameter {k} must be a finite number, got "
+                                 f"{params.get(k)!r}")
+        return
+    if blocks is None:
+        raise ValueError(f"the {method} model has no blocks table")
+    _check_blocks(method, blocks)
+    if method == "isotonic":
+        inc = params.get("increasing")
+        if not (inc is True or inc is False or inc == "auto"):
+            raise ValueError(f"increasing must be true, false or 'auto', got {inc!r}")
+        if params.get("interpolation") not in INTERPOLATIONS:
+            raise ValueError(f"interpolation must be one of {INTERPOLATIONS}, got "
+                             f"{params.get('interpolation')!r}")
+        if params.get("interpolation") == "centered" and blocks.score_mean is None:
+            raise ValueError("a centered isotonic model needs the blocks' score_mean")
+        for k in ("y_min", "y_max"):
+            v = params.get(k)
+            if v is not None and not (_is_number(v) and 0.0 <= v <= 1.0):
+                raise ValueError(f"{k} must be null or a number in [0, 1], got {v!r}")
+        direction = params.get("increasing_", inc)
+        if direction is not True and direction is not False:
+            raise ValueError(f"increasing_ must be true or false, got {direction!r}")
+        step = np.diff(blocks.prob)
+        if np.any(step < 0) if direction else np.any(step > 0):
+            raise ValueError("the block probabilities are not monotone in the fitted "
+                             "direction")
+    elif method == "histogram":
+        n_bins, edges, rate = params.get("n_bins"), params.get("edges"), params.get("bin_prob")
+        if isinstance(n_bins, bool) or not isinstance(n_bins, int) or \
+                not 1 <= n_bins <= 1_000_000:
+            raise ValueError(f"n_bins must be an integer from 1 to 1000000, got {n_bins!r}")
+        if params.get("strategy") not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {STRATEGIES}, got "
+                             f"{params.get('strategy')!r}")
+        if not (isinstance(edges, list) and len(edges) == n_bins + 1
+                and all(_is_number(e) for e in edges)):
+            raise ValueError(f"edges must be {n_bins + 1} finite numbers")
+        if not (isinstance(rate, list) and len(rate) == n_bins
+                and all(_is_number(r) and 0.0 <= r <= 1.0 for r in rate)):
+            raise ValueError(f"bin_prob must be {n_bins} probabilities in [0, 1]")
+        e = np.asarray(edges, dtype=np.float64)
+        if np.any(np.diff(e) < 0):
+            raise ValueError("edges are not in ascending order")
+        if np.any(blocks.score_min < e[0]) or np.any(blocks.score_max > e[-1]):
+            raise ValueError("blocks lie outside the bin edges")
+    elif method == "modl":
+        if not _is_number(params.get("cost")):
+            raise ValueError(f"cost must be a finite number, got {params.get('cost')!r}")
+        if not isinstance(params.get("exact"), bool):
+            raise ValueError(f"exact must be true or false, got {params.get('exact')!r}")
+
+
+def _check_blocks(method: str, b: Blocks) -> None:
+    n = len(b)
+    if n == 0:
+        raise ValueError("the blocks table is empty")
+    if any(getattr(b, f).shape != (n,) for f in _BLOCK_COLUMNS):
+        raise ValueError("the blocks columns differ in length")
+    if np.any(np.isnan(b.score_min)) or np.any(np.isnan(b.score_max)):
+        raise ValueError("block bounds are NaN")
+    if method == "histogram" and not (np.all(np.isfinite(b.score_min))
+                                      and np.all(np.isfinite(b.score_max))):
+        raise ValueError("histogram block bounds must be finite")
+    if np.any(b.score_min > b.score_max):
+        raise ValueError("a block's score_min exceeds its score_max")
+    if n > 1:
+        below, above = b.score_max[:-1], b.score_min[1:]
+        ordered = np.all(above >= below) if method == "histogram" else np.all(above > below)
+        if not ordered:
+            raise ValueError("blocks are not in ascending, non-overlapping score order")
+    if not np.all((b.prob >= 0.0) & (b.prob <= 1.0)):  # NaN fails too
+        raise ValueError("block probabilities must lie in [0, 1]")
+    if not (np.all(np.isfinite(b.weight)) and np.all(b.weight > 0)):
+        raise ValueError("block weights must be finite and > 0")
+    if not (np.all(np.isfinite(b.positives)) and np.all(b.positives >= 0)
+            and np.all(b.positives <= b.weight * (1.0 + 1e-9))):
+        raise ValueError("block positives must be finite and in [0, weight]")
+    if b.score_mean is not None:
+        m = b.score_mean
+        if m.shape != (n,) or not np.all((m >= b.score_min) & (m <= b.score_max)):
+            raise ValueError("block score_mean must lie in [score_min, score_max]")
+
+
 def load_dir(root: Path) -> CalibrationModel:
     """Read the binary model directory ``root`` of this machine (see :func:`distcal.load`).
 
-    Raises :class:`~distcal.ModelError` when the directory is missing, not a
-    distcal model, of an unknown format version, or damaged. Nothing in the
+    The directory is untrusted input. Raises :class:`~distcal.ModelError`
+    when it is missing, not a distcal model, of an unknown format version,
+    damaged, or inconsistent: only the regular file ``blocks.parquet``
+    directly inside it is read (no other name, no symbolic link), and every
+    parameter and table is checked (:func:`check_model`). Nothing in the
     directory is executed.
     """
+    meta = read_model_json(root)
     meta_path = root / "model.json"
-    if not root.is_dir():
-        raise ModelError(f"model directory '{root}' does not exist")
-    if not meta_path.is_file():
-        raise ModelError(f"'{root}' is not a distcal model (no model.json)")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"'{meta_path}' is damaged: {exc}") from exc
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+    if meta.get("format") != FORMAT:
         raise ModelError(f"'{root}' is not a distcal model")
     if meta.get("format_version") != FORMAT_VERSION:
-        raise ModelError(f"'{root}' has model format version {meta.get('format_version')!r}; "
+        raise ModelError(f"'{root}' has model format version "
+                         f"{_short(meta.get('format_version'))}; "
                          f"this distcal reads version {FORMAT_VERSION}")
     if meta.get("checksum") != _json_checksum(meta):
         raise ModelError(f"'{meta_path}' is damaged (checksum mismatch)")
     try:
-        blocks = None
         tables = meta["tables"]
+        if not isinstance(tables, dict) or set(tables) - {"blocks"}:
+            raise ModelError(f"'{root}' is damaged: unexpected tables in model.json")
+        blocks = None
         if "blocks" in tables:
-            info = tables["blocks"]
-            file = root / info["file"]
-            if not file.is_file() or _sha256(file) != info["sha256"]:
-                raise ModelError(f"'{file}' is missing or damaged (checksum mismatch)")
-            t = pq.read_table(file)
-            names = set(t.schema.names)
-            if t.num_rows != info["rows"] or names - {"score_mean"} != set(_BLOCK_COLUMNS):
-                raise ModelError(f"'{file}' does not hold the expected blocks")
-            smin, smax, weight, positives, prob = (
-                t.column(f).to_numpy() for f in
-                ("score_min", "score_max", "weight", "positives", "prob"))
-            blocks = Blocks(smin, smax, weight, positives, prob,
-                            score_mean=t.column("score_mean").to_numpy()
-                            if "score_mean" in names else None)
-        model = CalibrationModel(meta["method"], meta["params"], blocks, n_rows=meta["n_rows"],
-                                 weight_total=meta["weight_total"],
-                                 dropped_rows=meta["dropped_rows"], columns=meta["columns"])
+            blocks = blocks_from_table(read_table_file(root, tables["blocks"], BLOCKS_FILE),
+                                       f"'{root / BLOCKS_FILE}'")
+        parts = {k: meta[k] for k in ("n_rows", "weight_total", "dropped_rows", "columns")}
+        check_model(meta["method"], meta["params"], blocks, **parts)
+        model = CalibrationModel(meta["method"], meta["params"], blocks, **parts)
     except ModelError:
         raise
-    except (KeyError, TypeError, ValueError, OSError, pa.ArrowException) as exc:
-        raise ModelError(f"'{root}' is damaged: {exc}") from exc
-    if model.method in ("isotonic", "histogram") and blocks is None:
-        raise ModelError(f"'{root}' is damaged: the {model.method} model has no blocks table")
+    except (KeyError, TypeError, ValueError, OverflowError, IndexError, OSError,
+            pa.ArrowException) as exc:
+        raise ModelError(f"'{root}' is damaged: {str(exc)[:300]}") from exc
     return model

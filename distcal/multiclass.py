@@ -39,11 +39,20 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from .core.isotonic import Blocks
 from .core.multiclass import label_problems, normalise_ovr, to_logits
 from .core.temperature import center_logits, fit_temperature, softmax_predict, temperature_sums
 from .errors import DataError, ModelError
-from .model import CalibrationModel, _close, _json_checksum, _sha256
+from .model import (
+    CalibrationModel,
+    _close,
+    _json_checksum,
+    _sha256,
+    _short,
+    blocks_from_table,
+    check_model,
+    read_model_json,
+    read_table_file,
+)
 
 __all__ = ["MulticlassCalibrationModel", "fit_multiclass", "load_multiclass",
            "is_multiclass_model", "FORMAT", "FORMAT_VERSION", "METHODS"]
@@ -595,22 +604,24 @@ def is_multiclass_model(path: str | os.PathLike) -> bool:
     """True when ``path`` is a directory whose model.json has format ``distcal-multiclass-model``.
 
     For ``distcal.load`` to dispatch: only the ``format`` field is read;
-    nothing is validated (:func:`load_multiclass` does that).
+    nothing is validated (:func:`load_multiclass` does that). A model.json
+    that cannot be read safely is left to the binary loader to report.
     """
-    meta_path = Path(path) / "model.json"
     try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, ValueError):
+        meta = read_model_json(Path(path))
+    except ModelError:
         return False
-    return isinstance(meta, dict) and meta.get("format") == FORMAT
+    return meta.get("format") == FORMAT
 
 
 def load_multiclass(path: str | os.PathLike) -> MulticlassCalibrationModel:
     """Read a directory written by :meth:`MulticlassCalibrationModel.save`.
 
-    Raises :class:`~distcal.ModelError` when the directory is missing, not a
-    distcal multiclass model, of an unknown format version, or damaged (a
-    checksum, a table or the metadata is inconsistent).
+    The directory is untrusted input. Raises :class:`~distcal.ModelError`
+    when it is missing, not a distcal multiclass model, of an unknown format
+    version, or damaged (a checksum, a table or the metadata is
+    inconsistent); only the regular file ``classes.parquet`` directly inside
+    it is read, and every class model is checked as a binary one.
 
     Examples
     --------
@@ -625,19 +636,12 @@ def load_multiclass(path: str | os.PathLike) -> MulticlassCalibrationModel:
     """
     root = Path(path)
     meta_path = root / "model.json"
-    if not root.is_dir():
-        raise ModelError(f"model directory '{root}' does not exist")
-    if not meta_path.is_file():
-        raise ModelError(f"'{root}' is not a distcal model (no model.json)")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ModelError(f"'{meta_path}' is damaged: {exc}") from exc
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+    meta = read_model_json(root)
+    if meta.get("format") != FORMAT:
         raise ModelError(f"'{root}' is not a distcal multiclass model")
     if meta.get("format_version") != FORMAT_VERSION:
         raise ModelError(f"'{root}' has multiclass model format version "
-                         f"{meta.get('format_version')!r}; this distcal reads version "
+                         f"{_short(meta.get('format_version'))}; this distcal reads version "
                          f"{FORMAT_VERSION}")
     if meta.get("checksum") != _json_checksum(meta):
         raise ModelError(f"'{meta_path}' is damaged (checksum mismatch)")
@@ -645,8 +649,9 @@ def load_multiclass(path: str | os.PathLike) -> MulticlassCalibrationModel:
         return _model_from_meta(root, meta)
     except ModelError:
         raise
-    except (KeyError, TypeError, ValueError, IndexError, OSError, pa.ArrowException) as exc:
-        raise ModelError(f"'{root}' is damaged: {exc}") from exc
+    except (KeyError, TypeError, ValueError, IndexError, OverflowError, AttributeError, OSError,
+            pa.ArrowException) as exc:
+        raise ModelError(f"'{root}' is damaged: {str(exc)[:300]}") from exc
 
 
 def _model_from_meta(root: Path, meta: dict[str, Any]) -> MulticlassCalibrationModel:
@@ -655,17 +660,22 @@ def _model_from_meta(root: Path, meta: dict[str, Any]) -> MulticlassCalibrationM
 
     method, k = meta["method"], meta["n_classes"]
     if method not in METHODS:
-        raise bad(f"unknown method {method!r}")
-    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
-        raise bad(f"n_classes must be an integer >= 2, got {k!r}")
+        raise bad(f"unknown method {str(method)[:40]!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or not 2 <= k <= 1_000_000:
+        raise bad(f"n_classes must be an integer >= 2, got {str(k)[:40]!r}")
     if meta["classes"] != list(range(k)):
         raise bad("classes are not 0..K-1")
+    if not isinstance(meta["params"], dict):
+        raise bad("params is not a mapping")
     entries = meta["class_models"]
     tables = meta["tables"]
+    if not isinstance(tables, dict):
+        raise bad("tables is not a mapping")
     if method == "temperature":
         beta = meta["params"].get("beta")
-        if not isinstance(beta, (int, float)) or not (np.isfinite(beta) and beta > 0):
-            raise bad(f"beta must be finite and > 0, got {beta!r}")
+        if isinstance(beta, bool) or not isinstance(beta, (int, float)) \
+                or not (np.isfinite(beta) and beta > 0):
+            raise bad(f"beta must be finite and > 0, got {str(beta)[:40]!r}")
         if entries is not None or tables:
             raise bad("a temperature-scaling model has no per-class models or tables")
         return MulticlassCalibrationModel(method, k, meta["params"], None,
@@ -677,17 +687,12 @@ def _model_from_meta(root: Path, meta: dict[str, Any]) -> MulticlassCalibrationM
         raise bad(f"expected {k} per-class entries")
     table = None
     if "classes" in tables:
-        info = tables["classes"]
-        file = root / info["file"]
-        if info["file"] != _TABLE_FILE or not file.is_file() \
-                or _sha256(file) != info["sha256"]:
-            raise ModelError(f"'{file}' is missing or damaged (checksum mismatch)")
-        table = pq.read_table(file)
-        if table.num_rows != info["rows"] or \
-                set(table.schema.names) != {"class", *_BLOCK_COLUMNS}:
-            raise ModelError(f"'{file}' does not hold the expected per-class blocks")
-    elif set(tables):
-        raise bad(f"unknown tables {sorted(tables)}")
+        table = read_table_file(root, tables["classes"], _TABLE_FILE)
+        if set(table.schema.names) != {"class", *_BLOCK_COLUMNS}:
+            raise ModelError(f"'{root / _TABLE_FILE}' does not hold the expected per-class "
+                             "blocks")
+    if set(tables) - {"classes"}:
+        raise bad(f"unknown tables {sorted(map(str, tables))[:5]}")
     cls = None if table is None else table.column("class").to_numpy()
     used = 0
     models: list[CalibrationModel | None] = []
@@ -697,8 +702,10 @@ def _model_from_meta(root: Path, meta: dict[str, Any]) -> MulticlassCalibrationM
                 raise bad(f"class {i} has no model")
             models.append(None)
             continue
+        if not isinstance(e, dict):
+            raise bad(f"entry {i} is not a mapping")
         if e["class"] != i:
-            raise bad(f"entry {i} is for class {e['class']!r}")
+            raise bad(f"entry {i} is for class {str(e['class'])[:40]!r}")
         blocks = None
         if e["blocks"] is not None:
             if cls is None or table is None:
@@ -706,27 +713,21 @@ def _model_from_meta(root: Path, meta: dict[str, Any]) -> MulticlassCalibrationM
             rows = np.flatnonzero(cls == i)
             if len(rows) != e["blocks"]:
                 raise bad(f"class {i} has {len(rows)} blocks in the table, "
-                          f"{e['blocks']} in model.json")
-            part = table.take(pa.array(rows))
-            b = {f: part.column(f).to_numpy() for f in _BLOCK_COLUMNS}
-            if np.any(np.diff(b["score_min"]) <= 0) or np.any(b["score_max"] < b["score_min"]) \
-                    or np.any(np.isnan(b["prob"])) or np.any((b["prob"] < 0) | (b["prob"] > 1)):
-                raise bad(f"class {i} blocks are not ascending probability blocks")
-            blocks = Blocks(b["score_min"], b["score_max"], b["weight"], b["positives"],
-                            b["prob"])
+                          f"{str(e['blocks'])[:40]} in model.json")
+            blocks = blocks_from_table(table.take(pa.array(rows)),
+                                       f"'{root / _TABLE_FILE}' (class {i})", keys=("class",))
             used += len(rows)
-        elif method in ("isotonic", "histogram"):
-            raise bad(f"the {method} model of class {i} has no blocks")
-        m = CalibrationModel(method, e["params"], blocks, n_rows=e["n_rows"],
-                             weight_total=e["weight_total"], dropped_rows=e["dropped_rows"],
-                             columns=e["columns"])
-        if method == "sigmoid" and not all(
-                isinstance(m.params.get(p), (int, float)) and np.isfinite(m.params[p])
-                for p in ("a", "b")):
-            raise bad(f"the sigmoid model of class {i} has no finite a and b")
-        models.append(m)
+        parts = {f: e[f] for f in ("n_rows", "weight_total", "dropped_rows", "columns")}
+        try:
+            check_model(method, e["params"], blocks, **parts)
+        except ValueError as exc:
+            raise bad(f"class {i}: {exc}") from exc
+        models.append(CalibrationModel(method, e["params"], blocks, **parts))
     if table is not None and used != table.num_rows:
         raise bad("the blocks table has rows of no class")
+    for f in ("n_rows", "dropped_rows"):
+        if isinstance(meta[f], bool) or not isinstance(meta[f], int) or meta[f] < 0:
+            raise bad(f"{f} must be an integer >= 0")
     return MulticlassCalibrationModel(method, k, meta["params"], models, n_rows=meta["n_rows"],
                                       weight_total=meta["weight_total"],
                                       dropped_rows=meta["dropped_rows"], columns=meta["columns"])

@@ -15,7 +15,8 @@ from typing import Any
 from .defaults import INTERPOLATIONS, METHOD_PARAMS, METHODS, STRATEGIES
 from .errors import ParameterError, unexpected_arguments
 
-__all__ = ["method_params", "split_engine_options", "check_n_bins", "check_strategy",
+__all__ = ["method_params", "check_fit_params", "split_engine_options", "check_n_bins",
+           "check_strategy",
            "check_finite", "check_on_invalid"]
 
 
@@ -67,6 +68,9 @@ def method_params(method: str, given: dict[str, Any]) -> dict[str, Any]:
                              f"{params['interpolation']!r}")
         for k in ("y_min", "y_max"):
             params[k] = check_finite(params[k], k, optional=True)
+            if params[k] is not None and not 0.0 <= params[k] <= 1.0:
+                raise ParameterError(f"{k} must lie in [0, 1] (a probability), got "
+                                     f"{params[k]!r}")
         if (params["y_min"] is not None and params["y_max"] is not None
                 and params["y_min"] > params["y_max"]):
             raise ParameterError(f"y_min must not exceed y_max, got y_min={params['y_min']!r} > "
@@ -75,6 +79,20 @@ def method_params(method: str, given: dict[str, Any]) -> dict[str, Any]:
         check_strategy(params["strategy"])
         check_n_bins(params["n_bins"])
     return params
+
+
+def check_fit_params(method: Any, given: dict[str, Any]) -> None:
+    """The method name and the values of its parameters in ``given``, before any data is read.
+
+    Names that are not the method's parameters are left for
+    :func:`split_engine_options` (engine options, or a ``TypeError``).
+    """
+    if method == "temperature":
+        return
+    if not isinstance(method, str) or method not in METHODS:
+        method_params(method, {})  # raises the one message
+    own = METHOD_PARAMS[method]
+    method_params(method, {k: v for k, v in given.items() if k in own})
 
 
 def split_engine_options(function: str, method: str | None, given: dict[str, Any],

@@ -53,7 +53,8 @@ def arrow_to_float(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndar
         col = pc.cast(col, col.type.value_type)
     if arrow_kind(col.type) == "text":
         return _coerce_text(pd.Series(col.to_pandas(), dtype=object))
-    return pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False), None
+    # safe=False: integers beyond 2^53 round (and fail the label/score checks, not Arrow).
+    return pc.cast(col, pa.float64(), safe=False).to_numpy(zero_copy_only=False), None
 
 
 def _pandas_to_float(s: pd.Series) -> tuple[np.ndarray, np.ndarray | None]:

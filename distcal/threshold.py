@@ -6,6 +6,8 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
+import numpy as np
+
 from .core.distinct import DistinctTable
 from .core.threshold import (
     EMPTY,
@@ -16,7 +18,7 @@ from .core.threshold import (
 )
 from .defaults import DEFAULTS
 from .engines import get_engine, resolve_engine
-from .errors import DataError
+from .errors import DataError, sums_overflow
 from .params import check_finite, check_on_invalid, split_engine_options
 
 __all__ = ["ThresholdResult", "ThresholdTracker", "optimal_threshold"]
@@ -26,7 +28,12 @@ __all__ = ["ThresholdResult", "ThresholdTracker", "optimal_threshold"]
 class ThresholdResult:
     """The optimal threshold and what it does.
 
-    ``threshold`` (+inf: predict nothing positive), ``cost`` (the minimal
+    The rule is "positive iff score >= ``threshold``", with one exception:
+    ``predict_none`` is True when the best rule predicts nothing positive;
+    ``threshold`` is then +inf but no row is positive, not even rows whose
+    score is +inf. (When ``threshold`` is +inf and ``predict_none`` is
+    False, the rows scored +inf, and only they, are predicted positive.)
+    ``cost`` (the minimal
     total cost; with a per-row loss, the minimal sum of z),
     ``n_positive_predicted`` (weight predicted positive), and the weighted
     confusion at the threshold (``tp``, ``fp``, ``tn``, ``fn``; NaN with a
@@ -42,6 +49,7 @@ class ThresholdResult:
     fn: float = math.nan
     n_rows: int = 0
     dropped_rows: int = 0
+    predict_none: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -79,7 +87,8 @@ def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
     Returns
     -------
     ThresholdResult
-        ``threshold`` (+inf: predict nothing positive), ``cost``,
+        ``threshold`` (+inf and ``predict_none``: predict nothing positive;
+        +inf alone: predict the +inf scores positive), ``cost``,
         ``n_positive_predicted`` and the weighted confusion. Equal scores
         fall on the same side; among thresholds of equal cost the largest
         is returned.
@@ -123,10 +132,21 @@ def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
 
 def result_from_segment(seg: Any, cost_fp: float, cost_fn: float, per_row_loss: bool,
                         n_rows: int, dropped_rows: int) -> ThresholdResult:
-    """Turn the summary of all scores into the public result."""
+    """Turn the summary of all scores into the public result.
+
+    The best suffix is empty (nothing predicted positive) exactly when its
+    sum is not negative: ties prefer the shorter suffix. Sums that
+    overflowed float64 are a :class:`~distcal.DataError`, never a NaN cost.
+    """
+    none = not seg.best < 0.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        sums = (seg.z, seg.best, seg.weight, seg.positives, seg.best_weight,
+                seg.best_positives, cost_fn * seg.positives + seg.best)
+    if not all(math.isfinite(v) for v in sums):
+        raise sums_overflow("weights (times the costs or losses)")
     if per_row_loss:
         return ThresholdResult(seg.threshold, seg.best, seg.best_weight, n_rows=n_rows,
-                               dropped_rows=dropped_rows)
+                               dropped_rows=dropped_rows, predict_none=none)
     tp = seg.best_positives
     fp = seg.best_weight - seg.best_positives
     fn = seg.positives - tp
@@ -134,7 +154,7 @@ def result_from_segment(seg: Any, cost_fp: float, cost_fn: float, per_row_loss: 
     # Everything negative costs cost_fn * positives; the best suffix adds seg.best.
     cost = cost_fn * seg.positives + seg.best
     return ThresholdResult(seg.threshold, cost, seg.best_weight, tp=tp, fp=fp, tn=tn, fn=fn,
-                           n_rows=n_rows, dropped_rows=dropped_rows)
+                           n_rows=n_rows, dropped_rows=dropped_rows, predict_none=none)
 
 
 class ThresholdTracker:
@@ -158,11 +178,14 @@ class ThresholdTracker:
     def __init__(self, cost_fp: float = 1.0, cost_fn: float = 1.0):
         from .core.tracker import SummaryTree
 
-        self.cost_fp, self.cost_fn = float(cost_fp), float(cost_fn)
-        if not (math.isfinite(self.cost_fp) and math.isfinite(self.cost_fn)):
-            raise ValueError("cost_fp and cost_fn must be finite")
+        c_fp, c_fn = check_finite(cost_fp, "cost_fp"), check_finite(cost_fn, "cost_fn")
+        assert c_fp is not None and c_fn is not None
+        self.cost_fp, self.cost_fn = c_fp, c_fn
         self._tree = SummaryTree()
         self.n_rows = 0
+        # Weight and positives of the rows scored +inf: the tree's sums at or
+        # above a threshold cannot single them out.
+        self._inf_w = self._inf_p = 0.0
 
     def update(self, score: float, label: float | None = None, weight: float = 1.0, *,
                loss: float | None = None) -> None:
@@ -190,6 +213,9 @@ class ThresholdTracker:
         if weight:
             self._tree.add(score, float(z), float(weight), float(wy))
             self.n_rows += 1
+            if score == math.inf:
+                self._inf_w += float(weight)
+                self._inf_p += float(wy)
 
     def update_many(self, scores: Any, labels: Any = None, weights: Any = None, *,
                     losses: Any = None) -> None:
@@ -223,12 +249,20 @@ class ThresholdTracker:
         add = self._tree.add
         for args in zip(table.score.tolist(), z.tolist(), table.weight.tolist(), pos.tolist()):
             add(*args)
+        if len(table) and table.score[-1] == np.inf:
+            self._inf_w += float(table.weight[-1])
+            self._inf_p += float(pos[-1])
         self.n_rows += int(s.shape[0])
 
     @property
     def threshold(self) -> float:
-        """Predict positive iff score >= threshold (+inf: nothing positive)."""
+        """Predict positive iff score >= threshold (see :attr:`predict_none`)."""
         return self._tree.best()[1]
+
+    @property
+    def predict_none(self) -> bool:
+        """Whether the best rule predicts nothing positive (not even +inf scores)."""
+        return not self._tree.best()[0] < 0.0
 
     @property
     def cost(self) -> float:
@@ -245,7 +279,10 @@ class ThresholdTracker:
 
         tree = self._tree
         best, t = tree.best()
-        bw, bp = tree.sums_at_or_above(t)
+        if t == math.inf:  # the rows scored +inf, or (best == 0) none
+            bw, bp = (self._inf_w, self._inf_p) if best < 0.0 else (0.0, 0.0)
+        else:
+            bw, bp = tree.sums_at_or_above(t)
         return SegmentSummary(tree.total_z(), best, t, tree.weight_total, tree.positives_total,
                               bw, bp)
 

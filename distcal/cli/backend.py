@@ -19,6 +19,7 @@ from ..loading import load_dir
 from ..model import CalibrationModel
 from ..storage import (
     FileSystem,
+    check_target,
     fetch_dir,
     filesystem_for,
     is_local_uri,
@@ -27,7 +28,7 @@ from ..storage import (
     refuse_existing,
 )
 
-__all__ = ["Backend"]
+__all__ = ["Backend", "check_input_files"]
 
 
 class Backend:
@@ -52,6 +53,8 @@ class Backend:
     def check_paths(self, opts: dict[str, Any], outputs: Iterable[str]) -> None:
         """Refuse an output inside the input (a re-run would read it) or overlapping another."""
         outputs = [str(o) for o in outputs]
+        for out in outputs:
+            check_target(self.filesystem(out), out)
         inp = opts.get("input")
         if inp:
             for out in outputs:
@@ -114,3 +117,90 @@ def _inside(a: str, b: str) -> bool:
     """Whether path ``a`` is ``b`` or lies under it."""
     na, nb = _normal(a), _normal(b)
     return na == nb or na.startswith(nb.rstrip("/") + "/")
+
+
+# The columns each command reads, by option name.
+_COLUMNS = {"fit": ("score_col", "label_col", "weight_col"),
+            "apply": ("score_col",),
+            "evaluate": ("prob_col", "label_col", "weight_col"),
+            "threshold": ("score_col", "label_col", "weight_col", "loss_col"),
+            "discretize": ("score_col", "label_col")}
+# Past this many files, only the first ones are checked (a footer read each).
+_MAX_CHECKED_FILES = 10_000
+
+
+def check_input_files(command: str, opts: dict[str, Any]) -> None:
+    """Refuse a local input that no engine could read, naming the file and the column.
+
+    Every Parquet file of a local input is opened (its footer only): a file
+    that is not Parquet (CSV given by mistake), or a column the command reads
+    that is not a number or text in some file, or whose type differs from one
+    file to the next (a timestamp column in one file), is a
+    :class:`~distcal.DataError` with a one-line message, before any engine
+    starts. Remote inputs and catalog tables are left to the engine.
+    """
+    import pyarrow.parquet as pq
+
+    from ..tables import arrow_kind
+
+    inp = opts.get("input")
+    if not inp or not is_local_uri(str(inp)) or opts.get("input_table"):
+        return
+    path = local_path(str(inp))
+    if not os.path.exists(path):
+        return  # each backend says so in its own words
+    if os.path.isdir(path):
+        files = _dataset_files(path)
+    else:
+        files = [path]
+    names: list[str] = []
+    for opt in _COLUMNS.get(command, ()):
+        value = opts.get(opt)
+        if opt == "label_col" and command == "threshold" and opts.get("loss_col"):
+            continue
+        names += value if isinstance(value, list) else ([value] if value else [])
+    if command == "apply" and opts.get("report"):
+        names += [n for n in (opts.get("label_col"), opts.get("weight_col")) if n]
+    seen: dict[str, tuple[str, str]] = {}
+    for f in files:
+        try:
+            schema = pq.read_schema(f)
+        except (OSError, ValueError) as exc:
+            raise DataError(f"input file '{f}' is not a readable Parquet file: "
+                            f"{_one_line(exc)}") from exc
+        for name in names:
+            if name not in schema.names:
+                continue
+            t = schema.field(name).type
+            if pa_is_null(t):
+                continue
+            if arrow_kind(t) == "other":
+                raise DataError(f"column '{name}' has type {t} in input file '{f}'; expected "
+                                "numbers")
+            first = seen.setdefault(name, (str(t), f))
+            if first[0] != str(t):
+                raise DataError(f"column '{name}' has type {t} in input file '{f}' but "
+                                f"{first[0]} in '{first[1]}'; every file of the input must "
+                                "have the same column types")
+
+
+def _dataset_files(root: str) -> list[str]:
+    """The files of a dataset directory as pyarrow lists them (no ``.``/``_`` names), sorted."""
+    out: list[str] = []
+    for d, dirs, files in os.walk(root):
+        dirs[:] = sorted(x for x in dirs if not x.startswith((".", "_")))
+        out += [os.path.join(d, f) for f in sorted(files) if not f.startswith((".", "_"))]
+        if len(out) >= _MAX_CHECKED_FILES:
+            break
+    return out[:_MAX_CHECKED_FILES]
+
+
+def pa_is_null(t: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_null(t))
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]

@@ -17,13 +17,14 @@ import signal
 import sys
 import threading
 import traceback
+import warnings
 from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
-from ..errors import DataError, ModelError, ParameterError, UsageError
+from ..errors import DataError, ModelError, OutputPathError, ParameterError, UsageError
 from ..storage import OutputExistsError
-from .backend import Backend
+from .backend import Backend, check_input_files
 from .commands import COMMANDS
 from .options import resolve_options
 from .parser import build_parser
@@ -31,7 +32,8 @@ from .parser import build_parser
 __all__ = ["run", "BackendFactory"]
 
 BackendFactory = Callable[[dict[str, Any]], Backend]
-_USER_ERRORS = (UsageError, DataError, ModelError, ParameterError, OutputExistsError)
+_USER_ERRORS = (UsageError, DataError, ModelError, ParameterError, OutputExistsError,
+                OutputPathError)
 
 
 def _configure_logging(verbose: int, quiet: bool) -> None:
@@ -70,8 +72,15 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
         verbose = args.verbose
         _configure_logging(args.verbose, args.quiet)
         opts = resolve_options(args, entry_point)
-        backend = backend_factory(opts)
-        result = COMMANDS[args.command](opts, backend)
+        check_input_files(args.command, opts)
+        with warnings.catch_warnings():
+            # Overflowing sums are refused with a DataError (or computed
+            # exactly) by the fits themselves; numpy's warning on the way
+            # would only add lines to the one-line message.
+            warnings.filterwarnings("ignore", message="overflow encountered",
+                                    category=RuntimeWarning)
+            backend = backend_factory(opts)
+            result = COMMANDS[args.command](opts, backend)
     except _USER_ERRORS as exc:
         msg = _one_line(exc)
         if not msg.startswith(prog):

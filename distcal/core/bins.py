@@ -14,14 +14,42 @@ import numpy as np
 from .distinct import DistinctTable
 from .ranges import MapRanges, as_map_ranges
 
-__all__ = ["ordered_quantiles", "bin_edges", "bin_ids"]
+__all__ = ["ordered_quantiles", "bin_edges", "bin_ids", "uniform_edges"]
 
 
-def _range_stats(t: DistinctTable) -> tuple[float, float, float, float]:
-    return (float(t.score[0]), float(t.score[-1]), float(t.weight.sum()), float(t.weight[-1]))
+def _range_stats(t: DistinctTable) -> tuple[float, float, float, float, int]:
+    """First and last value, total and last weight, and rows of one range."""
+    return (float(t.score[0]), float(t.score[-1]), float(t.weight.sum()), float(t.weight[-1]),
+            t.n_rows)
 
 
-def ordered_quantiles(map_ranges: MapRanges, q: np.ndarray) -> np.ndarray:
+def _check_rows(stats: list[tuple[float, float, float, float, int]], n_bins: int,
+                rows_for_bins: bool) -> None:
+    if rows_for_bins:
+        n_rows = sum(st[4] for st in stats)
+        if n_bins > n_rows:
+            from ..errors import ParameterError
+
+            raise ParameterError(f"n_bins must not exceed the number of rows ({n_rows}), got "
+                                 f"{n_bins}")
+
+
+def uniform_edges(lo: float, hi: float, n_bins: int) -> np.ndarray:
+    """``linspace(lo, hi, n_bins + 1)``, finite even when ``hi - lo`` overflows."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        width = hi - lo
+    if np.isfinite(width):
+        return np.linspace(lo, hi, n_bins + 1)
+    # |lo| and |hi| near the largest double: a convex combination never overflows.
+    t = np.arange(n_bins + 1, dtype=np.float64) / n_bins
+    edges: np.ndarray = lo * (1.0 - t) + hi * t
+    edges[0], edges[-1] = lo, hi
+    return np.maximum.accumulate(edges)
+
+
+def ordered_quantiles(map_ranges: MapRanges, q: np.ndarray,
+                      stats: list[tuple[float, float, float, float, int]] | None = None
+                      ) -> np.ndarray:
     """Weighted quantiles at ``q`` of the distinct values of ascending ranges.
 
     Generalises ``np.percentile(..., method="linear")``: with cumulative
@@ -36,7 +64,8 @@ def ordered_quantiles(map_ranges: MapRanges, q: np.ndarray) -> np.ndarray:
     that fall inside it, and the driver interpolates positions that fall
     between two ranges from the first pass alone.
     """
-    stats = map_ranges(_range_stats)
+    if stats is None:
+        stats = map_ranges(_range_stats)
     if not stats:
         raise ValueError("quantiles of no values")
     weights = np.array([st[2] for st in stats])
@@ -47,7 +76,7 @@ def ordered_quantiles(map_ranges: MapRanges, q: np.ndarray) -> np.ndarray:
     last = offsets + np.maximum(weights - np.array([st[3] for st in stats]), weights - 1.0)
     out = np.full(pos.shape, np.nan)
     inside: dict[float, tuple[float, np.ndarray]] = {}
-    for k, (first_value, _, _, _) in enumerate(stats):
+    for k, (first_value, *_) in enumerate(stats):
         idx = np.flatnonzero((pos >= offsets[k]) & (pos <= last[k]))
         if idx.shape[0]:
             inside[first_value] = (float(offsets[k]), idx)
@@ -76,30 +105,33 @@ def ordered_quantiles(map_ranges: MapRanges, q: np.ndarray) -> np.ndarray:
 
 
 def bin_edges(data: DistinctTable | MapRanges, n_bins: int = 10,
-              strategy: str = "uniform") -> np.ndarray:
+              strategy: str = "uniform", *, rows_for_bins: bool = False) -> np.ndarray:
     """Edges of ``n_bins`` bins for the distinct values of ``data``.
 
     "uniform": equal widths over [0, 1] when all values lie in [0, 1], else
     over [min, max]. "quantile": the (weighted) quantiles at
     ``linspace(0, 1, n_bins + 1)``. ``data`` is one table or a map over
-    ascending, non-overlapping score ranges.
+    ascending, non-overlapping score ranges. With ``rows_for_bins``, more
+    bins than rows is a :class:`~distcal.ParameterError` (histogram
+    calibration), raised before any bin is computed.
     """
     map_ranges = as_map_ranges(data)
     if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
         raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
-    if strategy == "quantile":
-        return ordered_quantiles(map_ranges, np.linspace(0.0, 1.0, n_bins + 1))
-    if strategy != "uniform":
+    if strategy not in ("uniform", "quantile"):
         raise ValueError(f"strategy must be 'uniform' or 'quantile', got {strategy!r}")
     stats = map_ranges(_range_stats)
     if not stats:
         raise ValueError("bin edges of no values")
+    _check_rows(stats, n_bins, rows_for_bins)
+    if strategy == "quantile":
+        return ordered_quantiles(map_ranges, np.linspace(0.0, 1.0, n_bins + 1), stats)
     lo, hi = stats[0][0], stats[-1][1]
     if not (np.isfinite(lo) and np.isfinite(hi)):
         raise ValueError("uniform bins need finite values")
     if lo >= 0.0 and hi <= 1.0:
         lo, hi = 0.0, 1.0
-    return np.linspace(lo, hi, n_bins + 1)
+    return uniform_edges(lo, hi, n_bins)
 
 
 def bin_ids(edges: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -235,8 +235,11 @@ def _pool_by_argsort(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray
         weight = count.astype(np.float64)
         positives = label_sum
     else:
-        weight = np.add.reduceat(w, starts)
-        positives = np.add.reduceat(w * y, starts)
+        # Weights near 1e308 can sum to inf: the fits refuse such sums with
+        # a DataError (distcal.errors.sums_overflow) instead of warning here.
+        with np.errstate(over="ignore", invalid="ignore"):
+            weight = np.add.reduceat(w, starts)
+            positives = np.add.reduceat(w * y, starts)
     return DistinctTable(s[starts] + 0.0, weight, positives, count, label_sum, binary)
 
 
@@ -258,7 +261,9 @@ def merge_tables(tables: list[DistinctTable]) -> DistinctTable:
     starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
 
     def pooled(name: str) -> np.ndarray:
-        return np.add.reduceat(np.concatenate([getattr(t, name) for t in tables])[order], starts)
+        with np.errstate(over="ignore", invalid="ignore"):  # inf: refused by the fits
+            return np.add.reduceat(np.concatenate([getattr(t, name) for t in tables])[order],
+                                   starts)
 
     return DistinctTable(s[starts], pooled("weight"), pooled("positives"),
                          pooled("count").astype(np.int64), pooled("label_sum"),

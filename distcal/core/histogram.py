@@ -37,9 +37,10 @@ def fit_histogram(data: DistinctTable | MapRanges, n_bins: int = 10,
 
     ``data`` is one distinct-score table or a map over ascending,
     non-overlapping score ranges (:data:`~distcal.core.bins.MapRanges`).
+    More bins than rows is a :class:`~distcal.ParameterError`.
     """
     map_ranges = as_map_ranges(data)
-    edges = bin_edges(map_ranges, n_bins, strategy)
+    edges = bin_edges(map_ranges, n_bins, strategy, rows_for_bins=True)
     nb = edges.shape[0] - 1
 
     def bin_sums(t: DistinctTable) -> np.ndarray:
@@ -47,7 +48,8 @@ def fit_histogram(data: DistinctTable | MapRanges, n_bins: int = 10,
         return np.stack([np.bincount(ids, weights=t.weight, minlength=nb)[:nb],
                          np.bincount(ids, weights=t.positives, minlength=nb)[:nb]])
 
-    sums: np.ndarray = np.sum(map_ranges(bin_sums), axis=0)
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow: refused by the model
+        sums: np.ndarray = np.sum(map_ranges(bin_sums), axis=0)
     weight, positives = sums[0], sums[1]
     with np.errstate(invalid="ignore", divide="ignore"):
         rate = np.where(weight > 0, positives / np.where(weight > 0, weight, 1.0), 0.0)

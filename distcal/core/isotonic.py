@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.optimize import isotonic_regression
 
+from ..errors import sums_overflow
 from .distinct import DistinctTable
 from .ranges import MapRanges, as_map_ranges
 
@@ -55,8 +56,9 @@ class Blocks:
     @staticmethod
     def from_table(table: DistinctTable) -> Blocks:
         """Each distinct score as its own block (before any pooling)."""
-        return Blocks(table.score, table.score, table.weight, table.positives,
-                      table.positives / table.weight, table.score)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return Blocks(table.score, table.score, table.weight, table.positives,
+                          table.positives / table.weight, table.score)
 
     @staticmethod
     def concat(parts: list[Blocks]) -> Blocks:
@@ -111,9 +113,12 @@ def _merge_equal_neighbours(blocks: Blocks) -> Blocks:
 def _pav(blocks: Blocks, increasing: bool) -> Blocks:
     if len(blocks) == 0:
         return blocks
-    res = isotonic_regression(blocks.prob, weights=blocks.weight, increasing=increasing)
-    starts = np.asarray(res.blocks[:-1], dtype=np.intp)
-    return _merge_equal_neighbours(_pool_runs(blocks, starts))
+    if not np.all(np.isfinite(blocks.weight)):
+        raise sums_overflow()
+    with np.errstate(over="ignore", invalid="ignore"):  # inf sums: refused by the model
+        res = isotonic_regression(blocks.prob, weights=blocks.weight, increasing=increasing)
+        starts = np.asarray(res.blocks[:-1], dtype=np.intp)
+        return _merge_equal_neighbours(_pool_runs(blocks, starts))
 
 
 def pav_blocks(table: DistinctTable, increasing: bool = True) -> Blocks:

@@ -18,11 +18,14 @@ backtracking line search on standardised scores to full double precision
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 from scipy.special import expit
 
+from ..errors import sums_overflow
 from .distinct import DistinctTable
 from .ranges import MapRanges, as_map_ranges
 
@@ -49,19 +52,44 @@ def fit_sigmoid(data: DistinctTable | MapRanges, max_iter: int = 100) -> tuple[f
     def totals(t: DistinctTable) -> np.ndarray:
         finite = np.isfinite(t.score)
         return np.array([t.weight.sum(), t.positives.sum(), np.sum(t.weight * t.score),
-                         len(t), np.count_nonzero(~finite)])
+                         len(t), np.count_nonzero(~finite),
+                         np.max(np.abs(t.score), initial=0.0, where=finite)])
 
-    sums = reduce(totals)
+    with np.errstate(over="ignore", invalid="ignore"):
+        sums = reduce(totals)
     if sums[3] == 0:
         raise ValueError("fit_sigmoid needs at least one row")
     if sums[4]:
         raise ValueError("fit_sigmoid needs finite scores")
     wsum, n_pos = float(sums[0]), float(sums[1])
+    if not (math.isfinite(wsum) and math.isfinite(n_pos)):
+        raise sums_overflow()
     n_neg = wsum - n_pos
     hi = (n_pos + 1.0) / (n_pos + 2.0)
     lo = 1.0 / (n_neg + 2.0)
+    # Scores or weights near the largest double: squares and weighted sums
+    # would overflow. The targets above depend on the weights' totals only;
+    # given them, the loss scales with the weights (same minimiser), and
+    # a s = (a 2^k) (s 2^-k). So fit on scores and weights scaled by powers
+    # of two (exact) and scale a back.
+    s_scale = math.ldexp(1.0, -math.frexp(float(sums[5]))[1]) if sums[5] > 2.0 ** 500 else 1.0
+    w_scale = math.ldexp(1.0, -math.frexp(wsum)[1]) if wsum > 2.0 ** 500 else 1.0
+    if s_scale != 1.0 or w_scale != 1.0:
+        def scaled(t: DistinctTable) -> DistinctTable:
+            return replace(t, score=t.score * s_scale, weight=t.weight * w_scale,
+                           positives=t.positives * w_scale)
+
+        map_ranges = _scaled_map(map_ranges, scaled)
+        with np.errstate(over="ignore", invalid="ignore"):
+            sums = reduce(totals)
+        wsum = float(sums[0])
+    if not math.isfinite(sums[2]):
+        raise sums_overflow("weights times scores")
     mu = float(sums[2]) / wsum
-    spread = reduce(lambda t: np.array([np.sum(t.weight * (t.score - mu) ** 2)]))
+    with np.errstate(over="ignore", invalid="ignore"):
+        spread = reduce(lambda t: np.array([np.sum(t.weight * (t.score - mu) ** 2)]))
+    if not math.isfinite(spread[0]):
+        raise sums_overflow("weights times scores")
     sd = float(np.sqrt(spread[0] / wsum))
 
     def target(t: DistinctTable) -> np.ndarray:
@@ -115,7 +143,14 @@ def fit_sigmoid(data: DistinctTable | MapRanges, max_iter: int = 100) -> tuple[f
         alpha, beta, previous, current = na, nb, current, new
         if moved <= 1e-15 * (1.0 + abs(alpha) + abs(beta)) or current == previous:
             break
-    return float(alpha / sd), float(beta - alpha * mu / sd)
+    return float(alpha / sd * s_scale), float(beta - alpha * mu / sd)
+
+
+def _scaled_map(map_ranges: MapRanges,
+                scaled: Callable[[DistinctTable], DistinctTable]) -> MapRanges:
+    def mapped(fn: Callable[[DistinctTable], object]) -> list[object]:
+        return map_ranges(lambda t: fn(scaled(t)))
+    return mapped
 
 
 def sigmoid_predict(a: float, b: float, scores: np.ndarray) -> np.ndarray:

@@ -67,7 +67,8 @@ def merge_segments(left: SegmentSummary, right: SegmentSummary) -> SegmentSummar
 
 def loss_per_score(table: DistinctTable, cost_fp: float, cost_fn: float) -> np.ndarray:
     """z_s = c_fp (W_s - Y_s) - c_fn Y_s for class costs."""
-    z: np.ndarray = cost_fp * (table.weight - table.positives) - cost_fn * table.positives
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow: refused by the caller
+        z: np.ndarray = cost_fp * (table.weight - table.positives) - cost_fn * table.positives
     return z
 
 
@@ -77,7 +78,8 @@ def summarise_segment(score: np.ndarray, z: np.ndarray, weight: np.ndarray,
     n = score.shape[0]
     if n == 0:
         return EMPTY
-    suffix = np.cumsum(z[::-1])  # suffix[j] = sum of the last j + 1 values of z
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow: refused by the caller
+        suffix = np.cumsum(z[::-1])  # suffix[j] = sum of the last j + 1 values of z
     # Smallest suffix sum; on ties the shortest suffix (the largest threshold):
     # argmin returns the first, i.e. shortest, in this reversed order.
     j = int(np.argmin(suffix))

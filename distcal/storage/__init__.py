@@ -25,6 +25,8 @@ from .base import FileSystem, is_local_uri, local_path
 from .local import LocalFileSystem
 from .publish import (
     OutputExistsError,
+    OutputPathError,
+    check_target,
     fetch_dir,
     local_publishing,
     publish_dir,
@@ -32,7 +34,8 @@ from .publish import (
     refuse_existing,
 )
 
-__all__ = ["FileSystem", "LocalFileSystem", "OutputExistsError", "filesystem_for", "fetch_dir",
+__all__ = ["FileSystem", "LocalFileSystem", "OutputExistsError", "OutputPathError", "check_target",
+           "filesystem_for", "fetch_dir",
            "is_local_uri", "local_path", "local_publishing", "publish_dir", "publishing",
            "refuse_existing"]
 

@@ -34,10 +34,11 @@ from hashlib import sha1
 from pathlib import Path
 from typing import TypeVar
 
+from ..errors import OutputPathError
 from .base import FileSystem, local_path, split_uri
 
 __all__ = ["OutputExistsError", "publishing", "local_publishing", "publish_dir", "fetch_dir",
-           "refuse_existing", "temp_sibling", "recover"]
+           "refuse_existing", "temp_sibling", "recover", "check_target", "OutputPathError"]
 
 log = logging.getLogger("distcal")
 T = TypeVar("T")
@@ -130,6 +131,30 @@ def _commit(fs: FileSystem, tmp: str, target: str, overwrite: bool) -> None:
     fs.remove(old)
 
 
+def check_target(fs: FileSystem, target: str) -> None:
+    """Refuse, before anything is written, a local output that cannot be created.
+
+    Its name must fit the filesystem's limit (temporary siblings are
+    shortened to fit, the name itself cannot be), and every existing
+    ancestor must be a directory.
+    """
+    if not fs.local:
+        return
+    parent, name = split_uri(local_path(target))
+    p = Path(parent or ".")
+    while not os.path.lexists(p) and p != p.parent:
+        p = p.parent
+    if not p.is_dir():
+        raise OutputPathError(f"output '{target}': '{p}' is not a directory")
+    try:
+        limit = os.pathconf(p, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    if len(name.encode()) > limit:
+        raise OutputPathError(f"output '{target}': the name is {len(name.encode())} bytes long; "
+                              f"this filesystem allows {limit}")
+
+
 def _make_parents(fs: FileSystem, target: str) -> list[str]:
     """Create the missing parent directories; return them, deepest first."""
     parent, _ = split_uri(target)
@@ -138,12 +163,25 @@ def _make_parents(fs: FileSystem, target: str) -> list[str]:
             fs.makedirs(parent)
         return []
     created = []
-    p = Path(parent)
-    while not p.exists() and p != p.parent:
+    p = Path(local_path(parent))
+    while not os.path.lexists(p) and p != p.parent:
         created.append(str(p))
         p = p.parent
-    fs.makedirs(parent)
+    try:
+        fs.makedirs(parent)
+    except OSError as exc:
+        _remove_empty(created)
+        raise OutputPathError(f"output '{target}': cannot create its directory: "
+                              f"{exc.strerror}") from exc
     return created
+
+
+def _remove_empty(created: list[str]) -> None:
+    for d in created:  # deepest first; only if still empty
+        try:
+            os.rmdir(d)
+        except OSError:
+            break
 
 
 @contextmanager
@@ -154,6 +192,7 @@ def publishing(fs: FileSystem, target: str, *, overwrite: bool = False) -> Itera
     same store). Nothing appears at ``target`` if the block raises.
     """
     target = str(target).rstrip("/") or str(target)
+    check_target(fs, target)
     recover(fs, target)
     refuse_existing(fs, target, overwrite)
     created = _make_parents(fs, target)
@@ -167,11 +206,7 @@ def publishing(fs: FileSystem, target: str, *, overwrite: bool = False) -> Itera
         if fs.exists(tmp):
             fs.remove(tmp)
         if not done:
-            for d in created:  # deepest first; only if still empty
-                try:
-                    os.rmdir(d)
-                except OSError:
-                    break
+            _remove_empty(created)
 
 
 @contextmanager
