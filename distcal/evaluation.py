@@ -286,7 +286,10 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
     engine_impl = get_engine(resolve_engine(data, engine))
     _, engine_opts = split_engine_options("evaluate", None, engine_opts, engine_impl.options)
     with engine_impl.open_ranges(data, columns, on_invalid=on_invalid,
-                                 passes=1 if bins is not None or strategy == "uniform" else 3,
+                                 # the bins' passes, then the partials and the adaptive
+                                 # bins (offsets from the partials): cluster engines keep
+                                 # the ranges between passes, so every pass sees the same
+                                 passes=2 if bins is not None or strategy == "uniform" else 4,
                                  **engine_opts) as ranges:
         return report_from_ranges(ranges, prob_col=prob_col, n_bins=n_bins, strategy=strategy,
                                   bins=bins, threshold=threshold, confidence=confidence,

@@ -186,7 +186,10 @@ def roc_candidates(t: DistinctTable) -> dict[str, np.ndarray]:
 def roc_sample(t: DistinctTable, at: dict[float, np.ndarray]) -> dict[str, np.ndarray]:
     """Points of one range's curve at the positions ``at[first score]`` (1 .. d)."""
     j = at.get(float(t.score[0]))
-    if j is None or not j.shape[0]:
+    if j is None:
+        raise RuntimeError("the score ranges changed between two passes over them; keep them "
+                           "(persist) between passes")
+    if not j.shape[0]:
         e = np.empty(0)
         return {"j": np.empty(0, dtype=np.int64), "tp": e, "fp": e, "threshold": e}
     cy, cn = _desc_cumsums(t)
@@ -245,9 +248,7 @@ def roc_plan(parts: list[dict[str, Any]], firsts: list[float], roc_points: int
     at: dict[float, np.ndarray] = {}
     o_i = 0
     for r in range(len(parts) - 1, -1, -1):
-        inside = want[(want > o_i) & (want <= o_i + d[r])] - o_i
-        if inside.shape[0]:
-            at[float(firsts[r])] = inside
+        at[float(firsts[r])] = want[(want > o_i) & (want <= o_i + d[r])] - o_i
         o_i += d[r]
     return {"hull": hull, "hull_fpr": hx, "hull_tpr": hy, "at": at, "d": d, "tp_r": tp_r,
             "fp_r": fp_r, "firsts": firsts, "p_total": p_total, "n_total": n_total}
