@@ -86,7 +86,7 @@ def main() -> None:
                 t_read = timed(lambda: ds.dataset(path, format="parquet").to_table(),
                                args.repeat)
                 t_in = ds.dataset(path, format="parquet").to_table()
-                t_fit = timed(lambda: distcal.fit(t_in), args.repeat)
+                t_fit = timed(lambda t=t_in: distcal.fit(t), args.repeat)
                 del t_in
                 t_path = timed(lambda: distcal.fit(path), args.repeat)
                 t_scan = timed(lambda: sum(t.num_rows for t in iter_tables(

@@ -11,7 +11,6 @@ of 1e6 points alone is 24 MB). Runs in its own process and SparkSession
 from __future__ import annotations
 
 import pytest
-
 from test_spark_cluster import run_child
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
