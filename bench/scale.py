@@ -45,8 +45,9 @@ def tree_rss(pid: int) -> int:
                 for line in fh:
                     if line.startswith("VmRSS:"):
                         total += int(line.split()[1]) << 10
-            with open(f"/proc/{p}/task/{p}/children") as fh:
-                stack += [int(c) for c in fh.read().split()]
+            for task in os.listdir(f"/proc/{p}/task"):  # children of every thread
+                with open(f"/proc/{p}/task/{task}/children") as fh:
+                    stack += [int(c) for c in fh.read().split()]
         except OSError:
             pass
     return total
@@ -119,6 +120,7 @@ def child_dask(n: int, kind: str, evaluate: bool) -> dict:
         out.update(evaluate_s=time.perf_counter() - t0, roc_points=len(rep.roc))
 
     def moved(dask_worker=None):
+        # bytes this worker sent to the other (0 when a task's inputs were local)
         return int(getattr(dask_worker, "transfer_outgoing_bytes_total", 0))
 
     out["shuffle_bytes"] = sum(client.run(moved).values())
