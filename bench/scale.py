@@ -26,8 +26,10 @@ import argparse
 import json
 import os
 import resource
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -60,7 +62,10 @@ def child_spark(n: int, kind: str, evaluate: bool) -> dict:
 
     import distcal
 
+    log_dir = tempfile.mkdtemp(prefix="distcal-eventlog-")
     spark = (SparkSession.builder.master("local[2]").appName("distcal-scale")
+             .config("spark.eventLog.enabled", "true").config("spark.eventLog.dir", log_dir)
+             .config("spark.eventLog.compress", "false")
              .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
              .config("spark.sql.shuffle.partitions", "8")
              .config("spark.ui.showConsoleProgress", "false")
@@ -78,11 +83,20 @@ def child_spark(n: int, kind: str, evaluate: bool) -> dict:
         t0 = time.perf_counter()
         rep = distcal.evaluate(df, prob_col="score")
         out.update(evaluate_s=time.perf_counter() - t0, roc_points=len(rep.roc))
-    store = spark.sparkContext._jsc.sc().statusStore()
-    stages = store.stageList(None)
-    out["shuffle_bytes"] = sum(stages.get(i).shuffleWriteBytes() for i in range(stages.size()))
-    out["tasks"] = sum(stages.get(i).numTasks() for i in range(stages.size()))
     spark.stop()
+    # shuffle bytes and tasks from the event log (every task's end event)
+    out["shuffle_bytes"] = out["tasks"] = 0
+    files = [os.path.join(d, f) for d, _, fs in os.walk(log_dir) for f in fs]
+    for name in files:
+        with open(name) as fh:
+            for line in fh:
+                if '"SparkListenerTaskEnd"' not in line:
+                    continue
+                ev = json.loads(line)
+                out["tasks"] += 1
+                sw = (ev.get("Task Metrics") or {}).get("Shuffle Write Metrics") or {}
+                out["shuffle_bytes"] += int(sw.get("Shuffle Bytes Written", 0))
+    shutil.rmtree(log_dir, ignore_errors=True)
     return out
 
 
