@@ -75,14 +75,14 @@ def session():
 
 
 
-def run_times(n: int, repeat: int) -> None:
+def run_times(n: int, repeat: int, kinds: list[str] | None = None) -> None:
     import distcal
 
     spark = session()
     from pyspark.ml.regression import IsotonicRegression
 
     print(f"# Spark local[2], N = {n:.0e}, median of {repeat}, seconds")
-    for kind in KINDS:
+    for kind in kinds or list(KINDS):
         path = str(make_file(n, kind))
 
         def read():
@@ -193,11 +193,12 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--memory", action="store_true")
     ap.add_argument("--child", nargs=2, default=None)
+    ap.add_argument("--kinds", default=",".join(KINDS))
     args = ap.parse_args()
     if args.child:
         child(*args.child)
         return
-    run_times(int(args.n), args.repeat)
+    run_times(int(args.n), args.repeat, args.kinds.split(","))
     if args.memory:
         run_memory(int(args.n))
 

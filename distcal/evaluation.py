@@ -65,6 +65,11 @@ class EvaluationReport:
     smece: float = float("nan")
     smece_sigma: float = float("nan")
     smooth_curve: dict[str, Any] = field(default_factory=dict)
+    # Number of distinct probabilities; ``roc`` holds every point of the
+    # exact curve (one per distinct probability, plus (0, 0)) only when
+    # roc_complete, else at most roc_points of them (hull vertices included).
+    n_distinct: int = 0
+    roc_complete: bool = True
 
     def __repr__(self) -> str:
         return (f"EvaluationReport(prob_col={self.prob_col!r}, n_rows={self.n_rows}, "
@@ -114,23 +119,67 @@ class EvaluationReport:
         return {k: clean(getattr(self, k)) for k in self.__dataclass_fields__}
 
 
+def check_roc_points(roc_points: Any) -> int | None:
+    """None (the whole curve) or an int >= 2."""
+    if roc_points is None:
+        return None
+    if isinstance(roc_points, bool) or not isinstance(roc_points, (int, np.integer)) \
+            or roc_points < 2:
+        raise ParameterError(f"roc_points must be an integer >= 2 or None, got {roc_points!r}")
+    return int(roc_points)
+
+
 def report_from_ranges(ranges: Any, *, prob_col: str, n_bins: int = 10,
                        strategy: str = "uniform", bins: Any = None, threshold: float = 0.5,
-                       confidence: float = 0.95) -> EvaluationReport:
+                       confidence: float = 0.95, roc_points: int | None = None
+                       ) -> EvaluationReport:
     """Every metric from the ordered ranges of distinct probabilities (any engine).
 
     ``ranges`` offers ``map`` (see ``MapRanges``) and, once mapped over,
     ``n_rows``, ``dropped_rows`` and ``sum_wyy`` (sum of w y^2).
+
+    With ``roc_points``, the ranges send only their ROC hull candidates in
+    the first pass; the points at evenly spaced ranks ride along with the
+    next pass that ``extra_metrics`` makes (the adaptive bins, which also
+    need the ranges' offsets), so the curve costs no pass of its own
+    (:func:`distcal.core.metrics.roc_plan`).
     """
     edges = (np.asarray(bins, dtype=np.float64) if bins is not None
              else bin_edges(ranges.map, n_bins, strategy))
     if edges.ndim != 1 or edges.shape[0] < 2 or np.any(np.diff(edges) < 0):
         raise ValueError("bins must be at least two non-decreasing edges")
-    parts = ranges.map(lambda t: {**m.range_partials(t, edges, threshold),
+    full = roc_points is None
+    parts = ranges.map(lambda t: {**m.range_partials(t, edges, threshold, full),
                                   "extra": cm.extra_range_partials(t)})
     res = m.combine_partials(parts, ranges.sum_wyy)
-    extra = cm.extra_metrics(ranges.map, [q["extra"] for q in parts], n_bins=len(edges) - 1,
+    map_ranges = ranges.map
+    samples: list[Any] = []
+    plan: dict[str, Any] = {}
+    if not full and parts:
+        assert roc_points is not None
+        plan = m.roc_plan(parts, [q["extra"]["first"] for q in parts], roc_points)
+        at = plan["at"]
+
+        def sample(t: Any) -> Any:
+            return m.roc_sample(t, at)
+
+        def map_ranges(fn: Any) -> list[Any]:  # the next pass also samples the curve
+            if samples:
+                return ranges.map(fn)
+            both = ranges.map(lambda t: (fn(t), sample(t)))
+            samples.extend(b[1] for b in both)
+            return [b[0] for b in both]
+
+    extra = cm.extra_metrics(map_ranges, [q["extra"] for q in parts], n_bins=len(edges) - 1,
                              sum_wyy=ranges.sum_wyy)
+    if plan:
+        if not samples:
+            samples = ranges.map(sample)
+        roc = m.roc_select(plan, samples)
+        hx, hy = plan["hull_fpr"], plan["hull_tpr"]
+    else:
+        roc = res["roc"]
+        hx, hy = m.roc_hull(res["roc_pos"], res["roc_neg"])
     n_rows, dropped_rows = ranges.n_rows, ranges.dropped_rows
     w_total = res["weight"]
     bw, bwp, bwy = res["bins"]
@@ -138,8 +187,6 @@ def report_from_ranges(ranges: Any, *, prob_col: str, n_bins: int = 10,
     pred, true, share = bwp[full] / bw[full], bwy[full] / bw[full], bw[full] / w_total
     gap = true - pred
     ybar = res["positives"] / w_total
-    roc = res["roc"]
-    hx, hy = m.roc_hull(res["roc_pos"], res["roc_neg"])
     conf = res["confusion"]
     correct = conf["tp"] + conf["tn"]
     tp, fp, fn = conf["tp"], conf["fp"], conf["fn"]
@@ -165,7 +212,8 @@ def report_from_ranges(ranges: Any, *, prob_col: str, n_bins: int = 10,
         bin_edges=[float(e) for e in edges], reliability_exact=extra["reliability"],
         resolution_exact=extra["resolution"], adaptive_ece=extra["adaptive_ece"],
         adaptive_mce=extra["adaptive_mce"], smece=extra["smece"],
-        smece_sigma=extra["smece_sigma"], smooth_curve=extra["smooth_curve"])
+        smece_sigma=extra["smece_sigma"], smooth_curve=extra["smooth_curve"],
+        n_distinct=int(res["n_distinct"]), roc_complete=len(roc["fpr"]) == res["n_distinct"] + 1)
 
 
 def _check_evaluation_params(n_bins: int, strategy: str, threshold: float,
@@ -184,7 +232,7 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
              strategy: str = DEFAULTS.strategy, threshold: float = DEFAULTS.threshold,
              engine: str = DEFAULTS.engine, *, bins: Any = None,
              confidence: float = DEFAULTS.confidence, on_invalid: str = DEFAULTS.on_invalid,
-             **engine_opts: Any) -> EvaluationReport:
+             roc_points: int | None = 1000, **engine_opts: Any) -> EvaluationReport:
     """Calibration and discrimination metrics of the probabilities in ``prob_col``.
 
     Every metric is an exact sum over the ordered ranges of distinct
@@ -207,6 +255,13 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
         As for :func:`distcal.fit`.
     confidence : float
         Of the Wilson intervals (accuracy, each bin's observed rate).
+    roc_points : int or None
+        At most this many points of the exact ROC curve in ``roc``: all of
+        them when there are fewer distinct probabilities, else points at
+        evenly spaced ranks plus every vertex of the convex hull and both
+        ends (the hull alone may exceed it). Only these points reach the
+        driver. None: every point, one per distinct probability. The AUC,
+        the hull and the best cost read from the curve are exact either way.
 
     Returns
     -------
@@ -226,14 +281,19 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
     (0.75, 0.1581)
     """
     _check_evaluation_params(n_bins, strategy, threshold, confidence, on_invalid)
+    roc_points = check_roc_points(roc_points)
     columns = {"prob": prob_col, "label": label_col, "weight": weight_col}
     engine_impl = get_engine(resolve_engine(data, engine))
     _, engine_opts = split_engine_options("evaluate", None, engine_opts, engine_impl.options)
     with engine_impl.open_ranges(data, columns, on_invalid=on_invalid,
-                                 passes=1 if bins is not None or strategy == "uniform" else 3,
+                                 # the bins' passes, then the partials and the adaptive
+                                 # bins (offsets from the partials): cluster engines keep
+                                 # the ranges between passes, so every pass sees the same
+                                 passes=2 if bins is not None or strategy == "uniform" else 4,
                                  **engine_opts) as ranges:
         return report_from_ranges(ranges, prob_col=prob_col, n_bins=n_bins, strategy=strategy,
-                                  bins=bins, threshold=threshold, confidence=confidence)
+                                  bins=bins, threshold=threshold, confidence=confidence,
+                                  roc_points=roc_points)
 
 
 def evaluate_many(data: Any, prob_cols: list[str], label_col: str = DEFAULTS.label_col,
@@ -241,7 +301,7 @@ def evaluate_many(data: Any, prob_cols: list[str], label_col: str = DEFAULTS.lab
                   strategy: str = DEFAULTS.strategy, threshold: float = DEFAULTS.threshold,
                   engine: str = DEFAULTS.engine, *, bins: Any = None,
                   confidence: float = DEFAULTS.confidence,
-                  on_invalid: str = DEFAULTS.on_invalid,
+                  on_invalid: str = DEFAULTS.on_invalid, roc_points: int | None = 1000,
                   **engine_opts: Any) -> dict[str, EvaluationReport]:
     """:func:`evaluate` for several probability columns (e.g. raw and calibrated).
 
@@ -265,6 +325,7 @@ def evaluate_many(data: Any, prob_cols: list[str], label_col: str = DEFAULTS.lab
     {'raw': 0.75, 'cal': 0.875}
     """
     _check_evaluation_params(n_bins, strategy, threshold, confidence, on_invalid)
+    roc_points = check_roc_points(roc_points)
     prob_cols = list(dict.fromkeys(prob_cols))
     if not prob_cols:
         raise ValueError("prob_cols is empty")
@@ -274,7 +335,7 @@ def evaluate_many(data: Any, prob_cols: list[str], label_col: str = DEFAULTS.lab
     _, engine_opts = split_engine_options("evaluate_many", None, engine_opts,
                                           engine_impl.options)
     kw = {"n_bins": n_bins, "strategy": strategy, "bins": bins, "threshold": threshold,
-          "confidence": confidence}
+          "confidence": confidence, "roc_points": roc_points}
     return engine_impl.evaluate_many(data, columns, prob_cols, on_invalid=on_invalid,
                                      report=lambda r, c: report_from_ranges(r, prob_col=c, **kw),
                                      **engine_opts)

@@ -281,6 +281,10 @@ def metrics_from_report(report: Any, n_bins: int | None = None) -> dict[str, Any
         v = getattr(report, k, None)
         if v is not None:
             out[k] = v
+    if not getattr(report, "roc_complete", True):  # a sampled ROC: the report's own values
+        rel, res = report.reliability_exact, report.resolution_exact
+        out.update(reliability=rel, resolution=res, uncertainty=report.brier - rel + res,
+                   n_distinct=report.n_distinct, smooth_curve=report.smooth_curve)
     return out
 
 

@@ -15,6 +15,19 @@ W_p and weighted positives Y_p. Every metric below is a sum over that table
 * exact AUC = sum_p P_p (N_{<p} + N_p / 2) / (P N), ties counting one half
   (Mann-Whitney), with P_p = Y_p and N_p = W_p - Y_p;
 * the ROC curve, one point per distinct p, and its convex hull.
+
+**The ROC at scale.** The full curve has one point per distinct p, so it is
+gathered only on request (``roc_points=None``). Otherwise each range sends
+its *hull candidates* (:func:`roc_candidates`: the boundaries of the PAV
+blocks of its own positive rates, i.e. the vertices of its own ROC hull),
+whose number grows like the number of isotonic blocks, not like the range.
+A vertex of the global hull is a vertex of the hull of any contiguous piece
+of the curve holding it (the piece's points are a subset of the curve's and
+a translation does not change a hull), so the hull of the candidates is the
+exact global hull. A second pass, given each range's offset (its rank and
+cumulative positives and negatives above it, known from the first pass),
+returns the points of the exact curve at evenly spaced global ranks that
+fall inside it (:func:`roc_sample`); :func:`roc_select` puts both together.
 """
 
 from __future__ import annotations
@@ -27,13 +40,19 @@ import numpy as np
 from .bins import bin_ids
 from .distinct import DistinctTable
 
-__all__ = ["range_partials", "combine_partials", "roc_points", "roc_hull", "wilson_interval"]
+__all__ = ["range_partials", "combine_partials", "roc_points", "roc_hull", "roc_candidates",
+           "roc_sample", "roc_plan", "roc_select", "wilson_interval"]
 
 EPS = float(np.finfo(np.float64).eps)
 
 
-def range_partials(t: DistinctTable, edges: np.ndarray, threshold: float) -> dict[str, Any]:
-    """Every sum the metrics need, for one range of distinct probabilities."""
+def range_partials(t: DistinctTable, edges: np.ndarray, threshold: float,
+                   roc_full: bool = True) -> dict[str, Any]:
+    """Every sum the metrics need, for one range of distinct probabilities.
+
+    ``roc_full``: the range's whole ROC (one point per distinct p); else
+    only its hull candidates (:func:`roc_candidates`).
+    """
     p, w, y = t.score, t.weight, t.positives
     n = w - y
     nb = edges.shape[0] - 1
@@ -50,7 +69,8 @@ def range_partials(t: DistinctTable, edges: np.ndarray, threshold: float) -> dic
         # Mann-Whitney pairs inside the range, ties counting one half
         "pairs": float(np.sum(y * (np.cumsum(n) - n + 0.5 * n))),
         "above": (float(y[above].sum()), float(n[above].sum())),
-        "roc": (p, y, n),
+        "roc": (p, y, n) if roc_full else roc_candidates(t),
+        "d": int(p.shape[0]),
     }
 
 
@@ -66,16 +86,19 @@ def combine_partials(parts: list[dict[str, Any]], sum_wyy: float) -> dict[str, A
     bins = sum(q["bins"] for q in parts)
     tp = sum(q["above"][0] for q in parts)
     fp = sum(q["above"][1] for q in parts)
-    score = np.concatenate([q["roc"][0] for q in parts])
-    ys = np.concatenate([q["roc"][1] for q in parts])
-    ns = np.concatenate([q["roc"][2] for q in parts])
-    return {
+    out = {
         "weight": w, "positives": pos, "brier": (sum(q["brier"] for q in parts) + sum_wyy) / w,
         "log_loss": -sum(q["log"] for q in parts) / w,
         "auc": pairs / (pos * neg) if pos > 0 and neg > 0 else math.nan,
-        "bins": bins, "roc": roc_points(score, ys, ns), "roc_pos": ys, "roc_neg": ns,
+        "bins": bins, "n_distinct": sum(q.get("d", 0) for q in parts),
         "confusion": {"tp": tp, "fp": fp, "tn": neg - fp, "fn": pos - tp},
     }
+    if parts and isinstance(parts[0]["roc"], tuple):  # full curves
+        score = np.concatenate([q["roc"][0] for q in parts])
+        ys = np.concatenate([q["roc"][1] for q in parts])
+        ns = np.concatenate([q["roc"][2] for q in parts])
+        out.update({"roc": roc_points(score, ys, ns), "roc_pos": ys, "roc_neg": ns})
+    return out
 
 
 def roc_points(score: np.ndarray, pos: np.ndarray, neg: np.ndarray) -> dict[str, np.ndarray]:
@@ -92,6 +115,26 @@ def roc_points(score: np.ndarray, pos: np.ndarray, neg: np.ndarray) -> dict[str,
     return {"fpr": fpr, "tpr": tpr, "threshold": np.concatenate(([np.inf], score[::-1]))}
 
 
+def _hull_steps(pos: np.ndarray, neg: np.ndarray) -> np.ndarray:
+    """Positions (0 .. n, from the highest score down) of the ROC hull's vertices.
+
+    ``pos``, ``neg`` ascending; position j is the point after the j highest
+    entries. Neighbouring blocks of equal rate are one segment.
+    """
+    from scipy.optimize import isotonic_regression
+
+    n = pos.shape[0]
+    w = pos + neg
+    res = isotonic_regression(pos / w, weights=w, increasing=True)
+    starts = np.asarray(res.blocks[:-1], dtype=np.intp)
+    bp = np.add.reduceat(pos, starts)[::-1]
+    bn = np.add.reduceat(neg, starts)[::-1]
+    rate = bp / (bp + bn)
+    keep = np.concatenate((rate[1:] != rate[:-1], [True]))
+    ends = n - starts[::-1]  # position after each block, descending blocks
+    return np.concatenate(([0], ends[keep])).astype(np.int64)
+
+
 def roc_hull(pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Vertices of the ROC convex hull, from (0, 0) to (1, 1).
 
@@ -104,22 +147,130 @@ def roc_hull(pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     cumulative sums at block boundaries, read from the highest score;
     collinear points fall inside merged blocks.
     """
-    from scipy.optimize import isotonic_regression
-
     w = pos + neg
     p_total, n_total = float(pos.sum()), float(neg.sum())
     if p_total <= 0.0 or n_total <= 0.0 or w.shape[0] == 0:
         return np.array([0.0, 1.0]), np.array([0.0, 1.0])
-    res = isotonic_regression(pos / w, weights=w, increasing=True)
-    starts = np.asarray(res.blocks[:-1], dtype=np.intp)
-    bp = np.add.reduceat(pos, starts)[::-1]
-    bn = np.add.reduceat(neg, starts)[::-1]
-    rate = (bp / (bp + bn))
-    # equal rates in neighbouring blocks are one segment
-    keep = np.concatenate((rate[1:] != rate[:-1], [True]))
-    tp = np.concatenate(([0.0], np.cumsum(bp)[keep]))
-    fp = np.concatenate(([0.0], np.cumsum(bn)[keep]))
+    at = _hull_steps(pos, neg)
+    tp = np.concatenate(([0.0], np.cumsum(pos[::-1])))[at]
+    fp = np.concatenate(([0.0], np.cumsum(neg[::-1])))[at]
     return fp / n_total, tp / p_total
+
+
+def _desc_cumsums(t: DistinctTable) -> tuple[np.ndarray, np.ndarray]:
+    """Cumulative positives and negatives from the range's top, (d + 1,) each."""
+    y = t.positives[::-1]
+    n = t.weight[::-1] - y
+    return (np.concatenate(([0.0], np.cumsum(y))), np.concatenate(([0.0], np.cumsum(n))))
+
+
+def roc_candidates(t: DistinctTable) -> dict[str, np.ndarray]:
+    """The vertices of one range's own ROC hull, in the range's coordinates.
+
+    ``j``: positions 1 .. d (the point after the range's j highest distinct
+    probabilities; position 0 is the point above the range, which belongs
+    to the range above), with the cumulative positives ``tp``, negatives
+    ``fp`` from the range's top and the point's ``threshold``. Every boundary
+    of the PAV blocks is kept (no merging of equal rates), a superset of
+    the range's hull vertices; the range's last point is always there.
+    """
+    from scipy.optimize import isotonic_regression
+
+    d = len(t)
+    res = isotonic_regression(t.positives / t.weight, weights=t.weight, increasing=True)
+    j = (d - np.asarray(res.blocks[:-1], dtype=np.int64))[::-1]  # ascending, ends with d
+    cy, cn = _desc_cumsums(t)
+    return {"j": j, "tp": cy[j], "fp": cn[j], "threshold": t.score[d - j]}
+
+
+def roc_sample(t: DistinctTable, at: dict[float, np.ndarray]) -> dict[str, np.ndarray]:
+    """Points of one range's curve at the positions ``at[first score]`` (1 .. d)."""
+    j = at.get(float(t.score[0]))
+    if j is None:
+        raise RuntimeError("the score ranges changed between two passes over them; keep them "
+                           "(persist) between passes")
+    if not j.shape[0]:
+        e = np.empty(0)
+        return {"j": np.empty(0, dtype=np.int64), "tp": e, "fp": e, "threshold": e}
+    cy, cn = _desc_cumsums(t)
+    return {"j": j, "tp": cy[j], "fp": cn[j], "threshold": t.score[len(t) - j]}
+
+
+def _to_global(parts: list[dict[str, Any]], d: list[int], tp_r: list[float],
+               fp_r: list[float]) -> dict[str, np.ndarray]:
+    """Per-range points (ranges ascending) to global ROC points, rank ascending."""
+    idx, tp, fp, thr = [np.zeros(1, dtype=np.int64)], [np.zeros(1)], [np.zeros(1)], \
+        [np.array([np.inf])]
+    o_i, o_tp, o_fp = 0, 0.0, 0.0
+    for r in range(len(parts) - 1, -1, -1):  # from the highest range down
+        q = parts[r]
+        idx.append(q["j"] + o_i)
+        tp.append(q["tp"] + o_tp)
+        fp.append(q["fp"] + o_fp)
+        thr.append(np.asarray(q["threshold"], dtype=np.float64))
+        o_i, o_tp, o_fp = o_i + d[r], o_tp + tp_r[r], o_fp + fp_r[r]
+    return {"i": np.concatenate(idx), "tp": np.concatenate(tp), "fp": np.concatenate(fp),
+            "threshold": np.concatenate(thr)}
+
+
+def roc_plan(parts: list[dict[str, Any]], firsts: list[float], roc_points: int
+             ) -> dict[str, Any]:
+    """The global hull from the ranges' candidates, and what the second pass fetches.
+
+    ``parts``: :func:`range_partials` of the ordered ranges (with
+    ``roc_full=False``), ``firsts`` each range's lowest probability.
+    Returns the hull (``hull``: global points; ``hull_fpr``, ``hull_tpr``)
+    and ``at``: first score -> positions (1 .. d) of that range to fetch
+    with :func:`roc_sample`, so that the union with the hull vertices has at
+    most ``roc_points`` points (unless the hull alone has more).
+    """
+    d = [q["d"] for q in parts]
+    tp_r = [q["y"] for q in parts]
+    fp_r = [q["n"] for q in parts]
+    total = int(sum(d))
+    cand = _to_global([q["roc"] for q in parts], d, tp_r, fp_r)
+    p_total, n_total = float(sum(tp_r)), float(sum(fp_r))
+    if p_total > 0.0 and n_total > 0.0 and cand["i"].shape[0] > 1:
+        # the candidates' segments, ascending, for the same PAV as roc_hull
+        steps = _hull_steps(np.diff(cand["tp"])[::-1], np.diff(cand["fp"])[::-1])
+        hull = {k: v[steps] for k, v in cand.items()}
+        hx, hy = hull["fp"] / n_total, hull["tp"] / p_total
+    else:
+        ends = np.array([0, cand["i"].shape[0] - 1])
+        hull = {k: v[ends] for k, v in cand.items()}
+        hx, hy = np.array([0.0, 1.0]), np.array([0.0, 1.0])
+    if total + 1 <= roc_points:
+        want = np.arange(total + 1, dtype=np.int64)
+    else:
+        m = max(roc_points - hull["i"].shape[0] + 2, 2)
+        want = np.unique(np.rint(np.linspace(0.0, total, m)).astype(np.int64))
+    want = np.setdiff1d(want, hull["i"])
+    at: dict[float, np.ndarray] = {}
+    o_i = 0
+    for r in range(len(parts) - 1, -1, -1):
+        at[float(firsts[r])] = want[(want > o_i) & (want <= o_i + d[r])] - o_i
+        o_i += d[r]
+    return {"hull": hull, "hull_fpr": hx, "hull_tpr": hy, "at": at, "d": d, "tp_r": tp_r,
+            "fp_r": fp_r, "firsts": firsts, "p_total": p_total, "n_total": n_total}
+
+
+def roc_select(plan: dict[str, Any], samples: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+    """(fpr, tpr, threshold) of the hull vertices and the sampled points, descending p."""
+    got = _to_global(samples, plan["d"], plan["tp_r"], plan["fp_r"])
+    i = np.concatenate((plan["hull"]["i"], got["i"][1:]))
+    order = np.argsort(i, kind="stable")
+    keep = np.concatenate(([True], np.diff(i[order]) != 0))
+    order = order[keep]
+
+    def pick(k: str) -> np.ndarray:
+        return np.concatenate((plan["hull"][k], got[k][1:]))[order]
+
+    p_total, n_total = plan["p_total"], plan["n_total"]
+    tp, fp = pick("tp"), pick("fp")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpr = tp / p_total if p_total > 0 else np.full_like(tp, np.nan)
+        fpr = fp / n_total if n_total > 0 else np.full_like(fp, np.nan)
+    return {"fpr": fpr, "tpr": tpr, "threshold": pick("threshold")}
 
 
 def wilson_interval(successes: float, n: float, confidence: float = 0.95) -> tuple[float, float]:

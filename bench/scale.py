@@ -1,0 +1,195 @@
+"""How the fit grows with N: time, peak driver/client memory and shuffle bytes.
+
+Usage: python bench/scale.py {spark,dask} N [N ...] [--kind cont|ties] [--evaluate]
+
+Each N runs in a fresh process (so each peak RSS is that run's), rows
+generated where the work runs (Spark: ``spark.range`` on the executors;
+Dask: one numpy draw per partition on the workers), never in the driver:
+
+* spark: local[2] (driver memory 4g, 2 cores), ``distcal.fit(df)``; shuffle
+  bytes from Spark's status store (sum of shuffle write over stages);
+* dask: LocalCluster of 2 worker processes x 1 thread,
+  ``distcal.fit(ddf)``; bytes moved between workers from the workers'
+  transfer counters.
+
+Scores: "cont" uniform (all distinct), "ties" rounded to 6 decimals (at most
+1e6 distinct whatever N); labels ~ Bernoulli(score). Reported per run: fit
+seconds (data generation included: it is streamed into the fit), peak RSS
+of the driver (the Python process calling distcal) and of the whole
+process tree (JVM or workers), the shuffle bytes, and ratios to the first
+N given (target: time <= 11x for 10x rows, driver RSS flat).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def tree_rss(pid: int) -> int:
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/status") as fh:
+                for line in fh:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) << 10
+            for task in os.listdir(f"/proc/{p}/task"):  # children of every thread
+                with open(f"/proc/{p}/task/{task}/children") as fh:
+                    stack += [int(c) for c in fh.read().split()]
+        except OSError:
+            pass
+    return total
+
+
+def child_spark(n: int, kind: str, evaluate: bool) -> dict:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    import distcal
+
+    log_dir = tempfile.mkdtemp(prefix="distcal-eventlog-")
+    spark = (SparkSession.builder.master("local[2]").appName("distcal-scale")
+             .config("spark.eventLog.enabled", "true").config("spark.eventLog.dir", log_dir)
+             .config("spark.eventLog.compress", "false")
+             .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
+             .config("spark.sql.shuffle.partitions", "8")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.pyspark.python", sys.executable).getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    parts = max(8, n // 2_500_000)
+    s = F.rand(1) if kind == "cont" else F.round(F.rand(1), 6)
+    df = (spark.range(0, n, numPartitions=parts).select(s.alias("score"), F.rand(2).alias("u"))
+          .select("score", (F.col("u") < F.col("score")).cast("int").alias("label")))
+    t0 = time.perf_counter()
+    model = distcal.fit(df)
+    out = {"fit_s": time.perf_counter() - t0, "blocks": len(model.blocks),
+           "input_partitions": parts}
+    if evaluate:
+        t0 = time.perf_counter()
+        rep = distcal.evaluate(df, prob_col="score")
+        out.update(evaluate_s=time.perf_counter() - t0, roc_points=len(rep.roc))
+    spark.stop()
+    # shuffle bytes and tasks from the event log (every task's end event)
+    out["shuffle_bytes"] = out["tasks"] = 0
+    files = [os.path.join(d, f) for d, _, fs in os.walk(log_dir) for f in fs]
+    for name in files:
+        with open(name) as fh:
+            for line in fh:
+                if '"SparkListenerTaskEnd"' not in line:
+                    continue
+                ev = json.loads(line)
+                out["tasks"] += 1
+                sw = (ev.get("Task Metrics") or {}).get("Shuffle Write Metrics") or {}
+                out["shuffle_bytes"] += int(sw.get("Shuffle Bytes Written", 0))
+    shutil.rmtree(log_dir, ignore_errors=True)
+    return out
+
+
+def _gen(i: int, rows: int, kind: str):
+    import numpy as np
+    import pandas as pd
+
+    rng = np.random.default_rng(1000 + i)
+    s = rng.random(rows)
+    if kind == "ties":
+        s = np.round(s, 6)
+    return pd.DataFrame({"score": s, "label": (rng.random(rows) < s).astype(np.int64)})
+
+
+def child_dask(n: int, kind: str, evaluate: bool) -> dict:
+    import dask.dataframe as dd
+    from distributed import Client, LocalCluster
+
+    import distcal
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=None,
+                           memory_limit="10GB")
+    client = Client(cluster)
+    per = 2_500_000
+    parts = max(8, -(-n // per))
+    sizes = [n // parts + (1 if i < n % parts else 0) for i in range(parts)]
+    ddf = dd.from_map(_gen, range(parts), sizes, kind=kind)
+    t0 = time.perf_counter()
+    model = distcal.fit(ddf)
+    out = {"fit_s": time.perf_counter() - t0, "blocks": len(model.blocks),
+           "input_partitions": parts}
+    if evaluate:
+        t0 = time.perf_counter()
+        rep = distcal.evaluate(ddf.rename(columns={"score": "prob"}))
+        out.update(evaluate_s=time.perf_counter() - t0, roc_points=len(rep.roc))
+
+    def moved(dask_worker=None):
+        # bytes this worker sent to the other (0 when a task's inputs were local)
+        return int(getattr(dask_worker, "transfer_outgoing_bytes_total", 0))
+
+    out["shuffle_bytes"] = sum(client.run(moved).values())
+    client.close()
+    cluster.close()
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("engine", choices=("spark", "dask"))
+    ap.add_argument("n", type=float, nargs="+")
+    ap.add_argument("--kind", default="cont", choices=("cont", "ties"))
+    ap.add_argument("--evaluate", action="store_true")
+    ap.add_argument("--child", action="store_true")
+    args = ap.parse_args()
+    if args.child:
+        fn = child_spark if args.engine == "spark" else child_dask
+        out = fn(int(args.n[0]), args.kind, args.evaluate)
+        out["driver_peak_rss"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss << 10
+        print(json.dumps(out))
+        return
+    print(f"# {args.engine} scale, kind {args.kind}, one fresh process per N; "
+          f"load before: {os.getloadavg()[0]:.1f}")
+    print(f"{'N':>8}{'fit s':>8}{'x time':>8}{'driver RSS':>12}{'tree RSS':>10}"
+          f"{'shuffle':>10}{'B/row':>7}{'tasks':>7}{'blocks':>8}" +
+          (f"{'eval s':>8}" if args.evaluate else ""))
+    first = None
+    for n in map(int, args.n):
+        cmd = [sys.executable, __file__, args.engine, str(n), "--kind", args.kind, "--child"]
+        if args.evaluate:
+            cmd.append("--evaluate")
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+        peak, stop = 0, threading.Event()
+
+        def poll(pid: int = proc.pid) -> None:
+            nonlocal peak
+            while not stop.is_set():
+                peak = max(peak, tree_rss(pid))
+                time.sleep(0.1)
+
+        th = threading.Thread(target=poll, daemon=True)
+        th.start()
+        text, _ = proc.communicate()
+        stop.set()
+        th.join()
+        out = json.loads(text.strip().splitlines()[-1])
+        first = first or out["fit_s"]
+        print(f"{n:>8.0e}{out['fit_s']:8.1f}{out['fit_s'] / first:8.1f}"
+              f"{out['driver_peak_rss'] / 2**20:10.0f}MB{peak / 2**30:8.2f}GB"
+              f"{out['shuffle_bytes'] / 2**20:8.0f}MB{out['shuffle_bytes'] / n:7.1f}"
+              f"{out.get('tasks', 0):7d}{out['blocks']:8d}" +
+              (f"{out['evaluate_s']:8.1f}" if args.evaluate else ""), flush=True)
+    print(f"load after: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
