@@ -45,7 +45,9 @@ def evaluate_many(df: Any, columns: dict[str, str | None], prob_cols: list[str],
         rest = {r: r for r in cols if not r.startswith("prob:")}
         for c in prob_cols:
             one = clean.select(F.col(quote(f"prob:{c}")).alias("_prob"), *rest)
-            with SparkRanges(one, {"prob": "_prob", **rest}, on_invalid="raise",
+            # Several passes (bins, partials, adaptive bins): persisted, so every
+            # pass sees the same ranges.
+            with SparkRanges(one, {"prob": "_prob", **rest}, on_invalid="raise", passes=4,
                              **opts) as ranges:
                 rep = report(ranges, c)
             rep.dropped_rows = checker.rows_invalid
