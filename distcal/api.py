@@ -84,6 +84,10 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
     check_on_invalid(on_invalid)
     checks.check_fit_params(method, method_params)  # before anything reads the data
     name = resolve_engine(data, engine)
+    # Unknown keyword arguments fail before anything (even a schema) is read.
+    known = {k for p in METHOD_PARAMS.values() for k in p} | get_engine(name).options
+    if set(method_params) - known:
+        raise unexpected_arguments("fit", set(method_params) - known)
     if score_cols is not None or method == "temperature" or (
             name == "local" and is_vector_column(data, score_col)):
         return _fit_multiclass(data, name, method, score_col, score_cols, label_col,

@@ -65,7 +65,8 @@ def test_fit_apply_evaluate_threshold(scores_path, tmp_path):
     r = run("threshold", "--input", path, "--cost-fp", "1", "--cost-fn", "3", "--weight-col", "w")
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
-    assert set(res) >= {"threshold", "cost", "tp", "fp", "tn", "fn"}
+    assert set(res) >= {"threshold", "predict_none", "cost", "tp", "fp", "tn", "fn"}
+    assert res["predict_none"] is direct.predict_none
     direct = distcal.optimal_threshold(df, weight_col="w", cost_fp=1, cost_fn=3)
     assert res["threshold"] == direct.threshold and res["cost"] == pytest.approx(direct.cost)
 

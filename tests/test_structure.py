@@ -241,3 +241,8 @@ def test_verbose_logs_the_phases(tmp_path):
                             "--output", str(tmp_path / "m2")], capture_output=True, text=True,
                            timeout=120)
     assert quiet.returncode == 0 and quiet.stderr == ""
+
+
+def test_unknown_keyword_fails_before_the_input_is_opened(tmp_path):
+    with pytest.raises(TypeError, match=r"fit\(\) got unexpected keyword argument 'foo'"):
+        distcal.fit(str(tmp_path / "missing.parquet"), foo=1)

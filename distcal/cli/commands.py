@@ -135,7 +135,8 @@ def cmd_threshold(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
                                     on_invalid=opts["on_invalid"])
     # +inf (predict nothing positive) prints as JSON's customary Infinity, which
     # Python's json, JavaScript and pandas read back as a number.
-    return {"threshold": res.threshold, "cost": res.cost, "tp": res.tp, "fp": res.fp,
+    return {"threshold": res.threshold, "predict_none": res.predict_none, "cost": res.cost,
+            "tp": res.tp, "fp": res.fp,
             "tn": res.tn, "fn": res.fn, "n_positive_predicted": res.n_positive_predicted}
 
 
