@@ -66,8 +66,8 @@ def test_fit_apply_evaluate_threshold(scores_path, tmp_path):
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert set(res) >= {"threshold", "predict_none", "cost", "tp", "fp", "tn", "fn"}
-    assert res["predict_none"] is direct.predict_none
     direct = distcal.optimal_threshold(df, weight_col="w", cost_fp=1, cost_fn=3)
+    assert res["predict_none"] is direct.predict_none
     assert res["threshold"] == direct.threshold and res["cost"] == pytest.approx(direct.cost)
 
 
