@@ -182,13 +182,21 @@ def test_too_few_per_class():
 # them: the checks fit one instance on data of other shapes and feature counts,
 # which a classifier fitted beforehand and never refitted cannot follow; the
 # cross-fitting mode below is the same code path after the classifier's fit.
-_CHECKED = [CalibratedClassifier(LogisticRegression(C=1), method=m, cv=3)
+# Histogram with 2 bins: the checks calibrate folds of a handful of rows, and
+# distcal refuses more bins than rows (a ValueError naming n_bins).
+_CHECKED = [CalibratedClassifier(LogisticRegression(C=1), method=m, cv=3,
+                                 params={"n_bins": 2} if m == "histogram" else None)
             for m in ("isotonic", "sigmoid", "histogram", "temperature")]
 
 
 def _expected_failed(estimator):
-    # Every check applies and passes (the array-API check is replaced by a
-    # check of the tag that says it does not apply).
+    # Every check applies and passes (the array-API check is replaced by a check
+    # of the tag that says it does not apply), except one for histogram.
+    if estimator.method == "histogram":
+        return {"check_classifiers_one_label_sample_weights":
+                "after trimming, a calibration fold holds one row: fewer rows than histogram "
+                "bins, which distcal refuses with a ValueError naming n_bins (the check wants "
+                "the word 'class' in the message)"}
     return {}
 
 
