@@ -5,7 +5,7 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 PYTEST  := $(BIN)/python -m pytest -q -p no:cacheprovider
 
-.PHONY: install demo test test-fast lint bench clean system-deps
+.PHONY: install demo test test-fast lint bench clean system-deps zip
 
 include mk/airflow.mk
 
@@ -19,6 +19,11 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m distcal.demo
+
+# distcal as one zip for spark-submit --py-files (executors need only numpy,
+# pandas, pyarrow and scipy besides it).
+zip: $(STAMP)
+	$(BIN)/python -m distcal.packaging dist/distcal.zip
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -36,17 +41,17 @@ system-deps:
 # Everything: lint and types, the whole suite (Spark, Dask clusters, Airflow,
 # a browser, the 1 GB fixture, every README block) and the package's doctests.
 test: $(STAMP) $(AIRFLOW_STAMP) system-deps lint
-	$(PYTEST) -n 2 --dist loadfile tests
+	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder tests
 	$(PYTEST) --doctest-modules distcal
 
 # The development loop: no Spark, no Dask cluster, no large files (under a minute).
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
-	$(PYTEST) -x -n 2 -m "not spark and not dask and not slow" tests
+	$(PYTEST) -x -n 2 --dist loadfile --no-loadscope-reorder -m "not spark and not dask and not slow" tests
 	$(PYTEST) --doctest-modules distcal
 
 bench: $(STAMP)
 	$(BIN)/python bench/local_isotonic.py 1000000
 
 clean:
-	rm -rf $(VENV) demo_output .pytest_cache test-artifacts
+	rm -rf $(VENV) demo_output .pytest_cache test-artifacts dist

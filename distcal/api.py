@@ -11,11 +11,12 @@ from .core.isotonic import fit_isotonic
 from .core.ranges import MapRanges
 from .core.sigmoid import fit_sigmoid
 from .core.threshold import EMPTY, loss_per_score, merge_segments, summarise_segment
-from .defaults import DEFAULTS, METHOD_PARAMS, MULTICLASS_METHODS
+from .defaults import DEFAULTS, METHOD_PARAMS, METHODS, MULTICLASS_METHODS
 from .engines import Ranges, get_engine, resolve_engine
 from .errors import DataError, ParameterError, unexpected_arguments
 from .logs import log, phase
 from .model import CalibrationModel
+from .multiclass_engines import is_engine_vector_column
 from .params import check_finite, check_on_invalid, split_engine_options
 from .tables import is_vector_column
 from .threshold import ThresholdResult, result_from_segment
@@ -26,7 +27,9 @@ __all__ = ["fit", "fit_and_threshold"]
 def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.score_col,
         label_col: str = DEFAULTS.label_col, weight_col: str | None = DEFAULTS.weight_col,
         engine: str = DEFAULTS.engine, on_invalid: str = DEFAULTS.on_invalid, *,
-        score_cols: list[str] | None = None, **method_params: Any) -> Any:
+        score_cols: list[str] | None = None, score_index: int | None = None,
+        by: str | list[str] | None = None, min_segment_weight: float = 0.0,
+        **method_params: Any) -> Any:
     """Fit a calibration map of ``label`` on ``score``.
 
     Parameters
@@ -45,7 +48,19 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
         >= 0 (None: all 1). A ``score_col`` of vectors (lists or arrays of K
         per-class scores) fits a multiclass calibration, with labels 0..K-1.
     score_cols : list of str, optional
-        Multiclass scores as one column per class (local engine).
+        Multiclass scores as one column per class.
+    score_index : int, optional
+        ``score_col`` holds vectors (pyarrow lists, pandas lists or arrays,
+        Spark ``ArrayType`` or pyspark.ml ``VectorUDT``, e.g. a classifier's
+        ``probability``) and element ``score_index`` of each is the score of
+        a binary calibration (MLlib's ``featureIndex``). Vectors of unequal
+        length, or an index out of range, are a :class:`~distcal.DataError`.
+    by : str or list of str, optional
+        Fit one map per distinct value (tuple) of these columns, plus the
+        global map, in one pass (:mod:`distcal.segmented`, docs/segments.md).
+        Rows with a null ``by`` value count in the global map only.
+    min_segment_weight : float
+        Segments with less total weight use the global map (``by`` only).
     engine : {"auto", "local", "spark", "dask"}
         "auto" picks the engine from the type of ``data``.
     on_invalid : {"raise", "drop"}
@@ -59,7 +74,8 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
     Returns
     -------
     CalibrationModel
-        Or a :class:`~distcal.multiclass.MulticlassCalibrationModel` for
+        Or a :class:`~distcal.segmented.SegmentedCalibrationModel` with ``by``,
+        or a :class:`~distcal.multiclass.MulticlassCalibrationModel` for
         multiclass scores (one-vs-rest normalised as scikit-learn's
         CalibratedClassifierCV, or temperature scaling).
 
@@ -82,14 +98,26 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
     array([0.33333333, 1.        ])
     """
     check_on_invalid(on_invalid)
+    score_index = checks.check_score_index(score_index)
     checks.check_fit_params(method, method_params)  # before anything reads the data
     name = resolve_engine(data, engine)
     # Unknown keyword arguments fail before anything (even a schema) is read.
     known = {k for p in METHOD_PARAMS.values() for k in p} | get_engine(name).options
     if set(method_params) - known:
         raise unexpected_arguments("fit", set(method_params) - known)
-    if score_cols is not None or method == "temperature" or (
-            name == "local" and is_vector_column(data, score_col)):
+    columns = {"score": score_col, "label": label_col, "weight": weight_col}
+    if by is not None:
+        if score_index is not None:
+            raise ParameterError("by= reads a plain score column; score_index cannot be "
+                                 "combined with by= in this version")
+        if score_cols is not None:
+            raise ParameterError("by= fits binary calibration maps; multiclass score_cols "
+                                 "cannot be segmented in this version")
+        return _fit_by(data, name, method, columns, by, min_segment_weight, on_invalid,
+                       method_params)
+    if score_index is None and (score_cols is not None or method == "temperature" or (
+            name == "local" and is_vector_column(data, score_col)) or (
+            name != "local" and is_engine_vector_column(name, data, score_col))):
         return _fit_multiclass(data, name, method, score_col, score_cols, label_col,
                                weight_col, on_invalid, method_params)
     impl = get_engine(name)
@@ -98,11 +126,11 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
     if method == "modl" and weight_col is not None:
         raise DataError(f"column '{weight_col}' (weight): MODL counts rows; it takes no "
                         "weights (pass weight_col=None)")
-    columns = {"score": score_col, "label": label_col, "weight": weight_col}
     log.info("fit: method %s on the %s engine", method, name)
     with impl.open_ranges(data, columns, on_invalid=on_invalid,
                           finite_scores=method in ("sigmoid", "histogram"),
-                          passes=1 if method == "isotonic" else 3, **engine_opts) as ranges:
+                          passes=1 if method == "isotonic" else 3, score_index=score_index,
+                          **engine_opts) as ranges:
         with phase("fit: %s", method):
             return _fit_on_ranges(ranges, ranges.map, method, params, columns)
 
@@ -131,6 +159,26 @@ def _fit_on_ranges(ranges: Ranges, map_ranges: MapRanges, method: str, params: d
                             dropped_rows=ranges.dropped_rows, columns=columns)
 
 
+def _fit_by(data: Any, engine: str, method: str, columns: dict[str, str | None], by: Any,
+            min_segment_weight: Any, on_invalid: str, method_params: dict[str, Any]) -> Any:
+    """``fit(..., by=cols)``: one map per segment and the global map (:mod:`.segmented`)."""
+    from .segmented import check_by, fit_segmented
+
+    names = check_by(by, columns, min_segment_weight)
+    if method not in METHODS:
+        raise ParameterError(f"by= fits binary calibration maps ({', '.join(METHODS)}); "
+                             f"got method {method!r}")
+    impl = get_engine(engine)
+    given, engine_opts = split_engine_options("fit", method, method_params, impl.options)
+    params = checks.method_params(method, given)
+    if method == "modl" and columns["weight"] is not None:
+        raise DataError(f"column '{columns['weight']}' (weight): MODL counts rows; it takes no "
+                        "weights (pass weight_col=None)")
+    log.info("fit: method %s by %s on the %s engine", method, names, engine)
+    return fit_segmented(impl, data, method, params, columns, names, float(min_segment_weight),
+                         on_invalid, engine_opts, _fit_on_ranges)
+
+
 def _fit_multiclass(data: Any, engine: str, method: str, score_col: str,
                     score_cols: list[str] | None, label_col: str, weight_col: str | None,
                     on_invalid: str, method_params: dict[str, Any]) -> Any:
@@ -140,14 +188,26 @@ def _fit_multiclass(data: Any, engine: str, method: str, score_col: str,
     if method not in MULTICLASS_METHODS:
         raise ParameterError(f"method must be one of {MULTICLASS_METHODS} for multiclass "
                              f"scores, got {method!r}")
-    if engine != "local":
-        raise NotImplementedError(f"multiclass calibration runs on the local engine only in "
-                                  f"this version (got a {engine} input)")
-    unknown = set(method_params) - set(METHOD_PARAMS[method])
+    engine_options = get_engine(engine).options if engine != "local" else frozenset()
+    unknown = set(method_params) - set(METHOD_PARAMS[method]) - engine_options
     if unknown:
         raise unexpected_arguments("fit", unknown)
+    engine_opts = {k: v for k, v in method_params.items() if k in engine_options}
+    method_params = {k: v for k, v in method_params.items() if k not in engine_options}
     if method != "temperature":
         checks.method_params(method, dict(method_params))
+    if engine != "local":
+        from .multiclass_engines import fit_multiclass_on_engine
+        from .multiclass_rows import check_score_args
+
+        if on_invalid not in ("raise", "drop"):
+            raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
+        score_cols = check_score_args(None if score_cols is not None else score_col,
+                                       score_cols)
+        return fit_multiclass_on_engine(engine, data, method,
+                                        None if score_cols is not None else score_col,
+                                        score_cols, label_col, weight_col, on_invalid,
+                                        method_params, engine_opts, _fit_on_ranges)
     return fit_multiclass(data, method, score_col=None if score_cols is not None else score_col,
                           score_cols=score_cols, label_col=label_col, weight_col=weight_col,
                           on_invalid=on_invalid, **method_params)
@@ -158,12 +218,15 @@ def fit_and_threshold(data: Any, method: str = DEFAULTS.method,
                       weight_col: str | None = DEFAULTS.weight_col,
                       cost_fp: float = DEFAULTS.cost_fp, cost_fn: float = DEFAULTS.cost_fn,
                       engine: str = DEFAULTS.engine, on_invalid: str = DEFAULTS.on_invalid,
+                      *, score_index: int | None = None,
                       **method_params: Any) -> tuple[CalibrationModel, ThresholdResult]:
     """A calibration map and the cost-optimal threshold on the scores, from one shuffle.
 
     Parameters
     ----------
-    data, method, score_col, label_col, weight_col, engine, on_invalid, **method_params
+    data, method, score_col, label_col, weight_col, engine, on_invalid, score_index
+        As for :func:`fit`.
+    **method_params
         As for :func:`fit`.
     cost_fp, cost_fn : float
         As for :func:`distcal.optimal_threshold`.
@@ -185,6 +248,7 @@ def fit_and_threshold(data: Any, method: str = DEFAULTS.method,
     (0.7, 1.0)
     """
     check_on_invalid(on_invalid)
+    score_index = checks.check_score_index(score_index)
     name = resolve_engine(data, engine)
     impl = get_engine(name)
     given, engine_opts = split_engine_options("fit_and_threshold", method, method_params,
@@ -200,7 +264,8 @@ def fit_and_threshold(data: Any, method: str = DEFAULTS.method,
 
     with impl.open_ranges(data, columns, on_invalid=on_invalid,
                           finite_scores=method in ("sigmoid", "histogram"),
-                          passes=1 if method == "isotonic" else 3, **engine_opts) as ranges:
+                          passes=1 if method == "isotonic" else 3, score_index=score_index,
+                          **engine_opts) as ranges:
         segments: list[Any] = []
 
         def map_ranges(fn: Any) -> list[Any]:

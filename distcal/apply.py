@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .errors import column_not_found, column_type, output_column_exists
+from .core.validate import check_vector_lengths
+from .errors import VECTORS_EXPECTED, column_not_found, column_type, output_column_exists
 from .model import CalibrationModel
 from .storage import local_publishing
-from .tables import arrow_kind, arrow_to_float, iter_tables, open_dataset
+from .tables import arrow_kind, arrow_to_float, iter_tables, open_dataset, vector_element
 
 __all__ = ["apply_to_parquet"]
 
@@ -20,7 +23,7 @@ __all__ = ["apply_to_parquet"]
 def apply_to_parquet(model: CalibrationModel, source: str | os.PathLike,
                      output: str | os.PathLike, *, score_col: str = "score",
                      output_col: str = "calibrated", overwrite: bool = False,
-                     batch_rows: int = 1 << 20,
+                     batch_rows: int = 1 << 20, score_index: int | None = None,
                      before_commit: Callable[[Path], None] | None = None) -> int:
     """Stream ``source`` batch by batch, add ``output_col``, write one Parquet file.
 
@@ -28,26 +31,50 @@ def apply_to_parquet(model: CalibrationModel, source: str | os.PathLike,
     is written aside and renamed, so ``output`` is never half-written;
     ``before_commit(path_of_the_new_file)`` runs in between (a report on the
     output: if it raises, nothing is published). Returns the rows written.
+    With ``score_index`` the score is that element of the vectors in
+    ``score_col``; their lengths are checked over the whole input before
+    the output is published.
     """
     dataset = open_dataset(source)
     schema = dataset.schema
     if score_col not in schema.names:
         raise column_not_found(score_col, "score", schema.names)
-    if arrow_kind(schema.field(score_col).type) == "other":
+    if score_index is None and arrow_kind(schema.field(score_col).type) == "other":
         raise column_type(score_col, "score", str(schema.field(score_col).type))
+    if score_index is not None and arrow_kind(schema.field(score_col).type) != "other":
+        raise column_type(score_col, "score", str(schema.field(score_col).type),
+                          VECTORS_EXPECTED)
+    lengths: Counter[int] = Counter()
     if output_col in schema.names:
         raise output_column_exists(output_col)
+    by = list(getattr(model, "by", []))  # a per-segment model reads its key columns
+    for name in by:
+        if name not in schema.names:
+            raise column_not_found(name, "segment", schema.names)
     keep = list(schema.names)
     out_schema = pa.schema([schema.field(n) for n in keep] + [pa.field(output_col, pa.float64())])
     rows = 0
     with local_publishing(output, overwrite=overwrite) as tmp:
         with pq.ParquetWriter(tmp, out_schema) as writer:
             for table in iter_tables(dataset, keep, batch_rows):
-                scores, _ = arrow_to_float(table.column(score_col))
-                probs = pa.array(model.predict(scores), type=pa.float64())
+                if score_index is None:
+                    scores, _ = arrow_to_float(table.column(score_col))
+                else:
+                    scores, seen = vector_element(table.column(score_col), score_index,
+                                                  score_col)
+                    lengths.update(seen)
+                if by:
+                    keys = pd.DataFrame({b: table.column(b).to_pandas(integer_object_nulls=True)
+                                         for b in by})
+                    probs = pa.array(model.predict(scores, segments=keys),  # type: ignore[call-arg]
+                                     type=pa.float64())
+                else:
+                    probs = pa.array(model.predict(scores), type=pa.float64())
                 writer.write_table(pa.Table.from_arrays(
                     [table.column(n) for n in keep] + [probs], schema=out_schema))
                 rows += table.num_rows
+        if score_index is not None:
+            check_vector_lengths(score_col, "score", score_index, lengths)
         if before_commit is not None:
             before_commit(tmp)
     return rows

@@ -136,7 +136,10 @@ def _spark(data: Any, score_col: str, label_col: str) -> tuple[list[Any], list[R
              .groupBy("s").pivot("y", classes).count().na.fill(0))
     cols = ["s", *[quote(str(c)) for c in classes]]
     ranged = pivot.select(*cols).repartitionByRange(default_ranges(data), "s")
-    rows = ranged.mapInArrow(_spark_premerge, "pid long, payload binary").collect()
+    from .engines.spark.session import on_executors
+
+    rows = on_executors(lambda: ranged.mapInArrow(_spark_premerge,
+                                                  "pid long, payload binary").collect())
     parts = [pickle.loads(r["payload"]) for r in sorted(rows, key=lambda r: r["pid"])]
     return classes, [p for p in parts if p is not None]
 

@@ -1,8 +1,9 @@
 """Exceptions raised by distcal, and the messages shared by every engine.
 
 ``DataError`` and ``ModelError`` are the user's input (exit 2 on the command
-line), as are ``UsageError`` (bad options) and ``OutputExistsError`` (an
-existing output without ``overwrite``). Any other exception is a bug or an
+line), as are ``UsageError`` (bad options), ``OutputExistsError`` (an
+existing output without ``overwrite``) and ``EngineSetupError`` (a cluster
+whose workers cannot run distcal). Any other exception is a bug or an
 environment failure (exit 1).
 """
 
@@ -12,7 +13,10 @@ from collections.abc import Iterable
 
 __all__ = ["DataError", "ModelError", "UsageError", "ParameterError", "column_not_found",
            "column_type", "output_column_exists", "unexpected_arguments", "sums_overflow",
-           "OutputPathError"]
+           "OutputPathError", "VECTORS_EXPECTED", "EngineSetupError"]
+
+# What a column read with ``score_index`` must hold (column_type's "expected").
+VECTORS_EXPECTED = "vectors (lists or arrays) of numbers, since score_index is given"
 
 
 class DataError(ValueError):
@@ -29,6 +33,14 @@ class ModelError(Exception):
 
 class UsageError(Exception):
     """Bad command-line usage or options (exit 2)."""
+
+
+class EngineSetupError(RuntimeError):
+    """The engine's workers cannot run distcal (a module missing on Spark's executors).
+
+    The message names the missing module, the workers' own exception and
+    how to fix it; it is the environment, not the data (exit 2).
+    """
 
 
 class ParameterError(ValueError):

@@ -19,6 +19,7 @@ from .params import (
     check_finite,
     check_n_bins,
     check_on_invalid,
+    check_score_index,
     check_strategy,
     split_engine_options,
 )
@@ -232,7 +233,8 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
              strategy: str = DEFAULTS.strategy, threshold: float = DEFAULTS.threshold,
              engine: str = DEFAULTS.engine, *, bins: Any = None,
              confidence: float = DEFAULTS.confidence, on_invalid: str = DEFAULTS.on_invalid,
-             roc_points: int | None = 1000, **engine_opts: Any) -> EvaluationReport:
+             roc_points: int | None = 1000, score_index: int | None = None,
+             prob_cols: list[str] | None = None, **engine_opts: Any) -> Any:
     """Calibration and discrimination metrics of the probabilities in ``prob_col``.
 
     Every metric is an exact sum over the ordered ranges of distinct
@@ -262,6 +264,16 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
         ends (the hull alone may exceed it). Only these points reach the
         driver. None: every point, one per distinct probability. The AUC,
         the hull and the best cost read from the curve are exact either way.
+    score_index : int, optional
+        ``prob_col`` holds vectors (e.g. a pyspark.ml ``probability``) and
+        this element of each is the probability (as for :func:`distcal.fit`).
+    prob_cols : list of str, optional
+        Multiclass probabilities, one column per class (or pass a vector
+        column as ``prob_col``); labels are then class indices 0..K-1 and
+        the result is a
+        :class:`~distcal.multiclass_evaluation.MulticlassEvaluationReport`
+        (log loss, Brier summed over classes, accuracy, top-label and
+        class-wise ECE over ``n_bins`` uniform bins, confusion matrix).
 
     Returns
     -------
@@ -282,18 +294,38 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
     """
     _check_evaluation_params(n_bins, strategy, threshold, confidence, on_invalid)
     roc_points = check_roc_points(roc_points)
+    score_index = check_score_index(score_index)
     columns = {"prob": prob_col, "label": label_col, "weight": weight_col}
-    engine_impl = get_engine(resolve_engine(data, engine))
+    name = resolve_engine(data, engine)
+    engine_impl = get_engine(name)
     _, engine_opts = split_engine_options("evaluate", None, engine_opts, engine_impl.options)
+    if score_index is None and (prob_cols is not None or _is_vector(name, data, prob_col)):
+        from .multiclass_evaluation import evaluate_multiclass
+
+        if isinstance(prob_cols, str):
+            raise TypeError("prob_cols must be a list of column names")
+        return evaluate_multiclass(data, name, None if prob_cols is not None else prob_col,
+                                   None if prob_cols is None else [str(c) for c in prob_cols],
+                                   label_col, weight_col, n_bins, on_invalid, engine_opts)
     with engine_impl.open_ranges(data, columns, on_invalid=on_invalid,
                                  # the bins' passes, then the partials and the adaptive
                                  # bins (offsets from the partials): cluster engines keep
                                  # the ranges between passes, so every pass sees the same
                                  passes=2 if bins is not None or strategy == "uniform" else 4,
-                                 **engine_opts) as ranges:
+                                 score_index=score_index, **engine_opts) as ranges:
         return report_from_ranges(ranges, prob_col=prob_col, n_bins=n_bins, strategy=strategy,
                                   bins=bins, threshold=threshold, confidence=confidence,
                                   roc_points=roc_points)
+
+
+def _is_vector(engine: str, data: Any, column: str) -> bool:
+    """Whether ``column`` holds vectors of per-class probabilities (multiclass)."""
+    from .multiclass_engines import is_engine_vector_column
+    from .tables import is_vector_column
+
+    if engine == "local":
+        return is_vector_column(data, column)
+    return is_engine_vector_column(engine, data, column)
 
 
 def evaluate_many(data: Any, prob_cols: list[str], label_col: str = DEFAULTS.label_col,

@@ -9,15 +9,18 @@ from typing import Any
 from .errors import ModelError
 from .model import load_dir as load_binary_dir
 from .multiclass import is_multiclass_model, load_multiclass
+from .segmented import is_segmented_model, load_segmented
 from .storage import fetch_dir, filesystem_for
 
 __all__ = ["load", "load_dir"]
 
 
 def load_dir(root: Path) -> Any:
-    """The model in the local directory ``root``: multiclass or binary, by its model.json."""
+    """The model in ``root``: multiclass, segmented or binary, by its model.json."""
     if is_multiclass_model(root):
         return load_multiclass(root)
+    if is_segmented_model(root):
+        return load_segmented(root)
     return load_binary_dir(root)
 
 

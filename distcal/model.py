@@ -266,8 +266,13 @@ class CalibrationModel:
         return float(b.score_max[0]), float(b.score_min[-1])
 
     def transform(self, data: Any, score_col: str = DEFAULTS.score_col,
-                  output_col: str = DEFAULTS.output_col) -> Any:
+                  output_col: str = DEFAULTS.output_col, *,
+                  score_index: int | None = None) -> Any:
         """``data`` with ``output_col`` = ``predict(score_col)`` added.
+
+        With ``score_index``, ``score_col`` holds vectors and the score is
+        that element of each (as in :func:`distcal.fit`); the vector column
+        is kept.
 
         pandas in, pandas out; pyarrow in, pyarrow out; a Parquet path in,
         pandas out; Spark and Dask frames are transformed lazily by their
@@ -283,8 +288,10 @@ class CalibrationModel:
         [0.0, 0.5, 0.5, 1.0, 1.0]
         """
         from .engines import engine_of, get_engine
+        from .params import check_score_index
 
-        return get_engine(engine_of(data)).transform(self, data, score_col, output_col)
+        return get_engine(engine_of(data)).transform(self, data, score_col, output_col,
+                                                     score_index=check_score_index(score_index))
 
     # -- persistence ----------------------------------------------------
     def _metadata(self) -> dict[str, Any]:

@@ -12,18 +12,30 @@ import math
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
+
 from .defaults import INTERPOLATIONS, METHOD_PARAMS, METHODS, STRATEGIES
 from .errors import ParameterError, unexpected_arguments
 
 __all__ = ["method_params", "check_fit_params", "split_engine_options", "check_n_bins",
            "check_strategy",
-           "check_finite", "check_on_invalid"]
+           "check_finite", "check_on_invalid", "check_score_index"]
 
 
 def check_on_invalid(on_invalid: str) -> str:
     if on_invalid not in ("raise", "drop"):
         raise ParameterError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
     return on_invalid
+
+
+def check_score_index(score_index: Any) -> int | None:
+    """None (a column of numbers) or the element of each vector to read, an int >= 0."""
+    if score_index is None:
+        return None
+    if (isinstance(score_index, bool) or not isinstance(score_index, (int, np.integer))
+            or score_index < 0):
+        raise ParameterError(f"score_index must be None or an integer >= 0, got {score_index!r}")
+    return int(score_index)
 
 
 def check_n_bins(n_bins: Any, name: str = "n_bins") -> int:

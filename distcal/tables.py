@@ -3,12 +3,15 @@
 Inputs: pandas DataFrames, pyarrow Tables, and Parquet files or datasets
 (directories, hive partitions) read with ``pyarrow.dataset`` in record
 batches. Every column arrives as a float64 numpy array with null as NaN;
-text in a numeric column is reported as a row problem.
+text in a numeric column is reported as a row problem. A column of vectors
+(lists or arrays) read with an index gives that element of every vector
+(:func:`vector_element`, the one place the local and Dask engines take it).
 """
 
 from __future__ import annotations
 
 import os
+from collections import Counter
 from collections.abc import Iterator
 
 import numpy as np
@@ -17,11 +20,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from .errors import DataError, column_not_found, column_type
+from .core.validate import check_vector_lengths
+from .errors import VECTORS_EXPECTED, DataError, column_not_found, column_type
 from .logs import progress
 
 __all__ = ["ColumnSource", "open_source", "open_dataset", "iter_tables", "is_path", "read_table",
-           "arrow_kind", "arrow_to_float", "is_vector_column"]
+           "arrow_kind", "arrow_to_float", "is_vector_column", "vector_element"]
 
 Batch = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]
 
@@ -73,23 +77,76 @@ def _pandas_kind(s: pd.Series) -> str:
     return "other"
 
 
-class ColumnSource:
-    """Columns of one input, by role, as float64 batches."""
+def _vector_kind(t: pa.DataType) -> str:
+    return "number" if _is_list_type(t) and arrow_kind(t.value_type) == "number" else "other"
 
-    def __init__(self, data: object, columns: dict[str, str]):
+
+def _pandas_vector_kind(s: pd.Series) -> str:
+    if isinstance(s.dtype, pd.ArrowDtype):
+        return _vector_kind(s.dtype.pyarrow_dtype)
+    return "number" if s.dtype == object else "other"
+
+
+def vector_element(col: pa.ChunkedArray | pa.Array | pd.Series, index: int,
+                   name: str = "", role: str = "score") -> tuple[np.ndarray, Counter[int]]:
+    """Element ``index`` of every vector of ``col`` as float64, and the vector lengths.
+
+    ``col`` is a pyarrow list, large list or fixed-size list column, or a
+    pandas column of lists or numpy arrays. Null vectors, null elements and
+    vectors too short for ``index`` give NaN; the returned counter counts
+    the non-null vectors by length, for
+    :func:`~distcal.core.validate.check_vector_lengths` once the whole input
+    has been seen.
+    """
+    if isinstance(col, pd.Series):
+        try:
+            col = (pa.array(col) if isinstance(col.dtype, pd.ArrowDtype)
+                   else pa.array(col.astype(object), from_pandas=True))
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise column_type(name, role, "mixed values", VECTORS_EXPECTED) from exc
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if _vector_kind(col.type) != "number":
+        raise column_type(name, role, str(col.type), VECTORS_EXPECTED)
+    lengths = pc.fill_null(pc.list_value_length(col), -1).to_numpy(zero_copy_only=False)
+    out = np.full(len(col), np.nan)
+    inside = lengths > index
+    if inside.any():
+        element = pc.list_element(col.filter(pa.array(inside)), index)
+        out[inside] = arrow_to_float(element)[0]
+    sizes, counts = np.unique(lengths[lengths >= 0], return_counts=True)
+    return out, Counter(dict(zip(sizes.tolist(), counts.tolist())))
+
+
+class ColumnSource:
+    """Columns of one input, by role, as float64 batches.
+
+    ``indexes`` maps a role to an element index: that role's column holds
+    vectors and the element at the index is its value (``score_index``).
+    """
+
+    def __init__(self, data: object, columns: dict[str, str],
+                 indexes: dict[str, int] | None = None):
         self.columns = {role: name for role, name in columns.items() if name is not None}
+        self.indexes = {r: i for r, i in (indexes or {}).items() if r in self.columns}
+        self.lengths: dict[str, Counter[int]] = {r: Counter() for r in self.indexes}
         self.data = data
         if isinstance(data, pd.DataFrame):
             self.kind = "pandas"
             names = list(map(str, data.columns))
             kinds = {c: _pandas_kind(data[c]) for c in self.columns.values() if c in data.columns}
             types = {c: str(data[c].dtype) for c in kinds}
+            # Vectors in pandas: an object column; its elements are checked when read.
+            kinds.update({self.columns[r]: _pandas_vector_kind(data[self.columns[r]])
+                          for r in self.indexes if self.columns[r] in kinds})
         elif isinstance(data, (pa.Table, pa.RecordBatch)):
             self.kind = "arrow"
             names = data.schema.names
             kinds = {c: arrow_kind(data.schema.field(c).type)
                      for c in self.columns.values() if c in names}
             types = {c: str(data.schema.field(c).type) for c in kinds}
+            kinds.update({self.columns[r]: _vector_kind(data.schema.field(self.columns[r]).type)
+                          for r in self.indexes if self.columns[r] in names})
         elif is_path(data):
             self.kind = "parquet"
             self.dataset = open_dataset(data)  # type: ignore[arg-type]  # is_path checked it
@@ -97,6 +154,8 @@ class ColumnSource:
             kinds = {c: arrow_kind(self.dataset.schema.field(c).type)
                      for c in self.columns.values() if c in names}
             types = {c: str(self.dataset.schema.field(c).type) for c in kinds}
+            kinds.update({self.columns[r]: _vector_kind(self.dataset.schema.field(
+                self.columns[r]).type) for r in self.indexes if self.columns[r] in names})
         else:
             raise TypeError(
                 f"cannot read data of type {type(data).__name__}: pass a pandas DataFrame, a "
@@ -105,14 +164,19 @@ class ColumnSource:
             if name not in kinds:
                 raise column_not_found(name, role, names)
             if kinds[name] == "other":
-                raise column_type(name, role, types[name])
+                raise column_type(name, role, types[name],
+                                  VECTORS_EXPECTED if role in self.indexes else "numbers")
 
     def batches(self, batch_rows: int = 1 << 22) -> Iterator[Batch]:
         roles = list(self.columns)
         if isinstance(self.data, pd.DataFrame):
-            yield self._convert_pandas(self.data, roles)
+            batch = self._convert_pandas(self.data, roles)
+            self.check_lengths()
+            yield batch
         elif isinstance(self.data, (pa.Table, pa.RecordBatch)):
-            yield self._convert_arrow(self.data, roles)
+            batch = self._convert_arrow(self.data, roles)
+            self.check_lengths()
+            yield batch
         else:
             names = list(dict.fromkeys(self.columns[r] for r in roles))
             dataset = self.dataset
@@ -124,10 +188,21 @@ class ColumnSource:
             tables = iter_tables(self.dataset, names, batch_rows)
             for table in progress(tables, row_groups, "reading"):
                 yield self._convert_arrow(table, roles)
+            self.check_lengths()  # after the last batch: the counts are totals
+
+    def check_lengths(self) -> None:
+        """The vector columns' :class:`DataError` (unequal lengths, index out of range)."""
+        for r, i in self.indexes.items():
+            check_vector_lengths(self.columns[r], r, i, self.lengths[r])
 
     def _convert_pandas(self, df: pd.DataFrame, roles: list[str]) -> Batch:
         arrays, text = {}, {}
         for r in roles:
+            if r in self.indexes:
+                arrays[r], lengths = vector_element(df[self.columns[r]], self.indexes[r],
+                                                    self.columns[r], r)
+                self.lengths[r].update(lengths)
+                continue
             arrays[r], t = _pandas_to_float(df[self.columns[r]])
             if t is not None:
                 text[r] = t
@@ -136,6 +211,11 @@ class ColumnSource:
     def _convert_arrow(self, tab: pa.Table | pa.RecordBatch, roles: list[str]) -> Batch:
         arrays, text = {}, {}
         for r in roles:
+            if r in self.indexes:
+                arrays[r], lengths = vector_element(tab.column(self.columns[r]), self.indexes[r],
+                                                    self.columns[r], r)
+                self.lengths[r].update(lengths)
+                continue
             arrays[r], t = arrow_to_float(tab.column(self.columns[r]))
             if t is not None:
                 text[r] = t
@@ -169,8 +249,9 @@ def iter_tables(dataset: ds.Dataset, columns: list[str],
                 yield table.slice(start, batch_rows)
 
 
-def open_source(data: object, columns: dict[str, str | None]) -> ColumnSource:
-    return ColumnSource(data, {k: v for k, v in columns.items() if v is not None})
+def open_source(data: object, columns: dict[str, str | None],
+                indexes: dict[str, int] | None = None) -> ColumnSource:
+    return ColumnSource(data, {k: v for k, v in columns.items() if v is not None}, indexes)
 
 
 def read_table(path: str | os.PathLike) -> pa.Table:

@@ -19,7 +19,7 @@ from .core.threshold import (
 from .defaults import DEFAULTS
 from .engines import get_engine, resolve_engine
 from .errors import DataError, sums_overflow
-from .params import check_finite, check_on_invalid, split_engine_options
+from .params import check_finite, check_on_invalid, check_score_index, split_engine_options
 
 __all__ = ["ThresholdResult", "ThresholdTracker", "optimal_threshold"]
 
@@ -60,8 +60,8 @@ def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
                       weight_col: str | None = DEFAULTS.weight_col,
                       cost_fp: float = DEFAULTS.cost_fp, cost_fn: float = DEFAULTS.cost_fn,
                       loss_col: str | None = DEFAULTS.loss_col, engine: str = DEFAULTS.engine,
-                      on_invalid: str = DEFAULTS.on_invalid,
-                      **engine_opts: Any) -> ThresholdResult:
+                      on_invalid: str = DEFAULTS.on_invalid, *,
+                      score_index: int | None = None, **engine_opts: Any) -> ThresholdResult:
     """Threshold t of the rule "positive iff score >= t" minimising the total cost.
 
     The cost is ``cost_fp`` * (weight of negatives predicted positive) +
@@ -81,8 +81,9 @@ def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
         Instead of labels and class costs, each row's own loss z of being
         predicted positive (times its weight, if ``weight_col``); t then
         minimises the sum of z over the rows predicted positive.
-    engine, on_invalid, **engine_opts
-        As for :func:`distcal.fit`.
+    engine, on_invalid, score_index, **engine_opts
+        As for :func:`distcal.fit` (``score_index``: element of a vector
+        ``score_col``).
 
     Returns
     -------
@@ -106,6 +107,7 @@ def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
     (2.0, -5.0)
     """
     check_on_invalid(on_invalid)
+    score_index = check_score_index(score_index)
     c_fp = check_finite(cost_fp, "cost_fp")
     c_fn = check_finite(cost_fn, "cost_fn")
     assert c_fp is not None and c_fn is not None
@@ -122,7 +124,7 @@ def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
         return summarise_segment(t.score, z, t.weight, t.positives)
 
     with engine_impl.open_ranges(data, columns, on_invalid=on_invalid, passes=1,
-                                 **engine_opts) as ranges:
+                                 score_index=score_index, **engine_opts) as ranges:
         seg = EMPTY
         for part in ranges.map(summary):
             seg = merge_segments(seg, part)

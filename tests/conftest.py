@@ -34,15 +34,36 @@ def query() -> np.ndarray:
     return np.linspace(-0.2, 1.2, 2001)
 
 
+# The files that take minutes (each spark-submit or cluster start is a JVM), longest
+# first. ``make test`` runs ``-n 2 --dist loadfile --no-loadscope-reorder``: xdist
+# hands out whole files in collection order, so starting the long ones first keeps
+# one worker from running a long file alone at the end (xdist's own order, by
+# number of tests, put the two-test Airflow file last).
+LONG_FILES = ["test_spark_jobs.py", "test_airflow.py", "test_spark_standalone.py",
+              "test_spark_cluster.py", "test_readme.py", "test_bounded_memory.py",
+              "test_spark.py", "test_spark_multiclass.py", "test_scale_spark.py",
+              "test_hardening_badinput.py", "test_dask_jobs.py", "test_hardening_kill.py",
+              "test_loopback.py", "test_spark_segments.py", "test_spark_vectors.py"]
+
+
 def pytest_collection_modifyitems(config, items):
-    """Mark what needs Spark, a Dask cluster or minutes, so ``make test-fast`` can leave it out."""
+    """Mark what needs Spark, a Dask cluster or minutes, so ``make test-fast`` can leave it out.
+
+    Also put the long files first (see LONG_FILES).
+    """
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable
     for item in items:
         name = item.path.name
-        if "spark" in getattr(item, "fixturenames", ()) or name.startswith("test_spark"):
+        # A parametrised case that runs the Spark or Dask job (e.g. test_cli[spark-job-csv])
+        # starts that engine too.
+        params = getattr(getattr(item, "callspec", None), "id", "")
+        if ("spark" in getattr(item, "fixturenames", ()) or name.startswith("test_spark")
+                or "spark" in params or name == "test_loopback.py"):
             item.add_marker(pytest.mark.spark)
-        if name.startswith("test_dask"):
+        if name.startswith("test_dask") or "dask" in params:
             item.add_marker(pytest.mark.dask)
-        if name == "test_bounded_memory.py" or item.name.startswith(
+        if name in ("test_bounded_memory.py", "test_hardening_kill.py") or item.name.startswith(
                 "test_sklearn_estimator_checks"):
             item.add_marker(pytest.mark.slow)
 

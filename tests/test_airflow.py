@@ -12,9 +12,12 @@ Variables (environment AIRFLOW_VAR_*), a connection (AIRFLOW_CONN_*),
 spark-submit on PATH; Spark's Python comes from the DAG's
 spark.pyspark.python, never from PYSPARK_PYTHON.
 
-Three runs per DAG: the first day publishes its candidate (no current model),
-re-running it changes nothing, and a day whose training data has inverted
-labels keeps the current model.
+Three runs of the Dask DAG: the first day publishes its candidate (no
+current model), re-running it changes nothing, and a day whose training data
+has inverted labels keeps the current model. The Spark DAG shares that logic
+(jobs/airflow/distcal_loop.py) and each of its tasks is a spark-submit that
+starts a JVM, so it runs once, on the day that runs every Spark task: the
+inverted day, with the first day's model published as that DAG would have.
 """
 
 from __future__ import annotations
@@ -237,8 +240,46 @@ def test_daily_loop(dag_id, airflow_home, dask_scheduler, tmp_path):
     if dag_id.endswith("dask"):
         variables["distcal_dask_scheduler"] = dask_scheduler
 
-    # Day 1: no current model yet, the candidate is published without comparison.
-    first = run_dag(airflow_home, dag_id, DAY1, **variables)
+    if dag_id.endswith("spark"):
+        # Day 1 as the first run publishes it (the Dask variant runs that day).
+        seed_first_day(base, data)
+        before = snapshot_current(base)
+    else:
+        before = first_day_and_rerun(airflow_home, dag_id, base, data, variables)
+
+    # Day 2 trains on inverted labels: its candidate is worse on the holdout, the
+    # current model (day 1's) stays and calibrates day 2. This run has every task
+    # of the DAG run (both holdout scorings, the evaluation, the comparison).
+    second = run_dag(airflow_home, dag_id, DAY2, **variables)
+    assert second["state"] == "success", second
+    assert second["tasks"] == expect(published=False)
+    metrics = second["xcom"]["evaluate_holdout"]
+    metrics = (json.loads(metrics) if isinstance(metrics, str) else metrics)["metrics"]
+    assert metrics["p_candidate"]["log_loss"] > metrics["p_current"]["log_loss"]
+    assert json.loads((base / "models" / "CURRENT.json").read_text()) == before
+    assert (base / "models" / "candidates" / DAY2 / "model.json").exists()
+    check_outputs(base, data, DAY2, DAY1, DAY1, second)
+    assert json.loads((base / "thresholds" / f"dt={DAY2}.json").read_text())["prob_col"] \
+        == "p_current"
+
+
+def snapshot_current(base: Path) -> dict:
+    return json.loads((base / "models" / "CURRENT.json").read_text())
+
+
+def seed_first_day(base: Path, data: dict) -> None:
+    """Day 1's candidate (fit on day 0's scores) published as CURRENT.json."""
+    model_dir = base / "models" / "candidates" / DAY1
+    model = distcal.fit(data[f"scores/dt={DAY0}"], score_col="score", label_col="label")
+    model.save(model_dir)
+    (base / "models" / "CURRENT.json").write_text(json.dumps(
+        {"model": str(model_dir), "ds": DAY1, "method": "isotonic", "n_rows": N}))
+
+
+def first_day_and_rerun(home: Path, dag_id: str, base: Path, data: dict,
+                        variables: dict) -> dict:
+    """Day 1 twice: published without comparison, then the re-run changes nothing."""
+    first = run_dag(home, dag_id, DAY1, **variables)
     assert first["state"] == "success", first
     assert first["tasks"] == expect(first=True)
     current = json.loads((base / "models" / "CURRENT.json").read_text())
@@ -249,34 +290,17 @@ def test_daily_loop(dag_id, airflow_home, dask_scheduler, tmp_path):
     before = snapshot(base, DAY1)
 
     # The same logical date again: succeeds, compares the candidate with itself
-    # (equal, so "not worse": publish) and leaves the same outputs. Both DAGs share
-    # this logic (jobs/airflow/distcal_loop.py); the re-run is checked on the Dask
-    # variant, whose runs take a third of the Spark variant's (each spark-submit
-    # starts a JVM), to keep make test within CI's time.
-    if dag_id.endswith("dask"):
-        again = run_dag(airflow_home, dag_id, DAY1, **variables)
-        assert again["state"] == "success", again
-        assert again["tasks"] == expect(published=True)
-        metrics = again["xcom"]["evaluate_holdout"]
-        metrics = (json.loads(metrics) if isinstance(metrics, str) else metrics)["metrics"]
-        assert metrics["p_candidate"] == metrics["p_current"]
-        after = snapshot(base, DAY1)
-        assert after["current"] == before["current"]
-        pd.testing.assert_frame_equal(after["blocks"], before["blocks"])
-        pd.testing.assert_frame_equal(after["calibrated"], before["calibrated"])
-        assert after["threshold"] == before["threshold"]
-        assert (base / "runs" / DAY1 / "holdout_report" / "report.json").exists()
-
-    # Day 2 trains on inverted labels: its candidate is worse on the holdout, the
-    # current model (day 1's) stays and calibrates day 2.
-    second = run_dag(airflow_home, dag_id, DAY2, **variables)
-    assert second["state"] == "success", second
-    assert second["tasks"] == expect(published=False)
-    metrics = second["xcom"]["evaluate_holdout"]
+    # (equal, so "not worse": publish) and leaves the same outputs.
+    again = run_dag(home, dag_id, DAY1, **variables)
+    assert again["state"] == "success", again
+    assert again["tasks"] == expect(published=True)
+    metrics = again["xcom"]["evaluate_holdout"]
     metrics = (json.loads(metrics) if isinstance(metrics, str) else metrics)["metrics"]
-    assert metrics["p_candidate"]["log_loss"] > metrics["p_current"]["log_loss"]
-    assert json.loads((base / "models" / "CURRENT.json").read_text()) == before["current"]
-    assert (base / "models" / "candidates" / DAY2 / "model.json").exists()
-    check_outputs(base, data, DAY2, DAY1, DAY1, second)
-    assert json.loads((base / "thresholds" / f"dt={DAY2}.json").read_text())["prob_col"] \
-        == "p_current"
+    assert metrics["p_candidate"] == metrics["p_current"]
+    after = snapshot(base, DAY1)
+    assert after["current"] == before["current"]
+    pd.testing.assert_frame_equal(after["blocks"], before["blocks"])
+    pd.testing.assert_frame_equal(after["calibrated"], before["calibrated"])
+    assert after["threshold"] == before["threshold"]
+    assert (base / "runs" / DAY1 / "holdout_report" / "report.json").exists()
+    return before["current"]

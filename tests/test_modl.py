@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from scipy.special import gammaln
 
 from distcal.core import modl
 from distcal.core.modl import (
@@ -270,6 +271,115 @@ def test_greedy_against_plain_greedy(V, J, kind, seed):
     assert res.cost == pytest.approx(oracle_cost(res.interval_counts), abs=1e-9)
 
 
+def plain_greedy_path(counts) -> list[int]:
+    """Greedy merging from single rows down to one interval; the cheapest partition on the way.
+
+    Every gain recomputed at each step (O(V^2) gains), rounded as in plain_greedy.
+    """
+    rows = [list(map(int, r)) for r in counts]
+    ivals = [(i, r) for i, r in enumerate(rows)]
+    best_cost, best = oracle_cost([r for _, r in ivals]), [s for s, _ in ivals]
+    while len(ivals) > 1:
+        I = len(ivals)
+        gains = [(oracle_interval([x + y for x, y in zip(a, b)]) - oracle_interval(a)
+                  - oracle_interval(b) + 2.0**19) - 2.0**19
+                 for (_, a), (_, b) in zip(ivals[:-1], ivals[1:])]
+        i = min(range(I - 1), key=lambda k: (gains[k], k))
+        (s, a), (_, b) = ivals[i], ivals[i + 1]
+        ivals[i:i + 2] = [(s, [x + y for x, y in zip(a, b)])]
+        cost = oracle_cost([r for _, r in ivals])
+        if cost < best_cost:
+            best_cost, best = cost, [s for s, _ in ivals]
+    return best
+
+
+def heap_greedy(counts) -> list[int]:
+    """Plain greedy merging with a textbook heap of (gain, left row, version) tuples.
+
+    Independent of the module's int-encoded heap and of its cascade
+    shortcut; f through math.lgamma only. Fast enough for tens of thousands
+    of rows, where plain_greedy is not.
+    """
+    import heapq
+
+    rows = [list(map(int, r)) for r in counts]
+    K, N = len(rows), sum(map(sum, rows))
+    f = [oracle_interval(r) for r in rows]
+    nxt, prv, ver = list(range(1, K + 1)), list(range(-1, K - 1)), [0] * K
+
+    def entry(s):
+        m = [x + y for x, y in zip(rows[s], rows[nxt[s]])]
+        ver[s] += 1
+        return ((oracle_interval(m) - f[s] - f[nxt[s]] + 2.0**19) - 2.0**19, s, ver[s])
+
+    heap = [entry(s) for s in range(K - 1)]
+    heapq.heapify(heap)
+    I, alive = K, [True] * K
+    while heap:
+        g, s, v = heapq.heappop(heap)
+        if not alive[s] or v != ver[s] or nxt[s] >= K:
+            continue
+        if g + math.log((I - 1) / (N + I - 1)) >= 0.0:
+            break
+        r = nxt[s]
+        rows[s] = [x + y for x, y in zip(rows[s], rows[r])]
+        f[s] = oracle_interval(rows[s])
+        alive[r], nxt[s], I = False, nxt[r], I - 1
+        if nxt[s] < K:
+            prv[nxt[s]] = s
+            heapq.heappush(heap, entry(s))
+        else:
+            ver[s] += 1
+        if prv[s] >= 0:
+            heapq.heappush(heap, entry(prv[s]))
+    return [s for s in range(K) if alive[s]]
+
+
+@pytest.mark.parametrize("V,J,kind,seed", [(V, J, kind, seed) for seed in range(2) for J in (2, 3)
+                                           for kind in ("signal", "noise", "ties")
+                                           for V in (40, 160)])
+def test_greedy_to_the_end_against_plain_path(V, J, kind, seed):
+    """The greedy path kept by modl_partition: same merges, same order, same cheapest prefix."""
+    counts = make_counts(np.random.default_rng([V, J, seed, 2]), V, J, kind)
+    assert modl._greedy_starts(counts, to_end=True).tolist() == plain_greedy_path(counts)
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_greedy_large_against_textbook_heap(seed):
+    """A/B on random tables of 5,000 mixed rows, where cascades and heap rebuilds are frequent."""
+    rng = np.random.default_rng([seed, 3])
+    J = (2, 3)[seed]
+    counts = make_counts(rng, 5_000, J, ("ties", "noise")[seed])
+    assert greedy_merge(counts).tolist() == heap_greedy(counts)
+
+
+def test_greedy_with_gains_beyond_the_int_scaling():
+    """Many classes: gains may fall below -2^18, and the heap orders them by their bits."""
+    rng = np.random.default_rng(8)
+    J = 100_000
+    counts = rng.multinomial(50_000, np.full(J, 1.0 / J), size=5)
+    counts[:, :3] += np.array([[40, 0, 0], [38, 2, 0], [0, 0, 40], [1, 0, 39], [0, 40, 0]])
+    assert not modl._MergeHeap(np.zeros(4), np.zeros(4), 5, int(counts.sum()), J).scaled
+    assert greedy_merge(counts).tolist() == plain_greedy(counts)
+
+
+def test_ordered_bits_orders_as_floats():
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.normal(0, 1, 500), rng.normal(0, 1e6, 500), [0.0, 1e-300, -1e-300,
+                        2.0**-34, -(2.0**-34), 1e300, -1e300]])
+    x = np.unique(x)  # ascending, distinct
+    q = [modl._ordered_bits(v) for v in x.tolist()]
+    assert all(a < b for a, b in zip(q, q[1:]))
+
+
+def test_two_class_f_is_bit_identical_to_the_general_formula():
+    rng = np.random.default_rng(1)
+    c = np.concatenate([rng.integers(0, 10, (1000, 2)), rng.integers(0, 10**9, (1000, 2))])
+    cf = c.astype(np.float64)
+    general = gammaln(cf.sum(axis=-1) + 2) - gammaln(2) - gammaln(cf + 1.0).sum(axis=-1)
+    assert np.array_equal(modl._f(c), general)
+
+
 def test_greedy_from_pure_runs_equals_plain_greedy():
     """All rows pure: the module starts greedy from the pure runs; plain greedy from rows agrees."""
     for seed in range(30):
@@ -491,3 +601,72 @@ def test_greedy_inside_a_range_is_not_safe():
     # The pure-run rule, applied per range, keeps the optimum.
     parts = [premerge_range(p)[0] for p in (whole[:1], rng_rows, whole[3:])]
     assert modl_partition(np.concatenate(parts)).cost == pytest.approx(best_whole, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_driver_result_does_not_depend_on_the_ranges(seed):
+    """modl_from_counts gets the same rows whatever the range cuts, on the greedy path too."""
+    from distcal.core.discretize import modl_from_counts
+
+    rng = np.random.default_rng([seed, 13])
+    V, J = 300, (2, 3)[seed % 2]
+    counts = make_counts(rng, V, J, ("ties", "signal", "noise")[seed % 3])
+    # Long pure runs as well, some of them cut by a range boundary below.
+    counts[100:130] = 0
+    counts[100:130, 0] = 2
+    scores = np.sort(rng.random(V))
+    whole = modl_from_counts([premerge_range(counts, scores)], exact_max=0)
+    bounds = [0, 50, 115, 116, 250, V]
+    parts = modl_from_counts([premerge_range(counts[a:b], scores[a:b])
+                              for a, b in zip(bounds[:-1], bounds[1:])], exact_max=0)
+    for x, y in zip(whole[:3], parts[:3]):
+        assert np.array_equal(x, y)
+    assert whole[3] == parts[3] and not whole[4]
+    assert whole[3] == pytest.approx(oracle_cost(whole[2]), abs=1e-9)
+
+
+def test_post_optimisation_ends_where_no_single_move_helps():
+    """Greedy path on 2,500 mixed rows: no split, merge or re-cut of two neighbours lowers the cost.
+
+    Every such move is priced with the oracle criterion (interval counts from
+    numpy prefix sums); the spans are long enough for the module's span cache.
+    """
+    counts = make_counts(np.random.default_rng(21), 2500, 2, "ties")
+    res = modl_partition(counts, exact_max=0)
+    assert not res.exact and len(res) >= 3
+    P = np.vstack([np.zeros((1, 2), dtype=np.int64), np.cumsum(counts, axis=0)])
+    V, cuts = len(counts), res.cuts.tolist()
+
+    def cost(c):
+        b = list(c) + [V]
+        return oracle_cost([P[y] - P[x] for x, y in zip(b[:-1], b[1:])])
+
+    base = cost(cuts)
+    assert base == pytest.approx(res.cost, abs=1e-9)
+    b = cuts + [V]
+    moves = [sorted(cuts + [t]) for i in range(len(cuts)) for t in range(b[i] + 1, b[i + 1])]
+    for i in range(1, len(cuts)):
+        without = cuts[:i] + cuts[i + 1:]
+        moves.append(without)
+        moves += [sorted(without + [t]) for t in range(b[i - 1] + 1, b[i + 1]) if t != cuts[i]]
+    assert min(cost(m) for m in moves) >= base - 1e-9
+
+
+def test_best_cut_from_the_cache_is_the_computed_one():
+    counts = make_counts(np.random.default_rng(22), 1200, 3, "ties")
+    P = [np.concatenate(([0.0], np.cumsum(counts[:, j]).astype(np.float64))) for j in range(3)]
+    lo, hi = np.array([0, 300, 700]), np.array([300, 700, 1000])
+    f_old = np.array([1.0, 2.0, 3.0])
+    cache: dict = {}
+    first = modl._best_cut(P, lo, hi, f_old, cache)
+    assert sorted(cache) == [(0, 300), (300, 700), (700, 1000)]
+    again = modl._best_cut(P, lo, hi, f_old, cache)
+    assert np.array_equal(first[0], again[0]) and np.array_equal(first[1], again[1])
+    # and the cut is the least of f(left) + f(right), by the oracle
+    for k in range(3):
+        a, z = int(lo[k]), int(hi[k])
+        left = [oracle_interval(counts[a:t].sum(axis=0).tolist()) for t in range(a + 1, z)]
+        right = [oracle_interval(counts[t:z].sum(axis=0).tolist()) for t in range(a + 1, z)]
+        sums = np.add(left, right)
+        assert first[1][k] == a + 1 + int(np.argmin(sums))
+        assert first[0][k] == pytest.approx(sums.min() - f_old[k], abs=1e-9)

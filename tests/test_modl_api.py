@@ -127,6 +127,11 @@ def test_spark_equals_local(spark):
     binary = df.assign(label=(df.label > 0).astype(int))
     assert distcal.fit(spark.createDataFrame(binary).repartition(4), method="modl") == \
         distcal.fit(binary, method="modl")
+    # The greedy path (about 8,600 distinct scores, most of them mixed), ranges cut anywhere.
+    wide = scores(20_000, seed=8, decimals=4)
+    model = distcal.fit(wide, method="modl")
+    assert model.params["exact"] is False
+    assert distcal.fit(spark.createDataFrame(wide).repartition(4), method="modl") == model
 
 
 @pytest.mark.dask
@@ -141,3 +146,7 @@ def test_dask_equals_local():
     binary = df.assign(label=(df.label > 0).astype(int))
     assert distcal.fit(dd.from_pandas(binary, npartitions=3), method="modl") == \
         distcal.fit(binary, method="modl")
+    wide = scores(20_000, seed=9, decimals=4)
+    model = distcal.fit(wide, method="modl")
+    assert model.params["exact"] is False
+    assert distcal.fit(dd.from_pandas(wide, npartitions=5), method="modl") == model

@@ -143,6 +143,12 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
 
     from ..tables import arrow_kind
 
+    fmt = opts.get("input_format") or "parquet"
+    if fmt != "parquet":
+        if opts.get("engine") != "spark":
+            raise UsageError(f"--input-format {fmt} needs the Spark engine (--engine spark); "
+                             "the local and Dask engines read Parquet")
+        return  # Spark's reader checks it
     inp = opts.get("input")
     if not inp or not is_local_uri(str(inp)) or opts.get("input_table"):
         return
@@ -172,8 +178,9 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
             if name not in schema.names:
                 continue
             t = schema.field(name).type
-            if pa_is_null(t):
-                continue
+            if pa_is_null(t) or (name == opts.get("score_col")
+                                 and opts.get("score_index") is not None):
+                continue  # vectors: the engine checks their element type
             if arrow_kind(t) == "other":
                 raise DataError(f"column '{name}' has type {t} in input file '{f}'; expected "
                                 "numbers")

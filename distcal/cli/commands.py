@@ -59,19 +59,38 @@ def cmd_fit(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     io.check_paths(opts, outputs=[opts["output"]])
     data = io.read(opts)
     io.refuse_existing(opts["output"], opts["overwrite"])
+    by = _by_columns(opts.get("by"))
+    segments = {} if by is None else {"by": by,
+                                      "min_segment_weight": opts["min_segment_weight"]}
     model = fit(data, method=opts["method"], score_col=opts["score_col"],
                         label_col=opts["label_col"], weight_col=opts["weight_col"],
-                        engine=io.engine, on_invalid=opts["on_invalid"], **_method_params(opts))
+                        engine=io.engine, on_invalid=opts["on_invalid"],
+                        score_index=opts.get("score_index"), **segments,
+                        **_method_params(opts))
     io.save_model(model, opts["output"], opts["overwrite"])
     out = {"model": str(opts["output"]), "method": model.method, "n_rows": model.n_rows,
            "weight_total": model.weight_total, "dropped_rows": model.dropped_rows}
+    glob = getattr(model, "global_model", model)
+    if by is not None:
+        out.update(by=by, segments=len(model.segments),
+                   fallback=int(model.segments["fallback"].sum()))
     if model.method == "sigmoid":
-        out.update(a=model.params["a"], b=model.params["b"])
+        out.update(a=glob.params["a"], b=glob.params["b"])
     else:
-        out["blocks"] = len(model.blocks)
+        out["blocks"] = len(glob.blocks)
     if model.method == "modl":
-        out["cost"] = model.params["cost"]
+        out["cost"] = glob.params["cost"]
     return out
+
+
+def _by_columns(value: str | None) -> list[str] | None:
+    """``--by a,b`` as a list of column names (None without the option)."""
+    if value is None:
+        return None
+    names = [n.strip() for n in value.split(",")]
+    if not all(names):
+        raise UsageError(f"--by must be column names separated by commas, got {value!r}")
+    return names
 
 
 def cmd_apply(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
@@ -87,8 +106,8 @@ def cmd_apply(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
         # Before and after: the raw score too when the model was fitted on
         # scores in [0, 1] (probabilities, not logits).
         cols = [opts["output_col"]]
-        if model.method != "sigmoid":
-            b = model.blocks
+        if model.method != "sigmoid" and opts.get("score_index") is None:
+            b = getattr(model, "global_model", model).blocks
             if b.score_min.min() >= 0.0 and b.score_max.max() <= 1.0:
                 cols.insert(0, opts["score_col"])
 
@@ -132,7 +151,8 @@ def cmd_threshold(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
                                     label_col=opts["label_col"], weight_col=opts["weight_col"],
                                     cost_fp=opts["cost_fp"], cost_fn=opts["cost_fn"],
                                     loss_col=opts["loss_col"], engine=io.engine,
-                                    on_invalid=opts["on_invalid"])
+                                    on_invalid=opts["on_invalid"],
+                                    score_index=opts.get("score_index"))
     # +inf (predict nothing positive) prints as JSON's customary Infinity, which
     # Python's json, JavaScript and pandas read back as a number.
     return {"threshold": res.threshold, "predict_none": res.predict_none, "cost": res.cost,

@@ -37,8 +37,11 @@ class DaskBackend(Backend):
         """A LocalCluster of worker processes for this run, on loopback, no dashboard."""
         from distributed import Client, LocalCluster
 
+        # dashboard_address=None still starts the scheduler's HTTP routes (health,
+        # metrics) on port 8787: a random loopback port instead, and no dashboard.
         cluster = LocalCluster(n_workers=workers, threads_per_worker=threads,
-                               processes=True, host="127.0.0.1", dashboard_address=None)
+                               processes=True, host="127.0.0.1", dashboard_address=None,
+                               scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
         return cls(Client(cluster), cluster)
 
     @classmethod
@@ -64,7 +67,8 @@ class DaskBackend(Backend):
         import dask.dataframe as dd
 
         out = model.transform(self.read(opts), score_col=opts["score_col"],
-                              output_col=opts["output_col"])
+                              output_col=opts["output_col"],
+                              score_index=opts.get("score_index"))
         target = self.output_name(opts)
         fs = self.filesystem(target)
         with publishing(fs, target, overwrite=opts["overwrite"]) as tmp:

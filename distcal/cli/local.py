@@ -33,4 +33,5 @@ class LocalBackend(Backend):
 
         return apply_to_parquet(model, self.read(opts), self.output_name(opts),
                                 score_col=opts["score_col"], output_col=opts["output_col"],
+                                score_index=opts.get("score_index"),
                                 overwrite=opts["overwrite"], before_commit=check)

@@ -58,6 +58,10 @@ OPTIONS: tuple[Option, ...] = (
            entry_points=(CLI,), default=DEFAULTS.cli_engine),
     Option("input", str, "input: a Parquet file or dataset directory, any path the engine "
            "reads (required)"),
+    Option("input-format", str, "format of --input: parquet, or with the Spark engine also "
+           "csv (with a header line; column types inferred), json (one object per line), orc "
+           "(default: parquet)", choices=("parquet", "csv", "json", "orc"),
+           entry_points=(CLI, SPARK_JOB), default="parquet"),
     Option("input-table", str, "read this catalog table instead of --input (default: none)",
            entry_points=(SPARK_JOB,)),
     Option("output", str, "model directory to write (required)", commands=("fit",)),
@@ -75,6 +79,10 @@ OPTIONS: tuple[Option, ...] = (
            "JSON line)", commands=("discretize",)),
     Option("score-col", str, f"score column (default: {DEFAULTS.score_col})",
            commands=("fit", "apply", "threshold", "discretize"), default=DEFAULTS.score_col),
+    Option("score-index", int, "read element i (0-based) of the vectors/arrays in --score-col "
+           "as the score, e.g. 1 for a pyspark.ml classifier's probability column (default: "
+           "none, the column holds numbers)", commands=("fit", "apply", "threshold"),
+           default=None),
     Option("prob-col", str, f"probability column; repeat to evaluate several (default: "
            f"{DEFAULTS.output_col}, what 'apply' writes)", commands=("evaluate",),
            repeat=True, default=[DEFAULTS.output_col]),
@@ -97,6 +105,10 @@ OPTIONS: tuple[Option, ...] = (
            commands=("fit",)),
     Option("y-max", float, "isotonic: upper bound of the fitted values (default: none)",
            commands=("fit",)),
+    Option("by", str, "fit one map per value of these columns (comma-separated), plus the "
+           "global map (default: none, one map)", commands=("fit",)),
+    Option("min-segment-weight", float, "with --by: segments of less total weight use the "
+           "global map (default: 0)", commands=("fit",), default=0.0),
     Option("n-bins", int, f"histogram / calibration-curve bins (default: {DEFAULTS.n_bins})",
            commands=("fit", "evaluate")),
     Option("strategy", str, f"bin edges (default: {DEFAULTS.strategy})",

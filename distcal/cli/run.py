@@ -22,7 +22,14 @@ from collections.abc import Callable, Sequence
 from types import FrameType
 from typing import Any
 
-from ..errors import DataError, ModelError, OutputPathError, ParameterError, UsageError
+from ..errors import (
+    DataError,
+    EngineSetupError,
+    ModelError,
+    OutputPathError,
+    ParameterError,
+    UsageError,
+)
 from ..storage import OutputExistsError
 from .backend import Backend, check_input_files
 from .commands import COMMANDS
@@ -33,7 +40,7 @@ __all__ = ["run", "BackendFactory"]
 
 BackendFactory = Callable[[dict[str, Any]], Backend]
 _USER_ERRORS = (UsageError, DataError, ModelError, ParameterError, OutputExistsError,
-                OutputPathError)
+                OutputPathError, EngineSetupError)
 
 
 def _configure_logging(verbose: int, quiet: bool) -> None:
@@ -55,8 +62,22 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 
 
 def _one_line(exc: BaseException) -> str:
+    """The message's first line; for a Spark worker's failure, the worker's own exception.
+
+    Spark's ``PythonException`` starts with "An exception was thrown from
+    the Python worker" and carries the worker's traceback below; the line
+    that says what happened (e.g. ``ModuleNotFoundError: No module named
+    'distcal'``) is the last "...Error: ..." line of it.
+    """
     text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+    first = text.splitlines()[0] if text else type(exc).__name__
+    if "Python worker" in first:
+        from ..engines.spark.session import worker_error
+
+        cause = worker_error(exc)
+        if cause:
+            return f"{first.rstrip(': ')}: {cause}"
+    return first
 
 
 def run(argv: Sequence[str] | None, prog: str, entry_point: str,

@@ -31,6 +31,15 @@ def _quote_table(name: str) -> str:
     return ".".join("`" + part.replace("`", "``") + "`" for part in name.split("."))
 
 
+def _reader_error(exc: BaseException) -> str:
+    """The line of a Spark reader's failure that says what went wrong."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
+    for ln in lines:
+        if "Exception: " in ln and not ln.startswith("at "):
+            return ln.split("Exception: ", 1)[1]
+    return lines[0] if lines else type(exc).__name__
+
+
 class SparkBackend(Backend):
     """Parquet on any Hadoop-compatible path, or catalog tables; the Spark engine."""
 
@@ -86,7 +95,23 @@ class SparkBackend(Backend):
             raise UsageError("missing required option(s): --input (or --input-table)")
         if not self.filesystem(opts["input"]).exists(opts["input"]):
             raise DataError(f"input '{opts['input']}' does not exist")
-        return self.spark.read.parquet(str(opts["input"]))
+        return self._read_files(str(opts["input"]), opts.get("input_format") or "parquet")
+
+    def _read_files(self, path: str, fmt: str) -> Any:
+        """Parquet, CSV (header line, inferred types), JSON lines or ORC, by Spark's readers.
+
+        A path the reader cannot read is a ``DataError`` (one line, exit 2).
+        """
+        reader = self.spark.read.format(fmt)
+        if fmt == "csv":
+            reader = reader.option("header", True).option("inferSchema", True)
+        try:
+            # load() infers the schema: files the reader cannot read fail here
+            # (as AnalysisException, or a Py4JJavaError around a SparkException).
+            return reader.load(path)
+        except Exception as exc:
+            raise DataError(f"input '{path}' cannot be read as {fmt}: {_reader_error(exc)}"
+                            ) from exc
 
     # -- outputs --------------------------------------------------------------
     def output_name(self, opts: dict[str, Any]) -> str:
@@ -109,7 +134,8 @@ class SparkBackend(Backend):
               before_commit: Callable[[Any], None] | None = None) -> int:
         """Write the calibrated table aside; ``before_commit(new_df)``; then commit it."""
         out = model.transform(self.read(opts), score_col=opts["score_col"],
-                              output_col=opts["output_col"])
+                              output_col=opts["output_col"],
+                              score_index=opts.get("score_index"))
         if opts.get("output_table"):
             return self._write_table(out, opts["output_table"], opts["overwrite"],
                                      before_commit)

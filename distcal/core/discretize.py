@@ -46,6 +46,12 @@ def modl_from_counts(parts: list[RangeCounts], exact_max: int = 1000
     counts = np.concatenate([p[0] for p in parts])
     lo = np.concatenate([p[1] for p in parts])
     hi = np.concatenate([p[2] for p in parts])
+    # Pure runs cut by a range boundary are merged here too, so the table
+    # given to modl_partition is the pure-run reduction of the whole
+    # distinct table whatever the ranges: on the greedy path with mixed rows
+    # greedy starts from these rows, and every engine must start from the same.
+    counts, first, last = premerge_range(counts)
+    lo, hi = lo[first], hi[last]
     res = modl_partition(counts, exact_max=exact_max)
     starts = np.asarray(res.cuts, dtype=np.int64)
     ends = np.append(starts[1:], counts.shape[0]) - 1

@@ -106,7 +106,10 @@ def estimate_distinct(n: int, m: int, d: int) -> float:
 
     Solves d = D (1 - exp(-m / D)) for D (each distinct value equally
     frequent), by bisection on log D; d = m means no tie was seen (D = n).
+    d = 0 (every sampled value null) gives 0: nothing was seen to estimate from.
     """
+    if d <= 0:
+        return 0.0  # (the bisection would start at 0 and divide by it)
     if m <= 0 or d >= m:
         return float(n)
     lo, hi = float(d), float(max(n, d))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.optimize import isotonic_regression
@@ -31,7 +32,7 @@ from .distinct import DistinctTable
 from .ranges import MapRanges, as_map_ranges
 
 __all__ = ["Blocks", "pav_blocks", "merge_blocks", "clip_blocks", "spearman_increasing",
-           "combine_spearman", "fit_isotonic"]
+           "combine_spearman", "fit_isotonic", "isotonic_part", "isotonic_from_parts"]
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,40 @@ def spearman_increasing(data: DistinctTable | MapRanges) -> bool | None:
     return combine_spearman(as_map_ranges(data)(_spearman_partial))
 
 
+def isotonic_part(table: DistinctTable, increasing: bool | str = True) -> tuple[Any, ...]:
+    """What one range contributes to an isotonic fit (see :func:`isotonic_from_parts`).
+
+    ``(Spearman partial, increasing blocks, decreasing blocks)`` when
+    ``increasing`` is "auto", else the range's PAV blocks.
+    """
+    if increasing == "auto":
+        return _spearman_partial(table), pav_blocks(table, True), pav_blocks(table, False)
+    return (pav_blocks(table, bool(increasing)),)
+
+
+def isotonic_from_parts(parts: list[tuple[Any, ...]], increasing: bool | str = True,
+                        y_min: float | None = None, y_max: float | None = None,
+                        spearman_rows: Callable[[], bool] | None = None) -> tuple[Blocks, bool]:
+    """Blocks of the isotonic fit from the ordered ranges' :func:`isotonic_part` results.
+
+    With "auto" the direction is the sign of Spearman's rho from the
+    partials, or (labels not all 0/1) ``spearman_rows()``; the chosen
+    direction's blocks are merged in score order (exact, module docstring).
+    """
+    if increasing == "auto":
+        direction = combine_spearman([p[0] for p in parts])
+        if direction is None:
+            if spearman_rows is None:
+                raise ValueError("increasing='auto' with labels that are not all 0/1 "
+                                 "needs the rows")
+            direction = spearman_rows()
+        blocks = merge_blocks([p[1] if direction else p[2] for p in parts], direction)
+    else:
+        direction = bool(increasing)
+        blocks = merge_blocks([p[0] for p in parts], direction)
+    return clip_blocks(blocks, y_min, y_max), direction
+
+
 def fit_isotonic(data: DistinctTable | MapRanges, increasing: bool | str = True,
                  y_min: float | None = None, y_max: float | None = None,
                  spearman_rows: Callable[[], bool] | None = None) -> tuple[Blocks, bool]:
@@ -205,18 +240,5 @@ def fit_isotonic(data: DistinctTable | MapRanges, increasing: bool | str = True,
     order. With "auto" and labels that are not all 0/1, ``spearman_rows``
     decides the direction from the rows.
     """
-    map_ranges = as_map_ranges(data)
-    if increasing == "auto":
-        parts = map_ranges(lambda t: (_spearman_partial(t), pav_blocks(t, True),
-                                      pav_blocks(t, False)))
-        direction = combine_spearman([p[0] for p in parts])
-        if direction is None:
-            if spearman_rows is None:
-                raise ValueError("increasing='auto' with labels that are not all 0/1 "
-                                 "needs the rows")
-            direction = spearman_rows()
-        blocks = merge_blocks([p[1] if direction else p[2] for p in parts], direction)
-    else:
-        direction = bool(increasing)
-        blocks = merge_blocks(map_ranges(lambda t: pav_blocks(t, direction)), direction)
-    return clip_blocks(blocks, y_min, y_max), direction
+    parts = as_map_ranges(data)(lambda t: isotonic_part(t, increasing))
+    return isotonic_from_parts(parts, increasing, y_min, y_max, spearman_rows)

@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,9 +73,6 @@ __all__ = ["ModlResult", "modl_cost", "modl_partition", "premerge_range", "inter
 _QUANT = 524288.0  # 2^19: grid 2^(19-52) = 2^-33 ~ 1.2e-10 for |gain| < 2^19
 # A post-optimisation move must lower the cost by more than this.
 _TOL = 1e-9
-
-# A greedy-merge heap entry: (gain, left interval, stamp, f of the merged pair).
-_HeapEntry = tuple[float, int, int, float]
 
 
 @dataclass(frozen=True)
@@ -116,8 +114,21 @@ def _check_counts(counts: np.ndarray) -> np.ndarray:
 def _f(c: np.ndarray) -> np.ndarray:
     """f of each row of a (..., J) count array (module docstring)."""
     J = c.shape[-1]
+    if J == 2:
+        return _f2(c[..., 0].astype(np.float64), c[..., 1].astype(np.float64))
     c = c.astype(np.float64)
     f: np.ndarray = gammaln(c.sum(axis=-1) + J) - gammaln(J) - gammaln(c + 1.0).sum(axis=-1)
+    return f
+
+
+def _f2(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """f of two-class counts given as two float arrays.
+
+    The same operations in the same order as the general case (the sum of
+    two terms is exact in either order), so bit-identical to it, without
+    the (..., 2) temporaries and the axis reduction that dominate its time.
+    """
+    f: np.ndarray = gammaln(a + b + 2) - gammaln(2) - (gammaln(a + 1.0) + gammaln(b + 1.0))
     return f
 
 
@@ -311,22 +322,12 @@ def _greedy_starts(C: np.ndarray, to_end: bool = False) -> np.ndarray:
     f_row = _f(C)
     f_pair = _f(C[:-1] + C[1:])
     keys = _quantise(f_pair - f_row[:-1] - f_row[1:])
-    # Heap entries (gain, left interval, stamp, f of the merged pair). The
-    # pair starting at interval s is valid while stamp[s] equals the entry's
-    # stamp: every change to s or to its right neighbour pushes a new entry
-    # with a new stamp (lazy invalidation, no decrease-key).
-    heap: list[_HeapEntry] = list(zip(keys.tolist(), range(K - 1), range(K - 1),
-                                      f_pair.tolist()))
-    heapq.heapify(heap)
-    stamp = list(range(K - 1)) + [-1]
-    nxt = list(range(1, K + 1))
-    prv = list(range(-1, K - 1))
-    fv: list[float] = f_row.tolist()
+    heap = _MergeHeap(keys, f_pair, K, N, J)
     if J == 2:
-        removed, steps = _greedy_loop2(heap, stamp, nxt, prv, fv, C[:, 0].tolist(),
-                                       C[:, 1].tolist(), N, K, to_end)
+        removed, steps = _greedy_loop2(heap, f_row.tolist(), C[:, 0].tolist(), C[:, 1].tolist(),
+                                       N, K, to_end)
     else:
-        removed, steps = _greedy_loop(heap, stamp, nxt, prv, fv, C.tolist(), N, K, J, to_end)
+        removed, steps = _greedy_loop(heap, f_row.tolist(), C.tolist(), N, K, J, to_end)
     # Keep the prefix of merges with the least cumulative change (all of them
     # for plain greedy, whose every step lowers the cost).
     n_keep = len(removed)
@@ -338,111 +339,233 @@ def _greedy_starts(C: np.ndarray, to_end: bool = False) -> np.ndarray:
     return np.flatnonzero(alive)
 
 
-def _drop_stale(heap: list[_HeapEntry], stamp: list[int]) -> list[_HeapEntry]:
-    """The live entries of a heap, re-heapified (stale ones would cost a pop each)."""
-    live = [e for e in heap if stamp[e[1]] == e[2]]
-    heapq.heapify(live)
-    return live
+def _ordered_bits(x: float) -> int:
+    """An int with the order of the float x (its IEEE bits, negatives mirrored); never -0.0."""
+    b = int(np.float64(x).view(np.int64))
+    return b if b >= 0 else -(b & 0x7FFF_FFFF_FFFF_FFFF)
 
 
-def _greedy_loop2(heap: list[_HeapEntry], stamp: list[int], nxt: list[int], prv: list[int],
-                  fv: list[float], A: list[int], B: list[int], N: int, K: int, to_end: bool
-                  ) -> tuple[list[int], list[float]]:
-    """The greedy loop for two classes, counts in two lists (f = log((n+1)! / (a! b!)))."""
+class _MergeHeap:
+    """The greedy-merge priority queue: one Python int per entry, lazily invalidated.
+
+    An entry is ``q << sb | s`` where q is the rounded gain as an int with
+    the same order and s the left interval of the pair: ints order as the
+    tuples (gain, s), so the heap pops the least gain, leftmost on ties,
+    exactly as a heap of tuples would, and one int comparison is much
+    cheaper than a tuple comparison. ``cur[s]`` is the entry of the current
+    pair starting at s (None: no pair); every change to s or to its right
+    neighbour pushes a new entry, and a popped entry that is not ``cur[s]``
+    is stale and skipped. A stale entry equal to ``cur[s]`` carries the
+    current pair's own priority, so taking it instead of its twin changes
+    nothing: validity needs no stamps.
+
+    Gains are on the grid of ``_quantise``: at least -2^18 they are
+    multiples of 2^-34 (2^-33 above 0), so q = int(gain * 2^34) is exact.
+    A gain is at least -log C(N+J-1, J-1) (merging never lowers the
+    multinomial term, and log C(n+J-1, J-1) is increasing in n), so this
+    holds unless that bound reaches 2^17; then q comes from the float's bits.
+    """
+
+    SCALE = 2.0**34
+
+    def __init__(self, keys: np.ndarray, f_pair: np.ndarray, K: int, N: int, J: int) -> None:
+        self.sb = K.bit_length()
+        self.mask = (1 << self.sb) - 1
+        bound = float(gammaln(N + J) - gammaln(J) - gammaln(N + 1.0))
+        self.scaled = bound < 2.0**17
+        self.qkey = self._scaled if self.scaled else _ordered_bits
+        sb = self.sb
+        q = [self.qkey(k) for k in keys.tolist()]
+        self.heap: list[int] = [(k << sb) | s for s, k in enumerate(q)]
+        self.cur: list[int | None] = [*self.heap, None]
+        heapq.heapify(self.heap)
+        # The gain and f of the merged pair of each interval's current pair.
+        self.gain = keys.tolist() + [0.0]
+        self.fpair = f_pair.tolist() + [0.0]
+
+    @classmethod
+    def _scaled(cls, k: float) -> int:
+        return int(k * cls.SCALE)
+
+    def drop_stale(self, n_alive: int) -> None:
+        """Rebuild without stale entries once they outnumber the live ones (each costs a pop)."""
+        if len(self.heap) > 4 * n_alive + 64:
+            cur, mask = self.cur, self.mask
+            self.heap = [e for e in self.heap if cur[e & mask] == e]
+            heapq.heapify(self.heap)
+
+    def entry(self, s: int, key: float, f_merged: float) -> int:
+        """Make the (new, current) entry of the pair starting at interval s."""
+        e = (self.qkey(key) << self.sb) | s
+        self.cur[s] = e
+        self.gain[s] = key
+        self.fpair[s] = f_merged
+        return e
+
+
+def _greedy_loop2(h: _MergeHeap, fv: list[float], A: list[int], B: list[int], N: int, K: int,
+                  to_end: bool) -> tuple[list[int], list[float]]:
+    """:func:`_greedy_run` for two classes, inlined: f = log((n+1)! / (a! b!)), same decisions."""
     lg, log, Q = math.lgamma, math.log, _QUANT
     heappop, heappush = heapq.heappop, heapq.heappush
+    cur, gain, fpair, mask = h.cur, h.gain, h.fpair, h.mask
+    qkey, sb = h.qkey, h.sb
+    scaled, S = h.scaled, h.SCALE
+    nxt = list(range(1, K + 1))
+    prv = list(range(-1, K - 1))
     I = K
-    st = K  # next stamp
     removed: list[int] = []
     steps: list[float] = []
-    while heap and I > 1:
-        key, s, t, fm = heappop(heap)
-        if stamp[s] != t:
-            if len(heap) > 4 * I + 64:
-                heap = _drop_stale(heap, stamp)
-            continue  # stale
+    rm, sp = removed.append, steps.append
+    pending = -1
+    while I > 1:
+        if pending >= 0:
+            s, pending = pending, -1
+        else:
+            if not h.heap:
+                break
+            e = heappop(h.heap)
+            s = e & mask
+            if cur[s] != e:
+                if len(h.heap) > 4 * I + 64:
+                    h.drop_stale(I)
+                continue
+        shift = log((I - 1) / (N + I - 1))
+        if gain[s] + shift >= 0.0 and not to_end:
+            break
         r = nxt[s]
-        step = fm - fv[s] - fv[r] + log((I - 1) / (N + I - 1))
-        if key + log((I - 1) / (N + I - 1)) >= 0.0 and not to_end:
-            break  # the best merge does not lower the criterion
-        removed.append(r)
-        steps.append(step)
+        fm = fpair[s]
+        rm(r)
+        sp(fm - fv[s] - fv[r] + shift)
         a = A[s] + A[r]
         b = B[s] + B[r]
         A[s] = a
         B[s] = b
         fv[s] = fm
-        stamp[r] = -1
+        cur[r] = None
         nr = nxt[r]
         nxt[s] = nr
         I -= 1
         p = prv[s]
+        best = None
         if p >= 0:
             x, y = A[p] + a, B[p] + b
             fp = lg(x + y + 2) - lg(x + 1) - lg(y + 1)
-            stamp[p] = st
-            heappush(heap, ((fp - fv[p] - fm + Q) - Q, p, st, fp))
-            st += 1
+            k = (fp - fv[p] - fm + Q) - Q
+            best = ((int(k * S) if scaled else qkey(k)) << sb) | p
+            cur[p] = best
+            gain[p] = k
+            fpair[p] = fp
         if nr < K:
             prv[nr] = s
             x, y = a + A[nr], b + B[nr]
             fn = lg(x + y + 2) - lg(x + 1) - lg(y + 1)
-            stamp[s] = st
-            heappush(heap, ((fn - fm - fv[nr] + Q) - Q, s, st, fn))
-            st += 1
+            k = (fn - fm - fv[nr] + Q) - Q
+            e = ((int(k * S) if scaled else qkey(k)) << sb) | s
+            cur[s] = e
+            gain[s] = k
+            fpair[s] = fn
+            if best is None:
+                best = e
+            elif e < best:
+                heappush(h.heap, best)
+                best = e
+            else:
+                heappush(h.heap, e)
         else:
-            stamp[s] = -1
+            cur[s] = None
+        if best is None:
+            continue
+        if not h.heap or best < h.heap[0]:
+            pending = best & mask
+        else:
+            heappush(h.heap, best)
     return removed, steps
 
 
-def _greedy_loop(heap: list[_HeapEntry], stamp: list[int], nxt: list[int], prv: list[int],
-                 fv: list[float], cnt: list[list[int]], N: int, K: int, J: int, to_end: bool
-                 ) -> tuple[list[int], list[float]]:
+def _greedy_loop(h: _MergeHeap, fv: list[float], cnt: list[list[int]], N: int, K: int, J: int,
+                 to_end: bool) -> tuple[list[int], list[float]]:
     """The greedy loop for any number of classes, counts as lists."""
-    lg, log, Q = math.lgamma, math.log, _QUANT
+    lg = math.lgamma
     lg_j = lg(J)
-    heappop, heappush = heapq.heappop, heapq.heappush
 
-    def f_of(c: list[int]) -> float:
+    def merged_f(s: int, t: int) -> float:
+        c = [a + b for a, b in zip(cnt[s], cnt[t])]
         return lg(sum(c) + J) - lg_j - sum([lg(x + 1) for x in c])
 
+    def absorb(s: int, r: int) -> None:
+        cnt[s] = [a + b for a, b in zip(cnt[s], cnt[r])]
+
+    return _greedy_run(h, fv, merged_f, absorb, N, K, to_end)
+
+
+def _greedy_run(h: _MergeHeap, fv: list[float], merged_f: Callable[[int, int], float],
+                absorb: Callable[[int, int], None], N: int, K: int, to_end: bool
+                ) -> tuple[list[int], list[float]]:
+    """Greedy merging on a :class:`_MergeHeap`: (removed intervals, cost changes) in merge order.
+
+    One shortcut, which changes no decision: a merge creates at most two
+    new pairs, and when the lesser of their entries is below the heap's top
+    (a lower bound of every entry in it, stale or not) it is the global
+    minimum, i.e. the next merge; it is taken without a push and a pop.
+    Cascades of that kind are frequent (a merged interval's new gains are
+    often the least), so this saves a large share of the heap operations.
+    """
+    log, Q = math.log, _QUANT
+    heappop, heappush = heapq.heappop, heapq.heappush
+    cur, gain, fpair, mask = h.cur, h.gain, h.fpair, h.mask
+    nxt = list(range(1, K + 1))
+    prv = list(range(-1, K - 1))
     I = K
-    st = K
     removed: list[int] = []
     steps: list[float] = []
-    while heap and I > 1:
-        key, s, t, fm = heappop(heap)
-        if stamp[s] != t:
-            if len(heap) > 4 * I + 64:
-                heap = _drop_stale(heap, stamp)
-            continue
+    pending = -1  # the interval whose pair is known to be the next merge
+    while I > 1:
+        if pending >= 0:
+            s, pending = pending, -1
+        else:
+            if not h.heap:
+                break
+            e = heappop(h.heap)
+            s = e & mask
+            if cur[s] != e:
+                h.drop_stale(I)
+                continue  # stale
+        shift = log((I - 1) / (N + I - 1))
+        if gain[s] + shift >= 0.0 and not to_end:
+            break  # the best merge does not lower the criterion
         r = nxt[s]
-        step = fm - fv[s] - fv[r] + log((I - 1) / (N + I - 1))
-        if key + log((I - 1) / (N + I - 1)) >= 0.0 and not to_end:
-            break
+        fm = fpair[s]
         removed.append(r)
-        steps.append(step)
-        m = [a + b for a, b in zip(cnt[s], cnt[r])]
-        cnt[s] = m
+        steps.append(fm - fv[s] - fv[r] + shift)
+        absorb(s, r)
         fv[s] = fm
-        stamp[r] = -1
+        cur[r] = None
         nr = nxt[r]
         nxt[s] = nr
         I -= 1
         p = prv[s]
+        best = None  # the lesser new entry (entries can be negative ints)
         if p >= 0:
-            fp = f_of([a + b for a, b in zip(cnt[p], m)])
-            stamp[p] = st
-            heappush(heap, ((fp - fv[p] - fm + Q) - Q, p, st, fp))
-            st += 1
+            fp = merged_f(p, s)
+            best = h.entry(p, (fp - fv[p] - fm + Q) - Q, fp)
         if nr < K:
             prv[nr] = s
-            fn = f_of([a + b for a, b in zip(m, cnt[nr])])
-            stamp[s] = st
-            heappush(heap, ((fn - fm - fv[nr] + Q) - Q, s, st, fn))
-            st += 1
+            fn = merged_f(s, nr)
+            e = h.entry(s, (fn - fm - fv[nr] + Q) - Q, fn)
+            if best is None:
+                best = e
+            else:
+                heappush(h.heap, max(best, e))
+                best = min(best, e)
         else:
-            stamp[s] = -1
+            cur[s] = None
+        if best is None:
+            continue
+        if not h.heap or best < h.heap[0]:
+            pending = best & mask
+        else:
+            heappush(h.heap, best)
     return removed, steps
 
 
@@ -464,18 +587,47 @@ def _best_in_segments(gain: np.ndarray, seg_start: np.ndarray, n_seg: int
     return best, first
 
 
-def _best_cut(P: np.ndarray, lo: np.ndarray, hi: np.ndarray, f_old: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray]:
+def _span_f(P: list[np.ndarray], u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """f of rows u..v-1 for arrays of u < v, from per-class float prefix sums P."""
+    if len(P) == 2:
+        return _f2(P[0][v] - P[0][u], P[1][v] - P[1][u])
+    return _f(np.stack([p[v] - p[u] for p in P], axis=-1))
+
+
+def _best_cut(P: list[np.ndarray], lo: np.ndarray, hi: np.ndarray, f_old: np.ndarray,
+              cache: dict[tuple[int, int], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """For each span of rows [lo, hi) (hi - lo >= 2): least f(left) + f(right) - f_old, and its cut.
 
-    All cuts lo < t < hi of all spans at once, with prefix sums P.
+    All cuts lo < t < hi of all uncached spans at once, with per-class
+    prefix sums P. ``cache`` maps a span to its array of f(left) + f(right)
+    over its cuts, filled here: a span comes back when a pair is merged
+    into an interval or an interval is split into a pair, and the gains of
+    a cached span are computed from the same values with the same
+    subtraction, so the result is the same.
     """
-    L = hi - lo - 1
-    seg = np.concatenate(([0], np.cumsum(L)[:-1]))
-    t = np.arange(L.sum()) - np.repeat(seg, L) + np.repeat(lo + 1, L)
-    gain = _f(P[t] - P[np.repeat(lo, L)]) + _f(P[np.repeat(hi, L)] - P[t]) - np.repeat(f_old, L)
-    best, pos = _best_in_segments(gain, seg, lo.shape[0])
-    return best, t[pos]
+    n = lo.shape[0]
+    best = np.empty(n)
+    cut = np.empty(n, dtype=np.intp)
+    keys = list(zip(lo.tolist(), hi.tolist()))
+    hit = np.fromiter((k in cache for k in keys), dtype=bool, count=n)
+    miss = np.flatnonzero(~hit)
+    if miss.size:
+        lo_m, hi_m = lo[miss], hi[miss]
+        L = hi_m - lo_m - 1
+        seg = np.concatenate(([0], np.cumsum(L)[:-1]))
+        t = np.arange(L.sum()) + np.repeat(lo_m + 1 - seg, L)
+        sums = _span_f(P, np.repeat(lo_m, L), t) + _span_f(P, t, np.repeat(hi_m, L))
+        gain = sums - np.repeat(f_old[miss], L)
+        b, pos = _best_in_segments(gain, seg, miss.size)
+        best[miss], cut[miss] = b, t[pos]
+        for i, a, z in zip(miss.tolist(), seg.tolist(), (seg + L).tolist()):
+            if z - a >= 256:  # small spans are cheap to redo; copies free the big array
+                cache[keys[i]] = sums[a:z].copy()
+    for i in np.flatnonzero(hit).tolist():
+        g = cache[keys[i]] - f_old[i]
+        j = int(np.argmin(g))  # the first least, as _best_in_segments
+        best[i], cut[i] = g[j], lo[i] + 1 + j
+    return best, cut
 
 
 def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -490,12 +642,18 @@ def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """
     K, J = C.shape
     N = int(C.sum())
-    P = np.vstack([np.zeros((1, J), dtype=np.int64), np.cumsum(C, axis=0)])
+    # Per-class prefix sums as floats (exact below 2^53): f of rows u..v-1
+    # is then _span_f(P, u, v), with the same values as _f of the int sums.
+    Pi = np.vstack([np.zeros((1, J), dtype=np.int64), np.cumsum(C, axis=0)])
+    P = [Pi[:, j].astype(np.float64) for j in range(J)]
     starts = np.asarray(starts, dtype=np.intp)
+    # f(left) + f(right) over the cuts of the spans of current intervals and
+    # pairs (see _best_cut); pruned after each pass.
+    cache: dict[tuple[int, int], np.ndarray] = {}
 
     def total(st: np.ndarray) -> float:
         ends = np.append(st[1:], K)
-        return float(_log_prior_intervals(N, st.shape[0]) + _f(P[ends] - P[st]).sum())
+        return float(_log_prior_intervals(N, st.shape[0]) + _span_f(P, st, ends).sum())
 
     def evaluate(st: np.ndarray, en: np.ndarray, f_int: np.ndarray, todo: np.ndarray,
                  todo_pairs: np.ndarray
@@ -506,19 +664,19 @@ def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
         ok = np.flatnonzero(en[todo] - st[todo] >= 2)
         if ok.size:
             i = todo[ok]
-            sg[ok], sc[ok] = _best_cut(P, st[i], en[i], f_int[i])
+            sg[ok], sc[ok] = _best_cut(P, st[i], en[i], f_int[i], cache)
         i = todo_pairs
         pair_f = f_int[i] + f_int[i + 1]
-        mg = _f(P[en[i + 1]] - P[st[i]]) - pair_f
+        mg = _span_f(P, st[i], en[i + 1]) - pair_f
         if i.size:
-            rg, rc = _best_cut(P, st[i], en[i + 1], pair_f)
+            rg, rc = _best_cut(P, st[i], en[i + 1], pair_f, cache)
         else:
             rg, rc = np.zeros(0), np.zeros(0, dtype=np.intp)
         return sg, sc, mg, rg, rc
 
     cost = total(starts)
     ends = np.append(starts[1:], K)
-    f_int = _f(P[ends] - P[starts])
+    f_int = _span_f(P, starts, ends)
     I = starts.shape[0]
     split_g, split_c, merge_g, recut_g, recut_c = evaluate(
         starts, ends, f_int, np.arange(I), np.arange(I - 1))
@@ -561,7 +719,7 @@ def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
         new_f = np.empty(n_new)
         new_f[same] = f_int[old_idx[same]]
         changed = np.flatnonzero(~same)
-        new_f[changed] = _f(P[new_ends[changed]] - P[new[changed]])
+        new_f[changed] = _span_f(P, new[changed], new_ends[changed])
         pair_same = same[:-1] & same[1:]
         changed_pairs = np.flatnonzero(~pair_same)
         sg, sc, mg, rg, rc = evaluate(new, new_ends, new_f, changed, changed_pairs)
@@ -578,6 +736,10 @@ def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
         n_merge_g[changed_pairs], n_recut_g[changed_pairs] = mg, rg
         n_recut_c[changed_pairs] = rc
         starts, ends, f_int, cost = new, new_ends, new_f, new_cost
+        live = set(zip(starts.tolist(), ends.tolist()))
+        live.update(zip(starts[:-1].tolist(), ends[1:].tolist()))
+        for k in [k for k in cache if k not in live]:
+            del cache[k]
         split_g, split_c, merge_g, recut_g, recut_c = (n_split_g, n_split_c, n_merge_g,
                                                        n_recut_g, n_recut_c)
 

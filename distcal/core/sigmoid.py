@@ -13,7 +13,10 @@ only depends on each distinct score's positive and negative weights, so it
 is a function of the :class:`~distcal.core.distinct.DistinctTable` and the
 fit is exact on any engine. L is convex; we run Newton's method with a
 backtracking line search on standardised scores to full double precision
-(scikit-learn stops L-BFGS at a gradient of 1e-6).
+(scikit-learn stops L-BFGS at a gradient of 1e-6), stopping after a Newton
+step below 1e-10 relative (the error left is its square): a rule on the
+step, not on the loss, so that every engine, whatever the order of its
+sums, stops at the same point to rounding.
 """
 
 from __future__ import annotations
@@ -121,14 +124,32 @@ def fit_sigmoid(data: DistinctTable | MapRanges, max_iter: int = 100) -> tuple[f
         return reduce(part)
 
     alpha, beta = 0.0, float(np.log((n_neg + 1.0) / (n_pos + 1.0)))
-    current = loss(alpha, beta)
+    current: float | None = None
     for _ in range(max_iter):
         g0, g1, hxx, hx1, h11 = newton_sums(alpha, beta)
         det = hxx * h11 - hx1 * hx1
-        if det > 0.0 and np.isfinite(det):
+        newton = bool(det > 0.0 and np.isfinite(det))
+        if newton:
             step = -np.array([h11 * g0 - hx1 * g1, hxx * g1 - hx1 * g0]) / det
         else:  # flat curvature: a gradient step
             step = -np.array([g0, g1]) / max(hxx + h11, np.finfo(float).tiny)
+        size, scale = abs(step[0]) + abs(step[1]), 1.0 + abs(alpha) + abs(beta)
+        # Stop on the step, not on the loss: near the optimum the loss changes
+        # by the square of the parameters' error, so it stops changing in
+        # floating point while the parameters are still ~1e-8 off, and where
+        # it stops would depend on the order of the sums (the engine).
+        if newton and size <= 1e-10 * scale:
+            # Quadratic convergence: after this step the error is ~ size^2,
+            # i.e. the rounding of the sums (an engine-independent stop).
+            alpha, beta = alpha + step[0], beta + step[1]
+            break
+        if newton and size <= 1e-4 * scale:
+            # Quadratic convergence region: full Newton steps (the loss
+            # cannot tell them apart from rounding any more).
+            alpha, beta, current = alpha + step[0], beta + step[1], None
+            continue
+        if current is None:
+            current = loss(alpha, beta)
         lam = 1.0
         while True:
             na, nb = alpha + lam * step[0], beta + lam * step[1]
@@ -140,8 +161,8 @@ def fit_sigmoid(data: DistinctTable | MapRanges, max_iter: int = 100) -> tuple[f
                 na, nb, new = alpha, beta, current
                 break
         moved = abs(na - alpha) + abs(nb - beta)
-        alpha, beta, previous, current = na, nb, current, new
-        if moved <= 1e-15 * (1.0 + abs(alpha) + abs(beta)) or current == previous:
+        alpha, beta, current = na, nb, new
+        if moved <= 1e-15 * (1.0 + abs(alpha) + abs(beta)):
             break
     return float(alpha / sd * s_scale), float(beta - alpha * mu / sd)
 

@@ -10,13 +10,14 @@ that the message gives totals for the whole input.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import DataError
 
-__all__ = ["RowChecker", "ROLES", "rules"]
+__all__ = ["RowChecker", "ROLES", "rules", "check_vector_lengths"]
 
 # The roles a column can play ("prob:NAME" when several probability columns
 # are evaluated together).
@@ -118,3 +119,32 @@ class RowChecker:
         if self.problems and on_invalid == "raise":
             raise DataError(self.message() + " (pass on_invalid='drop' to drop such rows)")
 
+
+
+def check_vector_lengths(name: str, role: str, index: int, lengths: Mapping[int, int]) -> None:
+    """Raise the one :class:`DataError` for a vector column read at ``index``.
+
+    ``lengths`` counts the non-null vectors by length, over the whole input
+    (every engine counts them its own way and calls this). The vectors must
+    all have one length (the most frequent one is taken as the intended
+    length, ties to the shortest), and ``index`` must be below it. These are
+    problems of the column, not of single rows, so ``on_invalid="drop"``
+    does not drop them.
+    """
+    counts = {int(k): int(v) for k, v in lengths.items() if v}
+    if not counts:
+        return
+    common = min(counts, key=lambda k: (-counts[k], k))
+    parts = []
+    other = sum(v for k, v in counts.items() if k != common)
+    if other:
+        parts.append(f"{other} {'row has a vector' if other == 1 else 'rows have vectors'} "
+                     f"whose length is not {common} (the length of the other "
+                     f"{counts[common]}); vectors must all have the same length")
+    short = sum(v for k, v in counts.items() if k <= index)
+    if short:
+        parts.append(f"score_index {index} is out of range for {short} "
+                     f"{'row' if short == 1 else 'rows'} (vectors of length "
+                     f"{', '.join(str(k) for k in sorted(counts) if k <= index)})")
+    if parts:
+        raise DataError(f"column '{name}' ({role}): " + "; ".join(parts))

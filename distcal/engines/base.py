@@ -17,8 +17,9 @@ from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
 from ..core.distinct import DistinctTable
+from ..core.segments import SegmentTables
 
-__all__ = ["Ranges", "Engine", "ReportFn"]
+__all__ = ["Ranges", "SegmentRanges", "Engine", "ReportFn"]
 
 
 @runtime_checkable
@@ -51,6 +52,18 @@ class Ranges(Protocol):
                  tb: TracebackType | None) -> None: ...
 
 
+@runtime_checkable
+class SegmentRanges(Ranges, Protocol):
+    """Ordered score ranges whose rows also carry a segment key (``fit(..., by=...)``).
+
+    ``map(fn)`` maps over each range's global table as :class:`Ranges`
+    does; ``map_segments(fn)`` calls ``fn(table, segments)`` with the range's
+    per-segment tables too (:class:`~distcal.core.segments.SegmentTables`).
+    """
+
+    def map_segments(self, fn: Callable[[DistinctTable, SegmentTables], Any]) -> list[Any]: ...
+
+
 ReportFn = Callable[[Ranges, str], Any]
 
 
@@ -63,12 +76,16 @@ class Engine(Protocol):
     options: frozenset[str]
 
     def open_ranges(self, data: Any, columns: dict[str, str | None], *, on_invalid: str,
-                    finite_scores: bool = False, passes: int = 1, **opts: Any) -> Ranges:
+                    finite_scores: bool = False, passes: int = 1,
+                    score_index: int | None = None, **opts: Any) -> Ranges:
         """Validate ``data`` and split its distinct values into ordered ranges.
 
         ``columns`` maps roles ("score" or "prob", "label" or "loss",
         "weight") to column names. ``passes`` is how often the caller will
         map (cluster engines persist the ranges when it is more than one).
+        ``score_index``: the value column holds vectors, and this element of
+        each is the value (a ``DataError`` for unequal lengths or an index
+        out of range).
         """
         ...
 
@@ -81,6 +98,21 @@ class Engine(Protocol):
         """
         ...
 
-    def transform(self, model: Any, data: Any, score_col: str, output_col: str) -> Any:
-        """``data`` with ``output_col`` = ``model.predict(score_col)``, same frame type."""
+    def transform(self, model: Any, data: Any, score_col: str, output_col: str,
+                  score_index: int | None = None) -> Any:
+        """``data`` with ``output_col`` = ``model.predict(score_col)``, same frame type.
+
+        ``score_index``: the score is this element of the vectors in ``score_col``.
+        """
+        ...
+
+    def open_segment_ranges(self, data: Any, columns: dict[str, str | None], by: list[str], *,
+                            on_invalid: str, finite_scores: bool = False, passes: int = 1,
+                            **opts: Any) -> SegmentRanges:
+        """As :meth:`open_ranges`, each range also pooled by (``by`` key, score)."""
+        ...
+
+    def transform_segmented(self, model: Any, data: Any, score_col: str,
+                            output_col: str) -> Any:
+        """``data`` with ``output_col`` = each row's segment map (by the ``by`` columns)."""
         ...

@@ -33,10 +33,10 @@ import pandas as pd
 
 from ..core.distinct import DistinctTable, merge_tables
 from ..core.partition import add_up, pool_valid_rows
-from ..core.validate import RowChecker
+from ..core.validate import RowChecker, check_vector_lengths
 from ..errors import column_not_found, output_column_exists
 from ..logs import log, phase
-from ..tables import ColumnSource, is_path
+from ..tables import ColumnSource, is_path, vector_element
 from .base import ReportFn
 
 __all__ = ["DaskRanges", "DaskEngine"]
@@ -45,6 +45,38 @@ __all__ = ["DaskRanges", "DaskEngine"]
 def _check_schema(ddf: Any, columns: dict[str, str]) -> None:
     # The meta (an empty pandas frame of the right dtypes) has the schema.
     ColumnSource(ddf._meta, columns)
+
+
+def _element(s: pd.Series, index: int, role: str) -> pd.Series:
+    return pd.Series(vector_element(s, index, str(s.name), role)[0], index=s.index, name=s.name)
+
+
+def _lengths(s: pd.Series, index: int, role: str) -> dict[int, int]:
+    return dict(vector_element(s, index, str(s.name), role)[1])
+
+
+def with_vector_element(ddf: Any, name: str, index: int | None, role: str = "score") -> Any:
+    """``ddf`` with column ``name`` replaced by element ``index`` of its vectors (None: as is).
+
+    Per partition with :func:`distcal.tables.vector_element` (the local
+    engine's), after one pass that counts the vectors by length for the
+    ``DataError`` every engine raises (unequal lengths, index out of range).
+    """
+    import dask
+    from dask import delayed
+
+    if index is None:
+        return ddf
+    if name not in ddf.columns:
+        raise column_not_found(name, role, ddf.columns)
+    totals: dict[int, int] = {}
+    for part in dask.compute(*[delayed(_lengths)(p, index, role)
+                               for p in ddf[name].to_delayed(optimize_graph=True)]):
+        for k, v in part.items():
+            totals[k] = totals.get(k, 0) + v
+    check_vector_lengths(name, role, index, totals)
+    return ddf.assign(**{name: ddf[name].map_partitions(_element, index, role,
+                                                        meta=(name, "f8"))})
 
 
 def _pool_partition(pdf: pd.DataFrame, columns: dict[str, str],
@@ -86,12 +118,14 @@ class DaskRanges:
 
     def __init__(self, ddf: Any, columns: dict[str, str | None], *, on_invalid: str = "raise",
                  finite_scores: bool = False, passes: int = 1, n_ranges: int | None = None,
-                 samples_per_range: int = 64):
+                 samples_per_range: int = 64, score_index: int | None = None):
         import dask
         from dask import delayed
 
-        self.ddf = ddf
         self.columns = {r: c for r, c in columns.items() if c is not None}
+        value_role = "prob" if "prob" in self.columns else "score"
+        self.ddf = ddf = with_vector_element(ddf, self.columns[value_role], score_index,
+                                             value_role)
         self.on_invalid = on_invalid
         self.finite_scores = finite_scores
         _check_schema(ddf, self.columns)
@@ -214,8 +248,27 @@ class DaskEngine:
         return _evaluate_many(data, columns, prob_cols, on_invalid=on_invalid, report=report,
                               **opts)
 
-    def transform(self, model: Any, data: Any, score_col: str, output_col: str) -> Any:
-        return _transform(model, as_dask(data), score_col, output_col)
+    def transform(self, model: Any, data: Any, score_col: str, output_col: str,
+                  score_index: int | None = None) -> Any:
+        return _transform(model, as_dask(data), score_col, output_col, score_index)
+
+    def open_segment_ranges(self, data: Any, columns: dict[str, str | None], by: list[str], *,
+                            on_invalid: str = "raise", finite_scores: bool = False,
+                            passes: int = 1, **opts: Any) -> Any:
+        from .dask_segments import DaskSegmentRanges
+
+        opts.setdefault("n_ranges", max(8, 2 * _workers_threads()))
+        return DaskSegmentRanges(as_dask(data), columns, by, on_invalid=on_invalid,
+                                 finite_scores=finite_scores, passes=passes, **opts)
+
+    def transform_segmented(self, model: Any, data: Any, score_col: str,
+                            output_col: str) -> Any:
+        """Per partition, with the local engine's segmented transform."""
+        ddf = as_dask(data)
+        for name in model.by:
+            if name not in ddf.columns:
+                raise column_not_found(name, "segment", list(ddf.columns))
+        return _transform(model, ddf, score_col, output_col)
 
 
 def _valid_rows(pdf: pd.DataFrame, columns: dict[str, str]) -> tuple[pd.DataFrame, dict]:
@@ -265,17 +318,27 @@ def _evaluate_many(ddf: Any, columns: dict[str, str | None], prob_cols: list[str
     return out
 
 
-def _transform(model: Any, ddf: Any, score_col: str, output_col: str) -> Any:
-    """Add ``output_col`` lazily, per partition, with the right ``meta``."""
+def _transform(model: Any, ddf: Any, score_col: str, output_col: str,
+               score_index: int | None = None) -> Any:
+    """Add ``output_col`` lazily, per partition, with the right ``meta``.
+
+    With ``score_index`` each partition reads the element itself (and a
+    partition with bad vector lengths fails with the local engine's
+    ``DataError`` when computed).
+    """
     if score_col not in ddf.columns:
         raise column_not_found(score_col, "score", ddf.columns)
-    ColumnSource(ddf._meta, {"score": score_col})  # the column's type, from the meta
+    indexes = None if score_index is None else {"score": score_index}
+    ColumnSource(ddf._meta, {"score": score_col}, indexes)  # the column's type, from the meta
     if output_col in ddf.columns:
         raise output_column_exists(output_col)
     meta = ddf._meta.copy()
     meta[output_col] = np.zeros(0, dtype=np.float64)
 
+    # a per-segment model (by=) reads plain score columns and takes no score_index
+    extra = {} if score_index is None else {"score_index": score_index}
+
     def add(pdf: pd.DataFrame) -> pd.DataFrame:
-        return model.transform(pdf, score_col=score_col, output_col=output_col)
+        return model.transform(pdf, score_col=score_col, output_col=output_col, **extra)
 
     return ddf.map_partitions(add, meta=meta)

@@ -51,15 +51,17 @@ def value_roles(columns: dict[str, str | None]) -> list[str]:
 
 
 def valid_batches(data: Any, columns: dict[str, str | None], *, on_invalid: str = "raise",
-                  finite_scores: bool = False, batch_rows: int = 1 << 22):
+                  finite_scores: bool = False, batch_rows: int = 1 << 22,
+                  indexes: dict[str, int] | None = None):
     """Yield validated batches (role -> float64 array) with weight > 0 rows only.
 
     Problems are counted over the whole input; with ``on_invalid="raise"``
     the :class:`DataError` comes after the last batch, so its counts are
     totals. Callers must not write anything before the generator finishes.
     The generator's return value is the checker (for the dropped count).
+    ``indexes`` (role -> element) reads vector columns (``score_index``).
     """
-    source = open_source(data, columns)
+    source = open_source(data, columns, indexes)
     checker = RowChecker(source.columns, finite_scores=finite_scores)
     for arrays, text in source.batches(batch_rows):
         ok = checker.check(arrays, text)
@@ -79,7 +81,8 @@ def valid_batches(data: Any, columns: dict[str, str | None], *, on_invalid: str 
 
 def summarise(data: Any, columns: dict[str, str | None], *, on_invalid: str = "raise",
               finite_scores: bool = False, memory_rows: int = 1 << 23,
-              batch_rows: int = 1 << 22, chunk_rows: int = 1 << 24) -> Summary:
+              batch_rows: int = 1 << 22, chunk_rows: int = 1 << 24,
+              indexes: dict[str, int] | None = None) -> Summary:
     """Distinct-value tables of the valid rows with weight > 0, in one read.
 
     ``columns`` maps roles to column names: the values ordered by ("score",
@@ -108,7 +111,7 @@ def summarise(data: Any, columns: dict[str, str | None], *, on_invalid: str = "r
         chunk, chunk_len = [], 0
 
     gen = valid_batches(data, columns, on_invalid=on_invalid, finite_scores=finite_scores,
-                        batch_rows=batch_rows)
+                        batch_rows=batch_rows, indexes=indexes)
     try:
         while True:
             try:
@@ -147,8 +150,9 @@ class LocalRanges:
     """The ordered ranges of one value column of a local input (see ``MapRanges``)."""
 
     def __init__(self, data: Any, columns: dict[str, str | None], summary: Summary,
-                 role: str, on_invalid: str):
+                 role: str, on_invalid: str, indexes: dict[str, int] | None = None):
         self.data, self.columns, self.on_invalid = data, columns, on_invalid
+        self.indexes = indexes
         self.summary, self.role = summary, role
         self.n_rows = summary.n_rows
         self.weight_total = summary.weight_total
@@ -159,7 +163,7 @@ class LocalRanges:
         return [fn(t) for t in self.summary.stores[self.role].ranges()]
 
     def spearman_rows(self) -> bool:
-        return spearman_rows(self.data, self.columns, self.on_invalid)
+        return spearman_rows(self.data, self.columns, self.on_invalid, self.indexes)
 
     def close(self) -> None:
         self.summary.stores[self.role].close()
@@ -187,18 +191,21 @@ class LocalEngine:
 
     def open_ranges(self, data: Any, columns: dict[str, str | None], *,
                     on_invalid: str = "raise", finite_scores: bool = False, passes: int = 1,
-                    **opts: Any) -> LocalRanges:
+                    score_index: int | None = None, **opts: Any) -> LocalRanges:
         """Validate and summarise ``data``; the result maps functions over score ranges.
 
         ``passes`` (how often the caller will map) matters to cluster engines,
         which cache between passes; locally the summary is kept either way.
+        ``score_index``: the value column holds vectors; use this element.
         """
         _refuse_cluster_frames(data)
+        role = value_roles(columns)[0]
+        indexes = None if score_index is None else {role: score_index}
         with phase("local: read, validate and pool %s", describe_input(data)):
             summary = summarise(data, columns, on_invalid=on_invalid,
-                                finite_scores=finite_scores, **opts)
+                                finite_scores=finite_scores, indexes=indexes, **opts)
         _log_summary(summary)
-        return LocalRanges(data, columns, summary, value_roles(columns)[0], on_invalid)
+        return LocalRanges(data, columns, summary, role, on_invalid, indexes)
 
     def evaluate_many(self, data: Any, columns: dict[str, str | None], prob_cols: list[str],
                       *, on_invalid: str, report: ReportFn, **opts: Any) -> dict[str, Any]:
@@ -213,14 +220,16 @@ class LocalEngine:
         finally:
             summary.close()
 
-    def transform(self, model: Any, data: Any, score_col: str, output_col: str) -> Any:
+    def transform(self, model: Any, data: Any, score_col: str, output_col: str,
+                  score_index: int | None = None) -> Any:
         """pandas in, pandas out; pyarrow in, pyarrow out; a Parquet path in, pandas out."""
+        indexes = None if score_index is None else {"score": score_index}
         if is_path(data):
             data = read_table(data).to_pandas()
         if isinstance(data, pd.DataFrame):
             if score_col not in data.columns:
                 raise column_not_found(score_col, "score", map(str, data.columns))
-            values, text = ColumnSource(data, {"score": score_col}).batches().__next__()
+            values, text = ColumnSource(data, {"score": score_col}, indexes).batches().__next__()
             _refuse_text(text, score_col)
             if output_col in data.columns:
                 raise output_column_exists(output_col)
@@ -230,7 +239,7 @@ class LocalEngine:
         if isinstance(data, (pa.Table, pa.RecordBatch)):
             if score_col not in data.schema.names:
                 raise column_not_found(score_col, "score", data.schema.names)
-            values, text = ColumnSource(data, {"score": score_col}).batches().__next__()
+            values, text = ColumnSource(data, {"score": score_col}, indexes).batches().__next__()
             _refuse_text(text, score_col)
             if output_col in data.schema.names:
                 raise output_column_exists(output_col)
@@ -239,6 +248,23 @@ class LocalEngine:
                 data = pa.Table.from_batches([data])
             return data.append_column(output_col, col)
         raise TypeError(f"cannot transform data of type {type(data).__name__}")
+
+
+    def open_segment_ranges(self, data: Any, columns: dict[str, str | None], by: list[str], *,
+                            on_invalid: str = "raise", finite_scores: bool = False,
+                            passes: int = 1, **opts: Any) -> Any:
+        """Per-segment ranges (:mod:`.local_segments`); reads the input into memory."""
+        from .local_segments import LocalSegmentRanges
+
+        return LocalSegmentRanges(data, columns, by, on_invalid=on_invalid,
+                                  finite_scores=finite_scores)
+
+    def transform_segmented(self, model: Any, data: Any, score_col: str,
+                            output_col: str) -> Any:
+        """pandas / pyarrow / Parquet path in, as :meth:`transform`; keys from ``model.by``."""
+        from .local_segments import transform_segmented
+
+        return transform_segmented(model, data, score_col, output_col)
 
 
 def _refuse_text(text: dict[str, np.ndarray], score_col: str) -> None:
@@ -255,11 +281,12 @@ def _log_summary(summary: Summary) -> None:
              " (spilled to disk)" if any(st.spilled for st in summary.stores.values()) else "")
 
 
-def spearman_rows(data: Any, columns: dict[str, str | None], on_invalid: str) -> bool:
+def spearman_rows(data: Any, columns: dict[str, str | None], on_invalid: str,
+                  indexes: dict[str, int] | None = None) -> bool:
     """Sign of Spearman's rho over rows (labels that are not all 0/1)."""
     from scipy.stats import spearmanr
 
-    parts = list(valid_batches(data, columns, on_invalid=on_invalid))
+    parts = list(valid_batches(data, columns, on_invalid=on_invalid, indexes=indexes))
     s = np.concatenate([p["score"] for p in parts])
     y = np.concatenate([p["label"] for p in parts])
     rho = spearmanr(s, y).statistic

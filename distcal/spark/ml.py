@@ -3,8 +3,8 @@
     from pyspark.ml import Pipeline
     from distcal.spark import Calibrator
 
-    pipe = Pipeline(stages=[..., Calibrator(scoreCol="score", labelCol="label",
-                                            outputCol="probability_calibrated")])
+    pipe = Pipeline(stages=[..., Calibrator(scoreCol="probability", scoreIndex=1,
+                                            labelCol="label", outputCol="calibrated")])
     fitted = pipe.fit(train)            # the calibrator stage is a CalibratorModel
     fitted.write().overwrite().save("hdfs:///pipelines/p1")
     PipelineModel.load("hdfs:///pipelines/p1").transform(test)
@@ -47,6 +47,9 @@ def _p(name: str, doc: str, conv: Any = TypeConverters.toString) -> Param:
 
 class _CalibratorParams(Params):
     scoreCol = _p("scoreCol", "column of classifier scores")
+    scoreIndex = _p("scoreIndex", "element of the vectors in scoreCol that is the score (unset: "
+                    "scoreCol holds numbers), e.g. 1 for a classifier's probability",
+                    TypeConverters.toInt)
     labelCol = _p("labelCol", "column of 0/1 labels (or rates in [0, 1])")
     weightCol = _p("weightCol", "column of row weights (unset: all 1)")
     outputCol = _p("outputCol", "column for the calibrated probability")
@@ -76,11 +79,15 @@ class _CalibratorParams(Params):
     def getOutputCol(self) -> str:
         return self.getOrDefault(self.outputCol)
 
+    def getScoreIndex(self) -> int | None:
+        return self._opt(self.scoreIndex)
+
     def _fit_kwargs(self) -> dict[str, Any]:
         method = self.getOrDefault(self.method)
         kw: dict[str, Any] = {"method": method, "score_col": self.getScoreCol(),
                               "label_col": self.getOrDefault(self.labelCol),
-                              "weight_col": self._opt(self.weightCol)}
+                              "weight_col": self._opt(self.weightCol),
+                              "score_index": self.getScoreIndex()}
         if method == "isotonic":
             inc = self.getOrDefault(self.increasing).lower()
             kw.update(increasing={"true": True, "false": False}.get(inc, inc),
@@ -96,7 +103,7 @@ class Calibrator(Estimator, _CalibratorParams, DefaultParamsReadable, DefaultPar
     """Fits a distcal calibration map on a Spark DataFrame (exact, distributed)."""
 
     @keyword_only
-    def __init__(self, *, scoreCol: str = DEFAULTS.score_col,
+    def __init__(self, *, scoreCol: str = DEFAULTS.score_col, scoreIndex: int | None = None,
                  labelCol: str = DEFAULTS.label_col, weightCol: str | None = None,
                  outputCol: str = DEFAULTS.output_col, method: str = DEFAULTS.method,
                  increasing: str = "true", interpolation: str = "linear",
@@ -125,7 +132,8 @@ class CalibratorModel(Model, _CalibratorParams, MLReadable, MLWritable):
     def _transform(self, dataset: Any) -> Any:
         assert self.model is not None, "a CalibratorModel holds a fitted model"
         return self.model.transform(dataset, score_col=self.getScoreCol(),
-                                    output_col=self.getOutputCol())
+                                    output_col=self.getOutputCol(),
+                                    score_index=self.getScoreIndex())
 
     def write(self) -> MLWriter:
         return _ModelWriter(self)

@@ -42,7 +42,22 @@ class SparkEngine:
         return evaluate_many(data, columns, prob_cols, on_invalid=on_invalid, report=report,
                              **opts)
 
-    def transform(self, model: Any, data: Any, score_col: str, output_col: str) -> Any:
+    def transform(self, model: Any, data: Any, score_col: str, output_col: str,
+                  score_index: int | None = None) -> Any:
         from .transform import transform
 
-        return transform(model, as_spark(data), score_col, output_col)
+        return transform(model, as_spark(data), score_col, output_col, score_index)
+
+    def open_segment_ranges(self, data: Any, columns: dict[str, str | None], by: list[str], *,
+                            on_invalid: str = "raise", finite_scores: bool = False,
+                            passes: int = 1, **opts: Any) -> Any:
+        from .segments import SparkSegmentRanges
+
+        return SparkSegmentRanges(as_spark(data), columns, by, on_invalid=on_invalid,
+                                  finite_scores=finite_scores, passes=passes, **opts)
+
+    def transform_segmented(self, model: Any, data: Any, score_col: str,
+                            output_col: str) -> Any:
+        from .segment_transform import transform_segmented
+
+        return transform_segmented(model, as_spark(data), score_col, output_col)

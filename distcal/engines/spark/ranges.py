@@ -28,7 +28,14 @@ from ...core.distinct import DistinctTable, estimate_distinct
 from ...core.partition import add_up
 from ...logs import log, phase
 from .executor import RESULT_SCHEMA, partition_runner
-from .schema import any_problem, check_schema, combined, prepared, problem_flags
+from .schema import (
+    any_problem,
+    check_schema,
+    combined,
+    prepared,
+    problem_flags,
+    with_vector_element,
+)
 from .session import default_ranges, with_arrow_batches
 
 __all__ = ["SparkRanges"]
@@ -39,9 +46,11 @@ class SparkRanges:
 
     def __init__(self, df: Any, columns: dict[str, str | None], *, on_invalid: str = "raise",
                  finite_scores: bool = False, passes: int = 1, n_ranges: int | None = None,
-                 combine: bool | str = "auto", sample_rows: int = 50_000):
-        self.df = df
+                 combine: bool | str = "auto", sample_rows: int = 50_000,
+                 score_index: int | None = None):
         self.columns = {r: c for r, c in columns.items() if c is not None}
+        value_role = "prob" if "prob" in self.columns else "score"
+        self.df = df = with_vector_element(df, self.columns[value_role], score_index, value_role)
         self.on_invalid = on_invalid
         self.finite_scores = finite_scores
         self.kinds = check_schema(df, self.columns)

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...core.validate import rules
-from ...errors import column_not_found, column_type
+from ...core.validate import check_vector_lengths, rules
+from ...errors import VECTORS_EXPECTED, column_not_found, column_type
 
 __all__ = ["column_kind", "quote", "check_schema", "prepared", "problem_flags", "combined",
-           "any_problem"]
+           "any_problem", "vector_element", "with_vector_element"]
 
 
 def column_kind(dtype: Any) -> str:
@@ -45,8 +45,11 @@ def check_schema(df: Any, columns: dict[str, str]) -> dict[str, str]:
     return kinds
 
 
-def prepared(df: Any, columns: dict[str, str], kinds: dict[str, str]) -> Any:
+def prepared(df: Any, columns: dict[str, str], kinds: dict[str, str],
+             extra: tuple[Any, ...] = ()) -> Any:
     """One double column per role (null for null/text) and a text flag per text column.
+
+    ``extra`` columns (e.g. segment keys) are selected as they are, after those.
 
     Integer and boolean labels travel as 4-byte floats (exact for 0/1, and
     any integer beyond that is outside [0, 1] either way): a quarter less to
@@ -64,7 +67,7 @@ def prepared(df: Any, columns: dict[str, str], kinds: dict[str, str]) -> Any:
         if kinds[role] == "text":
             cols.append(F.expr(f"{quote(name)} IS NOT NULL AND try_cast({quote(name)} AS DOUBLE) "
                                "IS NULL").alias(f"_text_{role}"))
-    return df.select(*cols)
+    return df.select(*cols, *extra)
 
 
 def problem_flags(columns: dict[str, str], kinds: dict[str, str],
@@ -128,3 +131,46 @@ def any_problem(flags: list[tuple[str, str, Any]]) -> Any:
     for _, _, cond in flags:
         bad = bad | cond
     return bad
+
+
+def vector_element(df: Any, name: str, index: int, role: str = "score") -> Any:
+    """Element ``index`` of the vectors in column ``name`` as a double column, in the JVM.
+
+    ``ArrayType`` of numbers, or pyspark.ml's ``VectorUDT`` (dense or
+    sparse, through ``vector_to_array``): the element is taken by Spark's
+    own operators, so no Python UDF sees the vectors. Before that, one
+    aggregation counts the vectors by length, for the same ``DataError``
+    as the other engines (unequal lengths, index out of range). Null
+    vectors and null elements give null (a null score to the row checks).
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    if name not in fields:
+        raise column_not_found(name, role, fields)
+    dtype = fields[name]
+    if isinstance(dtype, T.ArrayType) and column_kind(dtype.elementType) == "number":
+        arr = F.col(quote(name)).cast("array<double>")
+    elif type(dtype).__name__ == "VectorUDT":
+        from pyspark.ml.functions import vector_to_array
+
+        arr = vector_to_array(F.col(quote(name)))
+    else:
+        raise column_type(name, role, dtype.simpleString(), VECTORS_EXPECTED)
+    n = F.size(arr)
+    counts = df.where(F.col(quote(name)).isNotNull()).groupBy(n.alias("n")).count().collect()
+    check_vector_lengths(name, role, index, {int(r["n"]): int(r["count"]) for r in counts})
+    # get() is null beyond the end (arr[i] raises under ANSI mode); none are, after the check.
+    return F.get(arr, index)
+
+
+def with_vector_element(df: Any, name: str, index: int | None, role: str = "score") -> Any:
+    """``df`` with column ``name`` replaced by element ``index`` of its vectors (None: as is).
+
+    Keeping the column's name keeps every later message about the rows
+    (nulls, ranges) in the user's words.
+    """
+    if index is None:
+        return df
+    return df.withColumn(name, vector_element(df, name, index, role))

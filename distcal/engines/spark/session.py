@@ -2,13 +2,55 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
 import pandas as pd
 import pyarrow as pa
 
-__all__ = ["with_arrow_batches", "default_ranges", "as_spark", "embedded_session"]
+__all__ = ["with_arrow_batches", "default_ranges", "as_spark", "embedded_session",
+           "on_executors", "worker_error"]
+
+# The last "SomeError: message" line of a Python worker's traceback.
+_WORKER_ERROR = re.compile(r"^(\w+(?:Error|Exception)): (.*)$", re.MULTILINE)
+_MISSING = re.compile(r"No module named '([^']+)'")
+
+
+def worker_error(exc: BaseException) -> str | None:
+    """The Python worker's own exception line inside a Spark ``PythonException``, if any."""
+    found = _WORKER_ERROR.findall(str(exc))
+    found = [f for f in found if f[0] not in ("PythonException", "Py4JJavaError")]
+    return f"{found[-1][0]}: {found[-1][1].strip()}" if found else None
+
+
+def on_executors(action: Callable[[], Any]) -> Any:
+    """Run a Spark action that calls distcal in Python workers; explain a broken setup.
+
+    A worker whose Python cannot import distcal (or numpy, pandas,
+    pyarrow, scipy) fails every task with a ``ModuleNotFoundError`` that
+    Spark wraps as "An exception was thrown from the Python worker". That
+    becomes one :class:`~distcal.errors.EngineSetupError` naming the module,
+    the worker's exception and the two fixes; any other failure passes
+    through unchanged.
+    """
+    from ...errors import EngineSetupError
+
+    try:
+        return action()
+    except Exception as exc:
+        line = worker_error(exc)
+        missing = _MISSING.search(line or "")
+        if line is None or missing is None or not line.startswith(("ModuleNotFoundError",
+                                                                    "ImportError")):
+            raise
+        module = missing.group(1).split(".")[0]
+        raise EngineSetupError(
+            f"the Spark executors' Python cannot import {module!r} ({line}): install distcal "
+            "and numpy, pandas, pyarrow, scipy on the executors, or ship distcal as a zip "
+            "('make zip' builds dist/distcal.zip) with spark-submit --py-files "
+            "dist/distcal.zip or the spark.submit.pyFiles setting; the executors' Python is "
+            "PYSPARK_PYTHON / spark.pyspark.python") from exc
 
 
 def with_arrow_batches(spark: Any, action: Callable[[], Any], rows: int = 100_000) -> Any:
@@ -27,10 +69,10 @@ def with_arrow_batches(spark: Any, action: Callable[[], Any], rows: int = 100_00
     except Exception:
         current = None
     if current not in (None, "10000"):
-        return action()
+        return on_executors(action)
     spark.conf.set(key, str(rows))
     try:
-        return action()
+        return on_executors(action)
     finally:
         if current is None:
             spark.conf.unset(key)

@@ -8,12 +8,13 @@ from typing import Any
 import numpy as np
 
 from ...errors import column_not_found, column_type, output_column_exists
-from .schema import column_kind, quote
+from .schema import column_kind, quote, vector_element
 
 __all__ = ["transform"]
 
 
-def transform(model: Any, df: Any, score_col: str, output_col: str) -> Any:
+def transform(model: Any, df: Any, score_col: str, output_col: str,
+              score_index: int | None = None) -> Any:
     """Add ``output_col`` = model.predict(score_col), lazily, inside the JVM.
 
     The map is small (knots or bin edges), so it is evaluated with Spark's
@@ -23,18 +24,22 @@ def transform(model: Any, df: Any, score_col: str, output_col: str) -> Any:
     expression. No Python worker touches the rows, which keeps transform +
     write as fast as MLlib's. The output keeps every input column and adds a
     double column; an ``output_col`` that exists already is a ``DataError``.
+    With ``score_index`` the score is that element of the vectors in
+    ``score_col`` (:func:`.schema.vector_element`, one aggregation to check
+    their lengths first).
     """
     from pyspark.sql import functions as F
 
     fields = {f.name: f.dataType for f in df.schema.fields}
     if score_col not in fields:
         raise column_not_found(score_col, "score", fields)
-    if column_kind(fields[score_col]) != "number":
+    if score_index is None and column_kind(fields[score_col]) != "number":
         raise column_type(score_col, "score", fields[score_col].simpleString())
     if output_col in fields:
         raise output_column_exists(output_col)
     keep = [F.col(quote(f.name)) for f in df.schema.fields]
-    s = F.col(quote(score_col)).cast("double")
+    s = (F.col(quote(score_col)).cast("double") if score_index is None
+         else vector_element(df, score_col, score_index))
     if model.method == "sigmoid":
         a, b = float(model.params["a"]), float(model.params["b"])
         prob = F.lit(1.0) / (F.lit(1.0) + F.exp(s * F.lit(a) + F.lit(b)))
@@ -143,6 +148,11 @@ def _transform_by_table(model: Any, df: Any, s: Any, keep: list, output_col: str
         pieces += [(float(x0), float(y0), float(sl))
                    for x0, y0, sl in zip(xs[:-1], ys[:-1], slopes)]
         pieces.append((0.0, float(ys[-1]), 0.0))
+    if len(pieces) == 1:  # one block or bin: a constant (Bucketizer needs two buckets)
+        sv = F.col("_s")
+        p = F.when(sv.isNull(), F.lit(None).cast("double")).when(F.isnan(sv), nan) \
+            .otherwise(F.lit(pieces[0][1]))
+        return base.select(*keep, p.alias(output_col))
     bucketed = _bucketize(base, splits, col_in)
     # The pieces as constant arrays indexed by the bucket.
     i = F.col("_b").cast("int") + F.lit(1)

@@ -1,0 +1,172 @@
+"""MODL fit vs isotonic fit on the same data, local or Spark local[2]; greedy path vs exact optimum.
+
+Usage:
+    python bench/modl.py [--engine local|spark] [--rows 1e7] [--distinct 1e4 1e6]
+                         [--repeat 3] [--ab REF] [--subsamples 20]
+
+Data: ``--rows`` rows whose scores are drawn uniformly from ``--distinct``
+fixed scores (uniform on [0, 1]), labels ~ Bernoulli(score^2), written to
+one Parquet file per size in a temporary directory. For each size:
+
+* ``fit(method="modl")`` and ``fit(method="isotonic")`` on the same data
+  (local: an in-memory pandas DataFrame; spark: ``spark.read.parquet`` of
+  the file, nothing cached), median of ``--repeat`` runs, and their ratio
+  (target: MODL <= 2x isotonic);
+* with ``--ab REF``: ``modl_partition`` of this tree against the one of the
+  git revision REF on the same count table, in the same process, and
+  whether their partitions are identical;
+* ``--subsamples`` random sets of 1,000 distinct scores (all their rows):
+  the criterion of the greedy path (``exact_max=0``) against the exact
+  optimum, as the ratio of costs and the count of exact hits.
+
+Prints ``uptime`` before and after: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+from common import timed  # noqa: E402  (bench/ is on sys.path when run as a script)
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import distcal  # noqa: E402
+from distcal.core.modl import modl_partition  # noqa: E402
+
+
+def make_data(rows: int, distinct: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    grid = np.sort(rng.random(distinct))
+    s = grid[rng.integers(0, distinct, rows)]
+    y = (rng.random(rows) < s * s).astype(np.int64)
+    return s, y
+
+
+def count_table(s: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """(V, 2) class counts of the distinct scores, ascending; computed here, not by distcal."""
+    _, inv = np.unique(s, return_inverse=True)
+    v = int(inv.max()) + 1
+    pos = np.bincount(inv, weights=y, minlength=v).astype(np.int64)
+    n = np.bincount(inv, minlength=v)
+    return np.column_stack([n - pos, pos])
+
+
+def module_at(ref: str) -> ModuleType:
+    """distcal/core/modl.py as of git revision ref, imported under another name."""
+    src = subprocess.check_output(["git", "-C", str(ROOT), "show", f"{ref}:distcal/core/modl.py"],
+                                  text=True)
+    path = Path(tempfile.mkdtemp(prefix="modl-ref-")) / "modl_ref.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("modl_ref", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["modl_ref"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def ab(counts: np.ndarray, ref: str) -> None:
+    old = module_at(ref)
+    t_old = t_new = float("inf")
+    for _ in range(2):  # alternate, best of two each: the machine is shared
+        t0 = time.perf_counter()
+        a = old.modl_partition(counts)
+        t1 = time.perf_counter()
+        b = modl_partition(counts)
+        t2 = time.perf_counter()
+        t_old, t_new = min(t_old, t1 - t0), min(t_new, t2 - t1)
+    same = np.array_equal(a.cuts, b.cuts) and a.cost == b.cost
+    print(f"  modl_partition V={counts.shape[0]:,}: {ref} {t_old:.2f} s, this tree {t_new:.2f} s,"
+          f" x{t_old / t_new:.2f}; identical partition and cost: {same}")
+
+
+def subsamples(counts: np.ndarray, k: int, size: int = 1000, seed: int = 1) -> None:
+    rng = np.random.default_rng(seed)
+    ratios, hits = [], 0
+    for _ in range(k):
+        rows = np.sort(rng.choice(counts.shape[0], min(size, counts.shape[0]), replace=False))
+        sub = counts[rows]
+        exact = modl_partition(sub)
+        greedy = modl_partition(sub, exact_max=0)
+        assert exact.exact and not greedy.exact
+        ratios.append(greedy.cost / exact.cost)
+        hits += greedy.cost <= exact.cost + 1e-9
+    r = np.asarray(ratios)
+    print(f"  greedy path vs exact on {k} subsamples of {size} distinct scores: "
+          f"at the optimum {hits}/{k}, cost ratio max {r.max():.6f}, mean {r.mean():.6f}")
+
+
+def session():  # type: ignore[no-untyped-def]
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("distcal-bench-modl")
+             .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
+             .config("spark.sql.shuffle.partitions", "8")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.pyspark.python", sys.executable).getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--engine", choices=["local", "spark"], default="local")
+    ap.add_argument("--rows", type=float, default=1e7)
+    ap.add_argument("--distinct", type=float, nargs="+", default=[1e4, 1e6])
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--ab", default=None, help="git revision to compare modl_partition with")
+    ap.add_argument("--subsamples", type=int, default=20)
+    args = ap.parse_args()
+    print("# uptime:", subprocess.check_output(["uptime"], text=True).strip())
+    spark = session() if args.engine == "spark" else None
+    rows = int(args.rows)
+    print(f"# {args.engine}, {rows:.0e} rows, median of {args.repeat}, seconds")
+    with tempfile.TemporaryDirectory(prefix="distcal-bench-modl-") as tmp:
+        for distinct in map(int, args.distinct):
+            s, y = make_data(rows, distinct)
+            if spark is None:
+                data = pd.DataFrame({"score": s, "label": y})
+
+                def read(data: object = data) -> object:
+                    return data
+            else:
+                path = os.path.join(tmp, f"d{distinct}.parquet")
+                pq.write_table(pa.table({"score": s, "label": y}), path, row_group_size=1 << 20)
+
+                def read(path: str = path) -> object:
+                    return spark.read.parquet(path)
+            if spark is not None and distinct == int(args.distinct[0]):
+                distcal.fit(read(), method="isotonic")  # warm-up: the JVM's first jobs are slow
+            t_iso = timed(lambda: distcal.fit(read(), method="isotonic"), args.repeat)
+            t_modl = timed(lambda: distcal.fit(read(), method="modl"), args.repeat)
+            model = distcal.fit(read(), method="modl")
+            counts = count_table(s, y)
+            print(f"\n## {distinct:.0e} distinct ({counts.shape[0]:,} present), "
+                  f"{len(model.blocks)} MODL intervals, exact={model.params['exact']}")
+            print(f"  fit isotonic {t_iso:7.2f}   fit modl {t_modl:7.2f}   modl / isotonic = "
+                  f"{t_modl / t_iso:.2f}")
+            if args.ab:
+                ab(counts, args.ab)
+            if args.subsamples and counts.shape[0] > 1000:
+                subsamples(counts, args.subsamples)
+    if spark is not None:
+        spark.stop()
+    print("# uptime:", subprocess.check_output(["uptime"], text=True).strip())
+
+
+if __name__ == "__main__":
+    main()

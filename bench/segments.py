@@ -1,0 +1,130 @@
+"""Per-segment isotonic calibration on Spark local[2]: one ``by=`` job vs the global fit.
+
+Usage: python bench/segments.py N [--segments S] [--repeat R] [--sample K]
+
+One Parquet file of N rows (written once under bench/data/) with S segment
+keys of Zipf sizes (share of segment k proportional to k^-1.2: the largest
+holds about a sixth of the rows, thousands hold a handful), all-distinct
+scores and labels whose calibration is shifted per segment. Timed, every
+fit from ``spark.read.parquet`` (nothing cached), median of R (the anchor
+and the ``by=`` fit alternate, and their ratio is the median of the pairs'):
+
+* anchor: ``distcal.fit(df)``, the same rows without ``by=``;
+* ``distcal.fit(df, by="seg")``: every segment and the global map, one pass;
+* a loop of per-segment fits ``distcal.fit(df.where(seg = k))`` over K
+  sampled segments (sizes spread over the Zipf ranks), extrapolated to S;
+* transform + a ``noop`` write (every output column computed): the
+  segmented map (broadcast join) vs the global map.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from common import timed  # noqa: E402  (bench/ is on sys.path when run as a script)
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DATA = ROOT / "bench" / "data"
+
+
+def make_file(n: int, segments: int) -> Path:
+    path = DATA / f"segments_{n}_{segments}.parquet"
+    if path.exists():
+        return path
+    DATA.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(13)
+    share = np.arange(1, segments + 1, dtype=np.float64) ** -1.2
+    share /= share.sum()
+    g = rng.choice(segments, size=n, p=share)
+    g[:segments] = np.arange(segments)  # every segment has a row
+    shift = rng.uniform(-0.2, 0.2, segments)[g]
+    s = rng.beta(2.0, 5.0, n)
+    y = (rng.random(n) < np.clip(s + shift, 0.0, 1.0)).astype(np.float64)
+    keys = np.array([f"m{i:05d}" for i in range(segments)], dtype=object)[g]
+    pq.write_table(pa.table({"score": s, "label": y, "seg": pa.array(keys, pa.string())}),
+                   path, row_group_size=1 << 20)
+    return path
+
+
+def session():
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    spark = (SparkSession.builder.master("local[2]").appName("distcal-bench-segments")
+             .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
+             .config("spark.sql.shuffle.partitions", "8")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.pyspark.python", sys.executable).getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("n", type=float)
+    ap.add_argument("--segments", type=int, default=10_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--sample", type=int, default=12)
+    args = ap.parse_args()
+    n = int(args.n)
+    import distcal
+
+    path = str(make_file(n, args.segments))
+    spark = session()
+    read = lambda: spark.read.parquet(path)  # noqa: E731
+    distcal.fit(read().limit(1000))  # start the Python workers before timing anything
+    print(f"# Spark local[2], N = {n:.0e}, {args.segments} Zipf segments, median of "
+          f"{args.repeat}, seconds; load {os.getloadavg()[0]:.1f}")
+    # Anchor and by= alternate, so that a change of the (shared) machine's load
+    # hits both; the ratio is the median of the pairs' ratios.
+    anchors: list[float] = []
+    bys: list[float] = []
+    model: Any = None
+    for _ in range(args.repeat):
+        anchors.append(timed(lambda: distcal.fit(read()), 1))
+        t0 = time.perf_counter()
+        model = distcal.fit(read(), by="seg")
+        bys.append(time.perf_counter() - t0)
+    anchor, t_by = statistics.median(anchors), statistics.median(bys)
+    ratio = statistics.median(b / a for a, b in zip(anchors, bys))
+    print(f"{'distcal.fit (no by), anchor':40s} {anchor:8.2f}   runs "
+          + " ".join(f"{a:.1f}" for a in anchors))
+    print(f"{'distcal.fit(by=seg)':40s} {t_by:8.2f}   runs "
+          + " ".join(f"{b:.1f}" for b in bys) + f"; by / anchor = {ratio:5.2f}x")
+    segs = model.segments.sort_values("n_rows", ascending=False)
+    ranks = np.unique(np.geomspace(1, len(segs), args.sample).astype(int) - 1)
+    picked = segs.iloc[ranks]
+    from pyspark.sql import functions as F
+
+    t0 = time.perf_counter()
+    for key in picked["seg"]:
+        distcal.fit(read().where(F.col("seg") == key))
+    per = (time.perf_counter() - t0) / len(picked)
+    loop = per * args.segments
+    print(f"{'loop of per-segment fits (extrapolated)':40s} {loop:8.1f}   "
+          f"{len(picked)} sampled, {per:.2f} s each; loop / by = {loop / t_by:6.0f}x")
+    glob = model.global_model
+
+    def write(frame: Any) -> None:
+        frame.write.format("noop").mode("overwrite").save()
+
+    t_tg = timed(lambda: write(glob.transform(read())), args.repeat)
+    t_ts = timed(lambda: write(model.transform(read())), args.repeat)
+    print(f"{'transform + noop write: global map':40s} {t_tg:8.2f}")
+    print(f"{'transform + noop write: by segment':40s} {t_ts:8.2f}   by / global = "
+          f"{t_ts / t_tg:5.2f}x")
+    print(f"# load after: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,320 @@
+"""Per-segment summaries of one score range: every segment's distinct-score table at once.
+
+A segmented fit (``distcal.fit(..., by=cols)``) fits one map per distinct
+key of the ``by`` columns, plus the global map over all rows. Every engine
+range-partitions the valid rows on the score alone, exactly as for an
+unsegmented fit, so that range i holds a contiguous score interval below
+range i + 1. Restricted to the rows of one segment, the ranges are then
+*that segment's* ordered score ranges: every argument of docs/design.md
+(pooling, PAV per range and merging, one pass per method) holds per
+segment, and one shuffle serves the global map and every segment.
+
+Inside a range the rows are pooled twice: by score (the global table, the
+same :func:`~distcal.core.distinct.pool_ties` as an unsegmented fit) and by
+(segment, score) with one lexicographic sort (:func:`pool_segments`). A
+segment is identified by its key tuple, so ranges need no shared code
+book: the driver matches keys across ranges.
+
+Null in any ``by`` column: the row forms no segment but counts in the
+global table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .distinct import DistinctTable, pool_ties
+from .validate import RowChecker
+
+__all__ = ["factorize_keys", "SegmentTables", "pool_segments", "RangeSummary",
+           "summarise_range", "gather_segments", "check_rows", "pool_range", "SegmentParts"]
+
+
+def _python_values(uniques: Any) -> list[Any]:
+    """Plain Python scalars (int, float, str, bool, Timestamp) for dictionary keys."""
+    values: list[Any] = pd.Index(uniques).tolist()
+    return values
+
+
+def factorize_keys(columns: Sequence[Any]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+    """Dense codes of the rows' key tuples, and the tuple of each code.
+
+    ``columns`` are equal-length array-likes (one per ``by`` column). A row
+    with a null (None, NaN, NaT) in any column gets code -1. Codes number
+    the distinct tuples from 0 in no particular order.
+    """
+    n = len(columns[0])
+    codes, uniques = [], []
+    null = np.zeros(n, dtype=bool)
+    for col in columns:
+        c, u = pd.factorize(pd.Series(col) if not isinstance(col, pd.Series) else col,
+                            use_na_sentinel=True)
+        c = np.asarray(c, dtype=np.int64)
+        null |= c < 0
+        codes.append(c)
+        uniques.append(_python_values(u))
+    if len(columns) == 1:
+        return codes[0], [(v,) for v in uniques[0]]
+    stacked = np.stack(codes, axis=1)[~null]
+    uniq, inverse = np.unique(stacked, axis=0, return_inverse=True)
+    out = np.full(n, -1, dtype=np.int64)
+    out[~null] = inverse.reshape(-1)
+    keys = [tuple(uniques[j][uniq[i, j]] for j in range(len(columns)))
+            for i in range(uniq.shape[0])]
+    return out, keys
+
+
+@dataclass(frozen=True)
+class SegmentTables:
+    """Every segment's distinct-score table within one range.
+
+    ``table`` is the concatenation of the segments' tables, ordered by
+    segment then score; segment ``i`` (key ``keys[i]``) owns rows
+    ``starts[i]:starts[i + 1]`` and is all-0/1 when ``binary[i]``.
+    """
+
+    keys: list[tuple[Any, ...]]
+    starts: np.ndarray
+    table: DistinctTable
+    binary: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def segment(self, i: int) -> DistinctTable:
+        """The distinct-score table of segment ``i`` (a view)."""
+        a, b = int(self.starts[i]), int(self.starts[i + 1])
+        t = self.table
+        sl = slice(a, b)
+        return DistinctTable(t.score[sl], t.weight[sl], t.positives[sl], t.count[sl],
+                             t.label_sum[sl], bool(self.binary[i]))
+
+
+def pool_segments(codes: np.ndarray, keys: list[tuple[Any, ...]], score: np.ndarray,
+                  weight: np.ndarray, positives: np.ndarray, count: np.ndarray,
+                  label_sum: np.ndarray, nonbinary: np.ndarray) -> SegmentTables:
+    """Pool rows (or already pooled rows) by (segment, score).
+
+    ``codes`` index ``keys`` (-1: no segment, left out). The other arrays
+    are sums over the rows of each input item: raw rows have weight w,
+    positives w * y, count 1, label_sum y and nonbinary ``y not in {0, 1}``.
+    One lexicographic sort; equal (code, score) pairs are summed, so pooling
+    pooled items again is exact (pooling commutes, docs/design.md).
+    """
+    live = codes >= 0
+    if not live.all():
+        codes, score, weight, positives, count, label_sum, nonbinary = (
+            a[live] for a in (codes, score, weight, positives, count, label_sum, nonbinary))
+    order = np.lexsort((score, codes))
+    c, s = codes[order], score[order] + 0.0  # -0.0 and 0.0 are one score
+    n = c.shape[0]
+    new = np.ones(n, dtype=bool)
+    if n:
+        new[1:] = (c[1:] != c[:-1]) | (s[1:] != s[:-1])
+    starts = np.flatnonzero(new)
+
+    def pooled(a: np.ndarray) -> np.ndarray:
+        if starts.shape[0] == n:
+            return a[order]
+        with np.errstate(over="ignore", invalid="ignore"):  # inf: refused by the fits
+            return np.add.reduceat(a[order], starts) if n else a[:0]
+
+    table = DistinctTable(s[starts], pooled(weight).astype(np.float64),
+                          pooled(positives).astype(np.float64),
+                          pooled(count).astype(np.int64), pooled(label_sum).astype(np.float64))
+    seg_of_row = c[starts]
+    present = np.flatnonzero(np.bincount(seg_of_row, minlength=len(keys)))
+    first = np.searchsorted(seg_of_row, present)
+    seg_starts = np.append(first, seg_of_row.shape[0])
+    bad = (np.add.reduceat(pooled(nonbinary.astype(np.int64)), first) if first.shape[0]
+           else np.zeros(0, dtype=np.int64))
+    return SegmentTables([keys[i] for i in present], seg_starts, table, bad == 0)
+
+
+@dataclass(frozen=True)
+class RangeSummary:
+    """What one range sends to the driver: the global result and one per segment.
+
+    ``n_rows`` and ``weight`` are per segment (in the order of ``keys``),
+    as is ``results``.
+    """
+
+    global_result: Any
+    keys: list[tuple[Any, ...]]
+    n_rows: np.ndarray
+    weight: np.ndarray
+    results: list[Any]
+
+
+def summarise_range(table: DistinctTable, segments: SegmentTables,
+                    global_fn: Callable[[DistinctTable], Any] | None,
+                    segment_fn: Callable[[DistinctTable], Any]) -> RangeSummary:
+    """Apply ``global_fn`` to the range's table and ``segment_fn`` to each segment's."""
+    t = segments.table
+    starts = segments.starts
+    if len(segments):
+        n_rows = np.add.reduceat(t.count, starts[:-1]) if len(t) else np.zeros(0, np.int64)
+        weight = np.add.reduceat(t.weight, starts[:-1]) if len(t) else np.zeros(0)
+    else:
+        n_rows, weight = np.zeros(0, np.int64), np.zeros(0)
+    results = [segment_fn(segments.segment(i)) for i in range(len(segments))]
+    return RangeSummary(global_fn(table) if global_fn is not None and len(table) else None,
+                        segments.keys, n_rows, weight, results)
+
+
+@dataclass
+class SegmentParts:
+    """One segment's summaries gathered from the ranges, in ascending score order."""
+
+    key: tuple[Any, ...]
+    n_rows: int
+    weight: float
+    parts: list[Any]
+
+
+def gather_segments(summaries: list[RangeSummary]) -> tuple[list[Any], list[SegmentParts]]:
+    """The global results and every segment's parts, from the ranges in score order.
+
+    A segment's parts are that segment's own ordered ranges (module
+    docstring). Segments come sorted by key when the keys are comparable,
+    else in order of first appearance.
+    """
+    by_key: dict[tuple[Any, ...], SegmentParts] = {}
+    global_parts = []
+    for s in summaries:
+        if s.global_result is not None:
+            global_parts.append(s.global_result)
+        for key, n, w, r in zip(s.keys, s.n_rows.tolist(), s.weight.tolist(), s.results):
+            entry = by_key.get(key)
+            if entry is None:
+                by_key[key] = SegmentParts(key, int(n), float(w), [r])
+            else:
+                entry.n_rows += int(n)
+                entry.weight += float(w)
+                entry.parts.append(r)
+    segments = list(by_key.values())
+    try:
+        segments.sort(key=lambda e: e.key)
+    except TypeError:  # keys of mixed types: keep the order of first appearance
+        pass
+    return global_parts, segments
+
+
+def check_rows(arrays: dict[str, np.ndarray], text: dict[str, np.ndarray],
+               columns: dict[str, str], finite_scores: bool = False
+               ) -> tuple[np.ndarray | None, dict[str, Any]]:
+    """Rows to keep (valid, weight > 0; None: all) and the counts the driver adds up.
+
+    The rules and counts of :func:`distcal.core.partition.pool_valid_rows`;
+    the caller filters its key columns with the same mask.
+    """
+    checker = RowChecker(dict(columns), finite_scores=finite_scores)
+    keep = checker.check(arrays, text)
+    w = arrays.get("weight")
+    if w is not None:
+        positive = w > 0
+        keep = positive if keep is None else keep & positive
+    n = next(iter(arrays.values())).shape[0]
+    kept = n if keep is None else int(np.count_nonzero(keep))
+    weight_total = float(kept) if w is None else float(w[keep].sum() if keep is not None
+                                                       else w.sum())
+    stats = {"problems": checker.problems, "rows": checker.rows_seen,
+             "invalid": checker.rows_invalid, "n_rows": kept, "weight_total": weight_total,
+             "sum_wyy": 0.0}
+    return keep, stats
+
+
+def pool_range(score: np.ndarray, label: np.ndarray, weight: np.ndarray | None,
+               key_columns: Sequence[Any], segments: bool = True
+               ) -> tuple[DistinctTable, SegmentTables | None]:
+    """The global distinct-score table of a range's valid rows and, if asked, every segment's."""
+    table = pool_ties(score, label, weight)
+    if not segments:
+        return table, None
+    codes, keys = factorize_keys(key_columns)
+    w = np.ones(score.shape[0]) if weight is None else weight
+    return table, pool_segments(codes, keys, score, w, w * label,
+                                np.ones(score.shape[0], dtype=np.int64), label,
+                                (label != 0.0) & (label != 1.0))
+
+
+@dataclass(frozen=True)
+class SegmentBlocks:
+    """One range's isotonic summary: the global part and every segment's PAV blocks.
+
+    Segment ``i`` (key ``keys[i]``, ``n_rows[i]`` rows of weight
+    ``weight[i]``) owns ``blocks`` rows ``starts[i]:starts[i + 1]``.
+    """
+
+    global_part: Any
+    keys: list[tuple[Any, ...]]
+    n_rows: np.ndarray
+    weight: np.ndarray
+    blocks: Any  # Blocks
+    starts: np.ndarray
+
+
+def isotonic_range(table: DistinctTable, segments: SegmentTables,
+                   increasing: bool) -> SegmentBlocks:
+    """PAV of the range's global table and, at once, of every segment's table."""
+    from .isotonic import Blocks, isotonic_part
+    from .segment_pav import pav_segments
+
+    t = segments.table
+    first = segments.starts[:-1]
+    if len(t):
+        n_rows, weight = np.add.reduceat(t.count, first), np.add.reduceat(t.weight, first)
+    else:
+        n_rows, weight = np.zeros(0, np.int64), np.zeros(0)
+    blocks, starts = pav_segments(Blocks.from_table(t), segments.starts, increasing)
+    return SegmentBlocks(isotonic_part(table, increasing) if len(table) else None,
+                         segments.keys, n_rows, weight, blocks, starts)
+
+
+def merge_segment_blocks(parts: list[SegmentBlocks], increasing: bool
+                         ) -> tuple[list[Any], list[tuple[Any, ...]], np.ndarray, np.ndarray,
+                                    Any, np.ndarray]:
+    """Every segment's isotonic blocks from the ranges' summaries, in score order.
+
+    Returns the global parts, the keys (sorted when comparable), each
+    segment's rows and weight, and the merged blocks with their start
+    offsets. A segment's blocks from successive ranges are its own ordered
+    ranges; one :func:`~distcal.core.segment_pav.pav_segments` merges all
+    segments exactly (the range argument, per segment).
+    """
+    from .isotonic import Blocks
+    from .segment_pav import pav_segments, segment_of_blocks, take_blocks
+
+    ids: dict[tuple[Any, ...], int] = {}
+    owner, n_parts, w_parts, id_parts, blocks = [], [], [], [], []
+    for p in parts:
+        local = np.fromiter((ids.setdefault(k, len(ids)) for k in p.keys), dtype=np.int64,
+                            count=len(p.keys))
+        owner.append(local[segment_of_blocks(p.starts)])
+        id_parts.append(local)
+        n_parts.append(p.n_rows)
+        w_parts.append(p.weight)
+        blocks.append(p.blocks)
+    keys = list(ids)
+    m = len(keys)
+    seg_ids = np.concatenate(id_parts) if id_parts else np.zeros(0, np.int64)
+    n_rows = np.bincount(seg_ids, np.concatenate(n_parts) if n_parts else None, minlength=m)
+    weight = np.bincount(seg_ids, np.concatenate(w_parts) if w_parts else None, minlength=m)
+    try:
+        rank = np.argsort(np.array(sorted(range(m), key=lambda i: keys[i])), kind="stable")
+    except TypeError:  # keys of mixed types: keep the order of first appearance
+        rank = np.arange(m)
+    all_blocks = Blocks.concat(blocks)
+    block_seg = rank[np.concatenate(owner)] if owner else np.zeros(0, np.int64)
+    order = np.argsort(block_seg, kind="stable")  # ranges stay in score order per segment
+    starts = np.searchsorted(block_seg[order], np.arange(m + 1))
+    merged, starts = pav_segments(take_blocks(all_blocks, order), starts, increasing)
+    inverse = np.argsort(rank)
+    return ([p.global_part for p in parts if p.global_part is not None],
+            [keys[i] for i in inverse], np.rint(n_rows[inverse]).astype(np.int64),
+            weight[inverse], merged, starts)

@@ -1,0 +1,151 @@
+"""Per-segment ranges of a Spark DataFrame: the score ranges, each pooled by (key, score).
+
+The rows are prepared and checked as for an unsegmented fit
+(:mod:`.schema`), the ``by`` columns ride along as ``_k0, _k1, ...``, and
+``repartitionByRange(k, score)`` (Spark's own range partitioner) makes the
+ranges. Each range partition validates its rows, pools them by score and by
+(segment, score) (:mod:`distcal.core.segments`) and sends one small pickled
+row to the driver. One job serves every segment: the number of tasks is
+the number of ranges, not of segments. Rows travel raw (no map-side
+``groupBy``): the segment key would make the combine's groups as many as
+the rows whenever segments are many.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections import Counter
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ...core.distinct import DistinctTable
+from ...core.partition import add_up
+from ...core.segments import SegmentTables, check_rows, pool_range
+from ...errors import column_not_found
+from ...logs import log, phase
+from .executor import RESULT_SCHEMA
+from .schema import check_schema, prepared, quote
+from .session import default_ranges, with_arrow_batches
+
+__all__ = ["SparkSegmentRanges", "segment_runner"]
+
+
+def segment_runner(fn: Callable[[DistinctTable, SegmentTables | None], Any],
+                   columns: dict[str, str], n_keys: int, finite_scores: bool,
+                   segments: bool) -> Callable[[Iterator[pa.RecordBatch]],
+                                               Iterator[pa.RecordBatch]]:
+    """What each range partition runs (shipped to the executors by cloudpickle)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        assert context is not None, "runs inside a Spark task"
+        nonempty = [b for b in batches if b.num_rows]
+        stats: dict[str, Any] = {"problems": Counter(), "rows": 0, "invalid": 0, "n_rows": 0,
+                                 "weight_total": 0.0, "sum_wyy": 0.0}
+        result, empty = None, True
+        if nonempty:
+            data = pa.Table.from_batches(nonempty)
+            arrays, text = {}, {}
+            for role in columns:
+                arrays[role] = data.column(role).to_numpy(zero_copy_only=False).astype(
+                    np.float64)
+                if f"_text_{role}" in data.column_names:
+                    text[role] = data.column(f"_text_{role}").to_numpy(zero_copy_only=False)
+            keep, counts = check_rows(arrays, text, columns, finite_scores)
+            stats.update(counts)
+            if keep is not None:
+                arrays = {r: a[keep] for r, a in arrays.items()}
+                data = data.filter(pa.array(keep))
+            keys = ([data.column(f"_k{i}").to_pandas(integer_object_nulls=True,
+                                                      date_as_object=True)
+                     for i in range(n_keys)] if segments else [])
+            table, segs = pool_range(arrays["score"], arrays["label"], arrays.get("weight"),
+                                     keys, segments)
+            if len(table):
+                result, empty = fn(table, segs), False
+        payload = pickle.dumps({"stats": stats, "empty": empty, "result": result},
+                               protocol=pickle.HIGHEST_PROTOCOL)
+        yield pa.RecordBatch.from_pydict({"pid": [context.partitionId()], "payload": [payload]},
+                                         schema=pa.schema([("pid", pa.int64()),
+                                                           ("payload", pa.binary())]))
+
+    return run
+
+
+class SparkSegmentRanges:
+    """Score ranges of a Spark DataFrame with the segment keys (see ``SegmentRanges``)."""
+
+    def __init__(self, df: Any, columns: dict[str, str | None], by: list[str], *,
+                 on_invalid: str = "raise", finite_scores: bool = False, passes: int = 1,
+                 n_ranges: int | None = None, combine: bool | str = "auto",
+                 sample_rows: int = 50_000):
+        from pyspark.sql import functions as F
+
+        self.columns = {r: c for r, c in columns.items() if c is not None}
+        self.on_invalid, self.finite_scores = on_invalid, finite_scores
+        fields = [f.name for f in df.schema.fields]
+        for name in by:
+            if name not in fields:
+                raise column_not_found(name, "segment", fields)
+        kinds = check_schema(df, self.columns)
+        self.df, self.kinds = df, kinds  # for spearman_rows
+        self.score_role, self.label_role = "score", "label"
+        self.n_keys = len(by)
+        keys = tuple(F.col(quote(b)).alias(f"_k{i}") for i, b in enumerate(by))
+        rows = prepared(df, self.columns, kinds, keys)
+        k = int(n_ranges or default_ranges(df))
+        self.ranged = rows.repartitionByRange(k, "score")
+        log.info("spark: %d range partitions by score, segments by %s", k, by)
+        self.persisted = passes > 1
+        if self.persisted:
+            from pyspark import StorageLevel
+
+            self.ranged = self.ranged.persist(StorageLevel.MEMORY_AND_DISK)
+        self.checked = False
+        self.n_rows, self.weight_total, self.dropped_rows = 0, 0.0, 0
+        self.sum_wyy = float("nan")
+
+    def _run(self, fn: Callable[[DistinctTable, SegmentTables | None], Any],
+             segments: bool) -> list[Any]:
+        runner = segment_runner(fn, self.columns, self.n_keys, self.finite_scores, segments)
+        with phase("spark: one pass over the range partitions%s",
+                   " with segments" if segments else ""):
+            rows = with_arrow_batches(self.ranged.sparkSession, lambda: self.ranged.mapInArrow(
+                runner, RESULT_SCHEMA).collect())
+        parts = [pickle.loads(r["payload"]) for r in sorted(rows, key=lambda r: r["pid"])]
+        if not self.checked:
+            totals = add_up([p["stats"] for p in parts], self.columns,
+                            on_invalid=self.on_invalid, finite_scores=self.finite_scores)
+            self.n_rows, self.weight_total = totals.n_rows, totals.weight_total
+            self.dropped_rows = totals.dropped_rows
+            self.checked = True
+        return [p["result"] for p in parts if not p["empty"]]
+
+    def map(self, fn: Callable[[DistinctTable], Any]) -> list[Any]:
+        return self._run(lambda table, _: fn(table), False)
+
+    def map_segments(self, fn: Callable[[DistinctTable, SegmentTables], Any]) -> list[Any]:
+        return self._run(fn, True)  # type: ignore[arg-type]
+
+    def spearman_rows(self) -> bool:
+        """Sign of Spearman's rho over all valid rows, by Spark ML (as :class:`SparkRanges`)."""
+        from .ranges import SparkRanges
+
+        return SparkRanges.spearman_rows(self)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        if self.persisted:
+            self.ranged.unpersist()
+
+    def __enter__(self) -> SparkSegmentRanges:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

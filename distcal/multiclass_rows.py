@@ -1,0 +1,330 @@
+"""Reading multiclass rows: per-class scores, class labels and weights, with their problems.
+
+Shared by the multiclass model (:mod:`distcal.multiclass`), the local fit
+and the cluster engines, which check every partition with the same code
+(:func:`fit_rows`) so that every engine reports the same problems in the
+same words. Scores come from one vector column (a pandas column of numpy
+arrays or lists, a pyarrow list or fixed-size list) or from one column per
+class; K is the most common vector length.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from .core.multiclass import label_problems
+from .errors import DataError
+
+__all__ = ["fit_rows", "vector_lengths", "problems_message", "Problems", "read_scores",
+           "open_input", "check_score_args", "score_names", "read_fit_input"]
+
+# ---------------------------------------------------------------------------
+
+class Problems:
+    """Row problems per column, counted once per row and problem."""
+
+    def __init__(self, n: int):
+        self.bad = np.zeros(n, dtype=bool)
+        self.items: list[tuple[str, str, int]] = []
+
+    def add(self, column: str, problem: str, mask: np.ndarray) -> None:
+        # Every check is recorded, also with count 0, so that the counts of
+        # partitions (cluster engines) add up item by item in one order.
+        k = int(np.count_nonzero(mask))
+        self.items.append((column, problem, k))
+        if k:
+            self.bad |= mask
+
+    def message(self) -> str:
+        return problems_message(self.items)
+
+
+def problems_message(items: list[tuple[str, str, int]]) -> str:
+    """``column 'c': 3 rows are ...; ...`` for the problems with a count above 0."""
+    parts = []
+    for column, problem, k in items:
+        if not k:
+            continue
+        if k == 1:
+            problem = (problem.replace("are ", "is ", 1) if problem.startswith("are ")
+                       else problem.replace("have ", "has ", 1))
+        parts.append(f"column '{column}': {k} {'row' if k == 1 else 'rows'} {problem}")
+    return "; ".join(parts)
+
+
+def open_input(data: Any, names: list[str]) -> pd.DataFrame | pa.Table:
+    if isinstance(data, (pd.DataFrame, pa.Table)):
+        have = list(map(str, data.columns)) if isinstance(data, pd.DataFrame) \
+            else data.schema.names
+        for c in names:
+            if c not in have:
+                raise DataError(f"column '{c}' not found; the input has columns {have}")
+        return data
+    if isinstance(data, pa.RecordBatch):
+        return open_input(pa.Table.from_batches([data]), names)
+    if isinstance(data, (str, os.PathLike)):
+        p = os.fspath(data)
+        if "://" not in p and not os.path.exists(p):
+            raise DataError(f"input '{p}' does not exist")
+        try:
+            dataset = ds.dataset(p, format="parquet", partitioning="hive")
+        except (pa.ArrowInvalid, OSError) as exc:
+            raise DataError(f"input '{p}' is not a readable Parquet file or dataset: "
+                            f"{exc}") from exc
+        missing = [c for c in names if c not in dataset.schema.names]
+        if missing:
+            raise DataError(f"column '{missing[0]}' not found; the input has columns "
+                            f"{dataset.schema.names}")
+        return dataset.to_table(columns=list(dict.fromkeys(names)))
+    raise TypeError(f"cannot read data of type {type(data).__name__}: pass a pandas DataFrame, "
+                    "a pyarrow Table, a Parquet path, a Spark or a Dask DataFrame")
+
+
+def _column_to_float(data: pd.DataFrame | pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """A scalar numeric column as float64 (null -> NaN) and the mask of text cells."""
+    if isinstance(data, pa.Table):
+        col = data.column(name)
+        t = col.type
+        if pa.types.is_dictionary(t):
+            col, t = pc.cast(col, t.value_type), t.value_type
+        if pa.types.is_string(t) or pa.types.is_large_string(t):
+            return _text_to_float(pd.Series(col.to_pandas(), dtype=object))
+        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+                or pa.types.is_decimal(t) or pa.types.is_null(t)):
+            raise DataError(f"column '{name}' has type {t}; expected numbers")
+        values = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)
+        return np.asarray(values, dtype=np.float64), np.zeros(len(values), bool)
+    s = data[name]
+    if pd.api.types.is_bool_dtype(s.dtype) or pd.api.types.is_numeric_dtype(s.dtype):
+        return s.to_numpy(dtype=np.float64, na_value=np.nan), np.zeros(len(s), bool)
+    if pd.api.types.is_object_dtype(s.dtype) or pd.api.types.is_string_dtype(s.dtype):
+        if s.map(lambda v: isinstance(v, (list, tuple, np.ndarray))).any():
+            raise DataError(f"column '{name}' holds vectors; pass it as score_col")
+        return _text_to_float(s.astype(object))
+    raise DataError(f"column '{name}' has type {s.dtype}; expected numbers")
+
+
+def _text_to_float(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    out = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    return out, s.notna().to_numpy() & np.isnan(out)
+
+
+def _vectors_to_arrow(s: pd.Series, name: str) -> pa.Array:
+    try:
+        arr = pa.array(s, from_pandas=True)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+        raise DataError(f"column '{name}' does not hold numeric vectors: {exc}") from exc
+    return arr
+
+
+def _vector_column(data: pd.DataFrame | pa.Table, name: str, length: int | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A vector column as an (n, K) float64 matrix, K the most common length.
+
+    Returns (matrix, null-row mask, ragged-row mask); null and ragged rows
+    are NaN in the matrix. ``length`` imposes K (a cluster engine counts the
+    lengths over all partitions first, :func:`vector_lengths`).
+    """
+    if isinstance(data, pd.DataFrame):
+        s = data[name]
+        vals = s.to_numpy()
+        if (s.dtype == object and len(vals) and isinstance(vals[0], np.ndarray)
+                and vals[0].ndim == 1 and length in (None, vals[0].shape[0])):
+            # Fast path: equal-length numeric arrays stack directly; anything
+            # else (None, ragged, text) goes the Arrow way, which counts problems.
+            m: np.ndarray | None
+            try:
+                m = np.stack(list(vals))
+            except (TypeError, ValueError):
+                m = None
+            if m is not None and m.ndim == 2 and m.dtype.kind in "fiub":
+                z = np.zeros(len(vals), bool)
+                return m.astype(np.float64, copy=False), z, z
+        col: Any = _vectors_to_arrow(s, name)
+    else:
+        col = data.column(name)
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    t = col.type
+    if pa.types.is_fixed_size_list(t) or pa.types.is_large_list(t):
+        t = pa.list_(t.value_type)
+        col = pc.cast(col, t)
+    if not pa.types.is_list(t):
+        raise DataError(f"column '{name}' has type {col.type}; expected a vector (list) of "
+                        "numbers per row, or pass one column per class as score_cols")
+    vt = t.value_type
+    if not (pa.types.is_integer(vt) or pa.types.is_floating(vt) or pa.types.is_null(vt)
+            or pa.types.is_decimal(vt)):
+        raise DataError(f"column '{name}' holds vectors of {vt}; expected numbers")
+    n = len(col)
+    lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False)
+    null = np.isnan(lengths.astype(np.float64)) if lengths.dtype.kind == "f" \
+        else np.zeros(n, bool)
+    if col.null_count:
+        null = np.asarray(col.is_null().to_numpy(zero_copy_only=False), bool)
+    lens = np.where(null, 0, np.nan_to_num(lengths.astype(np.float64))).astype(np.int64)
+    flat = pc.cast(pc.list_flatten(col), pa.float64()).to_numpy(zero_copy_only=False)
+    flat = np.asarray(flat, dtype=np.float64)
+    present = lens[~null]
+    k = length if length is not None else (
+        int(np.bincount(present).argmax()) if present.size else 0)
+    ragged = ~null & (lens != k)
+    out = np.full((n, max(k, 1)), np.nan)
+    good = ~null & ~ragged
+    if k and good.all():
+        out = flat.reshape(n, k)
+    elif k and good.any():
+        starts = np.concatenate([[0], np.cumsum(lens)[:-1]])[good]
+        out[good] = flat[starts[:, None] + np.arange(k)]
+    return out, null, ragged
+
+
+def vector_lengths(data: pd.DataFrame | pa.Table, name: str) -> np.ndarray:
+    """``bincount`` of the lengths of the non-null vectors of column ``name``.
+
+    Partitions' counts add up; K is the most common length (``argmax``).
+    """
+    if isinstance(data, pd.DataFrame):
+        col: Any = _vectors_to_arrow(data[name], name)
+    else:
+        col = data.column(name)
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    if pa.types.is_fixed_size_list(col.type) or pa.types.is_large_list(col.type):
+        col = pc.cast(col, pa.list_(col.type.value_type))
+    if not pa.types.is_list(col.type):
+        raise DataError(f"column '{name}' has type {col.type}; expected a vector (list) of "
+                        "numbers per row, or pass one column per class as score_cols")
+    lengths = pc.list_value_length(col).drop_null().to_numpy(zero_copy_only=False)
+    return np.bincount(lengths.astype(np.int64), minlength=1)
+
+
+def read_scores(data: pd.DataFrame | pa.Table, score_col: str | None,
+                 score_cols: list[str] | None, problems: Problems,
+                 finite: bool, length: int | None = None) -> np.ndarray:
+    """The (n, K) score matrix; row problems recorded in ``problems``."""
+    if score_cols is not None:
+        cols = []
+        for c in score_cols:
+            v, text = _column_to_float(data, c)
+            problems.add(c, "are text, not numbers", text)
+            problems.add(c, "are null or NaN", np.isnan(v) & ~text)
+            if finite:
+                problems.add(c, "are infinite (this method needs finite scores)", np.isinf(v))
+            cols.append(v)
+        return np.column_stack(cols) if cols else np.empty((0, 0))
+    if score_col is None:
+        raise ValueError("pass exactly one of score_col (a vector column) and score_cols "
+                         "(one column per class)")
+    m, null, ragged = _vector_column(data, score_col, length)
+    problems.add(score_col, "are null", null)
+    problems.add(score_col, f"have a length other than {m.shape[1]} (ragged vectors)", ragged)
+    ok = ~null & ~ragged
+    with np.errstate(invalid="ignore"):
+        problems.add(score_col, "contain NaN or null", ok & np.isnan(m).any(axis=1))
+        if finite:
+            problems.add(score_col, "contain infinite values (this method needs finite scores)",
+                         ok & np.isinf(m).any(axis=1))
+    return m
+
+
+def _n_classes(n_cols: int) -> int:
+    return 2 if n_cols == 1 else n_cols
+
+
+def read_fit_input(data: Any, method: str, score_col: str | None, score_cols: Any,
+                    label_col: str, weight_col: str | None, on_invalid: str):
+    if on_invalid not in ("raise", "drop"):
+        raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
+    score_cols = check_score_args(score_col, score_cols)
+    names = score_names(score_col, score_cols) + [label_col]
+    if weight_col is not None:
+        names.append(weight_col)
+    table = open_input(data, names)
+    scores, labels, weights, k, problems = fit_rows(table, method, score_col, score_cols,
+                                                    label_col, weight_col)
+    dropped = int(np.count_nonzero(problems.bad))
+    if dropped and on_invalid == "raise":
+        raise DataError(problems.message() + " (pass on_invalid='drop' to drop such rows)")
+    keep = ~problems.bad
+    if weights is not None:
+        with np.errstate(invalid="ignore"):
+            keep &= weights > 0
+    if not keep.all():
+        scores, labels = scores[keep], labels[keep]
+        weights = None if weights is None else weights[keep]
+    if labels.shape[0] == 0:
+        raise DataError("no rows to calibrate (after dropping invalid and zero-weight rows)")
+    return scores, labels.astype(np.intp), weights, k, dropped, score_cols
+
+
+def fit_rows(table: pd.DataFrame | pa.Table, method: str, score_col: str | None,
+             score_cols: list[str] | None, label_col: str, weight_col: str | None,
+             length: int | None = None
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int, Problems]:
+    """Scores (n, K'), labels and weights (float64) of one table, and their problems.
+
+    ``method="evaluate"``: the scores are probabilities (each in [0, 1]).
+    Nothing is dropped: ``problems.bad`` marks the invalid rows, and
+    ``problems.items`` holds every check's count in one fixed order (so the
+    partitions of a cluster engine add up). ``length``: the vector length
+    counted over all partitions (:func:`vector_lengths`).
+    """
+    n = len(table) if isinstance(table, pd.DataFrame) else table.num_rows
+    problems = Problems(n)
+    scores = read_scores(table, score_col, score_cols, problems,
+                          finite=method not in ("isotonic", "evaluate"), length=length)
+    if method == "evaluate":  # probabilities to evaluate: each in [0, 1]
+        with np.errstate(invalid="ignore"):
+            outside = (scores < 0) | (scores > 1)
+        if score_cols is not None:
+            for j, c in enumerate(score_cols):
+                problems.add(c, "are outside [0, 1]", outside[:, j])
+        else:
+            problems.add(str(score_col), "contain values outside [0, 1]",
+                         np.asarray(outside.any(axis=1)))
+    k = _n_classes(scores.shape[1])
+    if k < 2:
+        raise DataError(f"column '{score_col}': no vectors to calibrate (need K >= 2 entries)")
+    labels, text = _column_to_float(table, label_col)
+    for problem, mask in label_problems(labels, k, text):
+        problems.add(label_col, problem, mask)
+    weights = None
+    if weight_col is not None:
+        weights, wtext = _column_to_float(table, weight_col)
+        problems.add(weight_col, "are text, not numbers", wtext)
+        problems.add(weight_col, "are null or NaN", np.isnan(weights) & ~wtext)
+        problems.add(weight_col, "are infinite", np.isinf(weights))
+        with np.errstate(invalid="ignore"):
+            problems.add(weight_col, "are negative", weights < 0)
+    return scores, labels, weights, k, problems
+
+
+def check_score_args(score_col: str | None, score_cols: Any) -> list[str] | None:
+    if (score_col is None) == (score_cols is None):
+        raise ValueError("pass exactly one of score_col (a vector column) and score_cols "
+                         "(one column per class)")
+    if score_cols is not None:
+        if isinstance(score_cols, str):
+            raise TypeError("score_cols must be a list of column names")
+        score_cols = [str(c) for c in score_cols]
+        if len(score_cols) < 1:
+            raise ValueError("score_cols must name at least one column")
+    return score_cols
+
+
+def score_names(score_col: str | None, score_cols: list[str] | None) -> list[str]:
+    """The score column names: ``score_cols``, else ``[score_col]`` (checked arguments)."""
+    if score_cols is not None:
+        return list(score_cols)
+    if score_col is None:
+        raise ValueError("pass exactly one of score_col (a vector column) and score_cols "
+                         "(one column per class)")
+    return [score_col]

@@ -1,0 +1,83 @@
+"""Per-segment calibration on a Dask distributed cluster: one fit per group, no task per segment."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.isotonic import IsotonicRegression
+from test_segments import segmented_frame
+
+import distcal
+
+
+@pytest.fixture(scope="module")
+def client():
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                           dashboard_address=None)
+    c = Client(cluster)
+    yield c
+    c.close()
+    cluster.close()
+
+
+def _fit_counting_tasks(ddf, **kw):
+    from distributed import get_task_stream
+
+    with get_task_stream() as ts:
+        model = distcal.fit(ddf, **kw)
+    return model, len(ts.data)
+
+
+@pytest.mark.parametrize("n_segments,n", [(1, 3000), (5, 4000), (2000, 10000)])
+def test_isotonic_segments_equal_sklearn_and_local(client, n_segments, n):
+    import dask.dataframe as dd
+
+    df = segmented_frame(n, n_segments, seed=30 + n_segments)
+    df.loc[df.index[:9], "seg"] = None
+    ddf = dd.from_pandas(df, npartitions=3, sort=False)
+    model, tasks = _fit_counting_tasks(ddf, by="seg", weight_col="w", n_ranges=4)
+    # 3 input partitions and 4 ranges: a fixed number of tasks, whatever the segments
+    assert tasks <= 40, tasks
+    assert model == distcal.fit(df, by="seg", weight_col="w")
+    q = np.linspace(-0.1, 1.1, 41)
+    groups = list(df.dropna().groupby("seg"))
+    for name, group in groups[:: max(1, len(groups) // 100)]:
+        ir = IsotonicRegression(out_of_bounds="clip").fit(group.score, group.label,
+                                                          sample_weight=group.w)
+        np.testing.assert_allclose(model.segment(name).predict(q), ir.predict(q), rtol=1e-9,
+                                   atol=1e-12)
+
+
+@pytest.mark.parametrize("method,params", [
+    ("isotonic", {"increasing": "auto", "interpolation": "centered"}),
+    ("histogram", {"n_bins": 4}), ("sigmoid", {}),
+])
+def test_methods_and_transform_equal_local(client, method, params):
+    import dask.dataframe as dd
+
+    rng = np.random.default_rng(31)
+    df = segmented_frame(3000, 30, seed=31, zipf=True)
+    df["v"] = rng.integers(0, 2, len(df))
+    ddf = dd.from_pandas(df, npartitions=4, sort=False)
+    model = distcal.fit(ddf, method=method, by=["seg", "v"], weight_col="w",
+                        min_segment_weight=5.0, **params)
+    local = distcal.fit(df, method=method, by=["seg", "v"], weight_col="w",
+                        min_segment_weight=5.0, **params)
+    if method == "sigmoid":  # Newton's optimum: to rounding of sums in another order
+        q = np.linspace(-0.5, 1.5, 9)
+        for key in local.segments[["seg", "v"]].itertuples(index=False, name=None):
+            np.testing.assert_allclose(model.segment(key).predict(q),
+                                       local.segment(key).predict(q), rtol=1e-6)
+    else:
+        assert model == local
+    new = pd.DataFrame({"score": [0.2, 0.6, np.nan, 0.9], "seg": ["s0", None, "s1", "zz"],
+                        "v": [0, 1, 0, 1]})
+    out = model.transform(dd.from_pandas(new, npartitions=2, sort=False)).compute()
+    np.testing.assert_allclose(out.calibrated, local.predict(new.score, segments=new[["seg",
+                                                                                       "v"]]),
+                               rtol=1e-6 if method == "sigmoid" else 1e-12, equal_nan=True)
+    with pytest.raises(distcal.DataError, match="'market'"):
+        distcal.fit(ddf, by="market")

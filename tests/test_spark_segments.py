@@ -1,0 +1,89 @@
+"""Per-segment calibration on Spark local[2]: separate fits per group, one job for all segments."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from sklearn.isotonic import IsotonicRegression
+from test_segments import segmented_frame
+
+import distcal
+
+
+def _jobs_of(spark, group: str, action) -> tuple[object, int]:
+    sc = spark.sparkContext
+    sc.setJobGroup(group, group)
+    try:
+        result = action()
+    finally:
+        sc.setLocalProperty("spark.jobGroup.id", None)
+    return result, len(sc.statusTracker().getJobIdsForGroup(group))
+
+
+@pytest.mark.parametrize("n_segments,n", [(1, 3000), (5, 4000), (2000, 10000)])
+def test_isotonic_segments_equal_sklearn_and_local(spark, n_segments, n):
+    df = segmented_frame(n, n_segments, seed=20 + n_segments)
+    df.loc[df.index[:7], "seg"] = None
+    model, jobs = _jobs_of(spark, f"seg{n_segments}", lambda: distcal.fit(
+        spark.createDataFrame(df), by="seg", weight_col="w", n_ranges=4))
+    # Spark's range sampling and the one pass over the ranges, whatever the segments
+    assert jobs <= 3
+    assert model == distcal.fit(df, by="seg", weight_col="w")
+    q = np.linspace(-0.1, 1.1, 41)
+    groups = list(df.dropna().groupby("seg"))
+    for name, group in groups[:: max(1, len(groups) // 100)]:
+        ir = IsotonicRegression(out_of_bounds="clip").fit(group.score, group.label,
+                                                          sample_weight=group.w)
+        np.testing.assert_allclose(model.segment(name).predict(q), ir.predict(q), rtol=1e-9,
+                                   atol=1e-12)
+
+
+@pytest.mark.parametrize("method,params", [
+    ("isotonic", {"interpolation": "step", "increasing": "auto"}),
+    ("isotonic", {"interpolation": "centered"}), ("histogram", {"n_bins": 4}),
+    ("sigmoid", {}),
+])
+def test_methods_and_jvm_transform_equal_local(spark, method, params):
+    rng = np.random.default_rng(21)
+    df = segmented_frame(3000, 40, seed=21, weights=False, zipf=True)
+    df["v"] = rng.integers(0, 2, len(df))
+    df.loc[df.index[:5], "v"] = None
+    sdf = spark.createDataFrame(df)
+    model = distcal.fit(sdf, method=method, by=["seg", "v"], n_ranges=3,
+                        min_segment_weight=10, **params)
+    local = distcal.fit(df, method=method, by=["seg", "v"], min_segment_weight=10, **params)
+    if method == "sigmoid":  # Newton's optimum: to rounding of sums in another order
+        q = np.linspace(-0.5, 1.5, 9)
+        for key in local.segments[["seg", "v"]].itertuples(index=False, name=None):
+            np.testing.assert_allclose(model.segment(key).predict(q),
+                                       local.segment(key).predict(q), rtol=1e-6)
+    else:
+        assert model == local
+    # Transform inside the JVM: null keys, unseen keys, NaN and infinite scores.
+    new = pd.DataFrame({"score": [0.1, 0.5, np.nan, np.inf, -np.inf, 0.7, 0.3, 0.9],
+                        "seg": ["s0", None, "s1", "s0", "s0", "zzz", "s2", "s1"],
+                        "v": [0.0, 1.0, 0.0, 1.0, 0.0, 0.0, None, 1.0]})
+    new = pd.concat([new, df[["score", "seg", "v"]].head(300)], ignore_index=True)
+    out_df = model.transform(spark.createDataFrame(new), output_col="p")
+    plan = out_df._jdf.queryExecution().executedPlan().toString()
+    assert "Python" not in plan and "Arrow" not in plan
+    out = out_df.toPandas()
+    assert list(out.columns) == ["score", "seg", "v", "p"]
+    expect = local.predict(out.score, segments=out[["seg", "v"]])
+    np.testing.assert_allclose(out.p, expect, rtol=1e-6 if method == "sigmoid" else 1e-12,
+                               atol=1e-12, equal_nan=True)
+
+
+def test_fit_on_spark_saves_and_loads(spark, tmp_path):
+    df = segmented_frame(2000, 6, seed=22, zipf=True)
+    model = distcal.fit(spark.createDataFrame(df), by="seg", weight_col="w",
+                        min_segment_weight=40.0, n_ranges=2)
+    model.save(tmp_path / "m")
+    loaded = distcal.load(tmp_path / "m")
+    assert loaded == model
+    out = loaded.transform(spark.createDataFrame(df[["score", "seg"]])).toPandas()
+    np.testing.assert_allclose(out.calibrated, model.predict(out.score, segments=out.seg),
+                               rtol=1e-12)
+    with pytest.raises(distcal.DataError, match="'market'"):
+        distcal.fit(spark.createDataFrame(df), by="market")
