@@ -38,7 +38,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from common import timed  # noqa: E402  (bench/ is on sys.path when run as a script)
+from common import spark_session, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -110,16 +110,7 @@ def subsamples(counts: np.ndarray, k: int, size: int = 1000, seed: int = 1) -> N
 
 
 def session():  # type: ignore[no-untyped-def]
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").appName("distcal-bench-modl")
-             .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
-             .config("spark.sql.shuffle.partitions", "8")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.pyspark.python", sys.executable).getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return spark_session("distcal-bench-modl")
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from common import timed  # noqa: E402  (bench/ is on sys.path when run as a script)
+from common import spark_session, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -56,17 +56,8 @@ def make_file(n: int, segments: int) -> Path:
     return path
 
 
-def session():
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    spark = (SparkSession.builder.master("local[2]").appName("distcal-bench-segments")
-             .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
-             .config("spark.sql.shuffle.partitions", "8")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.pyspark.python", sys.executable).getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+def session():  # type: ignore[no-untyped-def]
+    return spark_session("distcal-bench-segments")
 
 
 def main() -> None:

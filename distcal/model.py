@@ -28,8 +28,9 @@ import json
 import math
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -491,6 +492,40 @@ def read_model_json(root: Path) -> dict[str, Any]:
     return meta
 
 
+def read_checked_meta(root: Path, fmt: str, version: int, kind: str = "") -> dict[str, Any]:
+    """model.json of ``root`` once it says format ``fmt``, version ``version``, checksum right.
+
+    ``kind`` ("", "multiclass ", "segmented ") names the model in the messages.
+    """
+    meta = read_model_json(root)
+    if meta.get("format") != fmt:
+        raise ModelError(f"'{root}' is not a distcal {kind}model")
+    if meta.get("format_version") != version:
+        raise ModelError(f"'{root}' has {kind}model format version "
+                         f"{_short(meta.get('format_version'))}; this distcal reads version "
+                         f"{version}")
+    if meta.get("checksum") != _json_checksum(meta):
+        raise ModelError(f"'{root / 'model.json'}' is damaged (checksum mismatch)")
+    return meta
+
+
+T = TypeVar("T")
+
+# What a damaged model directory raises while it is read; all become ModelError.
+DAMAGE_ERRORS = (KeyError, TypeError, ValueError, IndexError, OverflowError, AttributeError,
+                 OSError, pa.ArrowException)
+
+
+def build_or_damaged(root: Path, build: Callable[[], T]) -> T:
+    """``build()``, with any error a damaged directory causes turned into ModelError."""
+    try:
+        return build()
+    except ModelError:
+        raise
+    except DAMAGE_ERRORS as exc:
+        raise ModelError(f"'{root}' is damaged: {str(exc)[:300]}") from exc
+
+
 def read_table_file(root: Path, info: Any, expected_file: str) -> pa.Table:
     """The Parquet table of a ``tables`` entry of model.json, checked against its hash."""
     if not isinstance(info, dict) or info.get("file") != expected_file:
@@ -663,30 +698,18 @@ def load_dir(root: Path) -> CalibrationModel:
     parameter and table is checked (:func:`check_model`). Nothing in the
     directory is executed.
     """
-    meta = read_model_json(root)
-    meta_path = root / "model.json"
-    if meta.get("format") != FORMAT:
-        raise ModelError(f"'{root}' is not a distcal model")
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise ModelError(f"'{root}' has model format version "
-                         f"{_short(meta.get('format_version'))}; "
-                         f"this distcal reads version {FORMAT_VERSION}")
-    if meta.get("checksum") != _json_checksum(meta):
-        raise ModelError(f"'{meta_path}' is damaged (checksum mismatch)")
-    try:
-        tables = meta["tables"]
-        if not isinstance(tables, dict) or set(tables) - {"blocks"}:
-            raise ModelError(f"'{root}' is damaged: unexpected tables in model.json")
-        blocks = None
-        if "blocks" in tables:
-            blocks = blocks_from_table(read_table_file(root, tables["blocks"], BLOCKS_FILE),
-                                       f"'{root / BLOCKS_FILE}'")
-        parts = {k: meta[k] for k in ("n_rows", "weight_total", "dropped_rows", "columns")}
-        check_model(meta["method"], meta["params"], blocks, **parts)
-        model = CalibrationModel(meta["method"], meta["params"], blocks, **parts)
-    except ModelError:
-        raise
-    except (KeyError, TypeError, ValueError, OverflowError, IndexError, OSError,
-            pa.ArrowException) as exc:
-        raise ModelError(f"'{root}' is damaged: {str(exc)[:300]}") from exc
-    return model
+    meta = read_checked_meta(root, FORMAT, FORMAT_VERSION)
+    return build_or_damaged(root, lambda: _binary_from_meta(root, meta))
+
+
+def _binary_from_meta(root: Path, meta: dict[str, Any]) -> CalibrationModel:
+    tables = meta["tables"]
+    if not isinstance(tables, dict) or set(tables) - {"blocks"}:
+        raise ModelError(f"'{root}' is damaged: unexpected tables in model.json")
+    blocks = None
+    if "blocks" in tables:
+        blocks = blocks_from_table(read_table_file(root, tables["blocks"], BLOCKS_FILE),
+                                   f"'{root / BLOCKS_FILE}'")
+    parts = {k: meta[k] for k in ("n_rows", "weight_total", "dropped_rows", "columns")}
+    check_model(meta["method"], meta["params"], blocks, **parts)
+    return CalibrationModel(meta["method"], meta["params"], blocks, **parts)

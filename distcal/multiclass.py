@@ -46,9 +46,10 @@ from .model import (
     _close,
     _json_checksum,
     _sha256,
-    _short,
     blocks_from_table,
+    build_or_damaged,
     check_model,
+    read_checked_meta,
     read_model_json,
     read_table_file,
 )
@@ -406,23 +407,8 @@ def load_multiclass(path: str | os.PathLike) -> MulticlassCalibrationModel:
     True
     """
     root = Path(path)
-    meta_path = root / "model.json"
-    meta = read_model_json(root)
-    if meta.get("format") != FORMAT:
-        raise ModelError(f"'{root}' is not a distcal multiclass model")
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise ModelError(f"'{root}' has multiclass model format version "
-                         f"{_short(meta.get('format_version'))}; this distcal reads version "
-                         f"{FORMAT_VERSION}")
-    if meta.get("checksum") != _json_checksum(meta):
-        raise ModelError(f"'{meta_path}' is damaged (checksum mismatch)")
-    try:
-        return _model_from_meta(root, meta)
-    except ModelError:
-        raise
-    except (KeyError, TypeError, ValueError, IndexError, OverflowError, AttributeError, OSError,
-            pa.ArrowException) as exc:
-        raise ModelError(f"'{root}' is damaged: {str(exc)[:300]}") from exc
+    meta = read_checked_meta(root, FORMAT, FORMAT_VERSION, "multiclass ")
+    return build_or_damaged(root, lambda: _model_from_meta(root, meta))
 
 
 def _model_from_meta(root: Path, meta: dict[str, Any]) -> MulticlassCalibrationModel:
@@ -585,7 +571,7 @@ def fit_multiclass(data: Any, method: str = "isotonic", score_col: str | None = 
         name = (score_cols[j] if score_cols is not None else f"{score_col}[{j}]")
         frame = {name: np.ascontiguousarray(scores[:, j]),
                  label_col: (labels == c).astype(np.int8)}
-        if weights is not None:
+        if weights is not None and weight_col is not None:
             frame[weight_col] = weights
         models.append(distcal.fit(pd.DataFrame(frame, copy=False), method=method,
                                   score_col=name, label_col=label_col, weight_col=weight_col,

@@ -18,7 +18,6 @@ import numpy as np
 import pandas as pd
 
 from .core.multiclass_metrics import add_sums, metrics_from_sums, multiclass_sums
-from .errors import DataError
 
 __all__ = ["MulticlassEvaluationReport", "evaluate_multiclass"]
 
@@ -81,27 +80,14 @@ class MulticlassEvaluationReport:
 def _local_sums(data: Any, prob_col: str | None, prob_cols: list[str] | None, label_col: str,
                 weight_col: str | None, on_invalid: str, n_bins: int
                 ) -> tuple[list[dict[str, np.ndarray]], int, int]:
-    from .multiclass_rows import fit_rows, open_input
+    from .multiclass_rows import read_fit_input
 
-    names = (list(prob_cols) if prob_cols is not None else [str(prob_col)]) + [label_col]
-    if weight_col is not None:
-        names.append(weight_col)
-    table = open_input(data, names)
-    scores, labels, weights, k, problems = fit_rows(table, "evaluate", prob_col, prob_cols,
-                                                    label_col, weight_col)
-    dropped = int(np.count_nonzero(problems.bad))
-    if dropped and on_invalid == "raise":
-        raise DataError(problems.message() + " (pass on_invalid='drop' to drop such rows)")
-    keep = ~problems.bad
-    if weights is not None:
-        with np.errstate(invalid="ignore"):
-            keep &= weights > 0
-        weights = weights[keep]
-    if not keep.any():
-        raise DataError("no rows to evaluate (after dropping invalid and zero-weight rows)")
-    s = scores[keep]
-    return ([multiclass_sums(_two_columns(s) if s.shape[1] == 1 else s,
-                             labels[keep].astype(np.intp), weights, n_bins)], dropped, k)
+    # prob_cols, when given, is the prediction (prob_col then keeps its default)
+    scores, labels, weights, k, dropped, _ = read_fit_input(
+        data, "evaluate", None if prob_cols is not None else prob_col, prob_cols, label_col,
+        weight_col, on_invalid)
+    s = _two_columns(scores) if scores.shape[1] == 1 else scores
+    return [multiclass_sums(s, labels, weights, n_bins)], dropped, k
 
 
 def evaluate_multiclass(data: Any, engine: str, prob_col: str | None,

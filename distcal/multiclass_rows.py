@@ -240,7 +240,10 @@ def _n_classes(n_cols: int) -> int:
 
 
 def read_fit_input(data: Any, method: str, score_col: str | None, score_cols: Any,
-                    label_col: str, weight_col: str | None, on_invalid: str):
+                   label_col: str, weight_col: str | None, on_invalid: str) -> tuple[
+        np.ndarray, np.ndarray, np.ndarray | None, int, int, list[str] | None]:
+    """The valid rows of a local input: scores (n, K'), labels (intp), weights, K, the count
+    of dropped rows, and the checked ``score_cols`` (``method="evaluate"``: probabilities)."""
     if on_invalid not in ("raise", "drop"):
         raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
     score_cols = check_score_args(score_col, score_cols)
@@ -261,7 +264,8 @@ def read_fit_input(data: Any, method: str, score_col: str | None, score_cols: An
         scores, labels = scores[keep], labels[keep]
         weights = None if weights is None else weights[keep]
     if labels.shape[0] == 0:
-        raise DataError("no rows to calibrate (after dropping invalid and zero-weight rows)")
+        what = "evaluate" if method == "evaluate" else "calibrate"
+        raise DataError(f"no rows to {what} (after dropping invalid and zero-weight rows)")
     return scores, labels.astype(np.intp), weights, k, dropped, score_cols
 
 

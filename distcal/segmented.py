@@ -49,7 +49,9 @@ from .model import (
     _sha256,
     _short,
     blocks_from_table,
+    build_or_damaged,
     check_model,
+    read_checked_meta,
     read_model_json,
     read_table_file,
 )
@@ -533,22 +535,8 @@ def load_segmented(root: Path) -> SegmentedCalibrationModel:
     unique keys, and block counts are checked; anything inconsistent is a
     :class:`~distcal.ModelError`. Nothing in the directory is executed.
     """
-    meta = read_model_json(root)
-    if meta.get("format") != FORMAT:
-        raise ModelError(f"'{root}' is not a distcal segmented model")
-    if meta.get("format_version") != FORMAT_VERSION:
-        raise ModelError(f"'{root}' has segmented model format version "
-                         f"{_short(meta.get('format_version'))}; this distcal reads version "
-                         f"{FORMAT_VERSION}")
-    if meta.get("checksum") != _json_checksum(meta):
-        raise ModelError(f"'{root / 'model.json'}' is damaged (checksum mismatch)")
-    try:
-        return _from_meta(root, meta)
-    except ModelError:
-        raise
-    except (KeyError, TypeError, ValueError, IndexError, OverflowError, AttributeError, OSError,
-            pa.ArrowException) as exc:
-        raise ModelError(f"'{root}' is damaged: {str(exc)[:300]}") from exc
+    meta = read_checked_meta(root, FORMAT, FORMAT_VERSION, "segmented ")
+    return build_or_damaged(root, lambda: _from_meta(root, meta))
 
 
 def _from_meta(root: Path, meta: dict[str, Any]) -> SegmentedCalibrationModel:

@@ -100,6 +100,23 @@ def spark():
     session.stop()
 
 
+@pytest.fixture(scope="session")
+def client():
+    """A real Dask ``distributed`` cluster: two worker processes of one thread each.
+
+    One per test process, shared by the test_dask*.py files (tests that kill
+    workers start clusters of their own).
+    """
+    from distributed import Client, LocalCluster
+
+    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                           dashboard_address=None)
+    c = Client(cluster)
+    yield c
+    c.close()
+    cluster.close()
+
+
 def _tmp_warehouse():
     import tempfile
     from pathlib import Path

@@ -15,18 +15,6 @@ from conftest import make_scores
 import distcal
 
 
-@pytest.fixture(scope="module")
-def client():
-    from distributed import Client, LocalCluster
-
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                           dashboard_address=None)
-    c = Client(cluster)
-    yield c
-    c.close()
-    cluster.close()
-
-
 def ddf_of(df, npartitions):
     import dask.dataframe as dd
 

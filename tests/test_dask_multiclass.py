@@ -30,18 +30,6 @@ LIST = pd.ArrowDtype(pa.list_(pa.float64()))  # Dask turns object columns into s
 
 
 @pytest.fixture(scope="module")
-def client():
-    from distributed import Client, LocalCluster
-
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                           dashboard_address=None)
-    c = Client(cluster)
-    yield c
-    c.close()
-    cluster.close()
-
-
-@pytest.fixture(scope="module")
 def wine():
     X, y = load_wine(return_X_y=True)
     idx = np.random.default_rng(0).permutation(len(y))

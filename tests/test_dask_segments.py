@@ -5,22 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from sklearn.isotonic import IsotonicRegression
-from test_segments import segmented_frame
+from test_segments import assert_segments_equal_sklearn, segmented_frame
 
 import distcal
-
-
-@pytest.fixture(scope="module")
-def client():
-    from distributed import Client, LocalCluster
-
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                           dashboard_address=None)
-    c = Client(cluster)
-    yield c
-    c.close()
-    cluster.close()
 
 
 def _fit_counting_tasks(ddf, **kw):
@@ -42,13 +29,7 @@ def test_isotonic_segments_equal_sklearn_and_local(client, n_segments, n):
     # 3 input partitions and 4 ranges: a fixed number of tasks, whatever the segments
     assert tasks <= 40, tasks
     assert model == distcal.fit(df, by="seg", weight_col="w")
-    q = np.linspace(-0.1, 1.1, 41)
-    groups = list(df.dropna().groupby("seg"))
-    for name, group in groups[:: max(1, len(groups) // 100)]:
-        ir = IsotonicRegression(out_of_bounds="clip").fit(group.score, group.label,
-                                                          sample_weight=group.w)
-        np.testing.assert_allclose(model.segment(name).predict(q), ir.predict(q), rtol=1e-9,
-                                   atol=1e-12)
+    assert_segments_equal_sklearn(model, df)
 
 
 @pytest.mark.parametrize("method,params", [

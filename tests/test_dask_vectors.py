@@ -11,18 +11,6 @@ from test_vectors import vectors
 import distcal
 
 
-@pytest.fixture(scope="module")
-def client():
-    from distributed import Client, LocalCluster
-
-    cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                           dashboard_address=None)
-    c = Client(cluster)
-    yield c
-    c.close()
-    cluster.close()
-
-
 def from_pandas(df, npartitions):
     import dask
     import dask.dataframe as dd

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from sklearn.isotonic import IsotonicRegression
-from test_segments import segmented_frame
+from test_segments import assert_segments_equal_sklearn, segmented_frame
 
 import distcal
 
@@ -30,13 +29,7 @@ def test_isotonic_segments_equal_sklearn_and_local(spark, n_segments, n):
     # Spark's range sampling and the one pass over the ranges, whatever the segments
     assert jobs <= 3
     assert model == distcal.fit(df, by="seg", weight_col="w")
-    q = np.linspace(-0.1, 1.1, 41)
-    groups = list(df.dropna().groupby("seg"))
-    for name, group in groups[:: max(1, len(groups) // 100)]:
-        ir = IsotonicRegression(out_of_bounds="clip").fit(group.score, group.label,
-                                                          sample_weight=group.w)
-        np.testing.assert_allclose(model.segment(name).predict(q), ir.predict(q), rtol=1e-9,
-                                   atol=1e-12)
+    assert_segments_equal_sklearn(model, df)
 
 
 @pytest.mark.parametrize("method,params", [

@@ -74,3 +74,19 @@ def add_up(stats: list[dict[str, Any]], columns: dict[str, str], *, on_invalid: 
     return PartitionTotals(n_rows, float(sum(st["weight_total"] for st in stats)),
                            checker.rows_invalid,
                            float(sum(st["sum_wyy"] for st in stats)) if prob else float("nan"))
+
+
+def range_bounds(samples: list[tuple[np.ndarray, int]], k: int) -> np.ndarray:
+    """Upper bounds of ``k`` ranges of about equal row counts, from per-part samples.
+
+    Each ``(sample, n)`` is an evenly spaced sample of the sorted values of a
+    part of ``n`` rows; each sampled value stands for ``n / len(sample)`` rows.
+    The bounds are the sampled values at the weighted quantiles i/k
+    (i = 1..k-1), without repeats (equal values must fall in one range).
+    """
+    values = np.concatenate([smp for smp, _ in samples])
+    weights = np.concatenate([np.full(smp.shape[0], n / smp.shape[0]) for smp, n in samples])
+    order = np.argsort(values, kind="stable")
+    cum = np.cumsum(weights[order])
+    marks = np.searchsorted(cum, cum[-1] * np.arange(1, k) / k)
+    return np.unique(values[order][np.minimum(marks, len(order) - 1)])

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.distinct import DistinctTable, merge_tables
-from ..core.partition import add_up, pool_valid_rows
+from ..core.partition import add_up, pool_valid_rows, range_bounds
 from ..core.validate import RowChecker, check_vector_lengths
 from ..errors import column_not_found, output_column_exists
 from ..logs import log, phase
@@ -143,14 +143,7 @@ class DaskRanges:
         log.info("dask: %d rows used (weight %g), %d dropped", self.n_rows, self.weight_total,
                  self.dropped_rows)
         # Bounds from evenly spaced samples of the sorted runs, weighted by run length.
-        samples = [(smp, n) for _, smp, n in info if n]
-        values = np.concatenate([smp for smp, _ in samples])
-        weights = np.concatenate([np.full(smp.shape[0], n / smp.shape[0])
-                                  for smp, n in samples])
-        order = np.argsort(values, kind="stable")
-        cum = np.cumsum(weights[order])
-        marks = np.searchsorted(cum, cum[-1] * np.arange(1, k) / k)
-        bounds = np.unique(values[order][np.minimum(marks, len(order) - 1)])
+        bounds = range_bounds([(smp, n) for _, smp, n in info if n], k)
         runs = [delayed(_run_of, pure=True)(p) for p in pooled]
         pieces = [delayed(_cut, pure=True, nout=len(bounds) + 1)(r, bounds) for r in runs]
         # Range i gathers slice i of every run (a getitem next to each run, so

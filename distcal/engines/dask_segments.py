@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.distinct import DistinctTable
-from ..core.partition import add_up
+from ..core.partition import add_up, range_bounds
 from ..core.segments import SegmentTables, check_rows, pool_range
 from ..logs import log, phase
 from ..tables import ColumnSource
@@ -108,14 +108,7 @@ class DaskSegmentRanges:
                         finite_scores=finite_scores)
         self.n_rows, self.weight_total = totals.n_rows, totals.weight_total
         self.dropped_rows, self.sum_wyy = totals.dropped_rows, float("nan")
-        samples = [(smp, n) for _, smp, n in info if n]
-        values = np.concatenate([smp for smp, _ in samples])
-        weights = np.concatenate([np.full(smp.shape[0], n / smp.shape[0])
-                                  for smp, n in samples])
-        order = np.argsort(values, kind="stable")
-        cum = np.cumsum(weights[order])
-        marks = np.searchsorted(cum, cum[-1] * np.arange(1, k) / k)
-        bounds = np.unique(values[order][np.minimum(marks, len(order) - 1)])
+        bounds = range_bounds([(smp, n) for _, smp, n in info if n], k)
         pieces = [delayed(_cut, pure=True, nout=len(bounds) + 1)(v, bounds) for v in valid]
         ranges = [delayed(_pool, pure=True)([piece[i] for piece in pieces], len(by))
                   for i in range(len(bounds) + 1)]

@@ -22,6 +22,7 @@ from ..core.segments import SegmentTables, check_rows, pool_range
 from ..errors import DataError, column_not_found
 from ..logs import describe_input, log, phase
 from ..tables import ColumnSource, is_path, read_table
+from .local import _refuse_cluster_frames
 
 __all__ = ["LocalSegmentRanges", "key_columns_of"]
 
@@ -96,14 +97,6 @@ class LocalSegmentRanges:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _refuse_cluster_frames(data: Any) -> None:
-    from . import engine_of
-
-    if engine_of(data) != "local":
-        raise TypeError(f"engine='local' would collect a {engine_of(data)} DataFrame's rows to "
-                        "this process; use engine='auto' (or the frame's own engine)")
 
 
 def _refuse_text(text: dict[str, np.ndarray], score_col: str) -> None:

@@ -14,12 +14,10 @@ the rows whenever segments are many.
 from __future__ import annotations
 
 import pickle
-from collections import Counter
 from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from ...core.distinct import DistinctTable
@@ -27,7 +25,7 @@ from ...core.partition import add_up
 from ...core.segments import SegmentTables, check_rows, pool_range
 from ...errors import column_not_found
 from ...logs import log, phase
-from .executor import RESULT_SCHEMA
+from .executor import RESULT_SCHEMA, role_arrays, summary_batch, task_rows
 from .schema import check_schema, prepared, quote
 from .session import default_ranges, with_arrow_batches
 
@@ -41,22 +39,10 @@ def segment_runner(fn: Callable[[DistinctTable, SegmentTables | None], Any],
     """What each range partition runs (shipped to the executors by cloudpickle)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        context = TaskContext.get()
-        assert context is not None, "runs inside a Spark task"
-        nonempty = [b for b in batches if b.num_rows]
-        stats: dict[str, Any] = {"problems": Counter(), "rows": 0, "invalid": 0, "n_rows": 0,
-                                 "weight_total": 0.0, "sum_wyy": 0.0}
+        data, stats = task_rows(batches)
         result, empty = None, True
-        if nonempty:
-            data = pa.Table.from_batches(nonempty)
-            arrays, text = {}, {}
-            for role in columns:
-                arrays[role] = data.column(role).to_numpy(zero_copy_only=False).astype(
-                    np.float64)
-                if f"_text_{role}" in data.column_names:
-                    text[role] = data.column(f"_text_{role}").to_numpy(zero_copy_only=False)
+        if data is not None:
+            arrays, text = role_arrays(data, columns)
             keep, counts = check_rows(arrays, text, columns, finite_scores)
             stats.update(counts)
             if keep is not None:
@@ -69,11 +55,7 @@ def segment_runner(fn: Callable[[DistinctTable, SegmentTables | None], Any],
                                      keys, segments)
             if len(table):
                 result, empty = fn(table, segs), False
-        payload = pickle.dumps({"stats": stats, "empty": empty, "result": result},
-                               protocol=pickle.HIGHEST_PROTOCOL)
-        yield pa.RecordBatch.from_pydict({"pid": [context.partitionId()], "payload": [payload]},
-                                         schema=pa.schema([("pid", pa.int64()),
-                                                           ("payload", pa.binary())]))
+        yield summary_batch(stats, empty, result)
 
     return run
 
