@@ -34,6 +34,68 @@ def query() -> np.ndarray:
     return np.linspace(-0.2, 1.2, 2001)
 
 
+# -- JVM start-up --------------------------------------------------------------------
+# The suite starts some fifty Spark JVMs (spark-submit jobs, Airflow tasks, README
+# blocks, fresh sessions), each spending ~15 s of CPU loading the same classes. A
+# class-data-sharing archive of those classes (JDK 17's dynamic CDS) halves that; it
+# is made once per virtual environment and handed to every spark-submit through
+# SPARK_SUBMIT_OPTS. It changes nothing a job computes or prints (the JVM ignores an
+# archive that does not match, silently with these -Xlog options), so tests still run
+# the jobs as users do.
+CDS_SCRIPT = """
+import os, sys, tempfile
+from pyspark.sql import SparkSession, functions as F
+spark = SparkSession.builder.master("local[2]").config("spark.ui.enabled", "false").getOrCreate()
+d = tempfile.mkdtemp()
+df = spark.range(0, 1000, numPartitions=2).select(F.rand(1).alias("score"), F.lit(1).alias("y"))
+df.write.parquet(d + "/p")
+back = spark.read.parquet(d + "/p").repartitionByRange(2, "score")
+back.mapInArrow(lambda it: it, back.schema).groupBy("y").agg(F.sum("score")).collect()
+back.toPandas()
+spark.stop()
+"""
+
+
+def _class_archive(root) -> str | None:
+    """SPARK_SUBMIT_OPTS that use this environment's class archive (made if missing)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pyspark
+
+    archive = Path(sys.prefix) / f"spark-{pyspark.__version__}-classes.jsa"
+    quiet = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+    if not archive.exists():
+        tmp = archive.with_suffix(f".{os.getpid()}.tmp")
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable,
+               "SPARK_SUBMIT_OPTS": f"-XX:ArchiveClassesAtExit={tmp} {quiet}"}
+        spark_submit = Path(sys.executable).parent / "spark-submit"
+        script = Path(root) / "cds_warmup.py"
+        script.write_text(CDS_SCRIPT)
+        r = subprocess.run([str(spark_submit), "--master", "local[2]", str(script)], env=env,
+                           capture_output=True, text=True, timeout=600)
+        if r.returncode != 0 or not tmp.exists():
+            return None  # no archive: every JVM just starts as it would anyway
+        tmp.rename(archive)
+    return f"-XX:SharedArchiveFile={archive} {quiet}"
+
+
+def pytest_configure(config):
+    """In the controlling process (before xdist's workers start, which inherit it)."""
+    import os
+    import tempfile
+
+    if hasattr(config, "workerinput") or "SPARK_SUBMIT_OPTS" in os.environ:
+        return
+    if "not spark" in (config.getoption("markexpr") or ""):
+        return  # make test-fast starts no JVM
+    opts = _class_archive(tempfile.mkdtemp(prefix="distcal-cds-"))
+    if opts:
+        os.environ["SPARK_SUBMIT_OPTS"] = opts
+
+
 # The files that take minutes (each spark-submit or cluster start is a JVM), longest
 # first. ``make test`` runs ``-n 2 --dist loadfile --no-loadscope-reorder``: xdist
 # hands out whole files in collection order, so starting the long ones first keeps

@@ -151,7 +151,7 @@ def airflow_env(home: Path, **variables: str) -> dict[str, str]:
     import pyspark
 
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("AIRFLOW", "PYSPARK_", "SPARK_"))}
+           if not k.startswith(("AIRFLOW", "PYSPARK_", "SPARK_")) or k == "SPARK_SUBMIT_OPTS"}
     spark_bin = Path(pyspark.__file__).parent / "bin"  # spark-submit, as the provider wants
     env.update({
         "PATH": f"{spark_bin}{os.pathsep}{env.get('PATH', '')}",

@@ -508,11 +508,13 @@ def run_surface(surface: str, argv: list[str], cwd: Path) -> tuple[int, list[str
         prog, env = "spark_calibrate", _spark_env()
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
     if surface != "cli":
-        # spark-submit merges the driver's stderr into its stdout and adds its own
-        # lines; a LocalCluster's workers may warn (ports in use on a shared host).
-        # The job's own reason is its one prefixed line; no traceback anywhere.
+        # spark-submit adds its own log lines (the Spark job writes its line to
+        # spark-submit's stderr, not into the stdout the driver's stderr is merged
+        # into); a LocalCluster's workers may warn (ports in use on a shared host).
+        # The job's own reason is its one prefixed line on stderr; no traceback anywhere.
         assert "Traceback" not in r.stdout + r.stderr, r.stderr[-3000:]
-        lines = [ln for ln in (r.stdout + r.stderr).splitlines() if ln.startswith(prog + ":")]
+        assert prog + ":" not in r.stdout, r.stdout[-3000:]
+        lines = [ln for ln in r.stderr.splitlines() if ln.startswith(prog + ":")]
     else:
         assert r.stdout == "", r.stdout
         lines = r.stderr.splitlines()

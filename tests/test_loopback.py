@@ -17,6 +17,8 @@ import psutil
 import pytest
 from conftest import make_scores
 
+import distcal
+
 ROOT = Path(__file__).resolve().parents[1]
 LOOPBACK = {"127.0.0.1", "::ffff:127.0.0.1", "::1"}
 pytestmark = [pytest.mark.spark, pytest.mark.dask]
@@ -51,12 +53,16 @@ def listening_while_running(cmd: list[str], cwd: Path) -> tuple[int, str, set[tu
 
 @pytest.mark.parametrize("runner", ["spark", "dask"])
 def test_listens_on_loopback_only(runner, tmp_path):
-    make_scores(50_000, seed=3, ties=False).to_parquet(tmp_path / "s.parquet")
+    df = make_scores(50_000, seed=3, ties=False, weights=True)
+    df.to_parquet(tmp_path / "s.parquet")
     cmd = ([sys.executable, "-m", "distcal", "fit", "--engine", "spark"] if runner == "spark"
            else [sys.executable, str(ROOT / "jobs" / "dask_calibrate.py"), "fit"])
     code, err, seen = listening_while_running(
-        [*cmd, "--input", "s.parquet", "--output", "m"], tmp_path)
+        [*cmd, "--input", "s.parquet", "--output", "m", "--weight-col", "w"], tmp_path)
     assert code == 0, err[-3000:]
+    # the run works on a fresh machine (no PYSPARK_PYTHON: the embedded session's
+    # workers run the command's own Python) and gives the local engine's model
+    assert distcal.load(tmp_path / "m") == distcal.fit(df, weight_col="w")
     # Spark's driver RPC and block manager, or the scheduler, nannies and workers
     assert len(seen) >= 2, seen
     assert {ip for ip, _ in seen} <= LOOPBACK, seen

@@ -1,10 +1,10 @@
-"""Spark at scale: 1e7 rows and ~1e6 distinct probabilities, driver results capped at 8 MB.
+"""Spark at scale: 2e6 rows and ~865,000 distinct probabilities, driver results capped at 8 MB.
 
 Rows are generated on the executors (``spark.range``), never in the driver.
 evaluate (the default ``roc_points=1000``), optimal_threshold and fit must
 succeed with ``spark.driver.maxResultSize=8m``: what reaches the driver is
 O(roc_points + hull + blocks), not O(distinct probabilities) (the full ROC
-of 1e6 points alone is 24 MB). Runs in its own process and SparkSession
+of 865,000 points alone is 20 MB). Runs in its own process and SparkSession
 (see test_spark_cluster.py).
 """
 
@@ -16,11 +16,11 @@ from test_spark_cluster import run_child
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
-def test_evaluate_threshold_fit_on_1e7_rows_1e6_distinct_under_8m_results():
+def test_evaluate_threshold_fit_on_2e6_rows_865k_distinct_under_8m_results():
     out = run_child("""
         import time
         from pyspark.sql import functions as F
-        n = 10_000_000
+        n = 2_000_000  # probabilities on a grid of 1e6: 1e6 * (1 - e^-2) distinct expected
         df = (spark.range(0, n, numPartitions=8)
               .select(F.round(F.rand(1), 6).alias("prob"), F.rand(2).alias("u"))
               .select("prob", (F.col("u") < F.col("prob")).cast("int").alias("label")))
@@ -42,10 +42,10 @@ def test_evaluate_threshold_fit_on_1e7_rows_1e6_distinct_under_8m_results():
                           "seconds": [t1 - t0, t2 - t1, t3 - t2]}))
     """, conf={"spark.driver.maxResultSize": "8m", "spark.driver.memory": "2g"})
     print("evaluate, threshold, fit seconds:", out["seconds"])
-    assert out["n_rows"] == out["model_rows"] == 10_000_000
-    assert 900_000 < out["n_distinct"] <= 1_000_001
+    assert out["n_rows"] == out["model_rows"] == 2_000_000
+    assert 850_000 < out["n_distinct"] <= 880_000
     assert not out["complete"] and out["roc"] <= 1000 and out["hull"] > 2
     assert out["ends"][0] == [0.0, 0.0] and out["ends"][1:] == [1.0, 1.0]
     # labels ~ Bernoulli(p), p uniform: AUC = P(p+ > p-) = 5/6 in expectation
-    assert abs(out["auc"] - 5 / 6) < 2e-3
-    assert abs(out["threshold"] - 1 / 3) < 0.01 and out["blocks"] > 10
+    assert abs(out["auc"] - 5 / 6) < 3e-3
+    assert abs(out["threshold"] - 1 / 3) < 0.02 and out["blocks"] > 10

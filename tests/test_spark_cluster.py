@@ -59,7 +59,7 @@ def test_first_attempt_failures_still_give_the_exact_model(tmp_path):
                 raise RuntimeError("injected failure on the first attempt")
             return x
 
-        df = (spark.range(0, 200000, numPartitions=6)
+        df = (spark.range(0, 60000, numPartitions=6)
               .select(F.round(F.rand(3), 3).alias("s"), F.rand(4).alias("u"))
               .select(flaky("s").alias("score"),
                       (F.col("u") < F.col("s")).cast("int").alias("label")))
@@ -69,7 +69,7 @@ def test_first_attempt_failures_still_give_the_exact_model(tmp_path):
         distcal.fit(pdf).save({str(tmp_path / 'local')!r})
         print(json.dumps({{"n_rows": model.n_rows, "failures": len(os.listdir(marks))}}))
     """, master="local[2,3]")
-    assert out["n_rows"] == 200_000
+    assert out["n_rows"] == 60_000
     assert out["failures"] >= 6  # the injected failures did happen
     assert distcal.load(tmp_path / "flaky") == distcal.load(tmp_path / "local")
 

@@ -155,10 +155,9 @@ def test_standalone_cluster_without_and_with_the_zip(cluster):
     r = submit(url, tmp, python, [], "--conf", "spark.cores.max=1",  # one executor will do
                "fit", "--input", src, "--output", tmp / "m0", "--weight-col", "w")
     assert r.returncode == 2, r.stdout[-2000:] + r.stderr[-2000:]
-    # (spark-submit merges the Python driver's stderr into its stdout, amid Spark's log)
-    lines = [ln for ln in (r.stdout + r.stderr).splitlines()
-             if ln.startswith("spark_calibrate:")]
-    assert len(lines) == 1, r.stdout[-3000:]
+    # on spark-submit's own stderr, amid Spark's log (not merged into its stdout)
+    lines = [ln for ln in r.stderr.splitlines() if ln.startswith("spark_calibrate:")]
+    assert len(lines) == 1 and "spark_calibrate:" not in r.stdout, r.stdout[-3000:]
     line = lines[0]
     assert line.startswith("spark_calibrate: error: the Spark executors' Python cannot "
                            "import 'distcal' (ModuleNotFoundError: No module named 'distcal')")

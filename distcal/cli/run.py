@@ -20,7 +20,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any
+from typing import Any, TextIO
 
 from ..errors import (
     DataError,
@@ -80,9 +80,19 @@ def _one_line(exc: BaseException) -> str:
     return first
 
 
+def _say(line: str, stream: TextIO) -> None:
+    print(line, file=stream, flush=True)
+    if stream is not sys.stderr:
+        stream.close()
+
+
 def run(argv: Sequence[str] | None, prog: str, entry_point: str,
-        backend_factory: BackendFactory) -> int:
-    """Parse ``argv``, run the command on a backend, print one JSON line; the exit code."""
+        backend_factory: BackendFactory, errors: Callable[[], TextIO] | None = None) -> int:
+    """Parse ``argv``, run the command on a backend, print one JSON line; the exit code.
+
+    The one failure line goes to ``errors()`` (default: this process's stderr).
+    """
+    err = errors or (lambda: sys.stderr)
     backend = None
     verbose = 0
     previous = None
@@ -106,17 +116,17 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
         msg = _one_line(exc)
         if not msg.startswith(prog):
             msg = f"{prog}: error: {msg}"
-        print(msg, file=sys.stderr)
+        _say(msg, err())
         return 2
     except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
+        _say(f"{prog}: interrupted", err())
         return 130
     except SystemExit:
         raise
     except Exception as exc:  # one line for schedulers; the type helps triage
         if verbose:
             traceback.print_exc(file=sys.stderr)
-        print(f"{prog}: failed: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
+        _say(f"{prog}: failed: {type(exc).__name__}: {_one_line(exc)}", err())
         return 1
     finally:
         if backend is not None:

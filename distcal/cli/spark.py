@@ -13,9 +13,11 @@ line on stderr, so a scheduler marks the task failed; re-running is safe.
 
 from __future__ import annotations
 
+import os
+import sys
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from ..errors import DataError, UsageError
 from ..model import CalibrationModel
@@ -183,7 +185,27 @@ class SparkBackend(Backend):
             self.spark.stop()
 
 
+def launcher_stderr() -> TextIO:
+    """spark-submit's own stderr, where the job's one failure line belongs.
+
+    In client mode spark-submit's PythonRunner starts this Python with its
+    stderr merged into its stdout (``redirectErrorStream``), so a line printed
+    to our stderr reaches the user's stdout behind Spark's log. On Linux the
+    launcher's stderr is reachable as /proc/<parent>/fd/2; elsewhere (or when
+    the parent is not the launcher's JVM, or the stream cannot be reopened, e.g.
+    a socket) the line goes to our stderr as before.
+    """
+    try:
+        parent = os.getppid()
+        with open(f"/proc/{parent}/comm") as fh:
+            if fh.read().strip() != "java":
+                return sys.stderr
+        return open(f"/proc/{parent}/fd/2", "w")  # noqa: SIM115 (closed by the caller)
+    except OSError:
+        return sys.stderr
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``jobs/spark_calibrate.py``."""
     return run(argv, prog="spark_calibrate", entry_point="spark",
-               backend_factory=SparkBackend.submitted)
+               backend_factory=SparkBackend.submitted, errors=launcher_stderr)

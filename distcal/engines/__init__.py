@@ -56,3 +56,10 @@ def get_engine(name: str) -> Engine:
 
         return DaskEngine()
     raise ValueError(f"engine must be one of {ENGINES}, got {name!r}")
+
+
+def refuse_cluster_frames(data: Any) -> None:
+    """engine="local" on a Spark or Dask frame: a TypeError (it would collect every row)."""
+    if engine_of(data) != "local":
+        raise TypeError(f"engine='local' would collect a {engine_of(data)} DataFrame's rows to "
+                        "this process; use engine='auto' (or the frame's own engine)")

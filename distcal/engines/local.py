@@ -23,6 +23,7 @@ from ..core.validate import RowChecker
 from ..errors import DataError, column_not_found, output_column_exists
 from ..logs import describe_input, log, phase
 from ..tables import ColumnSource, is_path, open_source, read_table
+from . import refuse_cluster_frames
 from .base import ReportFn
 
 __all__ = ["Summary", "summarise", "LocalRanges", "LocalEngine", "valid_batches"]
@@ -175,12 +176,6 @@ class LocalRanges:
         self.close()
 
 
-def _refuse_cluster_frames(data: Any) -> None:
-    from . import engine_of
-
-    if engine_of(data) != "local":
-        raise TypeError(f"engine='local' would collect a {engine_of(data)} DataFrame's rows to "
-                        "this process; use engine='auto' (or the frame's own engine)")
 
 
 class LocalEngine:
@@ -198,7 +193,7 @@ class LocalEngine:
         which cache between passes; locally the summary is kept either way.
         ``score_index``: the value column holds vectors; use this element.
         """
-        _refuse_cluster_frames(data)
+        refuse_cluster_frames(data)
         role = value_roles(columns)[0]
         indexes = None if score_index is None else {role: score_index}
         with phase("local: read, validate and pool %s", describe_input(data)):
@@ -210,7 +205,7 @@ class LocalEngine:
     def evaluate_many(self, data: Any, columns: dict[str, str | None], prob_cols: list[str],
                       *, on_invalid: str, report: ReportFn, **opts: Any) -> dict[str, Any]:
         """One read of ``data`` for all "prob:NAME" columns, then one report per column."""
-        _refuse_cluster_frames(data)
+        refuse_cluster_frames(data)
         with phase("local: read, validate and pool %s", describe_input(data)):
             summary = summarise(data, columns, on_invalid=on_invalid, **opts)
         _log_summary(summary)

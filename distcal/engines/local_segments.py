@@ -22,7 +22,7 @@ from ..core.segments import SegmentTables, check_rows, pool_range
 from ..errors import DataError, column_not_found
 from ..logs import describe_input, log, phase
 from ..tables import ColumnSource, is_path, read_table
-from .local import _refuse_cluster_frames
+from . import refuse_cluster_frames
 
 __all__ = ["LocalSegmentRanges", "key_columns_of"]
 
@@ -45,7 +45,7 @@ class LocalSegmentRanges:
 
     def __init__(self, data: Any, columns: dict[str, str | None], by: list[str], *,
                  on_invalid: str = "raise", finite_scores: bool = False):
-        _refuse_cluster_frames(data)
+        refuse_cluster_frames(data)
         self.columns = {r: c for r, c in columns.items() if c is not None}
         with phase("local: read, validate and pool %s by %s", describe_input(data), by):
             if is_path(data):
@@ -118,7 +118,7 @@ def transform_segmented(model: Any, data: Any, score_col: str, output_col: str) 
     """pandas in, pandas out; pyarrow in, pyarrow out; a Parquet path in, pandas out."""
     from ..errors import output_column_exists
 
-    _refuse_cluster_frames(data)
+    refuse_cluster_frames(data)
     if is_path(data):
         data = read_table(data).to_pandas()
     if isinstance(data, pa.RecordBatch):
