@@ -129,11 +129,13 @@ def test_evaluate_equals_sklearn_and_local(client, wine):
     assert rep.n_rows == len(yb)
 
 
-def test_evaluate_many_report_and_job_equal_local(client, wine, tmp_path):
-    """evaluate_many of two predictions (vector, per-class columns) and the Dask job's
-    evaluate command, on the test cluster, equal the local engine (tested against
-    scikit-learn and numpy in test_multiclass_evaluation.py); rows dropped in one
-    prediction only are refused on Dask rather than reported over different rows."""
+
+def test_evaluate_many_in_the_job_equals_local(client, wine, tmp_path):
+    """The Dask job's evaluate of two multiclass predictions (a vector column and
+    per-class columns; evaluate_many on the test cluster, over files of skewed sizes and
+    an empty one) writes the report of the local engine (tested against scikit-learn and
+    numpy in test_multiclass_evaluation.py); rows dropped in one prediction only are
+    refused on Dask rather than reported over different rows."""
     import json
 
     import dask.dataframe as dd
@@ -149,21 +151,8 @@ def test_evaluate_many_report_and_job_equal_local(client, wine, tmp_path):
     src.mkdir()
     table = pa.table({"s": pa.array(list(P), type=pa.list_(pa.float64())), "label": yb,
                       "w": w, **{f"q{j}": Q[:, j] for j in range(3)}})
-    for i, (a, b) in enumerate([(0, 7), (7, 7), (7, len(yb))]):  # an empty file too
+    for i, (a, b) in enumerate([(0, 7), (7, 7), (7, len(yb))]):
         pq.write_table(table.slice(a, b - a), src / f"part{i}.parquet")
-    preds = ["s", ["q0", "q1", "q2"]]
-    local = distcal.evaluate_many(str(src), preds, weight_col="w")
-    got = distcal.evaluate_many(dd.read_parquet(str(src)), preds, weight_col="w")
-    assert list(got) == ["s", "q0,q1,q2"]
-    for name in got:
-        rep, ref = got[name], local[name]
-        for attr in ("n_rows", "log_loss", "brier", "accuracy", "ece", "classwise_ece"):
-            assert getattr(rep, attr) == pytest.approx(getattr(ref, attr), rel=1e-12), attr
-        np.testing.assert_allclose(rep.confusion_matrix, ref.confusion_matrix, rtol=1e-12)
-        for x, y in zip([rep.top_label_curve, *rep.class_curves],
-                        [ref.top_label_curve, *ref.class_curves], strict=True):
-            np.testing.assert_allclose(x.to_numpy(), y.to_numpy(), rtol=1e-12)
-    assert got["s"].log_loss == pytest.approx(log_loss(yb, P, sample_weight=w), rel=1e-12)
 
     class SharedCluster(DaskBackend):
         def close(self):  # the session's cluster outlives this command
@@ -176,16 +165,24 @@ def test_evaluate_many_report_and_job_equal_local(client, wine, tmp_path):
     assert code == 0
     doc = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert doc["provenance"]["engine"] == "dask" and doc["kind"] == "multiclass"
+    local = distcal.evaluate_many(str(src), ["s", ["q0", "q1", "q2"]], weight_col="w")
+    assert doc["columns"] == list(local) == ["s", "q0,q1,q2"]
     for name, rep in local.items():
         d = doc["reports"][name]
-        assert d["classwise_ece"] == pytest.approx(rep.classwise_ece, rel=1e-12)
-        for c, curve in enumerate(rep.class_curves):
-            np.testing.assert_allclose(pd.DataFrame(d["class_curves"][c]).to_numpy(),
-                                       curve.to_numpy(), rtol=1e-12)
+        for attr in ("n_rows", "log_loss", "brier", "accuracy", "ece", "classwise_ece"):
+            assert d[attr] == pytest.approx(getattr(rep, attr), rel=1e-12), attr
+        np.testing.assert_allclose(d["confusion_matrix"], rep.confusion_matrix, rtol=1e-12)
+        for got, curve in zip([d["top_label_curve"], *d["class_curves"]],
+                              [rep.top_label_curve, *rep.class_curves], strict=True):
+            np.testing.assert_allclose(pd.DataFrame(got).to_numpy(), curve.to_numpy(),
+                                       rtol=1e-12)
+    assert doc["reports"]["s"]["log_loss"] == pytest.approx(
+        log_loss(yb, P, sample_weight=w), rel=1e-12)
 
-    bad = pd.DataFrame({"s": list(P), "label": yb, **{f"q{j}": Q[:, j] for j in range(3)}})
+    bad = pd.DataFrame({"s": pd.Series([list(r) for r in P], dtype=LIST), "label": yb,
+                        **{f"q{j}": Q[:, j] for j in range(3)}})
     bad.loc[3, "q1"] = np.nan
-    bad = bad.assign(s=pd.Series([list(r) for r in P], dtype=LIST))
     with pytest.raises(DataError, match=r"invalid rows dropped per prediction \('s': 0, "
                                         r"'q0,q1,q2': 1\)"):
-        distcal.evaluate_many(dd.from_pandas(bad, npartitions=2), preds, on_invalid="drop")
+        distcal.evaluate_many(dd.from_pandas(bad, npartitions=2), ["s", ["q0", "q1", "q2"]],
+                              on_invalid="drop")

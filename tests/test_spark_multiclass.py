@@ -221,22 +221,23 @@ def test_one_range_shuffle_for_all_classes(spark, wine):
     assert plan.count("rangepartitioning(") == 1
 
 
-def _assert_same_report(a, b, rel=1e-12):
-    """Two multiclass reports equal number by number (curves and confusion too)."""
+
+def _assert_report_json_equals(d, rep, rel=1e-12):
+    """A report in report.json equals a multiclass report number by number."""
     for name in ("n_rows", "dropped_rows", "n_classes", "log_loss", "brier", "accuracy", "ece",
                  "classwise_ece", "weight_total"):
-        assert getattr(a, name) == pytest.approx(getattr(b, name), rel=rel), name
-    np.testing.assert_allclose(a.per_class_ece, b.per_class_ece, rtol=rel, atol=1e-15)
-    np.testing.assert_allclose(a.confusion_matrix, b.confusion_matrix, rtol=rel)
-    for x, y in zip([a.top_label_curve, *a.class_curves], [b.top_label_curve, *b.class_curves],
-                    strict=True):
-        np.testing.assert_allclose(x.to_numpy(), y.to_numpy(), rtol=rel)
+        assert d[name] == pytest.approx(getattr(rep, name), rel=rel), name
+    np.testing.assert_allclose(d["per_class_ece"], rep.per_class_ece, rtol=rel, atol=1e-15)
+    np.testing.assert_allclose(d["confusion_matrix"], rep.confusion_matrix, rtol=rel)
+    for got, curve in zip([d["top_label_curve"], *d["class_curves"]],
+                          [rep.top_label_curve, *rep.class_curves], strict=True):
+        np.testing.assert_allclose(pd.DataFrame(got).to_numpy(), curve.to_numpy(), rtol=rel)
 
 
-def test_evaluate_many_report_and_job_equal_local(spark, wine, tmp_path):
-    """evaluate_many of two predictions (vector, per-class columns) and the Spark job's
-    evaluate command, on the test session, equal the local engine (tested against
-    scikit-learn and numpy in test_multiclass_evaluation.py)."""
+def test_evaluate_many_in_the_job_equals_local(spark, wine, tmp_path):
+    """The Spark job's evaluate of two multiclass predictions (a vector column and
+    per-class columns; evaluate_many on the test session) writes the report of the
+    local engine (tested against scikit-learn and numpy in test_multiclass_evaluation.py)."""
     import json
 
     import pyarrow as pa
@@ -252,14 +253,6 @@ def test_evaluate_many_report_and_job_equal_local(spark, wine, tmp_path):
     pq.write_table(pa.table({"s": pa.array(list(P), type=pa.list_(pa.float64())),
                              "label": yb, "w": w, **{f"q{j}": Q[:, j] for j in range(3)}}),
                    path)
-    preds = ["s", ["q0", "q1", "q2"]]
-    local = distcal.evaluate_many(str(path), preds, weight_col="w")
-    got = distcal.evaluate_many(spark.read.parquet(str(path)), preds, weight_col="w")
-    assert list(got) == ["s", "q0,q1,q2"]
-    for name in got:
-        _assert_same_report(got[name], local[name])
-    assert got["s"].log_loss == pytest.approx(log_loss(yb, P, sample_weight=w), rel=1e-12)
-
     code = run(["evaluate", "--input", str(path), "--prob-col", "s", "--prob-cols",
                 "q0,q1,q2", "--weight-col", "w", "--output", str(tmp_path / "rep")],
                prog="spark_calibrate", entry_point="spark",
@@ -267,10 +260,9 @@ def test_evaluate_many_report_and_job_equal_local(spark, wine, tmp_path):
     assert code == 0
     doc = json.loads((tmp_path / "rep" / "report.json").read_text())
     assert doc["provenance"]["engine"] == "spark" and doc["kind"] == "multiclass"
+    local = distcal.evaluate_many(str(path), ["s", ["q0", "q1", "q2"]], weight_col="w")
+    assert doc["columns"] == list(local) == ["s", "q0,q1,q2"]
     for name, rep in local.items():
-        d = doc["reports"][name]
-        assert d["classwise_ece"] == pytest.approx(rep.classwise_ece, rel=1e-12)
-        assert d["confusion_matrix"] == pytest.approx(rep.confusion_matrix.tolist(), rel=1e-12)
-        for c, curve in enumerate(rep.class_curves):
-            np.testing.assert_allclose(pd.DataFrame(d["class_curves"][c]).to_numpy(),
-                                       curve.to_numpy(), rtol=1e-12)
+        _assert_report_json_equals(doc["reports"][name], rep)
+    assert doc["reports"]["s"]["log_loss"] == pytest.approx(log_loss(yb, P, sample_weight=w),
+                                                            rel=1e-12)
