@@ -328,13 +328,13 @@ def _is_vector(engine: str, data: Any, column: str) -> bool:
     return is_engine_vector_column(engine, data, column)
 
 
-def evaluate_many(data: Any, prob_cols: list[str], label_col: str = DEFAULTS.label_col,
+def evaluate_many(data: Any, prob_cols: list[Any], label_col: str = DEFAULTS.label_col,
                   weight_col: str | None = DEFAULTS.weight_col, n_bins: int = DEFAULTS.n_bins,
                   strategy: str = DEFAULTS.strategy, threshold: float = DEFAULTS.threshold,
                   engine: str = DEFAULTS.engine, *, bins: Any = None,
                   confidence: float = DEFAULTS.confidence,
                   on_invalid: str = DEFAULTS.on_invalid, roc_points: int | None = 1000,
-                  **engine_opts: Any) -> dict[str, EvaluationReport]:
+                  **engine_opts: Any) -> dict[str, Any]:
     """:func:`evaluate` for several probability columns (e.g. raw and calibrated).
 
     A row with a problem in any of the columns counts as invalid for all,
@@ -343,10 +343,19 @@ def evaluate_many(data: Any, prob_cols: list[str], label_col: str = DEFAULTS.lab
     memory and range-partition them once per column (each column orders
     the rows differently).
 
+    Multiclass predictions (several models compared): each entry of
+    ``prob_cols`` is a vector/array column of K probabilities, or a list of
+    K per-class columns; labels are class indices 0..K-1 and every report
+    is a :class:`~distcal.multiclass_evaluation.MulticlassEvaluationReport`
+    (see :func:`~distcal.multiclass_evaluation.evaluate_many_multiclass`:
+    one read of a local input for all of them). Binary and multiclass
+    predictions cannot be mixed.
+
     Returns
     -------
     dict
-        Column name -> :class:`EvaluationReport`, in the order given.
+        Column name -> :class:`EvaluationReport`, in the order given (a list
+        of per-class columns is named by its columns joined with commas).
 
     Examples
     --------
@@ -358,14 +367,32 @@ def evaluate_many(data: Any, prob_cols: list[str], label_col: str = DEFAULTS.lab
     """
     _check_evaluation_params(n_bins, strategy, threshold, confidence, on_invalid)
     roc_points = check_roc_points(roc_points)
-    prob_cols = list(dict.fromkeys(prob_cols))
-    if not prob_cols:
+    if isinstance(prob_cols, str):
+        raise TypeError("prob_cols must be a list of column names")
+    entries = [[str(c) for c in e] if isinstance(e, (list, tuple)) else e for e in prob_cols]
+    # dict keys dedupe in order; a list of per-class columns is keyed by its tuple
+    entries = list({tuple(e) if isinstance(e, list) else e: e for e in entries}.values())
+    if not entries:
         raise ValueError("prob_cols is empty")
-    columns = {**{f"prob:{c}": c for c in prob_cols}, "label": label_col,
-               "weight": weight_col}
-    engine_impl = get_engine(resolve_engine(data, engine))
+    name = resolve_engine(data, engine)
+    engine_impl = get_engine(name)
     _, engine_opts = split_engine_options("evaluate_many", None, engine_opts,
                                           engine_impl.options)
+    multi = [isinstance(e, list) or _is_vector(name, data, e) for e in entries]
+    if any(multi):
+        if not all(multi):
+            plain = [e for e, m in zip(entries, multi) if not m]
+            raise ValueError("prob_cols mixes multiclass predictions (vector columns or lists "
+                             f"of per-class columns) with probability columns {plain}; "
+                             "evaluate them separately")
+        from .multiclass_evaluation import evaluate_many_multiclass
+
+        return evaluate_many_multiclass(
+            data, name, [(None, e) if isinstance(e, list) else (e, None) for e in entries],
+            label_col, weight_col, n_bins, on_invalid, engine_opts)
+    prob_cols = entries
+    columns = {**{f"prob:{c}": c for c in prob_cols}, "label": label_col,
+               "weight": weight_col}
     kw = {"n_bins": n_bins, "strategy": strategy, "bins": bins, "threshold": threshold,
           "confidence": confidence, "roc_points": roc_points}
     return engine_impl.evaluate_many(data, columns, prob_cols, on_invalid=on_invalid,

@@ -52,9 +52,11 @@ def problems_message(items: list[tuple[str, str, int]]) -> str:
     for column, problem, k in items:
         if not k:
             continue
-        if k == 1:
-            problem = (problem.replace("are ", "is ", 1) if problem.startswith("are ")
-                       else problem.replace("have ", "has ", 1))
+        if k == 1:  # the verb agrees with "1 row"
+            for plural, singular in (("are ", "is "), ("have ", "has "), ("contain ", "contains ")):
+                if problem.startswith(plural):
+                    problem = singular + problem[len(plural):]
+                    break
         parts.append(f"column '{column}': {k} {'row' if k == 1 else 'rows'} {problem}")
     return "; ".join(parts)
 

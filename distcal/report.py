@@ -7,6 +7,13 @@ AUC that dropped after calibration), and the figures: reliability diagram,
 calibration map (when a model is given), ROC curve, cost curve. Every
 number the page shows is in report.json (``table``, ``provenance``,
 ``notes`` and the per-column ``reports``).
+
+Multiclass reports (``"kind": "multiclass"`` in report.json) have their
+own metrics table (log loss, Brier, accuracy, top-label and class-wise
+ECE, the ECE of every class), the confusion matrix of each prediction as a
+table, and the figures reliability.png (top label), reliability_classes.png
+(one one-vs-rest curve per class; small multiples beyond 6 classes or for
+several predictions) and confusion.png (:mod:`distcal.plots_multiclass`).
 """
 
 from __future__ import annotations
@@ -299,12 +306,169 @@ def _prov_html(prov: dict[str, Any]) -> str:
         elif isinstance(v, bool) or not isinstance(v, (int, float)):
             text = str(v)
         else:
-            kind = "count" if k in ("rows_used", "rows_dropped", "n_bins", "model_rows") \
+            kind = "count" if k in ("rows_used", "rows_dropped", "n_bins", "model_rows",
+                                    "n_classes") \
                 else "weight" if k == "weight_total" else "metric"
             text = format_value(v, kind)
         items.append(f"<dt>{html.escape(k.replace('_', ' '))}</dt>"
                      f"<dd data-prov=\"{html.escape(k, quote=True)}\">{html.escape(text)}</dd>")
     return "<dl class=\"prov\">" + "".join(items) + "</dl>"
+
+
+def _figures_html(figures: list[tuple[str, str, str, bytes]]) -> str:
+    """The figures as ``<figure>`` elements, the PNGs embedded as data URIs."""
+    return "\n".join(
+        f"<figure id=\"fig-{stem}\"><img alt=\"{html.escape(alt, quote=True)}\" "
+        f"src=\"data:image/png;base64,{base64.b64encode(png).decode('ascii')}\">"
+        f"<figcaption>{html.escape(title)}</figcaption></figure>"
+        for stem, title, alt, png in figures)
+
+
+# ---------------------------------------------------------------------------
+# Multiclass reports (distcal.multiclass_evaluation.MulticlassEvaluationReport):
+# their own table, figures and confusion matrices; the page and provenance
+# layout of the binary report.
+# ---------------------------------------------------------------------------
+
+# key, label, kind (format), explanation; the per-class ECE rows follow them.
+MULTICLASS_METRICS: tuple[tuple[str, str, str, str], ...] = (
+    ("n_rows", "rows used", "count", "Rows with valid probabilities, label and weight > 0."),
+    ("dropped_rows", "rows dropped", "count", "Invalid rows left out (on_invalid='drop')."),
+    ("weight_total", "total weight", "weight", "Sum of the row weights (rows if unweighted)."),
+    ("n_classes", "classes", "count", "K: probabilities per row, labels 0..K−1."),
+    ("log_loss", "log loss", "metric",
+     "Mean of −w log p_y (p clipped to [ε, 1 − ε]), scikit-learn's log_loss; lower is better."),
+    ("brier", "Brier score", "metric",
+     "Mean of w Σ_k (p_k − [y = k])², summed over classes; lower is better."),
+    ("accuracy", "accuracy", "metric", "Weight whose argmax class (ties: lowest) is the label."),
+    ("ece", "top-label ECE", "metric",
+     "ECE of the highest probability against 'argmax = label' over the report's uniform "
+     "bins: Σ_b (W_b / W) |accuracy_b − confidence_b|."),
+    ("classwise_ece", "class-wise ECE", "metric",
+     "Mean over classes of the one-vs-rest ECE of p_k against [y = k] (same bins)."),
+)
+
+
+def _is_multiclass(r: Any) -> bool:
+    return hasattr(r, "classwise_ece")
+
+
+def _multiclass_table(reports: list[Any]) -> list[dict[str, Any]]:
+    rows = [{"key": key, "label": label, "kind": kind, "description": desc,
+             "values": {r.prob_col: _jsonable(getattr(r, key)) for r in reports}}
+            for key, label, kind, desc in MULTICLASS_METRICS]
+    for k in range(max(r.n_classes for r in reports)):
+        rows.append({"key": f"ece_class_{k}", "label": f"ECE of class {k}", "kind": "metric",
+                     "description": f"One-vs-rest ECE of p_{k} against [y = {k}].",
+                     "values": {r.prob_col: _jsonable(r.per_class_ece[k]) if k < r.n_classes
+                                else None for r in reports}})
+    return rows
+
+
+def _multiclass_provenance(reports: list[Any], given: dict[str, Any] | None
+                           ) -> dict[str, Any]:
+    from . import __version__
+
+    r0 = reports[0]
+    prov: dict[str, Any] = {
+        "columns": [r.prob_col for r in reports], "rows_used": r0.n_rows,
+        "rows_dropped": r0.dropped_rows, "weight_total": r0.weight_total,
+        "n_classes": r0.n_classes, "n_bins": r0.n_bins, "strategy": "uniform",
+        "distcal_version": __version__,
+        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    prov.update(given or {})
+    return {k: _jsonable(v) if not isinstance(v, (str, os.PathLike)) else str(v)
+            for k, v in prov.items() if v is not None}
+
+
+def _multiclass_figures(reports: list[Any]) -> list[tuple[str, str, str, bytes]]:
+    """(file stem, title, alt text, PNG bytes): top-label, per-class, confusion."""
+    from matplotlib.figure import Figure
+
+    from . import plots_multiclass as pm
+
+    out = []
+    fig = Figure()
+    pm.plot_top_label_reliability(reports, fig=fig)
+    out.append(("reliability", "Top-label reliability diagram",
+                "Top-label reliability diagram: accuracy of the predicted class against its "
+                "probability per bin, marker area proportional to bin weight, Wilson "
+                "intervals", _png(fig)))
+    fig = Figure()
+    pm.plot_class_reliability(reports, fig=fig)
+    out.append(("reliability_classes", "Reliability per class (one-vs-rest)",
+                "One reliability curve per class: observed frequency of the class against "
+                "its mean predicted probability per bin, marker area proportional to bin "
+                "weight", _png(fig)))
+    fig = Figure()
+    pm.plot_confusion_matrix(reports, fig=fig)
+    out.append(("confusion", "Confusion matrix",
+                "Confusion matrix heatmap: rows are true classes, columns predicted classes, "
+                "cells shaded by their share of the row and labelled with their weight",
+                _png(fig)))
+    return out
+
+
+def _confusion_html(r: Any) -> str:
+    """One report's confusion matrix as a table (rows = true class), row totals last."""
+    m = np.asarray(r.confusion_matrix, dtype=float)
+    col = html.escape(r.prob_col, quote=True)
+    head = "".join(f"<th scope=\"col\">{k}</th>" for k in range(r.n_classes))
+    rows = []
+    for i in range(r.n_classes):
+        cells = "".join(f"<td data-true=\"{i}\" data-pred=\"{j}\">"
+                        f"{html.escape(format_value(m[i, j], 'weight'))}</td>"
+                        for j in range(r.n_classes))
+        rows.append(f"<tr><th scope=\"row\">{html.escape(r.class_names[i])}</th>{cells}"
+                    f"<td>{html.escape(format_value(m[i].sum(), 'weight'))}</td></tr>")
+    return (f"<h3>{html.escape(r.prob_col)}</h3><div class=\"scroll\">"
+            f"<table class=\"confusion\" data-col=\"{col}\"><thead><tr>"
+            f"<th>true \\ predicted</th>{head}<th>total</th></tr></thead><tbody>\n"
+            + "\n".join(rows) + "\n</tbody></table></div>")
+
+
+def _multiclass_document(reports: list[Any], provenance: dict[str, Any] | None,
+                         fragment: bool) -> dict[str, Any]:
+    """:func:`build_document` of multiclass reports (same keys and layout)."""
+    table = _multiclass_table(reports)
+    prov = _multiclass_provenance(reports, provenance)
+    figures = _multiclass_figures(reports)
+    doc: dict[str, Any] = {"kind": "multiclass", "columns": [r.prob_col for r in reports],
+                           "reports": {r.prob_col: _jsonable(r.to_dict()) for r in reports}}
+    if len(reports) == 1:
+        doc.update(doc["reports"][reports[0].prob_col])
+    doc.update({"table": table, "provenance": prov, "notes": [],
+                "figures": [stem + ".png" for stem, *_ in figures]})
+    legend = "".join(f"<dt>{html.escape(label)}</dt><dd>{html.escape(desc)}</dd>"
+                     for _, label, _, desc in MULTICLASS_METRICS)
+    body = (f"<h2>Metrics</h2>{_table_html(reports, table)}"
+            f"<h2>Confusion matrix</h2><p>Weight per true class (rows) and predicted class "
+            f"(argmax, columns).</p>{''.join(_confusion_html(r) for r in reports)}"
+            f"<h2>Figures</h2><div class=\"figs\">{_figures_html(figures)}</div>"
+            f"<h2>What the metrics mean</h2><dl class=\"legend\">{legend}</dl>")
+    return {"json": doc, "html": _page(body, _prov_html(prov), doc["columns"], fragment),
+            "figures": figures}
+
+
+def _page(body: str, prov_html: str, columns: list[str], fragment: bool) -> str:
+    """The whole page around ``body`` (provenance first), or a ``<div>`` for a notebook."""
+    if fragment:
+        return f"<div class=\"distcal-report\"><style>{_CSS.replace('body', '.distcal-report')}" \
+               f"</style>{body}</div>"
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<meta http-equiv="Content-Security-Policy"
+ content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
+<title>distcal evaluation: {html.escape(', '.join(columns))}</title>
+<style>{_CSS}</style></head>
+<body><h1>distcal evaluation</h1>
+<h2>Provenance</h2>{prov_html}
+{body}
+<p>Every number on this page is in report.json, next to this file.</p>
+</body></html>
+"""
 
 
 def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
@@ -322,6 +486,8 @@ def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
     reports = list(reports)
     if not reports:
         raise ValueError("no reports to write")
+    if any(_is_multiclass(r) for r in reports):
+        return _multiclass_document(reports, provenance, fragment)
     extras = [cm.metrics_from_report(r) for r in reports]
     costs = [cm.cost_curve(r, cost_fp, cost_fn) for r in reports]
     values = {r.prob_col: _values(r, e, c) for r, e, c in zip(reports, extras, costs)}
@@ -346,11 +512,7 @@ def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
                 "costs": {"cost_fp": float(cost_fp), "cost_fn": float(cost_fn)},
                 "figures": [stem + ".png" for stem, *_ in figures]})
 
-    figs_html = "\n".join(
-        f"<figure id=\"fig-{stem}\"><img alt=\"{html.escape(alt, quote=True)}\" "
-        f"src=\"data:image/png;base64,{base64.b64encode(png).decode('ascii')}\">"
-        f"<figcaption>{html.escape(title)}</figcaption></figure>"
-        for stem, title, alt, png in figures)
+    figs_html = _figures_html(figures)
     notes_html = "".join(f"<p class=\"note\" data-note=\"{n['kind']}\">{html.escape(n['text'])}</p>"
                          for n in notes)
     legend = "".join(f"<dt>{html.escape(label)}</dt><dd>{html.escape(desc)}</dd>"
@@ -362,23 +524,7 @@ def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
             f"<p>{html.escape(cost_text)}</p>"
             f"<h2>Figures</h2><div class=\"figs\">{figs_html}</div>"
             f"<h2>What the metrics mean</h2><dl class=\"legend\">{legend}</dl>")
-    if fragment:
-        page = f"<div class=\"distcal-report\"><style>{_CSS.replace('body', '.distcal-report')}" \
-               f"</style>{body}</div>"
-    else:
-        page = f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy"
- content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
-<title>distcal evaluation: {html.escape(', '.join(doc['columns']))}</title>
-<style>{_CSS}</style></head>
-<body><h1>distcal evaluation</h1>
-<h2>Provenance</h2>{_prov_html(prov)}
-{body}
-<p>Every number on this page is in report.json, next to this file.</p>
-</body></html>
-"""
+    page = _page(body, _prov_html(prov), doc["columns"], fragment)
     return {"json": doc, "html": page, "figures": figures}
 
 
@@ -389,7 +535,9 @@ def write_report(reports: Any, output: str | os.PathLike, overwrite: bool = Fals
     ``model``, calibration_map.png) and a self-contained report.html to ``output``.
 
     ``reports``: a list (or the dict of :func:`~distcal.evaluate_many`) of
-    :class:`~distcal.EvaluationReport`. ``provenance``: what to record about
+    :class:`~distcal.EvaluationReport`, or of multiclass reports (then the
+    figures are reliability.png, reliability_classes.png and confusion.png;
+    ``model`` and the costs do not apply). ``provenance``: what to record about
     the run (input, columns, engine, model_dir, model_checksum, ...); rows,
     bins, threshold, distcal version and time are added. ``model``: the
     :class:`~distcal.CalibrationModel` whose map to draw. ``cost_fp``,

@@ -197,3 +197,44 @@ def test_threshold_json_with_nothing_positive(tmp_path):
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["threshold"] == float("inf") and res["cost"] == 0 and res["tn"] == 3
+
+
+def test_evaluate_writes_a_multiclass_report(tmp_path, capsys):
+    """A vector column (--prob-col) and per-class columns (--prob-cols) compared in one report."""
+    from scipy.special import softmax
+    from sklearn.metrics import confusion_matrix, log_loss
+
+    rng = np.random.default_rng(12)
+    n, k = 2000, 3
+    y = rng.integers(0, k, n)
+    z = rng.normal(size=(n, k))
+    z[np.arange(n), y] += 1.0
+    P, Q = softmax(3 * z, axis=1), softmax(z, axis=1)
+    table = pa.table({"probs": pa.array(list(P), type=pa.list_(pa.float64())), "y": y,
+                      **{f"q{j}": Q[:, j] for j in range(k)}})
+    pq.write_table(table, tmp_path / "x.parquet")
+    r = run("evaluate", "--input", tmp_path / "x.parquet", "--prob-col", "probs",
+            "--prob-cols", "q0,q1,q2", "--label-col", "y", "--output", tmp_path / "rep")
+    assert r.returncode == 0, r.stderr
+    line = json.loads(r.stdout)["metrics"]
+    assert line["probs"]["log_loss"] == pytest.approx(log_loss(y, P), rel=1e-12)
+    assert line["q0,q1,q2"]["log_loss"] == pytest.approx(log_loss(y, Q), rel=1e-12)
+    doc = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert doc["kind"] == "multiclass" and doc["columns"] == ["probs", "q0,q1,q2"]
+    for name, M in (("probs", P), ("q0,q1,q2", Q)):
+        rep = doc["reports"][name]
+        assert rep["confusion_matrix"] == confusion_matrix(y, M.argmax(axis=1)).tolist()
+        assert [sum(b["weight"] for b in c) for c in rep["class_curves"]] == [n] * k
+        assert len(rep["class_curves"]) == k
+    page = (tmp_path / "rep" / "report.html").read_text()
+    assert page.count('<table class="confusion"') == 2
+    assert 'id="fig-reliability_classes"' in page and 'id="fig-confusion"' in page
+    assert {"reliability.png", "reliability_classes.png", "confusion.png"} <= {
+        p.name for p in (tmp_path / "rep").iterdir()}
+    # in this process: a second interpreter start would only repeat the imports
+    from distcal.cli.main import main
+
+    assert main(["evaluate", "--input", str(tmp_path / "x.parquet"), "--prob-cols", "q0",
+                 "--label-col", "y", "--output", str(tmp_path / "rep2")]) == 2
+    assert "--prob-cols must be two or more" in capsys.readouterr().err
+    assert not (tmp_path / "rep2").exists()

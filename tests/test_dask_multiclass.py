@@ -127,3 +127,62 @@ def test_evaluate_equals_sklearn_and_local(client, wine):
     for name in ("log_loss", "brier", "accuracy", "ece", "classwise_ece"):
         assert getattr(rep, name) == pytest.approx(getattr(local, name), rel=1e-12)
     assert rep.n_rows == len(yb)
+
+
+
+def test_evaluate_many_in_the_job_equals_local(client, wine, tmp_path):
+    """The Dask job's evaluate of two multiclass predictions (a vector column and
+    per-class columns; evaluate_many on the test cluster, over files of skewed sizes and
+    an empty one) writes the report of the local engine (tested against scikit-learn and
+    numpy in test_multiclass_evaluation.py); rows dropped in one prediction only are
+    refused on Dask rather than reported over different rows."""
+    import json
+
+    import dask.dataframe as dd
+    import pyarrow.parquet as pq
+
+    from distcal.cli.dask import DaskBackend
+    from distcal.cli.run import run
+
+    clf, _, Xb, yb, w = wine
+    P = clf.predict_proba(Xb)
+    Q = np.sqrt(P) / np.sqrt(P).sum(axis=1, keepdims=True)
+    src = tmp_path / "probs"
+    src.mkdir()
+    table = pa.table({"s": pa.array(list(P), type=pa.list_(pa.float64())), "label": yb,
+                      "w": w, **{f"q{j}": Q[:, j] for j in range(3)}})
+    for i, (a, b) in enumerate([(0, 7), (7, 7), (7, len(yb))]):
+        pq.write_table(table.slice(a, b - a), src / f"part{i}.parquet")
+
+    class SharedCluster(DaskBackend):
+        def close(self):  # the session's cluster outlives this command
+            pass
+
+    code = run(["evaluate", "--input", str(src), "--prob-col", "s", "--prob-cols",
+                "q0,q1,q2", "--weight-col", "w", "--output", str(tmp_path / "rep")],
+               prog="dask_calibrate", entry_point="dask",
+               backend_factory=lambda opts: SharedCluster(client))
+    assert code == 0
+    doc = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert doc["provenance"]["engine"] == "dask" and doc["kind"] == "multiclass"
+    local = distcal.evaluate_many(str(src), ["s", ["q0", "q1", "q2"]], weight_col="w")
+    assert doc["columns"] == list(local) == ["s", "q0,q1,q2"]
+    for name, rep in local.items():
+        d = doc["reports"][name]
+        for attr in ("n_rows", "log_loss", "brier", "accuracy", "ece", "classwise_ece"):
+            assert d[attr] == pytest.approx(getattr(rep, attr), rel=1e-12), attr
+        np.testing.assert_allclose(d["confusion_matrix"], rep.confusion_matrix, rtol=1e-12)
+        for got, curve in zip([d["top_label_curve"], *d["class_curves"]],
+                              [rep.top_label_curve, *rep.class_curves], strict=True):
+            np.testing.assert_allclose(pd.DataFrame(got).to_numpy(), curve.to_numpy(),
+                                       rtol=1e-12)
+    assert doc["reports"]["s"]["log_loss"] == pytest.approx(
+        log_loss(yb, P, sample_weight=w), rel=1e-12)
+
+    bad = pd.DataFrame({"s": pd.Series([list(r) for r in P], dtype=LIST), "label": yb,
+                        **{f"q{j}": Q[:, j] for j in range(3)}})
+    bad.loc[3, "q1"] = np.nan
+    with pytest.raises(DataError, match=r"invalid rows dropped per prediction \('s': 0, "
+                                        r"'q0,q1,q2': 1\)"):
+        distcal.evaluate_many(dd.from_pandas(bad, npartitions=2), ["s", ["q0", "q1", "q2"]],
+                              on_invalid="drop")

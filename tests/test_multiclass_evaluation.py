@@ -121,3 +121,175 @@ def test_lockstep_reraises_the_first_failure():
     with pytest.raises(ValueError, match="class 1 failed"):
         run_in_lockstep({0: lambda m: m(len), 1: fail, 2: lambda m: [m(len) for _ in range(5)]},
                         map_all)
+
+
+# ---------------------------------------------------------------------------
+# Per-class reliability curves, evaluate_many and the report
+# ---------------------------------------------------------------------------
+
+def _numpy_one_vs_rest_curve(p, hit, w, n_bins):
+    """Reliability curve of p against hit: (mean p, frequency of hit, weight) per
+    non-empty uniform bin, by an explicit loop over the bins (right-closed inner edges)."""
+    edges = np.linspace(0, 1, n_bins + 1)
+    out = []
+    for b in range(n_bins):
+        m = ((p > edges[b]) | (b == 0)) & ((p <= edges[b + 1]) | (b == n_bins - 1))
+        if w[m].sum() > 0:
+            out.append((np.sum(w[m] * p[m]) / w[m].sum(), np.sum(w[m] * hit[m]) / w[m].sum(),
+                        w[m].sum()))
+    return np.array(out).reshape(-1, 3)
+
+
+def _probs(seed, n, k):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, k, n)
+    z = rng.normal(size=(n, k))
+    z[np.arange(n), y] += 1.0
+    return softmax(2.0 * z, axis=1), y, rng.uniform(0.2, 3.0, n)
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(3, 7), n_bins=st.integers(1, 12))
+def test_class_curves_equal_numpy_and_sklearn(seed, k, n_bins):
+    from sklearn.calibration import calibration_curve
+
+    P, y, w = _probs(seed, 200, k)
+    weighted = distcal.evaluate(pd.DataFrame({"p": list(P), "label": y, "w": w}),
+                                prob_col="p", weight_col="w", n_bins=n_bins)
+    plain = distcal.evaluate(pd.DataFrame({"p": list(P), "label": y}), prob_col="p",
+                             n_bins=n_bins)
+    assert len(weighted.class_curves) == k
+    for c in range(k):
+        hit = (y == c).astype(float)
+        got = weighted.class_curves[c][["prob_pred", "prob_true", "weight"]].to_numpy()
+        np.testing.assert_allclose(got, _numpy_one_vs_rest_curve(P[:, c], hit, w, n_bins),
+                                   rtol=1e-12, atol=1e-15)
+        true, pred = calibration_curve(hit, P[:, c], n_bins=n_bins, strategy="uniform")
+        np.testing.assert_allclose(plain.class_curves[c]["prob_true"], true, rtol=1e-12)
+        np.testing.assert_allclose(plain.class_curves[c]["prob_pred"], pred, rtol=1e-12)
+    top = weighted.top_label_curve[["prob_pred", "prob_true", "weight"]].to_numpy()
+    np.testing.assert_allclose(
+        top, _numpy_one_vs_rest_curve(P.max(axis=1), (P.argmax(axis=1) == y).astype(float), w,
+                                      n_bins), rtol=1e-12, atol=1e-15)
+
+
+def test_evaluate_many_multiclass_same_rows_as_separate_calls():
+    P, y, w = _probs(7, 300, 3)
+    Q = softmax(np.log(P) / 2.0, axis=1)  # a softer model
+    df = pd.DataFrame({"a": list(P), "label": y, "w": w,
+                       **{f"q{j}": Q[:, j] for j in range(3)}})
+    reps = distcal.evaluate_many(df, ["a", ["q0", "q1", "q2"]], weight_col="w")
+    assert list(reps) == ["a", "q0,q1,q2"]
+    assert reps["q0,q1,q2"].prob_cols == ["q0", "q1", "q2"]
+    assert reps["a"].log_loss == pytest.approx(log_loss(y, P, sample_weight=w), rel=1e-12)
+    assert reps["q0,q1,q2"].log_loss == pytest.approx(log_loss(y, Q, sample_weight=w),
+                                                      rel=1e-12)
+    one = distcal.evaluate(df, prob_cols=["q0", "q1", "q2"], weight_col="w")
+    assert reps["q0,q1,q2"].to_dict() == one.to_dict()
+    # a row bad in one prediction only is left out of both reports
+    bad = df.copy()
+    bad["a"] = [np.array([0.5, 0.7, -0.2]) if i == 5 else v for i, v in enumerate(bad["a"])]
+    bad.at[9, "q1"] = np.nan
+    with pytest.raises(DataError, match=r"column 'a': 1 row contains values outside \[0, 1\]; "
+                                        r"column 'q1': 1 row is null or NaN"):
+        distcal.evaluate_many(bad, ["a", ["q0", "q1", "q2"]], weight_col="w")
+    dropped = distcal.evaluate_many(bad, ["a", ["q0", "q1", "q2"]], weight_col="w",
+                                    on_invalid="drop")
+    clean = df.drop(index=[5, 9])
+    for r in dropped.values():
+        assert r.dropped_rows == 2 and r.n_rows == 298
+    assert dropped["a"].brier == pytest.approx(
+        brier_score_loss(clean["label"], np.stack(clean["a"]), sample_weight=clean["w"]),
+        rel=1e-12)
+    assert dropped["q0,q1,q2"].log_loss == pytest.approx(
+        log_loss(clean["label"], clean[["q0", "q1", "q2"]], sample_weight=clean["w"]),
+        rel=1e-12)
+    with pytest.raises(ValueError, match=r"mixes multiclass predictions .* \['w'\]"):
+        distcal.evaluate_many(df, ["a", "w"])
+
+
+def _report_frame(k, n=400, seed=11):
+    P, y, _ = _probs(seed, n, k)
+    return pd.DataFrame({"p": list(P), "label": y}), P, y
+
+
+def test_multiclass_report_files_json_and_html(tmp_path):
+    import base64
+    import json
+
+    from distcal.report import write_report
+
+    df, P, y = _report_frame(4)
+    Q = softmax(np.log(P) * 0.5, axis=1)
+    df["q"] = list(Q)
+    reps = distcal.evaluate_many(df, ["p", "q"], n_bins=8)
+    write_report(reps, tmp_path / "rep", provenance={"input": "frame"})
+    files = {f.name for f in (tmp_path / "rep").iterdir()}
+    assert files == {"report.json", "report.html", "reliability.png",
+                     "reliability_classes.png", "confusion.png"}
+    doc = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert doc["kind"] == "multiclass" and doc["columns"] == ["p", "q"]
+    assert doc["provenance"]["n_classes"] == 4 and doc["provenance"]["input"] == "frame"
+    for name, M in (("p", P), ("q", Q)):
+        r = doc["reports"][name]
+        np.testing.assert_allclose(r["confusion_matrix"],
+                                   confusion_matrix(y, M.argmax(axis=1), labels=range(4)))
+        assert len(r["class_curves"]) == 4
+        for c in range(4):
+            expect = _numpy_one_vs_rest_curve(M[:, c], (y == c).astype(float), np.ones(len(y)),
+                                              8)
+            got = np.array([[b["prob_pred"], b["prob_true"], b["weight"]]
+                            for b in r["class_curves"][c]])
+            np.testing.assert_allclose(got, expect, rtol=1e-12)
+        assert r["log_loss"] == pytest.approx(log_loss(y, M), rel=1e-12)
+    rows = {row["key"]: row["values"] for row in doc["table"]}
+    assert rows["classwise_ece"]["q"] == reps["q"].classwise_ece
+    assert rows["ece_class_3"]["p"] == reps["p"].per_class_ece[3]
+    page = (tmp_path / "rep" / "report.html").read_text()
+    for stem in ("reliability", "reliability_classes", "confusion"):
+        png = (tmp_path / "rep" / f"{stem}.png").read_bytes()
+        assert png.startswith(b"\x89PNG")
+        assert base64.b64encode(png).decode() in page  # embedded, self-contained
+    # the confusion table shows every cell of both matrices
+    for name, M in (("p", P), ("q", Q)):
+        cm = confusion_matrix(y, M.argmax(axis=1), labels=range(4))
+        table = page.split(f'data-col="{name}"><thead>')[1].split("</table>")[0]
+        for i in range(4):
+            for j in range(4):
+                assert f'data-true="{i}" data-pred="{j}">{cm[i, j]:,}</td>' in table
+    assert "top-label ECE" in page and "class-wise ECE" in page and "ECE of class 3" in page
+    html = reps["p"]._repr_html_()
+    assert html.startswith('<div class="distcal-report">') and 'class="confusion"' in html
+
+
+def test_multiclass_plots_draw_the_report():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from distcal.plots_multiclass import MAX_OVERLAID_CLASSES
+
+    df, P, y = _report_frame(3)
+    rep = distcal.evaluate(df, prob_col="p")
+    ax = rep.plot("classes")
+    for c in range(3):  # one marker series per class at its curve's points
+        sc = next(a for a in ax.collections if a.get_gid() == f"class:p:{c}")
+        np.testing.assert_allclose(sc.get_offsets(),
+                                   rep.class_curves[c][["prob_pred", "prob_true"]].to_numpy())
+    assert len(ax.get_legend().get_texts()) == 3 + 1  # the classes and the diagonal
+    top = rep.plot("reliability")
+    sc = next(a for a in top.collections if a.get_gid() == "top:p")
+    np.testing.assert_allclose(sc.get_offsets(),
+                               rep.top_label_curve[["prob_pred", "prob_true"]].to_numpy())
+    heat = rep.plot("confusion")
+    im = next(a for a in heat.images if a.get_gid() == "confusion:p")
+    m = confusion_matrix(y, P.argmax(axis=1))
+    np.testing.assert_allclose(im.get_array(), m / m.sum(axis=1, keepdims=True))
+    with pytest.raises(ValueError, match="kind must be"):
+        rep.plot("roc")
+    many, _, _ = _report_frame(MAX_OVERLAID_CLASSES + 2)
+    big = distcal.evaluate(many, prob_col="p")
+    ax = big.plot("classes")  # small multiples: one panel per class
+    assert sum(a.axison for a in ax.figure.axes) == MAX_OVERLAID_CLASSES + 2
+    plt.close("all")

@@ -219,3 +219,50 @@ def test_one_range_shuffle_for_all_classes(spark, wine):
         rows.class_ranges(passes=1)
         plan = rows.ranged._jdf.queryExecution().executedPlan().toString()
     assert plan.count("rangepartitioning(") == 1
+
+
+
+def _assert_report_json_equals(d, rep, rel=1e-12):
+    """A report in report.json equals a multiclass report number by number."""
+    for name in ("n_rows", "dropped_rows", "n_classes", "log_loss", "brier", "accuracy", "ece",
+                 "classwise_ece", "weight_total"):
+        assert d[name] == pytest.approx(getattr(rep, name), rel=rel), name
+    np.testing.assert_allclose(d["per_class_ece"], rep.per_class_ece, rtol=rel, atol=1e-15)
+    np.testing.assert_allclose(d["confusion_matrix"], rep.confusion_matrix, rtol=rel)
+    for got, curve in zip([d["top_label_curve"], *d["class_curves"]],
+                          [rep.top_label_curve, *rep.class_curves], strict=True):
+        np.testing.assert_allclose(pd.DataFrame(got).to_numpy(), curve.to_numpy(), rtol=rel)
+
+
+def test_evaluate_many_in_the_job_equals_local(spark, wine, tmp_path):
+    """The Spark job's evaluate of two multiclass predictions (a vector column and
+    per-class columns; evaluate_many on the test session) writes the report of the
+    local engine (tested against scikit-learn and numpy in test_multiclass_evaluation.py)."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from distcal.cli.run import run
+    from distcal.cli.spark import SparkBackend
+
+    clf, _, Xb, yb, w = wine
+    P = clf.predict_proba(Xb)
+    Q = np.sqrt(P) / np.sqrt(P).sum(axis=1, keepdims=True)
+    path = tmp_path / "probs.parquet"
+    pq.write_table(pa.table({"s": pa.array(list(P), type=pa.list_(pa.float64())),
+                             "label": yb, "w": w, **{f"q{j}": Q[:, j] for j in range(3)}}),
+                   path)
+    code = run(["evaluate", "--input", str(path), "--prob-col", "s", "--prob-cols",
+                "q0,q1,q2", "--weight-col", "w", "--output", str(tmp_path / "rep")],
+               prog="spark_calibrate", entry_point="spark",
+               backend_factory=lambda opts: SparkBackend(spark))
+    assert code == 0
+    doc = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert doc["provenance"]["engine"] == "spark" and doc["kind"] == "multiclass"
+    local = distcal.evaluate_many(str(path), ["s", ["q0", "q1", "q2"]], weight_col="w")
+    assert doc["columns"] == list(local) == ["s", "q0,q1,q2"]
+    for name, rep in local.items():
+        _assert_report_json_equals(doc["reports"][name], rep)
+    assert doc["reports"]["s"]["log_loss"] == pytest.approx(log_loss(yb, P, sample_weight=w),
+                                                            rel=1e-12)

@@ -122,7 +122,7 @@ def _inside(a: str, b: str) -> bool:
 # The columns each command reads, by option name.
 _COLUMNS = {"fit": ("score_col", "label_col", "weight_col"),
             "apply": ("score_col",),
-            "evaluate": ("prob_col", "label_col", "weight_col"),
+            "evaluate": ("prob_col", "prob_cols", "label_col", "weight_col"),
             "threshold": ("score_col", "label_col", "weight_col", "loss_col"),
             "discretize": ("score_col", "label_col")}
 # Past this many files, only the first ones are checked (a footer read each).
@@ -164,6 +164,8 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
         value = opts.get(opt)
         if opt == "label_col" and command == "threshold" and opts.get("loss_col"):
             continue
+        if opt == "prob_cols":  # each value: per-class columns, comma-separated
+            value = [n.strip() for v in value or [] for n in v.split(",")]
         names += value if isinstance(value, list) else ([value] if value else [])
     if command == "apply" and opts.get("report"):
         names += [n for n in (opts.get("label_col"), opts.get("weight_col")) if n]
@@ -179,7 +181,9 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
                 continue
             t = schema.field(name).type
             if pa_is_null(t) or (name == opts.get("score_col")
-                                 and opts.get("score_index") is not None):
+                                 and opts.get("score_index") is not None) or (
+                    command == "evaluate" and name in (opts.get("prob_col") or [])
+                    and _is_list(t)):
                 continue  # vectors: the engine checks their element type
             if arrow_kind(t) == "other":
                 raise DataError(f"column '{name}' has type {t} in input file '{f}'; expected "
@@ -200,6 +204,14 @@ def _dataset_files(root: str) -> list[str]:
         if len(out) >= _MAX_CHECKED_FILES:
             break
     return out[:_MAX_CHECKED_FILES]
+
+
+def _is_list(t: Any) -> bool:
+    """A list type: a vector of class probabilities per row (multiclass evaluation)."""
+    import pyarrow as pa
+
+    return bool(pa.types.is_list(t) or pa.types.is_large_list(t)
+                or pa.types.is_fixed_size_list(t))
 
 
 def pa_is_null(t: Any) -> bool:

@@ -129,21 +129,47 @@ def cmd_apply(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     return out
 
 
+def _predictions(opts: dict[str, Any]) -> list[Any]:
+    """What ``evaluate`` compares: each --prob-col, then each --prob-cols as a list.
+
+    Without either, the column 'apply' writes.
+    """
+    groups = []
+    for value in opts.get("prob_cols") or []:
+        names = [n.strip() for n in value.split(",")]
+        if len(names) < 2 or not all(names):
+            raise UsageError("--prob-cols must be two or more column names separated by "
+                             f"commas, got {value!r}")
+        groups.append(names)
+    cols: list[Any] = list(opts.get("prob_col") or [])
+    if not cols and not groups:
+        cols = [DEFAULTS.output_col]
+    return cols + groups
+
+
+def _summary(r: Any) -> dict[str, Any]:
+    """The metrics of one report in the command's JSON line."""
+    if hasattr(r, "classwise_ece"):  # multiclass
+        return {"log_loss": r.log_loss, "brier": r.brier, "accuracy": r.accuracy,
+                "ece": r.ece, "classwise_ece": r.classwise_ece}
+    return {"brier": r.brier, "log_loss": r.log_loss, "ece": r.ece, "auc": r.auc}
+
+
 def cmd_evaluate(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     _require(opts, "input", "output")
+    predictions = _predictions(opts)
     io.check_paths(opts, outputs=[opts["output"]])
     data = io.read(opts)
     io.refuse_existing(opts["output"], opts["overwrite"])
     reports = list(evaluate_many(
-        data, opts["prob_col"], label_col=opts["label_col"], weight_col=opts["weight_col"],
+        data, predictions, label_col=opts["label_col"], weight_col=opts["weight_col"],
         n_bins=opts.get("n_bins") or DEFAULTS.n_bins,
         strategy=opts.get("strategy") or DEFAULTS.strategy, threshold=opts["threshold"],
         engine=io.engine, on_invalid=opts["on_invalid"]).values())
     io.write_report(reports, opts["output"], opts["overwrite"],
                     provenance=_provenance(opts, "evaluate"))
     return {"report": str(opts["output"]),
-            "metrics": {r.prob_col: {"brier": r.brier, "log_loss": r.log_loss, "ece": r.ece,
-                                     "auc": r.auc} for r in reports}}
+            "metrics": {r.prob_col: _summary(r) for r in reports}}
 
 
 def cmd_threshold(opts: dict[str, Any], io: Backend) -> dict[str, Any]:

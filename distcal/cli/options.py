@@ -83,9 +83,13 @@ OPTIONS: tuple[Option, ...] = (
            "as the score, e.g. 1 for a pyspark.ml classifier's probability column (default: "
            "none, the column holds numbers)", commands=("fit", "apply", "threshold"),
            default=None),
-    Option("prob-col", str, f"probability column; repeat to evaluate several (default: "
-           f"{DEFAULTS.output_col}, what 'apply' writes)", commands=("evaluate",),
-           repeat=True, default=[DEFAULTS.output_col]),
+    Option("prob-col", str, f"probability column, or a vector (list) column of K class "
+           f"probabilities for a multiclass report; repeat to compare several (default: "
+           f"{DEFAULTS.output_col}, what 'apply' writes, unless --prob-cols is given)",
+           commands=("evaluate",), repeat=True),
+    Option("prob-cols", str, "one multiclass prediction given as K per-class probability "
+           "columns, comma-separated (e.g. p0,p1,p2; labels are the class indices 0..K-1); "
+           "repeat to compare several (default: none)", commands=("evaluate",), repeat=True),
     Option("label-col", str, f"label column: 0/1 or rates in [0, 1] (default: "
            f"{DEFAULTS.label_col})",
            commands=("fit", "apply", "evaluate", "threshold", "discretize"),

@@ -1,0 +1,187 @@
+"""Matplotlib figures of multiclass evaluation reports.
+
+Each function takes one :class:`~distcal.multiclass_evaluation.MulticlassEvaluationReport`
+or several (a list, or the dict of :func:`distcal.evaluate_many`, one
+colour per report) and returns the Axes it drew on:
+
+* :func:`plot_top_label_reliability`: the top-label reliability diagram,
+  accuracy of the argmax against its probability per bin (marker AREA
+  proportional to the bin's weight, Wilson intervals with the weight as
+  the count), the diagonal.
+* :func:`plot_class_reliability`: one one-vs-rest reliability curve per
+  class, p_k against [y = k]. One report with K <= 6 classes: one panel,
+  one colour per class, with a legend. Otherwise small multiples, one panel
+  per class, one colour per report.
+* :func:`plot_confusion_matrix`: the weighted confusion matrix as a heatmap
+  (rows = true class), each cell shaded by its share of the row (the
+  recall of the class on the diagonal) and labelled with its weight while
+  K <= 12; one panel per report.
+
+Every number drawn comes from the report's sums (one pass over the data),
+nothing from the rows.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .core.metrics import wilson_interval
+from .plots import MARKER_AREA_MAX
+
+__all__ = ["plot_top_label_reliability", "plot_class_reliability", "plot_confusion_matrix",
+           "MAX_OVERLAID_CLASSES", "MAX_ANNOTATED_CLASSES"]
+
+#: Up to this many classes of one report share one panel; more get small multiples.
+MAX_OVERLAID_CLASSES = 6
+#: Confusion cells are labelled with their weight up to this many classes.
+MAX_ANNOTATED_CLASSES = 12
+
+
+def _as_list(reports: Any) -> list:
+    if isinstance(reports, dict):
+        return list(reports.values())
+    if isinstance(reports, (list, tuple)):
+        return list(reports)
+    return [reports]
+
+
+def _figure(figsize: tuple[float, float], fig: Any = None) -> Any:
+    """``fig`` resized (the report passes a pyplot-free Figure), else a new pyplot figure."""
+    if fig is not None:
+        fig.set_size_inches(*figsize)
+        return fig
+    import matplotlib.pyplot as plt
+
+    return plt.figure(figsize=figsize)
+
+
+def _curve(ax: Any, curve: Any, wmax: float, color: str, label: str, gid: str,
+           intervals: bool) -> None:
+    """One reliability curve: line, markers of area proportional to weight, intervals."""
+    x, y, w = (curve[c].to_numpy(dtype=float) for c in ("prob_pred", "prob_true", "weight"))
+    if intervals and len(x):
+        ci = np.array([wilson_interval(t * n, n) for t, n in zip(y, w)]).reshape(-1, 2)
+        ax.errorbar(x, y, yerr=np.clip(np.vstack([y - ci[:, 0], ci[:, 1] - y]), 0.0, None),
+                    fmt="none", ecolor=color, elinewidth=1, capsize=2, alpha=0.8)
+    ax.plot(x, y, color=color, lw=1, alpha=0.8)
+    sc = ax.scatter(x, y, s=MARKER_AREA_MAX * w / wmax, color=color, alpha=0.6,
+                    edgecolors="k", linewidths=0.5, label=label)
+    sc.set_gid(gid)
+
+
+def _diagonal(ax: Any) -> None:
+    ax.plot([0, 1], [0, 1], ls="--", color="0.5", lw=1, label="perfectly calibrated")
+    ax.set(xlim=(0, 1), ylim=(0, 1))
+
+
+def plot_top_label_reliability(reports: Any, ax: Any = None, *, fig: Any = None) -> Any:
+    """Top-label reliability diagram (module docstring); returns the Axes.
+
+    The heaviest bin over all reports gets :data:`~distcal.plots.MARKER_AREA_MAX`.
+    """
+    reports = _as_list(reports)
+    if ax is None:
+        ax = _figure((6.4, 5.6), fig).subplots()
+    _diagonal(ax)
+    wmax = max((float(r.top_label_curve["weight"].max()) for r in reports
+                if len(r.top_label_curve)), default=1.0)
+    for i, r in enumerate(reports):
+        _curve(ax, r.top_label_curve, wmax, f"C{i}",
+               f"{r.prob_col}: top label (area ∝ weight), ECE {r.ece:.3g}",
+               f"top:{r.prob_col}", intervals=True)
+    ax.set(xlabel="probability of the predicted class (argmax)",
+           ylabel="accuracy (argmax = label)", title="Top-label reliability")
+    ax.legend(loc="upper left", fontsize=7)
+    ax.figure.tight_layout()
+    return ax
+
+
+def plot_class_reliability(reports: Any, ax: Any = None, *, fig: Any = None) -> Any:
+    """One-vs-rest reliability curve of every class (module docstring).
+
+    ``ax`` is used only when one panel holds everything (one report, at
+    most :data:`MAX_OVERLAID_CLASSES` classes); small multiples make their
+    own figure (``fig`` if given). Returns the (first) Axes.
+    """
+    reports = _as_list(reports)
+    k = max(r.n_classes for r in reports)
+    wmax = max((float(c["weight"].max()) for r in reports for c in r.class_curves if len(c)),
+               default=1.0)
+    if len(reports) == 1 and k <= MAX_OVERLAID_CLASSES:
+        r = reports[0]
+        if ax is None:
+            ax = _figure((6.4, 5.6), fig).subplots()
+        _diagonal(ax)
+        for c, (curve, name) in enumerate(zip(r.class_curves, r.class_names)):
+            _curve(ax, curve, wmax, f"C{c}", f"class {name}: ECE {r.per_class_ece[c]:.3g}",
+                   f"class:{r.prob_col}:{c}", intervals=False)
+        ax.set(xlabel="predicted probability of the class",
+               ylabel="observed frequency of the class",
+               title=f"Reliability per class (one-vs-rest), class-wise ECE "
+                     f"{r.classwise_ece:.3g}")
+        ax.legend(loc="upper left", fontsize=7)
+        ax.figure.tight_layout()
+        return ax
+    cols = min(4, k)
+    rows = math.ceil(k / cols)
+    fig = _figure((2.6 * cols + 0.6, 2.5 * rows + 0.8), fig)
+    axes = np.atleast_1d(fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)
+                         ).ravel()
+    for c in range(k):
+        a = axes[c]
+        _diagonal(a)
+        for i, r in enumerate(reports):
+            if c < r.n_classes:
+                _curve(a, r.class_curves[c], wmax, f"C{i}",
+                       f"{r.prob_col}: ECE {r.per_class_ece[c]:.3g}",
+                       f"class:{r.prob_col}:{c}", intervals=False)
+        a.set_title(f"class {reports[0].class_names[c] if c < reports[0].n_classes else c}",
+                    fontsize=9)
+        a.legend(loc="upper left", fontsize=6)
+    for a in axes[k:]:
+        a.set_axis_off()
+    fig.supxlabel("predicted probability of the class")
+    fig.supylabel("observed frequency of the class")
+    fig.suptitle("Reliability per class (one-vs-rest)")
+    fig.tight_layout()
+    return axes[0]
+
+
+def plot_confusion_matrix(reports: Any, ax: Any = None, *, fig: Any = None) -> Any:
+    """Heatmap of each report's confusion matrix (module docstring); returns the first Axes.
+
+    ``ax`` is used for a single report; several make their own figure
+    (``fig`` if given), one panel each.
+    """
+    reports = _as_list(reports)
+    if ax is None or len(reports) > 1:
+        n = len(reports)
+        k = max(r.n_classes for r in reports)
+        side = min(3.0 + 0.35 * k, 9.0)
+        fig = _figure((side * n + 0.4, side), fig)
+        axes = np.atleast_1d(fig.subplots(1, n, squeeze=False)).ravel()
+    else:
+        axes = np.array([ax])
+    for a, r in zip(axes, reports):
+        m = np.asarray(r.confusion_matrix, dtype=float)
+        totals = m.sum(axis=1, keepdims=True)
+        share = np.divide(m, totals, out=np.zeros_like(m), where=totals > 0)
+        im = a.imshow(share, cmap="Blues", vmin=0.0, vmax=1.0)
+        im.set_gid(f"confusion:{r.prob_col}")
+        ticks = np.arange(r.n_classes)
+        a.set_xticks(ticks, [str(t) for t in ticks], fontsize=7)
+        a.set_yticks(ticks, [str(t) for t in ticks], fontsize=7)
+        if r.n_classes <= MAX_ANNOTATED_CLASSES:
+            for i in range(r.n_classes):
+                for j in range(r.n_classes):
+                    text = f"{m[i, j]:,.0f}" if m[i, j] == round(m[i, j]) else f"{m[i, j]:,.1f}"
+                    a.text(j, i, text, ha="center", va="center", fontsize=7,
+                           color="white" if share[i, j] > 0.5 else "black")
+        a.set(xlabel="predicted class (argmax)", ylabel="true class",
+              title=f"{r.prob_col}: accuracy {r.accuracy:.3g}")
+        a.figure.colorbar(im, ax=a, fraction=0.046, pad=0.04, label="share of the true class")
+    axes[0].figure.tight_layout()
+    return axes[0]
