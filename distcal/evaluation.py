@@ -357,8 +357,9 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
                                  "prob_cols cannot be combined with by= in this version")
         return evaluate_by(engine_impl, data, {"prob": prob_col, "label": label_col,
                                                "weight": weight_col}, names,
-                           report_from_ranges=report_from_ranges, prob_col=prob_col, n_bins=n_bins, strategy=strategy, bins=bins,
-                           threshold=threshold, confidence=confidence, roc_points=roc_points,
+                           report_from_ranges=report_from_ranges, prob_col=prob_col,
+                           n_bins=n_bins, strategy=strategy, bins=bins, threshold=threshold,
+                           confidence=confidence, roc_points=roc_points,
                            on_invalid=on_invalid, engine_opts=engine_opts)
     if score_index is None and (prob_cols is not None or _is_vector(name, data, prob_col)):
         from .multiclass_evaluation import evaluate_multiclass

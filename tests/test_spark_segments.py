@@ -94,8 +94,9 @@ def test_evaluate_and_threshold_by_equal_local_in_fixed_jobs(spark):
     for n_segments, n in ((1, 1500), (5, 2000), (2000, 6000)):
         df = eval_frame(n, n_segments, seed=60 + n_segments, null_keys=6)
         sdf = spark.createDataFrame(df)
-        rep, jobs[n_segments] = _jobs_of(spark, f"eval{n_segments}", lambda: distcal.evaluate(
-            sdf, weight_col="w", by="seg", n_ranges=4))
+        rep, jobs[n_segments] = _jobs_of(
+            spark, f"eval{n_segments}",
+            lambda sdf=sdf: distcal.evaluate(sdf, weight_col="w", by="seg", n_ranges=4))
         local = distcal.evaluate(df, weight_col="w", by="seg")
         assert_dicts_close({k: v for k, v in rep.to_dict().items() if k != "segments"},
                            {k: v for k, v in local.to_dict().items() if k != "segments"})
