@@ -507,7 +507,7 @@ def brute_threshold(score: np.ndarray, z: np.ndarray) -> tuple[float, float]:
 def test_threshold_by_segments_equal_brute_force_per_group(n_segments, n):
     df = eval_frame(n, n_segments, seed=50 + n_segments, null_keys=5)
     df = df.rename(columns={"prob": "score"})
-    df["w"] = np.round(df.w * 4) / 4  # exact sums: ties are ties
+    df["w"] = np.maximum(np.round(df.w * 4) / 4, 0.25)  # exact sums: ties are ties
     res = distcal.optimal_threshold(df, weight_col="w", cost_fp=1.0, cost_fn=3.0, by="seg")
     glob = distcal.optimal_threshold(df, weight_col="w", cost_fp=1.0, cost_fn=3.0)
     assert res.threshold == glob.threshold
