@@ -151,8 +151,13 @@ def cmd_evaluate(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
            "metrics": {r.prob_col: {"brier": r.brier, "log_loss": r.log_loss, "ece": r.ece,
                                     "auc": r.auc} for r in reports}}
     if by is not None:
-        out.update(by=by, segments={r.prob_col: len(r.segments) for r in reports})
+        out.update(by=by, segments={r.prob_col: _n_segments(r) for r in reports})
     return out
+
+
+def _n_segments(report: Any) -> int:
+    table = getattr(report, "segments", None)
+    return 0 if table is None else len(table)
 
 
 def cmd_threshold(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
