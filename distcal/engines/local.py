@@ -23,6 +23,7 @@ from ..core.validate import RowChecker
 from ..errors import DataError, column_not_found, output_column_exists
 from ..logs import describe_input, log, phase
 from ..tables import ColumnSource, is_path, open_source, read_table
+from . import refuse_cluster_frames as _refuse_cluster_frames
 from .base import ReportFn
 
 __all__ = ["Summary", "summarise", "LocalRanges", "LocalEngine", "valid_batches"]
@@ -173,14 +174,6 @@ class LocalRanges:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _refuse_cluster_frames(data: Any) -> None:
-    from . import engine_of
-
-    if engine_of(data) != "local":
-        raise TypeError(f"engine='local' would collect a {engine_of(data)} DataFrame's rows to "
-                        "this process; use engine='auto' (or the frame's own engine)")
 
 
 class LocalEngine:
