@@ -71,6 +71,36 @@ class EvaluationReport:
     # roc_complete, else at most roc_points of them (hull vertices included).
     n_distinct: int = 0
     roc_complete: bool = True
+    # evaluate(..., by=cols): one row per segment (the by columns, n_rows,
+    # weight, base_rate, mean_prob, log_loss, brier, ece, mce, auc), the
+    # worst calibrated (highest ECE) first; None without by.
+    segments: pd.DataFrame | None = field(default=None, compare=False)
+
+    def attach_segments(self, seg_eval: Any) -> None:
+        """Set ``segments`` from a :class:`~distcal.core.segment_metrics.SegmentEvaluation`."""
+        self.segments = seg_eval.table
+        self._segment_eval = seg_eval
+
+    @property
+    def segment_by(self) -> list[str]:
+        """The ``by`` columns of ``segments`` (empty without segments)."""
+        seg_eval = getattr(self, "_segment_eval", None)
+        return list(seg_eval.by) if seg_eval is not None else []
+
+    def segment_curve(self, key: Any) -> pd.DataFrame:
+        """One segment's calibration curve (columns as ``calibration_curve``).
+
+        ``key``: a value, or a tuple of values for several ``by`` columns.
+        Over the report's bins; from the sums of the same pass as
+        ``segments``. A key with no row is a ``KeyError``.
+        """
+        seg_eval = getattr(self, "_segment_eval", None)
+        if seg_eval is None:
+            raise KeyError("this report has no segments (evaluate(..., by=...))")
+        if not isinstance(key, tuple):
+            key = (key,)
+        curve: pd.DataFrame = seg_eval.curve(key, self.confidence)
+        return curve
 
     def __repr__(self) -> str:
         return (f"EvaluationReport(prob_col={self.prob_col!r}, n_rows={self.n_rows}, "
@@ -117,7 +147,14 @@ class EvaluationReport:
                 return int(v)
             return v
 
-        return {k: clean(getattr(self, k)) for k in self.__dataclass_fields__}
+        out = {k: clean(getattr(self, k)) for k in self.__dataclass_fields__
+               if k != "segments"}
+        if self.segments is not None:  # key values JSON can hold, others as text
+            out["segments"] = {c: [v if v is None or isinstance(v, (str, bool, int, float))
+                                   else str(v) for v in col]
+                               for c, col in clean(self.segments).items()}
+            out["segment_by"] = self.segment_by
+        return out
 
 
 def check_roc_points(roc_points: Any) -> int | None:
@@ -234,7 +271,8 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
              engine: str = DEFAULTS.engine, *, bins: Any = None,
              confidence: float = DEFAULTS.confidence, on_invalid: str = DEFAULTS.on_invalid,
              roc_points: int | None = 1000, score_index: int | None = None,
-             prob_cols: list[str] | None = None, **engine_opts: Any) -> Any:
+             prob_cols: list[str] | None = None, by: str | list[str] | None = None,
+             **engine_opts: Any) -> Any:
     """Calibration and discrimination metrics of the probabilities in ``prob_col``.
 
     Every metric is an exact sum over the ordered ranges of distinct
@@ -274,6 +312,17 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
         :class:`~distcal.multiclass_evaluation.MulticlassEvaluationReport`
         (log loss, Brier summed over classes, accuracy, top-label and
         class-wise ECE over ``n_bins`` uniform bins, confusion matrix).
+    by : str or list of str, optional
+        Also evaluate each distinct value (tuple) of these columns:
+        ``rep.segments`` is a DataFrame with one row per segment (the ``by``
+        columns, ``n_rows``, ``weight``, ``base_rate``, ``mean_prob``,
+        ``log_loss``, ``brier``, ``ece``, ``mce`` over the report's bins,
+        ``auc``: NaN where one class is missing), the highest ECE first;
+        ``rep.segment_curve(key)`` one segment's calibration curve. The rest
+        of the report is the global one, as without ``by``. One range
+        shuffle for all segments (docs/segments.md); rows with a null key
+        count in the global report only. The local engine holds the valid
+        rows in memory.
 
     Returns
     -------
@@ -299,6 +348,19 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
     name = resolve_engine(data, engine)
     engine_impl = get_engine(name)
     _, engine_opts = split_engine_options("evaluate", None, engine_opts, engine_impl.options)
+    if by is not None:
+        from .segment_evaluation import check_segment_by, evaluate_by
+
+        names = check_segment_by(by, columns)
+        if score_index is not None or prob_cols is not None:
+            raise ParameterError("by= evaluates one plain probability column; score_index and "
+                                 "prob_cols cannot be combined with by= in this version")
+        return evaluate_by(engine_impl, data, {"prob": prob_col, "label": label_col,
+                                               "weight": weight_col}, names,
+                           report_from_ranges=report_from_ranges, prob_col=prob_col,
+                           n_bins=n_bins, strategy=strategy, bins=bins, threshold=threshold,
+                           confidence=confidence, roc_points=roc_points,
+                           on_invalid=on_invalid, engine_opts=engine_opts)
     if score_index is None and (prob_cols is not None or _is_vector(name, data, prob_col)):
         from .multiclass_evaluation import evaluate_multiclass
 

@@ -496,6 +496,7 @@ def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
     prov = _provenance(reports, provenance, model)
     notes = _notes(reports, model)
     figures = _figures(reports, extras, costs, model, cost_fp, cost_fn)
+    figures += _segment_figures(reports)
 
     doc: dict[str, Any] = {"columns": [r.prob_col for r in reports]}
     doc["reports"] = {}
@@ -523,6 +524,7 @@ def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
     body = (f"{notes_html}<h2>Metrics</h2>{_table_html(reports, table)}"
             f"<p>{html.escape(cost_text)}</p>"
             f"<h2>Figures</h2><div class=\"figs\">{figs_html}</div>"
+            f"{_segments_html(reports)}"
             f"<h2>What the metrics mean</h2><dl class=\"legend\">{legend}</dl>")
     page = _page(body, _prov_html(prov), doc["columns"], fragment)
     return {"json": doc, "html": page, "figures": figures}
@@ -563,3 +565,88 @@ def report_html_fragment(report: Any, **kwargs: Any) -> str:
     :func:`build_document` (``cost_fp``, ``cost_fn``, ``model``).
     """
     return str(build_document(report, fragment=True, **kwargs)["html"])
+
+
+# -- per-segment evaluation (evaluate(..., by=...)) ---------------------------------
+
+#: Segments listed in the HTML table (the worst calibrated first) and drawn
+#: in the small-multiples reliability figure.
+SEGMENT_ROWS, SEGMENT_PLOTS = 20, 6
+
+_SEGMENT_COLUMNS = (("n_rows", "rows", "count"), ("weight", "weight", "weight"),
+                    ("base_rate", "base rate", "metric"), ("mean_prob", "mean prob", "metric"),
+                    ("log_loss", "log loss", "metric"), ("brier", "Brier", "metric"),
+                    ("ece", "ECE", "metric"), ("mce", "MCE", "metric"), ("auc", "AUC", "metric"))
+
+
+def _with_segments(reports: list[EvaluationReport]) -> list[EvaluationReport]:
+    return [r for r in reports if getattr(r, "segments", None) is not None]
+
+
+def _key_text(r: EvaluationReport, row: Any) -> str:
+    return ", ".join(f"{b}={row[b]}" for b in r.segment_by)
+
+
+def _segments_html(reports: list[EvaluationReport]) -> str:
+    """Per report with segments: the worst calibrated segments (highest ECE first)."""
+    out = []
+    for r in _with_segments(reports):
+        table = r.segments
+        by = r.segment_by
+        head = "".join(f"<th scope=\"col\">{html.escape(b)}</th>" for b in by) + "".join(
+            f"<th scope=\"col\">{html.escape(label)}</th>" for _, label, _ in _SEGMENT_COLUMNS)
+        rows = []
+        for _, row in table.head(SEGMENT_ROWS).iterrows():
+            keys = "".join(f"<th scope=\"row\">{html.escape(str(row[b]))}</th>" for b in by)
+            cells = "".join(f"<td data-col=\"{c}\">{html.escape(format_value(row[c], kind))}</td>"
+                            for c, _, kind in _SEGMENT_COLUMNS)
+            rows.append(f"<tr>{keys}{cells}</tr>")
+        rest = len(table) - min(len(table), SEGMENT_ROWS)
+        more = (f"<p>and {rest:,} more segment{'s' if rest != 1 else ''} (all of them in "
+                "report.json, <code>segments</code>).</p>" if rest else "")
+        out.append(
+            f"<h2>Segments by {html.escape(', '.join(by))}: {html.escape(r.prob_col)}</h2>"
+            f"<p>{len(table):,} segment{'s' if len(table) != 1 else ''}, the worst calibrated "
+            "(highest ECE over the report's bins) first; rows with a null key count in the "
+            "global metrics only.</p>"
+            f"<div class=\"scroll\"><table class=\"segments\" "
+            f"data-col=\"{html.escape(r.prob_col, quote=True)}\"><thead><tr>{head}</tr></thead>"
+            "<tbody>\n" + "\n".join(rows) + f"\n</tbody></table></div>{more}")
+    return "".join(out)
+
+
+def _segment_figures(reports: list[EvaluationReport]) -> list[tuple[str, str, str, bytes]]:
+    """Small multiples: the reliability curves of the worst calibrated segments."""
+    from matplotlib.figure import Figure
+
+    out = []
+    with_segments = _with_segments(reports)
+    for i, r in enumerate(with_segments):
+        worst = r.segments.head(SEGMENT_PLOTS)
+        if not len(worst):
+            continue
+        ncols = min(3, len(worst))
+        nrows = -(-len(worst) // ncols)
+        fig = Figure(figsize=(3.2 * ncols, 3.1 * nrows), layout="constrained")
+        axes = np.atleast_1d(fig.subplots(nrows, ncols, sharex=True, sharey=True)).ravel()
+        heaviest = max(float(r.segment_curve(tuple(row[b] for b in r.segment_by))["weight"].max())
+                       for _, row in worst.iterrows())
+        for ax, (_, row) in zip(axes, worst.iterrows()):
+            curve = r.segment_curve(tuple(row[b] for b in r.segment_by))
+            ax.plot([0, 1], [0, 1], color="#999", lw=0.8, ls="--")
+            ax.plot(curve["prob_pred"], curve["prob_true"], color="#1f77b4", lw=1)
+            ax.scatter(curve["prob_pred"], curve["prob_true"], color="#1f77b4", zorder=3,
+                       s=np.maximum(200.0 * curve["weight"] / heaviest, 4.0))
+            ax.set_title(f"{_key_text(r, row)}\nECE {format_value(row['ece'], 'metric')}, "
+                         f"{format_value(row['n_rows'], 'count')} rows", fontsize=9)
+            ax.set_xlim(0, 1)
+            ax.set_ylim(0, 1)
+        for ax in axes[len(worst):]:
+            ax.set_visible(False)
+        fig.supxlabel("mean predicted probability", fontsize=9)
+        fig.supylabel("observed positive rate", fontsize=9)
+        stem = "segments_reliability" if len(with_segments) == 1 else f"segments_reliability_{i}"
+        out.append((stem, f"Worst calibrated segments: {r.prob_col}",
+                    f"Reliability curves of the {len(worst)} segments with the highest ECE "
+                    f"for '{r.prob_col}', marker area proportional to bin weight", _png(fig)))
+    return out

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from .core.distinct import DistinctTable
 from .core.threshold import (
@@ -37,7 +38,10 @@ class ThresholdResult:
     total cost; with a per-row loss, the minimal sum of z),
     ``n_positive_predicted`` (weight predicted positive), and the weighted
     confusion at the threshold (``tp``, ``fp``, ``tn``, ``fn``; NaN with a
-    per-row loss, which has no labels).
+    per-row loss, which has no labels). With ``optimal_threshold(...,
+    by=cols)``, ``segments`` holds one row per segment (the ``by`` columns,
+    ``n_rows``, ``weight``, ``threshold``, ``cost``, ``fp``, ``fn``, ``tp``,
+    ``tn``, ``predict_none``); the other fields are the global result's.
     """
 
     threshold: float
@@ -50,9 +54,26 @@ class ThresholdResult:
     n_rows: int = 0
     dropped_rows: int = 0
     predict_none: bool = False
+    segments: pd.DataFrame | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The fields as a dict; ``segments`` (when present) as a list of row dicts."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "segments"}
+        if self.segments is not None:
+            out["segments"] = [{str(k): _plain(v) for k, v in row.items()}
+                               for row in self.segments.to_dict(orient="records")]
+        return out
+
+
+def _plain(v: Any) -> Any:
+    """numpy scalars as Python numbers; other key values JSON cannot hold as text."""
+    if isinstance(v, (np.bool_, bool)):
+        return bool(v)
+    if isinstance(v, np.integer):
+        return int(v)
+    if isinstance(v, np.floating):
+        return float(v)
+    return v if v is None or isinstance(v, (str, int, float)) else str(v)
 
 
 def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
@@ -61,7 +82,8 @@ def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
                       cost_fp: float = DEFAULTS.cost_fp, cost_fn: float = DEFAULTS.cost_fn,
                       loss_col: str | None = DEFAULTS.loss_col, engine: str = DEFAULTS.engine,
                       on_invalid: str = DEFAULTS.on_invalid, *,
-                      score_index: int | None = None, **engine_opts: Any) -> ThresholdResult:
+                      score_index: int | None = None, by: str | list[str] | None = None,
+                      **engine_opts: Any) -> ThresholdResult:
     """Threshold t of the rule "positive iff score >= t" minimising the total cost.
 
     The cost is ``cost_fp`` * (weight of negatives predicted positive) +
@@ -84,6 +106,11 @@ def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
     engine, on_invalid, score_index, **engine_opts
         As for :func:`distcal.fit` (``score_index``: element of a vector
         ``score_col``).
+    by : str or list of str, optional
+        Also the optimal threshold of each distinct value (tuple) of these
+        columns, in ``res.segments`` (one pass for every segment;
+        docs/segments.md). Rows with a null key count in the global result
+        only.
 
     Returns
     -------
@@ -123,6 +150,25 @@ def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
         z = t.positives if per_row_loss else loss_per_score(t, cost_fp, cost_fn)
         return summarise_segment(t.score, z, t.weight, t.positives)
 
+    if by is not None:
+        from dataclasses import replace
+
+        from .errors import ParameterError
+        from .segment_evaluation import check_segment_by, threshold_by
+
+        names = check_segment_by(by, columns)
+        if score_index is not None:
+            raise ParameterError("by= reads a plain score column; score_index cannot be "
+                                 "combined with by= in this version")
+
+        def result(seg: SegmentSummary, n_rows: int, dropped_rows: int) -> ThresholdResult:
+            return result_from_segment(seg, cost_fp, cost_fn, per_row_loss, n_rows,
+                                       dropped_rows)
+
+        glob, table = threshold_by(engine_impl, data, columns, names, summary=summary,
+                                   result=result, on_invalid=on_invalid,
+                                   engine_opts=engine_opts)
+        return replace(glob, segments=table)
     with engine_impl.open_ranges(data, columns, on_invalid=on_invalid, passes=1,
                                  score_index=score_index, **engine_opts) as ranges:
         seg = EMPTY

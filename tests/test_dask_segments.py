@@ -62,3 +62,31 @@ def test_methods_and_transform_equal_local(client, method, params):
                                rtol=1e-6 if method == "sigmoid" else 1e-12, equal_nan=True)
     with pytest.raises(distcal.DataError, match="'market'"):
         distcal.fit(ddf, by="market")
+
+
+def test_evaluate_and_threshold_by_equal_local(client):
+    """5 and 2,000 segments evaluated, 1 and 2,000 thresholds on the cluster: the local
+    engine's numbers (1e-9)."""
+    import dask.dataframe as dd
+    from test_segments import assert_dicts_close, eval_frame
+
+    for n_segments, n, what in ((1, 1000, "threshold"), (5, 1500, "evaluate"),
+                                (2000, 6000, "both")):
+        df = eval_frame(n, n_segments, seed=70 + n_segments, null_keys=6)
+        ddf = dd.from_pandas(df, npartitions=3, sort=False)
+        if what != "threshold":
+            rep = distcal.evaluate(ddf, weight_col="w", by="seg", n_ranges=4)
+            local = distcal.evaluate(df, weight_col="w", by="seg")
+            assert_dicts_close({k: v for k, v in rep.to_dict().items() if k != "segments"},
+                               {k: v for k, v in local.to_dict().items() if k != "segments"})
+            key = ["seg"]
+            pd.testing.assert_frame_equal(
+                rep.segments.sort_values(key).reset_index(drop=True),
+                local.segments.sort_values(key).reset_index(drop=True), rtol=1e-9)
+        if what != "evaluate":
+            scored = ddf.rename(columns={"prob": "score"})
+            res = distcal.optimal_threshold(scored, weight_col="w", cost_fn=2.0, by="seg")
+            expect = distcal.optimal_threshold(df.rename(columns={"prob": "score"}),
+                                               weight_col="w", cost_fn=2.0, by="seg")
+            assert res.threshold == expect.threshold
+            pd.testing.assert_frame_equal(res.segments, expect.segments, rtol=1e-9)

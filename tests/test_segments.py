@@ -355,3 +355,224 @@ def test_readme_segments_example_prints_its_table(tmp_path):
     r = run_block(example, tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == table.strip()
+
+
+# -- per-segment evaluation and thresholds (evaluate / optimal_threshold by=) ---------
+
+def eval_frame(n: int, n_segments: int, seed: int = 0, null_keys: int = 0) -> pd.DataFrame:
+    """Probabilities miscalibrated differently per segment; some segments of one class."""
+    rng = np.random.default_rng(seed)
+    g = np.concatenate([np.arange(n_segments), rng.integers(0, n_segments, n - n_segments)])
+    p = np.round(rng.random(n), 3)
+    shift = np.linspace(-0.25, 0.25, n_segments)[g]
+    y = (rng.random(n) < np.clip(p + shift, 0, 1)).astype(np.int64)
+    df = pd.DataFrame({"prob": p, "label": y, "w": rng.uniform(0.1, 2.0, n),
+                       "seg": [f"s{i:04d}" for i in g]})
+    df.loc[df.index[:null_keys], "seg"] = None
+    return df
+
+
+def assert_dicts_close(a, b, rtol: float = 1e-9) -> None:
+    """Equal JSON-like values, numbers to ``rtol``."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and a.keys() == b.keys()
+        for k in a:
+            assert_dicts_close(a[k], b[k], rtol)
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b)
+        for x, y in zip(a, b):
+            assert_dicts_close(x, y, rtol)
+    elif isinstance(a, float) and not isinstance(a, bool):
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=1e-13)
+    else:
+        assert a == b
+
+
+def numpy_ece(p: np.ndarray, y: np.ndarray, w: np.ndarray, n_bins: int = 10) -> tuple:
+    """ECE and MCE over scikit-learn's uniform bins, from the rows (brute force)."""
+    ids = np.searchsorted(np.linspace(0, 1, n_bins + 1)[1:-1], p)
+    ece, mce = 0.0, 0.0
+    for b in np.unique(ids):
+        m = ids == b
+        gap = abs(np.average(y[m], weights=w[m]) - np.average(p[m], weights=w[m]))
+        ece += w[m].sum() / w.sum() * gap
+        mce = max(mce, gap)
+    return ece, mce
+
+
+def assert_segments_equal_oracles(rep, df: pd.DataFrame, every: int = 1) -> None:
+    """Each segment's row equals scikit-learn's metrics and a numpy ECE of its rows."""
+    from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
+
+    table = rep.segments.set_index("seg")
+    groups = list(df.dropna(subset=["seg"]).groupby("seg"))
+    assert len(table) == len(groups)
+    for name, g in groups[::every]:
+        row = table.loc[name]
+        p, y, w = g.prob.to_numpy(), g.label.to_numpy(), g.w.to_numpy()
+        assert row.n_rows == len(g)
+        np.testing.assert_allclose(row.weight, w.sum(), rtol=1e-12)
+        np.testing.assert_allclose(row.base_rate, np.average(y, weights=w), rtol=1e-9)
+        np.testing.assert_allclose(row.mean_prob, np.average(p, weights=w), rtol=1e-9)
+        np.testing.assert_allclose(row.log_loss, log_loss(y, p, sample_weight=w, labels=[0, 1]),
+                                   rtol=1e-9)
+        np.testing.assert_allclose(row.brier, brier_score_loss(y, p, sample_weight=w),
+                                   rtol=1e-9, atol=1e-15)
+        ece, mce = numpy_ece(p, y, w)
+        np.testing.assert_allclose([row.ece, row.mce], [ece, mce], rtol=1e-9, atol=1e-15)
+        if 0 < y.sum() < len(y):
+            np.testing.assert_allclose(row.auc, roc_auc_score(y, p, sample_weight=w), rtol=1e-9)
+        else:
+            assert np.isnan(row.auc)
+
+
+@pytest.mark.parametrize("n_segments,n", [(1, 2000), (5, 3000), (2000, 8000)])
+def test_evaluate_by_segments_equal_sklearn_per_group(n_segments, n):
+    df = eval_frame(n, n_segments, seed=40 + n_segments, null_keys=11)
+    rep = distcal.evaluate(df, weight_col="w", by="seg")
+    assert_segments_equal_oracles(rep, df, every=max(1, n_segments // 60))
+    # the worst calibrated first
+    assert (np.diff(rep.segments.ece.to_numpy()) <= 0).all()
+    # the rest of the report is the global one, null keys included
+    plain = distcal.evaluate(df, weight_col="w")
+    assert_dicts_close({k: v for k, v in rep.to_dict().items() if not k.startswith("segment")},
+                       plain.to_dict())
+    assert rep.n_rows == len(df) and rep.segments.n_rows.sum() == len(df) - 11
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.integers(0, 4), st.sampled_from([0.0, 0.1, 0.35, 0.5, 0.9, 1.0]),
+                          st.integers(0, 1), st.integers(1, 3)), min_size=1, max_size=60))
+def test_property_each_segment_is_its_own_evaluation(rows):
+    df = pd.DataFrame(rows, columns=["seg", "prob", "label", "w"])
+    rep = distcal.evaluate(df, weight_col="w", by="seg")
+    table = rep.segments.set_index("seg")
+    for name, g in df.groupby("seg"):
+        own = distcal.evaluate(g, weight_col="w")
+        row = table.loc[name]
+        assert row.n_rows == own.n_rows
+        np.testing.assert_allclose([row.weight, row.brier, row.log_loss, row.ece, row.mce],
+                                   [own.weight_total, own.brier, own.log_loss, own.ece, own.mce],
+                                   rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(row.auc, own.auc, rtol=1e-12, equal_nan=True)
+        pd.testing.assert_frame_equal(rep.segment_curve(name), own.calibration_curve,
+                                      rtol=1e-12)
+
+
+def test_evaluate_by_fractional_labels_several_columns_and_quantile_bins():
+    rng = np.random.default_rng(44)
+    n = 600
+    df = pd.DataFrame({"prob": rng.random(n), "label": rng.integers(0, 5, n) / 4,
+                       "a": rng.integers(0, 3, n), "b": rng.choice(["x", "y"], n)})
+    rep = distcal.evaluate(df, by=["a", "b"], strategy="quantile", n_bins=4)
+    assert rep.segment_by == ["a", "b"] and len(rep.segments) == 6
+    edges = np.asarray(rep.bin_edges)
+    assert edges[0] == df.prob.min() and edges[-1] == df.prob.max()  # the global quantiles
+    for (a, b), g in df.groupby(["a", "b"]):
+        row = rep.segments[(rep.segments.a == a) & (rep.segments.b == b)].iloc[0]
+        np.testing.assert_allclose(row.brier, np.mean((g.prob - g.label) ** 2), rtol=1e-12)
+        own = distcal.evaluate(g, bins=edges)  # the segments share the report's bins
+        np.testing.assert_allclose([row.ece, row.mce, row.log_loss],
+                                   [own.ece, own.mce, own.log_loss], rtol=1e-12)
+    d = json.loads(json.dumps(rep.to_dict()))
+    assert d["segment_by"] == ["a", "b"] and len(d["segments"]["ece"]) == 6
+
+
+def test_evaluate_by_bad_input():
+    df = eval_frame(300, 3, seed=45)
+    with pytest.raises(DataError, match="'nope'"):
+        distcal.evaluate(df, by="nope")
+    with pytest.raises(ParameterError, match="prob"):
+        distcal.evaluate(df, by="prob")
+    df.loc[df.index[:2], "prob"] = 1.5
+    with pytest.raises(DataError, match=r"column 'prob': 2 rows are outside \[0, 1\]"):
+        distcal.evaluate(df, by="seg")
+    rep = distcal.evaluate(df, by="seg", on_invalid="drop")
+    assert rep.dropped_rows == 2 and rep.segments.n_rows.sum() == len(df) - 2
+    with pytest.raises(KeyError):
+        rep.segment_curve("zzz")
+
+
+def brute_threshold(score: np.ndarray, z: np.ndarray) -> tuple[float, float]:
+    """The largest t minimising the sum of z over score >= t (t = +inf: nothing)."""
+    best_t, best = np.inf, 0.0
+    for t in np.unique(score)[::-1]:
+        c = z[score >= t].sum()
+        if c < best - 1e-9:
+            best_t, best = float(t), float(c)
+    return best_t, best
+
+
+@pytest.mark.parametrize("n_segments,n", [(1, 500), (5, 1500), (2000, 6000)])
+def test_threshold_by_segments_equal_brute_force_per_group(n_segments, n):
+    df = eval_frame(n, n_segments, seed=50 + n_segments, null_keys=5)
+    df = df.rename(columns={"prob": "score"})
+    df["w"] = np.maximum(np.round(df.w * 4) / 4, 0.25)  # exact sums: ties are ties
+    res = distcal.optimal_threshold(df, weight_col="w", cost_fp=1.0, cost_fn=3.0, by="seg")
+    glob = distcal.optimal_threshold(df, weight_col="w", cost_fp=1.0, cost_fn=3.0)
+    assert res.threshold == glob.threshold
+    np.testing.assert_allclose([res.cost, res.tp, res.fp], [glob.cost, glob.tp, glob.fp],
+                               rtol=1e-12)
+    table = res.segments.set_index("seg")
+    groups = list(df.dropna(subset=["seg"]).groupby("seg"))
+    assert len(table) == len(groups)
+    for name, g in groups[::max(1, n_segments // 60)]:
+        row = table.loc[name]
+        w, y, s = g.w.to_numpy(), g.label.to_numpy(), g.score.to_numpy()
+        t, extra = brute_threshold(s, w * (1.0 - y) - 3.0 * w * y)
+        assert row.threshold == t
+        np.testing.assert_allclose(row.cost, 3.0 * (w * y).sum() + extra, rtol=1e-12)
+        pos = s >= t
+        np.testing.assert_allclose([row.tp, row.fp, row.fn, row.tn],
+                                   [(w * y)[pos].sum(), (w * (1 - y))[pos].sum(),
+                                    (w * y)[~pos].sum(), (w * (1 - y))[~pos].sum()],
+                                   rtol=1e-12, atol=1e-12)
+        own = distcal.optimal_threshold(g, weight_col="w", cost_fp=1.0, cost_fn=3.0)
+        assert (row.threshold, row.cost, row.predict_none, row.n_rows) == \
+            (own.threshold, own.cost, own.predict_none, own.n_rows)
+
+
+def test_threshold_by_per_row_loss():
+    rng = np.random.default_rng(52)
+    df = pd.DataFrame({"score": rng.integers(0, 30, 400).astype(float),
+                       "z": rng.integers(-5, 6, 400).astype(float),
+                       "seg": rng.choice(["a", "b", "c"], 400)})
+    res = distcal.optimal_threshold(df, loss_col="z", by="seg")
+    for name, g in df.groupby("seg"):
+        row = res.segments.set_index("seg").loc[name]
+        t, best = brute_threshold(g.score.to_numpy(), g.z.to_numpy())
+        assert (row.threshold, row.cost) == (t, best)
+        assert np.isnan(row.tp)
+    d = json.loads(json.dumps(res.to_dict()))
+    assert [r["seg"] for r in d["segments"]] == ["a", "b", "c"]
+
+
+def test_cli_evaluate_and_threshold_by(tmp_path, capsys):
+    from distcal.cli.main import main
+
+    df = eval_frame(3000, 30, seed=53, null_keys=4)
+    df["score"] = df.prob
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp_path / "in.parquet")
+    assert main(["evaluate", "--input", str(tmp_path / "in.parquet"), "--output",
+                 str(tmp_path / "rep"), "--prob-col", "prob", "--weight-col", "w",
+                 "--by", "seg"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["segments"] == {"prob": 30}
+    doc = json.loads((tmp_path / "rep" / "report.json").read_text())
+    expect = distcal.evaluate(df, weight_col="w", by="seg").segments
+    assert doc["segment_by"] == ["seg"]
+    assert doc["segments"]["seg"] == expect.seg.tolist()  # worst calibrated first
+    np.testing.assert_allclose(doc["segments"]["ece"], expect.ece, rtol=1e-12)
+    page = (tmp_path / "rep" / "report.html").read_text()
+    assert "Segments by seg: prob" in page and "and 10 more segments" in page
+    worst = expect.iloc[0]
+    assert f"<th scope=\"row\">{worst.seg}</th>" in page
+    assert f"<th scope=\"row\">{expect.iloc[25].seg}</th>" not in page  # beyond the top 20
+    assert "fig-segments_reliability" in page
+    assert (tmp_path / "rep" / "segments_reliability.png").stat().st_size > 1000
+    assert main(["threshold", "--input", str(tmp_path / "in.parquet"), "--weight-col", "w",
+                 "--cost-fn", "2", "--by", "seg"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    res = distcal.optimal_threshold(df, weight_col="w", cost_fn=2.0, by="seg")
+    assert out["threshold"] == res.threshold and len(out["segments"]) == 30
+    assert out["segments"] == res.to_dict()["segments"]

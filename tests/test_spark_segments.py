@@ -80,3 +80,37 @@ def test_fit_on_spark_saves_and_loads(spark, tmp_path):
                                rtol=1e-12)
     with pytest.raises(distcal.DataError, match="'market'"):
         distcal.fit(spark.createDataFrame(df), by="market")
+
+
+def _by_key(table: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    return table.sort_values(by, kind="stable").reset_index(drop=True)
+
+
+def test_evaluate_and_threshold_by_equal_local_in_fixed_jobs(spark):
+    """1 and 2,000 segments evaluated, 5 and 2,000 thresholds: the local engine's numbers
+    (1e-9), and as many Spark jobs for 2,000 segments as for one."""
+    from test_segments import assert_dicts_close, eval_frame
+
+    jobs = {}
+    for n_segments, n, what in ((1, 1000, "evaluate"), (5, 1500, "threshold"),
+                                (2000, 6000, "both")):
+        df = eval_frame(n, n_segments, seed=60 + n_segments, null_keys=6)
+        sdf = spark.createDataFrame(df)
+        if what != "threshold":
+            rep, jobs[n_segments] = _jobs_of(
+                spark, f"eval{n_segments}",
+                lambda sdf=sdf: distcal.evaluate(sdf, weight_col="w", by="seg", n_ranges=4))
+            local = distcal.evaluate(df, weight_col="w", by="seg")
+            assert_dicts_close({k: v for k, v in rep.to_dict().items() if k != "segments"},
+                               {k: v for k, v in local.to_dict().items() if k != "segments"})
+            pd.testing.assert_frame_equal(_by_key(rep.segments, ["seg"]),
+                                          _by_key(local.segments, ["seg"]), rtol=1e-9)
+        if what != "evaluate":
+            res = distcal.optimal_threshold(sdf.withColumnRenamed("prob", "score"),
+                                            weight_col="w", cost_fn=2.0, by="seg", n_ranges=4)
+            expect = distcal.optimal_threshold(df.rename(columns={"prob": "score"}),
+                                               weight_col="w", cost_fn=2.0, by="seg")
+            assert res.threshold == expect.threshold
+            pd.testing.assert_frame_equal(res.segments, expect.segments, rtol=1e-9)
+    # no job per segment
+    assert jobs[1] == jobs[2000], jobs

@@ -13,7 +13,7 @@ from ..api import fit
 from ..defaults import DEFAULTS
 from ..discretize import discretize
 from ..errors import UsageError
-from ..evaluation import evaluate_many
+from ..evaluation import evaluate, evaluate_many
 from ..threshold import optimal_threshold
 from .backend import Backend
 
@@ -161,15 +161,31 @@ def cmd_evaluate(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     io.check_paths(opts, outputs=[opts["output"]])
     data = io.read(opts)
     io.refuse_existing(opts["output"], opts["overwrite"])
-    reports = list(evaluate_many(
-        data, predictions, label_col=opts["label_col"], weight_col=opts["weight_col"],
-        n_bins=opts.get("n_bins") or DEFAULTS.n_bins,
-        strategy=opts.get("strategy") or DEFAULTS.strategy, threshold=opts["threshold"],
-        engine=io.engine, on_invalid=opts["on_invalid"]).values())
+    kw = {"label_col": opts["label_col"], "weight_col": opts["weight_col"],
+          "n_bins": opts.get("n_bins") or DEFAULTS.n_bins,
+          "strategy": opts.get("strategy") or DEFAULTS.strategy,
+          "threshold": opts["threshold"], "engine": io.engine,
+          "on_invalid": opts["on_invalid"]}
+    by = _by_columns(opts.get("by"))
+    if by is None:
+        reports = list(evaluate_many(data, predictions, **kw).values())
+    else:  # one segmented evaluation per column (each on its own valid rows)
+        if any(not isinstance(p, str) for p in predictions):
+            raise UsageError("--by evaluates binary probability columns (--prob-col); "
+                             "it does not take --prob-cols")
+        reports = [evaluate(data, prob_col=c, by=by, **kw) for c in dict.fromkeys(predictions)]
     io.write_report(reports, opts["output"], opts["overwrite"],
                     provenance=_provenance(opts, "evaluate"))
-    return {"report": str(opts["output"]),
-            "metrics": {r.prob_col: _summary(r) for r in reports}}
+    out = {"report": str(opts["output"]),
+           "metrics": {r.prob_col: _summary(r) for r in reports}}
+    if by is not None:
+        out.update(by=by, segments={r.prob_col: _n_segments(r) for r in reports})
+    return out
+
+
+def _n_segments(report: Any) -> int:
+    table = getattr(report, "segments", None)
+    return 0 if table is None else len(table)
 
 
 def cmd_threshold(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
@@ -178,12 +194,16 @@ def cmd_threshold(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
                                     cost_fp=opts["cost_fp"], cost_fn=opts["cost_fn"],
                                     loss_col=opts["loss_col"], engine=io.engine,
                                     on_invalid=opts["on_invalid"],
-                                    score_index=opts.get("score_index"))
+                                    score_index=opts.get("score_index"),
+                                    by=_by_columns(opts.get("by")))
     # +inf (predict nothing positive) prints as JSON's customary Infinity, which
     # Python's json, JavaScript and pandas read back as a number.
-    return {"threshold": res.threshold, "predict_none": res.predict_none, "cost": res.cost,
-            "tp": res.tp, "fp": res.fp,
-            "tn": res.tn, "fn": res.fn, "n_positive_predicted": res.n_positive_predicted}
+    out = {"threshold": res.threshold, "predict_none": res.predict_none, "cost": res.cost,
+           "tp": res.tp, "fp": res.fp,
+           "tn": res.tn, "fn": res.fn, "n_positive_predicted": res.n_positive_predicted}
+    if res.segments is not None:
+        out["segments"] = res.to_dict()["segments"]
+    return out
 
 
 def cmd_discretize(opts: dict[str, Any], io: Backend) -> dict[str, Any]:

@@ -111,6 +111,10 @@ OPTIONS: tuple[Option, ...] = (
            commands=("fit",)),
     Option("by", str, "fit one map per value of these columns (comma-separated), plus the "
            "global map (default: none, one map)", commands=("fit",)),
+    Option("by", str, "also report each value of these columns (comma-separated): "
+           "evaluate adds a table of segments, worst calibrated first, and their reliability "
+           "curves; threshold adds each segment's threshold (default: none)",
+           commands=("evaluate", "threshold")),
     Option("min-segment-weight", float, "with --by: segments of less total weight use the "
            "global map (default: 0)", commands=("fit",), default=0.0),
     Option("n-bins", int, f"histogram / calibration-curve bins (default: {DEFAULTS.n_bins})",

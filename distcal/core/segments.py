@@ -32,7 +32,8 @@ from .distinct import DistinctTable, pool_ties
 from .validate import RowChecker
 
 __all__ = ["factorize_keys", "SegmentTables", "pool_segments", "RangeSummary",
-           "summarise_range", "gather_segments", "check_rows", "pool_range", "SegmentParts"]
+           "summarise_range", "gather_segments", "check_rows", "pool_range", "SegmentParts",
+           "value_roles"]
 
 
 def _python_values(uniques: Any) -> list[Any]:
@@ -82,6 +83,9 @@ class SegmentTables:
     starts: np.ndarray
     table: DistinctTable
     binary: np.ndarray
+    # Sum of w * y^2 per row of ``table`` (the Brier score of fractional
+    # labels needs it; evaluation only), else None.
+    wyy: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -97,19 +101,22 @@ class SegmentTables:
 
 def pool_segments(codes: np.ndarray, keys: list[tuple[Any, ...]], score: np.ndarray,
                   weight: np.ndarray, positives: np.ndarray, count: np.ndarray,
-                  label_sum: np.ndarray, nonbinary: np.ndarray) -> SegmentTables:
+                  label_sum: np.ndarray, nonbinary: np.ndarray,
+                  wyy: np.ndarray | None = None) -> SegmentTables:
     """Pool rows (or already pooled rows) by (segment, score).
 
     ``codes`` index ``keys`` (-1: no segment, left out). The other arrays
     are sums over the rows of each input item: raw rows have weight w,
     positives w * y, count 1, label_sum y and nonbinary ``y not in {0, 1}``.
     One lexicographic sort; equal (code, score) pairs are summed, so pooling
-    pooled items again is exact (pooling commutes, docs/design.md).
+    pooled items again is exact (pooling commutes, docs/design.md). ``wyy``
+    (w * y^2 per item), if given, is pooled too.
     """
     live = codes >= 0
     if not live.all():
         codes, score, weight, positives, count, label_sum, nonbinary = (
             a[live] for a in (codes, score, weight, positives, count, label_sum, nonbinary))
+        wyy = None if wyy is None else wyy[live]
     order = np.lexsort((score, codes))
     c, s = codes[order], score[order] + 0.0  # -0.0 and 0.0 are one score
     n = c.shape[0]
@@ -133,7 +140,8 @@ def pool_segments(codes: np.ndarray, keys: list[tuple[Any, ...]], score: np.ndar
     seg_starts = np.append(first, seg_of_row.shape[0])
     bad = (np.add.reduceat(pooled(nonbinary.astype(np.int64)), first) if first.shape[0]
            else np.zeros(0, dtype=np.int64))
-    return SegmentTables([keys[i] for i in present], seg_starts, table, bad == 0)
+    return SegmentTables([keys[i] for i in present], seg_starts, table, bad == 0,
+                         None if wyy is None else pooled(wyy).astype(np.float64))
 
 
 @dataclass(frozen=True)
@@ -223,16 +231,34 @@ def check_rows(arrays: dict[str, np.ndarray], text: dict[str, np.ndarray],
     kept = n if keep is None else int(np.count_nonzero(keep))
     weight_total = float(kept) if w is None else float(w[keep].sum() if keep is not None
                                                        else w.sum())
+    sum_wyy = 0.0
+    if "prob" in columns:  # the Brier score's label term, as pool_valid_rows gathers it
+        y = arrays["label"] if keep is None else arrays["label"][keep]
+        wk = None if w is None else (w if keep is None else w[keep])
+        sum_wyy = float(np.dot(y * wk, y) if wk is not None else np.dot(y, y))
     stats = {"problems": checker.problems, "rows": checker.rows_seen,
              "invalid": checker.rows_invalid, "n_rows": kept, "weight_total": weight_total,
-             "sum_wyy": 0.0}
+             "sum_wyy": sum_wyy}
     return keep, stats
 
 
+def value_roles(columns: dict[str, Any]) -> tuple[str, str]:
+    """The roles of the ordered value and of the target: ("score" or "prob", "label" or "loss").
+
+    A fit orders rows by score; an evaluation by probability; a threshold
+    with a per-row loss pools the loss in place of the label.
+    """
+    return ("prob" if "prob" in columns else "score",
+            "loss" if "loss" in columns else "label")
+
+
 def pool_range(score: np.ndarray, label: np.ndarray, weight: np.ndarray | None,
-               key_columns: Sequence[Any], segments: bool = True
+               key_columns: Sequence[Any], segments: bool = True, with_wyy: bool = False
                ) -> tuple[DistinctTable, SegmentTables | None]:
-    """The global distinct-score table of a range's valid rows and, if asked, every segment's."""
+    """The global distinct-score table of a range's valid rows and, if asked, every segment's.
+
+    ``with_wyy``: the segments also pool w * y^2 (evaluation's Brier score).
+    """
     table = pool_ties(score, label, weight)
     if not segments:
         return table, None
@@ -240,7 +266,8 @@ def pool_range(score: np.ndarray, label: np.ndarray, weight: np.ndarray | None,
     w = np.ones(score.shape[0]) if weight is None else weight
     return table, pool_segments(codes, keys, score, w, w * label,
                                 np.ones(score.shape[0], dtype=np.int64), label,
-                                (label != 0.0) & (label != 1.0))
+                                (label != 0.0) & (label != 1.0),
+                                w * label * label if with_wyy else None)
 
 
 @dataclass(frozen=True)

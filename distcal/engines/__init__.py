@@ -28,6 +28,13 @@ def engine_of(data: Any) -> str:
     return "local"
 
 
+def refuse_cluster_frames(data: Any) -> None:
+    """``TypeError`` for a Spark or Dask frame given to the local engine (it would collect it)."""
+    if engine_of(data) != "local":
+        raise TypeError(f"engine='local' would collect a {engine_of(data)} DataFrame's rows to "
+                        "this process; use engine='auto' (or the frame's own engine)")
+
+
 def check_engine_name(engine: str) -> str:
     """``engine`` if it is "auto" or a known engine, else ``ValueError``."""
     if engine != "auto" and engine not in ENGINES:
@@ -56,10 +63,3 @@ def get_engine(name: str) -> Engine:
 
         return DaskEngine()
     raise ValueError(f"engine must be one of {ENGINES}, got {name!r}")
-
-
-def refuse_cluster_frames(data: Any) -> None:
-    """engine="local" on a Spark or Dask frame: a TypeError (it would collect every row)."""
-    if engine_of(data) != "local":
-        raise TypeError(f"engine='local' would collect a {engine_of(data)} DataFrame's rows to "
-                        "this process; use engine='auto' (or the frame's own engine)")

@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..core.distinct import DistinctTable
 from ..core.partition import add_up, range_bounds
-from ..core.segments import SegmentTables, check_rows, pool_range
+from ..core.segments import SegmentTables, check_rows, pool_range, value_roles
 from ..logs import log, phase
 from ..tables import ColumnSource
 from .local_segments import key_columns_of
@@ -41,7 +41,7 @@ def _valid_sorted(pdf: pd.DataFrame, columns: dict[str, str], by: list[str],
     if keep is not None:
         arrays = {r: a[keep] for r, a in arrays.items()}
         keys = [k[keep].reset_index(drop=True) for k in keys]
-    order = np.argsort(arrays["score"], kind="stable")
+    order = np.argsort(arrays[value_roles(columns)[0]], kind="stable")
     return ({r: a[order] for r, a in arrays.items()},
             [k.iloc[order].reset_index(drop=True) for k in keys]), stats
 
@@ -49,7 +49,7 @@ def _valid_sorted(pdf: pd.DataFrame, columns: dict[str, str], by: list[str],
 def _stats_and_sample(pair: tuple[Part, dict[str, Any]], size: int
                       ) -> tuple[dict[str, Any], np.ndarray, int]:
     (arrays, _), stats = pair
-    s = arrays["score"]
+    s = arrays[value_roles(arrays)[0]]
     if not s.shape[0]:
         return stats, np.zeros(0), 0
     idx = np.linspace(0, s.shape[0] - 1, min(size, s.shape[0])).astype(np.intp)
@@ -58,7 +58,7 @@ def _stats_and_sample(pair: tuple[Part, dict[str, Any]], size: int
 
 def _cut(pair: tuple[Part, dict[str, Any]], bounds: np.ndarray) -> list[Part]:
     (arrays, keys), _ = pair
-    s = arrays["score"]
+    s = arrays[value_roles(arrays)[0]]
     cuts = np.concatenate(([0], np.searchsorted(s, bounds, side="left"), [s.shape[0]]))
     return [({r: a[lo:hi] for r, a in arrays.items()}, [k.iloc[lo:hi] for k in keys])
             for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist())]
@@ -67,7 +67,9 @@ def _cut(pair: tuple[Part, dict[str, Any]], bounds: np.ndarray) -> list[Part]:
 def _pool(slices: list[Part], n_keys: int) -> tuple[DistinctTable, SegmentTables | None]:
     arrays = {r: np.concatenate([a[r] for a, _ in slices]) for r in slices[0][0]}
     keys = [pd.concat([k[j] for _, k in slices], ignore_index=True) for j in range(n_keys)]
-    return pool_range(arrays["score"], arrays["label"], arrays.get("weight"), keys)
+    value, target = value_roles(arrays)
+    return pool_range(arrays[value], arrays[target], arrays.get("weight"), keys,
+                      with_wyy=value == "prob")
 
 
 def _apply(fn: Callable[..., Any], pooled: tuple[DistinctTable, SegmentTables | None],
@@ -107,7 +109,7 @@ class DaskSegmentRanges:
         totals = add_up([st for st, _, _ in info], self.columns, on_invalid=on_invalid,
                         finite_scores=finite_scores)
         self.n_rows, self.weight_total = totals.n_rows, totals.weight_total
-        self.dropped_rows, self.sum_wyy = totals.dropped_rows, float("nan")
+        self.dropped_rows, self.sum_wyy = totals.dropped_rows, totals.sum_wyy
         bounds = range_bounds([(smp, n) for _, smp, n in info if n], k)
         pieces = [delayed(_cut, pure=True, nout=len(bounds) + 1)(v, bounds) for v in valid]
         ranges = [delayed(_pool, pure=True)([piece[i] for piece in pieces], len(by))

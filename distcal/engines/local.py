@@ -177,7 +177,6 @@ class LocalRanges:
 
 
 
-
 class LocalEngine:
     """The local engine (see the module docstring); implements :class:`~.base.Engine`."""
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from ..core.distinct import DistinctTable
 from ..core.partition import add_up
-from ..core.segments import SegmentTables, check_rows, pool_range
+from ..core.segments import SegmentTables, check_rows, pool_range, value_roles
 from ..errors import DataError, column_not_found
 from ..logs import describe_input, log, phase
 from ..tables import ColumnSource, is_path, read_table
@@ -60,14 +60,16 @@ class LocalSegmentRanges:
             if keep is not None:
                 arrays = {r: a[keep] for r, a in arrays.items()}
                 keys = [np.asarray(k)[keep] for k in keys]
-            self.rows = arrays
-            self.table, segments = pool_range(arrays["score"], arrays["label"],
-                                              arrays.get("weight"), keys)
+            value, target = value_roles(self.columns)
+            self.rows = {"score": arrays[value], "label": arrays[target]}
+            self.table, segments = pool_range(arrays[value], arrays[target],
+                                              arrays.get("weight"), keys,
+                                              with_wyy=value == "prob")
             assert segments is not None
             self.segments: SegmentTables = segments
             self._codes_keys = (keys, segments)
         self.n_rows, self.weight_total = totals.n_rows, totals.weight_total
-        self.dropped_rows, self.sum_wyy = totals.dropped_rows, float("nan")
+        self.dropped_rows, self.sum_wyy = totals.dropped_rows, totals.sum_wyy
         log.info("local: %d rows used (weight %g), %d dropped; %d segments", self.n_rows,
                  self.weight_total, self.dropped_rows, len(self.segments))
 

@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from ...core.distinct import DistinctTable
 from ...core.partition import add_up
-from ...core.segments import SegmentTables, check_rows, pool_range
+from ...core.segments import SegmentTables, check_rows, pool_range, value_roles
 from ...errors import column_not_found
 from ...logs import log, phase
 from .executor import RESULT_SCHEMA, role_arrays, summary_batch, task_rows
@@ -51,8 +51,9 @@ def segment_runner(fn: Callable[[DistinctTable, SegmentTables | None], Any],
             keys = ([data.column(f"_k{i}").to_pandas(integer_object_nulls=True,
                                                       date_as_object=True)
                      for i in range(n_keys)] if segments else [])
-            table, segs = pool_range(arrays["score"], arrays["label"], arrays.get("weight"),
-                                     keys, segments)
+            value, target = value_roles(columns)
+            table, segs = pool_range(arrays[value], arrays[target], arrays.get("weight"),
+                                     keys, segments, with_wyy=value == "prob")
             if len(table):
                 result, empty = fn(table, segs), False
         yield summary_batch(stats, empty, result)
@@ -77,12 +78,12 @@ class SparkSegmentRanges:
                 raise column_not_found(name, "segment", fields)
         kinds = check_schema(df, self.columns)
         self.df, self.kinds = df, kinds  # for spearman_rows
-        self.score_role, self.label_role = "score", "label"
+        self.score_role, self.label_role = value_roles(self.columns)
         self.n_keys = len(by)
         keys = tuple(F.col(quote(b)).alias(f"_k{i}") for i, b in enumerate(by))
         rows = prepared(df, self.columns, kinds, keys)
         k = int(n_ranges or default_ranges(df))
-        self.ranged = rows.repartitionByRange(k, "score")
+        self.ranged = rows.repartitionByRange(k, value_roles(self.columns)[0])
         log.info("spark: %d range partitions by score, segments by %s", k, by)
         self.persisted = passes > 1
         if self.persisted:
@@ -105,7 +106,7 @@ class SparkSegmentRanges:
             totals = add_up([p["stats"] for p in parts], self.columns,
                             on_invalid=self.on_invalid, finite_scores=self.finite_scores)
             self.n_rows, self.weight_total = totals.n_rows, totals.weight_total
-            self.dropped_rows = totals.dropped_rows
+            self.dropped_rows, self.sum_wyy = totals.dropped_rows, totals.sum_wyy
             self.checked = True
         return [p["result"] for p in parts if not p["empty"]]
 
