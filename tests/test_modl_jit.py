@@ -77,9 +77,9 @@ def _scipy_gammalns(x):
 
 
 def _integer_arguments() -> np.ndarray:
-    """Every integer the kernels can meet up to 10^6, then random ones up to 2^45."""
+    """Every integer up to 2^18 (the greedy kernel tabulates those below 2^16); some to 2^45."""
     rng = np.random.default_rng(0)
-    return np.concatenate([np.arange(1.0, 1e6 + 1), rng.integers(1, 2**45, 200_000)
+    return np.concatenate([np.arange(1.0, 2.0**18 + 1), rng.integers(1, 2**45, 100_000)
                            .astype(np.float64)])
 
 
@@ -103,10 +103,10 @@ def test_compiled_gammaln_is_scipys_ufunc():
 
 @pytest.mark.parametrize("J,kind,seed", [(J, kind, seed) for J in (2, 3, 5)
                                          for kind in ("heavy", "ties", "noise")
-                                         for seed in range(3)])
+                                         for seed in range(2)])
 @pytest.mark.parametrize("to_end", [False, True])
 def test_greedy_kernel_equals_python_loop(J, kind, seed, to_end):
-    C = mixed_table(np.random.default_rng([J, seed, 31]), 3000, J, kind)
+    C = mixed_table(np.random.default_rng([J, seed, 31]), 2000, J, kind)
     (py_removed, py_steps), (removed, steps) = python_and_jit_merges(C, to_end)
     assert len(py_removed) > 0
     assert removed.tolist() == list(py_removed)

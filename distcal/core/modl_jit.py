@@ -14,7 +14,7 @@ merging"):
   its own Lanczos routine, not the C library's ``lgamma`` (which numba's
   ``math.lgamma`` calls); :func:`_lgamma` evaluates that routine with the
   same constants and operations in the same order (tested equal on every
-  integer up to 10^6 and on large ones);
+  integer up to 2^18 and on large ones);
 * the priority is ``(rounded gain, left interval)`` compared as a float
   and an int: the Python heap's int key q(gain) is strictly increasing in
   the rounded gain (``-0.0`` and ``0.0`` share a key and compare equal as
