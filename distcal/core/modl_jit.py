@@ -19,9 +19,9 @@ merging"):
   and an int: the Python heap's int key q(gain) is strictly increasing in
   the rounded gain (``-0.0`` and ``0.0`` share a key and compare equal as
   floats), so both orders agree;
-* an indexed heap holds one entry per current pair (updated in place),
-  instead of the Python heap's lazily invalidated entries; both pop the
-  least current pair.
+* the heap is the Python loop's (lazily invalidated entries, the cascade
+  shortcut, rebuilds without stale entries); both take the least current
+  pair at every step.
 """
 
 from __future__ import annotations
