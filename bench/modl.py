@@ -123,6 +123,9 @@ def main() -> None:
     ap.add_argument("--subsamples", type=int, default=20)
     args = ap.parse_args()
     print("# uptime:", subprocess.check_output(["uptime"], text=True).strip())
+    from distcal.core.modl import _jit_kernels
+    kernels = "compiled (numba)" if _jit_kernels() is not None else "pure Python (no numba)"
+    print(f"# MODL greedy path on tables of >= 20,000 rows: {kernels}")
     spark = session() if args.engine == "spark" else None
     rows = int(args.rows)
     print(f"# {args.engine}, {rows:.0e} rows, median of {args.repeat}, seconds")

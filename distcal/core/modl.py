@@ -55,9 +55,11 @@ Three facts this module is built on (proofs in docs/modl.md):
 
 from __future__ import annotations
 
+import functools
 import heapq
+import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,6 +68,8 @@ from scipy.special import gammaln
 __all__ = ["ModlResult", "modl_cost", "modl_partition", "premerge_range", "interval_bounds",
            "greedy_merge"]
 
+_log = logging.getLogger("distcal")
+
 # Merge gains are rounded to a binary grid (see _quantise) before they are
 # compared, so that "leftmost pair among equal gains" is well defined whatever
 # lgamma implementation computed them (math.lgamma and scipy's gammaln differ
@@ -73,6 +77,12 @@ __all__ = ["ModlResult", "modl_cost", "modl_partition", "premerge_range", "inter
 _QUANT = 524288.0  # 2^19: grid 2^(19-52) = 2^-33 ~ 1.2e-10 for |gain| < 2^19
 # A post-optimisation move must lower the cost by more than this.
 _TOL = 1e-9
+
+# (counts, f of each row, rounded gains, f of each pair, N, to_end) -> (removed, steps)
+GreedyKernel = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, bool],
+                        tuple[np.ndarray, np.ndarray]]
+# (P0, P1, end, t0, t1) -> f of rows end..t-1 (f_from) or t..end-1 (f_to) for t in [t0, t1)
+SpanKernel = Callable[[np.ndarray, np.ndarray, int, int, int], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -315,28 +325,69 @@ def _greedy_starts(C: np.ndarray, to_end: bool = False) -> np.ndarray:
     path, and the cheapest partition met is kept (Boullé's variant): never
     worse than the plain stopping point, which is on the path.
     """
-    K, J = C.shape
+    K = C.shape[0]
     if K == 1:
         return np.zeros(1, dtype=np.intp)
     N = int(C.sum())
     f_row = _f(C)
     f_pair = _f(C[:-1] + C[1:])
     keys = _quantise(f_pair - f_row[:-1] - f_row[1:])
+    kernel = _jit_greedy() if K >= _JIT_MIN_ROWS else None
+    removed, steps = _greedy_merges(C, f_row, f_pair, keys, N, to_end, kernel)
+    return _kept_starts(K, removed, steps, to_end)
+
+
+def _greedy_merges(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys: np.ndarray,
+                   N: int, to_end: bool, kernel: GreedyKernel | None
+                   ) -> tuple[Sequence[int] | np.ndarray, Sequence[float] | np.ndarray]:
+    """(removed intervals, cost changes) of greedy merging, compiled or in Python (same values)."""
+    K, J = C.shape
+    if kernel is not None:
+        return kernel(np.ascontiguousarray(C, dtype=np.int64), f_row.copy(), keys, f_pair, N,
+                      to_end)
     heap = _MergeHeap(keys, f_pair, K, N, J)
     if J == 2:
-        removed, steps = _greedy_loop2(heap, f_row.tolist(), C[:, 0].tolist(), C[:, 1].tolist(),
-                                       N, K, to_end)
-    else:
-        removed, steps = _greedy_loop(heap, f_row.tolist(), C.tolist(), N, K, J, to_end)
-    # Keep the prefix of merges with the least cumulative change (all of them
-    # for plain greedy, whose every step lowers the cost).
+        return _greedy_loop2(heap, f_row.tolist(), C[:, 0].tolist(), C[:, 1].tolist(), N, K,
+                             to_end)
+    return _greedy_loop(heap, f_row.tolist(), C.tolist(), N, K, J, to_end)
+
+
+def _kept_starts(K: int, removed: Sequence[int] | np.ndarray, steps: Sequence[float] | np.ndarray,
+                 to_end: bool) -> np.ndarray:
+    """First rows left after the merges kept: the prefix with the least cumulative change.
+
+    All of them for plain greedy, whose every step lowers the cost.
+    """
     n_keep = len(removed)
-    if to_end and steps:
+    if to_end and len(steps):
         path = np.concatenate(([0.0], np.cumsum(steps)))
         n_keep = int(np.argmin(path))
     alive = np.ones(K, dtype=bool)
     alive[np.asarray(removed[:n_keep], dtype=np.intp)] = False
     return np.flatnonzero(alive)
+
+
+# Greedy merging of at least this many rows runs in the compiled kernel
+# (distcal.core.modl_jit) when numba is importable. Below, the Python loop
+# takes less time than importing numba and loading the compiled code.
+_JIT_MIN_ROWS = 20_000
+
+
+@functools.cache
+def _jit_kernels() -> tuple[GreedyKernel, SpanKernel, SpanKernel] | None:
+    """The compiled kernels, or None where numba is missing or unusable (the Python path runs)."""
+    try:
+        from .modl_jit import f_from2, f_to2, greedy_merges
+    except (ImportError, RuntimeError) as exc:  # RuntimeError: numba found no cache directory
+        _log.info("MODL runs its greedy path in Python (compiled kernels unavailable: %s)", exc)
+        return None
+    return greedy_merges, f_from2, f_to2
+
+
+def _jit_greedy() -> GreedyKernel | None:
+    """The compiled greedy kernel, or None."""
+    kernels = _jit_kernels()
+    return None if kernels is None else kernels[0]
 
 
 def _ordered_bits(x: float) -> int:
@@ -491,7 +542,12 @@ def _greedy_loop(h: _MergeHeap, fv: list[float], cnt: list[list[int]], N: int, K
 
     def merged_f(s: int, t: int) -> float:
         c = [a + b for a, b in zip(cnt[s], cnt[t])]
-        return lg(sum(c) + J) - lg_j - sum([lg(x + 1) for x in c])
+        # Summed left to right in a loop, as the compiled kernel does; sum()
+        # of floats is compensated from Python 3.12 on.
+        acc = 0.0
+        for x in c:
+            acc += lg(x + 1)
+        return lg(sum(c) + J) - lg_j - acc
 
     def absorb(s: int, r: int) -> None:
         cnt[s] = [a + b for a, b in zip(cnt[s], cnt[r])]
@@ -595,7 +651,8 @@ def _span_f(P: list[np.ndarray], u: np.ndarray, v: np.ndarray) -> np.ndarray:
 
 
 def _best_cut(P: list[np.ndarray], lo: np.ndarray, hi: np.ndarray, f_old: np.ndarray,
-              cache: dict[tuple[int, int], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+              cache: dict[tuple[int, int], np.ndarray] | _Sides
+              ) -> tuple[np.ndarray, np.ndarray]:
     """For each span of rows [lo, hi) (hi - lo >= 2): least f(left) + f(right) - f_old, and its cut.
 
     All cuts lo < t < hi of all uncached spans at once, with per-class
@@ -603,11 +660,19 @@ def _best_cut(P: list[np.ndarray], lo: np.ndarray, hi: np.ndarray, f_old: np.nda
     over its cuts, filled here: a span comes back when a pair is merged
     into an interval or an interval is split into a pair, and the gains of
     a cached span are computed from the same values with the same
-    subtraction, so the result is the same.
+    subtraction, so the result is the same. With a :class:`_Sides` instead
+    (two classes, compiled), f(left) and f(right) are kept per end of the
+    span; the sums, and so the result, are the same.
     """
     n = lo.shape[0]
     best = np.empty(n)
     cut = np.empty(n, dtype=np.intp)
+    if isinstance(cache, _Sides):
+        for i, (a, z) in enumerate(zip(lo.tolist(), hi.tolist())):
+            g = cache.sums(a, z) - f_old[i]
+            j = int(np.argmin(g))  # the first least, as _best_in_segments
+            best[i], cut[i] = g[j], a + 1 + j
+        return best, cut
     keys = list(zip(lo.tolist(), hi.tolist()))
     hit = np.fromiter((k in cache for k in keys), dtype=bool, count=n)
     miss = np.flatnonzero(~hit)
@@ -630,6 +695,53 @@ def _best_cut(P: list[np.ndarray], lo: np.ndarray, hi: np.ndarray, f_old: np.nda
     return best, cut
 
 
+class _Sides:
+    """f(rows lo..t-1) per left end lo and f(rows t..hi-1) per right end hi, over cuts t.
+
+    The post-optimisation prices the cuts of spans that share their ends: an
+    interval and the pair it starts have the same left end, the pair it
+    ends has its right end, and splitting an interval keeps both of its
+    ends. Keeping the values per end, and extending them on demand, prices
+    each cut of a span with about half the log-gamma calls of pricing
+    whole spans. Values come from the compiled kernels (two classes), bit
+    for bit those of :func:`_span_f`; f(left) + f(right) is the same
+    addition, so every move is the same as with the span cache.
+    """
+
+    def __init__(self, P: list[np.ndarray], f_from: SpanKernel, f_to: SpanKernel) -> None:
+        self.P0, self.P1 = P
+        self.f_from, self.f_to = f_from, f_to
+        self.left: dict[int, np.ndarray] = {}   # lo -> f(lo..t-1), t = lo+1, lo+2, ...
+        self.right: dict[int, np.ndarray] = {}  # hi -> f(t..hi-1), t = ..., hi-2, hi-1
+
+    def sums(self, lo: int, hi: int) -> np.ndarray:
+        """f(rows lo..t-1) + f(rows t..hi-1) for t = lo+1 .. hi-1."""
+        n = hi - lo - 1
+        a = self.left.get(lo)
+        have = 0 if a is None else a.shape[0]
+        if have < n:
+            more = self.f_from(self.P0, self.P1, lo, lo + 1 + have, hi)
+            a = more if a is None else np.concatenate((a, more))
+            self.left[lo] = a
+        b = self.right.get(hi)
+        have = 0 if b is None else b.shape[0]
+        if have < n:
+            more = self.f_to(self.P0, self.P1, hi, lo + 1, hi - have)
+            b = more if b is None else np.concatenate((more, b))
+            self.right[hi] = b
+        assert a is not None and b is not None
+        sums: np.ndarray = a[:n] + b[b.shape[0] - n:]
+        return sums
+
+    def prune(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """Forget the ends that are no longer ends of an interval."""
+        keep_lo, keep_hi = set(starts.tolist()), set(ends.tolist())
+        for k in [k for k in self.left if k not in keep_lo]:
+            del self.left[k]
+        for k in [k for k in self.right if k not in keep_hi]:
+            del self.right[k]
+
+
 def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Apply improving split / merge / merge-split moves until none lowers the cost.
 
@@ -649,7 +761,10 @@ def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
     starts = np.asarray(starts, dtype=np.intp)
     # f(left) + f(right) over the cuts of the spans of current intervals and
     # pairs (see _best_cut); pruned after each pass.
-    cache: dict[tuple[int, int], np.ndarray] = {}
+    cache: dict[tuple[int, int], np.ndarray] | _Sides = {}
+    kernels = _jit_kernels() if J == 2 and K >= _JIT_MIN_ROWS else None
+    if kernels is not None:
+        cache = _Sides(P, kernels[1], kernels[2])
 
     def total(st: np.ndarray) -> float:
         ends = np.append(st[1:], K)
@@ -736,10 +851,13 @@ def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
         n_merge_g[changed_pairs], n_recut_g[changed_pairs] = mg, rg
         n_recut_c[changed_pairs] = rc
         starts, ends, f_int, cost = new, new_ends, new_f, new_cost
-        live = set(zip(starts.tolist(), ends.tolist()))
-        live.update(zip(starts[:-1].tolist(), ends[1:].tolist()))
-        for k in [k for k in cache if k not in live]:
-            del cache[k]
+        if isinstance(cache, _Sides):
+            cache.prune(starts, ends)
+        else:
+            live = set(zip(starts.tolist(), ends.tolist()))
+            live.update(zip(starts[:-1].tolist(), ends[1:].tolist()))
+            for k in [k for k in cache if k not in live]:
+                del cache[k]
         split_g, split_c, merge_g, recut_g, recut_c = (n_split_g, n_split_c, n_merge_g,
                                                        n_recut_g, n_recut_c)
 
@@ -788,7 +906,9 @@ def modl_partition(counts: np.ndarray, exact_max: int = 1000) -> ModlResult:
     every input row is pure, greedy merging started from the pure runs is
     provably identical to it and is used; otherwise greedy merging starts
     from the single rows. No optimality is claimed for this path. Time is O(V log V) for
-    the greedy phase (a Python heap) plus O(V J) per post-optimisation pass.
+    the greedy phase (a heap; compiled with numba on tables of 20,000 rows or
+    more when numba is importable, with the same result) plus O(V J) per
+    post-optimisation pass.
 
     Parameters
     ----------

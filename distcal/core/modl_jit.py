@@ -1,0 +1,348 @@
+"""Compiled (numba) kernel of MODL's greedy bottom-up merging.
+
+Imported by :mod:`distcal.core.modl` only when numba is importable and a
+table is large enough to repay loading it; otherwise the pure-Python loop
+there runs. Spark executors never import this module (they only pre-merge
+pure runs, in numpy), so numba is needed on the driver only.
+
+The kernel makes exactly the merges of the Python loop, in the same order,
+with bit-identical floating-point values (docs/modl.md, "Compiled greedy
+merging"):
+
+* f of a merged interval is computed with the same operations in the same
+  order, and log-gamma by the same algorithm: CPython's ``math.lgamma`` is
+  its own Lanczos routine, not the C library's ``lgamma`` (which numba's
+  ``math.lgamma`` calls); :func:`_lgamma` evaluates that routine with the
+  same constants and operations in the same order (tested equal on every
+  integer up to 2^18 and on large ones);
+* the priority is ``(rounded gain, left interval)`` compared as a float
+  and an int: the Python heap's int key q(gain) is strictly increasing in
+  the rounded gain (``-0.0`` and ``0.0`` share a key and compare equal as
+  floats), so both orders agree;
+* the heap is the Python loop's (lazily invalidated entries, the cascade
+  shortcut, rebuilds without stale entries); both take the least current
+  pair at every step.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import llvmlite.binding
+import numpy as np
+from numba import njit, types
+from numba.extending import get_cython_function_address
+
+__all__ = ["f_from2", "f_to2", "greedy_merges"]
+
+# scipy's own gammaln (the function behind the scipy.special.gammaln ufunc
+# that the numpy post-optimisation uses), called from compiled code by name:
+# a symbol registered with LLVM, unlike a ctypes pointer, lets numba cache
+# the compiled kernels on disk. Its C signature is
+# double (double x, int skip_dispatch).
+llvmlite.binding.add_symbol(
+    "distcal_scipy_gammaln",
+    get_cython_function_address("scipy.special.cython_special", "gammaln"))
+_gammaln: Any = types.ExternalFunction("distcal_scipy_gammaln",
+                                       types.float64(types.float64, types.intc))
+
+# The Lanczos approximation of CPython's math.lgamma: g and the 13 terms of
+# the rational function (Boost's lanczos13m53 coefficients, as CPython's
+# Modules/mathmodule.c lists them; the denominator is x(x+1)...(x+11)).
+_LANCZOS_G = 6.024680040776729583740234375
+_LANCZOS_NUM = np.array([
+    23531376880.410759688572007674451636754734846804940,
+    42919803642.649098768957899047001988850926355848959,
+    35711959237.355668049440185451547166705960488635843,
+    17921034426.037209699919755754458931112671403265390,
+    6039542586.3520280050642916443072979210699388420708,
+    1439720407.3117216736632230727949123939715485786772,
+    248874557.86205415651146038641322942321632125127801,
+    31426415.585400194380614231628318205362874684987640,
+    2876370.6289353724412254090516208496135991145378768,
+    186056.26539522349504029498971604569928220784236328,
+    8071.6720023658162106380029022722506138218516325024,
+    210.82427775157934587250973392071336271166969580291,
+    2.5066282746310002701649081771338373386264310793408])
+_LANCZOS_DEN = np.array([0.0, 39916800.0, 120543840.0, 150917976.0, 105258076.0, 45995730.0,
+                         13339535.0, 2637558.0, 357423.0, 32670.0, 1925.0, 66.0, 1.0])
+
+
+@njit(cache=True, nogil=True)
+def _lgamma(x: float) -> float:
+    """CPython's ``math.lgamma(x)`` for finite x >= 1, the same operations in the same order.
+
+    log Gamma(x) = log(S(x)) - g + (x - 1/2) (log(x + g - 1/2) - 1), S the
+    Lanczos sum num(x)/den(x): Horner's rule in x below 5, in 1/x from 5
+    on, where the rescaled rational function avoids overflow.
+    """
+    if x == math.floor(x) and x <= 2.0:
+        return 0.0  # lgamma(1) = lgamma(2) = 0
+    num = 0.0
+    den = 0.0
+    if x < 5.0:
+        for i in range(12, -1, -1):
+            num = num * x + _LANCZOS_NUM[i]
+            den = den * x + _LANCZOS_DEN[i]
+    else:
+        for i in range(13):
+            num = num / x + _LANCZOS_NUM[i]
+            den = den / x + _LANCZOS_DEN[i]
+    r = math.log(num / den) - _LANCZOS_G
+    r += (x - 0.5) * (math.log(x + _LANCZOS_G - 0.5) - 1.0)
+    return r
+
+# Rounding grid of the gains: modl._QUANT (the same constant; kept here so
+# that this module does not import its caller).
+_QUANT = 524288.0
+
+
+@njit(cache=True, nogil=True)
+def _push(H: np.ndarray, size: int, k: float, s: int) -> int:
+    """Push the entry (gain k, pair s) on the heap H[:size]; returns the new size.
+
+    H holds one entry per row, (gain, left interval as a float): an entry's
+    two fields share a cache line, which the heap's random accesses need.
+    """
+    i = size
+    while i > 0:
+        parent = (i - 1) >> 1
+        pk = H[parent, 0]
+        if pk < k or (pk == k and H[parent, 1] < s):
+            break
+        H[i, 0] = pk
+        H[i, 1] = H[parent, 1]
+        i = parent
+    H[i, 0] = k
+    H[i, 1] = s
+    return size + 1
+
+
+@njit(cache=True, nogil=True)
+def _pop(H: np.ndarray, size: int) -> int:
+    """Remove the least entry H[0] (read it first); returns the new size."""
+    size -= 1
+    k = H[size, 0]
+    s = H[size, 1]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= size:
+            break
+        if c + 1 < size and (H[c + 1, 0] < H[c, 0]
+                             or (H[c + 1, 0] == H[c, 0] and H[c + 1, 1] < H[c, 1])):
+            c += 1
+        if k < H[c, 0] or (k == H[c, 0] and s < H[c, 1]):
+            break
+        H[i, 0] = H[c, 0]
+        H[i, 1] = H[c, 1]
+        i = c
+    H[i, 0] = k
+    H[i, 1] = s
+    return size
+
+
+@njit(cache=True, nogil=True)
+def _drop_stale(H: np.ndarray, size: int, gain: np.ndarray, live: np.ndarray) -> int:
+    """Rebuild the heap from its current entries only; returns the new size."""
+    n = 0
+    for i in range(size):
+        s = int(H[i, 1])
+        if live[s] and gain[s] == H[i, 0]:
+            H[n, 0] = H[i, 0]
+            H[n, 1] = H[i, 1]
+            n += 1
+    m = 0
+    for i in range(n):
+        m = _push(H, m, H[i, 0], int(H[i, 1]))
+    return m
+
+
+# log-gamma of the integers below this many is tabulated once per call of
+# the greedy kernel: early merges join small intervals, and CPython's
+# Lanczos routine costs some 26 divisions. A table entry is the routine's
+# value for the same argument, so nothing changes but the time.
+_LG_TABLE = 1 << 16
+
+
+@njit(cache=True, nogil=True)
+def _lg(table: np.ndarray, m: int) -> float:
+    """CPython's lgamma of the integer m >= 1, from the table when m is in it."""
+    if m < table.shape[0]:
+        return table[m]
+    return _lgamma(float(m))
+
+
+@njit(cache=True, nogil=True)
+def _merged_f(A: np.ndarray, s: int, t: int, lg_j: float, table: np.ndarray) -> float:
+    """f of intervals s and t merged, as modl._greedy_loop2 (J = 2) and modl._greedy_loop do."""
+    J = A.shape[1]
+    if J == 2:
+        x = A[s, 0] + A[t, 0]
+        y = A[s, 1] + A[t, 1]
+        return _lg(table, x + y + 2) - _lg(table, x + 1) - _lg(table, y + 1)
+    tot = 0
+    acc = 0.0
+    for j in range(J):
+        x = A[s, j] + A[t, j]
+        tot += x
+        acc += _lg(table, x + 1)
+    return _lg(table, tot + J) - lg_j - acc
+
+
+@njit(cache=True, nogil=True)
+def greedy_merges(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.ndarray,
+                  N: int, to_end: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Greedy merging of the K rows of C: (removed intervals, cost changes) in merge order.
+
+    Parameters
+    ----------
+    C : int64 array (K, J)
+        Class counts of the starting intervals (K >= 2).
+    fv : float64 array (K,)
+        f of each starting interval (overwritten).
+    keys, fpair : float64 arrays (K - 1,)
+        Rounded gain and f of the merged pair (s, s + 1) for each s.
+    N : int
+        Rows in all.
+    to_end : bool
+        Merge down to one interval; otherwise stop at the first merge with
+        ``gain + log((I-1)/(N+I-1)) >= 0``.
+
+    Returns
+    -------
+    removed : int64 array
+        The right interval of each merge, in merge order.
+    steps : float64 array
+        The change of the criterion of each merge: f(a+b) - f(a) - f(b)
+        + log((I-1)/(N+I-1)), unrounded.
+    """
+    K, J = C.shape
+    A = C.copy()
+    lg_j = _lgamma(float(J))
+    table = np.empty(min(_LG_TABLE, N + J + 2))
+    table[0] = np.inf  # never used: every argument is at least 1
+    for m in range(1, table.shape[0]):
+        table[m] = _lgamma(float(m))
+    # A lazy heap as in the Python loop: an entry (k, s) is current while
+    # live[s] and gain[s] == k; others are stale and skipped when popped.
+    # The float compare orders (k, s) as the Python heap's ints do.
+    # At most K - 1 first entries and two pushes per merge: 3K entries.
+    H = np.empty((3 * K, 2))
+    gain = np.zeros(K)
+    fpa = np.zeros(K)
+    live = np.zeros(K, dtype=np.bool_)
+    size = 0
+    for s in range(K - 1):
+        gain[s] = keys[s]
+        fpa[s] = fpair[s]
+        live[s] = True
+        size = _push(H, size, keys[s], s)
+    nxt = np.arange(1, K + 1)
+    prv = np.arange(-1, K - 1)
+    removed = np.empty(K - 1, dtype=np.int64)
+    steps = np.empty(K - 1)
+    m = 0
+    I = K
+    pending = -1  # a pair known to be the least current one: merged without the heap
+    while I > 1:
+        if pending >= 0:
+            s = pending
+            pending = -1
+        else:
+            if size == 0:
+                break
+            k = H[0, 0]
+            s = int(H[0, 1])
+            size = _pop(H, size)
+            if not (live[s] and gain[s] == k):
+                if size > 4 * I + 64:
+                    size = _drop_stale(H, size, gain, live)
+                continue
+        # The same expression as the Python loop: (I-1)/(N+I-1) of two ints
+        # exact as floats is the correctly rounded quotient in both.
+        shift = math.log((I - 1) / (N + I - 1))
+        if gain[s] + shift >= 0.0 and not to_end:
+            break
+        r = nxt[s]
+        fm = fpa[s]
+        removed[m] = r
+        steps[m] = fm - fv[s] - fv[r] + shift
+        m += 1
+        for j in range(J):
+            A[s, j] += A[r, j]
+        fv[s] = fm
+        live[r] = False
+        nr = nxt[r]
+        nxt[s] = nr
+        I -= 1
+        p = prv[s]
+        # The new entries: the lesser goes straight to the next merge if it
+        # is below the heap's least entry (a lower bound of every entry),
+        # as in the Python loop; the others are pushed.
+        bk = 0.0
+        bs = -1
+        if p >= 0:
+            fp = _merged_f(A, p, s, lg_j, table)
+            bk = (fp - fv[p] - fm + _QUANT) - _QUANT
+            bs = p
+            gain[p] = bk
+            fpa[p] = fp
+        if nr < K:
+            prv[nr] = s
+            fn = _merged_f(A, s, nr, lg_j, table)
+            k = (fn - fm - fv[nr] + _QUANT) - _QUANT
+            gain[s] = k
+            fpa[s] = fn
+            if bs < 0:
+                bk = k
+                bs = s
+            elif k < bk or (k == bk and s < bs):
+                size = _push(H, size, bk, bs)
+                bk = k
+                bs = s
+            else:
+                size = _push(H, size, k, s)
+        else:
+            live[s] = False
+        if bs < 0:
+            continue
+        if size == 0 or bk < H[0, 0] or (bk == H[0, 0] and bs < H[0, 1]):
+            pending = bs
+        else:
+            size = _push(H, size, bk, bs)
+    return removed[:m], steps[:m]
+
+
+@njit(cache=True, nogil=True)
+def _f2(a: float, b: float, g2: float) -> float:
+    """modl._f2 of one pair of class counts: the same operations in the same order."""
+    return (_gammaln(a + b + 2.0, 0) - g2) - (_gammaln(a + 1.0, 0) + _gammaln(b + 1.0, 0))
+
+
+@njit(cache=True, nogil=True)
+def f_from2(P0: np.ndarray, P1: np.ndarray, u: int, t0: int, t1: int) -> np.ndarray:
+    """f of rows u..t-1 for t in [t0, t1), two classes, as modl._span_f(P, u, t).
+
+    P0, P1 are the float prefix sums of the two class counts.
+    """
+    g2 = _gammaln(2.0, 0)
+    a0 = P0[u]
+    b0 = P1[u]
+    out = np.empty(max(t1 - t0, 0))
+    for k in range(out.shape[0]):
+        out[k] = _f2(P0[t0 + k] - a0, P1[t0 + k] - b0, g2)
+    return out
+
+
+@njit(cache=True, nogil=True)
+def f_to2(P0: np.ndarray, P1: np.ndarray, v: int, t0: int, t1: int) -> np.ndarray:
+    """f of rows t..v-1 for t in [t0, t1), two classes, as modl._span_f(P, t, v)."""
+    g2 = _gammaln(2.0, 0)
+    a1 = P0[v]
+    b1 = P1[v]
+    out = np.empty(max(t1 - t0, 0))
+    for k in range(out.shape[0]):
+        out[k] = _f2(a1 - P0[t0 + k], b1 - P1[t0 + k], g2)
+    return out

@@ -1,0 +1,209 @@
+"""The compiled MODL kernels (distcal.core.modl_jit) against the pure-Python path they replace.
+
+The pure-Python greedy loop and the numpy post-optimisation are the
+reference (themselves checked against brute force, a plain dynamic
+programme and an O(V^2) greedy in tests/test_modl.py). The compiled path
+must make the very same merges and moves: equal arrays, equal floats, not
+approximately equal ones. Both paths run in the same test on the same
+table; the compiled one is forced on small tables by lowering the size
+threshold, the Python one by hiding numba.
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from numba import njit
+from scipy.special import gammaln
+from test_modl import make_counts, plain_greedy, plain_greedy_path
+
+from distcal.core import modl, modl_jit
+
+
+@pytest.fixture
+def jit_always(monkeypatch):
+    """The compiled kernels for every table, however small."""
+    monkeypatch.setattr(modl, "_JIT_MIN_ROWS", 0)
+
+
+def mixed_table(rng: np.random.Generator, V: int, J: int, kind: str) -> np.ndarray:
+    """Rows of several instances each: nearly every row mixed, many equal gains ('ties')."""
+    if kind == "ties":
+        return make_counts(rng, V, J, "ties")
+    if kind == "noise":
+        return make_counts(rng, V, J, "noise")
+    # 'heavy': ~10 rows per distinct score with a smooth signal, as the 1e6 benchmark.
+    s = np.sort(rng.random(V))
+    p = np.stack([s ** (2 * j + 1) for j in range(J)], axis=1)
+    p /= p.sum(axis=1, keepdims=True)
+    return np.stack([rng.multinomial(int(n), q) for n, q in zip(rng.integers(1, 20, V), p)])
+
+
+def python_and_jit_merges(C: np.ndarray, to_end: bool):
+    K = C.shape[0]
+    f_row = modl._f(C)
+    f_pair = modl._f(C[:-1] + C[1:])
+    keys = modl._quantise(f_pair - f_row[:-1] - f_row[1:])
+    N = int(C.sum())
+    py = modl._greedy_merges(C, f_row, f_pair, keys, N, to_end, None)
+    jit = modl._greedy_merges(C, f_row, f_pair, keys, N, to_end, modl_jit.greedy_merges)
+    assert len(py[0]) <= K - 1
+    return py, jit
+
+
+# ----------------------------------------------------------------------------
+# The primitives are bit-identical
+# ----------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def _lgammas(x):
+    out = np.empty_like(x)
+    for i in range(x.shape[0]):
+        out[i] = modl_jit._lgamma(x[i])
+    return out
+
+
+@njit(cache=True)
+def _scipy_gammalns(x):
+    out = np.empty_like(x)
+    for i in range(x.shape[0]):
+        out[i] = modl_jit._gammaln(x[i], 0)
+    return out
+
+
+def _integer_arguments() -> np.ndarray:
+    """Every integer up to 2^18 (the greedy kernel tabulates those below 2^16); some to 2^45."""
+    rng = np.random.default_rng(0)
+    return np.concatenate([np.arange(1.0, 2.0**18 + 1), rng.integers(1, 2**45, 100_000)
+                           .astype(np.float64)])
+
+
+def test_compiled_lgamma_is_cpython_math_lgamma():
+    """The Python loop uses math.lgamma; the kernel its own copy of CPython's algorithm."""
+    x = _integer_arguments()
+    expected = np.fromiter(map(math.lgamma, x.tolist()), dtype=np.float64, count=x.shape[0])
+    assert np.array_equal(_lgammas(x), expected)
+
+
+def test_compiled_gammaln_is_scipys_ufunc():
+    """The post-optimisation kernel calls scipy's gammaln by address: equal to the ufunc."""
+    x = np.concatenate([_integer_arguments(), np.random.default_rng(1).random(1000) * 50])
+    assert np.array_equal(_scipy_gammalns(x), gammaln(x))
+
+
+# ----------------------------------------------------------------------------
+# Greedy merging: the same merges in the same order
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("J,kind,seed", [(J, kind, seed) for J in (2, 3, 5)
+                                         for kind in ("heavy", "ties", "noise")
+                                         for seed in range(2)])
+@pytest.mark.parametrize("to_end", [False, True])
+def test_greedy_kernel_equals_python_loop(J, kind, seed, to_end):
+    C = mixed_table(np.random.default_rng([J, seed, 31]), 2000, J, kind)
+    (py_removed, py_steps), (removed, steps) = python_and_jit_merges(C, to_end)
+    assert len(py_removed) > 0
+    assert removed.tolist() == list(py_removed)
+    assert steps.tolist() == list(py_steps)  # the same floats, bit for bit
+
+
+def test_greedy_kernel_equals_python_loop_large():
+    """30,000 mixed rows with 10 instances each: long cascades, many heap updates."""
+    C = mixed_table(np.random.default_rng(32), 30_000, 2, "heavy")
+    (py_removed, py_steps), (removed, steps) = python_and_jit_merges(C, True)
+    assert removed.tolist() == list(py_removed) and steps.tolist() == list(py_steps)
+
+
+def test_greedy_kernel_with_gains_beyond_the_int_scaling():
+    """Many classes (gains below -2^18, the Python heap orders their bits): same merges."""
+    rng = np.random.default_rng(8)
+    J = 100_000
+    C = rng.multinomial(50_000, np.full(J, 1.0 / J), size=5)
+    C[:, :3] += np.array([[40, 0, 0], [38, 2, 0], [0, 0, 40], [1, 0, 39], [0, 40, 0]])
+    assert not modl._MergeHeap(np.zeros(4), np.zeros(4), 5, int(C.sum()), J).scaled
+    for to_end in (False, True):
+        (py_removed, py_steps), (removed, steps) = python_and_jit_merges(C, to_end)
+        assert removed.tolist() == list(py_removed) and steps.tolist() == list(py_steps)
+
+
+@pytest.mark.parametrize("J,kind", [(2, "ties"), (3, "signal"), (5, "noise")])
+def test_greedy_kernel_against_the_oracles(jit_always, J, kind):
+    """Independent of the Python loop: the O(V^2) greedy of tests/test_modl.py."""
+    counts = make_counts(np.random.default_rng([J, 33]), 120, J, kind)
+    assert modl.greedy_merge(counts).tolist() == plain_greedy(counts)
+    assert modl._greedy_starts(counts, to_end=True).tolist() == plain_greedy_path(counts)
+
+
+# ----------------------------------------------------------------------------
+# Post-optimisation and the whole partition
+# ----------------------------------------------------------------------------
+
+
+def test_best_cut_from_the_ends_equals_numpy():
+    """Compiled f per span end (_Sides) against the numpy span cache; spans grow and shrink."""
+    rng = np.random.default_rng(34)
+    C = mixed_table(rng, 5000, 2, "heavy")
+    P = [np.concatenate(([0.0], np.cumsum(C[:, j]).astype(np.float64))) for j in range(2)]
+    sides = modl._Sides(P, modl_jit.f_from2, modl_jit.f_to2)
+    lo = np.sort(rng.choice(4000, 40, replace=False))
+    for _ in range(3):  # shared ends, longer and shorter spans of the same ends
+        hi = lo + rng.integers(2, 1000, 40)
+        f_old = rng.normal(0, 50, 40)
+        best, cut = modl._best_cut(P, lo, hi, f_old, {})
+        s_best, s_cut = modl._best_cut(P, lo, hi, f_old, sides)
+        assert np.array_equal(s_best, best) and np.array_equal(s_cut, cut)
+    t = np.arange(1, 5000)
+    assert np.array_equal(modl_jit.f_from2(P[0], P[1], 0, 1, 5000),
+                          modl._span_f(P, np.zeros_like(t), t))
+    assert np.array_equal(modl_jit.f_to2(P[0], P[1], 5000, 1, 5000),
+                          modl._span_f(P, t, np.full_like(t, 5000)))
+
+
+@pytest.mark.parametrize("J,kind,seed", [(2, "heavy", 0), (2, "ties", 1), (2, "noise", 2),
+                                         (3, "heavy", 3), (5, "ties", 4)])
+def test_partition_compiled_equals_python(monkeypatch, J, kind, seed):
+    """modl_partition's greedy path, compiled vs pure Python: identical cuts and cost."""
+    C = mixed_table(np.random.default_rng([seed, 35]), 4000, J, kind)
+    monkeypatch.setattr(modl, "_JIT_MIN_ROWS", 0)
+    compiled = modl.modl_partition(C, exact_max=0)
+    monkeypatch.setattr(modl, "_JIT_MIN_ROWS", 10**12)
+    python = modl.modl_partition(C, exact_max=0)
+    assert compiled.cuts.tolist() == python.cuts.tolist()
+    assert compiled.cost == python.cost
+    assert np.array_equal(compiled.interval_counts, python.interval_counts)
+
+
+def test_fallback_without_numba(monkeypatch):
+    """Without numba the module runs the Python path and finds the same partition."""
+    C = mixed_table(np.random.default_rng(36), 3000, 2, "heavy")
+    monkeypatch.setattr(modl, "_JIT_MIN_ROWS", 0)
+    compiled = modl.modl_partition(C, exact_max=0)
+    assert modl._jit_kernels() == (modl_jit.greedy_merges, modl_jit.f_from2, modl_jit.f_to2)
+    monkeypatch.setitem(sys.modules, "numba", None)
+    monkeypatch.delitem(sys.modules, "distcal.core.modl_jit")
+    modl._jit_kernels.cache_clear()
+    try:
+        assert modl._jit_kernels() is None and modl._jit_greedy() is None
+        fallback = modl.modl_partition(C, exact_max=0)
+        merged, _, _ = modl.premerge_range(C)
+    finally:
+        monkeypatch.undo()
+        modl._jit_kernels.cache_clear()
+    assert np.array_equal(merged.sum(axis=0), C.sum(axis=0))  # the executors' step needs no numba
+    assert fallback.cuts.tolist() == compiled.cuts.tolist() and fallback.cost == compiled.cost
+
+
+def test_importing_modl_does_not_import_numba():
+    """Executors import distcal.core.modl (premerge_range) and have no numba."""
+    code = ("import sys, numpy as np, distcal.core.modl as m; "
+            "m.premerge_range(np.array([[1, 0], [2, 0], [0, 1]])); "
+            "m.modl_partition(np.array([[3, 1], [1, 3]] * 20), exact_max=0); "
+            "print('numba' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    assert out.stdout.strip() == "False"
