@@ -24,7 +24,7 @@ import pytest
 import distcal
 
 WORK_MB = 200  # on top of the ~170 MB that importing numpy, scipy, pandas and pyarrow takes
-ROWS = int(os.environ.get("DISTCAL_BIG_ROWS", 140_000_000))  # ~1.1 GB of Parquet
+ROWS = int(os.environ.get("DISTCAL_BIG_ROWS", 100_000_000))  # ~0.9 GB of Parquet
 # The system allocator (Arrow's own pools reserve address space up front) and
 # fewer threads (each stack counts as data) make the measure mean memory used.
 ENV = {**os.environ, "ARROW_DEFAULT_MEMORY_POOL": "system", "OPENBLAS_NUM_THREADS": "1",
