@@ -862,6 +862,29 @@ def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
                                                        n_recut_g, n_recut_c)
 
 
+def _two_starts(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Post-optimised partitions of C from greedy merging and from one interval.
+
+    The second start, top-down from one interval, is there because the
+    moves cannot always leave greedy's local optimum (e.g. where three
+    intervals must become one); splitting from the top is cheap (few
+    passes). It does not depend on greedy, so on the compiled path it runs
+    in a second thread while greedy merges: the greedy kernel and the
+    compiled pricing of cuts release the GIL. Each start only reads C and
+    keeps its own state, so the results are those of running them one
+    after the other.
+    """
+    one = np.zeros(1, dtype=np.intp)
+    if C.shape[0] < _JIT_MIN_ROWS or _jit_kernels() is None:
+        return _post_optimise(C, _greedy_starts(C, to_end=True)), _post_optimise(C, one)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        top = pool.submit(_post_optimise, C, one)
+        local = _post_optimise(C, _greedy_starts(C, to_end=True))
+        return local, top.result()
+
+
 def _table_cost(C: np.ndarray, starts: np.ndarray) -> float:
     return modl_cost(np.add.reduceat(C, starts, axis=0))
 
@@ -943,11 +966,7 @@ def modl_partition(counts: np.ndarray, exact_max: int = 1000) -> ModlResult:
         cuts, exact = run_starts[_exact_starts(reduced)], True
     else:
         table, rows = (reduced, run_starts) if all_pure else (c, np.arange(V))
-        local = _post_optimise(table, _greedy_starts(table, to_end=True))
-        # A second start, top-down from one interval: the moves cannot always
-        # leave greedy's local optimum (e.g. where three intervals must
-        # become one), and splitting from the top is cheap (few passes).
-        top = _post_optimise(table, np.zeros(1, dtype=np.intp))
+        local, top = _two_starts(table)
         if _table_cost(table, top) < _table_cost(table, local):
             local = top
         cuts, exact = rows[local], False
