@@ -159,10 +159,14 @@ def test_best_cut_from_the_ends_equals_numpy():
         s_best, s_cut = modl._best_cut(P, lo, hi, f_old, sides)
         assert np.array_equal(s_best, best) and np.array_equal(s_cut, cut)
     t = np.arange(1, 5000)
-    assert np.array_equal(modl_jit.f_from2(P[0], P[1], 0, 1, 5000),
-                          modl._span_f(P, np.zeros_like(t), t))
-    assert np.array_equal(modl_jit.f_to2(P[0], P[1], 5000, 1, 5000),
-                          modl._span_f(P, t, np.full_like(t, 5000)))
+    # Log-gamma values remembered from earlier calls, or not, or past the memo: the same f.
+    for memo in (np.full(100_000, np.nan), np.full(700, np.nan), np.zeros(0)):
+        for _ in range(2):
+            assert np.array_equal(modl_jit.f_from2(P[0], P[1], 0, 1, 5000, memo),
+                                  modl._span_f(P, np.zeros_like(t), t))
+            assert np.array_equal(modl_jit.f_to2(P[0], P[1], 5000, 1, 5000, memo),
+                                  modl._span_f(P, t, np.full_like(t, 5000)))
+        assert memo.size == 0 or not np.isnan(memo[1:]).all()
 
 
 @pytest.mark.parametrize("J,kind,seed", [(2, "heavy", 0), (2, "ties", 1), (2, "noise", 2),

@@ -373,33 +373,53 @@ def greedy_merges(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.nda
 
 
 @njit(cache=True, nogil=True)
-def _f2(a: float, b: float, g2: float) -> float:
-    """modl._f2 of one pair of class counts: the same operations in the same order."""
-    return (_gammaln(a + b + 2.0, 0) - g2) - (_gammaln(a + 1.0, 0) + _gammaln(b + 1.0, 0))
+def _gl(memo: np.ndarray, x: float) -> float:
+    """scipy's gammaln(x) of an integral float x >= 1, remembered in ``memo`` when x is in it.
+
+    ``memo`` starts as NaN; an entry, once set, is gammaln's own value, so
+    results are the same whether or not it was already there.
+    """
+    i = int(x)
+    if i < memo.shape[0]:
+        v = memo[i]
+        if v != v:  # not computed yet
+            v = _gammaln(x, 0)
+            memo[i] = v
+        return v
+    return _gammaln(x, 0)
 
 
 @njit(cache=True, nogil=True)
-def f_from2(P0: np.ndarray, P1: np.ndarray, u: int, t0: int, t1: int) -> np.ndarray:
+def _f2(a: float, b: float, g2: float, memo: np.ndarray) -> float:
+    """modl._f2 of one pair of class counts: the same operations in the same order."""
+    return (_gl(memo, a + b + 2.0) - g2) - (_gl(memo, a + 1.0) + _gl(memo, b + 1.0))
+
+
+@njit(cache=True, nogil=True)
+def f_from2(P0: np.ndarray, P1: np.ndarray, u: int, t0: int, t1: int,
+            memo: np.ndarray) -> np.ndarray:
     """f of rows u..t-1 for t in [t0, t1), two classes, as modl._span_f(P, u, t).
 
-    P0, P1 are the float prefix sums of the two class counts.
+    P0, P1 are the float prefix sums of the two class counts; ``memo`` keeps
+    the log-gamma values computed (see :func:`_gl`).
     """
     g2 = _gammaln(2.0, 0)
     a0 = P0[u]
     b0 = P1[u]
     out = np.empty(max(t1 - t0, 0))
     for k in range(out.shape[0]):
-        out[k] = _f2(P0[t0 + k] - a0, P1[t0 + k] - b0, g2)
+        out[k] = _f2(P0[t0 + k] - a0, P1[t0 + k] - b0, g2, memo)
     return out
 
 
 @njit(cache=True, nogil=True)
-def f_to2(P0: np.ndarray, P1: np.ndarray, v: int, t0: int, t1: int) -> np.ndarray:
+def f_to2(P0: np.ndarray, P1: np.ndarray, v: int, t0: int, t1: int,
+          memo: np.ndarray) -> np.ndarray:
     """f of rows t..v-1 for t in [t0, t1), two classes, as modl._span_f(P, t, v)."""
     g2 = _gammaln(2.0, 0)
     a1 = P0[v]
     b1 = P1[v]
     out = np.empty(max(t1 - t0, 0))
     for k in range(out.shape[0]):
-        out[k] = _f2(a1 - P0[t0 + k], b1 - P1[t0 + k], g2)
+        out[k] = _f2(a1 - P0[t0 + k], b1 - P1[t0 + k], g2, memo)
     return out
