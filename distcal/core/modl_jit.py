@@ -287,6 +287,7 @@ def greedy_merges(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.nda
     # merges, at most two per merge. The least entry of the queue is the
     # lesser of the two heads.
     order = np.argsort(keys, kind="mergesort")
+    skeys = keys[order]  # read in sequence: one random access less per first entry
     n0 = order.shape[0]
     ip = 0
     H = _aligned_rows(2 * K + _OFF + 1, 2)
@@ -301,10 +302,9 @@ def greedy_merges(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.nda
             s = pending
             pending = -1
         else:
-            if ip < n0 and (size == 0 or _before(keys[order[ip]], order[ip], H[_OFF, 0],
-                                                 H[_OFF, 1])):
+            if ip < n0 and (size == 0 or _before(skeys[ip], order[ip], H[_OFF, 0], H[_OFF, 1])):
                 s = order[ip]
-                k = keys[s]
+                k = skeys[ip]
                 ip += 1
             elif size > 0:
                 k = H[_OFF, 0]
@@ -365,7 +365,7 @@ def greedy_merges(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.nda
         if bs < 0:
             continue
         if ((size == 0 or _before(bk, bs, H[_OFF, 0], H[_OFF, 1]))
-                and (ip == n0 or _before(bk, bs, keys[order[ip]], order[ip]))):
+                and (ip == n0 or _before(bk, bs, skeys[ip], order[ip]))):
             pending = bs
         else:
             size = _push(H, size, bk, bs)
