@@ -77,34 +77,38 @@ def main(sizes: list[int]) -> None:
               f"identical: {same}")
 
 
-def phase_times(mod, C: np.ndarray) -> tuple[dict[str, float], object]:  # type: ignore[no-untyped-def]
-    """Thread CPU seconds of each phase of mod.modl_partition's greedy path on C, best of 3."""
-    best: dict[str, float] = {}
-
-    def timed(label: str, fn, *args):  # type: ignore[no-untyped-def]
-        t0 = time.thread_time()
-        out = fn(*args)
-        best[label] = min(best.get(label, float("inf")), time.thread_time() - t0)
-        return out
-
+def phase_times(mods: list, C: np.ndarray) -> tuple[list[dict[str, float]], list]:  # type: ignore[type-arg]
+    """Thread CPU seconds of each phase of each module's greedy path on C, best of 3, alternated."""
+    best: list[dict[str, float]] = [{} for _ in mods]
+    results: list = [None] * len(mods)  # type: ignore[type-arg]
     for _ in range(3):
-        c = timed("checks and pure runs",
-                  lambda: (mod._check_counts(C), mod._pure_run_starts(C)))[0]
-        K, N = c.shape[0], int(c.sum())
-        f_row, f_pair = timed("first f and gains", lambda: (mod._f(c), mod._f(c[:-1] + c[1:])))
-        keys = mod._quantise(f_pair - f_row[:-1] - f_row[1:])
-        removed, steps = timed("greedy kernel", mod._jit_greedy(), np.ascontiguousarray(c),
-                               f_row.copy(), keys, f_pair, N, True)
-        st = mod._kept_starts(K, removed, steps, True)
-        timed("post-opt from greedy", mod._post_optimise, c, st)
-        timed("post-opt top-down", mod._post_optimise, c, np.zeros(1, dtype=np.intp))
-        t0, w0 = time.process_time(), time.perf_counter()
-        res = mod.modl_partition(C)
-        best["modl_partition CPU"] = min(best.get("modl_partition CPU", float("inf")),
-                                         time.process_time() - t0)
-        best["modl_partition wall"] = min(best.get("modl_partition wall", float("inf")),
-                                          time.perf_counter() - w0)
-    return best, res
+        for i, mod in enumerate(mods):
+            b = best[i]
+
+            def timed(label: str, fn, *args, b=b):  # type: ignore[no-untyped-def]
+                t0 = time.thread_time()
+                out = fn(*args)
+                b[label] = min(b.get(label, float("inf")), time.thread_time() - t0)
+                return out
+
+            c = timed("checks and pure runs",
+                      lambda: (mod._check_counts(C), mod._pure_run_starts(C)))[0]
+            K, N = c.shape[0], int(c.sum())
+            f_row, f_pair = timed("first f and gains",
+                                  lambda: (mod._f(c), mod._f(c[:-1] + c[1:])))
+            keys = mod._quantise(f_pair - f_row[:-1] - f_row[1:])
+            removed, steps = timed("greedy kernel", mod._jit_greedy(), np.ascontiguousarray(c),
+                                   f_row.copy(), keys, f_pair, N, True)
+            st = mod._kept_starts(K, removed, steps, True)
+            timed("post-opt from greedy", mod._post_optimise, c, st)
+            timed("post-opt top-down", mod._post_optimise, c, np.zeros(1, dtype=np.intp))
+            t0, w0 = time.process_time(), time.perf_counter()
+            results[i] = mod.modl_partition(C)
+            b["modl_partition CPU"] = min(b.get("modl_partition CPU", float("inf")),
+                                          time.process_time() - t0)
+            b["modl_partition wall"] = min(b.get("modl_partition wall", float("inf")),
+                                           time.perf_counter() - w0)
+    return best, results
 
 
 def phases(ref: str) -> None:
@@ -118,9 +122,8 @@ def phases(ref: str) -> None:
         saved, mod._JIT_MIN_ROWS = mod._JIT_MIN_ROWS, 0
         mod.modl_partition(C[:3000], exact_max=0)
         mod._JIT_MIN_ROWS = saved
-    t_old, r_old = phase_times(old, C)
-    t_new, r_new = phase_times(modl, C)
-    print(f"# V={C.shape[0]:,}; thread CPU seconds, best of 3 ({ref} | this tree)")
+    (t_old, t_new), (r_old, r_new) = phase_times([old, modl], C)
+    print(f"# V={C.shape[0]:,}; thread CPU seconds, best of 3, alternated ({ref} | this tree)")
     for k in t_new:
         print(f"  {k:24s} {t_old[k]:6.3f} | {t_new[k]:6.3f}")
     same = np.array_equal(r_old.cuts, r_new.cuts) and r_old.cost == r_new.cost
