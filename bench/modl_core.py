@@ -6,6 +6,13 @@ the greedy path (exact_max=0 is implied by V > 1000 reduced rows), compiled
 
     python bench/modl_core.py 10000 100000 1000000
     python bench/modl_core.py --compile 100000
+    python bench/modl_core.py --phases REF
+
+``--phases REF`` times the phases of ``modl_partition`` (thread CPU
+seconds, best of three; the machine is shared) on the count table of
+``bench/modl.py``'s 1e7 rows over 1e6 distinct scores, for this tree and
+for git revision REF in the same process, and checks that both give the
+same partition and cost.
 
 ``--compile V`` runs fresh processes on one table of V rows: with an empty
 numba cache (import + compilation on the first call), then with the cache
@@ -70,6 +77,60 @@ def main(sizes: list[int]) -> None:
               f"identical: {same}")
 
 
+def phase_times(mods: list, C: np.ndarray) -> tuple[list[dict[str, float]], list]:  # type: ignore[type-arg]
+    """Thread CPU seconds of each phase of each module's greedy path on C, best of 3, alternated."""
+    best: list[dict[str, float]] = [{} for _ in mods]
+    results: list = [None] * len(mods)  # type: ignore[type-arg]
+    for _ in range(3):
+        for i, mod in enumerate(mods):
+            b = best[i]
+
+            def timed(label: str, fn, *args, b=b):  # type: ignore[no-untyped-def]
+                t0 = time.thread_time()
+                out = fn(*args)
+                b[label] = min(b.get(label, float("inf")), time.thread_time() - t0)
+                return out
+
+            c = timed("checks and pure runs",
+                      lambda: (mod._check_counts(C), mod._pure_run_starts(C)))[0]
+            K, N = c.shape[0], int(c.sum())
+            f_row, f_pair = timed("first f and gains",
+                                  lambda: (mod._f(c), mod._f(c[:-1] + c[1:])))
+            keys = mod._quantise(f_pair - f_row[:-1] - f_row[1:])
+            removed, steps = timed("greedy kernel", mod._jit_greedy(), np.ascontiguousarray(c),
+                                   f_row.copy(), keys, f_pair, N, True)
+            st = mod._kept_starts(K, removed, steps, True)
+            timed("post-opt from greedy", mod._post_optimise, c, st)
+            timed("post-opt top-down", mod._post_optimise, c, np.zeros(1, dtype=np.intp))
+            t0, w0 = time.process_time(), time.perf_counter()
+            results[i] = mod.modl_partition(C)
+            b["modl_partition CPU"] = min(b.get("modl_partition CPU", float("inf")),
+                                          time.process_time() - t0)
+            b["modl_partition wall"] = min(b.get("modl_partition wall", float("inf")),
+                                           time.perf_counter() - w0)
+    return best, results
+
+
+def phases(ref: str) -> None:
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from modl import count_table, make_data, module_at  # bench/modl.py
+
+    print("# uptime:", subprocess.check_output(["uptime"], text=True).strip())
+    C = count_table(*make_data(10**7, 10**6))
+    old = module_at(ref)
+    for mod in (old, modl):  # compile or load the kernels outside the timings
+        saved, mod._JIT_MIN_ROWS = mod._JIT_MIN_ROWS, 0
+        mod.modl_partition(C[:3000], exact_max=0)
+        mod._JIT_MIN_ROWS = saved
+    (t_old, t_new), (r_old, r_new) = phase_times([old, modl], C)
+    print(f"# V={C.shape[0]:,}; thread CPU seconds, best of 3, alternated ({ref} | this tree)")
+    for k in t_new:
+        print(f"  {k:24s} {t_old[k]:6.3f} | {t_new[k]:6.3f}")
+    same = np.array_equal(r_old.cuts, r_new.cuts) and r_old.cost == r_new.cost
+    print(f"  identical partition and cost: {same}")
+    print("# uptime:", subprocess.check_output(["uptime"], text=True).strip())
+
+
 def child(v: int) -> None:
     t0 = time.perf_counter()
     c = table(v)
@@ -94,6 +155,8 @@ def compile_times(v: int) -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--child"]:
         child(int(sys.argv[2]))
+    elif sys.argv[1:2] == ["--phases"]:
+        phases(sys.argv[2])
     elif sys.argv[1:2] == ["--compile"]:
         compile_times(int(sys.argv[2]) if len(sys.argv) > 2 else 100_000)
     else:

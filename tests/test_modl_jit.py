@@ -140,6 +140,38 @@ def test_greedy_kernel_against_the_oracles(jit_always, J, kind):
     assert modl._greedy_starts(counts, to_end=True).tolist() == plain_greedy_path(counts)
 
 
+def test_four_ary_heap_pops_in_tuple_order():
+    """The kernel's heap against sorted (gain, interval) tuples; many equal gains; stale entries."""
+    rng = np.random.default_rng(37)
+    k = rng.integers(-5, 5, 3000) / 4.0  # equal gains, -0.0 among them
+    s = rng.integers(0, 500, 3000)
+    H = modl_jit._aligned_rows(3000 + modl_jit._OFF + 1, 2)
+    assert H.ctypes.data % 64 == 0
+    size = 0
+    for a, b in zip(k.tolist(), s.tolist()):
+        size = modl_jit._push(H, size, a, b)
+    popped = []
+    for _ in range(1000):
+        popped.append((H[modl_jit._OFF, 0], int(H[modl_jit._OFF, 1])))
+        size = modl_jit._pop(H, size)
+    rest = sorted(zip(k.tolist(), s.tolist()))
+    assert popped == rest[:1000]
+    # Rebuild from the current entries only: interval b is current with gain g[b] while live.
+    R = modl_jit._aligned_rows(500, 8)
+    Ri = R.view(np.int64)
+    R[:, modl_jit._F_GAIN] = rng.integers(-5, 5, 500) / 4.0
+    Ri[:, modl_jit._F_LIVE] = rng.random(500) < 0.7
+    size = modl_jit._drop_stale(H, size, R, Ri)
+    current = [(a, b) for a, b in rest[1000:]
+               if Ri[b, modl_jit._F_LIVE] == 1 and R[b, modl_jit._F_GAIN] == a]
+    assert 0 < size == len(current) < 2000
+    popped = []
+    while size:
+        popped.append((H[modl_jit._OFF, 0], int(H[modl_jit._OFF, 1])))
+        size = modl_jit._pop(H, size)
+    assert popped == current
+
+
 # ----------------------------------------------------------------------------
 # Post-optimisation and the whole partition
 # ----------------------------------------------------------------------------
@@ -159,10 +191,14 @@ def test_best_cut_from_the_ends_equals_numpy():
         s_best, s_cut = modl._best_cut(P, lo, hi, f_old, sides)
         assert np.array_equal(s_best, best) and np.array_equal(s_cut, cut)
     t = np.arange(1, 5000)
-    assert np.array_equal(modl_jit.f_from2(P[0], P[1], 0, 1, 5000),
-                          modl._span_f(P, np.zeros_like(t), t))
-    assert np.array_equal(modl_jit.f_to2(P[0], P[1], 5000, 1, 5000),
-                          modl._span_f(P, t, np.full_like(t, 5000)))
+    # Log-gamma values remembered from earlier calls, or not, or past the memo: the same f.
+    for memo in (np.full(100_000, np.nan), np.full(700, np.nan), np.zeros(0)):
+        for _ in range(2):
+            assert np.array_equal(modl_jit.f_from2(P[0], P[1], 0, 1, 5000, memo),
+                                  modl._span_f(P, np.zeros_like(t), t))
+            assert np.array_equal(modl_jit.f_to2(P[0], P[1], 5000, 1, 5000, memo),
+                                  modl._span_f(P, t, np.full_like(t, 5000)))
+        assert memo.size == 0 or not np.isnan(memo[1:]).all()
 
 
 @pytest.mark.parametrize("J,kind,seed", [(2, "heavy", 0), (2, "ties", 1), (2, "noise", 2),

@@ -38,7 +38,8 @@ def modl_from_counts(parts: list[RangeCounts], exact_max: int = 1000
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, bool]:
     """The MODL partition of ranges' pre-merged tables, concatenated in score order.
 
-    Returns (score_min, score_max, interval counts (I, J), cost, exact).
+    Each part is the output of :func:`~distcal.core.modl.premerge_range` on
+    one range. Returns (score_min, score_max, interval counts (I, J), cost, exact).
     """
     parts = [p for p in parts if p[0].shape[0]]
     if not parts:
@@ -50,8 +51,9 @@ def modl_from_counts(parts: list[RangeCounts], exact_max: int = 1000
     # given to modl_partition is the pure-run reduction of the whole
     # distinct table whatever the ranges: on the greedy path with mixed rows
     # greedy starts from these rows, and every engine must start from the same.
-    counts, first, last = premerge_range(counts)
-    lo, hi = lo[first], hi[last]
+    if len(parts) > 1:  # one part is already reduced: the rule merges runs to their ends
+        counts, first, last = premerge_range(counts)
+        lo, hi = lo[first], hi[last]
     res = modl_partition(counts, exact_max=exact_max)
     starts = np.asarray(res.cuts, dtype=np.int64)
     ends = np.append(starts[1:], counts.shape[0]) - 1

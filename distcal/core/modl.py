@@ -81,8 +81,13 @@ _TOL = 1e-9
 # (counts, f of each row, rounded gains, f of each pair, N, to_end) -> (removed, steps)
 GreedyKernel = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, bool],
                         tuple[np.ndarray, np.ndarray]]
-# (P0, P1, end, t0, t1) -> f of rows end..t-1 (f_from) or t..end-1 (f_to) for t in [t0, t1)
-SpanKernel = Callable[[np.ndarray, np.ndarray, int, int, int], np.ndarray]
+# (P0, P1, end, t0, t1, memo) -> f of rows end..t-1 (f_from) or t..end-1 (f_to) for t in
+# [t0, t1); memo: log-gamma values kept between calls (modl_jit._gl)
+SpanKernel = Callable[[np.ndarray, np.ndarray, int, int, int, np.ndarray], np.ndarray]
+# Entries of that memo: the log-gamma of integers below this many (8 MiB),
+# a constant so that the driver holds nothing proportional to the rows;
+# the spans priced after the first passes are far shorter than N.
+_MEMO = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -121,13 +126,42 @@ def _check_counts(counts: np.ndarray) -> np.ndarray:
     return c
 
 
+# scipy's gammaln of the integers below this many is read from a table: the
+# arguments of f are integers (counts plus 1, sizes plus J), mostly small
+# on the rows of a count table, and a table entry is gammaln's own value,
+# so only the time changes.
+_GL_TABLE = 1 << 16
+
+
+@functools.cache
+def _gammaln_table() -> np.ndarray:
+    t: np.ndarray = gammaln(np.arange(_GL_TABLE, dtype=np.float64))
+    t.flags.writeable = False
+    return t
+
+
+def _gammaln_int(x: np.ndarray) -> np.ndarray:
+    """``scipy.special.gammaln(x)`` for an array of integral floats >= 1, bit for bit."""
+    table = _gammaln_table()
+    i = x.astype(np.intp)
+    small = i < _GL_TABLE
+    if small.all():
+        out: np.ndarray = table[i]
+        return out
+    out = np.empty(x.shape)
+    out[small] = table[i[small]]
+    out[~small] = gammaln(x[~small])
+    return out
+
+
 def _f(c: np.ndarray) -> np.ndarray:
     """f of each row of a (..., J) count array (module docstring)."""
     J = c.shape[-1]
     if J == 2:
         return _f2(c[..., 0].astype(np.float64), c[..., 1].astype(np.float64))
     c = c.astype(np.float64)
-    f: np.ndarray = gammaln(c.sum(axis=-1) + J) - gammaln(J) - gammaln(c + 1.0).sum(axis=-1)
+    f: np.ndarray = (_gammaln_int(c.sum(axis=-1) + J) - gammaln(J)
+                     - _gammaln_int(c + 1.0).sum(axis=-1))
     return f
 
 
@@ -138,7 +172,8 @@ def _f2(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     two terms is exact in either order), so bit-identical to it, without
     the (..., 2) temporaries and the axis reduction that dominate its time.
     """
-    f: np.ndarray = gammaln(a + b + 2) - gammaln(2) - (gammaln(a + 1.0) + gammaln(b + 1.0))
+    f: np.ndarray = (_gammaln_int(a + b + 2) - gammaln(2)
+                     - (_gammaln_int(a + 1.0) + _gammaln_int(b + 1.0)))
     return f
 
 
@@ -251,7 +286,7 @@ def _exact_starts(C: np.ndarray) -> np.ndarray:
     iu, iv = np.triu_indices(K + 1, 1)
     d = P[iv] - P[iu]
     F = np.full((K + 1, K + 1), np.inf)
-    F[iu, iv] = gammaln(d.sum(axis=1) + J) - gammaln(J) - gammaln(d + 1.0).sum(axis=1)
+    F[iu, iv] = _gammaln_int(d.sum(axis=1) + J) - gammaln(J) - _gammaln_int(d + 1.0).sum(axis=1)
     log_n = math.log(N)
     # Lower bound on sum f over any partition into k intervals: each interval
     # has log C(N_i+J-1, J-1) >= log J, and merging rows never lowers the
@@ -711,6 +746,8 @@ class _Sides:
     def __init__(self, P: list[np.ndarray], f_from: SpanKernel, f_to: SpanKernel) -> None:
         self.P0, self.P1 = P
         self.f_from, self.f_to = f_from, f_to
+        n = int(self.P0[-1] + self.P1[-1])
+        self.memo = np.full(min(n + 3, _MEMO), np.nan)
         self.left: dict[int, np.ndarray] = {}   # lo -> f(lo..t-1), t = lo+1, lo+2, ...
         self.right: dict[int, np.ndarray] = {}  # hi -> f(t..hi-1), t = ..., hi-2, hi-1
 
@@ -720,13 +757,13 @@ class _Sides:
         a = self.left.get(lo)
         have = 0 if a is None else a.shape[0]
         if have < n:
-            more = self.f_from(self.P0, self.P1, lo, lo + 1 + have, hi)
+            more = self.f_from(self.P0, self.P1, lo, lo + 1 + have, hi, self.memo)
             a = more if a is None else np.concatenate((a, more))
             self.left[lo] = a
         b = self.right.get(hi)
         have = 0 if b is None else b.shape[0]
         if have < n:
-            more = self.f_to(self.P0, self.P1, hi, lo + 1, hi - have)
+            more = self.f_to(self.P0, self.P1, hi, lo + 1, hi - have, self.memo)
             b = more if b is None else np.concatenate((more, b))
             self.right[hi] = b
         assert a is not None and b is not None
@@ -862,6 +899,29 @@ def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
                                                        n_recut_g, n_recut_c)
 
 
+def _two_starts(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Post-optimised partitions of C from greedy merging and from one interval.
+
+    The second start, top-down from one interval, is there because the
+    moves cannot always leave greedy's local optimum (e.g. where three
+    intervals must become one); splitting from the top is cheap (few
+    passes). It does not depend on greedy, so on the compiled path it runs
+    in a second thread while greedy merges: the greedy kernel and the
+    compiled pricing of cuts release the GIL. Each start only reads C and
+    keeps its own state, so the results are those of running them one
+    after the other.
+    """
+    one = np.zeros(1, dtype=np.intp)
+    if C.shape[0] < _JIT_MIN_ROWS or _jit_kernels() is None:
+        return _post_optimise(C, _greedy_starts(C, to_end=True)), _post_optimise(C, one)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        top = pool.submit(_post_optimise, C, one)
+        local = _post_optimise(C, _greedy_starts(C, to_end=True))
+        return local, top.result()
+
+
 def _table_cost(C: np.ndarray, starts: np.ndarray) -> float:
     return modl_cost(np.add.reduceat(C, starts, axis=0))
 
@@ -943,11 +1003,7 @@ def modl_partition(counts: np.ndarray, exact_max: int = 1000) -> ModlResult:
         cuts, exact = run_starts[_exact_starts(reduced)], True
     else:
         table, rows = (reduced, run_starts) if all_pure else (c, np.arange(V))
-        local = _post_optimise(table, _greedy_starts(table, to_end=True))
-        # A second start, top-down from one interval: the moves cannot always
-        # leave greedy's local optimum (e.g. where three intervals must
-        # become one), and splitting from the top is cheap (few passes).
-        top = _post_optimise(table, np.zeros(1, dtype=np.intp))
+        local, top = _two_starts(table)
         if _table_cost(table, top) < _table_cost(table, local):
             local = top
         cuts, exact = rows[local], False

@@ -98,64 +98,94 @@ def _lgamma(x: float) -> float:
 _QUANT = 524288.0
 
 
+# Columns of the record of an interval in the greedy kernel (one float64
+# row, read also as int64): f of the interval, gain and f of the pair it
+# starts, next and previous interval, 1 while it starts a pair, then its
+# class counts.
+_F_FV, _F_GAIN, _F_FPAIR, _F_NXT, _F_PRV, _F_LIVE, _F_CNT = range(7)
+_LINE = 64  # bytes in a cache line
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _before(k: float, s: float, k2: float, s2: float) -> bool:
+    """Whether the entry (k, s) comes before (k2, s2): gain first, then the left interval."""
+    return k < k2 or (k == k2 and s < s2)
+
+
+# The heap of greedy merging is 4-ary: a pop, the frequent operation, walks
+# half as many levels as in a binary heap, and the four children of a node
+# are side by side (four 16-byte entries, one 64-byte cache line when the
+# array is so aligned); on a heap of a million entries each level is a
+# cache miss, which is what the pops cost. Entry i of the heap is row
+# i + _OFF of H, so that children 4i+1..4i+4 start on a multiple of four.
+_OFF = 3
+
+
 @njit(cache=True, nogil=True)
 def _push(H: np.ndarray, size: int, k: float, s: int) -> int:
-    """Push the entry (gain k, pair s) on the heap H[:size]; returns the new size.
+    """Push the entry (gain k, pair s) on the heap of ``size`` entries in H; returns the new size.
 
     H holds one entry per row, (gain, left interval as a float): an entry's
     two fields share a cache line, which the heap's random accesses need.
     """
     i = size
     while i > 0:
-        parent = (i - 1) >> 1
-        pk = H[parent, 0]
-        if pk < k or (pk == k and H[parent, 1] < s):
+        parent = (i - 1) >> 2
+        pk = H[parent + _OFF, 0]
+        if pk < k or (pk == k and H[parent + _OFF, 1] < s):
             break
-        H[i, 0] = pk
-        H[i, 1] = H[parent, 1]
+        H[i + _OFF, 0] = pk
+        H[i + _OFF, 1] = H[parent + _OFF, 1]
         i = parent
-    H[i, 0] = k
-    H[i, 1] = s
+    H[i + _OFF, 0] = k
+    H[i + _OFF, 1] = s
     return size + 1
 
 
 @njit(cache=True, nogil=True)
 def _pop(H: np.ndarray, size: int) -> int:
-    """Remove the least entry H[0] (read it first); returns the new size."""
+    """Remove the least entry (row _OFF of H; read it first); returns the new size."""
     size -= 1
-    k = H[size, 0]
-    s = H[size, 1]
+    k = H[size + _OFF, 0]
+    s = H[size + _OFF, 1]
     i = 0
     while True:
-        c = 2 * i + 1
+        c = 4 * i + 1
         if c >= size:
             break
-        if c + 1 < size and (H[c + 1, 0] < H[c, 0]
-                             or (H[c + 1, 0] == H[c, 0] and H[c + 1, 1] < H[c, 1])):
-            c += 1
-        if k < H[c, 0] or (k == H[c, 0] and s < H[c, 1]):
+        # The least of the (up to four) children, the first on ties.
+        b = c
+        bk = H[c + _OFF, 0]
+        bs = H[c + _OFF, 1]
+        for d in range(c + 1, min(c + 4, size)):
+            dk = H[d + _OFF, 0]
+            if dk < bk or (dk == bk and H[d + _OFF, 1] < bs):
+                b = d
+                bk = dk
+                bs = H[d + _OFF, 1]
+        if k < bk or (k == bk and s < bs):
             break
-        H[i, 0] = H[c, 0]
-        H[i, 1] = H[c, 1]
-        i = c
-    H[i, 0] = k
-    H[i, 1] = s
+        H[i + _OFF, 0] = bk
+        H[i + _OFF, 1] = bs
+        i = b
+    H[i + _OFF, 0] = k
+    H[i + _OFF, 1] = s
     return size
 
 
 @njit(cache=True, nogil=True)
-def _drop_stale(H: np.ndarray, size: int, gain: np.ndarray, live: np.ndarray) -> int:
+def _drop_stale(H: np.ndarray, size: int, R: np.ndarray, Ri: np.ndarray) -> int:
     """Rebuild the heap from its current entries only; returns the new size."""
     n = 0
     for i in range(size):
-        s = int(H[i, 1])
-        if live[s] and gain[s] == H[i, 0]:
-            H[n, 0] = H[i, 0]
-            H[n, 1] = H[i, 1]
+        s = int(H[i + _OFF, 1])
+        if Ri[s, _F_LIVE] == 1 and R[s, _F_GAIN] == H[i + _OFF, 0]:
+            H[n + _OFF, 0] = H[i + _OFF, 0]
+            H[n + _OFF, 1] = H[i + _OFF, 1]
             n += 1
     m = 0
     for i in range(n):
-        m = _push(H, m, H[i, 0], int(H[i, 1]))
+        m = _push(H, m, H[i + _OFF, 0], int(H[i + _OFF, 1]))
     return m
 
 
@@ -175,17 +205,24 @@ def _lg(table: np.ndarray, m: int) -> float:
 
 
 @njit(cache=True, nogil=True)
-def _merged_f(A: np.ndarray, s: int, t: int, lg_j: float, table: np.ndarray) -> float:
+def _aligned_rows(n: int, w: int) -> np.ndarray:
+    """An uninitialised (n, w) float64 array starting on a cache line (w = 8: one row a line)."""
+    buf = np.empty(n * w + _LINE // 8)
+    off = (-buf.ctypes.data % _LINE) // 8
+    return buf[off:off + n * w].reshape((n, w))
+
+
+@njit(cache=True, nogil=True)
+def _merged_f(Ri: np.ndarray, s: int, t: int, J: int, lg_j: float, table: np.ndarray) -> float:
     """f of intervals s and t merged, as modl._greedy_loop2 (J = 2) and modl._greedy_loop do."""
-    J = A.shape[1]
     if J == 2:
-        x = A[s, 0] + A[t, 0]
-        y = A[s, 1] + A[t, 1]
+        x = Ri[s, _F_CNT] + Ri[t, _F_CNT]
+        y = Ri[s, _F_CNT + 1] + Ri[t, _F_CNT + 1]
         return _lg(table, x + y + 2) - _lg(table, x + 1) - _lg(table, y + 1)
     tot = 0
     acc = 0.0
     for j in range(J):
-        x = A[s, j] + A[t, j]
+        x = Ri[s, _F_CNT + j] + Ri[t, _F_CNT + j]
         tot += x
         acc += _lg(table, x + 1)
     return _lg(table, tot + J) - lg_j - acc
@@ -219,96 +256,116 @@ def greedy_merges(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.nda
         + log((I-1)/(N+I-1)), unrounded.
     """
     K, J = C.shape
-    A = C.copy()
     lg_j = _lgamma(float(J))
     table = np.empty(min(_LG_TABLE, N + J + 2))
     table[0] = np.inf  # never used: every argument is at least 1
     for m in range(1, table.shape[0]):
         table[m] = _lgamma(float(m))
-    # A lazy heap as in the Python loop: an entry (k, s) is current while
-    # live[s] and gain[s] == k; others are stale and skipped when popped.
-    # The float compare orders (k, s) as the Python heap's ints do.
-    # At most K - 1 first entries and two pushes per merge: 3K entries.
-    H = np.empty((3 * K, 2))
-    gain = np.zeros(K)
-    fpa = np.zeros(K)
-    live = np.zeros(K, dtype=np.bool_)
-    size = 0
+    # Everything about interval s is in row s of R (see _record): merges
+    # happen all over the table in gain order, so each interval touched
+    # costs a cache miss, one instead of one per array.
+    W = _F_CNT + J
+    R = _aligned_rows(K, W)
+    Ri = R.view(np.int64)
+    for s in range(K):
+        R[s, _F_FV] = fv[s]
+        Ri[s, _F_NXT] = s + 1
+        Ri[s, _F_PRV] = s - 1
+        for j in range(J):
+            Ri[s, _F_CNT + j] = C[s, j]
     for s in range(K - 1):
-        gain[s] = keys[s]
-        fpa[s] = fpair[s]
-        live[s] = True
-        size = _push(H, size, keys[s], s)
-    nxt = np.arange(1, K + 1)
-    prv = np.arange(-1, K - 1)
+        R[s, _F_GAIN] = keys[s]
+        R[s, _F_FPAIR] = fpair[s]
+        Ri[s, _F_LIVE] = 1
+    Ri[K - 1, _F_LIVE] = 0
+    # A lazy queue as in the Python loop: an entry (k, s) is current while
+    # s is live (its pair exists) and its gain is k; others are stale and
+    # skipped when taken. The float compare orders (k, s) as the Python
+    # heap's ints do. The K - 1 first entries are not pushed: they are
+    # taken in their sorted order (a stable sort by gain: ties by s),
+    # sequentially from ``order``; the heap H holds the entries made by
+    # merges, at most two per merge. The least entry of the queue is the
+    # lesser of the two heads.
+    order = np.argsort(keys, kind="mergesort")
+    skeys = keys[order]  # read in sequence: one random access less per first entry
+    n0 = order.shape[0]
+    ip = 0
+    H = _aligned_rows(2 * K + _OFF + 1, 2)
+    size = 0
     removed = np.empty(K - 1, dtype=np.int64)
     steps = np.empty(K - 1)
     m = 0
     I = K
-    pending = -1  # a pair known to be the least current one: merged without the heap
+    pending = -1  # a pair known to be the least current one: merged without the queue
     while I > 1:
         if pending >= 0:
             s = pending
             pending = -1
         else:
-            if size == 0:
+            if ip < n0 and (size == 0 or _before(skeys[ip], order[ip], H[_OFF, 0], H[_OFF, 1])):
+                s = order[ip]
+                k = skeys[ip]
+                ip += 1
+            elif size > 0:
+                k = H[_OFF, 0]
+                s = int(H[_OFF, 1])
+                size = _pop(H, size)
+            else:
                 break
-            k = H[0, 0]
-            s = int(H[0, 1])
-            size = _pop(H, size)
-            if not (live[s] and gain[s] == k):
+            if not (Ri[s, _F_LIVE] == 1 and R[s, _F_GAIN] == k):
                 if size > 4 * I + 64:
-                    size = _drop_stale(H, size, gain, live)
+                    size = _drop_stale(H, size, R, Ri)
                 continue
         # The same expression as the Python loop: (I-1)/(N+I-1) of two ints
         # exact as floats is the correctly rounded quotient in both.
         shift = math.log((I - 1) / (N + I - 1))
-        if gain[s] + shift >= 0.0 and not to_end:
+        if R[s, _F_GAIN] + shift >= 0.0 and not to_end:
             break
-        r = nxt[s]
-        fm = fpa[s]
+        r = Ri[s, _F_NXT]
+        fm = R[s, _F_FPAIR]
         removed[m] = r
-        steps[m] = fm - fv[s] - fv[r] + shift
+        steps[m] = fm - R[s, _F_FV] - R[r, _F_FV] + shift
         m += 1
         for j in range(J):
-            A[s, j] += A[r, j]
-        fv[s] = fm
-        live[r] = False
-        nr = nxt[r]
-        nxt[s] = nr
+            Ri[s, _F_CNT + j] += Ri[r, _F_CNT + j]
+        R[s, _F_FV] = fm
+        Ri[r, _F_LIVE] = 0
+        nr = Ri[r, _F_NXT]
+        Ri[s, _F_NXT] = nr
         I -= 1
-        p = prv[s]
+        p = Ri[s, _F_PRV]
         # The new entries: the lesser goes straight to the next merge if it
-        # is below the heap's least entry (a lower bound of every entry),
+        # is below the queue's two heads (lower bounds of every entry),
         # as in the Python loop; the others are pushed.
         bk = 0.0
         bs = -1
         if p >= 0:
-            fp = _merged_f(A, p, s, lg_j, table)
-            bk = (fp - fv[p] - fm + _QUANT) - _QUANT
+            fp = _merged_f(Ri, p, s, J, lg_j, table)
+            bk = (fp - R[p, _F_FV] - fm + _QUANT) - _QUANT
             bs = p
-            gain[p] = bk
-            fpa[p] = fp
+            R[p, _F_GAIN] = bk
+            R[p, _F_FPAIR] = fp
         if nr < K:
-            prv[nr] = s
-            fn = _merged_f(A, s, nr, lg_j, table)
-            k = (fn - fm - fv[nr] + _QUANT) - _QUANT
-            gain[s] = k
-            fpa[s] = fn
+            Ri[nr, _F_PRV] = s
+            fn = _merged_f(Ri, s, nr, J, lg_j, table)
+            k = (fn - fm - R[nr, _F_FV] + _QUANT) - _QUANT
+            R[s, _F_GAIN] = k
+            R[s, _F_FPAIR] = fn
             if bs < 0:
                 bk = k
                 bs = s
-            elif k < bk or (k == bk and s < bs):
+            elif _before(k, s, bk, bs):
                 size = _push(H, size, bk, bs)
                 bk = k
                 bs = s
             else:
                 size = _push(H, size, k, s)
         else:
-            live[s] = False
+            Ri[s, _F_LIVE] = 0
         if bs < 0:
             continue
-        if size == 0 or bk < H[0, 0] or (bk == H[0, 0] and bs < H[0, 1]):
+        if ((size == 0 or _before(bk, bs, H[_OFF, 0], H[_OFF, 1]))
+                and (ip == n0 or _before(bk, bs, skeys[ip], order[ip]))):
             pending = bs
         else:
             size = _push(H, size, bk, bs)
@@ -316,33 +373,53 @@ def greedy_merges(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.nda
 
 
 @njit(cache=True, nogil=True)
-def _f2(a: float, b: float, g2: float) -> float:
-    """modl._f2 of one pair of class counts: the same operations in the same order."""
-    return (_gammaln(a + b + 2.0, 0) - g2) - (_gammaln(a + 1.0, 0) + _gammaln(b + 1.0, 0))
+def _gl(memo: np.ndarray, x: float) -> float:
+    """scipy's gammaln(x) of an integral float x >= 1, remembered in ``memo`` when x is in it.
+
+    ``memo`` starts as NaN; an entry, once set, is gammaln's own value, so
+    results are the same whether or not it was already there.
+    """
+    i = int(x)
+    if i < memo.shape[0]:
+        v = memo[i]
+        if v != v:  # not computed yet
+            v = _gammaln(x, 0)
+            memo[i] = v
+        return v
+    return _gammaln(x, 0)
 
 
 @njit(cache=True, nogil=True)
-def f_from2(P0: np.ndarray, P1: np.ndarray, u: int, t0: int, t1: int) -> np.ndarray:
+def _f2(a: float, b: float, g2: float, memo: np.ndarray) -> float:
+    """modl._f2 of one pair of class counts: the same operations in the same order."""
+    return (_gl(memo, a + b + 2.0) - g2) - (_gl(memo, a + 1.0) + _gl(memo, b + 1.0))
+
+
+@njit(cache=True, nogil=True)
+def f_from2(P0: np.ndarray, P1: np.ndarray, u: int, t0: int, t1: int,
+            memo: np.ndarray) -> np.ndarray:
     """f of rows u..t-1 for t in [t0, t1), two classes, as modl._span_f(P, u, t).
 
-    P0, P1 are the float prefix sums of the two class counts.
+    P0, P1 are the float prefix sums of the two class counts; ``memo`` keeps
+    the log-gamma values computed (see :func:`_gl`).
     """
     g2 = _gammaln(2.0, 0)
     a0 = P0[u]
     b0 = P1[u]
     out = np.empty(max(t1 - t0, 0))
     for k in range(out.shape[0]):
-        out[k] = _f2(P0[t0 + k] - a0, P1[t0 + k] - b0, g2)
+        out[k] = _f2(P0[t0 + k] - a0, P1[t0 + k] - b0, g2, memo)
     return out
 
 
 @njit(cache=True, nogil=True)
-def f_to2(P0: np.ndarray, P1: np.ndarray, v: int, t0: int, t1: int) -> np.ndarray:
+def f_to2(P0: np.ndarray, P1: np.ndarray, v: int, t0: int, t1: int,
+          memo: np.ndarray) -> np.ndarray:
     """f of rows t..v-1 for t in [t0, t1), two classes, as modl._span_f(P, t, v)."""
     g2 = _gammaln(2.0, 0)
     a1 = P0[v]
     b1 = P1[v]
     out = np.empty(max(t1 - t0, 0))
     for k in range(out.shape[0]):
-        out[k] = _f2(a1 - P0[t0 + k], b1 - P1[t0 + k], g2)
+        out[k] = _f2(a1 - P0[t0 + k], b1 - P1[t0 + k], g2, memo)
     return out
