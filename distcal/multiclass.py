@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
+from .core.distinct import DistinctTable, pool_ties
 from .core.multiclass import normalise_ovr, pool_one_vs_rest, to_logits
 from .core.temperature import (
     center_logits,
@@ -587,15 +589,17 @@ def _fit_one_vs_rest(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray
     that one table as over the ordered ranges of a cluster engine, which
     gives the model ``distcal.fit`` gives on the class's rows.
     """
+    import distcal  # distcal.fit's binary fit lives in distcal.api, above this module
+
     from . import params as checks
-    from .api import _fit_on_ranges
-    from .core.distinct import pool_ties
     from .engines.local import LocalEngine
-    from .multiclass_engines import _ClassCounts
 
     # As distcal.fit on the local engine: its options are accepted (and not
     # needed: the rows are in memory), anything else is a TypeError.
     given, _ = checks.split_engine_options("fit", method, method_params, LocalEngine.options)
+    # The fit over ordered ranges that distcal.fit and the cluster engines'
+    # one-vs-rest use (distcal.multiclass_engines gets it passed in).
+    fit_binary: Callable[..., CalibrationModel] = distcal.api._fit_on_ranges
     checks.method_params(method, dict(given))  # bad values fail before any work
     rows = labels.shape[0]
     # The rows of each class, in row order (a stable sort of 16-bit keys is a radix sort).
@@ -617,9 +621,24 @@ def _fit_one_vs_rest(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray
             y[positive] = 1.0
             table = pool_ties(np.ascontiguousarray(column), y, weights)
         cols = {"score": name, "label": label_col, "weight": weight_col}
-        models.append(_fit_on_ranges(_ClassCounts(rows, wsum), lambda fn, t=table: [fn(t)],
-                                     method, checks.method_params(method, dict(given)), cols))
+        models.append(fit_binary(_ClassCounts(rows, wsum), _one_range(table), method,
+                                 checks.method_params(method, dict(given)), cols))
     return models
+
+
+class _ClassCounts:
+    """What the binary fit reads from its ranges, for one class (one-vs-rest)."""
+
+    def __init__(self, n_rows: int, weight_total: float):
+        self.n_rows, self.weight_total, self.dropped_rows = n_rows, weight_total, 0
+
+    def spearman_rows(self) -> bool:  # labels label == k are 0/1: never needed
+        raise AssertionError("one-vs-rest labels are 0/1")
+
+
+def _one_range(table: DistinctTable) -> Callable[[Callable[[DistinctTable], Any]], list[Any]]:
+    """``map_ranges`` over a single ordered range: the whole table."""
+    return lambda fn: [fn(table)]
 
 
 def _temperature_parts(zc: np.ndarray, labels: np.ndarray, weights: np.ndarray | None,
