@@ -181,6 +181,11 @@ def fit_temperature(map_parts: MapParts, max_iter: int = 200, rtol: float = 1e-1
     start = float(start)
     beta = min(max(start, BETA_MIN), BETA_MAX) if np.isfinite(start) else 1.0
     loss, g, h = sums(beta)
+    if g == 0.0 and h == 0.0 and beta != 1.0:
+        # Flat in floating point at the start (all probabilities 0 or 1): the
+        # side of the optimum is unknown there; start where the default does.
+        beta = 1.0
+        loss, g, h = sums(beta)
     it = 0
     last: float | None = None  # the size of the previous plain Newton step
     while it < max_iter and g != 0.0:
