@@ -217,15 +217,27 @@ def read_scores(data: pd.DataFrame | pa.Table, score_col: str | None,
                  finite: bool, length: int | None = None) -> np.ndarray:
     """The (n, K) score matrix; row problems recorded in ``problems``."""
     if score_cols is not None:
-        cols = []
-        for c in score_cols:
-            v, text = _column_to_float(data, c)
-            problems.add(c, "are text, not numbers", text)
-            problems.add(c, "are null or NaN", np.isnan(v) & ~text)
+        if not score_cols:
+            return np.empty((0, 0))
+        n = len(data) if isinstance(data, pd.DataFrame) else data.num_rows
+        out = np.empty((n, len(score_cols)))
+        texts = []
+        for j, c in enumerate(score_cols):
+            out[:, j], text = _column_to_float(data, c)
+            texts.append(text)
+        # Only rows whose sum is not finite can hold NaN or inf (text is NaN):
+        # the per-column checks look at those rows only.
+        with np.errstate(invalid="ignore"):
+            odd = np.flatnonzero(~np.isfinite(np.einsum("ij->i", out)))
+        for j, c in enumerate(score_cols):
+            nan, inf = np.zeros(n, bool), np.zeros(n, bool)
+            nan[odd] = np.isnan(out[odd, j])
+            inf[odd] = np.isinf(out[odd, j])
+            problems.add(c, "are text, not numbers", texts[j])
+            problems.add(c, "are null or NaN", nan & ~texts[j])
             if finite:
-                problems.add(c, "are infinite (this method needs finite scores)", np.isinf(v))
-            cols.append(v)
-        return np.column_stack(cols) if cols else np.empty((0, 0))
+                problems.add(c, "are infinite (this method needs finite scores)", inf)
+        return out
     if score_col is None:
         raise ValueError("pass exactly one of score_col (a vector column) and score_cols "
                          "(one column per class)")

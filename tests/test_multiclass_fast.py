@@ -212,3 +212,26 @@ def test_vector_row_checks_find_every_nan_and_infinity():
     assert counts["contain infinite values (this method needs finite scores)"] == \
         sum(any(math.isinf(v) for v in r) for r in m.tolist())
     assert not problems.bad[7] and problems.bad[9]
+
+
+def test_score_column_checks_find_every_nan_infinity_and_text():
+    rng = np.random.default_rng(6)
+    m = rng.normal(size=(300, 4))
+    cells = rng.integers(0, 300, 25), rng.integers(0, 4, 25)
+    m[cells] = rng.choice([np.nan, np.inf, -np.inf], 25)
+    m[5] = [1e308, 1e308, 0.0, 0.0]  # overflows in a row sum, yet finite
+    m[11, 3] = 0.0  # (text below)
+    df = pd.DataFrame(m, columns=list("abcd"))
+    df["d"] = df["d"].astype(object)
+    df.loc[11, "d"] = "n/a"
+    problems = Problems(300)
+    got = read_scores(df, None, list("abcd"), problems, finite=True)
+    counts = {(c, p): k for c, p, k in problems.items}
+    for j, c in enumerate("abcd"):
+        col = m[:, j].tolist()
+        assert counts[(c, "are null or NaN")] == sum(math.isnan(v) for v in col)
+        assert counts[(c, "are infinite (this method needs finite scores)")] == \
+            sum(math.isinf(v) for v in col)
+    assert counts[("d", "are text, not numbers")] == 1 and np.isnan(got[11, 3])
+    assert not problems.bad[5]
+    np.testing.assert_array_equal(np.delete(got, 11, axis=0), np.delete(m, 11, axis=0))
