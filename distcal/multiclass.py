@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import os
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,15 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from .core.multiclass import normalise_ovr, to_logits
-from .core.temperature import center_logits, fit_temperature, softmax_predict, temperature_sums
+from .core.distinct import DistinctTable, pool_ties
+from .core.multiclass import normalise_ovr, pool_one_vs_rest, to_logits
+from .core.temperature import (
+    center_logits,
+    fit_temperature,
+    sample_start,
+    softmax_predict,
+    temperature_sums,
+)
 from .errors import DataError, ModelError
 from .model import (
     CalibrationModel,
@@ -555,13 +563,48 @@ def fit_multiclass(data: Any, method: str = "isotonic", score_col: str | None = 
         logits = to_logits(scores)
         kind = "logits" if logits is scores or scores.shape[1] == 1 else "probabilities"
         zc = center_logits(logits)
-        beta, info = fit_temperature(lambda b: _temperature_parts(zc, labels, weights, b))
+        start = sample_start(zc, labels, weights)
+        beta, info = fit_temperature(lambda b: _temperature_parts(zc, labels, weights, b),
+                                     start=start)
         params = {"beta": beta, "temperature": 1.0 / beta, "input_": kind}
         return MulticlassCalibrationModel(method, k, params, None, n_rows=labels.shape[0],
                                           weight_total=wsum, dropped_rows=dropped,
                                           columns=columns)
-    import distcal
+    models = _fit_one_vs_rest(scores, labels, weights, k, method, method_params, score_col,
+                              score_cols, label_col, weight_col, wsum)
+    return MulticlassCalibrationModel(method, k, dict(method_params), models,
+                                      n_rows=labels.shape[0], weight_total=wsum,
+                                      dropped_rows=dropped, columns=columns)
 
+
+def _fit_one_vs_rest(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | None,
+                     k: int, method: str, method_params: dict[str, Any],
+                     score_col: str | None, score_cols: list[str] | None, label_col: str,
+                     weight_col: str | None, wsum: float) -> list[CalibrationModel | None]:
+    """Each class's binary model, fitted by :func:`distcal.fit`'s own code on its table.
+
+    The table of class c is its scores against label == c over the valid
+    rows (:func:`~distcal.core.multiclass.pool_one_vs_rest` for unit
+    weights, the general pooling otherwise); the binary fit then runs over
+    that one table as over the ordered ranges of a cluster engine, which
+    gives the model ``distcal.fit`` gives on the class's rows.
+    """
+    import distcal  # distcal.fit's binary fit lives in distcal.api, above this module
+
+    from . import params as checks
+    from .engines.local import LocalEngine
+
+    # As distcal.fit on the local engine: its options are accepted (and not
+    # needed: the rows are in memory), anything else is a TypeError.
+    given, _ = checks.split_engine_options("fit", method, method_params, LocalEngine.options)
+    # The fit over ordered ranges that distcal.fit and the cluster engines'
+    # one-vs-rest use (distcal.multiclass_engines gets it passed in).
+    fit_binary: Callable[..., CalibrationModel] = distcal.api._fit_on_ranges
+    checks.method_params(method, dict(given))  # bad values fail before any work
+    rows = labels.shape[0]
+    # The rows of each class, in row order (a stable sort of 16-bit keys is a radix sort).
+    by_class = np.argsort(labels.astype(np.uint16) if k <= 1 << 16 else labels, kind="stable")
+    bounds = np.searchsorted(labels[by_class], np.arange(k + 1))
     models: list[CalibrationModel | None] = []
     for c in range(k):
         if k == 2 and c == 0:
@@ -569,16 +612,33 @@ def fit_multiclass(data: Any, method: str = "isotonic", score_col: str | None = 
             continue
         j = scores.shape[1] - 1 if k == 2 else c
         name = (score_cols[j] if score_cols is not None else f"{score_col}[{j}]")
-        frame = {name: np.ascontiguousarray(scores[:, j]),
-                 label_col: (labels == c).astype(np.int8)}
-        if weights is not None and weight_col is not None:
-            frame[weight_col] = weights
-        models.append(distcal.fit(pd.DataFrame(frame, copy=False), method=method,
-                                  score_col=name, label_col=label_col, weight_col=weight_col,
-                                  engine="local", **method_params))
-    return MulticlassCalibrationModel(method, k, dict(method_params), models,
-                                      n_rows=labels.shape[0], weight_total=wsum,
-                                      dropped_rows=dropped, columns=columns)
+        column = scores[:, j]
+        positive = by_class[bounds[c]:bounds[c + 1]]
+        if weights is None:
+            table = pool_one_vs_rest(column, positive)
+        else:
+            y = np.zeros(rows)
+            y[positive] = 1.0
+            table = pool_ties(np.ascontiguousarray(column), y, weights)
+        cols = {"score": name, "label": label_col, "weight": weight_col}
+        models.append(fit_binary(_ClassCounts(rows, wsum), _one_range(table), method,
+                                 checks.method_params(method, dict(given)), cols))
+    return models
+
+
+class _ClassCounts:
+    """What the binary fit reads from its ranges, for one class (one-vs-rest)."""
+
+    def __init__(self, n_rows: int, weight_total: float):
+        self.n_rows, self.weight_total, self.dropped_rows = n_rows, weight_total, 0
+
+    def spearman_rows(self) -> bool:  # labels label == k are 0/1: never needed
+        raise AssertionError("one-vs-rest labels are 0/1")
+
+
+def _one_range(table: DistinctTable) -> Callable[[Callable[[DistinctTable], Any]], list[Any]]:
+    """``map_ranges`` over a single ordered range: the whole table."""
+    return lambda fn: [fn(table)]
 
 
 def _temperature_parts(zc: np.ndarray, labels: np.ndarray, weights: np.ndarray | None,

@@ -30,7 +30,7 @@ from .core.temperature import fit_temperature
 from .errors import ParameterError
 from .logs import log, phase
 from .model import CalibrationModel
-from .multiclass import MulticlassCalibrationModel
+from .multiclass import MulticlassCalibrationModel, _ClassCounts
 
 __all__ = ["fit_multiclass_on_engine", "open_multiclass_rows", "is_engine_vector_column",
            "MulticlassRows"]
@@ -134,16 +134,6 @@ def open_multiclass_rows(engine: str, data: Any, **kw: Any) -> MulticlassRows:
 
         return DaskMulticlassRows(as_dask(data), **kw)
     raise ParameterError(f"no multiclass rows for engine {engine!r}")
-
-
-class _ClassCounts:
-    """What the binary fit reads from its ranges, for one class."""
-
-    def __init__(self, n_rows: int, weight_total: float):
-        self.n_rows, self.weight_total, self.dropped_rows = n_rows, weight_total, 0
-
-    def spearman_rows(self) -> bool:  # labels label == k are 0/1: never needed
-        raise AssertionError("one-vs-rest labels are 0/1")
 
 
 def fit_multiclass_on_engine(engine: str, data: Any, method: str, score_col: str | None,

@@ -139,11 +139,15 @@ def _vector_column(data: pd.DataFrame | pa.Table, name: str, length: int | None 
         vals = s.to_numpy()
         if (s.dtype == object and len(vals) and isinstance(vals[0], np.ndarray)
                 and vals[0].ndim == 1 and length in (None, vals[0].shape[0])):
-            # Fast path: equal-length numeric arrays stack directly; anything
-            # else (None, ragged, text) goes the Arrow way, which counts problems.
+            # Fast path: numeric vectors all of length K concatenate into the
+            # (n, K) matrix (np.stack would make a 2-d view of each row first,
+            # twice as slow); anything else (None, ragged, text, other shapes)
+            # goes the Arrow way, which counts problems.
             m: np.ndarray | None
+            k = vals[0].shape[0]
             try:
-                m = np.stack(list(vals))
+                lens = np.fromiter(map(len, vals), dtype=np.intp, count=len(vals))
+                m = np.concatenate(vals).reshape(len(vals), k) if (lens == k).all() else None
             except (TypeError, ValueError):
                 m = None
             if m is not None and m.ndim == 2 and m.dtype.kind in "fiub":
@@ -213,15 +217,27 @@ def read_scores(data: pd.DataFrame | pa.Table, score_col: str | None,
                  finite: bool, length: int | None = None) -> np.ndarray:
     """The (n, K) score matrix; row problems recorded in ``problems``."""
     if score_cols is not None:
-        cols = []
-        for c in score_cols:
-            v, text = _column_to_float(data, c)
-            problems.add(c, "are text, not numbers", text)
-            problems.add(c, "are null or NaN", np.isnan(v) & ~text)
+        if not score_cols:
+            return np.empty((0, 0))
+        n = len(data) if isinstance(data, pd.DataFrame) else data.num_rows
+        out = np.empty((n, len(score_cols)))
+        texts = []
+        for j, c in enumerate(score_cols):
+            out[:, j], text = _column_to_float(data, c)
+            texts.append(text)
+        # Only rows whose sum is not finite can hold NaN or inf (text is NaN):
+        # the per-column checks look at those rows only.
+        with np.errstate(invalid="ignore"):
+            odd = np.flatnonzero(~np.isfinite(np.einsum("ij->i", out)))
+        for j, c in enumerate(score_cols):
+            nan, inf = np.zeros(n, bool), np.zeros(n, bool)
+            nan[odd] = np.isnan(out[odd, j])
+            inf[odd] = np.isinf(out[odd, j])
+            problems.add(c, "are text, not numbers", texts[j])
+            problems.add(c, "are null or NaN", nan & ~texts[j])
             if finite:
-                problems.add(c, "are infinite (this method needs finite scores)", np.isinf(v))
-            cols.append(v)
-        return np.column_stack(cols) if cols else np.empty((0, 0))
+                problems.add(c, "are infinite (this method needs finite scores)", inf)
+        return out
     if score_col is None:
         raise ValueError("pass exactly one of score_col (a vector column) and score_cols "
                          "(one column per class)")
@@ -230,10 +246,16 @@ def read_scores(data: pd.DataFrame | pa.Table, score_col: str | None,
     problems.add(score_col, f"have a length other than {m.shape[1]} (ragged vectors)", ragged)
     ok = ~null & ~ragged
     with np.errstate(invalid="ignore"):
-        problems.add(score_col, "contain NaN or null", ok & np.isnan(m).any(axis=1))
+        # Only rows whose sum is not finite can hold NaN or inf: look there
+        # (einsum sums a short last axis fast; any(axis=1) over (n, K) does not).
+        odd = np.flatnonzero(~np.isfinite(np.einsum("ij->i", m)))
+        nan, inf = np.zeros(m.shape[0], bool), np.zeros(m.shape[0], bool)
+        nan[odd] = np.isnan(m[odd]).any(axis=1)
+        inf[odd] = np.isinf(m[odd]).any(axis=1)
+        problems.add(score_col, "contain NaN or null", ok & nan)
         if finite:
             problems.add(score_col, "contain infinite values (this method needs finite scores)",
-                         ok & np.isinf(m).any(axis=1))
+                         ok & inf)
     return m
 
 
