@@ -80,7 +80,7 @@ CHILD = textwrap.dedent("""
         resource.prlimit(pid, resource.RLIMIT_DATA, (limit, limit))
 
     def gather_and_pool(batches):
-        # What each range partition did before chunks: all its rows in one table, one pooling.
+        # What a range partition did before chunks: all its rows in one table, one pooling.
         import pyarrow
         from distcal.core.partition import pool_valid_rows
         from distcal.engines.spark.executor import role_arrays
@@ -96,7 +96,8 @@ CHILD = textwrap.dedent("""
                          if b"pyspark.daemon" in open(f"/proc/{p}/cmdline", "rb").read()
                          ) == sorted(daemons)
     try:
-        df.repartitionByRange(8, "score").mapInArrow(gather_and_pool, "n long").collect()
+        # The hot score's rows in one task, as the range shuffle sends them (no shuffle here).
+        df.where("score = 0").coalesce(1).mapInArrow(gather_and_pool, "n long").collect()
         gathered = "ok"
     except Exception as exc:
         gathered = "MemoryError" if "MemoryError" in str(exc) else str(exc)[-2000:]
