@@ -6,13 +6,24 @@ pools only adjacent blocks whose probabilities violate the order (equal
 neighbours are merged too, :mod:`distcal.core.isotonic`), so a segment
 whose blocks are already strictly monotone is its own PAV result. That is
 checked for all segments with one vectorised comparison; only the
-segments with a violation run :func:`~distcal.core.isotonic.merge_blocks`
-(scipy's PAV), one call each. With thousands of small segments most are
-already monotone (a segment of one block always is), which replaces
-thousands of small PAV calls by a few array operations.
+segments with a violation are pooled. With thousands of small segments most
+are already monotone (a segment of one block always is).
+
+The segments with a violation are pooled by one stack loop over all their
+blocks (PAV in one left-to-right pass: a block is pooled into the run below
+while the run's mean is out of order or equal). On many blocks the loop is
+compiled with numba (:func:`_pav_runs`, one call for every segment); on
+few, or without numba, it runs in Python for small segments and as scipy's
+PAV (one call each) for large ones, where numba's import would cost more
+than it saves. Both give the unique isotonic solution, with strictly
+monotone pooled means.
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -55,6 +66,10 @@ def pav_segments(blocks: Blocks, starts: np.ndarray, increasing: bool
     if bad.shape[0] == 0:
         return blocks, starts
     sizes = np.diff(starts).copy()
+    if n >= _JIT_MIN_BLOCKS:
+        kernel = _jit_pav_runs()
+        if kernel is not None:
+            return _pav_compiled(kernel, blocks, starts, bad, sizes, increasing)
     small = bad[sizes[bad] <= _SMALL]
     pooled_small, small_at = _pav_small(blocks, starts, small, increasing)
     parts: list[Blocks] = []
@@ -123,3 +138,106 @@ def _pav_small(blocks: Blocks, starts: np.ndarray, segs: np.ndarray, increasing:
     if not np.all(np.isfinite(pooled.weight)):
         raise sums_overflow()
     return pooled, where
+
+
+# At least this many blocks go to the compiled loop (when numba is importable):
+# below, importing numba and loading the compiled code (~0.6 s once per
+# process) costs more than the Python loop and scipy calls it replaces.
+_JIT_MIN_BLOCKS = 100_000
+
+
+def _pav_runs(positives: np.ndarray, weight: np.ndarray, starts: np.ndarray,
+              segs: np.ndarray, increasing: bool
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """PAV of the segments ``segs`` (ascending) by one stack loop over their blocks.
+
+    Within each segment, block j is pooled into the run below while that
+    run's mean (sum of positives / sum of weight) is >= the block's (<= when
+    decreasing): the same comparisons, in the same order, as
+    :func:`_pav_small`. Returns the first block of every run, the runs'
+    sums of positives and weight, and each segment's first run (plus the
+    end), all in the order of ``segs``. The runs live on the output arrays
+    as a stack: a segment only pools its own runs.
+    """
+    total = 0
+    for i in range(segs.shape[0]):
+        total += starts[segs[i] + 1] - starts[segs[i]]
+    first = np.empty(total, dtype=np.int64)
+    run_p = np.empty(total, dtype=np.float64)
+    run_w = np.empty(total, dtype=np.float64)
+    seg_first = np.empty(segs.shape[0] + 1, dtype=np.int64)
+    top = 0
+    for i in range(segs.shape[0]):
+        base = top
+        seg_first[i] = base
+        for j in range(starts[segs[i]], starts[segs[i] + 1]):
+            p = positives[j]
+            w = weight[j]
+            f = j
+            while top > base:
+                m = run_p[top - 1] / run_w[top - 1]
+                if (m >= p / w) if increasing else (m <= p / w):
+                    top -= 1
+                    p += run_p[top]
+                    w += run_w[top]
+                    f = first[top]
+                else:
+                    break
+            first[top] = f
+            run_p[top] = p
+            run_w[top] = w
+            top += 1
+    seg_first[segs.shape[0]] = top
+    return first[:top], run_p[:top] / run_w[:top], seg_first
+
+
+RunsKernel = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool],
+                      tuple[np.ndarray, np.ndarray, np.ndarray]]
+
+
+@functools.cache
+def _jit_pav_runs() -> RunsKernel | None:
+    """:func:`_pav_runs` compiled (cached on disk), or None without a usable numba."""
+    try:
+        from numba import njit
+
+        kernel: Any = njit(cache=True, nogil=True)(_pav_runs)
+    except (ImportError, RuntimeError):  # RuntimeError: numba found no cache directory
+        return None
+    return kernel  # type: ignore[no-any-return]
+
+
+def _pav_compiled(kernel: RunsKernel, blocks: Blocks, starts: np.ndarray, bad: np.ndarray,
+                  sizes: np.ndarray, increasing: bool) -> tuple[Blocks, np.ndarray]:
+    """:func:`pav_segments` for the segments ``bad`` (with a violation), by ``kernel``.
+
+    The kernel gives the runs' first blocks; every block of a monotone
+    segment is a run of its own, so one reduceat over all blocks pools
+    every segment at once.
+    """
+    n = len(blocks)
+    first, prob, seg_first = kernel(blocks.positives, blocks.weight,
+                                    np.asarray(starts, dtype=np.int64),
+                                    np.asarray(bad, dtype=np.int64), bool(increasing))
+    # Blocks of the segments without a violation are runs of their own.
+    is_start = np.ones(n, dtype=bool)
+    is_start[_blocks_of(starts, bad)] = False
+    run_prob = blocks.prob.copy()
+    is_start[first] = True
+    run_prob[first] = prob
+    run_starts = np.flatnonzero(is_start)
+    sizes[bad] = np.diff(seg_first)
+    with np.errstate(over="ignore", invalid="ignore"):
+        pooled = _pool_runs(blocks, run_starts, prob=run_prob[run_starts])
+    if not np.all(np.isfinite(pooled.weight)):
+        raise sums_overflow()
+    return pooled, np.concatenate(([0], np.cumsum(sizes)))
+
+
+def _blocks_of(starts: np.ndarray, segs: np.ndarray) -> np.ndarray:
+    """The indices of every block of the segments ``segs``, segment after segment."""
+    lo, hi = starts[segs], starts[segs + 1]
+    size = hi - lo
+    offset = np.repeat(lo - np.concatenate(([0], np.cumsum(size)[:-1])), size)
+    out: np.ndarray = np.arange(int(size.sum())) + offset
+    return out

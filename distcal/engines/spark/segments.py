@@ -48,9 +48,7 @@ def segment_runner(fn: Callable[[DistinctTable, SegmentTables | None], Any],
             if keep is not None:
                 arrays = {r: a[keep] for r, a in arrays.items()}
                 data = data.filter(pa.array(keep))
-            keys = ([data.column(f"_k{i}").to_pandas(integer_object_nulls=True,
-                                                      date_as_object=True)
-                     for i in range(n_keys)] if segments else [])
+            keys = [data.column(f"_k{i}") for i in range(n_keys)] if segments else []
             value, target = value_roles(columns)
             table, segs = pool_range(arrays[value], arrays[target], arrays.get("weight"),
                                      keys, segments, with_wyy=value == "prob")
