@@ -169,17 +169,11 @@ def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) ->
         staged = staged.withColumn("_z", F.col("_g").cast("double") * F.lit(lay["m"])
                                    + F.col("_j"))
         staged = _bucketize(staged, [-np.inf, *lay["starts"].tolist(), np.inf], "_z")
-        # Piece k (1-based; z >= 0 = the first start, so k >= 1) has its line at
-        # 3k - 2, 3k - 1, 3k of one array, x0, y0, slope side by side: the
-        # three lookups of a row touch one place of memory, not three arrays
-        # of ~1e5 elements (random rows hit random pieces: cache misses).
-        piece3 = F.col("_b").cast("int") * F.lit(3)
-        line = const([v for t in zip(lay["x0"], lay["y0"], lay["sl"]) for v in t])
-        x0, y0, sl = (F.try_element_at(line, piece3 - F.lit(k)) for k in (2, 1, 0))
+        piece = F.col("_b").cast("int")  # 1-based: bucket 0 is below every start
+        x0, y0, sl = (F.try_element_at(const(lay[n]), piece) for n in ("x0", "y0", "sl"))
         p = F.when(sl == 0.0, y0).otherwise(sl * (sv - x0) + y0)
-        ends = const([v for t in zip(lay["lo_p"], lay["hi_p"]) for v in t])
-        lo_p = F.try_element_at(ends, g1 * F.lit(2) - F.lit(1))
-        hi_p = F.try_element_at(ends, g1 * F.lit(2))
+        lo_p = F.try_element_at(const(lay["lo_p"]), g1)
+        hi_p = F.try_element_at(const(lay["hi_p"]), g1)
         p = F.when(~F.isnan(lo_p) & (sv == float("-inf")), lo_p).otherwise(p)
         p = F.when(~F.isnan(hi_p) & (sv == float("inf")), hi_p).otherwise(p)
     p = (F.when(sv.isNull(), F.lit(None).cast("double"))
