@@ -12,9 +12,7 @@ piece is constant on each bucket, and segment g's pieces are intervals of
 over the starts of every segment's pieces, gives the piece, whose line is
 read from constant arrays (as :mod:`.transform` does for one map). Rows
 whose key is null or not a fitted segment, and segments that fall back, get
-the global map, laid out as one more segment: every row goes through the
-same two searches and one set of lookups, with no separate global
-transform (which cost a third Bucketizer and its own lookups per row).
+the global map, computed by the unsegmented transform.
 """
 
 from __future__ import annotations
@@ -23,9 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import column_not_found, column_type, output_column_exists
-from .schema import column_kind, quote
+from ...errors import column_not_found, output_column_exists
+from .schema import quote
 from .transform import _bucketize, _const_array
+from .transform import transform as transform_global
 
 __all__ = ["transform_segmented", "pieces"]
 
@@ -125,28 +124,25 @@ def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) ->
     for name in model.by:
         if name not in fields:
             raise column_not_found(name, "segment", fields)
-    if score_col not in fields:
-        raise column_not_found(score_col, "score", fields)
-    if column_kind(fields[score_col]) != "number":
-        raise column_type(score_col, "score", fields[score_col].simpleString())
     if output_col in fields:
         raise output_column_exists(output_col)
     names = [f.name for f in df.schema.fields]
+    glob = "_dc_global"
+    while glob in fields:
+        glob = "_" + glob
+    # The global map for every row (also checks the score column).
+    base = transform_global(model.global_model, df, score_col, glob)
     rows, schema, maps = _key_table(model, [fields[b] for b in model.by])
-    # The global map is one more "segment", number len(maps): the rows that
-    # the join leaves without a segment number get it.
-    maps.append(model.global_model)
     spark = df.sparkSession
     table = spark.createDataFrame(rows, schema)
     cond = None
     for j, name in enumerate(model.by):
-        eq = df[quote(name)] == table[f"_k{j}"]
+        eq = base[quote(name)] == table[f"_k{j}"]
         cond = eq if cond is None else cond & eq
-    joined = df.join(F.broadcast(table), on=cond, how="left")
-    keep = [df[quote(n)] for n in names]
+    joined = base.join(F.broadcast(table), on=cond, how="left")
+    keep = [base[quote(n)] for n in names] + [F.col(glob)]
     s = F.col(quote(score_col)).cast("double")
-    rows_ = joined.select(*keep, F.coalesce(F.col("_g"), F.lit(len(maps) - 1)).alias("_g"),
-                          s.alias("_s"))
+    rows_ = joined.select(*keep, F.col("_g"), s.alias("_s"))
     g1 = F.col("_g") + F.lit(1)
     sv = F.col("_s")
 
@@ -176,6 +172,7 @@ def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) ->
         hi_p = F.try_element_at(const(lay["hi_p"]), g1)
         p = F.when(~F.isnan(lo_p) & (sv == float("-inf")), lo_p).otherwise(p)
         p = F.when(~F.isnan(hi_p) & (sv == float("inf")), hi_p).otherwise(p)
-    p = (F.when(sv.isNull(), F.lit(None).cast("double"))
+    p = (F.when(F.col("_g").isNull(), F.col(glob))  # no fitted segment: the global map
+         .when(sv.isNull(), F.lit(None).cast("double"))
          .when(F.isnan(sv), F.lit(float("nan"))).otherwise(p))
     return staged.select(*[F.col(quote(n)) for n in names], p.alias(output_col))
