@@ -5,12 +5,14 @@ BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 PYTEST  := $(BIN)/python -m pytest -q -p no:cacheprovider
 
-.PHONY: install demo test test-fast lint bench clean system-deps zip
+.PHONY: install demo setup test test-fast lint bench clean system-deps zip
 
 include mk/airflow.mk
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+
+$(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[all,dev]'
 	touch $(STAMP)
@@ -38,9 +40,15 @@ system-deps:
 	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
 	fi
 
+# The project's venv (then lint), Airflow's venv and the browser are independent
+# installs, mostly downloads and unpacking: side by side they take the time of
+# the longest instead of the sum.
+setup:
+	$(MAKE) --no-print-directory -j3 --output-sync=target $(AIRFLOW_STAMP) system-deps lint
+
 # Everything: lint and types, the whole suite (Spark, Dask clusters, Airflow,
 # a browser, the 1 GB fixture, every README block) and the package's doctests.
-test: $(STAMP) $(AIRFLOW_STAMP) system-deps lint
+test: setup
 	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder tests
 	$(PYTEST) --doctest-modules distcal
 

@@ -26,7 +26,9 @@ AIRFLOW_CONSTRAINTS   ?= requirements/airflow.txt
 
 .PHONY: airflow-venv airflow-clean
 
-$(AIRFLOW_STAMP): requirements/airflow.txt
+# After the project's venv exists: it lives inside it, and two `venv` runs
+# creating the same directory at once could collide.
+$(AIRFLOW_STAMP): requirements/airflow.txt | $(BIN)/python
 	test -x $(AIRFLOW_BIN)/python || $(PY) -m venv $(AIRFLOW_VENV)
 	$(AIRFLOW_BIN)/python -m pip install --quiet --progress-bar off --upgrade pip
 	$(AIRFLOW_BIN)/python -m pip install --quiet --progress-bar off \

@@ -42,6 +42,26 @@ def query() -> np.ndarray:
 # SPARK_SUBMIT_OPTS. It changes nothing a job computes or prints (the JVM ignores an
 # archive that does not match, silently with these -Xlog options), so tests still run
 # the jobs as users do.
+#
+# Most of those JVMs run a job on a few thousand rows and exit within a minute, and
+# HotSpot's optimising compiler (C2) spends more CPU compiling than such a run
+# saves: a spark-submit fit of 2,000 rows took 34-38 s of CPU with the archive and
+# 20 s with the quick compiler alone (-XX:TieredStopAtLevel=1), on two cores shared
+# by both test workers. Like the archive, it changes no result. The long-lived
+# session of the `spark` fixture, which runs the larger in-process tests, keeps C2.
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
+
+
+def full_jit_env() -> dict[str, str]:
+    """This process's environment for a JVM that runs large data (keeps C2)."""
+    import os
+
+    env = dict(os.environ)
+    if "SPARK_SUBMIT_OPTS" in env:
+        env["SPARK_SUBMIT_OPTS"] = env["SPARK_SUBMIT_OPTS"].replace(QUICK_JIT, "").strip()
+    return env
+
+
 CDS_SCRIPT = """
 import os, sys, tempfile
 from pyspark.sql import SparkSession, functions as F
@@ -92,8 +112,7 @@ def pytest_configure(config):
     if "not spark" in (config.getoption("markexpr") or ""):
         return  # make test-fast starts no JVM
     opts = _class_archive(tempfile.mkdtemp(prefix="distcal-cds-"))
-    if opts:
-        os.environ["SPARK_SUBMIT_OPTS"] = opts
+    os.environ["SPARK_SUBMIT_OPTS"] = f"{opts or ''} {QUICK_JIT}".strip()
 
 
 # The files that take minutes (each spark-submit or cluster start is a JVM), longest
@@ -147,6 +166,9 @@ def spark():
 
     saved = os.environ.get("PYSPARK_PYTHON")
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    submit_opts = os.environ.get("SPARK_SUBMIT_OPTS")
+    if submit_opts is not None:  # this JVM lives as long as the worker: full JIT
+        os.environ["SPARK_SUBMIT_OPTS"] = full_jit_env()["SPARK_SUBMIT_OPTS"]
 
     session = (SparkSession.builder.master("local[2]").appName("distcal-tests")
                .config("spark.ui.enabled", "false")
@@ -158,6 +180,8 @@ def spark():
         del os.environ["PYSPARK_PYTHON"]
     else:
         os.environ["PYSPARK_PYTHON"] = saved
+    if submit_opts is not None:
+        os.environ["SPARK_SUBMIT_OPTS"] = submit_opts
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

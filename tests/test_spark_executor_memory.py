@@ -25,6 +25,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from conftest import full_jit_env
 from scipy.optimize import isotonic_regression
 
 import distcal
@@ -121,7 +122,8 @@ def hot_file(tmp_path_factory):
 def test_hot_partition_fits_under_a_worker_memory_cap(hot_file, tmp_path):
     path, s, y = hot_file
     r = subprocess.run([sys.executable, "-c", CHILD, str(path), str(tmp_path / "model"),
-                        str(WORK_MB)], capture_output=True, text=True, timeout=900)
+                        str(WORK_MB)], capture_output=True, text=True, timeout=900,
+                       env=full_jit_env())  # 1e7 rows through the JVM
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["same_daemon"] and out["gathered"] == "MemoryError", out
