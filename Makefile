@@ -52,10 +52,11 @@ test: setup
 	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder tests
 	$(PYTEST) --doctest-modules distcal
 
-# The development loop: no Spark, no Dask cluster, no large files (under a minute).
+# The development loop: no Spark, no Dask cluster, no large files, no new
+# Python processes (under a minute on 2 cores).
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
-	$(PYTEST) -x -n 2 --dist loadfile --no-loadscope-reorder -m "not spark and not dask and not slow" tests
+	$(PYTEST) -x -n 2 --dist loadfile --no-loadscope-reorder -m "not spark and not dask and not slow and not subprocess" tests
 	$(PYTEST) --doctest-modules distcal
 
 bench: $(STAMP)

@@ -127,6 +127,9 @@ LONG_FILES = ["test_spark_jobs.py", "test_airflow.py", "test_spark_standalone.py
               "test_loopback.py", "test_spark_segments.py", "test_spark_vectors.py",
               "test_spark_executor_memory.py"]
 
+SUBPROCESS_FILES = {"test_cli.py", "test_readme.py", "test_structure.py", "test_docs_and_conf.py",
+                    "test_packaging.py"}
+
 
 def pytest_collection_modifyitems(config, items):
     """Mark what needs Spark, a Dask cluster or minutes, so ``make test-fast`` can leave it out.
@@ -148,6 +151,10 @@ def pytest_collection_modifyitems(config, items):
         if name in ("test_bounded_memory.py", "test_hardening_kill.py") or item.name.startswith(
                 "test_sklearn_estimator_checks"):
             item.add_marker(pytest.mark.slow)
+        # A new Python process costs seconds of imports: the command line, jobs, README
+        # blocks and the structure checks stay out of the development loop.
+        if name in SUBPROCESS_FILES or any(w in item.name for w in ("cli", "command_line")):
+            item.add_marker(pytest.mark.subprocess)
 
 
 @pytest.fixture(scope="session")

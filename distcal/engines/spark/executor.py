@@ -152,11 +152,19 @@ def partition_runner(fn: Callable[[DistinctTable], Any], mode: str, columns: dic
                 problems[key] += k
         live = col["n"] > 0
         order = np.argsort(col["s"][live], kind="stable")
-        # groupBy(score) made the scores of the whole shuffle distinct, so the
-        # chunk needs a sort, not a pooling.
-        table = DistinctTable(col["s"][live][order] + 0.0, col["W"][live][order],
-                              col["Y"][live][order], col["n"][live][order].astype(np.int64),
-                              col["ysum"][live][order], bool(col["nonbinary"].sum() == 0))
+        score = col["s"][live][order] + 0.0  # -0.0 is 0.0
+        # After groupBy(score) the scores are distinct; rows that skipped it
+        # (scores outside the hot list) may tie and are pooled here.
+        starts = (np.flatnonzero(np.concatenate(([True], score[1:] != score[:-1])))
+                  if len(score) else np.zeros(0, np.int64))
+
+        def pooled(name: str) -> np.ndarray:
+            values = col[name][live][order]
+            return values if len(starts) == len(score) else np.add.reduceat(values, starts)
+
+        table = DistinctTable(score[starts], pooled("W"), pooled("Y"),
+                              pooled("n").astype(np.int64), pooled("ysum"),
+                              bool(col["nonbinary"].sum() == 0))
         return table, {"problems": problems, "rows": int(col["rows"].sum()),
                        "invalid": int(col["invalid"].sum()), "n_rows": int(table.count.sum()),
                        "weight_total": float(table.weight.sum()),

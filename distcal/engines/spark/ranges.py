@@ -40,6 +40,9 @@ from .session import default_ranges, with_arrow_batches
 
 __all__ = ["SparkRanges"]
 
+# At most this many hot scores are grouped (the most frequent in the head).
+MAX_HOT = 1000
+
 
 class SparkRanges:
     """Ordered score ranges of a Spark DataFrame (see ``MapRanges``)."""
@@ -57,19 +60,21 @@ class SparkRanges:
         self.score_role = "prob" if "prob" in self.columns else "score"
         self.label_role = "loss" if "loss" in self.columns else "label"
         rows = prepared(df, self.columns, self.kinds)
-        if combine == "auto":
-            combine = self._ties_pay(rows, sample_rows)
-        self.combined = bool(combine)
         k = int(n_ranges or default_ranges(df))
+        self.hot: list[float] = []
+        if combine == "auto":
+            combine, self.hot = self._ties_pay(rows, sample_rows, k)
+        self.combined = bool(combine) or bool(self.hot)
         self.problem_keys: list[Any] = []
         if self.combined:
             grouped, self.problem_keys = combined(rows, self.columns, self.kinds,
                                                   finite_scores, self.score_role,
-                                                  self.label_role)
+                                                  self.label_role, hot=self.hot or None)
             self.ranged = grouped.repartitionByRange(k, "s")
         else:
             self.ranged = rows.repartitionByRange(k, self.score_role)
         log.info("spark: %d range partitions by %s, %s", k, self.score_role,
+                 f"{len(self.hot)} hot score(s) grouped, other rows raw" if self.hot else
                  "map-side combine (groupBy score)" if self.combined else "raw rows")
         self.persisted = passes > 1
         if self.persisted:
@@ -82,26 +87,48 @@ class SparkRanges:
         self.dropped_rows = 0
         self.sum_wyy = float("nan")
 
-    def _ties_pay(self, rows: Any, sample_rows: int) -> bool:
-        """Combine when the scores have at most ~250k distinct values.
+    def _ties_pay(self, rows: Any, sample_rows: int, ranges: int) -> tuple[bool, list[float]]:
+        """Whether to combine all rows, and the hot scores to group when not.
 
-        Measured at 1e7 rows (bench/spark_isotonic.py, RESULTS.md): with
-        962 / 9.3k / 87k distinct scores the combine cut the fit from
-        3.2 / 3.5 / 3.6 s to 2.0 / 1.3 / 2.3 s; with 940k it cost 4.2 s
-        instead of 3.1 s. The distinct count is estimated from the first
-        ``sample_rows`` rows (a head, no pass over the data) with the
-        estimator of ``distcal.core.distinct.estimate_distinct``; a head of
-        sorted data shows fewer distinct values only when ties are heavy.
+        Combine when the scores have at most ~250k distinct values. Measured
+        at 1e7 rows (bench/spark_isotonic.py, RESULTS.md): with 962 / 9.3k /
+        87k distinct scores the combine cut the fit from 3.2 / 3.5 / 3.6 s to
+        2.0 / 1.3 / 2.3 s; with 940k it cost 4.2 s instead of 3.1 s.
+
+        A hot score is one that holds at least a range partition's share
+        (1 / ``ranges``) of the rows: a range partitioner never splits equal
+        keys, so without grouping, its range partition would hold all of
+        them (one task doing 40% of the work when a default score of 0 fills
+        40% of the rows). Grouping only the hot scores collapses each to one
+        row per map task before the shuffle; the other rows go as they are.
+
+        Both come from the first ``sample_rows`` rows (a head, no pass over
+        the data): the distinct count of the scores other than the hot ones
+        with the estimator of ``distcal.core.distinct.estimate_distinct``.
+        A head of sorted data shows fewer distinct values only when ties are
+        heavy, and a hot score only if the head reaches it.
         """
         from pyspark.sql import functions as F
 
-        row = (rows.select(self.score_role).limit(sample_rows)
-               .agg(F.count(F.lit(1)).alias("m"), F.countDistinct(self.score_role).alias("d"))
-               .collect()[0])
-        m, d = int(row["m"]), int(row["d"])
-        if m == 0 or d >= m:
-            return False
-        return estimate_distinct(10**15, m, d) <= 250_000
+        score = F.col(self.score_role)
+        counts = (rows.select(self.score_role).limit(sample_rows).groupBy(self.score_role)
+                  .agg(F.count(F.lit(1)).alias("c")))
+        named = score.isNotNull() & ~F.isnan(score)
+        summary = counts.agg(F.sum("c").alias("m"), F.count(F.when(named, 1)).alias("d"),
+                             F.max(F.when(named, F.col("c"))).alias("top")).collect()[0]
+        m, d, top = int(summary["m"] or 0), int(summary["d"]), int(summary["top"] or 0)
+        hot: list[float] = []
+        if m and top * ranges >= m and top > 1:
+            found = (counts.where(named & (F.col("c") * ranges >= m) & (F.col("c") > 1))
+                     .orderBy(F.col("c").desc()).limit(MAX_HOT).collect())
+            hot = [float(r[self.score_role]) for r in found]
+            m -= sum(int(r["c"]) for r in found)
+            d -= len(found)
+        if hot and m == 0:
+            return True, []  # the head is all hot scores: group every score
+        if m > 0 and d < m and estimate_distinct(10**15, m, d) <= 250_000:
+            return True, []  # every score grouped, the hot ones with the rest
+        return False, hot
 
     def map(self, fn: Callable[[DistinctTable], Any]) -> list[Any]:
         runner = partition_runner(fn, "combined" if self.combined else "raw", self.columns,

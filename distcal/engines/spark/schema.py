@@ -97,8 +97,15 @@ def problem_flags(columns: dict[str, str], kinds: dict[str, str],
 
 
 def combined(rows: Any, columns: dict[str, str], kinds: dict[str, str],
-             finite_scores: bool, score_role: str, label_role: str) -> tuple[Any, list[Any]]:
-    """Map-side combine: one row per distinct score with sums and problem counts."""
+             finite_scores: bool, score_role: str, label_role: str,
+             hot: list[float] | None = None) -> tuple[Any, list[Any]]:
+    """Map-side combine: one row per distinct score with sums and problem counts.
+
+    With ``hot`` (a few scores that hold many rows each), only the rows with
+    those scores are grouped; every other row becomes a group of one with the
+    same columns (no shuffle for a groupBy that would not shrink it). Either
+    way the executors see rows of (score, sums, counts) and pool equal scores.
+    """
     from pyspark.sql import functions as F
 
     flags = problem_flags(columns, kinds, finite_scores)
@@ -108,19 +115,30 @@ def combined(rows: Any, columns: dict[str, str], kinds: dict[str, str],
     live = ~bad & (w > 0)
 
     def s(expr: Any) -> Any:
-        return F.sum(F.when(live, expr).otherwise(F.lit(0.0)))
+        return F.when(live, expr).otherwise(F.lit(0.0))
 
-    aggs = [s(w).alias("W"), s(w * y).alias("Y"),
-            F.sum(F.when(live, 1).otherwise(0)).cast("long").alias("n"),
-            s(y).alias("ysum"),
-            F.sum(F.when(live & (y != 0.0) & (y != 1.0), 1).otherwise(0)).alias("nonbinary"),
-            s(w * y * y).alias("wyy"), F.count(F.lit(1)).alias("rows"),
-            F.sum(F.when(bad, 1).otherwise(0)).alias("invalid")]
-    aggs += [F.sum(F.when(cond, 1).otherwise(0)).alias(f"_p{i}")
-             for i, (_, _, cond) in enumerate(flags)]
-    # NaN and null scores form groups of their own (all invalid rows).
-    grouped = rows.groupBy(F.col(score_role).alias("s")).agg(*aggs)
-    return grouped, [(role, problem) for role, problem, _ in flags]
+    def count(cond: Any) -> Any:
+        return F.when(cond, 1).otherwise(0)
+
+    # (name, the row's value, a count?): summed per distinct score.
+    terms = [("W", s(w), False), ("Y", s(w * y), False), ("n", count(live), True),
+             ("ysum", s(y), False),
+             ("nonbinary", count(live & (y != 0.0) & (y != 1.0)), True),
+             ("wyy", s(w * y * y), False), ("rows", F.lit(1), True),
+             ("invalid", count(bad), True)]
+    terms += [(f"_p{i}", count(cond), True) for i, (_, _, cond) in enumerate(flags)]
+    aggs = [F.sum(e).cast("long" if is_count else "double").alias(name)
+            for name, e, is_count in terms]
+    keys = [(role, problem) for role, problem, _ in flags]
+    if not hot:
+        # NaN and null scores form groups of their own (all invalid rows).
+        return rows.groupBy(F.col(score_role).alias("s")).agg(*aggs), keys
+    is_hot = F.coalesce(F.col(score_role).isin(*hot), F.lit(False))
+    grouped = rows.where(is_hot).groupBy(F.col(score_role).alias("s")).agg(*aggs)
+    singles = rows.where(~is_hot).select(
+        F.col(score_role).alias("s"),
+        *[e.cast("long" if is_count else "double").alias(name) for name, e, is_count in terms])
+    return grouped.unionByName(singles), keys
 
 
 def any_problem(flags: list[tuple[str, str, Any]]) -> Any:
