@@ -61,6 +61,7 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.special import gammaln
@@ -377,6 +378,9 @@ def _greedy_merges(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys: n
                    ) -> tuple[Sequence[int] | np.ndarray, Sequence[float] | np.ndarray]:
     """(removed intervals, cost changes) of greedy merging, compiled or in Python (same values)."""
     K, J = C.shape
+    if kernel is not None and K >= _SPLIT_MIN_ROWS and _jit_split() is not None:
+        return _greedy_in_parts(np.ascontiguousarray(C, dtype=np.int64), f_row, f_pair, keys,
+                                N, to_end, kernel, _SPLIT_PARTS)
     if kernel is not None:
         return kernel(np.ascontiguousarray(C, dtype=np.int64), f_row.copy(), keys, f_pair, N,
                       to_end)
@@ -385,6 +389,90 @@ def _greedy_merges(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys: n
         return _greedy_loop2(heap, f_row.tolist(), C[:, 0].tolist(), C[:, 1].tolist(), N, K,
                              to_end)
     return _greedy_loop(heap, f_row.tolist(), C.tolist(), N, K, J, to_end)
+
+
+# Greedy merging of at least this many rows (compiled) runs in parts, one
+# thread each, whose merge sequences are interleaved (docs/modl.md, "Greedy
+# merging in parts"); the boundaries between parts are rows that a short
+# greedy run over a window around them merges last.
+_SPLIT_MIN_ROWS = 100_000
+_SPLIT_PARTS = 2
+_SPLIT_WINDOW = 1 << 14
+
+
+def _split_points(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys: np.ndarray,
+                  N: int, parts: int, kernel: GreedyKernel, window: int = _SPLIT_WINDOW
+                  ) -> np.ndarray:
+    """First rows of ``parts`` parts of C (and K): boundaries likely to be merged late.
+
+    Around each of the K q / parts, greedy merging over ``window`` rows
+    alone; the boundary it merges last, among the middle half of the
+    window, is taken. Greedy over the whole table merges mostly the same
+    way away from the window's ends, so that boundary is usually among the
+    last merged there too (at 1e6 rows: with a few thousand intervals or
+    fewer left). Only the time depends on this choice, never the result.
+    """
+    K = C.shape[0]
+    bounds = [0]
+    for q in range(1, parts):
+        c = K * q // parts
+        lo, hi = max(bounds[-1] + 1, c - window // 2), min(K, c + window // 2)
+        removed, _ = kernel(C[lo:hi], f_row[lo:hi].copy(), keys[lo:hi - 1], f_pair[lo:hi - 1],
+                            N, True)
+        when = np.full(hi - lo, -1, dtype=np.int64)
+        when[np.asarray(removed, dtype=np.intp)] = np.arange(len(removed))
+        inner = np.arange(max(1, (hi - lo) // 4), max(2, 3 * (hi - lo) // 4))
+        bounds.append(lo + int(inner[np.argmax(when[inner])]))
+    bounds.append(K)
+    return np.asarray(bounds, dtype=np.int64)
+
+
+def _greedy_in_parts(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys: np.ndarray,
+                     N: int, to_end: bool, kernel: GreedyKernel, parts: int,
+                     bounds: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_greedy_merges` of the compiled kernel, computed in parts: the same two arrays.
+
+    Each part of the table is merged greedily on its own, in its own
+    thread, to one interval; the parts' merges, interleaved by (gain, left
+    interval), are the whole table's merges until a pair across two parts
+    is the least (modl_jit.interleave). From there the kernel goes on over
+    the intervals then present, with the values it would hold for them
+    (modl_jit.state_after): identical merges and cost changes throughout.
+    """
+    split = _jit_split()
+    assert split is not None
+    record, interleave, state_after = split
+    K = C.shape[0]
+    B = (_split_points(C, f_row, f_pair, keys, N, parts, kernel, _SPLIT_WINDOW) if bounds is None
+         else np.asarray(bounds, dtype=np.int64))
+    k = B.shape[0] - 1
+
+    def run(p: int) -> tuple[np.ndarray, ...]:
+        a, e = int(B[p]), int(B[p + 1])
+        out: tuple[np.ndarray, ...] = record(C[a:e], f_row[a:e].copy(), keys[a:e - 1],
+                                             f_pair[a:e - 1], N)
+        return out
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(k - 1, 1)) as pool:
+        futures = [pool.submit(run, p) for p in range(1, k)]
+        runs = [run(0)] + [f.result() for f in futures]
+    rem, left, key, delta, after = (np.concatenate([r[i] for r in runs]) for i in range(5))
+    offs = np.concatenate(([0], np.cumsum([r[0].shape[0] for r in runs]))).astype(np.int64)
+    P = np.vstack([np.zeros((1, C.shape[1]), dtype=np.int64), np.cumsum(C, axis=0)])
+    removed, steps, used, crossed = interleave(B, offs, rem, left, key, delta, after, P, f_row,
+                                               f_pair, keys, N, to_end)
+    if not crossed:
+        return removed, steps
+    alive = np.ones(K, dtype=bool)
+    for p in range(k):
+        alive[rem[offs[p]:offs[p] + used[p]] + B[p]] = False
+    starts = np.flatnonzero(alive).astype(np.int64)
+    counts, fv, gains, merged_f = state_after(starts, P, f_row, f_pair, keys, N)
+    more_removed, more_steps = kernel(counts, fv, gains, merged_f, N, to_end)
+    return (np.concatenate((removed, starts[more_removed])),
+            np.concatenate((steps, more_steps)))
 
 
 def _kept_starts(K: int, removed: Sequence[int] | np.ndarray, steps: Sequence[float] | np.ndarray,
@@ -417,6 +505,15 @@ def _jit_kernels() -> tuple[GreedyKernel, SpanKernel, SpanKernel] | None:
         _log.info("MODL runs its greedy path in Python (compiled kernels unavailable: %s)", exc)
         return None
     return greedy_merges, f_from2, f_to2
+
+
+def _jit_split() -> tuple[Callable[..., tuple[np.ndarray, ...]], Callable[..., tuple[Any, ...]],
+                          Callable[..., tuple[np.ndarray, ...]]] | None:
+    """The compiled kernels of greedy merging in parts, or None (see :func:`_jit_kernels`)."""
+    if _jit_kernels() is None:
+        return None
+    from .modl_jit import greedy_record, interleave, state_after
+    return greedy_record, interleave, state_after
 
 
 def _jit_greedy() -> GreedyKernel | None:

@@ -34,7 +34,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import get_cython_function_address
 
-__all__ = ["f_from2", "f_to2", "greedy_merges"]
+__all__ = ["f_from2", "f_to2", "greedy_merges", "greedy_record", "interleave", "state_after"]
 
 # scipy's own gammaln (the function behind the scipy.special.gammaln ufunc
 # that the numpy post-optimisation uses), called from compiled code by name:
@@ -233,6 +233,35 @@ def greedy_merges(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.nda
                   N: int, to_end: bool) -> tuple[np.ndarray, np.ndarray]:
     """Greedy merging of the K rows of C: (removed intervals, cost changes) in merge order.
 
+    Parameters and returns as :func:`_greedy`, of which this returns the
+    first two arrays.
+    """
+    out = _greedy(C, fv, keys, fpair, N, to_end, False)
+    return out[0], out[1]
+
+
+@njit(cache=True, nogil=True)
+def greedy_record(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.ndarray, N: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Greedy merging of one part of a table, to one interval, with what :func:`interleave` needs.
+
+    Returns, for each merge in order: the removed (right) interval, the
+    left interval, the rounded gain (the priority), f(a+b) - f(a) - f(b)
+    unrounded (the cost change without the prior term, which depends on
+    the number of intervals of the whole table) and the interval after the
+    merged one (K: none). Indices are rows of C. N, the rows of the whole
+    table, only sizes the log-gamma table.
+    """
+    out = _greedy(C, fv, keys, fpair, N, True, True)
+    return out[0], out[2], out[3], out[4], out[5]
+
+
+@njit(cache=True, nogil=True)
+def _greedy(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.ndarray,
+            N: int, to_end: bool, rec: bool
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Greedy merging of the K rows of C: (removed intervals, cost changes) in merge order.
+
     Parameters
     ----------
     C : int64 array (K, J)
@@ -254,13 +283,12 @@ def greedy_merges(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.nda
     steps : float64 array
         The change of the criterion of each merge: f(a+b) - f(a) - f(b)
         + log((I-1)/(N+I-1)), unrounded.
+    left, key, delta, after : arrays, only with ``rec`` (else empty)
+        As :func:`greedy_record` returns them.
     """
     K, J = C.shape
     lg_j = _lgamma(float(J))
-    table = np.empty(min(_LG_TABLE, N + J + 2))
-    table[0] = np.inf  # never used: every argument is at least 1
-    for m in range(1, table.shape[0]):
-        table[m] = _lgamma(float(m))
+    table = _lg_table(N, J)
     # Everything about interval s is in row s of R (see _record): merges
     # happen all over the table in gain order, so each interval touched
     # costs a cache miss, one instead of one per array.
@@ -294,6 +322,11 @@ def greedy_merges(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.nda
     size = 0
     removed = np.empty(K - 1, dtype=np.int64)
     steps = np.empty(K - 1)
+    nrec = K - 1 if rec else 0
+    rec_left = np.empty(nrec, dtype=np.int64)
+    rec_key = np.empty(nrec)
+    rec_delta = np.empty(nrec)
+    rec_after = np.empty(nrec, dtype=np.int64)
     m = 0
     I = K
     pending = -1  # a pair known to be the least current one: merged without the queue
@@ -324,7 +357,15 @@ def greedy_merges(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.nda
         r = Ri[s, _F_NXT]
         fm = R[s, _F_FPAIR]
         removed[m] = r
-        steps[m] = fm - R[s, _F_FV] - R[r, _F_FV] + shift
+        delta = fm - R[s, _F_FV] - R[r, _F_FV]
+        # delta + shift rounds as the one expression fm - fv_s - fv_r + shift
+        # (IEEE operations left to right; nothing is fused).
+        steps[m] = delta + shift
+        if rec:
+            rec_left[m] = s
+            rec_key[m] = R[s, _F_GAIN]
+            rec_delta[m] = delta
+            rec_after[m] = Ri[r, _F_NXT]
         m += 1
         for j in range(J):
             Ri[s, _F_CNT + j] += Ri[r, _F_CNT + j]
@@ -369,7 +410,7 @@ def greedy_merges(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.nda
             pending = bs
         else:
             size = _push(H, size, bk, bs)
-    return removed[:m], steps[:m]
+    return removed[:m], steps[:m], rec_left[:m], rec_key[:m], rec_delta[:m], rec_after[:m]
 
 
 @njit(cache=True, nogil=True)
@@ -423,3 +464,183 @@ def f_to2(P0: np.ndarray, P1: np.ndarray, v: int, t0: int, t1: int,
     for k in range(out.shape[0]):
         out[k] = _f2(a1 - P0[t0 + k], b1 - P1[t0 + k], g2, memo)
     return out
+
+
+# ----------------------------------------------------------------------------
+# Greedy merging in parts (docs/modl.md, "Greedy merging in parts")
+# ----------------------------------------------------------------------------
+
+@njit(cache=True, nogil=True)
+def _lg_table(N: int, J: int) -> np.ndarray:
+    """The log-gamma table of :func:`_greedy` (its values do not depend on N, only its length)."""
+    table = np.empty(min(_LG_TABLE, N + J + 2))
+    table[0] = np.inf  # never used: every argument is at least 1
+    for m in range(1, table.shape[0]):
+        table[m] = _lgamma(float(m))
+    return table
+
+
+@njit(cache=True, nogil=True)
+def _interval_f(P: np.ndarray, a: int, e: int, f_row: np.ndarray, f_pair: np.ndarray,
+                lg_j: float, table: np.ndarray) -> float:
+    """f of rows a..e-1 as the greedy kernel holds it for that interval, bit for bit.
+
+    The kernel starts with numpy's values for single rows (``f_row``) and for
+    pairs of rows (``f_pair``); an interval of two rows can only come from
+    merging two single rows, so its f is that pair's. Every larger interval
+    was made by a merge whose pair the kernel priced itself
+    (:func:`_merged_f`, from the class counts: here prefix sums P).
+    """
+    n = e - a
+    if n == 1:
+        return f_row[a]
+    if n == 2:
+        return f_pair[a]
+    J = P.shape[1]
+    if J == 2:
+        x = P[e, 0] - P[a, 0]
+        y = P[e, 1] - P[a, 1]
+        return _lg(table, x + y + 2) - _lg(table, x + 1) - _lg(table, y + 1)
+    tot = 0
+    acc = 0.0
+    for j in range(J):
+        x = P[e, j] - P[a, j]
+        tot += x
+        acc += _lg(table, x + 1)
+    return _lg(table, tot + J) - lg_j - acc
+
+
+@njit(cache=True, nogil=True)
+def _pair(P: np.ndarray, a: int, m: int, e: int, f_row: np.ndarray, f_pair: np.ndarray,
+          keys: np.ndarray, lg_j: float, table: np.ndarray) -> tuple[float, float]:
+    """(rounded gain, f merged) of the pair of intervals a..m-1 and m..e-1, as the kernel has it."""
+    if e - a == 2:
+        return keys[a], f_pair[a]  # two single rows: the starting pair, from numpy
+    fp = _interval_f(P, a, e, f_row, f_pair, lg_j, table)
+    fl = _interval_f(P, a, m, f_row, f_pair, lg_j, table)
+    fr = _interval_f(P, m, e, f_row, f_pair, lg_j, table)
+    return (fp - fl - fr + _QUANT) - _QUANT, fp
+
+
+@njit(cache=True, nogil=True)
+def interleave(B: np.ndarray, offs: np.ndarray, rem: np.ndarray, left: np.ndarray,
+               key: np.ndarray, delta: np.ndarray, after: np.ndarray, P: np.ndarray,
+               f_row: np.ndarray, f_pair: np.ndarray, keys: np.ndarray, N: int, to_end: bool
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """The merges of greedy over the whole table, from the merges of its parts, up to a crossing.
+
+    Part p holds rows B[p]..B[p+1]-1; its merges (:func:`greedy_record`,
+    indices local to the part) are entries offs[p]..offs[p+1]-1 of the
+    other arrays. Until a pair across a boundary between parts merges, the
+    whole table's next merge is the least (gain, left interval) among the
+    parts' next merges and the pairs across the boundaries: each part's
+    state is the one its own greedy run had after the same merges, so its
+    next merge is the least of its pairs. The crossing pairs are priced as
+    the kernel would price them. Stops at the first crossing merge
+    (``crossed``), at one interval, or (without ``to_end``) where plain
+    greedy stops.
+
+    Returns
+    -------
+    removed, steps : arrays
+        As :func:`greedy_merges` for the merges made, row indices of the table.
+    used : int64 array (parts,)
+        How many of each part's merges were made.
+    crossed : bool
+        Whether a crossing pair is the next merge (greedy goes on from the
+        state left, which :func:`state_after` describes).
+    """
+    k = B.shape[0] - 1
+    K = B[k]
+    J = P.shape[1]
+    lg_j = _lgamma(float(J))
+    table = _lg_table(N, J)
+    ptr = offs[:k].copy()
+    # Across boundary q (before row B[q+1]): the last interval of part q
+    # starts at ls[q], the first of part q+1 ends at re[q].
+    ls = np.empty(max(k - 1, 0), dtype=np.int64)
+    re = np.empty(max(k - 1, 0), dtype=np.int64)
+    ck = np.empty(max(k - 1, 0))
+    for q in range(k - 1):
+        ls[q] = B[q + 1] - 1
+        re[q] = B[q + 1] + 1
+        ck[q] = _pair(P, ls[q], B[q + 1], re[q], f_row, f_pair, keys, lg_j, table)[0]
+    removed = np.empty(K - 1, dtype=np.int64)
+    steps = np.empty(K - 1)
+    m = 0
+    I = K
+    crossed = False
+    while I > 1:
+        bk = 0.0
+        bs = -1
+        who = -1
+        for p in range(k):
+            i = ptr[p]
+            if i < offs[p + 1]:
+                s = left[i] + B[p]
+                if bs < 0 or _before(key[i], s, bk, bs):
+                    bk = key[i]
+                    bs = s
+                    who = p
+        for q in range(k - 1):
+            if bs < 0 or _before(ck[q], ls[q], bk, bs):
+                bk = ck[q]
+                bs = ls[q]
+                who = k + q
+        if who < 0:
+            break
+        if who >= k:
+            crossed = True
+            break
+        shift = math.log((I - 1) / (N + I - 1))
+        if bk + shift >= 0.0 and not to_end:
+            break
+        p = who
+        i = ptr[p]
+        ptr[p] += 1
+        r = rem[i] + B[p]
+        removed[m] = r
+        steps[m] = delta[i] + shift
+        m += 1
+        I -= 1
+        if p < k - 1 and r == ls[p]:  # the last interval of part p grew leftwards
+            ls[p] = bs
+            ck[p] = _pair(P, ls[p], B[p + 1], re[p], f_row, f_pair, keys, lg_j, table)[0]
+        if p > 0 and bs == B[p]:  # the first interval of part p grew rightwards
+            re[p - 1] = after[i] + B[p]
+            ck[p - 1] = _pair(P, ls[p - 1], B[p], re[p - 1], f_row, f_pair, keys, lg_j,
+                              table)[0]
+    return removed[:m], steps[:m], ptr - offs[:k], crossed
+
+
+@njit(cache=True, nogil=True)
+def state_after(starts: np.ndarray, P: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray,
+                keys: np.ndarray, N: int
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The greedy kernel's state over the intervals that begin at ``starts``: its four inputs.
+
+    (class counts, f of each interval, rounded gain and f merged of each
+    pair), bit for bit the values the kernel holds for those intervals
+    (:func:`_interval_f`), so that :func:`greedy_merges` on them goes on
+    exactly as the kernel on the whole table would.
+    """
+    n = starts.shape[0]
+    K = P.shape[0] - 1
+    J = P.shape[1]
+    lg_j = _lgamma(float(J))
+    table = _lg_table(N, J)
+    ends = np.empty(n, dtype=np.int64)
+    ends[:n - 1] = starts[1:]
+    ends[n - 1] = K
+    C = np.empty((n, J), dtype=np.int64)
+    fv = np.empty(n)
+    for i in range(n):
+        for j in range(J):
+            C[i, j] = P[ends[i], j] - P[starts[i], j]
+        fv[i] = _interval_f(P, starts[i], ends[i], f_row, f_pair, lg_j, table)
+    gk = np.empty(max(n - 1, 0))
+    fp = np.empty(max(n - 1, 0))
+    for i in range(n - 1):
+        gk[i], fp[i] = _pair(P, starts[i], ends[i], ends[i + 1], f_row, f_pair, keys, lg_j,
+                             table)
+    return C, fv, gk, fp
