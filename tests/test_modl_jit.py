@@ -185,7 +185,7 @@ def _merge_inputs(C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, in
     return f_row, f_pair, modl._quantise(f_pair - f_row[:-1] - f_row[1:]), int(C.sum())
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), V=st.integers(2, 300), J=st.sampled_from([2, 3]),
        kind=st.sampled_from(["heavy", "ties", "noise"]), parts=st.integers(2, 5),
        to_end=st.booleans())

@@ -437,11 +437,11 @@ def _greedy_in_parts(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys:
     interval), are the whole table's merges until a pair across two parts
     is the least (modl_jit.interleave). From there the kernel goes on over
     the intervals then present, with the values it would hold for them
-    (modl_jit.state_after): identical merges and cost changes throughout.
+    (:func:`_state_after`): identical merges and cost changes throughout.
     """
     split = _jit_split()
     assert split is not None
-    record, interleave, state_after = split
+    record, interleave = split
     K = C.shape[0]
     B = (_split_points(C, f_row, f_pair, keys, N, parts, kernel, _SPLIT_WINDOW) if bounds is None
          else np.asarray(bounds, dtype=np.int64))
@@ -469,10 +469,57 @@ def _greedy_in_parts(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys:
     for p in range(k):
         alive[rem[offs[p]:offs[p] + used[p]] + B[p]] = False
     starts = np.flatnonzero(alive).astype(np.int64)
-    counts, fv, gains, merged_f = state_after(starts, P, f_row, f_pair, keys, N)
+    counts, fv, gains, merged_f = _state_after(starts, P, f_row, f_pair, keys)
     more_removed, more_steps = kernel(counts, fv, gains, merged_f, N, to_end)
     return (np.concatenate((removed, starts[more_removed])),
             np.concatenate((steps, more_steps)))
+
+
+def _state_after(starts: np.ndarray, P: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray,
+                 keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The greedy kernel's inputs for the intervals that begin at ``starts``, as it holds them.
+
+    (class counts, f of each interval, rounded gain and f merged of each
+    pair) with the very values the compiled kernel has for those intervals
+    after merging up to them, so that it goes on from there exactly as over
+    the whole table. It starts with numpy's f of single rows (``f_row``) and
+    of pairs of rows (``f_pair``, gains ``keys``); an interval of two rows
+    can only come from merging two single rows, so its f is that pair's;
+    every larger interval, and every pair with one, was priced by the kernel
+    from its counts with CPython's lgamma (its own copy, bit for bit:
+    modl_jit._lgamma), as the Python loop prices them.
+    """
+    K = P.shape[0] - 1
+    J = P.shape[1]
+    ends = np.append(starts[1:], K)
+    counts = P[ends] - P[starts]
+    lg = math.lgamma
+    lg_j = lg(J)
+
+    def lanczos_f(c: list[int]) -> float:
+        if J == 2:
+            return lg(c[0] + c[1] + 2) - lg(c[0] + 1) - lg(c[1] + 1)
+        acc = 0.0
+        for x in c:
+            acc += lg(x + 1)
+        return lg(sum(c) + J) - lg_j - acc
+
+    st, en, rows = starts.tolist(), ends.tolist(), counts.tolist()
+    fv = [float(f_row[a]) if e - a == 1 else float(f_pair[a]) if e - a == 2 else lanczos_f(c)
+          for a, e, c in zip(st, en, rows)]
+    gains: list[float] = []
+    merged: list[float] = []
+    for i in range(len(st) - 1):
+        a, e = st[i], en[i + 1]
+        if e - a == 2:  # two single rows: the starting pair
+            gains.append(float(keys[a]))
+            merged.append(float(f_pair[a]))
+        else:
+            fp = lanczos_f([x + y for x, y in zip(rows[i], rows[i + 1])])
+            gains.append((fp - fv[i] - fv[i + 1] + _QUANT) - _QUANT)
+            merged.append(fp)
+    return (np.ascontiguousarray(counts, dtype=np.int64), np.asarray(fv), np.asarray(gains),
+            np.asarray(merged))
 
 
 def _kept_starts(K: int, removed: Sequence[int] | np.ndarray, steps: Sequence[float] | np.ndarray,
@@ -507,13 +554,13 @@ def _jit_kernels() -> tuple[GreedyKernel, SpanKernel, SpanKernel] | None:
     return greedy_merges, f_from2, f_to2
 
 
-def _jit_split() -> tuple[Callable[..., tuple[np.ndarray, ...]], Callable[..., tuple[Any, ...]],
-                          Callable[..., tuple[np.ndarray, ...]]] | None:
+def _jit_split() -> tuple[Callable[..., tuple[np.ndarray, ...]],
+                          Callable[..., tuple[Any, ...]]] | None:
     """The compiled kernels of greedy merging in parts, or None (see :func:`_jit_kernels`)."""
     if _jit_kernels() is None:
         return None
-    from .modl_jit import greedy_record, interleave, state_after
-    return greedy_record, interleave, state_after
+    from .modl_jit import greedy_record, interleave
+    return greedy_record, interleave
 
 
 def _jit_greedy() -> GreedyKernel | None:

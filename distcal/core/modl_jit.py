@@ -34,7 +34,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import get_cython_function_address
 
-__all__ = ["f_from2", "f_to2", "greedy_merges", "greedy_record", "interleave", "state_after"]
+__all__ = ["f_from2", "f_to2", "greedy_merges", "greedy_record", "interleave"]
 
 # scipy's own gammaln (the function behind the scipy.special.gammaln ufunc
 # that the numpy post-optimisation uses), called from compiled code by name:
@@ -228,19 +228,18 @@ def _merged_f(Ri: np.ndarray, s: int, t: int, J: int, lg_j: float, table: np.nda
     return _lg(table, tot + J) - lg_j - acc
 
 
-@njit(cache=True, nogil=True)
 def greedy_merges(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.ndarray,
                   N: int, to_end: bool) -> tuple[np.ndarray, np.ndarray]:
     """Greedy merging of the K rows of C: (removed intervals, cost changes) in merge order.
 
     Parameters and returns as :func:`_greedy`, of which this returns the
-    first two arrays.
+    first two arrays. (Python wrappers around the one compiled loop: each
+    compiled entry point costs seconds to compile on a fresh machine.)
     """
     out = _greedy(C, fv, keys, fpair, N, to_end, False)
     return out[0], out[1]
 
 
-@njit(cache=True, nogil=True)
 def greedy_record(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.ndarray, N: int
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Greedy merging of one part of a table, to one interval, with what :func:`interleave` needs.
@@ -548,7 +547,7 @@ def interleave(B: np.ndarray, offs: np.ndarray, rem: np.ndarray, left: np.ndarra
         How many of each part's merges were made.
     crossed : bool
         Whether a crossing pair is the next merge (greedy goes on from the
-        state left, which :func:`state_after` describes).
+        state left: modl._state_after).
     """
     k = B.shape[0] - 1
     K = B[k]
@@ -611,36 +610,3 @@ def interleave(B: np.ndarray, offs: np.ndarray, rem: np.ndarray, left: np.ndarra
             ck[p - 1] = _pair(P, ls[p - 1], B[p], re[p - 1], f_row, f_pair, keys, lg_j,
                               table)[0]
     return removed[:m], steps[:m], ptr - offs[:k], crossed
-
-
-@njit(cache=True, nogil=True)
-def state_after(starts: np.ndarray, P: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray,
-                keys: np.ndarray, N: int
-                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The greedy kernel's state over the intervals that begin at ``starts``: its four inputs.
-
-    (class counts, f of each interval, rounded gain and f merged of each
-    pair), bit for bit the values the kernel holds for those intervals
-    (:func:`_interval_f`), so that :func:`greedy_merges` on them goes on
-    exactly as the kernel on the whole table would.
-    """
-    n = starts.shape[0]
-    K = P.shape[0] - 1
-    J = P.shape[1]
-    lg_j = _lgamma(float(J))
-    table = _lg_table(N, J)
-    ends = np.empty(n, dtype=np.int64)
-    ends[:n - 1] = starts[1:]
-    ends[n - 1] = K
-    C = np.empty((n, J), dtype=np.int64)
-    fv = np.empty(n)
-    for i in range(n):
-        for j in range(J):
-            C[i, j] = P[ends[i], j] - P[starts[i], j]
-        fv[i] = _interval_f(P, starts[i], ends[i], f_row, f_pair, lg_j, table)
-    gk = np.empty(max(n - 1, 0))
-    fp = np.empty(max(n - 1, 0))
-    for i in range(n - 1):
-        gk[i], fp[i] = _pair(P, starts[i], ends[i], ends[i + 1], f_row, f_pair, keys, lg_j,
-                             table)
-    return C, fv, gk, fp
