@@ -263,7 +263,8 @@ def premerge_range(counts: np.ndarray, scores: np.ndarray | None = None
     c = _check_counts(counts)
     starts, _ = _pure_run_starts(c)
     ends = np.append(starts[1:], c.shape[0]) - 1
-    merged = np.add.reduceat(c, starts, axis=0)
+    # Rows of several instances are mostly mixed: nothing to merge, no copy.
+    merged = c if starts.shape[0] == c.shape[0] else np.add.reduceat(c, starts, axis=0)
     if scores is None:
         return merged, starts.copy(), ends
     s = np.asarray(scores)
@@ -396,7 +397,7 @@ def _greedy_merges(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys: n
 # merging in parts"); the boundaries between parts are rows that a short
 # greedy run over a window around them merges last.
 _SPLIT_MIN_ROWS = 100_000
-_SPLIT_PARTS = 2
+_SPLIT_PARTS = 4
 _SPLIT_WINDOW = 1 << 14
 
 
@@ -455,11 +456,16 @@ def _greedy_in_parts(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys:
 
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max(k - 1, 1)) as pool:
-        futures = [pool.submit(run, p) for p in range(1, k)]
-        runs = [run(0)] + [f.result() for f in futures]
+    # Two threads (this one and one more), each through every other part in
+    # turn: a smaller part's intervals and heap stay in cache better.
+    with ThreadPoolExecutor(1) as pool:
+        odd = pool.submit(lambda: [run(p) for p in range(1, k, 2)])
+        even = [run(p) for p in range(0, k, 2)]
+        done = dict(zip(range(0, k, 2), even)) | dict(zip(range(1, k, 2), odd.result()))
+    runs = [done[p] for p in range(k)]
     rem, left, key, delta, after = (np.concatenate([r[i] for r in runs]) for i in range(5))
-    offs = np.concatenate(([0], np.cumsum([r[0].shape[0] for r in runs]))).astype(np.int64)
+    offs = np.zeros(k + 1, dtype=np.int64)
+    offs[1:] = np.cumsum([r[0].shape[0] for r in runs])
     P = np.vstack([np.zeros((1, C.shape[1]), dtype=np.int64), np.cumsum(C, axis=0)])
     removed, steps, used, crossed = interleave(B, offs, rem, left, key, delta, after, P, f_row,
                                                f_pair, keys, N, to_end)
@@ -1140,13 +1146,13 @@ def modl_partition(counts: np.ndarray, exact_max: int = 1000) -> ModlResult:
     c = _check_counts(counts)
     V, J = c.shape
     run_starts, all_pure = _pure_run_starts(c)
-    reduced = np.add.reduceat(c, run_starts, axis=0)
     if J == 1 or V == 1:
         cuts, exact = np.zeros(1, dtype=np.intp), True
-    elif reduced.shape[0] <= exact_max:
-        cuts, exact = run_starts[_exact_starts(reduced)], True
+    elif run_starts.shape[0] <= exact_max:
+        cuts, exact = run_starts[_exact_starts(np.add.reduceat(c, run_starts, axis=0))], True
     else:
-        table, rows = (reduced, run_starts) if all_pure else (c, np.arange(V))
+        table, rows = ((np.add.reduceat(c, run_starts, axis=0), run_starts) if all_pure
+                       else (c, np.arange(V)))
         local, top = _two_starts(table)
         if _table_cost(table, top) < _table_cost(table, local):
             local = top
