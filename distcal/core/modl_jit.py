@@ -446,9 +446,25 @@ def f_from2(P0: np.ndarray, P1: np.ndarray, u: int, t0: int, t1: int,
     g2 = _gammaln(2.0, 0)
     a0 = P0[u]
     b0 = P1[u]
-    out = np.empty(max(t1 - t0, 0))
-    for k in range(out.shape[0]):
-        out[k] = _f2(P0[t0 + k] - a0, P1[t0 + k] - b0, g2, memo)
+    n = max(t1 - t0, 0)
+    out = np.empty(n)
+    M = memo.shape[0]
+    for k in range(n):
+        a = P0[t0 + k] - a0
+        b = P1[t0 + k] - b0
+        # :func:`_f2` written out for the usual case, all three values in
+        # the memo (a third of the time of the calls); the same operations.
+        i1 = int(a + b + 2.0)
+        i2 = int(a + 1.0)
+        i3 = int(b + 1.0)
+        if i1 < M:  # i2, i3 <= i1
+            v1 = memo[i1]
+            v2 = memo[i2]
+            v3 = memo[i3]
+            if v1 == v1 and v2 == v2 and v3 == v3:
+                out[k] = (v1 - g2) - (v2 + v3)
+                continue
+        out[k] = _f2(a, b, g2, memo)
     return out
 
 
@@ -459,9 +475,23 @@ def f_to2(P0: np.ndarray, P1: np.ndarray, v: int, t0: int, t1: int,
     g2 = _gammaln(2.0, 0)
     a1 = P0[v]
     b1 = P1[v]
-    out = np.empty(max(t1 - t0, 0))
-    for k in range(out.shape[0]):
-        out[k] = _f2(a1 - P0[t0 + k], b1 - P1[t0 + k], g2, memo)
+    n = max(t1 - t0, 0)
+    out = np.empty(n)
+    M = memo.shape[0]
+    for k in range(n):
+        a = a1 - P0[t0 + k]
+        b = b1 - P1[t0 + k]
+        i1 = int(a + b + 2.0)  # as in f_from2
+        i2 = int(a + 1.0)
+        i3 = int(b + 1.0)
+        if i1 < M:
+            v1 = memo[i1]
+            v2 = memo[i2]
+            v3 = memo[i3]
+            if v1 == v1 and v2 == v2 and v3 == v3:
+                out[k] = (v1 - g2) - (v2 + v3)
+                continue
+        out[k] = _f2(a, b, g2, memo)
     return out
 
 
