@@ -380,8 +380,9 @@ def _greedy_merges(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys: n
     """(removed intervals, cost changes) of greedy merging, compiled or in Python (same values)."""
     K, J = C.shape
     if kernel is not None and K >= _SPLIT_MIN_ROWS and _jit_split() is not None:
+        parts = max(2, min(_SPLIT_PARTS, K // _SPLIT_PART_ROWS))
         return _greedy_in_parts(np.ascontiguousarray(C, dtype=np.int64), f_row, f_pair, keys,
-                                N, to_end, kernel, _SPLIT_PARTS)
+                                N, to_end, kernel, parts)
     if kernel is not None:
         return kernel(np.ascontiguousarray(C, dtype=np.int64), f_row.copy(), keys, f_pair, N,
                       to_end)
@@ -392,13 +393,16 @@ def _greedy_merges(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys: n
     return _greedy_loop(heap, f_row.tolist(), C.tolist(), N, K, J, to_end)
 
 
-# Greedy merging of at least this many rows (compiled) runs in parts, one
-# thread each, whose merge sequences are interleaved (docs/modl.md, "Greedy
-# merging in parts"); the boundaries between parts are rows that a short
-# greedy run over a window around them merges last.
+# Greedy merging of at least this many rows (compiled) runs in parts of
+# about _SPLIT_PART_ROWS rows (at most _SPLIT_PARTS), two threads taking
+# every other part, whose merge sequences are interleaved (docs/modl.md,
+# "Compiled kernels", point 7): a part's intervals and heap stay in cache.
+# The boundaries are rows that a greedy run over a window of _SPLIT_WINDOW
+# rows around them merges last.
 _SPLIT_MIN_ROWS = 100_000
-_SPLIT_PARTS = 4
-_SPLIT_WINDOW = 1 << 14
+_SPLIT_PART_ROWS = 30_000
+_SPLIT_PARTS = 32
+_SPLIT_WINDOW = 1 << 12
 
 
 def _split_points(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys: np.ndarray,
@@ -410,8 +414,9 @@ def _split_points(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys: np
     alone; the boundary it merges last, among the middle half of the
     window, is taken. Greedy over the whole table merges mostly the same
     way away from the window's ends, so that boundary is usually among the
-    last merged there too (at 1e6 rows: with a few thousand intervals or
-    fewer left). Only the time depends on this choice, never the result.
+    last merged there too (on the benchmark's 1e6-row table, in 32 parts,
+    the first pair across parts merges with about 5,600 intervals left).
+    Only the time depends on this choice, never the result.
     """
     K = C.shape[0]
     bounds = [0]
@@ -456,8 +461,7 @@ def _greedy_in_parts(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys:
 
     from concurrent.futures import ThreadPoolExecutor
 
-    # Two threads (this one and one more), each through every other part in
-    # turn: a smaller part's intervals and heap stay in cache better.
+    # Two threads (this one and one more), each through every other part.
     with ThreadPoolExecutor(1) as pool:
         odd = pool.submit(lambda: [run(p) for p in range(1, k, 2)])
         even = [run(p) for p in range(0, k, 2)]

@@ -189,8 +189,8 @@ def _drop_stale(H: np.ndarray, size: int, R: np.ndarray, Ri: np.ndarray) -> int:
     return m
 
 
-# log-gamma of the integers below this many is tabulated once per call of
-# the greedy kernel: early merges join small intervals, and CPython's
+# log-gamma of the integers below this many is tabulated once per process
+# (:func:`_table`): early merges join small intervals, and CPython's
 # Lanczos routine costs some 26 divisions. A table entry is the routine's
 # value for the same argument, so nothing changes but the time.
 _LG_TABLE = 1 << 16
@@ -236,7 +236,7 @@ def greedy_merges(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.nda
     first two arrays. (Python wrappers around the one compiled loop: each
     compiled entry point costs seconds to compile on a fresh machine.)
     """
-    out = _greedy(C, fv, keys, fpair, N, to_end, False)
+    out = _greedy(C, fv, keys, fpair, N, to_end, False, _table())
     return out[0], out[1]
 
 
@@ -251,13 +251,13 @@ def greedy_record(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.nda
     merged one (K: none). Indices are rows of C. N, the rows of the whole
     table, only sizes the log-gamma table.
     """
-    out = _greedy(C, fv, keys, fpair, N, True, True)
+    out = _greedy(C, fv, keys, fpair, N, True, True, _table())
     return out[0], out[2], out[3], out[4], out[5]
 
 
 @njit(cache=True, nogil=True)
 def _greedy(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.ndarray,
-            N: int, to_end: bool, rec: bool
+            N: int, to_end: bool, rec: bool, table: np.ndarray
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Greedy merging of the K rows of C: (removed intervals, cost changes) in merge order.
 
@@ -287,7 +287,6 @@ def _greedy(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.ndarray,
     """
     K, J = C.shape
     lg_j = _lgamma(float(J))
-    table = _lg_table(N, J)
     # Everything about interval s is in row s of R (see _record): merges
     # happen all over the table in gain order, so each interval touched
     # costs a cache miss, one instead of one per array.
@@ -500,13 +499,27 @@ def f_to2(P0: np.ndarray, P1: np.ndarray, v: int, t0: int, t1: int,
 # ----------------------------------------------------------------------------
 
 @njit(cache=True, nogil=True)
-def _lg_table(N: int, J: int) -> np.ndarray:
-    """The log-gamma table of :func:`_greedy` (its values do not depend on N, only its length)."""
-    table = np.empty(min(_LG_TABLE, N + J + 2))
+def _lg_table() -> np.ndarray:
+    """CPython's lgamma of the integers below _LG_TABLE (entry 0 is never read)."""
+    table = np.empty(_LG_TABLE)
     table[0] = np.inf  # never used: every argument is at least 1
     for m in range(1, table.shape[0]):
         table[m] = _lgamma(float(m))
     return table
+
+
+_TABLE: list[np.ndarray] = []
+
+
+def _table() -> np.ndarray:
+    """:func:`_lg_table`, computed once per process (a few ms; greedy in parts makes many calls).
+
+    The kernels only read it. A race between two first calls computes the
+    same values twice.
+    """
+    if not _TABLE:
+        _TABLE.append(_lg_table())
+    return _TABLE[0]
 
 
 @njit(cache=True, nogil=True)
@@ -551,11 +564,41 @@ def _pair(P: np.ndarray, a: int, m: int, e: int, f_row: np.ndarray, f_pair: np.n
     return (fp - fl - fr + _QUANT) - _QUANT, fp
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
+def _winner(a: int, b: int, tk: np.ndarray, ts: np.ndarray, tv: np.ndarray) -> int:
+    """The leaf that comes first, a or b: valid before empty, then by (gain, left row)."""
+    if not tv[b]:
+        return a
+    if not tv[a]:
+        return b
+    return a if _before(tk[a], ts[a], tk[b], ts[b]) else b
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _replay(tree: np.ndarray, L: int, leaf: int, tk: np.ndarray, ts: np.ndarray,
+            tv: np.ndarray) -> None:
+    """Redo the matches on the path from a changed leaf to the root."""
+    n = (L + leaf) >> 1
+    while n >= 1:
+        tree[n] = _winner(tree[2 * n], tree[2 * n + 1], tk, ts, tv)
+        n >>= 1
+
+
 def interleave(B: np.ndarray, offs: np.ndarray, rem: np.ndarray, left: np.ndarray,
                key: np.ndarray, delta: np.ndarray, after: np.ndarray, P: np.ndarray,
                f_row: np.ndarray, f_pair: np.ndarray, keys: np.ndarray, N: int, to_end: bool
                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """:func:`_interleave` with the log-gamma table."""
+    out: tuple[np.ndarray, np.ndarray, np.ndarray, bool] = _interleave(
+        B, offs, rem, left, key, delta, after, P, f_row, f_pair, keys, N, to_end, _table())
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _interleave(B: np.ndarray, offs: np.ndarray, rem: np.ndarray, left: np.ndarray,
+                key: np.ndarray, delta: np.ndarray, after: np.ndarray, P: np.ndarray,
+                f_row: np.ndarray, f_pair: np.ndarray, keys: np.ndarray, N: int, to_end: bool,
+                table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """The merges of greedy over the whole table, from the merges of its parts, up to a crossing.
 
     Part p holds rows B[p]..B[p+1]-1; its merges (:func:`greedy_record`,
@@ -583,7 +626,6 @@ def interleave(B: np.ndarray, offs: np.ndarray, rem: np.ndarray, left: np.ndarra
     K = B[k]
     J = P.shape[1]
     lg_j = _lgamma(float(J))
-    table = _lg_table(N, J)
     ptr = offs[:k].copy()
     # Across boundary q (before row B[q+1]): the last interval of part q
     # starts at ls[q], the first of part q+1 ends at re[q].
@@ -594,33 +636,43 @@ def interleave(B: np.ndarray, offs: np.ndarray, rem: np.ndarray, left: np.ndarra
         ls[q] = B[q + 1] - 1
         re[q] = B[q + 1] + 1
         ck[q] = _pair(P, ls[q], B[q + 1], re[q], f_row, f_pair, keys, lg_j, table)[0]
+    # A tournament tree over the candidates (leaf p: part p's next merge;
+    # leaf k + q: the pair across boundary q): a merge changes at most
+    # three leaves, each a walk up log2(2k) levels instead of a scan.
+    L = 1
+    while L < 2 * k - 1:
+        L *= 2
+    tk = np.zeros(L)
+    ts = np.zeros(L, dtype=np.int64)
+    tv = np.zeros(L, dtype=np.bool_)
+    for p in range(k):
+        if ptr[p] < offs[p + 1]:
+            tk[p] = key[ptr[p]]
+            ts[p] = left[ptr[p]] + B[p]
+            tv[p] = True
+    for q in range(k - 1):
+        tk[k + q] = ck[q]
+        ts[k + q] = ls[q]
+        tv[k + q] = True
+    tree = np.empty(2 * L, dtype=np.int64)
+    for i in range(L):
+        tree[L + i] = i
+    for n in range(L - 1, 0, -1):
+        tree[n] = _winner(tree[2 * n], tree[2 * n + 1], tk, ts, tv)
     removed = np.empty(K - 1, dtype=np.int64)
     steps = np.empty(K - 1)
     m = 0
     I = K
     crossed = False
     while I > 1:
-        bk = 0.0
-        bs = -1
-        who = -1
-        for p in range(k):
-            i = ptr[p]
-            if i < offs[p + 1]:
-                s = left[i] + B[p]
-                if bs < 0 or _before(key[i], s, bk, bs):
-                    bk = key[i]
-                    bs = s
-                    who = p
-        for q in range(k - 1):
-            if bs < 0 or _before(ck[q], ls[q], bk, bs):
-                bk = ck[q]
-                bs = ls[q]
-                who = k + q
-        if who < 0:
+        who = tree[1]
+        if not tv[who]:
             break
         if who >= k:
             crossed = True
             break
+        bk = tk[who]
+        bs = ts[who]
         shift = math.log((I - 1) / (N + I - 1))
         if bk + shift >= 0.0 and not to_end:
             break
@@ -632,11 +684,22 @@ def interleave(B: np.ndarray, offs: np.ndarray, rem: np.ndarray, left: np.ndarra
         steps[m] = delta[i] + shift
         m += 1
         I -= 1
+        if ptr[p] < offs[p + 1]:
+            tk[p] = key[ptr[p]]
+            ts[p] = left[ptr[p]] + B[p]
+        else:
+            tv[p] = False
+        _replay(tree, L, p, tk, ts, tv)
         if p < k - 1 and r == ls[p]:  # the last interval of part p grew leftwards
             ls[p] = bs
             ck[p] = _pair(P, ls[p], B[p + 1], re[p], f_row, f_pair, keys, lg_j, table)[0]
+            tk[k + p] = ck[p]
+            ts[k + p] = ls[p]
+            _replay(tree, L, k + p, tk, ts, tv)
         if p > 0 and bs == B[p]:  # the first interval of part p grew rightwards
             re[p - 1] = after[i] + B[p]
             ck[p - 1] = _pair(P, ls[p - 1], B[p], re[p - 1], f_row, f_pair, keys, lg_j,
                               table)[0]
+            tk[k + p - 1] = ck[p - 1]
+            _replay(tree, L, k + p - 1, tk, ts, tv)
     return removed[:m], steps[:m], ptr - offs[:k], crossed
