@@ -185,7 +185,7 @@ def _merge_inputs(C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, in
     return f_row, f_pair, modl._quantise(f_pair - f_row[:-1] - f_row[1:]), int(C.sum())
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1), V=st.integers(2, 300), J=st.sampled_from([2, 3]),
        kind=st.sampled_from(["heavy", "ties", "noise"]), parts=st.integers(2, 5),
        to_end=st.booleans())
@@ -231,17 +231,35 @@ def test_greedy_in_parts_crossing_early_and_late():
             assert removed.tolist() == ref[0].tolist() and steps.tolist() == ref[1].tolist()
 
 
+def test_greedy_in_parts_many_boundaries():
+    """Larger tables cut at random rows into up to 12 parts: crossings at every stage."""
+    rng = np.random.default_rng(40)
+    for trial in range(12):
+        J, kind = (2, 3)[trial % 2], ("heavy", "ties", "noise")[trial % 3]
+        C = np.ascontiguousarray(mixed_table(rng, int(rng.integers(500, 2500)), J, kind))
+        K = C.shape[0]
+        f_row, f_pair, keys, N = _merge_inputs(C)
+        inner = rng.choice(np.arange(1, K), int(rng.integers(1, 12)), replace=False)
+        B = np.unique(np.concatenate(([0, K], inner))).astype(np.int64)
+        for to_end in (True, False):
+            ref = modl_jit.greedy_merges(C, f_row.copy(), keys, f_pair, N, to_end)
+            removed, steps = modl._greedy_in_parts(C, f_row, f_pair, keys, N, to_end,
+                                                   modl_jit.greedy_merges, 0, B)
+            assert removed.tolist() == ref[0].tolist() and steps.tolist() == ref[1].tolist()
+
+
 def test_partition_in_parts_equals_python(monkeypatch):
-    """modl_partition with greedy in parts (forced on 8,000 rows) against the pure-Python path."""
-    C = mixed_table(np.random.default_rng(39), 8000, 2, "heavy")
+    """modl_partition with greedy in four parts (forced on 4,000 rows) against the Python path."""
+    C = mixed_table(np.random.default_rng(39), 4000, 2, "heavy")
     calls = []
     in_parts = modl._greedy_in_parts
-    monkeypatch.setattr(modl, "_greedy_in_parts", lambda *a: calls.append(1) or in_parts(*a))
+    monkeypatch.setattr(modl, "_greedy_in_parts", lambda *a: calls.append(a[-1]) or in_parts(*a))
     monkeypatch.setattr(modl, "_JIT_MIN_ROWS", 0)
     monkeypatch.setattr(modl, "_SPLIT_MIN_ROWS", 0)
-    monkeypatch.setattr(modl, "_SPLIT_WINDOW", 1000)
+    monkeypatch.setattr(modl, "_SPLIT_PART_ROWS", 1000)
+    monkeypatch.setattr(modl, "_SPLIT_WINDOW", 500)
     compiled = modl.modl_partition(C, exact_max=0)
-    assert calls
+    assert calls == [4]
     monkeypatch.setattr(modl, "_JIT_MIN_ROWS", 10**12)
     python = modl.modl_partition(C, exact_max=0)
     assert compiled.cuts.tolist() == python.cuts.tolist() and compiled.cost == python.cost
