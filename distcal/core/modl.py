@@ -438,8 +438,8 @@ def _greedy_in_parts(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys:
                      bounds: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_greedy_merges` of the compiled kernel, computed in parts: the same two arrays.
 
-    Each part of the table is merged greedily on its own, in its own
-    thread, to one interval; the parts' merges, interleaved by (gain, left
+    Each part of the table is merged greedily on its own to one interval
+    (two threads, each through every other part); the parts' merges, interleaved by (gain, left
     interval), are the whole table's merges until a pair across two parts
     is the least (modl_jit.interleave). From there the kernel goes on over
     the intervals then present, with the values it would hold for them
