@@ -7,12 +7,20 @@ the greedy path (exact_max=0 is implied by V > 1000 reduced rows), compiled
     python bench/modl_core.py 10000 100000 1000000
     python bench/modl_core.py --compile 100000
     python bench/modl_core.py --phases REF
+    python bench/modl_core.py --fit-phases
 
 ``--phases REF`` times the phases of ``modl_partition`` (thread CPU
 seconds, best of three; the machine is shared) on the count table of
 ``bench/modl.py``'s 1e7 rows over 1e6 distinct scores, for this tree and
 for git revision REF in the same process, and checks that both give the
 same partition and cost.
+
+``--fit-phases`` times ``distcal.fit(method="modl")`` on the 1e7 rows over
+1e6 distinct scores of ``bench/modl.py`` as a pandas DataFrame, with the
+isotonic fit on the same data before each run as the anchor, median run
+of three: wall and thread CPU of the phases (the pooling into the
+distinct-score table is the rest of the fit). Run it with another tree on
+PYTHONPATH to get that tree's breakdown.
 
 ``--compile V`` runs fresh processes on one table of V rows: with an empty
 numba cache (import + compilation on the first call), then with the cache
@@ -100,6 +108,12 @@ def phase_times(mods: list, C: np.ndarray) -> tuple[list[dict[str, float]], list
             removed, steps = timed("greedy kernel", mod._jit_greedy(), np.ascontiguousarray(c),
                                    f_row.copy(), keys, f_pair, N, True)
             st = mod._kept_starts(K, removed, steps, True)
+            t0, w0 = time.process_time(), time.perf_counter()
+            mod._greedy_starts(c, True)  # what modl_partition runs (in parts, if it has them)
+            b["greedy path CPU"] = min(b.get("greedy path CPU", float("inf")),
+                                       time.process_time() - t0)
+            b["greedy path wall"] = min(b.get("greedy path wall", float("inf")),
+                                        time.perf_counter() - w0)
             timed("post-opt from greedy", mod._post_optimise, c, st)
             timed("post-opt top-down", mod._post_optimise, c, np.zeros(1, dtype=np.intp))
             t0, w0 = time.process_time(), time.perf_counter()
@@ -131,6 +145,64 @@ def phases(ref: str) -> None:
     print("# uptime:", subprocess.check_output(["uptime"], text=True).strip())
 
 
+def fit_phases() -> None:
+    import functools
+    import statistics
+
+    import pandas as pd
+
+    import distcal
+    from distcal.core import discretize
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from modl import make_data  # bench/modl.py
+
+    s, y = make_data(10**7, 10**6)
+    df = pd.DataFrame({"score": s, "label": y})
+    acc: dict[str, list[float]] = {}
+
+    def wrap(mod, name: str, label: str) -> None:  # type: ignore[no-untyped-def]
+        fn = getattr(mod, name)
+
+        @functools.wraps(fn)
+        def timed(*a, **k):  # type: ignore[no-untyped-def]
+            w, c = time.perf_counter(), time.thread_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                e = acc.setdefault(label, [0.0, 0.0])
+                e[0] += time.perf_counter() - w
+                e[1] += time.thread_time() - c
+        setattr(mod, name, timed)
+
+    wrap(discretize, "_binary_counts", "count table of the range, pure-run merge")
+    wrap(discretize, "modl_partition", "modl_partition")
+    wrap(modl, "_two_starts", "  both starts (greedy + post-opt | top-down)")
+    wrap(modl, "_greedy_starts", "    greedy path (first gains, merges, prefix)")
+    wrap(modl, "_table_cost", "  costs of the two results")
+    distcal.fit(df.iloc[:200_000], method="modl")  # load the compiled kernels
+    print("# uptime:", subprocess.check_output(["uptime"], text=True).strip())
+    runs = []
+    for _ in range(3):
+        acc.clear()
+        t0 = time.perf_counter()
+        distcal.fit(df, method="isotonic")
+        t1 = time.perf_counter()
+        distcal.fit(df, method="modl")
+        t2 = time.perf_counter()
+        runs.append((t2 - t1, t1 - t0, {k: list(v) for k, v in acc.items()}))
+    t_modl, t_iso, phase = sorted(runs, key=lambda r: r[0])[1]
+    print(f"# {distcal.__file__}: fit modl {t_modl:.2f} s, isotonic {t_iso:.2f} s "
+          f"(x{t_modl / t_iso:.2f}), median MODL run of 3; isotonic median "
+          f"{statistics.median(r[1] for r in runs):.2f} s")
+    for k, (w, c) in phase.items():
+        print(f"  {k:46s} wall {w:5.2f} s  thread CPU {c:5.2f} s")
+    rest = (t_modl - phase["modl_partition"][0]
+            - phase["count table of the range, pure-run merge"][0])
+    print(f"  {'rest: reading, pooling into distinct scores':46s} wall {rest:5.2f} s")
+    print("# uptime:", subprocess.check_output(["uptime"], text=True).strip())
+
+
 def child(v: int) -> None:
     t0 = time.perf_counter()
     c = table(v)
@@ -155,6 +227,8 @@ def compile_times(v: int) -> None:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--child"]:
         child(int(sys.argv[2]))
+    elif sys.argv[1:2] == ["--fit-phases"]:
+        fit_phases()
     elif sys.argv[1:2] == ["--phases"]:
         phases(sys.argv[2])
     elif sys.argv[1:2] == ["--compile"]:

@@ -17,6 +17,8 @@ import sys
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from numba import njit
 from scipy.special import gammaln
 from test_modl import make_counts, plain_greedy, plain_greedy_path
@@ -170,6 +172,97 @@ def test_four_ary_heap_pops_in_tuple_order():
         popped.append((H[modl_jit._OFF, 0], int(H[modl_jit._OFF, 1])))
         size = modl_jit._pop(H, size)
     assert popped == current
+
+
+# ----------------------------------------------------------------------------
+# Greedy merging in parts: the same merges as in one piece
+# ----------------------------------------------------------------------------
+
+
+def _merge_inputs(C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    f_row = modl._f(C)
+    f_pair = modl._f(C[:-1] + C[1:])
+    return f_row, f_pair, modl._quantise(f_pair - f_row[:-1] - f_row[1:]), int(C.sum())
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), V=st.integers(2, 300), J=st.sampled_from([2, 3]),
+       kind=st.sampled_from(["heavy", "ties", "noise"]), parts=st.integers(2, 5),
+       to_end=st.booleans())
+def test_greedy_in_parts_equals_one_piece(seed, V, J, kind, parts, to_end):
+    """Parts merged alone and interleaved, then the rest: the kernel's merges and floats.
+
+    Boundaries anywhere (a crossing pair may merge first), up to one part per
+    row pair; the reference is greedy over the whole table, compiled and in Python.
+    """
+    rng = np.random.default_rng(seed)
+    C = np.ascontiguousarray(mixed_table(rng, V, J, kind), dtype=np.int64)
+    f_row, f_pair, keys, N = _merge_inputs(C)
+    inner = rng.choice(np.arange(1, V), min(parts, V) - 1, replace=False) if V > 1 else []
+    B = np.unique(np.concatenate(([0, V], inner))).astype(np.int64)
+    removed, steps = modl._greedy_in_parts(C, f_row, f_pair, keys, N, to_end,
+                                           modl_jit.greedy_merges, 0, B)
+    one = modl_jit.greedy_merges(C, f_row.copy(), keys, f_pair, N, to_end)
+    py = modl._greedy_merges(C, f_row, f_pair, keys, N, to_end, None)
+    assert removed.tolist() == one[0].tolist() == list(py[0])
+    assert steps.tolist() == one[1].tolist() == list(py[1])  # bit for bit
+
+
+def test_greedy_in_parts_crossing_early_and_late():
+    """The same merges whether the first crossing merge comes first or last (heavy rows).
+
+    A boundary picked by :func:`modl._split_points` is merged late; one
+    between two rows of the same pure run first of all.
+    """
+    C = np.ascontiguousarray(mixed_table(np.random.default_rng(38), 6000, 2, "heavy"))
+    C[2999:3001] = [[0, 30], [0, 30]]  # the pair across row 3000 merges first
+    f_row, f_pair, keys, N = _merge_inputs(C)
+    one = modl_jit.greedy_merges(C, f_row.copy(), keys, f_pair, N, True)
+    picked = modl._split_points(C, f_row, f_pair, keys, N, 3, modl_jit.greedy_merges, 1000)
+    when = np.empty(6000, dtype=np.int64)
+    when[one[0]] = np.arange(5999)
+    assert (when[picked[1:-1]] > 5900).all()  # fewer than 100 intervals left then
+    for B in (picked, np.array([0, 3000, 6000])):
+        for to_end in (True, False):
+            ref = one if to_end else modl_jit.greedy_merges(C, f_row.copy(), keys, f_pair, N,
+                                                            False)
+            removed, steps = modl._greedy_in_parts(C, f_row, f_pair, keys, N, to_end,
+                                                   modl_jit.greedy_merges, 0, B)
+            assert removed.tolist() == ref[0].tolist() and steps.tolist() == ref[1].tolist()
+
+
+def test_greedy_in_parts_many_boundaries():
+    """Larger tables cut at random rows into up to 12 parts: crossings at every stage."""
+    rng = np.random.default_rng(40)
+    for trial in range(12):
+        J, kind = (2, 3)[trial % 2], ("heavy", "ties", "noise")[trial % 3]
+        C = np.ascontiguousarray(mixed_table(rng, int(rng.integers(500, 2500)), J, kind))
+        K = C.shape[0]
+        f_row, f_pair, keys, N = _merge_inputs(C)
+        inner = rng.choice(np.arange(1, K), int(rng.integers(1, 12)), replace=False)
+        B = np.unique(np.concatenate(([0, K], inner))).astype(np.int64)
+        for to_end in (True, False):
+            ref = modl_jit.greedy_merges(C, f_row.copy(), keys, f_pair, N, to_end)
+            removed, steps = modl._greedy_in_parts(C, f_row, f_pair, keys, N, to_end,
+                                                   modl_jit.greedy_merges, 0, B)
+            assert removed.tolist() == ref[0].tolist() and steps.tolist() == ref[1].tolist()
+
+
+def test_partition_in_parts_equals_python(monkeypatch):
+    """modl_partition with greedy in four parts (forced on 4,000 rows) against the Python path."""
+    C = mixed_table(np.random.default_rng(39), 4000, 2, "heavy")
+    calls = []
+    in_parts = modl._greedy_in_parts
+    monkeypatch.setattr(modl, "_greedy_in_parts", lambda *a: calls.append(a[-1]) or in_parts(*a))
+    monkeypatch.setattr(modl, "_JIT_MIN_ROWS", 0)
+    monkeypatch.setattr(modl, "_SPLIT_MIN_ROWS", 0)
+    monkeypatch.setattr(modl, "_SPLIT_PART_ROWS", 1000)
+    monkeypatch.setattr(modl, "_SPLIT_WINDOW", 500)
+    compiled = modl.modl_partition(C, exact_max=0)
+    assert calls == [4]
+    monkeypatch.setattr(modl, "_JIT_MIN_ROWS", 10**12)
+    python = modl.modl_partition(C, exact_max=0)
+    assert compiled.cuts.tolist() == python.cuts.tolist() and compiled.cost == python.cost
 
 
 # ----------------------------------------------------------------------------

@@ -61,6 +61,7 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy.special import gammaln
@@ -262,7 +263,8 @@ def premerge_range(counts: np.ndarray, scores: np.ndarray | None = None
     c = _check_counts(counts)
     starts, _ = _pure_run_starts(c)
     ends = np.append(starts[1:], c.shape[0]) - 1
-    merged = np.add.reduceat(c, starts, axis=0)
+    # Rows of several instances are mostly mixed: nothing to merge, no copy.
+    merged = c if starts.shape[0] == c.shape[0] else np.add.reduceat(c, starts, axis=0)
     if scores is None:
         return merged, starts.copy(), ends
     s = np.asarray(scores)
@@ -377,6 +379,10 @@ def _greedy_merges(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys: n
                    ) -> tuple[Sequence[int] | np.ndarray, Sequence[float] | np.ndarray]:
     """(removed intervals, cost changes) of greedy merging, compiled or in Python (same values)."""
     K, J = C.shape
+    if kernel is not None and K >= _SPLIT_MIN_ROWS and _jit_split() is not None:
+        parts = max(2, min(_SPLIT_PARTS, K // _SPLIT_PART_ROWS))
+        return _greedy_in_parts(np.ascontiguousarray(C, dtype=np.int64), f_row, f_pair, keys,
+                                N, to_end, kernel, parts)
     if kernel is not None:
         return kernel(np.ascontiguousarray(C, dtype=np.int64), f_row.copy(), keys, f_pair, N,
                       to_end)
@@ -385,6 +391,145 @@ def _greedy_merges(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys: n
         return _greedy_loop2(heap, f_row.tolist(), C[:, 0].tolist(), C[:, 1].tolist(), N, K,
                              to_end)
     return _greedy_loop(heap, f_row.tolist(), C.tolist(), N, K, J, to_end)
+
+
+# Greedy merging of at least this many rows (compiled) runs in parts of
+# about _SPLIT_PART_ROWS rows (at most _SPLIT_PARTS), two threads taking
+# every other part, whose merge sequences are interleaved (docs/modl.md,
+# "Compiled kernels", point 7): a part's intervals and heap stay in cache.
+# The boundaries are rows that a greedy run over a window of _SPLIT_WINDOW
+# rows around them merges last.
+_SPLIT_MIN_ROWS = 100_000
+_SPLIT_PART_ROWS = 30_000
+_SPLIT_PARTS = 32
+_SPLIT_WINDOW = 1 << 12
+
+
+def _split_points(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys: np.ndarray,
+                  N: int, parts: int, kernel: GreedyKernel, window: int = _SPLIT_WINDOW
+                  ) -> np.ndarray:
+    """First rows of ``parts`` parts of C (and K): boundaries likely to be merged late.
+
+    Around each of the K q / parts, greedy merging over ``window`` rows
+    alone; the boundary it merges last, among the middle half of the
+    window, is taken. Greedy over the whole table merges mostly the same
+    way away from the window's ends, so that boundary is usually among the
+    last merged there too (on the benchmark's 1e6-row table, in 32 parts,
+    the first pair across parts merges with about 5,600 intervals left).
+    Only the time depends on this choice, never the result.
+    """
+    K = C.shape[0]
+    bounds = [0]
+    for q in range(1, parts):
+        c = K * q // parts
+        lo, hi = max(bounds[-1] + 1, c - window // 2), min(K, c + window // 2)
+        removed, _ = kernel(C[lo:hi], f_row[lo:hi].copy(), keys[lo:hi - 1], f_pair[lo:hi - 1],
+                            N, True)
+        when = np.full(hi - lo, -1, dtype=np.int64)
+        when[np.asarray(removed, dtype=np.intp)] = np.arange(len(removed))
+        inner = np.arange(max(1, (hi - lo) // 4), max(2, 3 * (hi - lo) // 4))
+        bounds.append(lo + int(inner[np.argmax(when[inner])]))
+    bounds.append(K)
+    return np.asarray(bounds, dtype=np.int64)
+
+
+def _greedy_in_parts(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys: np.ndarray,
+                     N: int, to_end: bool, kernel: GreedyKernel, parts: int,
+                     bounds: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_greedy_merges` of the compiled kernel, computed in parts: the same two arrays.
+
+    Each part of the table is merged greedily on its own to one interval
+    (two threads, each through every other part); the parts' merges, interleaved by (gain, left
+    interval), are the whole table's merges until a pair across two parts
+    is the least (modl_jit.interleave). From there the kernel goes on over
+    the intervals then present, with the values it would hold for them
+    (:func:`_state_after`): identical merges and cost changes throughout.
+    """
+    split = _jit_split()
+    assert split is not None
+    record, interleave = split
+    K = C.shape[0]
+    B = (_split_points(C, f_row, f_pair, keys, N, parts, kernel, _SPLIT_WINDOW) if bounds is None
+         else np.asarray(bounds, dtype=np.int64))
+    k = B.shape[0] - 1
+
+    def run(p: int) -> tuple[np.ndarray, ...]:
+        a, e = int(B[p]), int(B[p + 1])
+        out: tuple[np.ndarray, ...] = record(C[a:e], f_row[a:e].copy(), keys[a:e - 1],
+                                             f_pair[a:e - 1], N)
+        return out
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    # Two threads (this one and one more), each through every other part.
+    with ThreadPoolExecutor(1) as pool:
+        odd = pool.submit(lambda: [run(p) for p in range(1, k, 2)])
+        even = [run(p) for p in range(0, k, 2)]
+        done = dict(zip(range(0, k, 2), even)) | dict(zip(range(1, k, 2), odd.result()))
+    runs = [done[p] for p in range(k)]
+    rem, left, key, delta, after = (np.concatenate([r[i] for r in runs]) for i in range(5))
+    offs = np.zeros(k + 1, dtype=np.int64)
+    offs[1:] = np.cumsum([r[0].shape[0] for r in runs])
+    P = np.vstack([np.zeros((1, C.shape[1]), dtype=np.int64), np.cumsum(C, axis=0)])
+    removed, steps, used, crossed = interleave(B, offs, rem, left, key, delta, after, P, f_row,
+                                               f_pair, keys, N, to_end)
+    if not crossed:
+        return removed, steps
+    alive = np.ones(K, dtype=bool)
+    for p in range(k):
+        alive[rem[offs[p]:offs[p] + used[p]] + B[p]] = False
+    starts = np.flatnonzero(alive).astype(np.int64)
+    counts, fv, gains, merged_f = _state_after(starts, P, f_row, f_pair, keys)
+    more_removed, more_steps = kernel(counts, fv, gains, merged_f, N, to_end)
+    return (np.concatenate((removed, starts[more_removed])),
+            np.concatenate((steps, more_steps)))
+
+
+def _state_after(starts: np.ndarray, P: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray,
+                 keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The greedy kernel's inputs for the intervals that begin at ``starts``, as it holds them.
+
+    (class counts, f of each interval, rounded gain and f merged of each
+    pair) with the very values the compiled kernel has for those intervals
+    after merging up to them, so that it goes on from there exactly as over
+    the whole table. It starts with numpy's f of single rows (``f_row``) and
+    of pairs of rows (``f_pair``, gains ``keys``); an interval of two rows
+    can only come from merging two single rows, so its f is that pair's;
+    every larger interval, and every pair with one, was priced by the kernel
+    from its counts with CPython's lgamma (its own copy, bit for bit:
+    modl_jit._lgamma), as the Python loop prices them.
+    """
+    K = P.shape[0] - 1
+    J = P.shape[1]
+    ends = np.append(starts[1:], K)
+    counts = P[ends] - P[starts]
+    lg = math.lgamma
+    lg_j = lg(J)
+
+    def lanczos_f(c: list[int]) -> float:
+        if J == 2:
+            return lg(c[0] + c[1] + 2) - lg(c[0] + 1) - lg(c[1] + 1)
+        acc = 0.0
+        for x in c:
+            acc += lg(x + 1)
+        return lg(sum(c) + J) - lg_j - acc
+
+    st, en, rows = starts.tolist(), ends.tolist(), counts.tolist()
+    fv = [float(f_row[a]) if e - a == 1 else float(f_pair[a]) if e - a == 2 else lanczos_f(c)
+          for a, e, c in zip(st, en, rows)]
+    gains: list[float] = []
+    merged: list[float] = []
+    for i in range(len(st) - 1):
+        a, e = st[i], en[i + 1]
+        if e - a == 2:  # two single rows: the starting pair
+            gains.append(float(keys[a]))
+            merged.append(float(f_pair[a]))
+        else:
+            fp = lanczos_f([x + y for x, y in zip(rows[i], rows[i + 1])])
+            gains.append((fp - fv[i] - fv[i + 1] + _QUANT) - _QUANT)
+            merged.append(fp)
+    return (np.ascontiguousarray(counts, dtype=np.int64), np.asarray(fv), np.asarray(gains),
+            np.asarray(merged))
 
 
 def _kept_starts(K: int, removed: Sequence[int] | np.ndarray, steps: Sequence[float] | np.ndarray,
@@ -417,6 +562,15 @@ def _jit_kernels() -> tuple[GreedyKernel, SpanKernel, SpanKernel] | None:
         _log.info("MODL runs its greedy path in Python (compiled kernels unavailable: %s)", exc)
         return None
     return greedy_merges, f_from2, f_to2
+
+
+def _jit_split() -> tuple[Callable[..., tuple[np.ndarray, ...]],
+                          Callable[..., tuple[Any, ...]]] | None:
+    """The compiled kernels of greedy merging in parts, or None (see :func:`_jit_kernels`)."""
+    if _jit_kernels() is None:
+        return None
+    from .modl_jit import greedy_record, interleave
+    return greedy_record, interleave
 
 
 def _jit_greedy() -> GreedyKernel | None:
@@ -996,13 +1150,13 @@ def modl_partition(counts: np.ndarray, exact_max: int = 1000) -> ModlResult:
     c = _check_counts(counts)
     V, J = c.shape
     run_starts, all_pure = _pure_run_starts(c)
-    reduced = np.add.reduceat(c, run_starts, axis=0)
     if J == 1 or V == 1:
         cuts, exact = np.zeros(1, dtype=np.intp), True
-    elif reduced.shape[0] <= exact_max:
-        cuts, exact = run_starts[_exact_starts(reduced)], True
+    elif run_starts.shape[0] <= exact_max:
+        cuts, exact = run_starts[_exact_starts(np.add.reduceat(c, run_starts, axis=0))], True
     else:
-        table, rows = (reduced, run_starts) if all_pure else (c, np.arange(V))
+        table, rows = ((np.add.reduceat(c, run_starts, axis=0), run_starts) if all_pure
+                       else (c, np.arange(V)))
         local, top = _two_starts(table)
         if _table_cost(table, top) < _table_cost(table, local):
             local = top

@@ -34,7 +34,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import get_cython_function_address
 
-__all__ = ["f_from2", "f_to2", "greedy_merges"]
+__all__ = ["f_from2", "f_to2", "greedy_merges", "greedy_record", "interleave"]
 
 # scipy's own gammaln (the function behind the scipy.special.gammaln ufunc
 # that the numpy post-optimisation uses), called from compiled code by name:
@@ -189,8 +189,8 @@ def _drop_stale(H: np.ndarray, size: int, R: np.ndarray, Ri: np.ndarray) -> int:
     return m
 
 
-# log-gamma of the integers below this many is tabulated once per call of
-# the greedy kernel: early merges join small intervals, and CPython's
+# log-gamma of the integers below this many is tabulated once per process
+# (:func:`_table`): early merges join small intervals, and CPython's
 # Lanczos routine costs some 26 divisions. A table entry is the routine's
 # value for the same argument, so nothing changes but the time.
 _LG_TABLE = 1 << 16
@@ -228,9 +228,37 @@ def _merged_f(Ri: np.ndarray, s: int, t: int, J: int, lg_j: float, table: np.nda
     return _lg(table, tot + J) - lg_j - acc
 
 
-@njit(cache=True, nogil=True)
 def greedy_merges(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.ndarray,
                   N: int, to_end: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Greedy merging of the K rows of C: (removed intervals, cost changes) in merge order.
+
+    Parameters and returns as :func:`_greedy`, of which this returns the
+    first two arrays. (Python wrappers around the one compiled loop: each
+    compiled entry point costs seconds to compile on a fresh machine.)
+    """
+    out = _greedy(C, fv, keys, fpair, N, to_end, False, _table())
+    return out[0], out[1]
+
+
+def greedy_record(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.ndarray, N: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Greedy merging of one part of a table, to one interval, with what :func:`interleave` needs.
+
+    Returns, for each merge in order: the removed (right) interval, the
+    left interval, the rounded gain (the priority), f(a+b) - f(a) - f(b)
+    unrounded (the cost change without the prior term, which depends on
+    the number of intervals of the whole table) and the interval after the
+    merged one (K: none). Indices are rows of C. N, the rows of the whole
+    table, only sizes the log-gamma table.
+    """
+    out = _greedy(C, fv, keys, fpair, N, True, True, _table())
+    return out[0], out[2], out[3], out[4], out[5]
+
+
+@njit(cache=True, nogil=True)
+def _greedy(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.ndarray,
+            N: int, to_end: bool, rec: bool, table: np.ndarray
+            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Greedy merging of the K rows of C: (removed intervals, cost changes) in merge order.
 
     Parameters
@@ -254,13 +282,11 @@ def greedy_merges(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.nda
     steps : float64 array
         The change of the criterion of each merge: f(a+b) - f(a) - f(b)
         + log((I-1)/(N+I-1)), unrounded.
+    left, key, delta, after : arrays, only with ``rec`` (else empty)
+        As :func:`greedy_record` returns them.
     """
     K, J = C.shape
     lg_j = _lgamma(float(J))
-    table = np.empty(min(_LG_TABLE, N + J + 2))
-    table[0] = np.inf  # never used: every argument is at least 1
-    for m in range(1, table.shape[0]):
-        table[m] = _lgamma(float(m))
     # Everything about interval s is in row s of R (see _record): merges
     # happen all over the table in gain order, so each interval touched
     # costs a cache miss, one instead of one per array.
@@ -294,6 +320,11 @@ def greedy_merges(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.nda
     size = 0
     removed = np.empty(K - 1, dtype=np.int64)
     steps = np.empty(K - 1)
+    nrec = K - 1 if rec else 0
+    rec_left = np.empty(nrec, dtype=np.int64)
+    rec_key = np.empty(nrec)
+    rec_delta = np.empty(nrec)
+    rec_after = np.empty(nrec, dtype=np.int64)
     m = 0
     I = K
     pending = -1  # a pair known to be the least current one: merged without the queue
@@ -324,7 +355,15 @@ def greedy_merges(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.nda
         r = Ri[s, _F_NXT]
         fm = R[s, _F_FPAIR]
         removed[m] = r
-        steps[m] = fm - R[s, _F_FV] - R[r, _F_FV] + shift
+        delta = fm - R[s, _F_FV] - R[r, _F_FV]
+        # delta + shift rounds as the one expression fm - fv_s - fv_r + shift
+        # (IEEE operations left to right; nothing is fused).
+        steps[m] = delta + shift
+        if rec:
+            rec_left[m] = s
+            rec_key[m] = R[s, _F_GAIN]
+            rec_delta[m] = delta
+            rec_after[m] = Ri[r, _F_NXT]
         m += 1
         for j in range(J):
             Ri[s, _F_CNT + j] += Ri[r, _F_CNT + j]
@@ -369,7 +408,7 @@ def greedy_merges(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.nda
             pending = bs
         else:
             size = _push(H, size, bk, bs)
-    return removed[:m], steps[:m]
+    return removed[:m], steps[:m], rec_left[:m], rec_key[:m], rec_delta[:m], rec_after[:m]
 
 
 @njit(cache=True, nogil=True)
@@ -406,9 +445,25 @@ def f_from2(P0: np.ndarray, P1: np.ndarray, u: int, t0: int, t1: int,
     g2 = _gammaln(2.0, 0)
     a0 = P0[u]
     b0 = P1[u]
-    out = np.empty(max(t1 - t0, 0))
-    for k in range(out.shape[0]):
-        out[k] = _f2(P0[t0 + k] - a0, P1[t0 + k] - b0, g2, memo)
+    n = max(t1 - t0, 0)
+    out = np.empty(n)
+    M = memo.shape[0]
+    for k in range(n):
+        a = P0[t0 + k] - a0
+        b = P1[t0 + k] - b0
+        # :func:`_f2` written out for the usual case, all three values in
+        # the memo (a third of the time of the calls); the same operations.
+        i1 = int(a + b + 2.0)
+        i2 = int(a + 1.0)
+        i3 = int(b + 1.0)
+        if i1 < M:  # i2, i3 <= i1
+            v1 = memo[i1]
+            v2 = memo[i2]
+            v3 = memo[i3]
+            if v1 == v1 and v2 == v2 and v3 == v3:
+                out[k] = (v1 - g2) - (v2 + v3)
+                continue
+        out[k] = _f2(a, b, g2, memo)
     return out
 
 
@@ -419,7 +474,193 @@ def f_to2(P0: np.ndarray, P1: np.ndarray, v: int, t0: int, t1: int,
     g2 = _gammaln(2.0, 0)
     a1 = P0[v]
     b1 = P1[v]
-    out = np.empty(max(t1 - t0, 0))
-    for k in range(out.shape[0]):
-        out[k] = _f2(a1 - P0[t0 + k], b1 - P1[t0 + k], g2, memo)
+    n = max(t1 - t0, 0)
+    out = np.empty(n)
+    M = memo.shape[0]
+    for k in range(n):
+        a = a1 - P0[t0 + k]
+        b = b1 - P1[t0 + k]
+        i1 = int(a + b + 2.0)  # as in f_from2
+        i2 = int(a + 1.0)
+        i3 = int(b + 1.0)
+        if i1 < M:
+            v1 = memo[i1]
+            v2 = memo[i2]
+            v3 = memo[i3]
+            if v1 == v1 and v2 == v2 and v3 == v3:
+                out[k] = (v1 - g2) - (v2 + v3)
+                continue
+        out[k] = _f2(a, b, g2, memo)
     return out
+
+
+# ----------------------------------------------------------------------------
+# Greedy merging in parts (docs/modl.md, "Greedy merging in parts")
+# ----------------------------------------------------------------------------
+
+@njit(cache=True, nogil=True)
+def _lg_table() -> np.ndarray:
+    """CPython's lgamma of the integers below _LG_TABLE (entry 0 is never read)."""
+    table = np.empty(_LG_TABLE)
+    table[0] = np.inf  # never used: every argument is at least 1
+    for m in range(1, table.shape[0]):
+        table[m] = _lgamma(float(m))
+    return table
+
+
+_TABLE: list[np.ndarray] = []
+
+
+def _table() -> np.ndarray:
+    """:func:`_lg_table`, computed once per process (a few ms; greedy in parts makes many calls).
+
+    The kernels only read it. A race between two first calls computes the
+    same values twice.
+    """
+    if not _TABLE:
+        _TABLE.append(_lg_table())
+    return _TABLE[0]
+
+
+@njit(cache=True, nogil=True)
+def _interval_f(P: np.ndarray, a: int, e: int, f_row: np.ndarray, f_pair: np.ndarray,
+                lg_j: float, table: np.ndarray) -> float:
+    """f of rows a..e-1 as the greedy kernel holds it for that interval, bit for bit.
+
+    The kernel starts with numpy's values for single rows (``f_row``) and for
+    pairs of rows (``f_pair``); an interval of two rows can only come from
+    merging two single rows, so its f is that pair's. Every larger interval
+    was made by a merge whose pair the kernel priced itself
+    (:func:`_merged_f`, from the class counts: here prefix sums P).
+    """
+    n = e - a
+    if n == 1:
+        return f_row[a]
+    if n == 2:
+        return f_pair[a]
+    J = P.shape[1]
+    if J == 2:
+        x = P[e, 0] - P[a, 0]
+        y = P[e, 1] - P[a, 1]
+        return _lg(table, x + y + 2) - _lg(table, x + 1) - _lg(table, y + 1)
+    tot = 0
+    acc = 0.0
+    for j in range(J):
+        x = P[e, j] - P[a, j]
+        tot += x
+        acc += _lg(table, x + 1)
+    return _lg(table, tot + J) - lg_j - acc
+
+
+@njit(cache=True, nogil=True)
+def _pair(P: np.ndarray, a: int, m: int, e: int, f_row: np.ndarray, f_pair: np.ndarray,
+          keys: np.ndarray, lg_j: float, table: np.ndarray) -> tuple[float, float]:
+    """(rounded gain, f merged) of the pair of intervals a..m-1 and m..e-1, as the kernel has it."""
+    if e - a == 2:
+        return keys[a], f_pair[a]  # two single rows: the starting pair, from numpy
+    fp = _interval_f(P, a, e, f_row, f_pair, lg_j, table)
+    fl = _interval_f(P, a, m, f_row, f_pair, lg_j, table)
+    fr = _interval_f(P, m, e, f_row, f_pair, lg_j, table)
+    return (fp - fl - fr + _QUANT) - _QUANT, fp
+
+
+def interleave(B: np.ndarray, offs: np.ndarray, rem: np.ndarray, left: np.ndarray,
+               key: np.ndarray, delta: np.ndarray, after: np.ndarray, P: np.ndarray,
+               f_row: np.ndarray, f_pair: np.ndarray, keys: np.ndarray, N: int, to_end: bool
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """:func:`_interleave` with the log-gamma table."""
+    out: tuple[np.ndarray, np.ndarray, np.ndarray, bool] = _interleave(
+        B, offs, rem, left, key, delta, after, P, f_row, f_pair, keys, N, to_end, _table())
+    return out
+
+
+@njit(cache=True, nogil=True)
+def _interleave(B: np.ndarray, offs: np.ndarray, rem: np.ndarray, left: np.ndarray,
+                key: np.ndarray, delta: np.ndarray, after: np.ndarray, P: np.ndarray,
+                f_row: np.ndarray, f_pair: np.ndarray, keys: np.ndarray, N: int, to_end: bool,
+                table: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """The merges of greedy over the whole table, from the merges of its parts, up to a crossing.
+
+    Part p holds rows B[p]..B[p+1]-1; its merges (:func:`greedy_record`,
+    indices local to the part) are entries offs[p]..offs[p+1]-1 of the
+    other arrays. Until a pair across a boundary between parts merges, the
+    whole table's next merge is the least (gain, left interval) among the
+    parts' next merges and the pairs across the boundaries: each part's
+    state is the one its own greedy run had after the same merges, so its
+    next merge is the least of its pairs. The crossing pairs are priced as
+    the kernel would price them. Stops at the first crossing merge
+    (``crossed``), at one interval, or (without ``to_end``) where plain
+    greedy stops.
+
+    Returns
+    -------
+    removed, steps : arrays
+        As :func:`greedy_merges` for the merges made, row indices of the table.
+    used : int64 array (parts,)
+        How many of each part's merges were made.
+    crossed : bool
+        Whether a crossing pair is the next merge (greedy goes on from the
+        state left: modl._state_after).
+    """
+    k = B.shape[0] - 1
+    K = B[k]
+    J = P.shape[1]
+    lg_j = _lgamma(float(J))
+    ptr = offs[:k].copy()
+    # Across boundary q (before row B[q+1]): the last interval of part q
+    # starts at ls[q], the first of part q+1 ends at re[q].
+    ls = np.empty(max(k - 1, 0), dtype=np.int64)
+    re = np.empty(max(k - 1, 0), dtype=np.int64)
+    ck = np.empty(max(k - 1, 0))
+    for q in range(k - 1):
+        ls[q] = B[q + 1] - 1
+        re[q] = B[q + 1] + 1
+        ck[q] = _pair(P, ls[q], B[q + 1], re[q], f_row, f_pair, keys, lg_j, table)[0]
+    removed = np.empty(K - 1, dtype=np.int64)
+    steps = np.empty(K - 1)
+    m = 0
+    I = K
+    crossed = False
+    while I > 1:
+        # The least candidate by a scan: with up to 32 parts as cheap as a
+        # tournament tree here (measured), and less to compile.
+        bk = 0.0
+        bs = -1
+        who = -1
+        for p in range(k):
+            i = ptr[p]
+            if i < offs[p + 1]:
+                s = left[i] + B[p]
+                if bs < 0 or _before(key[i], s, bk, bs):
+                    bk = key[i]
+                    bs = s
+                    who = p
+        for q in range(k - 1):
+            if bs < 0 or _before(ck[q], ls[q], bk, bs):
+                bk = ck[q]
+                bs = ls[q]
+                who = k + q
+        if who < 0:
+            break
+        if who >= k:
+            crossed = True
+            break
+        shift = math.log((I - 1) / (N + I - 1))
+        if bk + shift >= 0.0 and not to_end:
+            break
+        p = who
+        i = ptr[p]
+        ptr[p] += 1
+        r = rem[i] + B[p]
+        removed[m] = r
+        steps[m] = delta[i] + shift
+        m += 1
+        I -= 1
+        if p < k - 1 and r == ls[p]:  # the last interval of part p grew leftwards
+            ls[p] = bs
+            ck[p] = _pair(P, ls[p], B[p + 1], re[p], f_row, f_pair, keys, lg_j, table)[0]
+        if p > 0 and bs == B[p]:  # the first interval of part p grew rightwards
+            re[p - 1] = after[i] + B[p]
+            ck[p - 1] = _pair(P, ls[p - 1], B[p], re[p - 1], f_row, f_pair, keys, lg_j,
+                              table)[0]
+    return removed[:m], steps[:m], ptr - offs[:k], crossed
