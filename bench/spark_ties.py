@@ -1,11 +1,12 @@
 """distcal's Spark fit across tie regimes, against MLlib and Spark's own range sort.
 
 Usage: python bench/spark_ties.py [--n 1e7] [--distinct 10,1e3,1e5,1e6,1e7] [--repeat 3]
-       [--variants auto,off,on] [--no-mllib]
+       [--variants auto,off,on,hot] [--no-mllib]
 
 For each number of distinct scores D, 1e7 rows (0/1 labels, unit weights)
 are written once as 8 Parquet files under bench/data/: scores are
-``floor(u * D) / D`` for u ~ Beta(2, 5) (D = "cont": all distinct). One
+``floor(u * D) / D`` for u ~ Beta(2, 5) (D = "cont": all distinct; "hot40":
+all distinct but 40% of the rows at 0.0, a default score). One
 SparkSession (local[2], driver memory 4g, see common.spark_session) times,
 each from ``spark.read.parquet``:
 
@@ -46,12 +47,27 @@ def make_dir(n: int, distinct: str) -> Path:
     rng = np.random.default_rng(16)
     for i, rows in enumerate(np.array_split(np.arange(n), 8)):
         u = rng.beta(2.0, 5.0, len(rows))
-        s = u if distinct == "cont" else np.floor(u * float(distinct)) / float(distinct)
+        if distinct.startswith("hot"):  # e.g. hot40: 40% of the rows at 0.0, the rest distinct
+            s = np.where(rng.random(len(rows)) < int(distinct[3:]) / 100, 0.0, u)
+        else:
+            s = u if distinct == "cont" else np.floor(u * float(distinct)) / float(distinct)
         y = (rng.random(len(rows)) < np.minimum(1.0, 2 * u * u)).astype(np.float64)
         pq.write_table(pa.table({"score": s, "label": y}), tmp / f"part-{i}.parquet",
                        row_group_size=1 << 20)
     os.rename(tmp, path)
     return path
+
+
+def largest_range(df, variant: str) -> int:  # type: ignore[no-untyped-def]
+    """Rows of the largest of 8 range partitions the fit would shuffle into."""
+    from pyspark.sql import functions as F
+
+    from distcal.engines.spark.ranges import SparkRanges
+
+    combine = {"auto": "auto", "off": False, "on": True, "hot": "hot"}[variant]
+    ranges = SparkRanges(df, {"score": "score", "label": "label"}, n_ranges=8, combine=combine)
+    sizes = ranges.ranged.groupBy(F.spark_partition_id()).count().collect()
+    return max(int(r["count"]) for r in sizes)
 
 
 def main() -> None:
@@ -88,8 +104,11 @@ def main() -> None:
         best_k = min(floors, key=floors.get)
         ours = {}
         for v in args.variants.split(","):
-            combine = {"auto": "auto", "off": False, "on": True}[v]
+            combine = {"auto": "auto", "off": False, "on": True, "hot": "hot"}[v]
             ours[v] = timed(lambda c=combine: distcal.fit(read(), combine=c), args.repeat)
+        if distinct.startswith("hot"):
+            print(f"{'':>10} largest range partition, rows (k = 8): "
+                  + " ".join(f"{v} {largest_range(read(), v)}" for v in args.variants.split(",")))
         model = distcal.fit(read())
         if args.no_mllib:
             t_mllib, diff = float("nan"), float("nan")

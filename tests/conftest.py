@@ -125,7 +125,7 @@ LONG_FILES = ["test_spark_jobs.py", "test_airflow.py", "test_spark_standalone.py
               "test_spark.py", "test_spark_multiclass.py", "test_scale_spark.py",
               "test_hardening_badinput.py", "test_dask_jobs.py", "test_hardening_kill.py",
               "test_loopback.py", "test_spark_segments.py", "test_spark_vectors.py",
-              "test_spark_executor_memory.py"]
+              "test_spark_executor_memory.py", "test_spark_hot_scores.py"]
 
 SUBPROCESS_FILES = {"test_cli.py", "test_readme.py", "test_structure.py", "test_docs_and_conf.py",
                     "test_packaging.py"}

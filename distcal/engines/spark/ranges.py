@@ -36,12 +36,17 @@ from .schema import (
     problem_flags,
     with_vector_element,
 )
-from .session import default_ranges, with_arrow_batches
+from .session import default_ranges, parallelism, with_arrow_batches
 
 __all__ = ["SparkRanges"]
 
 # At most this many hot scores are grouped (the most frequent in the head).
 MAX_HOT = 1000
+# A score with a share f of the rows keeps one task busy while the other C - 1
+# cores share the rest: ~f * C times the balanced time. Grouping only the hot
+# scores costs ~3.4x the raw path (1e7 rows, 40% at one score, local[2]:
+# 26.0 s against 7.7 s, bench/RESULTS.md), so it is chosen from f * C >= 4.
+HOT_GROUPING_PAYS = 4.0
 
 
 class SparkRanges:
@@ -62,8 +67,13 @@ class SparkRanges:
         rows = prepared(df, self.columns, self.kinds)
         k = int(n_ranges or default_ranges(df))
         self.hot: list[float] = []
-        if combine == "auto":
-            combine, self.hot = self._ties_pay(rows, sample_rows, k)
+        if combine in ("auto", "hot"):
+            ties, hot, share = self._ties_pay(rows, sample_rows, k)
+            if combine == "hot" or (not ties and hot and
+                                    share * parallelism(df) >= HOT_GROUPING_PAYS):
+                combine, self.hot = False, hot
+            else:
+                combine = ties
         self.combined = bool(combine) or bool(self.hot)
         self.problem_keys: list[Any] = []
         if self.combined:
@@ -87,8 +97,9 @@ class SparkRanges:
         self.dropped_rows = 0
         self.sum_wyy = float("nan")
 
-    def _ties_pay(self, rows: Any, sample_rows: int, ranges: int) -> tuple[bool, list[float]]:
-        """Whether to combine all rows, and the hot scores to group when not.
+    def _ties_pay(self, rows: Any, sample_rows: int,
+                  ranges: int) -> tuple[bool, list[float], float]:
+        """Whether to combine all rows; the hot scores and the largest one's share of rows.
 
         Combine when the scores have at most ~250k distinct values. Measured
         at 1e7 rows (bench/spark_isotonic.py, RESULTS.md): with 962 / 9.3k /
@@ -100,7 +111,9 @@ class SparkRanges:
         keys, so without grouping, its range partition would hold all of
         them (one task doing 40% of the work when a default score of 0 fills
         40% of the rows). Grouping only the hot scores collapses each to one
-        row per map task before the shuffle; the other rows go as they are.
+        row per map task before the shuffle, the other rows going as groups
+        of one; ``combine="hot"`` asks for that, and "auto" picks it when the
+        largest share times the cores reaches ``HOT_GROUPING_PAYS``.
 
         Both come from the first ``sample_rows`` rows (a head, no pass over
         the data): the distinct count of the scores other than the hot ones
@@ -118,6 +131,7 @@ class SparkRanges:
                              F.max(F.when(named, F.col("c"))).alias("top")).collect()[0]
         m, d, top = int(summary["m"] or 0), int(summary["d"]), int(summary["top"] or 0)
         hot: list[float] = []
+        share = top / m if m else 0.0
         if m and top * ranges >= m and top > 1:
             found = (counts.where(named & (F.col("c") * ranges >= m) & (F.col("c") > 1))
                      .orderBy(F.col("c").desc()).limit(MAX_HOT).collect())
@@ -125,10 +139,10 @@ class SparkRanges:
             m -= sum(int(r["c"]) for r in found)
             d -= len(found)
         if hot and m == 0:
-            return True, []  # the head is all hot scores: group every score
+            return True, hot, share  # the head is all hot scores: group every score
         if m > 0 and d < m and estimate_distinct(10**15, m, d) <= 250_000:
-            return True, []  # every score grouped, the hot ones with the rest
-        return False, hot
+            return True, hot, share  # every score grouped, the hot ones with the rest
+        return False, hot, share
 
     def map(self, fn: Callable[[DistinctTable], Any]) -> list[Any]:
         runner = partition_runner(fn, "combined" if self.combined else "raw", self.columns,

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-__all__ = ["with_arrow_batches", "default_ranges", "as_spark", "embedded_session",
+__all__ = ["with_arrow_batches", "parallelism", "default_ranges", "as_spark", "embedded_session",
            "on_executors", "worker_error"]
 
 # The last "SomeError: message" line of a Python worker's traceback.
@@ -80,12 +80,17 @@ def with_arrow_batches(spark: Any, action: Callable[[], Any], rows: int = 100_00
             spark.conf.set(key, current)
 
 
+def parallelism(df: Any) -> int:
+    """Spark's default parallelism (the cores of the executors); 2 when unknown."""
+    try:
+        return int(df.sparkSession.sparkContext.defaultParallelism)
+    except Exception:  # Spark Connect: no SparkContext on the client
+        return 2
+
+
 def default_ranges(df: Any) -> int:
     """Twice the default parallelism, at least 8 (8 was best on 2 cores, bench/RESULTS.md)."""
-    try:
-        return max(8, 2 * df.sparkSession.sparkContext.defaultParallelism)
-    except Exception:  # Spark Connect: no SparkContext on the client
-        return 8
+    return max(8, 2 * parallelism(df))
 
 
 def as_spark(data: Any) -> Any:
