@@ -523,11 +523,10 @@ def merge_segment_blocks(parts: list[SegmentBlocks], increasing: bool
     from .isotonic import Blocks
     from .segment_pav import pav_segments, segment_of_blocks, take_blocks
 
-    ids: dict[tuple[Any, ...], int] = {}
+    ids = {k: i for i, k in enumerate(dict.fromkeys(k for p in parts for k in p.keys))}
     owner, n_parts, w_parts, id_parts, blocks = [], [], [], [], []
     for p in parts:
-        local = np.fromiter((ids.setdefault(k, len(ids)) for k in p.keys), dtype=np.int64,
-                            count=len(p.keys))
+        local = np.fromiter(map(ids.__getitem__, p.keys), dtype=np.int64, count=len(p.keys))
         owner.append(local[segment_of_blocks(p.starts)])
         id_parts.append(local)
         n_parts.append(p.n_rows)
