@@ -201,7 +201,7 @@ def pool_unit_segments(codes: np.ndarray, keys: list[tuple[Any, ...]], score: np
                                 np.asarray(score, dtype=np.float64),
                                 np.asarray(label, dtype=np.float64), m)
         # Large segments' lists are sorted by numpy (its vectorised sort is a
-        # few times faster than the compiled loop's); the kernel sorts the rest.
+        # few times faster than a compiled one); the kernel sorts the small ones.
         large = np.flatnonzero(np.diff(off) >= _NUMPY_SORT_ROWS)
         for g in large.tolist():
             lo, mid, hi = int(off[g]), int(off[g] + pos[g]), int(off[g + 1])
@@ -242,7 +242,7 @@ def pool_unit_segments(codes: np.ndarray, keys: list[tuple[Any, ...]], score: np
 # (the executors of a large fit import it anyway, for segment_pav's loop).
 _JIT_MIN_ROWS = 100_000
 # Segments of at least this many rows are sorted by numpy, the rest in the kernel.
-_NUMPY_SORT_ROWS = 256
+_NUMPY_SORT_ROWS = 64
 
 
 def _scatter_unit_rows(codes: np.ndarray, score: np.ndarray, label: np.ndarray, m: int
@@ -282,7 +282,8 @@ def _pool_unit_rows(buf: np.ndarray, off: np.ndarray, pos: np.ndarray, presorted
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Pool each segment's two score lists (:func:`_scatter_unit_rows`) by distinct score.
 
-    The lists of segments not ``presorted`` are sorted in place; one merge
+    The lists of segments not ``presorted`` (small ones) are sorted in place
+    by insertion; one merge
     walk over both then pools equal scores. Returns the pooled scores,
     counts and positives, and each segment's end offset in them.
     """
@@ -295,9 +296,15 @@ def _pool_unit_rows(buf: np.ndarray, off: np.ndarray, pos: np.ndarray, presorted
     k = 0
     for c in range(m):
         a, mid, b = off[c], off[c] + pos[c], off[c + 1]
-        if not presorted[c]:
-            buf[a:mid].sort()
-            buf[mid:b].sort()
+        if not presorted[c]:  # a small segment: insertion sorts (numba's sort compiles slowly)
+            for lo, hi in ((a, mid), (mid, b)):
+                for p in range(lo + 1, hi):
+                    x = buf[p]
+                    q = p - 1
+                    while q >= lo and buf[q] > x:
+                        buf[q + 1] = buf[q]
+                        q -= 1
+                    buf[q + 1] = x
         i, j = a, mid
         while i < mid or j < b:
             x = buf[i] if j >= b or (i < mid and buf[i] <= buf[j]) else buf[j]
