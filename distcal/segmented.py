@@ -205,16 +205,13 @@ def _fit_isotonic_segments(ranges: Any, params: dict[str, Any], columns: dict[st
         if not (np.all(np.isfinite(blocks.weight)) and np.all(np.isfinite(blocks.positives))
                 and not np.any(np.isnan(blocks.prob)) and np.all(np.isfinite(weight))):
             raise sums_overflow()
-    models: dict[tuple[Any, ...], Any] = {}
-    for i, key in enumerate(keys):
-        if fallback[i]:
-            models[key] = None
-            continue
-        b = take_blocks(blocks, slice(int(starts[i]), int(starts[i + 1])))
-        if params["y_min"] is not None or params["y_max"] is not None:
-            b = clip_blocks(b, params["y_min"], params["y_max"])
-        models[key] = _Deferred("isotonic", fitted, b, n_rows=int(n_rows[i]),
-                                weight_total=float(weight[i]), columns=columns)
+    # Each segment's model is only its place in the merged blocks until used:
+    # building 10,000 CalibrationModels (or even slicing their blocks) would
+    # cost the driver more than the merge itself.
+    models: dict[tuple[Any, ...], Any] = {
+        key: None if fb else _Deferred(blocks, lo, hi, fitted, n, w, columns)
+        for key, fb, lo, hi, n, w in zip(keys, fallback.tolist(), starts[:-1].tolist(),
+                                         starts[1:].tolist(), n_rows.tolist(), weight.tolist())}
     table = pd.DataFrame(keys, columns=by) if keys else pd.DataFrame({b: [] for b in by})
     table["n_rows"], table["weight"], table["fallback"] = n_rows, weight, fallback
     log.info("fit by %s: %d segments, %d fall back to the global map", by, len(table),
@@ -224,15 +221,21 @@ def _fit_isotonic_segments(ranges: Any, params: dict[str, Any], columns: dict[st
 
 
 class _Deferred:
-    """The arguments of a segment's CalibrationModel, built when first used."""
+    """A segment's isotonic map, built when first used: blocks ``lo:hi`` of all segments'."""
 
-    __slots__ = ("args", "kwargs")
+    __slots__ = ("blocks", "lo", "hi", "params", "n_rows", "weight", "columns")
 
-    def __init__(self, *args: Any, **kwargs: Any):
-        self.args, self.kwargs = args, kwargs
+    def __init__(self, blocks: Any, lo: int, hi: int, params: dict[str, Any], n_rows: int,
+                 weight: float, columns: dict[str, str | None]):
+        self.blocks, self.lo, self.hi, self.params = blocks, lo, hi, params
+        self.n_rows, self.weight, self.columns = n_rows, weight, columns
 
     def build(self) -> CalibrationModel:
-        return CalibrationModel(*self.args, **self.kwargs)
+        b = take_blocks(self.blocks, slice(self.lo, self.hi))
+        if self.params["y_min"] is not None or self.params["y_max"] is not None:
+            b = clip_blocks(b, self.params["y_min"], self.params["y_max"])
+        return CalibrationModel("isotonic", self.params, b, n_rows=self.n_rows,
+                                weight_total=self.weight, columns=self.columns)
 
 
 def _segment_spearman(ranges: Any, key: tuple[Any, ...]) -> bool:

@@ -610,3 +610,47 @@ def test_compiled_segment_pav_equals_sklearn_and_the_python_path(monkeypatch, in
         lo, hi = got_starts[i], got_starts[i + 1]
         mine = got.prob[lo:hi][np.searchsorted(got.score_min[lo:hi], s[a:b], "right") - 1]
         np.testing.assert_allclose(mine, expect, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_unit_weight_pooling_equals_pandas_and_fits_equal_sklearn(monkeypatch, compiled):
+    """Unit weights and 0/1 labels take their own pooling by (segment, score): compiled (from
+    100,000 rows on; numpy sorts segments of >= _NUMPY_SORT_ROWS rows) or numpy. Its tables
+    equal pandas' groupby of the live rows (ties, -0.0 and 0.0, null keys), and a fit without
+    weights equals scikit-learn per segment."""
+    from distcal.core import segments as core_segments
+
+    monkeypatch.setattr(core_segments, "_JIT_MIN_ROWS", 0 if compiled else 10**12)
+    monkeypatch.setattr(core_segments, "_NUMPY_SORT_ROWS", 20)
+    if compiled:
+        assert core_segments._jit_pool_unit_rows() is not None  # numba is a dependency
+    rng = np.random.default_rng(13)
+    n, m = 4000, 60
+    codes = np.minimum(rng.zipf(1.5, n), m) - 1 - (rng.random(n) < 0.02)  # -1: null key
+    score = rng.choice(np.concatenate([np.round(rng.random(300), 2), [-0.0, 0.0, -1.5]]), n)
+    label = (rng.random(n) < 0.4).astype(np.float64)
+    keys = [(f"k{i}",) for i in range(m)]
+    got = core_segments.pool_unit_segments(codes, keys, score, label)
+    live = codes >= 0
+    expect = (pd.DataFrame({"c": codes[live], "s": score[live] + 0.0, "y": label[live]})
+              .groupby(["c", "s"]).agg(n=("y", "size"), p=("y", "sum")).reset_index())
+    present = np.unique(codes[live])
+    assert got.keys == [keys[c] for c in present]
+    np.testing.assert_array_equal(got.starts, np.append(
+        np.searchsorted(expect["c"].to_numpy(), present), len(expect)))
+    t = got.table
+    np.testing.assert_array_equal(t.score, expect["s"].to_numpy())
+    assert not np.any(np.signbit(t.score) & (t.score == 0.0))  # -0.0 pooled with 0.0
+    np.testing.assert_array_equal(t.count, expect["n"].to_numpy())
+    np.testing.assert_array_equal(t.weight, expect["n"].to_numpy(np.float64))
+    np.testing.assert_array_equal(t.positives, expect["p"].to_numpy())
+    np.testing.assert_array_equal(t.label_sum, expect["p"].to_numpy())
+    assert got.binary.all()
+
+    df = segmented_frame(3000, 40, seed=7, weights=False, zipf=True)
+    model = distcal.fit(df, by="seg")
+    q = np.linspace(-0.1, 1.1, 41)
+    for name, group in list(df.groupby("seg"))[::3]:
+        np.testing.assert_allclose(model.segment(name).predict(q),
+                                   sklearn_isotonic(group, None).predict(q), rtol=1e-9,
+                                   atol=1e-12)

@@ -21,6 +21,7 @@ global table.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,9 +32,9 @@ import pandas as pd
 from .distinct import DistinctTable, pool_ties
 from .validate import RowChecker
 
-__all__ = ["factorize_keys", "SegmentTables", "pool_segments", "RangeSummary",
-           "summarise_range", "gather_segments", "check_rows", "pool_range", "SegmentParts",
-           "value_roles"]
+__all__ = ["factorize_keys", "SegmentTables", "pool_segments", "pool_unit_segments",
+           "RangeSummary", "summarise_range", "gather_segments", "check_rows", "pool_range",
+           "SegmentParts", "value_roles"]
 
 
 def _python_values(uniques: Any) -> list[Any]:
@@ -179,6 +180,164 @@ def pool_segments(codes: np.ndarray, keys: list[tuple[Any, ...]], score: np.ndar
                          None if wyy is None else pooled(wyy).astype(np.float64))
 
 
+def pool_unit_segments(codes: np.ndarray, keys: list[tuple[Any, ...]], score: np.ndarray,
+                       label: np.ndarray) -> SegmentTables:
+    """:func:`pool_segments` of raw rows with unit weights and 0/1 labels.
+
+    A (segment, score) pair's weight and count are its number of rows and
+    its positives and label sum are both its number of positive rows, so
+    only scores and labels move. On many rows with numba importable, a
+    compiled counting sort by segment (:func:`_scatter_unit_rows`), a sort
+    of each segment's scores and one merge walk (:func:`_pool_unit_rows`):
+    no argsort and no gather over all rows; else numpy with two gathers
+    instead of :func:`pool_segments`' seven. Both give :func:`pool_segments`'
+    tables exactly (the sums are counts).
+    """
+    m = len(keys)
+    kernels = _jit_pool_unit_rows() if codes.shape[0] >= _JIT_MIN_ROWS else None
+    if kernels is not None:
+        scatter, pool = kernels
+        buf, off, pos = scatter(np.asarray(codes, dtype=np.int64),
+                                np.asarray(score, dtype=np.float64),
+                                np.asarray(label, dtype=np.float64), m)
+        # Large segments' lists are sorted by numpy (its vectorised sort is a
+        # few times faster than a compiled one); the kernel sorts the small ones.
+        large = np.flatnonzero(np.diff(off) >= _NUMPY_SORT_ROWS)
+        for g in large.tolist():
+            lo, mid, hi = int(off[g]), int(off[g] + pos[g]), int(off[g + 1])
+            buf[lo:mid].sort()
+            buf[mid:hi].sort()
+        presorted = np.zeros(m, dtype=np.bool_)
+        presorted[large] = True
+        s, count, positives, seg_end = pool(buf, off, pos, presorted)
+        bounds = np.concatenate(([0], seg_end))
+        present = np.flatnonzero(np.diff(bounds))
+        seg_starts = np.append(bounds[present], s.shape[0])
+    else:
+        live = codes >= 0
+        if not live.all():
+            codes, score, label = codes[live], score[live], label[live]
+        order = _segment_order(codes, score, m)
+        per_code = np.bincount(codes, minlength=m)
+        c = np.repeat(np.arange(m, dtype=np.int64), per_code)  # == codes[order]
+        s, y = score[order] + 0.0, label[order]  # -0.0 and 0.0 are one score
+        n = c.shape[0]
+        new = np.ones(n, dtype=bool)
+        if n:
+            new[1:] = (c[1:] != c[:-1]) | (s[1:] != s[:-1])
+        starts = np.flatnonzero(new)
+        if starts.shape[0] == n:  # every pair is one row (all-distinct scores)
+            count, positives = np.ones(n, dtype=np.int64), y
+        else:
+            count, positives = np.diff(np.append(starts, n)), np.add.reduceat(y, starts)
+            s = s[starts]
+        present = np.flatnonzero(per_code)
+        seg_starts = np.append(np.searchsorted(c[starts], present), starts.shape[0])
+    table = DistinctTable(s, count.astype(np.float64), positives, count, positives.copy())
+    return SegmentTables([keys[i] for i in present], seg_starts, table,
+                         np.ones(present.shape[0], dtype=bool))
+
+
+# At least this many rows go to the compiled pooling when numba is importable
+# (the executors of a large fit import it anyway, for segment_pav's loop).
+_JIT_MIN_ROWS = 100_000
+# Segments of at least this many rows are sorted by numpy, the rest in the kernel.
+_NUMPY_SORT_ROWS = 64
+
+
+def _scatter_unit_rows(codes: np.ndarray, score: np.ndarray, label: np.ndarray, m: int
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A counting sort of the rows by segment code (code -1 left out).
+
+    Segment c owns ``buf[off[c]:off[c + 1]]``: the scores of its positive
+    rows (the first ``pos[c]``), then those of its negative rows.
+    """
+    n = codes.shape[0]
+    off = np.zeros(m + 1, dtype=np.int64)
+    pos = np.zeros(m, dtype=np.int64)
+    for i in range(n):
+        c = codes[i]
+        if c >= 0:
+            off[c + 1] += 1
+            if label[i] != 0.0:
+                pos[c] += 1
+    for c in range(m):
+        off[c + 1] += off[c]
+    buf = np.empty(off[m], dtype=np.float64)
+    head = off[:m].copy()
+    tail = off[:m] + pos
+    for i in range(n):
+        c = codes[i]
+        if c >= 0:
+            if label[i] != 0.0:
+                buf[head[c]] = score[i] + 0.0  # -0.0 and 0.0 are one score
+                head[c] += 1
+            else:
+                buf[tail[c]] = score[i] + 0.0
+                tail[c] += 1
+    return buf, off, pos
+
+
+def _pool_unit_rows(buf: np.ndarray, off: np.ndarray, pos: np.ndarray, presorted: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Pool each segment's two score lists (:func:`_scatter_unit_rows`) by distinct score.
+
+    The lists of segments not ``presorted`` (small ones) are sorted in place
+    by insertion; one merge
+    walk over both then pools equal scores. Returns the pooled scores,
+    counts and positives, and each segment's end offset in them.
+    """
+    m = pos.shape[0]
+    total = off[m]
+    out_s = np.empty(total, dtype=np.float64)
+    out_n = np.empty(total, dtype=np.int64)
+    out_p = np.empty(total, dtype=np.float64)
+    seg_end = np.empty(m, dtype=np.int64)
+    k = 0
+    for c in range(m):
+        a, mid, b = off[c], off[c] + pos[c], off[c + 1]
+        if not presorted[c]:  # a small segment: insertion sorts (numba's sort compiles slowly)
+            for lo, hi in ((a, mid), (mid, b)):
+                for p in range(lo + 1, hi):
+                    x = buf[p]
+                    q = p - 1
+                    while q >= lo and buf[q] > x:
+                        buf[q + 1] = buf[q]
+                        q -= 1
+                    buf[q + 1] = x
+        i, j = a, mid
+        while i < mid or j < b:
+            x = buf[i] if j >= b or (i < mid and buf[i] <= buf[j]) else buf[j]
+            n_pos = 0
+            while i < mid and buf[i] == x:
+                i += 1
+                n_pos += 1
+            n_all = n_pos
+            while j < b and buf[j] == x:
+                j += 1
+                n_all += 1
+            out_s[k] = x
+            out_n[k] = n_all
+            out_p[k] = n_pos
+            k += 1
+        seg_end[c] = k
+    return out_s[:k], out_n[:k], out_p[:k], seg_end
+
+
+@functools.cache
+def _jit_pool_unit_rows() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+    """:func:`_scatter_unit_rows` and :func:`_pool_unit_rows` compiled (cached on disk),
+    or None without a usable numba."""
+    try:
+        from numba import njit
+
+        kernels: Any = tuple(njit(cache=True, nogil=True)(f)
+                             for f in (_scatter_unit_rows, _pool_unit_rows))
+    except (ImportError, RuntimeError):  # RuntimeError: numba found no cache directory
+        return None
+    return kernels  # type: ignore[no-any-return]
+
+
 def _segment_order(codes: np.ndarray, score: np.ndarray, n_codes: int) -> np.ndarray:
     """The permutation that sorts the items by (code, score).
 
@@ -315,6 +474,8 @@ def pool_range(score: np.ndarray, label: np.ndarray, weight: np.ndarray | None,
     if not segments:
         return table, None
     codes, keys = factorize_keys(key_columns)
+    if weight is None and table.binary and not with_wyy:
+        return table, pool_unit_segments(codes, keys, score, label)
     w = np.ones(score.shape[0]) if weight is None else weight
     return table, pool_segments(codes, keys, score, w, w * label,
                                 np.ones(score.shape[0], dtype=np.int64), label,
@@ -369,11 +530,10 @@ def merge_segment_blocks(parts: list[SegmentBlocks], increasing: bool
     from .isotonic import Blocks
     from .segment_pav import pav_segments, segment_of_blocks, take_blocks
 
-    ids: dict[tuple[Any, ...], int] = {}
+    ids = {k: i for i, k in enumerate(dict.fromkeys(k for p in parts for k in p.keys))}
     owner, n_parts, w_parts, id_parts, blocks = [], [], [], [], []
     for p in parts:
-        local = np.fromiter((ids.setdefault(k, len(ids)) for k in p.keys), dtype=np.int64,
-                            count=len(p.keys))
+        local = np.fromiter(map(ids.__getitem__, p.keys), dtype=np.int64, count=len(p.keys))
         owner.append(local[segment_of_blocks(p.starts)])
         id_parts.append(local)
         n_parts.append(p.n_rows)
