@@ -1,5 +1,3 @@
-import sys
+from .cli.main import command
 
-from .cli.main import main
-
-sys.exit(main())
+command()

@@ -9,9 +9,8 @@ for the run and closed after. Exit 0 on success, 2 on bad input or usage, 1
 on other failures, with one line on stderr.
 """
 
-import sys
-
 from distcal.cli.dask import main
+from distcal.cli.run import exit_process
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

@@ -8,9 +8,8 @@ Subcommands and options: those of the ``distcal`` command line (fit, apply,
 evaluate, threshold) plus --input-table / --output-table; see README.md.
 """
 
-import sys
-
+from distcal.cli.run import exit_process
 from distcal.cli.spark import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_process(main())

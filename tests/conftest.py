@@ -102,11 +102,40 @@ def _class_archive(root) -> str | None:
     return f"-XX:SharedArchiveFile={archive} {quiet}"
 
 
+def _full_jit_in_process() -> None:
+    """Every JVM that PySpark starts inside a test process keeps C2.
+
+    That JVM lives as long as the test worker and runs the larger in-process
+    tests; whichever test starts it first (the `spark` fixture or an embedded
+    session), it is launched without QUICK_JIT. Subprocesses (spark-submit,
+    scripts) still get SPARK_SUBMIT_OPTS as it is.
+    """
+    import os
+
+    import pyspark.core.context as context
+
+    launch = context.launch_gateway
+
+    def launch_with_full_jit(*args, **kwargs):
+        saved = os.environ.get("SPARK_SUBMIT_OPTS")
+        if saved is not None:
+            os.environ["SPARK_SUBMIT_OPTS"] = full_jit_env()["SPARK_SUBMIT_OPTS"]
+        try:
+            return launch(*args, **kwargs)
+        finally:
+            if saved is not None:
+                os.environ["SPARK_SUBMIT_OPTS"] = saved
+
+    context.launch_gateway = launch_with_full_jit
+
+
 def pytest_configure(config):
     """In the controlling process (before xdist's workers start, which inherit it)."""
     import os
     import tempfile
 
+    if "not spark" not in (config.getoption("markexpr") or ""):
+        _full_jit_in_process()  # in every process that may start Spark in-process
     if hasattr(config, "workerinput") or "SPARK_SUBMIT_OPTS" in os.environ:
         return
     if "not spark" in (config.getoption("markexpr") or ""):
@@ -173,9 +202,6 @@ def spark():
 
     saved = os.environ.get("PYSPARK_PYTHON")
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    submit_opts = os.environ.get("SPARK_SUBMIT_OPTS")
-    if submit_opts is not None:  # this JVM lives as long as the worker: full JIT
-        os.environ["SPARK_SUBMIT_OPTS"] = full_jit_env()["SPARK_SUBMIT_OPTS"]
 
     session = (SparkSession.builder.master("local[2]").appName("distcal-tests")
                .config("spark.ui.enabled", "false")
@@ -187,8 +213,6 @@ def spark():
         del os.environ["PYSPARK_PYTHON"]
     else:
         os.environ["PYSPARK_PYTHON"] = saved
-    if submit_opts is not None:
-        os.environ["SPARK_SUBMIT_OPTS"] = submit_opts
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

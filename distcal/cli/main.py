@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from typing import Any
 
 from .backend import Backend
-from .run import run
+from .run import exit_process, run
 
-__all__ = ["main", "backend_for"]
+__all__ = ["main", "command", "backend_for"]
 
 
 def backend_for(opts: dict[str, Any]) -> Backend:
@@ -33,5 +32,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run(argv, prog="distcal", entry_point="distcal", backend_factory=backend_for)
 
 
+def command() -> None:
+    """The ``distcal`` console script: :func:`main`, then :func:`.run.exit_process`."""
+    exit_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    command()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
 import threading
@@ -20,7 +21,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Sequence
 from types import FrameType
-from typing import Any, TextIO
+from typing import Any, NoReturn, TextIO
 
 from ..errors import (
     DataError,
@@ -36,7 +37,7 @@ from .commands import COMMANDS
 from .options import resolve_options
 from .parser import build_parser
 
-__all__ = ["run", "BackendFactory"]
+__all__ = ["run", "exit_process", "BackendFactory"]
 
 BackendFactory = Callable[[dict[str, Any]], Backend]
 _USER_ERRORS = (UsageError, DataError, ModelError, ParameterError, OutputExistsError,
@@ -135,3 +136,22 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
             signal.signal(signal.SIGTERM, previous)
     print(json.dumps(result))
     return 0
+
+
+def exit_process(code: int) -> NoReturn:
+    """End a command-line process with ``code`` once its streams are flushed.
+
+    The interpreter's own shutdown is skipped (``os._exit``): pyarrow's I/O
+    threads can still be alive when it tears down native thread pools, which
+    now and then aborts a process that has already finished its work and said
+    so ("terminate called without an active exception", exit -6; Arrow issue
+    34314), a failure a scheduler would report. Everything a command writes
+    is published, and its engine closed, before :func:`run` returns.
+    """
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed or broken pipe: nothing more to say
+            pass
+    os._exit(code)
