@@ -3,7 +3,10 @@ PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
-PYTEST  := $(BIN)/python -m pytest -q -p no:cacheprovider
+# Tests start hundreds of Python processes (jobs, Spark's workers, the command
+# line); letting them cache bytecode (some shells set PYTHONDONTWRITEBYTECODE)
+# spares each one compiling distcal and the test modules again.
+PYTEST  := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q -p no:cacheprovider
 
 .PHONY: install demo setup test test-fast lint bench clean system-deps zip
 

@@ -62,6 +62,9 @@ def spark_env() -> dict[str, str]:
            if k not in ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
     env.update(SPARK_HOME=os.path.dirname(pyspark.__file__), SPARK_LOCAL_IP="127.0.0.1",
                PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}")
+    # The master's and workers' JVMs get the JVM options that conftest hands every
+    # short-lived spark-submit (class archive, quick JIT): like them, they run minutes.
+    env["SPARK_DAEMON_JAVA_OPTS"] = os.environ.get("SPARK_SUBMIT_OPTS", "")
     return env
 
 
@@ -136,6 +139,8 @@ def submit(url: str, tmp: Path, python: Path, py_files: list[Path], *args: objec
            "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.memory=600m",
            "--conf", "spark.sql.shuffle.partitions=4", "--conf", "spark.task.maxFailures=1",
            "--conf", "spark.driver.host=127.0.0.1", "--conf", "spark.driver.bindAddress=127.0.0.1",
+           # the executors' JVMs too (see spark_env); it changes nothing they compute
+           "--conf", f"spark.executor.extraJavaOptions={os.environ.get('SPARK_SUBMIT_OPTS', '')}",
            *extra, *(["--py-files", ",".join(map(str, py_files))] if py_files else []),
            str(ROOT / "jobs" / "spark_calibrate.py"), *map(str, args)]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp, env=env)
