@@ -115,7 +115,11 @@ def phase_times(mods: list, C: np.ndarray) -> tuple[list[dict[str, float]], list
             b["greedy path wall"] = min(b.get("greedy path wall", float("inf")),
                                         time.perf_counter() - w0)
             timed("post-opt from greedy", mod._post_optimise, c, st)
-            timed("post-opt top-down", mod._post_optimise, c, np.zeros(1, dtype=np.intp))
+            if hasattr(mod, "_coarse_top_down") and K > mod._TOP_COARSE:
+                # on greedy's 16,384 intervals, then post-optimised on all rows
+                timed("post-opt top-down", mod._coarse_top_down, c, removed, st.shape[0])
+            else:
+                timed("post-opt top-down", mod._post_optimise, c, np.zeros(1, dtype=np.intp))
             t0, w0 = time.process_time(), time.perf_counter()
             results[i] = mod.modl_partition(C)
             b["modl_partition CPU"] = min(b.get("modl_partition CPU", float("inf")),

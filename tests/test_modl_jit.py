@@ -308,6 +308,23 @@ def test_partition_compiled_equals_python(monkeypatch, J, kind, seed):
     assert np.array_equal(compiled.interval_counts, python.interval_counts)
 
 
+@pytest.mark.parametrize("J,kind,seed", [(2, "heavy", 5), (3, "ties", 6)])
+def test_partition_top_down_on_greedy_intervals_compiled_equals_python(monkeypatch, J, kind,
+                                                                       seed):
+    """The top-down start on greedy's intervals (forced on 4,000 rows), in a second thread."""
+    C = mixed_table(np.random.default_rng([seed, 35]), 4000, J, kind)
+    monkeypatch.setattr(modl, "_TOP_COARSE", 300)
+    calls = []
+    coarse = modl._coarse_top_down
+    monkeypatch.setattr(modl, "_coarse_top_down", lambda *a: calls.append(a[2]) or coarse(*a))
+    monkeypatch.setattr(modl, "_JIT_MIN_ROWS", 0)
+    compiled = modl.modl_partition(C, exact_max=0)
+    monkeypatch.setattr(modl, "_JIT_MIN_ROWS", 10**12)
+    python = modl.modl_partition(C, exact_max=0)
+    assert len(calls) == 2
+    assert compiled.cuts.tolist() == python.cuts.tolist() and compiled.cost == python.cost
+
+
 def test_fallback_without_numba(monkeypatch):
     """Without numba the module runs the Python path and finds the same partition."""
     C = mixed_table(np.random.default_rng(36), 3000, 2, "heavy")

@@ -365,13 +365,20 @@ def _greedy_starts(C: np.ndarray, to_end: bool = False) -> np.ndarray:
     K = C.shape[0]
     if K == 1:
         return np.zeros(1, dtype=np.intp)
+    removed, steps = _greedy_path(C, to_end)
+    return _kept_starts(K, removed, steps, to_end)
+
+
+def _greedy_path(C: np.ndarray, to_end: bool
+                 ) -> tuple[Sequence[int] | np.ndarray, Sequence[float] | np.ndarray]:
+    """(removed intervals, cost changes) of greedy merging over the K >= 2 rows of C, in order."""
+    K = C.shape[0]
     N = int(C.sum())
     f_row = _f(C)
     f_pair = _f(C[:-1] + C[1:])
     keys = _quantise(f_pair - f_row[:-1] - f_row[1:])
     kernel = _jit_greedy() if K >= _JIT_MIN_ROWS else None
-    removed, steps = _greedy_merges(C, f_row, f_pair, keys, N, to_end, kernel)
-    return _kept_starts(K, removed, steps, to_end)
+    return _greedy_merges(C, f_row, f_pair, keys, N, to_end, kernel)
 
 
 def _greedy_merges(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys: np.ndarray,
@@ -1054,26 +1061,63 @@ def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 
 def _two_starts(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Post-optimised partitions of C from greedy merging and from one interval.
+    """Post-optimised partitions of C from greedy merging and top-down.
 
     The second start, top-down from one interval, is there because the
     moves cannot always leave greedy's local optimum (e.g. where three
-    intervals must become one); splitting from the top is cheap (few
-    passes). It does not depend on greedy, so on the compiled path it runs
-    in a second thread while greedy merges: the greedy kernel and the
-    compiled pricing of cuts release the GIL. Each start only reads C and
-    keeps its own state, so the results are those of running them one
-    after the other.
+    intervals must become one); splitting from the top takes few passes.
+    On tables of more than ``_TOP_COARSE`` rows it splits the coarse table
+    of the intervals greedy merging has left at ``_TOP_COARSE`` (or at its
+    kept partition, if that has more) and its result is post-optimised on
+    the whole table (:func:`_coarse_top_down`). On the compiled path that
+    and the post-optimisation of greedy's result run in two threads (the
+    compiled pricing of cuts releases the GIL); each only reads C and keeps
+    its own state, so the results are those of running them one after the
+    other.
     """
     one = np.zeros(1, dtype=np.intp)
-    if C.shape[0] < _JIT_MIN_ROWS or _jit_kernels() is None:
+    K = C.shape[0]
+    if K <= _TOP_COARSE:
         return _post_optimise(C, _greedy_starts(C, to_end=True)), _post_optimise(C, one)
+    removed, steps = _greedy_path(C, to_end=True)
+    kept = _kept_starts(K, removed, steps, True)
+    if K < _JIT_MIN_ROWS or _jit_kernels() is None:
+        return _post_optimise(C, kept), _coarse_top_down(C, removed, kept.shape[0])
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(1) as pool:
-        top = pool.submit(_post_optimise, C, one)
-        local = _post_optimise(C, _greedy_starts(C, to_end=True))
+        top = pool.submit(_coarse_top_down, C, removed, kept.shape[0])
+        local = _post_optimise(C, kept)
         return local, top.result()
+
+
+# The top-down start of tables of more than this many rows splits the
+# intervals greedy merging has left at this many, not the rows (docs/modl.md,
+# "Post-optimisation"): 16,384 intervals price ~60 times fewer cuts than a
+# million rows and, on the tables measured, lead to the same or a better
+# partition once post-optimised on the whole table.
+_TOP_COARSE = 1 << 14
+
+
+def _coarse_top_down(C: np.ndarray, removed: Sequence[int] | np.ndarray, n_kept: int
+                     ) -> np.ndarray:
+    """The top-down start on greedy's coarse intervals, then post-optimised on all rows of C.
+
+    ``removed`` are greedy's merges to one interval in order, ``n_kept``
+    the intervals of its kept partition. The coarse table is the state
+    after the merges that leave max(``_TOP_COARSE``, ``n_kept``) intervals:
+    a prefix of greedy's path, so its cuts are the boundaries greedy keeps
+    longest. Post-optimisation from one interval runs on that table (its
+    cuts can only be those boundaries), and its result, a partition of the
+    rows of C, is post-optimised again with every row boundary as a cut.
+    """
+    K = C.shape[0]
+    n0 = min(K, max(_TOP_COARSE, n_kept))
+    alive = np.ones(K, dtype=bool)
+    alive[np.asarray(removed[:K - n0], dtype=np.intp)] = False
+    coarse = np.flatnonzero(alive)
+    part = _post_optimise(np.add.reduceat(C, coarse, axis=0), np.zeros(1, dtype=np.intp))
+    return _post_optimise(C, coarse[part])
 
 
 def _table_cost(C: np.ndarray, starts: np.ndarray) -> float:
