@@ -377,7 +377,7 @@ def _greedy_path(C: np.ndarray, to_end: bool
     f_row = _f(C)
     f_pair = _f(C[:-1] + C[1:])
     keys = _quantise(f_pair - f_row[:-1] - f_row[1:])
-    kernel = _jit_greedy() if K >= _JIT_MIN_ROWS else None
+    kernel = _jit_greedy() if _compiled(K) else None
     return _greedy_merges(C, f_row, f_pair, keys, N, to_end, kernel)
 
 
@@ -556,8 +556,18 @@ def _kept_starts(K: int, removed: Sequence[int] | np.ndarray, steps: Sequence[fl
 
 # Greedy merging of at least this many rows runs in the compiled kernel
 # (distcal.core.modl_jit) when numba is importable. Below, the Python loop
-# takes less time than importing numba and loading the compiled code.
+# takes less time than importing numba and loading the compiled code; once
+# the kernels have run in this process (``_JIT_WARM``), there is nothing
+# left to import or load, and tables from a tenth of it take them too (on
+# 10,000 rows about half the Python path's time; the same results).
 _JIT_MIN_ROWS = 20_000
+_JIT_WARM = False
+
+
+def _compiled(K: int) -> bool:
+    """Whether a table of K rows takes the compiled kernels (same results either way)."""
+    limit = _JIT_MIN_ROWS // 10 if _JIT_WARM else _JIT_MIN_ROWS
+    return K >= limit and _jit_kernels() is not None
 
 
 @functools.cache
@@ -960,7 +970,7 @@ def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
     # f(left) + f(right) over the cuts of the spans of current intervals and
     # pairs (see _best_cut); pruned after each pass.
     cache: dict[tuple[int, int], np.ndarray] | _Sides = {}
-    kernels = _jit_kernels() if J == 2 and K >= _JIT_MIN_ROWS else None
+    kernels = _jit_kernels() if J == 2 and _compiled(K) else None
     if kernels is not None:
         cache = _Sides(P, kernels[1], kernels[2])
 
@@ -1075,20 +1085,26 @@ def _two_starts(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     its own state, so the results are those of running them one after the
     other.
     """
+    global _JIT_WARM
     one = np.zeros(1, dtype=np.intp)
-    K = C.shape[0]
+    K, J = C.shape
+    compiled = _compiled(K)
     if K <= _TOP_COARSE:
-        return _post_optimise(C, _greedy_starts(C, to_end=True)), _post_optimise(C, one)
-    removed, steps = _greedy_path(C, to_end=True)
-    kept = _kept_starts(K, removed, steps, True)
-    if K < _JIT_MIN_ROWS or _jit_kernels() is None:
-        return _post_optimise(C, kept), _coarse_top_down(C, removed, kept.shape[0])
-    from concurrent.futures import ThreadPoolExecutor
+        local, top = _post_optimise(C, _greedy_starts(C, to_end=True)), _post_optimise(C, one)
+    else:
+        removed, steps = _greedy_path(C, to_end=True)
+        kept = _kept_starts(K, removed, steps, True)
+        if not compiled:
+            return _post_optimise(C, kept), _coarse_top_down(C, removed, kept.shape[0])
+        from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(1) as pool:
-        top = pool.submit(_coarse_top_down, C, removed, kept.shape[0])
-        local = _post_optimise(C, kept)
-        return local, top.result()
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(_coarse_top_down, C, removed, kept.shape[0])
+            local = _post_optimise(C, kept)
+            top = future.result()
+    if compiled and J == 2:
+        _JIT_WARM = True  # the greedy kernel and the cut pricing are loaded
+    return local, top
 
 
 # The top-down start of tables of more than this many rows splits the
