@@ -606,7 +606,7 @@ def test_property_brute_force(counts):
     assert modl_partition(counts).cost == pytest.approx(brute_force(counts)[0][0], abs=1e-9)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(tables(max_v=40), st.integers(1, 12))
 def test_top_down_on_greedy_intervals_never_worse_than_greedy(counts, coarse):
     """Any coarse size: the partition is valid and at most plain greedy's cost (the guarantee)."""
