@@ -1173,7 +1173,9 @@ def modl_partition(counts: np.ndarray, exact_max: int = 1000) -> ModlResult:
     interval, keeping the cheapest partition on its path, then
     post-optimisation with split, merge and merge-split moves until none
     lowers the cost by more than 1e-9; a second post-optimisation starts
-    top-down from one interval, and the cheaper result is returned.
+    top-down from one interval (on tables of more than 16,384 rows it
+    splits the 16,384 intervals greedy merging leaves, then goes on over
+    all rows), and the cheaper result is returned.
     Guarantee: the cost is at most that of :func:`greedy_merge` on the
     *input rows* (plain greedy merging started from single distinct scores,
     gains rounded to 2^-33, leftmost pair on ties), up to rounding. When
@@ -1181,7 +1183,8 @@ def modl_partition(counts: np.ndarray, exact_max: int = 1000) -> ModlResult:
     provably identical to it and is used; otherwise greedy merging starts
     from the single rows. No optimality is claimed for this path. Time is O(V log V) for
     the greedy phase (a heap; compiled with numba on tables of 20,000 rows or
-    more when numba is importable, with the same result) plus O(V J) per
+    more when numba is importable, 2,000 once the kernels have run in the
+    process, with the same result) plus O(V J) per
     post-optimisation pass.
 
     Parameters
