@@ -115,7 +115,11 @@ def phase_times(mods: list, C: np.ndarray) -> tuple[list[dict[str, float]], list
             b["greedy path wall"] = min(b.get("greedy path wall", float("inf")),
                                         time.perf_counter() - w0)
             timed("post-opt from greedy", mod._post_optimise, c, st)
-            timed("post-opt top-down", mod._post_optimise, c, np.zeros(1, dtype=np.intp))
+            if hasattr(mod, "_coarse_top_down") and K > mod._TOP_COARSE:
+                # on greedy's 16,384 intervals, then post-optimised on all rows
+                timed("post-opt top-down", mod._coarse_top_down, c, removed, st.shape[0])
+            else:
+                timed("post-opt top-down", mod._post_optimise, c, np.zeros(1, dtype=np.intp))
             t0, w0 = time.process_time(), time.perf_counter()
             results[i] = mod.modl_partition(C)
             b["modl_partition CPU"] = min(b.get("modl_partition CPU", float("inf")),
@@ -162,7 +166,9 @@ def fit_phases() -> None:
     acc: dict[str, list[float]] = {}
 
     def wrap(mod, name: str, label: str) -> None:  # type: ignore[no-untyped-def]
-        fn = getattr(mod, name)
+        fn = getattr(mod, name, None)
+        if fn is None:  # an older tree on PYTHONPATH
+            return
 
         @functools.wraps(fn)
         def timed(*a, **k):  # type: ignore[no-untyped-def]
@@ -177,24 +183,30 @@ def fit_phases() -> None:
 
     wrap(discretize, "_binary_counts", "count table of the range, pure-run merge")
     wrap(discretize, "modl_partition", "modl_partition")
-    wrap(modl, "_two_starts", "  both starts (greedy + post-opt | top-down)")
-    wrap(modl, "_greedy_starts", "    greedy path (first gains, merges, prefix)")
+    wrap(modl, "_two_starts", "  both starts (greedy, then post-opt | top-down)")
+    wrap(modl, "_greedy_path", "    greedy path (first gains, merges)")
+    wrap(modl, "_coarse_top_down", "    top-down start (second thread)")
     wrap(modl, "_table_cost", "  costs of the two results")
     distcal.fit(df.iloc[:200_000], method="modl")  # load the compiled kernels
     print("# uptime:", subprocess.check_output(["uptime"], text=True).strip())
     runs = []
+    cpu: list[tuple[float, float]] = []
     for _ in range(3):
         acc.clear()
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         distcal.fit(df, method="isotonic")
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.process_time()
         distcal.fit(df, method="modl")
-        t2 = time.perf_counter()
+        t2, c2 = time.perf_counter(), time.process_time()
         runs.append((t2 - t1, t1 - t0, {k: list(v) for k, v in acc.items()}))
+        cpu.append((c2 - c1, c1 - c0))
     t_modl, t_iso, phase = sorted(runs, key=lambda r: r[0])[1]
     print(f"# {distcal.__file__}: fit modl {t_modl:.2f} s, isotonic {t_iso:.2f} s "
           f"(x{t_modl / t_iso:.2f}), median MODL run of 3; isotonic median "
           f"{statistics.median(r[1] for r in runs):.2f} s")
+    c_modl, c_iso = (statistics.median(c[i] for c in cpu) for i in (0, 1))
+    print(f"# process CPU (all threads), medians of 3: fit modl {c_modl:.2f} s, isotonic "
+          f"{c_iso:.2f} s (x{c_modl / c_iso:.2f})")
     for k, (w, c) in phase.items():
         print(f"  {k:46s} wall {w:5.2f} s  thread CPU {c:5.2f} s")
     rest = (t_modl - phase["modl_partition"][0]

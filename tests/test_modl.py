@@ -532,6 +532,22 @@ def test_discretizers_jl_post_greedy(case):
         assert res.cost < oracle_cost(sum_rows(counts, _jl_cuts(DISCRETIZERS_JL_GREEDY[case])))
 
 
+@pytest.mark.parametrize("case", range(len(DISCRETIZERS_JL)))
+def test_discretizers_jl_top_down_on_greedy_intervals(monkeypatch, case):
+    """The top-down start of large tables (on greedy's intervals, forced here) finds them too.
+
+    With ``_TOP_COARSE`` = 2 the coarse table is greedy's kept partition
+    itself; case 5 needs the top-down start ([3|7|5|5] to [3|17]).
+    """
+    classes, edges = DISCRETIZERS_JL[case]
+    monkeypatch.setattr(modl, "_TOP_COARSE", 2)
+    assert modl_partition(_jl_counts(classes), exact_max=0).cuts.tolist() == _jl_cuts(edges)
+    if case == 4:  # without a top-down start greedy's local optimum stays
+        monkeypatch.setattr(modl, "_coarse_top_down",
+                            lambda C, removed, n: modl._greedy_starts(C, to_end=True))
+        assert modl_partition(_jl_counts(classes), exact_max=0).cuts.tolist() != _jl_cuts(edges)
+
+
 @pytest.mark.parametrize("case", sorted(DISCRETIZERS_JL_GREEDY))
 def test_discretizers_jl_plain_greedy(case):
     classes, _ = DISCRETIZERS_JL[case]
@@ -588,6 +604,20 @@ def test_properties(counts):
 @given(tables(max_v=9))
 def test_property_brute_force(counts):
     assert modl_partition(counts).cost == pytest.approx(brute_force(counts)[0][0], abs=1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(tables(max_v=40), st.integers(1, 12))
+def test_top_down_on_greedy_intervals_never_worse_than_greedy(counts, coarse):
+    """Any coarse size: the partition is valid and at most plain greedy's cost (the guarantee)."""
+    modl._TOP_COARSE, saved = coarse, modl._TOP_COARSE
+    try:
+        res = modl_partition(counts, exact_max=0)
+    finally:
+        modl._TOP_COARSE = saved
+    _check_result(res, counts)
+    assert res.cost <= oracle_cost(sum_rows(counts, plain_greedy(counts))) + 1e-9
+    assert res.cost <= oracle_cost(sum_rows(counts, plain_greedy_path(counts))) + 1e-9
 
 
 def test_interval_bounds():

@@ -308,6 +308,44 @@ def test_partition_compiled_equals_python(monkeypatch, J, kind, seed):
     assert np.array_equal(compiled.interval_counts, python.interval_counts)
 
 
+@pytest.mark.parametrize("J,kind,seed", [(2, "heavy", 5), (3, "ties", 6)])
+def test_partition_top_down_on_greedy_intervals_compiled_equals_python(monkeypatch, J, kind,
+                                                                       seed):
+    """The top-down start on greedy's intervals (forced on 4,000 rows), in a second thread."""
+    C = mixed_table(np.random.default_rng([seed, 35]), 4000, J, kind)
+    monkeypatch.setattr(modl, "_TOP_COARSE", 300)
+    calls = []
+    coarse = modl._coarse_top_down
+    monkeypatch.setattr(modl, "_coarse_top_down", lambda *a: calls.append(a[2]) or coarse(*a))
+    monkeypatch.setattr(modl, "_JIT_MIN_ROWS", 0)
+    compiled = modl.modl_partition(C, exact_max=0)
+    monkeypatch.setattr(modl, "_JIT_MIN_ROWS", 10**12)
+    python = modl.modl_partition(C, exact_max=0)
+    assert len(calls) == 2
+    assert compiled.cuts.tolist() == python.cuts.tolist() and compiled.cost == python.cost
+
+
+def test_loaded_kernels_take_smaller_tables(monkeypatch):
+    """Once the kernels have run in the process, a tenth of _JIT_MIN_ROWS suffices: same result."""
+    rng = np.random.default_rng(41)
+    C = mixed_table(rng, 600, 2, "heavy")
+    monkeypatch.setattr(modl, "_JIT_MIN_ROWS", 5000)
+    monkeypatch.setattr(modl, "_JIT_WARM", False)
+    calls = []
+    kernel = modl._jit_greedy()
+    assert kernel is not None
+    monkeypatch.setattr(modl, "_jit_greedy", lambda: lambda *a: calls.append(a[0].shape[0])
+                        or kernel(*a))
+    cold = modl.modl_partition(C, exact_max=0)
+    assert calls == [] and not modl._JIT_WARM  # 600 rows, nothing run yet: the Python path
+    modl.modl_partition(mixed_table(rng, 5000, 2, "heavy"), exact_max=0)
+    assert calls == [5000] and modl._JIT_WARM
+    warm = modl.modl_partition(C, exact_max=0)
+    assert calls == [5000, 600]
+    assert warm.cuts.tolist() == cold.cuts.tolist() and warm.cost == cold.cost
+    assert modl.modl_partition(C[:499], exact_max=0).cost > 0 and calls == [5000, 600]
+
+
 def test_fallback_without_numba(monkeypatch):
     """Without numba the module runs the Python path and finds the same partition."""
     C = mixed_table(np.random.default_rng(36), 3000, 2, "heavy")

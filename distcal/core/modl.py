@@ -365,13 +365,20 @@ def _greedy_starts(C: np.ndarray, to_end: bool = False) -> np.ndarray:
     K = C.shape[0]
     if K == 1:
         return np.zeros(1, dtype=np.intp)
+    removed, steps = _greedy_path(C, to_end)
+    return _kept_starts(K, removed, steps, to_end)
+
+
+def _greedy_path(C: np.ndarray, to_end: bool
+                 ) -> tuple[Sequence[int] | np.ndarray, Sequence[float] | np.ndarray]:
+    """(removed intervals, cost changes) of greedy merging over the K >= 2 rows of C, in order."""
+    K = C.shape[0]
     N = int(C.sum())
     f_row = _f(C)
     f_pair = _f(C[:-1] + C[1:])
     keys = _quantise(f_pair - f_row[:-1] - f_row[1:])
-    kernel = _jit_greedy() if K >= _JIT_MIN_ROWS else None
-    removed, steps = _greedy_merges(C, f_row, f_pair, keys, N, to_end, kernel)
-    return _kept_starts(K, removed, steps, to_end)
+    kernel = _jit_greedy() if _compiled(K) else None
+    return _greedy_merges(C, f_row, f_pair, keys, N, to_end, kernel)
 
 
 def _greedy_merges(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys: np.ndarray,
@@ -549,8 +556,18 @@ def _kept_starts(K: int, removed: Sequence[int] | np.ndarray, steps: Sequence[fl
 
 # Greedy merging of at least this many rows runs in the compiled kernel
 # (distcal.core.modl_jit) when numba is importable. Below, the Python loop
-# takes less time than importing numba and loading the compiled code.
+# takes less time than importing numba and loading the compiled code; once
+# the kernels have run in this process (``_JIT_WARM``), there is nothing
+# left to import or load, and tables from a tenth of it take them too (on
+# 10,000 rows about half the Python path's time; the same results).
 _JIT_MIN_ROWS = 20_000
+_JIT_WARM = False
+
+
+def _compiled(K: int) -> bool:
+    """Whether a table of K rows takes the compiled kernels (same results either way)."""
+    limit = _JIT_MIN_ROWS // 10 if _JIT_WARM else _JIT_MIN_ROWS
+    return K >= limit and _jit_kernels() is not None
 
 
 @functools.cache
@@ -953,7 +970,7 @@ def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
     # f(left) + f(right) over the cuts of the spans of current intervals and
     # pairs (see _best_cut); pruned after each pass.
     cache: dict[tuple[int, int], np.ndarray] | _Sides = {}
-    kernels = _jit_kernels() if J == 2 and K >= _JIT_MIN_ROWS else None
+    kernels = _jit_kernels() if J == 2 and _compiled(K) else None
     if kernels is not None:
         cache = _Sides(P, kernels[1], kernels[2])
 
@@ -1054,26 +1071,69 @@ def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
 
 
 def _two_starts(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Post-optimised partitions of C from greedy merging and from one interval.
+    """Post-optimised partitions of C from greedy merging and top-down.
 
     The second start, top-down from one interval, is there because the
     moves cannot always leave greedy's local optimum (e.g. where three
-    intervals must become one); splitting from the top is cheap (few
-    passes). It does not depend on greedy, so on the compiled path it runs
-    in a second thread while greedy merges: the greedy kernel and the
-    compiled pricing of cuts release the GIL. Each start only reads C and
-    keeps its own state, so the results are those of running them one
-    after the other.
+    intervals must become one); splitting from the top takes few passes.
+    On tables of more than ``_TOP_COARSE`` rows it splits the coarse table
+    of the intervals greedy merging has left at ``_TOP_COARSE`` (or at its
+    kept partition, if that has more) and its result is post-optimised on
+    the whole table (:func:`_coarse_top_down`). On the compiled path that
+    and the post-optimisation of greedy's result run in two threads (the
+    compiled pricing of cuts releases the GIL); each only reads C and keeps
+    its own state, so the results are those of running them one after the
+    other.
     """
+    global _JIT_WARM
     one = np.zeros(1, dtype=np.intp)
-    if C.shape[0] < _JIT_MIN_ROWS or _jit_kernels() is None:
-        return _post_optimise(C, _greedy_starts(C, to_end=True)), _post_optimise(C, one)
-    from concurrent.futures import ThreadPoolExecutor
+    K, J = C.shape
+    compiled = _compiled(K)
+    if K <= _TOP_COARSE:
+        local, top = _post_optimise(C, _greedy_starts(C, to_end=True)), _post_optimise(C, one)
+    else:
+        removed, steps = _greedy_path(C, to_end=True)
+        kept = _kept_starts(K, removed, steps, True)
+        if not compiled:
+            return _post_optimise(C, kept), _coarse_top_down(C, removed, kept.shape[0])
+        from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(1) as pool:
-        top = pool.submit(_post_optimise, C, one)
-        local = _post_optimise(C, _greedy_starts(C, to_end=True))
-        return local, top.result()
+        with ThreadPoolExecutor(1) as pool:
+            future = pool.submit(_coarse_top_down, C, removed, kept.shape[0])
+            local = _post_optimise(C, kept)
+            top = future.result()
+    if compiled and J == 2:
+        _JIT_WARM = True  # the greedy kernel and the cut pricing are loaded
+    return local, top
+
+
+# The top-down start of tables of more than this many rows splits the
+# intervals greedy merging has left at this many, not the rows (docs/modl.md,
+# "Post-optimisation"): 16,384 intervals price ~60 times fewer cuts than a
+# million rows and, on the tables measured, lead to the same or a better
+# partition once post-optimised on the whole table.
+_TOP_COARSE = 1 << 14
+
+
+def _coarse_top_down(C: np.ndarray, removed: Sequence[int] | np.ndarray, n_kept: int
+                     ) -> np.ndarray:
+    """The top-down start on greedy's coarse intervals, then post-optimised on all rows of C.
+
+    ``removed`` are greedy's merges to one interval in order, ``n_kept``
+    the intervals of its kept partition. The coarse table is the state
+    after the merges that leave max(``_TOP_COARSE``, ``n_kept``) intervals:
+    a prefix of greedy's path, so its cuts are the boundaries greedy keeps
+    longest. Post-optimisation from one interval runs on that table (its
+    cuts can only be those boundaries), and its result, a partition of the
+    rows of C, is post-optimised again with every row boundary as a cut.
+    """
+    K = C.shape[0]
+    n0 = min(K, max(_TOP_COARSE, n_kept))
+    alive = np.ones(K, dtype=bool)
+    alive[np.asarray(removed[:K - n0], dtype=np.intp)] = False
+    coarse = np.flatnonzero(alive)
+    part = _post_optimise(np.add.reduceat(C, coarse, axis=0), np.zeros(1, dtype=np.intp))
+    return _post_optimise(C, coarse[part])
 
 
 def _table_cost(C: np.ndarray, starts: np.ndarray) -> float:
@@ -1113,7 +1173,9 @@ def modl_partition(counts: np.ndarray, exact_max: int = 1000) -> ModlResult:
     interval, keeping the cheapest partition on its path, then
     post-optimisation with split, merge and merge-split moves until none
     lowers the cost by more than 1e-9; a second post-optimisation starts
-    top-down from one interval, and the cheaper result is returned.
+    top-down from one interval (on tables of more than 16,384 rows it
+    splits the 16,384 intervals greedy merging leaves, then goes on over
+    all rows), and the cheaper result is returned.
     Guarantee: the cost is at most that of :func:`greedy_merge` on the
     *input rows* (plain greedy merging started from single distinct scores,
     gains rounded to 2^-33, leftmost pair on ties), up to rounding. When
@@ -1121,7 +1183,8 @@ def modl_partition(counts: np.ndarray, exact_max: int = 1000) -> ModlResult:
     provably identical to it and is used; otherwise greedy merging starts
     from the single rows. No optimality is claimed for this path. Time is O(V log V) for
     the greedy phase (a heap; compiled with numba on tables of 20,000 rows or
-    more when numba is importable, with the same result) plus O(V J) per
+    more when numba is importable, 2,000 once the kernels have run in the
+    process, with the same result) plus O(V J) per
     post-optimisation pass.
 
     Parameters

@@ -564,6 +564,23 @@ def _pair(P: np.ndarray, a: int, m: int, e: int, f_row: np.ndarray, f_pair: np.n
     return (fp - fl - fr + _QUANT) - _QUANT, fp
 
 
+# No candidate: after every (gain, left row) with a finite gain.
+_NONE = 1 << 62
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _head(p: int, ptr: np.ndarray, offs: np.ndarray, key: np.ndarray, left: np.ndarray,
+          B: np.ndarray, hk: np.ndarray, hs: np.ndarray) -> None:
+    """Set (hk[p], hs[p]) to part p's next merge, or to (inf, _NONE) if it has none left."""
+    i = ptr[p]
+    if i < offs[p + 1]:
+        hk[p] = key[i]
+        hs[p] = left[i] + B[p]
+    else:
+        hk[p] = np.inf
+        hs[p] = _NONE
+
+
 def interleave(B: np.ndarray, offs: np.ndarray, rem: np.ndarray, left: np.ndarray,
                key: np.ndarray, delta: np.ndarray, after: np.ndarray, P: np.ndarray,
                f_row: np.ndarray, f_pair: np.ndarray, keys: np.ndarray, N: int, to_end: bool
@@ -616,27 +633,30 @@ def _interleave(B: np.ndarray, offs: np.ndarray, rem: np.ndarray, left: np.ndarr
         ls[q] = B[q + 1] - 1
         re[q] = B[q + 1] + 1
         ck[q] = _pair(P, ls[q], B[q + 1], re[q], f_row, f_pair, keys, lg_j, table)[0]
+    # The next merge of each part, (gain, left row), side by side for the
+    # scan below; (inf, _NONE) once a part has none left (no candidate).
+    hk = np.empty(k)
+    hs = np.empty(k, dtype=np.int64)
+    for p in range(k):
+        _head(p, ptr, offs, key, left, B, hk, hs)
     removed = np.empty(K - 1, dtype=np.int64)
     steps = np.empty(K - 1)
     m = 0
     I = K
     crossed = False
     while I > 1:
-        # The least candidate by a scan: with up to 32 parts as cheap as a
-        # tournament tree here (measured), and less to compile.
-        bk = 0.0
-        bs = -1
+        # The least candidate by a scan of contiguous arrays: with up to 32
+        # parts as cheap as a tournament tree here (measured), less to compile.
+        bk = np.inf
+        bs = _NONE
         who = -1
         for p in range(k):
-            i = ptr[p]
-            if i < offs[p + 1]:
-                s = left[i] + B[p]
-                if bs < 0 or _before(key[i], s, bk, bs):
-                    bk = key[i]
-                    bs = s
-                    who = p
+            if _before(hk[p], hs[p], bk, bs):
+                bk = hk[p]
+                bs = hs[p]
+                who = p
         for q in range(k - 1):
-            if bs < 0 or _before(ck[q], ls[q], bk, bs):
+            if _before(ck[q], ls[q], bk, bs):
                 bk = ck[q]
                 bs = ls[q]
                 who = k + q
@@ -651,6 +671,7 @@ def _interleave(B: np.ndarray, offs: np.ndarray, rem: np.ndarray, left: np.ndarr
         p = who
         i = ptr[p]
         ptr[p] += 1
+        _head(p, ptr, offs, key, left, B, hk, hs)
         r = rem[i] + B[p]
         removed[m] = r
         steps[m] = delta[i] + shift
