@@ -159,6 +159,14 @@ LONG_FILES = ["test_spark_jobs.py", "test_airflow.py", "test_spark_standalone.py
 SUBPROCESS_FILES = {"test_cli.py", "test_readme.py", "test_structure.py", "test_docs_and_conf.py",
                     "test_packaging.py"}
 
+# Oracle sweeps: `make test` runs every case; the development loop keeps the cases that
+# still reach every method and code path (the rest are marked slow).
+SWEEP_CASES_IN_TEST_FAST = {
+    "test_cross_fitting_matches_sklearn": lambda p: p["cv"] == 3 and p["ensemble"],
+    "test_frozen_matches_sklearn": lambda p: not p["strings"],
+    "test_exact_against_brute_force": lambda p: p["seed"] < 2,
+}
+
 
 def pytest_collection_modifyitems(config, items):
     """Mark what needs Spark, a Dask cluster or minutes, so ``make test-fast`` can leave it out.
@@ -179,6 +187,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.dask)
         if name in ("test_bounded_memory.py", "test_hardening_kill.py") or item.name.startswith(
                 "test_sklearn_estimator_checks"):
+            item.add_marker(pytest.mark.slow)
+        keep = SWEEP_CASES_IN_TEST_FAST.get(getattr(item, "originalname", ""))
+        if keep is not None and not keep(item.callspec.params):
             item.add_marker(pytest.mark.slow)
         # A new Python process costs seconds of imports: the command line, jobs, README
         # blocks and the structure checks stay out of the development loop.
