@@ -72,23 +72,34 @@ def pieces(model: Any) -> dict[str, Any]:
     return out
 
 
-def _key_table(model: Any, key_types: list[Any],
-               cols: list[str]) -> tuple[list[Any], Any, list[Any]]:
-    """Keys of the fitted segments, numbered g = 0, 1, ...: their rows' schema and maps.
-
-    ``cols`` names the columns: one per key, g, then nullable doubles that
-    the caller fills with per-segment values (read with the key, once per
-    row, rather than looked up by g).
-    """
-    from pyspark.sql import types as T
-
+def _segment_maps(model: Any) -> tuple[list[tuple[Any, ...]], list[Any]]:
+    """Keys of the fitted segments (numbered g = 0, 1, ... in this order) and their maps."""
     seg = model.segments
     keys = list(seg.loc[~seg["fallback"], model.by].itertuples(index=False, name=None))
+    return keys, [model.segment(tuple(k)) for k in keys]
+
+
+def _key_table(spark: Any, keys: list[tuple[Any, ...]], key_types: list[Any], cols: list[str],
+               values: list[Any]) -> Any:
+    """(key..., g, two per-segment doubles) as a Spark table, sent as one Arrow batch.
+
+    ``cols`` names the columns. Built with Arrow it is a local relation: a
+    list of rows would be a Python RDD, run by Python workers when broadcast.
+    The per-segment values ride with the key (read once per row, no lookup).
+    """
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
     nk = len(key_types)
     schema = T.StructType([T.StructField(c, t, True) for c, t in zip(cols, key_types)]
                           + [T.StructField(cols[nk], T.IntegerType(), False)]
                           + [T.StructField(c, T.DoubleType(), True) for c in cols[nk + 1:]])
-    return keys, schema, [model.segment(tuple(k)) for k in keys]
+    # Column by column from Python values (pa.array keeps a NaN key a NaN,
+    # as Spark's own key column has it; pandas' conversion would make it null).
+    arrays = [pa.array([k[i] for k in keys]) for i in range(nk)]
+    arrays.append(pa.array(np.arange(len(keys), dtype=np.int32)))
+    arrays += [pa.array([v[i] for v in values], pa.float64()) for i in range(2)]
+    return spark.createDataFrame(pa.table(arrays, names=cols), schema)
 
 
 def _piece_layout(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -173,8 +184,7 @@ def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) ->
     (cs, cg, ce0, ce1, cj, cz, cb, cp, cx0, cy0, csl, *ck) = _fresh_names(
         ["_s", "_g", "_e0", "_e1", "_j", "_z", "_b", "_p", "_x0", "_y0", "_sl"]
         + [f"_k{i}" for i in range(nk)], set(names))
-    keys, schema, maps = _key_table(model, [fields[b] for b in model.by],
-                                    [*ck, cg, ce0, ce1])
+    keys, maps = _segment_maps(model)
     glob = model.global_model
     # Per segment: Platt's (a, b), or the values at s = -inf / +inf of a map
     # whose end block has no finite knot (null: the end piece's value).
@@ -185,8 +195,7 @@ def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) ->
         parts = [pieces(m) for m in [*maps, glob]]
         vals = [(p["lo_p"], p["hi_p"]) for p in parts[:-1]]
         gvals = (parts[-1]["lo_p"], parts[-1]["hi_p"])
-    table = spark.createDataFrame([(*k, g, *v) for g, (k, v) in enumerate(zip(keys, vals))],
-                                  schema)
+    table = _key_table(spark, keys, [fields[b] for b in model.by], [*ck, cg, ce0, ce1], vals)
     cond = None
     for j, name in enumerate(model.by):
         eq = df[quote(name)] == table[ck[j]]
