@@ -1,6 +1,6 @@
 """Per-segment isotonic calibration on Spark local[2]: one ``by=`` job vs the global fit.
 
-Usage: python bench/segments.py N [--segments S] [--repeat R] [--sample K]
+Usage: python bench/segments.py N [--segments S] [--repeat R] [--sample K] [--transform-only]
 
 One Parquet file of N rows (written once under bench/data/) with S segment
 keys of Zipf sizes (share of segment k proportional to k^-1.2: the largest
@@ -14,7 +14,9 @@ and the ``by=`` fit alternate, and their ratio is the median of the pairs'):
 * a loop of per-segment fits ``distcal.fit(df.where(seg = k))`` over K
   sampled segments (sizes spread over the Zipf ranks), extrapolated to S;
 * transform + a ``noop`` write (every output column computed): the
-  segmented map (broadcast join) vs the global map.
+  segmented map (broadcast joins) vs the global map, alternating, the
+  ratio the median of the pairs'. ``--transform-only`` fits the ``by=``
+  model once, untimed, and times only this.
 """
 
 from __future__ import annotations
@@ -60,32 +62,11 @@ def session():  # type: ignore[no-untyped-def]
     return spark_session("distcal-bench-segments")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("n", type=float)
-    ap.add_argument("--segments", type=int, default=10_000)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--sample", type=int, default=12)
-    args = ap.parse_args()
-    n = int(args.n)
+def report_fits(args: Any, read: Any, model: Any, anchors: list[float],
+                bys: list[float]) -> None:
+    """The fit timings: anchor, by=, and the extrapolated loop of per-segment fits."""
     import distcal
 
-    path = str(make_file(n, args.segments))
-    spark = session()
-    read = lambda: spark.read.parquet(path)  # noqa: E731
-    distcal.fit(read().limit(1000))  # start the Python workers before timing anything
-    print(f"# Spark local[2], N = {n:.0e}, {args.segments} Zipf segments, median of "
-          f"{args.repeat}, seconds; load {os.getloadavg()[0]:.1f}")
-    # Anchor and by= alternate, so that a change of the (shared) machine's load
-    # hits both; the ratio is the median of the pairs' ratios.
-    anchors: list[float] = []
-    bys: list[float] = []
-    model: Any = None
-    for _ in range(args.repeat):
-        anchors.append(timed(lambda: distcal.fit(read()), 1))
-        t0 = time.perf_counter()
-        model = distcal.fit(read(), by="seg")
-        bys.append(time.perf_counter() - t0)
     anchor, t_by = statistics.median(anchors), statistics.median(bys)
     ratio = statistics.median(b / a for a, b in zip(anchors, bys))
     print(f"{'distcal.fit (no by), anchor':40s} {anchor:8.2f}   runs "
@@ -104,16 +85,55 @@ def main() -> None:
     loop = per * args.segments
     print(f"{'loop of per-segment fits (extrapolated)':40s} {loop:8.1f}   "
           f"{len(picked)} sampled, {per:.2f} s each; loop / by = {loop / t_by:6.0f}x")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("n", type=float)
+    ap.add_argument("--segments", type=int, default=10_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--sample", type=int, default=12)
+    ap.add_argument("--transform-only", action="store_true")
+    args = ap.parse_args()
+    n = int(args.n)
+    import distcal
+
+    path = str(make_file(n, args.segments))
+    spark = session()
+    read = lambda: spark.read.parquet(path)  # noqa: E731
+    distcal.fit(read().limit(1000))  # start the Python workers before timing anything
+    print(f"# Spark local[2], N = {n:.0e}, {args.segments} Zipf segments, median of "
+          f"{args.repeat}, seconds; load {os.getloadavg()[0]:.1f}")
+    # Anchor and by= alternate, so that a change of the (shared) machine's load
+    # hits both; the ratio is the median of the pairs' ratios.
+    anchors: list[float] = []
+    bys: list[float] = []
+    model: Any = None
+    if args.transform_only:
+        model = distcal.fit(read(), by="seg")
+    for _ in range(0 if args.transform_only else args.repeat):
+        anchors.append(timed(lambda: distcal.fit(read()), 1))
+        t0 = time.perf_counter()
+        model = distcal.fit(read(), by="seg")
+        bys.append(time.perf_counter() - t0)
+    if not args.transform_only:
+        report_fits(args, read, model, anchors, bys)
     glob = model.global_model
 
     def write(frame: Any) -> None:
         frame.write.format("noop").mode("overwrite").save()
 
-    t_tg = timed(lambda: write(glob.transform(read())), args.repeat)
-    t_ts = timed(lambda: write(model.transform(read())), args.repeat)
-    print(f"{'transform + noop write: global map':40s} {t_tg:8.2f}")
-    print(f"{'transform + noop write: by segment':40s} {t_ts:8.2f}   by / global = "
-          f"{t_ts / t_tg:5.2f}x")
+    tgs: list[float] = []
+    tss: list[float] = []
+    for _ in range(args.repeat):
+        tgs.append(timed(lambda: write(glob.transform(read())), 1))
+        tss.append(timed(lambda: write(model.transform(read())), 1))
+    t_tg, t_ts = statistics.median(tgs), statistics.median(tss)
+    print(f"{'transform + noop write: global map':40s} {t_tg:8.2f}   runs "
+          + " ".join(f"{t:.1f}" for t in tgs))
+    print(f"{'transform + noop write: by segment':40s} {t_ts:8.2f}   runs "
+          + " ".join(f"{t:.1f}" for t in tss) + "; by / global = "
+          f"{statistics.median(b / a for a, b in zip(tgs, tss)):5.2f}x")
     print(f"# load after: {os.getloadavg()[0]:.1f}")
 
 

@@ -58,11 +58,17 @@ def test_methods_and_jvm_transform_equal_local(spark, method, params):
                         "seg": ["s0", None, "s1", "s0", "s0", "zzz", "s2", "s1"],
                         "v": [0.0, 1.0, 0.0, 1.0, 0.0, 0.0, None, 1.0]})
     new = pd.concat([new, df[["score", "seg", "v"]].head(300)], ignore_index=True)
+    # input columns named like the transform's internal ones are kept as they are
+    new["_g"], new["_b"] = np.arange(len(new)), "x"
     out_df = model.transform(spark.createDataFrame(new), output_col="p")
     plan = out_df._jdf.queryExecution().executedPlan().toString()
     assert "Python" not in plan and "Arrow" not in plan
+    # the small tables are local relations (a Python RDD would run Python
+    # workers when broadcast), and the pieces are not literals in the plan
+    assert "ExistingRDD" not in plan and "element_at" not in plan
     out = out_df.toPandas()
-    assert list(out.columns) == ["score", "seg", "v", "p"]
+    assert list(out.columns) == ["score", "seg", "v", "_g", "_b", "p"]
+    assert (out["_g"].to_numpy() == np.arange(len(new))).all() and (out["_b"] == "x").all()
     expect = local.predict(out.score, segments=out[["seg", "v"]])
     np.testing.assert_allclose(out.p, expect, rtol=1e-6 if method == "sigmoid" else 1e-12,
                                atol=1e-12, equal_nan=True)

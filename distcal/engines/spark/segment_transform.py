@@ -3,16 +3,20 @@
 Every segment's map is piecewise: sorted split points ``xs`` and, for the
 piece ``b`` = number of split points <= s (< s for histogram bins), a line
 ``y0 + slope * (s - x0)``. A small table (key, segment number g) is joined
-to the data on the ``by`` columns (a broadcast hash join). Two of Spark
-ML's Bucketizers (binary search in the JVM) then find the piece of every
-row exactly: the first gives j, the bucket of s among U, the sorted union of
-all segments' split points; since a segment's split points are among U, its
-piece is constant on each bucket, and segment g's pieces are intervals of
-``z = g * (|U| + 2) + j``, disjoint across segments. The second Bucketizer,
-over the starts of every segment's pieces, gives the piece, whose line is
-read from constant arrays (as :mod:`.transform` does for one map). Rows
-whose key is null or not a fitted segment, and segments that fall back, get
-the global map, computed by the unsegmented transform.
+to the data on the ``by`` columns (a broadcast hash join); rows whose key
+is null or not a fitted segment, and segments that fall back, get g = G:
+the global map is laid out as one more segment. Two of Spark ML's
+Bucketizers (binary search in the JVM) then find the piece of every row
+exactly: the first gives j, the bucket of s among U, the sorted union of
+all maps' split points; since a map's split points are among U, its piece
+is constant on each bucket, and map g's pieces are intervals of
+``z = g * (|U| + 2) + j``, disjoint across maps. The second Bucketizer,
+over the starts of every map's pieces, gives the piece number, and a
+broadcast join on it with the table (piece, x0, y0, slope) the line.
+
+Both tables go to the JVM as Arrow batches (local relations): ~10^5 pieces
+as constant arrays were printed into every plan description (10 MB a
+query at 10,000 segments) and shipped in every task.
 """
 
 from __future__ import annotations
@@ -21,10 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from ...errors import column_not_found, output_column_exists
-from .schema import quote
-from .transform import _bucketize, _const_array
-from .transform import transform as transform_global
+from ...errors import column_not_found, column_type, output_column_exists
+from .schema import column_kind, quote
+from .transform import _bucketize
 
 __all__ = ["transform_segmented", "pieces"]
 
@@ -73,106 +76,160 @@ def pieces(model: Any) -> dict[str, Any]:
     return out
 
 
-def _key_table(model: Any, key_types: list[Any]) -> tuple[list[tuple[Any, ...]], Any, list[Any]]:
-    """Rows (key..., segment number) of the fitted segments, their schema, their maps."""
-    from pyspark.sql import types as T
-
+def _segment_maps(model: Any) -> tuple[list[tuple[Any, ...]], list[Any]]:
+    """Keys of the fitted segments (numbered g = 0, 1, ... in this order) and their maps."""
     seg = model.segments
     keys = list(seg.loc[~seg["fallback"], model.by].itertuples(index=False, name=None))
-    schema = T.StructType([T.StructField(f"_k{i}", t, True) for i, t in enumerate(key_types)]
-                          + [T.StructField("_g", T.IntegerType(), False)])
-    return ([(*k, g) for g, k in enumerate(keys)], schema,
-            [model.segment(tuple(k)) for k in keys])
+    return keys, [model.segment(tuple(k)) for k in keys]
 
 
-def _piece_layout(maps: list[Any]) -> dict[str, Any]:
-    """All segments' pieces on one line, for two Bucketizers (module docstring).
+def _key_table(spark: Any, keys: list[tuple[Any, ...]], key_types: list[Any], cols: list[str],
+               values: list[Any]) -> Any:
+    """(key..., g, two per-segment doubles) as a Spark table, sent as one Arrow batch.
+
+    ``cols`` names the columns. Built with Arrow it is a local relation: a
+    list of rows would be a Python RDD, run by Python workers when broadcast.
+    The per-segment values ride with the key (read once per row, no lookup).
+    """
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    nk = len(key_types)
+    schema = T.StructType([T.StructField(c, t, True) for c, t in zip(cols, key_types)]
+                          + [T.StructField(cols[nk], T.IntegerType(), False)]
+                          + [T.StructField(c, T.DoubleType(), True) for c in cols[nk + 1:]])
+    # Column by column from Python values (pa.array keeps a NaN key a NaN,
+    # as Spark's own key column has it; pandas' conversion would make it null).
+    arrays = [pa.array([k[i] for k in keys]) for i in range(nk)]
+    arrays.append(pa.array(np.arange(len(keys), dtype=np.int32)))
+    arrays += [pa.array([v[i] for v in values], pa.float64()) for i in range(2)]
+    return spark.createDataFrame(pa.table(arrays, names=cols), schema)
+
+
+def _piece_layout(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """All maps' pieces on one line, for two Bucketizers (module docstring).
 
     Split points are made non-strict (``x < s`` is ``nextafter(x, inf) <= s``
-    for doubles), U is their sorted union, and segment g's piece k starts at
-    ``g * M + (position in U of its (k-1)-th split point) + 1``.
+    for doubles), U is their sorted union, and map g's piece k starts at
+    ``g * M + (position in U of its (k-1)-th split point) + 1``, M = |U| + 2.
     """
-    parts = [pieces(m) for m in maps]
-    splits = []
+    splits, x0, y0, sl = [], [], [], []
     for p in parts:
         sp = np.asarray(p["xs"], dtype=np.float64)
         if p["strict"]:
             sp = np.nextafter(sp, np.inf)
         u = np.unique(sp)
+        keep: Any = slice(None)
         if u.shape[0] < sp.shape[0]:  # repeated split points: the pieces between are empty
             keep = np.concatenate(([0], np.searchsorted(sp, u, side="right")))
-            for f in ("x0", "y0", "sl"):
-                p[f] = np.asarray(p[f])[keep].tolist()
         splits.append(u)
-    union = np.unique(np.concatenate(splits)) if splits else np.zeros(0)
+        x0.append(np.asarray(p["x0"], dtype=np.float64)[keep])
+        y0.append(np.asarray(p["y0"], dtype=np.float64)[keep])
+        sl.append(np.asarray(p["sl"], dtype=np.float64)[keep])
+    union = np.unique(np.concatenate(splits))
     m = float(union.shape[0] + 2)  # buckets 0..|U| and NaN's |U| + 1
-    starts = [g * m + np.concatenate(([0.0], np.searchsorted(union, sp) + 1.0))
-              for g, sp in enumerate(splits)]
-    nan = float("nan")
-    return {"union": union, "m": m, "starts": np.concatenate(starts) if starts else starts,
-            "x0": [v for p in parts for v in p["x0"]], "y0": [v for p in parts for v in p["y0"]],
-            "sl": [v for p in parts for v in p["sl"]],
-            "lo_p": [nan if p["lo_p"] is None else p["lo_p"] for p in parts],
-            "hi_p": [nan if p["hi_p"] is None else p["hi_p"] for p in parts]}
+    starts = np.concatenate([g * m + np.concatenate(([0.0], np.searchsorted(union, sp) + 1.0))
+                             for g, sp in enumerate(splits)])
+    return {"union": union, "m": m, "starts": starts, "x0": np.concatenate(x0),
+            "y0": np.concatenate(y0), "sl": np.concatenate(sl)}
+
+
+def _piece_table(spark: Any, lay: dict[str, Any], cols: list[str]) -> Any:
+    """(piece number 1.., x0, y0, slope) as a Spark table, sent as one Arrow batch.
+
+    A local relation: its rows are neither printed in the plan nor shipped
+    in every task (constant arrays of 10^5 doubles were both), and the
+    broadcast join on the dense long key is one array index per row.
+    """
+    import pyarrow as pa
+
+    n = lay["x0"].shape[0]
+    table = pa.table([pa.array(np.arange(1, n + 1, dtype=np.int64)), pa.array(lay["x0"]),
+                      pa.array(lay["y0"]), pa.array(lay["sl"])], names=cols)
+    return spark.createDataFrame(table)
+
+
+def _fresh_names(names: list[str], taken: set[str]) -> list[str]:
+    """Internal column names that clash neither with ``taken`` nor with each other."""
+    out = []
+    for name in names:
+        while name in taken:
+            name = "_" + name
+        taken.add(name)
+        out.append(name)
+    return out
 
 
 def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) -> Any:
-    """Add ``output_col`` lazily, in the JVM: a broadcast join and SQL (module docstring)."""
+    """Add ``output_col`` lazily, in the JVM: broadcast joins, Bucketizers and SQL.
+
+    Rows are numbered by their segment g (a broadcast join on the ``by``
+    columns; no fitted segment: g = G, the global map laid out as one more
+    segment), two Bucketizers find the piece (module docstring) and a
+    broadcast join on the piece number brings its line (x0, y0, slope):
+    the value is ``slope * (s - x0) + y0``, or y0 on a constant piece.
+    """
     from pyspark.sql import functions as F
 
     fields = {f.name: f.dataType for f in df.schema.fields}
+    if score_col not in fields:
+        raise column_not_found(score_col, "score", fields)
+    if column_kind(fields[score_col]) != "number":
+        raise column_type(score_col, "score", fields[score_col].simpleString())
     for name in model.by:
         if name not in fields:
             raise column_not_found(name, "segment", fields)
     if output_col in fields:
         raise output_column_exists(output_col)
     names = [f.name for f in df.schema.fields]
-    glob = "_dc_global"
-    while glob in fields:
-        glob = "_" + glob
-    # The global map for every row (also checks the score column).
-    base = transform_global(model.global_model, df, score_col, glob)
-    rows, schema, maps = _key_table(model, [fields[b] for b in model.by])
     spark = df.sparkSession
-    table = spark.createDataFrame(rows, schema)
+    sigmoid = model.method == "sigmoid"
+    nk = len(model.by)
+    (cs, cg, ce0, ce1, cj, cz, cb, cp, cx0, cy0, csl, *ck) = _fresh_names(
+        ["_s", "_g", "_e0", "_e1", "_j", "_z", "_b", "_p", "_x0", "_y0", "_sl"]
+        + [f"_k{i}" for i in range(nk)], set(names))
+    keys, maps = _segment_maps(model)
+    glob = model.global_model
+    # Per segment: Platt's (a, b), or the values at s = -inf / +inf of a map
+    # whose end block has no finite knot (null: the end piece's value).
+    if sigmoid:
+        vals = [(float(m.params["a"]), float(m.params["b"])) for m in maps]
+        gvals = (float(glob.params["a"]), float(glob.params["b"]))
+    else:
+        parts = [pieces(m) for m in [*maps, glob]]
+        vals = [(p["lo_p"], p["hi_p"]) for p in parts[:-1]]
+        gvals = (parts[-1]["lo_p"], parts[-1]["hi_p"])
+    table = _key_table(spark, keys, [fields[b] for b in model.by], [*ck, cg, ce0, ce1], vals)
     cond = None
     for j, name in enumerate(model.by):
-        eq = base[quote(name)] == table[f"_k{j}"]
+        eq = df[quote(name)] == table[ck[j]]
         cond = eq if cond is None else cond & eq
-    joined = base.join(F.broadcast(table), on=cond, how="left")
-    keep = [base[quote(n)] for n in names] + [F.col(glob)]
-    s = F.col(quote(score_col)).cast("double")
-    rows_ = joined.select(*keep, F.col("_g"), s.alias("_s"))
-    g1 = F.col("_g") + F.lit(1)
-    sv = F.col("_s")
-
-    def const(values: list[float]) -> Any:
-        return _const_array(spark, values if len(values) else [0.0])
-
-    if model.method == "sigmoid":
-        a = F.try_element_at(const([m.params["a"] for m in maps]), g1)
-        b = F.try_element_at(const([m.params["b"] for m in maps]), g1)
-        p = F.lit(1.0) / (F.lit(1.0) + F.exp(sv * a + b))
-        staged = rows_
+    joined = df.join(F.broadcast(table), on=cond, how="left")
+    # Unmatched rows (null or unseen keys, segments that fall back) take the
+    # global map: g = G (its pieces come last), its constants otherwise.
+    staged = joined.select(*[df[quote(n)] for n in names],
+                           F.col(quote(score_col)).cast("double").alias(cs),
+                           F.coalesce(table[cg], F.lit(len(maps))).alias(cg),
+                           *[F.coalesce(table[c], F.lit(v).cast("double")).alias(c)
+                             for c, v in zip((ce0, ce1), gvals)])
+    sv, e0, e1 = F.col(cs), F.col(ce0), F.col(ce1)
+    if sigmoid:
+        p = F.lit(1.0) / (F.lit(1.0) + F.exp(sv * e0 + e1))
     else:
-        lay = _piece_layout(maps)
-        union = lay["union"]
-        if union.shape[0]:
-            staged = _bucketize(rows_, [-np.inf, *union.tolist(), np.inf], "_s") \
-                .withColumnRenamed("_b", "_j")
+        lay = _piece_layout(parts)
+        if lay["union"].shape[0]:
+            staged = _bucketize(staged, [-np.inf, *lay["union"].tolist(), np.inf], cs, cj)
         else:
-            staged = rows_.withColumn("_j", F.lit(0.0))
-        staged = staged.withColumn("_z", F.col("_g").cast("double") * F.lit(lay["m"])
-                                   + F.col("_j"))
-        staged = _bucketize(staged, [-np.inf, *lay["starts"].tolist(), np.inf], "_z")
-        piece = F.col("_b").cast("int")  # 1-based: bucket 0 is below every start
-        x0, y0, sl = (F.try_element_at(const(lay[n]), piece) for n in ("x0", "y0", "sl"))
+            staged = staged.withColumn(cj, F.lit(0.0))
+        staged = staged.withColumn(cz, F.col(cg).cast("double") * F.lit(lay["m"]) + F.col(cj))
+        staged = _bucketize(staged, [-np.inf, *lay["starts"].tolist(), np.inf], cz, cb)
+        ptable = _piece_table(spark, lay, [cp, cx0, cy0, csl])
+        # Left join: a null score has no bucket (its output is null below).
+        staged = staged.join(F.broadcast(ptable), F.col(cb).cast("long") == ptable[cp], "left")
+        x0, y0, sl = F.col(cx0), F.col(cy0), F.col(csl)
         p = F.when(sl == 0.0, y0).otherwise(sl * (sv - x0) + y0)
-        lo_p = F.try_element_at(const(lay["lo_p"]), g1)
-        hi_p = F.try_element_at(const(lay["hi_p"]), g1)
-        p = F.when(~F.isnan(lo_p) & (sv == float("-inf")), lo_p).otherwise(p)
-        p = F.when(~F.isnan(hi_p) & (sv == float("inf")), hi_p).otherwise(p)
-    p = (F.when(F.col("_g").isNull(), F.col(glob))  # no fitted segment: the global map
-         .when(sv.isNull(), F.lit(None).cast("double"))
+        p = F.when(e0.isNotNull() & (sv == float("-inf")), e0).otherwise(p)
+        p = F.when(e1.isNotNull() & (sv == float("inf")), e1).otherwise(p)
+    p = (F.when(sv.isNull(), F.lit(None).cast("double"))
          .when(F.isnan(sv), F.lit(float("nan"))).otherwise(p))
     return staged.select(*[F.col(quote(n)) for n in names], p.alias(output_col))

@@ -85,8 +85,8 @@ def _const_array(spark: Any, values: list[float]) -> Any:
         return F.expr("array(" + ", ".join(f"{v!r}D" for v in values) + ")")
 
 
-def _bucketize(df: Any, splits: list[float], col: str) -> Any:
-    """Spark ML's Bucketizer (binary search in the JVM) adding "_b" from ``col``.
+def _bucketize(df: Any, splits: list[float], col: str, out: str = "_b") -> Any:
+    """Spark ML's Bucketizer (binary search in the JVM) adding ``out`` from ``col``.
 
     The splits go to the JVM as one byte array: pyspark's Bucketizer sends a
     list element by element over py4j, which took 0.3 s for 1000 splits.
@@ -97,12 +97,12 @@ def _bucketize(df: Any, splits: list[float], col: str) -> Any:
         jvm = df.sparkSession.sparkContext._jvm
         jb = (jvm.org.apache.spark.ml.feature.Bucketizer()
               .setSplits(_java_doubles(df.sparkSession, splits)).setInputCol(col)
-              .setOutputCol("_b").setHandleInvalid("keep"))
+              .setOutputCol(out).setHandleInvalid("keep"))
         return DataFrame(jb.transform(df._jdf), df.sparkSession)
     except AttributeError:  # Spark Connect: no JVM on the client
         from pyspark.ml.feature import Bucketizer
 
-        return Bucketizer(splits=splits, inputCol=col, outputCol="_b",
+        return Bucketizer(splits=splits, inputCol=col, outputCol=out,
                           handleInvalid="keep").transform(df)
 
 
