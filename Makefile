@@ -59,8 +59,7 @@ test: setup
 # Python processes (under a minute on 2 cores).
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
-	$(PYTEST) -x -n 2 --dist loadfile --no-loadscope-reorder -m "not spark and not dask and not slow and not subprocess" tests
-	$(PYTEST) --doctest-modules distcal
+	$(PYTEST) -x -n 2 --dist loadfile --no-loadscope-reorder -m "not spark and not dask and not slow and not subprocess" --doctest-modules tests distcal
 
 bench: $(STAMP)
 	$(BIN)/python bench/local_isotonic.py 1000000

@@ -163,8 +163,12 @@ SUBPROCESS_FILES = {"test_cli.py", "test_readme.py", "test_structure.py", "test_
 # still reach every method and code path (the rest are marked slow).
 SWEEP_CASES_IN_TEST_FAST = {
     "test_cross_fitting_matches_sklearn": lambda p: p["cv"] == 3 and p["ensemble"],
-    "test_frozen_matches_sklearn": lambda p: not p["strings"],
+    "test_frozen_matches_sklearn": lambda p: not p["strings"] and p["name"] != "digits",
     "test_exact_against_brute_force": lambda p: p["seed"] < 2,
+    "test_pure_runs_are_never_needed_brute_force": lambda p: p["seed"] < 2,
+    "test_greedy_against_plain_greedy": lambda p: p["seed"] < 2,
+    "test_isotonic_segments_equal_sklearn_per_group": lambda p: p["n_segments"] < 2000,
+    "test_evaluate_by_segments_equal_sklearn_per_group": lambda p: p["n_segments"] < 2000,
 }
 
 
