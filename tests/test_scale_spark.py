@@ -1,8 +1,8 @@
 """Spark at scale: 2e6 rows and ~865,000 distinct probabilities, driver results capped at 8 MB.
 
 Rows are generated on the executors (``spark.range``), never in the driver.
-evaluate (the default ``roc_points=1000``), optimal_threshold and fit must
-succeed with ``spark.driver.maxResultSize=8m``: what reaches the driver is
+evaluate (the default ``roc_points=1000``), optimal_threshold and fit, with
+row weights, must succeed with ``spark.driver.maxResultSize=8m``: what reaches the driver is
 O(roc_points + hull + blocks), not O(distinct probabilities) (the full ROC
 of 865,000 points alone is 20 MB). Runs in its own process and SparkSession
 (see test_spark_cluster.py).
@@ -21,15 +21,17 @@ def test_evaluate_threshold_fit_on_2e6_rows_865k_distinct_under_8m_results():
         import time
         from pyspark.sql import functions as F
         n = 2_000_000  # probabilities on a grid of 1e6: 1e6 * (1 - e^-2) distinct expected
+        # weights independent of the labels: the expected AUC and threshold stay as below
         df = (spark.range(0, n, numPartitions=8)
-              .select(F.round(F.rand(1), 6).alias("prob"), F.rand(2).alias("u"))
-              .select("prob", (F.col("u") < F.col("prob")).cast("int").alias("label")))
+              .select(F.round(F.rand(1), 6).alias("prob"), F.rand(2).alias("u"),
+                      (F.rand(3) * 2).alias("w"))
+              .select("prob", "w", (F.col("u") < F.col("prob")).cast("int").alias("label")))
         t0 = time.perf_counter()
-        rep = distcal.evaluate(df, prob_col="prob")
+        rep = distcal.evaluate(df, prob_col="prob", weight_col="w")
         t1 = time.perf_counter()
-        thr = distcal.optimal_threshold(df, score_col="prob", cost_fn=2.0)
+        thr = distcal.optimal_threshold(df, score_col="prob", weight_col="w", cost_fn=2.0)
         t2 = time.perf_counter()
-        model = distcal.fit(df, score_col="prob")
+        model = distcal.fit(df, score_col="prob", weight_col="w")
         t3 = time.perf_counter()
         hull = rep.roc_hull
         at = {t: (x, y) for t, x, y in zip(rep.roc["threshold"], rep.roc["fpr"], rep.roc["tpr"])}
@@ -45,7 +47,8 @@ def test_evaluate_threshold_fit_on_2e6_rows_865k_distinct_under_8m_results():
     assert out["n_rows"] == out["model_rows"] == 2_000_000
     assert 850_000 < out["n_distinct"] <= 880_000
     assert not out["complete"] and out["roc"] <= 1000 and out["hull"] > 2
-    assert out["ends"][0] == [0.0, 0.0] and out["ends"][1:] == [1.0, 1.0]
+    # (1, 1) up to the rounding of sums of float weights
+    assert out["ends"][0] == [0.0, 0.0] and out["ends"][1:] == pytest.approx([1.0, 1.0], abs=1e-12)
     # labels ~ Bernoulli(p), p uniform: AUC = P(p+ > p-) = 5/6 in expectation
     assert abs(out["auc"] - 5 / 6) < 3e-3
     assert abs(out["threshold"] - 1 / 3) < 0.02 and out["blocks"] > 10

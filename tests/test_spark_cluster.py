@@ -1,10 +1,11 @@
 """Spark under harsher settings, each in its own process and SparkSession.
 
 * tasks that fail on their first attempt (master local[2,3]) still give the
-  exact model;
-* with spark.driver.maxResultSize=8m, fit, threshold and evaluate on
-  millions of rows generated on the executors succeed: nothing but
-  summaries reaches the driver.
+  exact model.
+
+That only summaries reach the driver (fit, threshold and evaluate, with
+weights, on millions of rows under spark.driver.maxResultSize=8m) is
+tests/test_scale_spark.py, which runs its child the same way.
 """
 
 from __future__ import annotations
@@ -13,8 +14,6 @@ import json
 import subprocess
 import sys
 import textwrap
-
-import pytest
 
 import distcal
 
@@ -72,24 +71,3 @@ def test_first_attempt_failures_still_give_the_exact_model(tmp_path):
     assert out["n_rows"] == 60_000
     assert out["failures"] >= 6  # the injected failures did happen
     assert distcal.load(tmp_path / "flaky") == distcal.load(tmp_path / "local")
-
-
-@pytest.mark.slow
-def test_only_summaries_reach_the_driver():
-    out = run_child("""
-        from pyspark.sql import functions as F
-        n = 2_000_000  # raw (score, label, w): 48 MB, six times maxResultSize
-        df = (spark.range(0, n, numPartitions=8)
-              .select(F.rand(1).alias("score"), F.rand(2).alias("u"), (F.rand(3) * 2).alias("w"))
-              .select("score", "w", (F.col("u") < F.col("score")).cast("int").alias("label"),
-                      F.round(F.col("score"), 3).alias("prob")))
-        model = distcal.fit(df, weight_col="w")
-        thr = distcal.optimal_threshold(df, weight_col="w", cost_fn=2.0)
-        rep = distcal.evaluate(df, prob_col="prob", weight_col="w")
-        from pyspark.ml.regression import IsotonicRegression
-        IsotonicRegression(featuresCol="score", labelCol="label", weightCol="w").fit(df)
-        print(json.dumps({"n_rows": model.n_rows, "blocks": len(model.blocks),
-                          "threshold": thr.threshold, "auc": rep.auc}))
-    """, conf={"spark.driver.maxResultSize": "8m"})
-    assert out["n_rows"] == 2_000_000
-    assert out["blocks"] > 10 and 0 < out["threshold"] < 1 and 0.5 < out["auc"] < 1
