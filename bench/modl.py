@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -64,12 +63,7 @@ def make_data(rows: int, distinct: int, seed: int = 0) -> tuple[np.ndarray, np.n
 
 def cpu_timed(fn: Callable[[], object], repeat: int) -> float:
     """Median CPU seconds of all the process's threads over ``repeat`` calls of ``fn``."""
-    times = []
-    for _ in range(repeat):
-        t0 = time.process_time()
-        fn()
-        times.append(time.process_time() - t0)
-    return statistics.median(times)
+    return timed(fn, repeat, clock=time.process_time)
 
 
 def count_table(s: np.ndarray, y: np.ndarray) -> np.ndarray:
