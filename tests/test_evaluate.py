@@ -171,6 +171,7 @@ def test_bad_probabilities():
         distcal.evaluate(df)
 
 
+@pytest.mark.slow
 def test_report_files(tmp_path):
     from PIL import Image
 

@@ -366,6 +366,7 @@ def test_fallback_without_numba(monkeypatch):
     assert fallback.cuts.tolist() == compiled.cuts.tolist() and fallback.cost == compiled.cost
 
 
+@pytest.mark.subprocess
 def test_importing_modl_does_not_import_numba():
     """Executors import distcal.core.modl (premerge_range) and have no numba."""
     code = ("import sys, numpy as np, distcal.core.modl as m; "

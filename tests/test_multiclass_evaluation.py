@@ -213,6 +213,7 @@ def _report_frame(k, n=400, seed=11):
     return pd.DataFrame({"p": list(P), "label": y}), P, y
 
 
+@pytest.mark.slow
 def test_multiclass_report_files_json_and_html(tmp_path):
     import base64
     import json

@@ -347,6 +347,7 @@ def test_cli_fit_by_and_apply(tmp_path):
     assert r.returncode == 2 and "--by" in r.stderr
 
 
+@pytest.mark.slow
 def test_readme_segments_example_prints_its_table(tmp_path):
     from test_readme import readme_blocks, run_block
 

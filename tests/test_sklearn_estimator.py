@@ -118,6 +118,7 @@ def _separable_folds(ours, ref):
     return separable
 
 
+@pytest.mark.slow
 def test_digits_cross_fitting_and_splitter():
     X, y, w = _data("digits")
     X, y, w = X[:900], y[:900], w[:900]
