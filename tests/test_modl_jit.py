@@ -248,6 +248,36 @@ def test_greedy_in_parts_many_boundaries():
             assert removed.tolist() == ref[0].tolist() and steps.tolist() == ref[1].tolist()
 
 
+def _split_points_in_order(C, f_row, f_pair, keys, N, parts, window):
+    """The boundaries of modl._split_points by a plain loop, one window after the other."""
+    K = C.shape[0]
+    bounds = [0]
+    for q in range(1, parts):
+        c = K * q // parts
+        lo, hi = max(bounds[-1] + 1, c - window // 2), min(K, c + window // 2)
+        removed, _ = modl_jit.greedy_merges(C[lo:hi], f_row[lo:hi].copy(), keys[lo:hi - 1],
+                                            f_pair[lo:hi - 1], N, True)
+        when = np.full(hi - lo, -1)
+        when[removed] = np.arange(len(removed))
+        inner = np.arange(max(1, (hi - lo) // 4), max(2, 3 * (hi - lo) // 4))
+        bounds.append(lo + int(inner[np.argmax(when[inner])]))
+    return bounds + [K]
+
+
+@pytest.mark.parametrize("K,parts,window", [(6000, 4, 1000), (3000, 12, 1000), (900, 30, 64)])
+def test_split_points_in_two_threads_equal_the_plain_loop(K, parts, window):
+    """Windows run from their own centres in two threads, redone where they overlap: same cuts.
+
+    (3000, 12, 1000) and (900, 30, 64): windows longer than the parts or
+    reaching back past the previous boundary, so some are redone.
+    """
+    C = np.ascontiguousarray(mixed_table(np.random.default_rng(K), K, 2, "heavy"))
+    f_row, f_pair, keys, N = _merge_inputs(C)
+    picked = modl._split_points(C, f_row, f_pair, keys, N, parts, modl_jit.greedy_merges, window)
+    assert picked.tolist() == _split_points_in_order(C, f_row, f_pair, keys, N, parts, window)
+    assert (np.diff(picked) > 0).all()
+
+
 def test_partition_in_parts_equals_python(monkeypatch):
     """modl_partition with greedy in four parts (forced on 4,000 rows) against the Python path."""
     C = mixed_table(np.random.default_rng(39), 4000, 2, "heavy")

@@ -15,7 +15,7 @@ import numpy as np
 
 from .distinct import DistinctTable
 from .isotonic import Blocks
-from .modl import modl_partition, premerge_range
+from .modl import _partition, _premerge
 from .ranges import MapRanges, as_map_ranges
 
 __all__ = ["fit_modl", "modl_from_counts"]
@@ -30,8 +30,12 @@ def _binary_counts(t: DistinctTable) -> RangeCounts:
     if not np.array_equal(t.weight, t.count.astype(np.float64)):
         raise ValueError("MODL needs unit weights")
     ones = np.rint(t.label_sum).astype(np.int64)
-    counts = np.column_stack([t.count.astype(np.int64) - ones, ones])
-    return premerge_range(counts, t.score)
+    counts = np.empty((ones.shape[0], 2), dtype=np.int64)
+    np.subtract(t.count, ones, out=counts[:, 0], casting="unsafe")
+    counts[:, 1] = ones
+    # Valid by construction (every distinct score holds a row, 0 <= ones <=
+    # count for 0/1 labels): premerge_range's checks would only cost time.
+    return _premerge(counts, t.score)
 
 
 def modl_from_counts(parts: list[RangeCounts], exact_max: int = 1000
@@ -44,7 +48,7 @@ def modl_from_counts(parts: list[RangeCounts], exact_max: int = 1000
     parts = [p for p in parts if p[0].shape[0]]
     if not parts:
         raise ValueError("MODL of no rows")
-    counts = np.concatenate([p[0] for p in parts])
+    counts = np.concatenate([p[0] for p in parts]).astype(np.int64, copy=False)
     lo = np.concatenate([p[1] for p in parts])
     hi = np.concatenate([p[2] for p in parts])
     # Pure runs cut by a range boundary are merged here too, so the table
@@ -52,9 +56,10 @@ def modl_from_counts(parts: list[RangeCounts], exact_max: int = 1000
     # distinct table whatever the ranges: on the greedy path with mixed rows
     # greedy starts from these rows, and every engine must start from the same.
     if len(parts) > 1:  # one part is already reduced: the rule merges runs to their ends
-        counts, first, last = premerge_range(counts)
+        counts, first, last = _premerge(counts)
         lo, hi = lo[first], hi[last]
-    res = modl_partition(counts, exact_max=exact_max)
+    # The parts come from premerge_range (or _binary_counts): checked counts.
+    res = _partition(counts, exact_max=exact_max)
     starts = np.asarray(res.cuts, dtype=np.int64)
     ends = np.append(starts[1:], counts.shape[0]) - 1
     return lo[starts], hi[ends], np.asarray(res.interval_counts), float(res.cost), res.exact
