@@ -182,7 +182,8 @@ def fit_phases() -> None:
         setattr(mod, name, timed)
 
     wrap(discretize, "_binary_counts", "count table of the range, pure-run merge")
-    wrap(discretize, "_partition" if hasattr(discretize, "_partition") else "modl_partition", "modl_partition")
+    partition = "_partition" if hasattr(discretize, "_partition") else "modl_partition"
+    wrap(discretize, partition, "modl_partition")
     wrap(modl, "_two_starts", "  both starts (greedy, then post-opt | top-down)")
     wrap(modl, "_greedy_path", "    greedy path (first gains, merges)")
     wrap(modl, "_coarse_top_down", "    top-down start (second thread)")
