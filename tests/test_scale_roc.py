@@ -72,6 +72,28 @@ def test_sampled_roc_is_exact_points_hull_and_ends(decimals, opts):
             assert len(rep.roc) >= min(k, full.n_distinct + 1) - len(full.roc_hull)
 
 
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("opts", [{}, SPILL], ids=["one range", "spilled ranges"])
+def test_sampled_roc_with_float_weights_ends_exactly_at_one(seed, opts):
+    """With float weights the sampled curve still ends at (1, 1) exactly and stays within it.
+
+    As scikit-learn's roc_curve (tps / tps[-1]); summing the ranges' totals
+    apart from their cumulative sums left ends like 0.9999999999999921 and
+    points at 1.0000000000000064.
+    """
+    df = frame(60_000, None, seed=seed, weighted=True)
+    rep = distcal.evaluate(df, weight_col="w", roc_points=300, **opts)
+    assert not rep.roc_complete
+    fpr, tpr = rep.roc["fpr"].to_numpy(), rep.roc["tpr"].to_numpy()
+    assert (fpr[-1], tpr[-1]) == (1.0, 1.0) and fpr.max() == tpr.max() == 1.0
+    assert np.all(np.diff(fpr) >= 0) and np.all(np.diff(tpr) >= 0)
+    hull = rep.roc_hull
+    assert (hull["fpr"].iloc[-1], hull["tpr"].iloc[-1]) == (1.0, 1.0)
+    full = distcal.evaluate(df, weight_col="w", roc_points=None, **opts)
+    np.testing.assert_allclose(rep.roc_hull.to_numpy(), full.roc_hull.to_numpy(), rtol=0,
+                               atol=1e-12)
+
+
 def test_points_are_spread_evenly_in_rank():
     df = frame(50_000, None, seed=3)
     full = distcal.evaluate(df, roc_points=None, **SPILL)

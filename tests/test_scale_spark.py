@@ -47,8 +47,8 @@ def test_evaluate_threshold_fit_on_2e6_rows_865k_distinct_under_8m_results():
     assert out["n_rows"] == out["model_rows"] == 2_000_000
     assert 850_000 < out["n_distinct"] <= 880_000
     assert not out["complete"] and out["roc"] <= 1000 and out["hull"] > 2
-    # (1, 1) up to the rounding of sums of float weights
-    assert out["ends"][0] == [0.0, 0.0] and out["ends"][1:] == pytest.approx([1.0, 1.0], abs=1e-12)
+    # (1, 1) exactly, float weights and all
+    assert out["ends"] == [[0.0, 0.0], 1.0, 1.0]
     # labels ~ Bernoulli(p), p uniform: AUC = P(p+ > p-) = 5/6 in expectation
     assert abs(out["auc"] - 5 / 6) < 3e-3
     assert abs(out["threshold"] - 1 / 3) < 0.02 and out["blocks"] > 10

@@ -225,11 +225,16 @@ def roc_plan(parts: list[dict[str, Any]], firsts: list[float], roc_points: int
     most ``roc_points`` points (unless the hull alone has more).
     """
     d = [q["d"] for q in parts]
-    tp_r = [q["y"] for q in parts]
-    fp_r = [q["n"] for q in parts]
+    # A range's offsets are its own last cumulative sums (its candidates end
+    # at its last point), not its totals summed apart: a range's last point
+    # is then, to the bit, where the range below starts, the curve is
+    # monotone, and it ends exactly at (1, 1) as scikit-learn's does
+    # (tps / tps[-1]); with float weights the two sums differ in the last bits.
+    tp_r = [float(q["roc"]["tp"][-1]) if len(q["roc"]["j"]) else 0.0 for q in parts]
+    fp_r = [float(q["roc"]["fp"][-1]) if len(q["roc"]["j"]) else 0.0 for q in parts]
     total = int(sum(d))
     cand = _to_global([q["roc"] for q in parts], d, tp_r, fp_r)
-    p_total, n_total = float(sum(tp_r)), float(sum(fp_r))
+    p_total, n_total = float(cand["tp"][-1]), float(cand["fp"][-1])
     if p_total > 0.0 and n_total > 0.0 and cand["i"].shape[0] > 1:
         # the candidates' segments, ascending, for the same PAV as roc_hull
         steps = _hull_steps(np.diff(cand["tp"])[::-1], np.diff(cand["fp"])[::-1])
