@@ -3,14 +3,16 @@
 Usage:
     python bench/modl.py [--engine local|spark] [--rows 1e7] [--distinct 1e4 1e6]
                          [--repeat 3] [--ab REF] [--subsamples 20] [--no-warm-up]
+                         [--local-parquet]
 
 Data: ``--rows`` rows whose scores are drawn uniformly from ``--distinct``
 fixed scores (uniform on [0, 1]), labels ~ Bernoulli(score^2), written to
 one Parquet file per size in a temporary directory. For each size:
 
 * ``fit(method="modl")`` and ``fit(method="isotonic")`` on the same data
-  (local: an in-memory pandas DataFrame; spark: ``spark.read.parquet`` of
-  the file, nothing cached), median of ``--repeat`` runs, and their ratio
+  (local: an in-memory pandas DataFrame, or with ``--local-parquet`` the
+  Parquet file's path, read by the fit as ``distcal fit`` does; spark:
+  ``spark.read.parquet`` of the file, nothing cached), median of ``--repeat`` runs, and their ratio
   (target: MODL <= 2x isotonic); locally also the CPU seconds of all the
   process's threads (median of ``--repeat`` more runs), which a loaded
   machine does not inflate as it does the wall time;
@@ -144,6 +146,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--ab", default=None, help="git revision to compare modl_partition with")
     ap.add_argument("--subsamples", type=int, default=20)
+    ap.add_argument("--local-parquet", action="store_true",
+                    help="local engine: fit the Parquet file's path, not a DataFrame")
     ap.add_argument("--no-warm-up", action="store_true",
                     help="time without loading the compiled kernels first")
     args = ap.parse_args()
@@ -159,17 +163,23 @@ def main() -> None:
               f"{modl._JIT_MIN_ROWS // 10:,} rows")
     spark = session() if args.engine == "spark" else None
     rows = int(args.rows)
-    print(f"# {args.engine}, {rows:.0e} rows, median of {args.repeat}, seconds")
+    source = " from Parquet" if spark is None and args.local_parquet else ""
+    print(f"# {args.engine}{source}, {rows:.0e} rows, median of {args.repeat}, seconds")
     with tempfile.TemporaryDirectory(prefix="distcal-bench-modl-") as tmp:
         for distinct in map(int, args.distinct):
             s, y = make_data(rows, distinct)
-            if spark is None:
+            path = os.path.join(tmp, f"d{distinct}.parquet")
+            if spark is None and not args.local_parquet:
                 data = pd.DataFrame({"score": s, "label": y})
 
                 def read(data: object = data) -> object:
                     return data
+            elif spark is None:
+                pq.write_table(pa.table({"score": s, "label": y}), path, row_group_size=1 << 20)
+
+                def read(path: str = path) -> object:
+                    return path
             else:
-                path = os.path.join(tmp, f"d{distinct}.parquet")
                 pq.write_table(pa.table({"score": s, "label": y}), path, row_group_size=1 << 20)
 
                 def read(path: str = path) -> object:

@@ -298,30 +298,43 @@ def _exact_starts(C: np.ndarray) -> np.ndarray:
     if K == 1 or J == 1:
         return np.zeros(1, dtype=np.intp)
     P = np.vstack([np.zeros((1, J)), np.cumsum(C, axis=0, dtype=np.float64)])
-    # F[u, v] = f(rows u..v-1) for u < v, computed on the upper triangle only.
+    # G[v, u] = f(rows u..v-1) for u < v (the lower triangle; inf above):
+    # the recurrences below take minima over u, along G's rows, contiguous.
     iu, iv = np.triu_indices(K + 1, 1)
     d = P[iv] - P[iu]
-    F = np.full((K + 1, K + 1), np.inf)
-    F[iu, iv] = _gammaln_int(d.sum(axis=1) + J) - gammaln(J) - _gammaln_int(d + 1.0).sum(axis=1)
+    G = np.full((K + 1, K + 1), np.inf)
+    G[iv, iu] = _gammaln_int(d.sum(axis=1) + J) - gammaln(J) - _gammaln_int(d + 1.0).sum(axis=1)
     log_n = math.log(N)
-    # Lower bound on sum f over any partition into k intervals: each interval
-    # has log C(N_i+J-1, J-1) >= log J, and merging rows never lowers the
-    # multinomial terms, whose least sum is that of the single rows.
+    # Lower bounds on sum f over any partition into k intervals, so that the
+    # loop stops once the prior g(k), which grows with k, makes every larger
+    # k dearer than the best found. (a) Each interval has log C(N_i+J-1,
+    # J-1) >= log J, and merging rows never lowers the multinomial terms,
+    # whose least sum is that of the single rows: k log J + m0. (b) The
+    # least sum of f over partitions with any number of intervals, E(K) of
+    # E(v) = min_u E(u) + f(rows u..v-1): one O(K^2) pass, and far tighter
+    # (on 1,000 rows of ~10^3 instances the loop stops at k = 41 instead of
+    # 452 for an optimum of 34 intervals). Lowered by 1e-9 relative for
+    # the rounding of sums taken in another order; stopping later changes
+    # nothing, since larger k only replace the best when strictly cheaper.
     m0 = float((gammaln(C.sum(axis=1) + 1.0) - gammaln(C + 1.0).sum(axis=1)).sum())
     log_j = math.log(J)
+    E = np.zeros(K + 1)
+    for v in range(1, K + 1):
+        E[v] = np.min(E[:v] + G[v, :v])
+    any_k = float(E[K]) - 1e-9 * max(1.0, abs(float(E[K])))
 
-    D = F[0].copy()  # D_1(v)
+    D = G[:, 0].copy()  # D_1(v)
     best, best_k = log_n + _log_prior_intervals(N, 1) + D[K], 1
     back: list[np.ndarray] = [np.zeros(0, dtype=np.intp)] * 2
     for k in range(2, K + 1):
-        if log_n + _log_prior_intervals(N, k) + k * log_j + m0 >= best:
+        if log_n + _log_prior_intervals(N, k) + max(k * log_j + m0, any_k) >= best:
             break
-        # D_k(v) for v in [k, K] from D_{k-1}(u), u in [k-1, v-1]: row u of F
-        # is inf left of u+1, so one min over the whole column is the recurrence.
-        sub = D[k - 1:K, None] + F[k - 1:K, k:K + 1]
-        arg = np.argmin(sub, axis=0)
+        # D_k(v) for v in [k, K] from D_{k-1}(u), u in [k-1, v-1]: row v of G
+        # is inf from u = v on, so one min over the whole row is the recurrence.
+        sub = G[k:K + 1, k - 1:K] + D[k - 1:K]
+        arg = np.argmin(sub, axis=1)
         Dn = np.full(K + 1, np.inf)
-        Dn[k:] = sub[arg, np.arange(K + 1 - k)]
+        Dn[k:] = sub[np.arange(K + 1 - k), arg]
         back.append(arg + (k - 1))
         D = Dn
         c = log_n + _log_prior_intervals(N, k) + D[K]
