@@ -90,6 +90,22 @@ SpanKernel = Callable[[np.ndarray, np.ndarray, int, int, int, np.ndarray], np.nd
 # a constant so that the driver holds nothing proportional to the rows;
 # the spans priced after the first passes are far shorter than N.
 _MEMO = 1 << 20
+_MEMO_ARRAY: list[np.ndarray] = []
+
+
+def _shared_memo() -> np.ndarray:
+    """The process's log-gamma memo for the compiled cut pricing (NaN: not computed yet).
+
+    One for every post-optimisation, also for the two that run at once: an
+    entry, once set, is scipy's gammaln of its index whoever set it, so
+    results cannot depend on sharing (two threads that both find NaN write
+    the same value; 8-byte stores are whole). Sharing spares each call
+    filling 8 MiB, and each thread the values the other computed: the two
+    post-optimisations price the same integers.
+    """
+    if not _MEMO_ARRAY:
+        _MEMO_ARRAY.append(np.full(_MEMO, np.nan))
+    return _MEMO_ARRAY[0]
 
 
 @dataclass(frozen=True)
@@ -983,8 +999,7 @@ class _Sides:
     def __init__(self, P: list[np.ndarray], f_from: SpanKernel, f_to: SpanKernel) -> None:
         self.P0, self.P1 = P
         self.f_from, self.f_to = f_from, f_to
-        n = int(self.P0[-1] + self.P1[-1])
-        self.memo = np.full(min(n + 3, _MEMO), np.nan)
+        self.memo = _shared_memo()
         self.left: dict[int, np.ndarray] = {}   # lo -> f(lo..t-1), t = lo+1, lo+2, ...
         self.right: dict[int, np.ndarray] = {}  # hi -> f(t..hi-1), t = ..., hi-2, hi-1
 
