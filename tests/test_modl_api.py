@@ -114,6 +114,12 @@ def test_cli_fit_modl_and_discretize(tmp_path):
     assert json.loads(r.stdout)["cost"] == pytest.approx(expect.attrs["cost"], rel=1e-12)
     written = pd.read_parquet(tmp_path / "d.parquet")
     assert written["n"].tolist() == expect["n"].tolist()
+    # MODL counts rows: a weight column it would ignore is refused, and nothing is written.
+    r = subprocess.run([sys.executable, "-m", "distcal", "discretize", "--input", str(path),
+                        "--weight-col", "score", "--output", str(tmp_path / "w.parquet")],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--weight-col" in r.stderr
+    assert not (tmp_path / "w.parquet").exists()
 
 
 @pytest.mark.spark

@@ -78,6 +78,14 @@ def test_readme_threshold_example_prints_the_papers_answer(tmp_path):
     assert r.stdout.split() == ["2.0", "-5.0"]
 
 
+def test_readme_modl_example_prints_its_tables(tmp_path):
+    example = next(b for b in readme_blocks("python") if 'method="modl"' in b)
+    table = next(b for b in readme_blocks("") if "bad  fair  good" in b)
+    r = run_block(example, tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == table.strip()
+
+
 def test_readme_centered_example_prints_its_table(tmp_path):
     example = next(b for b in readme_blocks("python") if 'interpolation in ("step"' in b)
     table = next(b for b in readme_blocks("") if "centered           AUC" in b)

@@ -92,9 +92,15 @@ OPTIONS: tuple[Option, ...] = (
            "repeat to compare several (default: none)", commands=("evaluate",), repeat=True),
     Option("label-col", str, f"label column: 0/1 or rates in [0, 1] (default: "
            f"{DEFAULTS.label_col})",
-           commands=("fit", "apply", "evaluate", "threshold", "discretize"),
+           commands=("fit", "apply", "evaluate", "threshold"),
            default=DEFAULTS.label_col),
-    Option("weight-col", str, "row weight column (default: none, every weight 1)"),
+    Option("label-col", str, f"class label column: any labels, numbers or strings, each "
+           f"value a class (default: {DEFAULTS.label_col})", commands=("discretize",),
+           default=DEFAULTS.label_col),
+    # Not for discretize: MODL counts rows (unit weights), and a weight column
+    # it would ignore must not be accepted.
+    Option("weight-col", str, "row weight column (default: none, every weight 1)",
+           commands=("fit", "apply", "evaluate", "threshold")),
     Option("loss-col", str, "per-row loss of predicting positive, instead of labels and "
            "costs (default: none)", commands=("threshold",)),
     Option("output-col", str, f"column to add (default: {DEFAULTS.output_col})",
