@@ -8,6 +8,7 @@ the greedy path (exact_max=0 is implied by V > 1000 reduced rows), compiled
     python bench/modl_core.py --compile 100000
     python bench/modl_core.py --phases REF
     python bench/modl_core.py --fit-phases
+    python bench/modl_core.py --starts
 
 ``--phases REF`` times the phases of ``modl_partition`` (thread CPU
 seconds, best of three; the machine is shared) on the count table of
@@ -21,6 +22,12 @@ isotonic fit on the same data before each run as the anchor, median run
 of three: wall and thread CPU of the phases (the pooling into the
 distinct-score table is the rest of the fit). Run it with another tree on
 PYTHONPATH to get that tree's breakdown.
+
+``--starts`` times the two post-optimisations of ``modl_partition`` (from
+greedy's partition, and the top-down start on greedy's coarse intervals)
+on that same 1e6-score table, each alone and both side by side in two
+threads as ``modl_partition`` runs them: wall and thread CPU seconds, four
+rounds.
 
 ``--compile V`` runs fresh processes on one table of V rows: with an empty
 numba cache (import + compilation on the first call), then with the cache
@@ -237,11 +244,49 @@ def compile_times(v: int) -> None:
             print(f"V={v:,d}, {label}: {out}")
 
 
+def starts() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from modl import count_table, make_data  # bench/modl.py
+
+    C = modl.premerge_range(count_table(*make_data(10**7, 10**6)))[0]
+    K = C.shape[0]
+    saved, modl._JIT_MIN_ROWS = modl._JIT_MIN_ROWS, 0
+    modl.modl_partition(C[:3000], exact_max=0)  # load the kernels
+    modl._JIT_MIN_ROWS = saved
+    removed, steps = modl._greedy_path(C, True)
+    kept = modl._kept_starts(K, removed, steps, True)
+
+    def timed(fn, *args):  # type: ignore[no-untyped-def]
+        w, c = time.perf_counter(), time.thread_time()
+        fn(*args)
+        return time.perf_counter() - w, time.thread_time() - c
+
+    print("# uptime:", subprocess.check_output(["uptime"], text=True).strip())
+    print(f"# K={K:,}; (wall, thread CPU) seconds")
+    with ThreadPoolExecutor(1) as pool:
+        for _ in range(4):
+            a = timed(modl._post_optimise, C, kept)
+            b = timed(modl._coarse_top_down, C, removed, kept.shape[0])
+            w0 = time.perf_counter()
+            other = pool.submit(timed, modl._coarse_top_down, C, removed, kept.shape[0])
+            c = timed(modl._post_optimise, C, kept)
+            d = other.result()
+            pair = time.perf_counter() - w0
+            print(f"  alone: from greedy ({a[0]:.3f}, {a[1]:.3f}) top-down ({b[0]:.3f}, "
+                  f"{b[1]:.3f}) | side by side: ({c[0]:.3f}, {c[1]:.3f}) ({d[0]:.3f}, "
+                  f"{d[1]:.3f}), pair {pair:.3f}")
+    print("# uptime:", subprocess.check_output(["uptime"], text=True).strip())
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--child"]:
         child(int(sys.argv[2]))
     elif sys.argv[1:2] == ["--fit-phases"]:
         fit_phases()
+    elif sys.argv[1:2] == ["--starts"]:
+        starts()
     elif sys.argv[1:2] == ["--phases"]:
         phases(sys.argv[2])
     elif sys.argv[1:2] == ["--compile"]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sklearn.isotonic import IsotonicRegression
@@ -128,6 +129,7 @@ def test_pooling_paths_agree(df):
     np.testing.assert_allclose(a.positives, b.positives, rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_large_pooling_paths_agree():
     """The threaded hash path and the key path on inputs past their size cut-offs."""
     rng = np.random.default_rng(0)

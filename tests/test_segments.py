@@ -441,6 +441,7 @@ def test_evaluate_by_segments_equal_sklearn_per_group(n_segments, n):
     assert rep.n_rows == len(df) and rep.segments.n_rows.sum() == len(df) - 11
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.integers(0, 4), st.sampled_from([0.0, 0.1, 0.35, 0.5, 0.9, 1.0]),
                           st.integers(0, 1), st.integers(1, 3)), min_size=1, max_size=60))
