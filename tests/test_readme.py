@@ -63,12 +63,18 @@ def test_readme_block_runs(block, tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
 
 
-def test_readme_worked_example_prints_its_table(tmp_path):
-    example = next(b for b in readme_blocks("python") if "points = " in b)
-    table = next(b for b in readme_blocks("") if "SCORE >=" in b)
-    r = run_block(example, tmp_path)
+def assert_example_prints_its_output(code_marker: str, output_marker: str, cwd: Path) -> None:
+    """The README's Python block containing ``code_marker`` prints, exactly, the plain
+    block containing ``output_marker``."""
+    example = next(b for b in readme_blocks("python") if code_marker in b)
+    table = next(b for b in readme_blocks("") if output_marker in b)
+    r = run_block(example, cwd)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == table.strip()
+
+
+def test_readme_worked_example_prints_its_table(tmp_path):
+    assert_example_prints_its_output("points = ", "SCORE >=", tmp_path)
 
 
 def test_readme_threshold_example_prints_the_papers_answer(tmp_path):
@@ -79,16 +85,9 @@ def test_readme_threshold_example_prints_the_papers_answer(tmp_path):
 
 
 def test_readme_modl_example_prints_its_tables(tmp_path):
-    example = next(b for b in readme_blocks("python") if 'method="modl"' in b)
-    table = next(b for b in readme_blocks("") if "bad  fair  good" in b)
-    r = run_block(example, tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == table.strip()
+    assert_example_prints_its_output('method="modl"', "bad  fair  good", tmp_path)
 
 
 def test_readme_centered_example_prints_its_table(tmp_path):
-    example = next(b for b in readme_blocks("python") if 'interpolation in ("step"' in b)
-    table = next(b for b in readme_blocks("") if "centered           AUC" in b)
-    r = run_block(example, tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == table.strip()
+    assert_example_prints_its_output('interpolation in ("step"', "centered           AUC",
+                                     tmp_path)

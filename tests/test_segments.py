@@ -349,13 +349,9 @@ def test_cli_fit_by_and_apply(tmp_path):
 
 @pytest.mark.slow
 def test_readme_segments_example_prints_its_table(tmp_path):
-    from test_readme import readme_blocks, run_block
+    from test_readme import assert_example_prints_its_output
 
-    example = next(b for b in readme_blocks("python") if 'by="market"' in b)
-    table = next(b for b in readme_blocks("") if "market  n_rows" in b)
-    r = run_block(example, tmp_path)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == table.strip()
+    assert_example_prints_its_output('by="market"', "market  n_rows", tmp_path)
 
 
 # -- per-segment evaluation and thresholds (evaluate / optimal_threshold by=) ---------
