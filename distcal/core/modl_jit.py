@@ -319,7 +319,7 @@ def _greedy(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.ndarray,
     H = _aligned_rows(2 * K + _OFF + 1, 2)
     size = 0
     removed = np.empty(K - 1, dtype=np.int64)
-    steps = np.empty(K - 1)
+    steps = np.empty(0 if rec else K - 1)  # a part's steps are not returned
     nrec = K - 1 if rec else 0
     rec_left = np.empty(nrec, dtype=np.int64)
     rec_key = np.empty(nrec)
@@ -348,18 +348,23 @@ def _greedy(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.ndarray,
                     size = _drop_stale(H, size, R, Ri)
                 continue
         # The same expression as the Python loop: (I-1)/(N+I-1) of two ints
-        # exact as floats is the correctly rounded quotient in both.
-        shift = math.log((I - 1) / (N + I - 1))
-        if R[s, _F_GAIN] + shift >= 0.0 and not to_end:
-            break
+        # exact as floats is the correctly rounded quotient in both. A part
+        # (``rec``) merges to one interval and its steps are not returned:
+        # no logarithm there (I is the part's, not the table's, anyway).
+        shift = 0.0
+        if not rec:
+            shift = math.log((I - 1) / (N + I - 1))
+            if R[s, _F_GAIN] + shift >= 0.0 and not to_end:
+                break
         r = Ri[s, _F_NXT]
         fm = R[s, _F_FPAIR]
         removed[m] = r
         delta = fm - R[s, _F_FV] - R[r, _F_FV]
         # delta + shift rounds as the one expression fm - fv_s - fv_r + shift
         # (IEEE operations left to right; nothing is fused).
-        steps[m] = delta + shift
-        if rec:
+        if not rec:
+            steps[m] = delta + shift
+        else:
             rec_left[m] = s
             rec_key[m] = R[s, _F_GAIN]
             rec_delta[m] = delta
@@ -570,15 +575,32 @@ _NONE = 1 << 62
 
 @njit(cache=True, nogil=True, inline="always")
 def _head(p: int, ptr: np.ndarray, offs: np.ndarray, key: np.ndarray, left: np.ndarray,
-          B: np.ndarray, hk: np.ndarray, hs: np.ndarray) -> None:
-    """Set (hk[p], hs[p]) to part p's next merge, or to (inf, _NONE) if it has none left."""
+          B: np.ndarray, ck: np.ndarray, cs: np.ndarray) -> None:
+    """Set candidate p to part p's next merge, or to (inf, _NONE) if it has none left."""
     i = ptr[p]
     if i < offs[p + 1]:
-        hk[p] = key[i]
-        hs[p] = left[i] + B[p]
+        ck[p] = key[i]
+        cs[p] = left[i] + B[p]
     else:
-        hk[p] = np.inf
-        hs[p] = _NONE
+        ck[p] = np.inf
+        cs[p] = _NONE
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _replay(tree: np.ndarray, L: int, c: int, ck: np.ndarray, cs: np.ndarray) -> None:
+    """Candidate c changed: recompute the winners on its path to the root of the tournament.
+
+    tree[L + c] is leaf c (the candidate itself; -1 pads); node n holds the
+    lesser (gain, left row) of its two children's winners.
+    """
+    n = (L + c) >> 1
+    while n >= 1:
+        a = tree[2 * n]
+        b = tree[2 * n + 1]
+        if a < 0 or (b >= 0 and _before(ck[b], cs[b], ck[a], cs[a])):
+            a = b
+        tree[n] = a
+        n >>= 1
 
 
 def interleave(B: np.ndarray, offs: np.ndarray, rem: np.ndarray, left: np.ndarray,
@@ -624,64 +646,69 @@ def _interleave(B: np.ndarray, offs: np.ndarray, rem: np.ndarray, left: np.ndarr
     J = P.shape[1]
     lg_j = _lgamma(float(J))
     ptr = offs[:k].copy()
-    # Across boundary q (before row B[q+1]): the last interval of part q
-    # starts at ls[q], the first of part q+1 ends at re[q].
-    ls = np.empty(max(k - 1, 0), dtype=np.int64)
+    # The candidates, (gain, left row) side by side: 0..k-1 the next merge of
+    # each part ((inf, _NONE) once a part has none left), k + q the pair
+    # across boundary q (before row B[q+1]), whose left interval, the last
+    # of part q, starts at cs[k + q]; the first of part q+1 ends at re[q].
+    n_c = 2 * k - 1
+    ck = np.empty(n_c)
+    cs = np.empty(n_c, dtype=np.int64)
     re = np.empty(max(k - 1, 0), dtype=np.int64)
-    ck = np.empty(max(k - 1, 0))
-    for q in range(k - 1):
-        ls[q] = B[q + 1] - 1
-        re[q] = B[q + 1] + 1
-        ck[q] = _pair(P, ls[q], B[q + 1], re[q], f_row, f_pair, keys, lg_j, table)[0]
-    # The next merge of each part, (gain, left row), side by side for the
-    # scan below; (inf, _NONE) once a part has none left (no candidate).
-    hk = np.empty(k)
-    hs = np.empty(k, dtype=np.int64)
     for p in range(k):
-        _head(p, ptr, offs, key, left, B, hk, hs)
+        _head(p, ptr, offs, key, left, B, ck, cs)
+    for q in range(k - 1):
+        cs[k + q] = B[q + 1] - 1
+        re[q] = B[q + 1] + 1
+        ck[k + q] = _pair(P, cs[k + q], B[q + 1], re[q], f_row, f_pair, keys, lg_j, table)[0]
+    # The least candidate is kept by a tournament tree (a winner tree over
+    # the candidates): a merge changes one part's candidate and at most two
+    # crossing pairs, each replayed in log2(2k) steps, where a scan of all
+    # 2k - 1 candidates per merge made many small parts slower than a few
+    # large ones (measured: 256 parts took seven times as long to interleave).
+    L = 1
+    while L < n_c:
+        L *= 2
+    tree = np.full(2 * L, -1, dtype=np.int64)
+    tree[L:L + n_c] = np.arange(n_c)
+    for n in range(L - 1, 0, -1):
+        a = tree[2 * n]
+        b = tree[2 * n + 1]
+        if a < 0 or (b >= 0 and _before(ck[b], cs[b], ck[a], cs[a])):
+            a = b
+        tree[n] = a
     removed = np.empty(K - 1, dtype=np.int64)
     steps = np.empty(K - 1)
     m = 0
     I = K
     crossed = False
     while I > 1:
-        # The least candidate by a scan of contiguous arrays: with up to 32
-        # parts as cheap as a tournament tree here (measured), less to compile.
-        bk = np.inf
-        bs = _NONE
-        who = -1
-        for p in range(k):
-            if _before(hk[p], hs[p], bk, bs):
-                bk = hk[p]
-                bs = hs[p]
-                who = p
-        for q in range(k - 1):
-            if _before(ck[q], ls[q], bk, bs):
-                bk = ck[q]
-                bs = ls[q]
-                who = k + q
-        if who < 0:
+        who = tree[1]
+        if ck[who] == np.inf:  # every part done and no pair across (one part)
             break
         if who >= k:
             crossed = True
             break
+        bs = cs[who]
         shift = math.log((I - 1) / (N + I - 1))
-        if bk + shift >= 0.0 and not to_end:
+        if ck[who] + shift >= 0.0 and not to_end:
             break
         p = who
         i = ptr[p]
         ptr[p] += 1
-        _head(p, ptr, offs, key, left, B, hk, hs)
+        _head(p, ptr, offs, key, left, B, ck, cs)
+        _replay(tree, L, p, ck, cs)
         r = rem[i] + B[p]
         removed[m] = r
         steps[m] = delta[i] + shift
         m += 1
         I -= 1
-        if p < k - 1 and r == ls[p]:  # the last interval of part p grew leftwards
-            ls[p] = bs
-            ck[p] = _pair(P, ls[p], B[p + 1], re[p], f_row, f_pair, keys, lg_j, table)[0]
+        if p < k - 1 and r == cs[k + p]:  # the last interval of part p grew leftwards
+            cs[k + p] = bs
+            ck[k + p] = _pair(P, bs, B[p + 1], re[p], f_row, f_pair, keys, lg_j, table)[0]
+            _replay(tree, L, k + p, ck, cs)
         if p > 0 and bs == B[p]:  # the first interval of part p grew rightwards
             re[p - 1] = after[i] + B[p]
-            ck[p - 1] = _pair(P, ls[p - 1], B[p], re[p - 1], f_row, f_pair, keys, lg_j,
-                              table)[0]
+            ck[k + p - 1] = _pair(P, cs[k + p - 1], B[p], re[p - 1], f_row, f_pair, keys,
+                                  lg_j, table)[0]
+            _replay(tree, L, k + p - 1, ck, cs)
     return removed[:m], steps[:m], ptr - offs[:k], crossed
