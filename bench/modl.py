@@ -158,7 +158,11 @@ def main() -> None:
     if not args.no_warm_up and modl._jit_kernels() is not None:
         # A long-lived process: the kernels are loaded once (about 1.5 s), after
         # which tables from 2,000 rows take them (modl._compiled).
-        modl_partition(count_table(*make_data(200_000, 20_000, seed=9)))
+        # 40,000 scores of ~10 rows: ~30,000 mixed rows, above the compiled
+        # path's threshold (a table of 20,000 scores, used before, fell below
+        # it once pure runs were merged, so nothing was loaded).
+        modl_partition(count_table(*make_data(400_000, 40_000, seed=9)))
+        assert modl._JIT_WARM, "the warm-up table did not take the compiled path"
         print(f"# kernels loaded before timing; then compiled from "
               f"{modl._JIT_MIN_ROWS // 10:,} rows")
     spark = session() if args.engine == "spark" else None

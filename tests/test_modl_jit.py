@@ -405,3 +405,71 @@ def test_importing_modl_does_not_import_numba():
             "print('numba' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert out.stdout.strip() == "False"
+
+
+# ----------------------------------------------------------------------------
+# Windows solved exactly: the compiled DP against its numpy twin
+# ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["heavy", "ties", "noise", "huge"])
+def test_windows_dp2_equals_numpy(kind):
+    """F and the k-partitions of runs of overlapping windows, bit for bit; fresh and filled memo.
+
+    Consecutive spans share rows (the kernel copies those values instead of
+    recomputing them), some do not, some are single rows; 'huge' rows (half
+    a million instances) put log-gamma arguments beyond the memo: the
+    kernel's checked path.
+    """
+    rng = np.random.default_rng(len(kind))
+    if kind == "huge":
+        n = rng.integers(400_000, 600_000, 80)
+        pos = rng.binomial(n, np.sort(rng.random(80)))
+        C = np.column_stack([n - pos, pos]).astype(np.int64)
+    else:
+        C = np.ascontiguousarray(mixed_table(rng, 1500, 2, kind), dtype=np.int64)
+    K = C.shape[0]
+    Pi = np.vstack([np.zeros((1, 2), dtype=np.int64), np.cumsum(C, axis=0)])
+    P = [Pi[:, j].astype(np.float64) for j in range(2)]
+    fresh = np.full(modl._MEMO, np.nan)
+    for trial in range(6):
+        cuts = np.sort(rng.choice(np.arange(1, K), int(rng.integers(3, 12)), replace=False))
+        bounds = [0, *cuts.tolist(), K]
+        w = int(rng.integers(1, 4))
+        spans = [(bounds[i], bounds[i + w]) for i in range(len(bounds) - w)
+                 if bounds[i + w] - bounds[i] <= 400]
+        if trial == 0:
+            spans = [(5, 6), (5, 9), (7, 9)]  # one row; then sharing a start, an end
+        if not spans:
+            continue
+        kmax = int(rng.integers(1, 7))
+        lo = np.asarray([a for a, _ in spans], dtype=np.int64)
+        hi = np.asarray([b for _, b in spans], dtype=np.int64)
+        memo, filled = ((fresh, np.zeros(1, dtype=np.int64)) if trial % 2
+                        else (modl._shared_memo(), modl._MEMO_FILLED))
+        side = int((hi - lo).max()) + 1
+        F2, S2 = modl_jit.windows_dp2(P[0], P[1], lo, hi, kmax, memo, filled,
+                                      np.empty(side * side), np.empty(side * side))
+        for i, (a, b) in enumerate(spans):
+            F, S = modl._window_dp(P, a, b, kmax)
+            k = F.shape[0]
+            assert F.tolist() == F2[i, :k].tolist()  # floats equal, not close
+            assert np.isinf(F2[i, k:]).all()
+            assert S.tolist() == S2[i, :k, :k - 1].tolist()
+
+
+def test_partition_with_windows_compiled_equals_python(monkeypatch):
+    """modl_partition on 3,000 heavy rows whose windows change the result: both paths alike."""
+    rng = np.random.default_rng(41)
+    s = np.sort(rng.random(3000))
+    n = rng.poisson(300, 3000) + 1
+    pos = rng.binomial(n, s * s)
+    C = np.column_stack([n - pos, pos]).astype(np.int64)
+    monkeypatch.setattr(modl, "_JIT_MIN_ROWS", 0)
+    compiled = modl.modl_partition(C, exact_max=0)
+    monkeypatch.setattr(modl, "_JIT_MIN_ROWS", 10**12)
+    python = modl.modl_partition(C, exact_max=0)
+    assert compiled.cuts.tolist() == python.cuts.tolist() and compiled.cost == python.cost
+    monkeypatch.setattr(modl, "_refine_windows", lambda C, starts: starts)
+    without = modl.modl_partition(C, exact_max=0)
+    assert without.cost > python.cost + 1e-6  # the windows did work here

@@ -34,7 +34,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import get_cython_function_address
 
-__all__ = ["f_from2", "f_to2", "greedy_merges", "greedy_record", "interleave"]
+__all__ = ["f_from2", "f_to2", "greedy_merges", "greedy_record", "interleave", "windows_dp2"]
 
 # scipy's own gammaln (the function behind the scipy.special.gammaln ufunc
 # that the numpy post-optimisation uses), called from compiled code by name:
@@ -712,3 +712,109 @@ def _interleave(B: np.ndarray, offs: np.ndarray, rem: np.ndarray, left: np.ndarr
                                   lg_j, table)[0]
             _replay(tree, L, k + p - 1, ck, cs)
     return removed[:m], steps[:m], ptr - offs[:k], crossed
+
+
+# ----------------------------------------------------------------------------
+# Exact re-partition of a window of rows (modl._refine_windows)
+# ----------------------------------------------------------------------------
+
+@njit(cache=True, nogil=True)
+def windows_dp2(P0: np.ndarray, P1: np.ndarray, lo: np.ndarray, hi: np.ndarray, kmax: int,
+                memo: np.ndarray, filled: np.ndarray, buf_a: np.ndarray, buf_b: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Least sum of f over partitions of rows lo[i]..hi[i]-1 into k = 1..kmax intervals; J = 2.
+
+    For each span i, the dynamic programme of modl._window_dp (its numpy
+    twin, which this matches bit for bit): with t(u, v) = f(rows u..v-1)
+    by modl._f2's operations (log-gamma values from ``memo``: scipy's
+    gammaln), D_1(v) = t(lo, v), D_k(v) = min over u of t(u, v) +
+    D_{k-1}(u), the first least u on ties. Returns F (spans, kmax + 1),
+    F[i, k] = D_k(hi[i]) (F[i, 0] and k beyond the span's rows: inf), and
+    S (spans, kmax + 1, kmax), S[i, k, :k] the first rows of an optimal
+    k-partition, relative to lo[i].
+
+    Spans come in order of lo and hi (consecutive windows overlap): the
+    values t(u, v) of the previous span's rows that the next one shares
+    are copied, not recomputed (about half of them for windows of four
+    intervals taken one interval apart). ``buf_a``, ``buf_b``: scratch of
+    (longest span + 1)^2 floats each; ``filled[0]``: the memo is known
+    filled from 1 up to it (raised here).
+    """
+    g2 = _gammaln(2.0, 0)
+    m = lo.shape[0]
+    F = np.full((m, kmax + 1), np.inf)
+    S = np.zeros((m, kmax + 1, kmax), dtype=np.int64)
+    # The largest argument of log-gamma in any span: once the memo is
+    # filled up to it, plain loads, no test or call per value, let the
+    # loads overlap (9x faster on heavy rows, whose arguments spread over
+    # MiBs). Entries are set before the mark is raised, and only ever to
+    # gammaln's value, so a thread that reads the mark finds them set.
+    top = 0
+    for i in range(m):
+        top = max(top, int((P0[hi[i]] - P0[lo[i]]) + (P1[hi[i]] - P1[lo[i]]) + 2.0))
+    fast = top < memo.shape[0]
+    if fast and filled[0] < top:
+        for j in range(1, top + 1):
+            if memo[j] != memo[j]:
+                memo[j] = _gammaln(float(j), 0)
+        filled[0] = max(filled[0], top)
+    prev_lo = 0
+    prev_hi = -1  # no previous span
+    cur = buf_a
+    old = buf_b
+    for i in range(m):
+        a = lo[i]
+        n = hi[i] - a
+        km = min(kmax, n)
+        T = cur[:(n + 1) * (n + 1)].reshape((n + 1, n + 1))
+        # T[u, v] = t(a+u, a+v) for u < v; rows u are contiguous in v.
+        shared = min(prev_hi - a, n) if prev_hi >= a and a >= prev_lo else 0
+        if shared > 0:
+            pn = prev_hi - prev_lo
+            To = old[:(pn + 1) * (pn + 1)].reshape((pn + 1, pn + 1))
+            d = a - prev_lo
+            for u in range(shared):
+                for v in range(u + 1, shared + 1):
+                    T[u, v] = To[u + d, v + d]
+        for u in range(n):
+            x0 = P0[a + u]
+            y0 = P1[a + u]
+            first = max(u + 1, shared + 1) if u < shared else u + 1
+            if fast:
+                for v in range(first, n + 1):
+                    x = P0[a + v] - x0
+                    y = P1[a + v] - y0
+                    T[u, v] = ((memo[int(x + y + 2.0)] - g2)
+                               - (memo[int(x + 1.0)] + memo[int(y + 1.0)]))
+            else:
+                for v in range(first, n + 1):
+                    T[u, v] = _f2(P0[a + v] - x0, P1[a + v] - y0, g2, memo)
+        # D[k, v] = D_k(v), rows u taken in order: D_{k-1}(u) is final once
+        # every u' < u has been taken. A strictly lesser value replaces, so
+        # the first least u stays: argmin's rule, as in the numpy twin.
+        D = np.full((km + 1, n + 1), np.inf)
+        back = np.zeros((km + 1, n + 1), dtype=np.int64)
+        for v in range(1, n + 1):
+            D[1, v] = T[0, v]
+        for u in range(1, n):
+            t = T[u]
+            for k in range(2, min(km, u + 1) + 1):
+                du = D[k - 1, u]
+                Dk = D[k]
+                bk = back[k]
+                for v in range(u + 1, n + 1):
+                    c = t[v] + du
+                    less = c < Dk[v]  # selects, no branch: the loop vectorises
+                    Dk[v] = c if less else Dk[v]
+                    bk[v] = u if less else bk[v]
+        for k in range(1, km + 1):
+            F[i, k] = D[k, n]
+        for k in range(2, km + 1):
+            v = n
+            for j in range(k, 1, -1):
+                v = back[j, v]
+                S[i, k, j - 1] = v
+        prev_lo = a
+        prev_hi = hi[i]
+        cur, old = old, cur
+    return F, S
