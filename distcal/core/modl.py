@@ -1374,7 +1374,10 @@ def _refine_windows(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
     # those of solving one after the other.
     from concurrent.futures import ThreadPoolExecutor
 
-    half = (len(spans) + 1) // 2
+    # Split where half of the work (sum of n^2) is done: windows differ in
+    # rows, and the time goes as their square.
+    work = np.cumsum([(b - a) ** 2 for a, b in spans])
+    half = int(np.searchsorted(work, work[-1] / 2)) + 1
     with ThreadPoolExecutor(1) as pool:
         other = pool.submit(solve_all, spans[half:], w + 1)
         mine = solve_all(spans[:half], w + 1)
@@ -1398,7 +1401,14 @@ def _refine_windows(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
                 i += 1
                 continue
             if (a, b, w + 1) not in solved:
-                solved[(a, b, w + 1)] = solve_all([(a, b)], w + 1)[0]
+                # After a change, the next windows are new too and share
+                # rows with this one: solved in the same run.
+                ahead = [(st[j], st[j + w] if j + w < I else K)
+                         for j in range(i, min(i + _WINDOW_INTERVALS, I - w + 1))]
+                ahead = [(x, y) for x, y in ahead
+                         if y - x <= _WINDOW_ROWS and (x, y, w + 1) not in solved]
+                solved.update(((x, y, w + 1), r)
+                              for (x, y), r in zip(ahead, solve_all(ahead, w + 1)))
             F, S = solved[(a, b, w + 1)]
             ks = np.arange(1, F.shape[0])
             cost = np.asarray(_log_prior_intervals(N, I - w + ks)) + F[1:]

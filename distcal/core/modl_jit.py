@@ -749,11 +749,14 @@ def windows_dp2(P0: np.ndarray, P1: np.ndarray, lo: np.ndarray, hi: np.ndarray, 
     # loads overlap (9x faster on heavy rows, whose arguments spread over
     # MiBs). Entries are set before the mark is raised, and only ever to
     # gammaln's value, so a thread that reads the mark finds them set.
+    M = memo.shape[0]
+    tops = np.empty(m, dtype=np.int64)
     top = 0
     for i in range(m):
-        top = max(top, int((P0[hi[i]] - P0[lo[i]]) + (P1[hi[i]] - P1[lo[i]]) + 2.0))
-    fast = top < memo.shape[0]
-    if fast and filled[0] < top:
+        tops[i] = int((P0[hi[i]] - P0[lo[i]]) + (P1[hi[i]] - P1[lo[i]]) + 2.0)
+        if tops[i] < M:  # spans beyond the memo take the checked path
+            top = max(top, tops[i])
+    if filled[0] < top:
         for j in range(1, top + 1):
             if memo[j] != memo[j]:
                 memo[j] = _gammaln(float(j), 0)
@@ -776,6 +779,7 @@ def windows_dp2(P0: np.ndarray, P1: np.ndarray, lo: np.ndarray, hi: np.ndarray, 
             for u in range(shared):
                 for v in range(u + 1, shared + 1):
                     T[u, v] = To[u + d, v + d]
+        fast = tops[i] < M
         for u in range(n):
             x0 = P0[a + u]
             y0 = P1[a + u]
@@ -790,10 +794,11 @@ def windows_dp2(P0: np.ndarray, P1: np.ndarray, lo: np.ndarray, hi: np.ndarray, 
                 for v in range(first, n + 1):
                     T[u, v] = _f2(P0[a + v] - x0, P1[a + v] - y0, g2, memo)
         # D[k, v] = D_k(v), rows u taken in order: D_{k-1}(u) is final once
-        # every u' < u has been taken. A strictly lesser value replaces, so
-        # the first least u stays: argmin's rule, as in the numpy twin.
+        # every u' < u has been taken. Only the least values are kept (a
+        # plain minimum, which vectorises); the path is found afterwards,
+        # taking at each step the first u whose sum equals the minimum:
+        # the first least u, argmin's rule, as in the numpy twin.
         D = np.full((km + 1, n + 1), np.inf)
-        back = np.zeros((km + 1, n + 1), dtype=np.int64)
         for v in range(1, n + 1):
             D[1, v] = T[0, v]
         for u in range(1, n):
@@ -801,18 +806,17 @@ def windows_dp2(P0: np.ndarray, P1: np.ndarray, lo: np.ndarray, hi: np.ndarray, 
             for k in range(2, min(km, u + 1) + 1):
                 du = D[k - 1, u]
                 Dk = D[k]
-                bk = back[k]
                 for v in range(u + 1, n + 1):
-                    c = t[v] + du
-                    less = c < Dk[v]  # selects, no branch: the loop vectorises
-                    Dk[v] = c if less else Dk[v]
-                    bk[v] = u if less else bk[v]
+                    Dk[v] = min(Dk[v], t[v] + du)
         for k in range(1, km + 1):
             F[i, k] = D[k, n]
         for k in range(2, km + 1):
             v = n
             for j in range(k, 1, -1):
-                v = back[j, v]
+                u = j - 1
+                while T[u, v] + D[j - 1, u] != D[j, v]:
+                    u += 1
+                v = u
                 S[i, k, j - 1] = v
         prev_lo = a
         prev_hi = hi[i]
