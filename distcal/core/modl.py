@@ -94,7 +94,7 @@ SpanKernel = Callable[[np.ndarray, np.ndarray, int, int, int, np.ndarray], np.nd
 _MEMO = 1 << 20
 _MEMO_ARRAY: list[np.ndarray] = []
 # The memo is known filled from 1 up to this entry (raised by the windows'
-# kernel, modl_jit.window_dp2, which fills ranges at once).
+# kernel, modl_jit.windows_dp2, and by _gammaln_memo, which fill ranges at once).
 _MEMO_FILLED = np.zeros(1, dtype=np.int64)
 
 
@@ -193,9 +193,11 @@ def _gammaln_memo(x: np.ndarray) -> np.ndarray:
         direct: np.ndarray = gammaln(x)
         return direct
     head = memo[:top + 1]
-    gap = np.flatnonzero(np.isnan(head))
-    if gap.size:
-        head[gap] = gammaln(gap.astype(np.float64))
+    if _MEMO_FILLED[0] < top:  # as modl_jit.windows_dp2: fill, then raise the mark
+        gap = np.flatnonzero(np.isnan(head))
+        if gap.size:
+            head[gap] = gammaln(gap.astype(np.float64))
+        _MEMO_FILLED[0] = max(int(_MEMO_FILLED[0]), top)
     out: np.ndarray = head[i]
     return out
 
@@ -1283,7 +1285,7 @@ def _window_dp(P: list[np.ndarray], a: int, b: int, kmax: int
     F[k] = D_k(n), n = b - a, of D_1(v) = f(rows a..a+v-1), D_k(v) = min
     over u of D_{k-1}(u) + f(rows a+u..a+v-1) (the first least u), and
     S[k, :k] the first rows of that k-partition relative to a: as
-    modl_jit.window_dp2, bit for bit, for any number of classes.
+    modl_jit.windows_dp2, bit for bit, for any number of classes.
     """
     n = b - a
     kmax = min(kmax, n)
@@ -1298,22 +1300,23 @@ def _window_dp(P: list[np.ndarray], a: int, b: int, kmax: int
         dd = np.stack(d, axis=1)
         G[below] = (_gammaln_memo(dd.sum(axis=1) + J) - gammaln(J)
                     - _gammaln_memo(dd + 1.0).sum(axis=1))
+    # Only the least values per k (an add and a minimum per row of G); the
+    # path is found afterwards: at each step the first u whose sum equals
+    # the minimum, argmin's rule (the same sums, so the same floats).
     F = np.full(kmax + 1, np.inf)
-    D = G[:, 0].copy()
-    F[1] = D[n]
-    back = np.zeros((kmax + 1, n + 1), dtype=np.int64)
+    Ds = [np.full(n + 1, np.inf), G[:, 0].copy()]
+    F[1] = Ds[1][n]
     for k in range(2, kmax + 1):
-        sub = G[k:n + 1, k - 1:n] + D[k - 1:n]
-        arg = np.argmin(sub, axis=1)
         D = np.full(n + 1, np.inf)
-        D[k:] = sub[np.arange(n + 1 - k), arg]
-        back[k, k:] = arg + (k - 1)
+        D[k:] = (G[k:n + 1, k - 1:n] + Ds[k - 1][k - 1:n]).min(axis=1)
+        Ds.append(D)
         F[k] = D[n]
     S = np.zeros((kmax + 1, kmax), dtype=np.int64)
     for k in range(2, kmax + 1):
         v = n
         for j in range(k, 1, -1):
-            v = int(back[j, v])
+            sums = G[v, j - 1:v] + Ds[j - 1][j - 1:v]
+            v = j - 1 + int(np.flatnonzero(sums == Ds[j][v])[0])
             S[k, j - 1] = v
     return F, S
 
