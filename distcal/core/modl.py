@@ -1287,38 +1287,66 @@ def _window_dp(P: list[np.ndarray], a: int, b: int, kmax: int
     S[k, :k] the first rows of that k-partition relative to a: as
     modl_jit.windows_dp2, bit for bit, for any number of classes.
     """
-    n = b - a
-    kmax = min(kmax, n)
+    return _windows_dp(P, [(a, b)], kmax)[0]
+
+
+def _windows_dp(P: list[np.ndarray], spans: list[tuple[int, int]], kmax: int
+                ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`_window_dp` of each span; consecutive spans share the f values of their common rows.
+
+    As in the compiled kernel, a span that starts inside the previous one
+    copies the block of G for the rows both hold and computes only the
+    rows beyond (about half of G for windows of four intervals one apart).
+    """
     J = len(P)
-    below = np.tri(n + 1, k=-1, dtype=bool)  # [v, u] with u < v
-    d = [np.subtract.outer(p[a:b + 1], p[a:b + 1])[below] for p in P]
-    G = np.full((n + 1, n + 1), np.inf)
-    if J == 2:
-        G[below] = (_gammaln_memo(d[0] + d[1] + 2.0) - gammaln(2)) - (
-            _gammaln_memo(d[0] + 1.0) + _gammaln_memo(d[1] + 1.0))
-    else:
-        dd = np.stack(d, axis=1)
-        G[below] = (_gammaln_memo(dd.sum(axis=1) + J) - gammaln(J)
-                    - _gammaln_memo(dd + 1.0).sum(axis=1))
-    # Only the least values per k (an add and a minimum per row of G); the
-    # path is found afterwards: at each step the first u whose sum equals
-    # the minimum, argmin's rule (the same sums, so the same floats).
-    F = np.full(kmax + 1, np.inf)
-    Ds = [np.full(n + 1, np.inf), G[:, 0].copy()]
-    F[1] = Ds[1][n]
-    for k in range(2, kmax + 1):
-        D = np.full(n + 1, np.inf)
-        D[k:] = (G[k:n + 1, k - 1:n] + Ds[k - 1][k - 1:n]).min(axis=1)
-        Ds.append(D)
-        F[k] = D[n]
-    S = np.zeros((kmax + 1, kmax), dtype=np.int64)
-    for k in range(2, kmax + 1):
-        v = n
-        for j in range(k, 1, -1):
-            sums = G[v, j - 1:v] + Ds[j - 1][j - 1:v]
-            v = j - 1 + int(np.flatnonzero(sums == Ds[j][v])[0])
-            S[k, j - 1] = v
-    return F, S
+    out = []
+    prev_a, prev_b, prev_G = 0, -1, np.zeros((0, 0))
+    for a, b in spans:
+        n = b - a
+        km = min(kmax, n)
+        G = np.full((n + 1, n + 1), np.inf)  # G[v, u] = f(rows a+u..a+v-1), u < v
+        shared = min(prev_b - a, n) if prev_b >= a >= prev_a else 0
+        if shared > 0:
+            d = a - prev_a
+            G[:shared + 1, :shared + 1] = prev_G[d:d + shared + 1, d:d + shared + 1]
+        if shared < n:
+            # Rows v = shared+1..n of G, every u < v.
+            below = np.arange(n)[None, :] < np.arange(shared + 1, n + 1)[:, None]
+            diff = [np.subtract.outer(p[a + shared + 1:b + 1], p[a:b])[below] for p in P]
+            if J == 2:
+                vals = (_gammaln_memo(diff[0] + diff[1] + 2.0) - gammaln(2)) - (
+                    _gammaln_memo(diff[0] + 1.0) + _gammaln_memo(diff[1] + 1.0))
+            else:
+                dd = np.stack(diff, axis=1)
+                vals = (_gammaln_memo(dd.sum(axis=1) + J) - gammaln(J)
+                        - _gammaln_memo(dd + 1.0).sum(axis=1))
+            block = G[shared + 1:, :n]
+            block[below] = vals
+        # Only the least values per k (an add and a minimum per row of G,
+        # into one scratch array); the path is found afterwards: at each
+        # step the first u whose sum equals the minimum, argmin's rule (the
+        # same sums, so the same floats).
+        F = np.full(km + 1, np.inf)
+        Ds = [np.full(n + 1, np.inf), G[:, 0].copy()]
+        F[1] = Ds[1][n]
+        tmp = np.empty((n, n))
+        for k in range(2, km + 1):
+            m = n + 1 - k
+            sums = np.add(G[k:n + 1, k - 1:n], Ds[k - 1][k - 1:n], out=tmp[:m, :m])
+            D = np.full(n + 1, np.inf)
+            D[k:] = sums.min(axis=1)
+            Ds.append(D)
+            F[k] = D[n]
+        S = np.zeros((km + 1, km), dtype=np.int64)
+        for k in range(2, km + 1):
+            v = n
+            for j in range(k, 1, -1):
+                row = G[v, j - 1:v] + Ds[j - 1][j - 1:v]
+                v = j - 1 + int(np.flatnonzero(row == Ds[j][v])[0])
+                S[k, j - 1] = v
+        out.append((F, S))
+        prev_a, prev_b, prev_G = a, b, G
+    return out
 
 
 def _refine_windows(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -1368,7 +1396,7 @@ def _refine_windows(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
             return [(F[i, :k], S[i, :k, :k - 1]) for i, k in enumerate(ks.tolist())]
     else:
         def solve_all(spans: list[tuple[int, int]], kmax: int) -> Solved:
-            return [_window_dp(P, a, b, kmax) for a, b in spans]
+            return _windows_dp(P, spans, kmax)
 
     # The first pass's windows, solved up front in two threads, each a run
     # of consecutive windows (the compiled DP reuses what neighbours share;
