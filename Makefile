@@ -52,7 +52,7 @@ setup:
 # Everything: lint and types, the whole suite (Spark, Dask clusters, Airflow,
 # a browser, the 1 GB fixture, every README block) and the package's doctests.
 test: setup
-	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder tests
+	$(PYTEST) -n 2 --dist loadfile --no-loadscope-reorder --durations=40 tests
 	$(PYTEST) --doctest-modules distcal
 
 # The development loop: no Spark, no Dask cluster, no large files, no new
