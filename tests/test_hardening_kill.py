@@ -67,7 +67,11 @@ def temporaries(d: Path, name: str) -> list[str]:
 def check_complete(path: Path, model) -> str:
     """'old' or 'new': the whole file read back, every row consistent with the model."""
     assert path.exists(), "the target vanished"
-    table = pq.read_table(path)  # reads every row group: a torn file fails here
+    # One open: pq.read_table(path) opens the path twice (the footer, then the
+    # pages), so a rename between the two would pair one file's footer with
+    # the other's pages: a reader's race, not a torn file.
+    with open(path, "rb") as f:
+        table = pq.read_table(f)  # reads every row group: a torn file fails here
     assert table.schema.names == ["score", "label", "pad", "calibrated"]
     assert table.num_rows in (N_OLD, N_NEW), table.num_rows
     score = table.column("score").to_numpy()
