@@ -12,10 +12,11 @@ one Parquet file per size in a temporary directory. For each size:
 * ``fit(method="modl")`` and ``fit(method="isotonic")`` on the same data
   (local: an in-memory pandas DataFrame, or with ``--local-parquet`` the
   Parquet file's path, read by the fit as ``distcal fit`` does; spark:
-  ``spark.read.parquet`` of the file, nothing cached), median of ``--repeat`` runs, and their ratio
-  (target: MODL <= 2x isotonic); locally also the CPU seconds of all the
-  process's threads (median of ``--repeat`` more runs), which a loaded
-  machine does not inflate as it does the wall time;
+  ``spark.read.parquet`` of the file, nothing cached), timed in ``--repeat``
+  pairs (isotonic, then MODL): the median of each, and the median and
+  range of the pairs' ratios (target: MODL <= 2x isotonic); locally also
+  the CPU seconds of all the process's threads (``--repeat`` more pairs),
+  which a loaded machine does not inflate as it does the wall time;
 * with ``--ab REF``: ``modl_partition`` of this tree against the one of the
   git revision REF on the same count table, in the same process, and
   whether their partitions are identical;
@@ -34,6 +35,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -46,7 +48,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
-from common import spark_session, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
+from common import spark_session  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -63,9 +65,23 @@ def make_data(rows: int, distinct: int, seed: int = 0) -> tuple[np.ndarray, np.n
     return s, y
 
 
-def cpu_timed(fn: Callable[[], object], repeat: int) -> float:
-    """Median CPU seconds of all the process's threads over ``repeat`` calls of ``fn``."""
-    return timed(fn, repeat, clock=time.process_time)
+def paired(fn_a: Callable[[], object], fn_b: Callable[[], object], repeat: int,
+           clock: Callable[[], float] = time.perf_counter
+           ) -> tuple[float, float, list[float]]:
+    """Medians of a and of b, and each pair's b / a, over ``repeat`` pairs run a, b, a, b, ...
+
+    Pairs, not a block of a then a block of b: this machine's speed drifts
+    (up to 3x within half an hour), and a drift between two blocks would
+    show as a ratio; within a pair both see nearly the same machine.
+    """
+    ta, tb = [], []
+    for _ in range(repeat):
+        for fn, out in ((fn_a, ta), (fn_b, tb)):
+            t0 = clock()
+            fn()
+            out.append(clock() - t0)
+    return (statistics.median(ta), statistics.median(tb),
+            sorted(b / a for a, b in zip(ta, tb)))
 
 
 def count_table(s: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -190,20 +206,27 @@ def main() -> None:
                     return spark.read.parquet(path)
             if spark is not None and distinct == int(args.distinct[0]):
                 distcal.fit(read(), method="isotonic")  # warm-up: the JVM's first jobs are slow
-            t_iso = timed(lambda: distcal.fit(read(), method="isotonic"), args.repeat)
-            t_modl = timed(lambda: distcal.fit(read(), method="modl"), args.repeat)
+            def fit_iso() -> object:
+                return distcal.fit(read(), method="isotonic")
+
+            def fit_modl() -> object:
+                return distcal.fit(read(), method="modl")
+
+            t_iso, t_modl, ratios = paired(fit_iso, fit_modl, args.repeat)
             if spark is None:  # CPU of all threads: what a loaded machine does not distort
-                c_iso = cpu_timed(lambda: distcal.fit(read(), method="isotonic"), args.repeat)
-                c_modl = cpu_timed(lambda: distcal.fit(read(), method="modl"), args.repeat)
+                c_iso, c_modl, c_ratios = paired(fit_iso, fit_modl, args.repeat,
+                                                 clock=time.process_time)
             model = distcal.fit(read(), method="modl")
             counts = count_table(s, y)
             print(f"\n## {distinct:.0e} distinct ({counts.shape[0]:,} present), "
                   f"{len(model.blocks)} MODL intervals, exact={model.params['exact']}")
             print(f"  fit isotonic {t_iso:7.2f}   fit modl {t_modl:7.2f}   modl / isotonic = "
-                  f"{t_modl / t_iso:.2f}")
+                  f"{statistics.median(ratios):.2f} (median of the pairs' ratios; "
+                  f"range {ratios[0]:.2f}-{ratios[-1]:.2f})")
             if spark is None:
                 print(f"  process CPU: isotonic {c_iso:5.2f}   modl {c_modl:5.2f}   "
-                      f"modl / isotonic = {c_modl / c_iso:.2f}")
+                      f"modl / isotonic = {statistics.median(c_ratios):.2f} "
+                      f"(range {c_ratios[0]:.2f}-{c_ratios[-1]:.2f})")
             if args.ab:
                 ab(counts, args.ab)
             if args.subsamples and counts.shape[0] > 1000:

@@ -1332,9 +1332,12 @@ def _windows_dp(P: list[np.ndarray], spans: list[tuple[int, int]], kmax: int
         tmp = np.empty((n, n))
         for k in range(2, km + 1):
             m = n + 1 - k
-            sums = np.add(G[k:n + 1, k - 1:n], Ds[k - 1][k - 1:n], out=tmp[:m, :m])
             D = np.full(n + 1, np.inf)
-            D[k:] = sums.min(axis=1)
+            if k < km:
+                sums = np.add(G[k:n + 1, k - 1:n], Ds[k - 1][k - 1:n], out=tmp[:m, :m])
+                D[k:] = sums.min(axis=1)
+            else:  # the last k is read at v = n only (F, and the path's first step)
+                D[n] = (G[n, k - 1:n] + Ds[k - 1][k - 1:n]).min()
             Ds.append(D)
             F[k] = D[n]
         S = np.zeros((km + 1, km), dtype=np.int64)

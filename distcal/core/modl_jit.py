@@ -803,13 +803,16 @@ def windows_dp2(P0: np.ndarray, P1: np.ndarray, lo: np.ndarray, hi: np.ndarray, 
         D = np.full((km + 1, n + 1), np.inf)
         for v in range(1, n + 1):
             D[1, v] = T[0, v]
+        # The last k is read at v = n only (F, and the path's first step).
         for u in range(1, n):
             t = T[u]
-            for k in range(2, min(km, u + 1) + 1):
+            for k in range(2, min(km - 1, u + 1) + 1):
                 du = D[k - 1, u]
                 Dk = D[k]
                 for v in range(u + 1, n + 1):
                     Dk[v] = min(Dk[v], t[v] + du)
+            if km >= 2 and u >= km - 1:
+                D[km, n] = min(D[km, n], t[n] + D[km - 1, u])
         for k in range(1, km + 1):
             F[i, k] = D[k, n]
         for k in range(2, km + 1):
