@@ -3,7 +3,7 @@
 Usage:
     python bench/modl.py [--engine local|spark] [--rows 1e7] [--distinct 1e4 1e6]
                          [--repeat 3] [--ab REF] [--subsamples 20] [--no-warm-up]
-                         [--local-parquet]
+                         [--local-parquet] [--cli]
 
 Data: ``--rows`` rows whose scores are drawn uniformly from ``--distinct``
 fixed scores (uniform on [0, 1]), labels ~ Bernoulli(score^2), written to
@@ -23,6 +23,10 @@ one Parquet file per size in a temporary directory. For each size:
 * ``--subsamples`` random sets of 1,000 distinct scores (all their rows):
   the criterion of the greedy path (``exact_max=0``) against the exact
   optimum, as the ratio of costs and the count of exact hits.
+
+With ``--cli`` each fit is ``python -m distcal fit --input FILE`` in a new
+process, as users run it (imports, reading, and writing the model included;
+a process that loads numba pays for it in its MODL fit).
 
 Unless ``--no-warm-up``, one ``modl_partition`` of 20,000 rows first loads
 the compiled kernels, as in a process that has fitted before (a fresh
@@ -74,7 +78,8 @@ def paired(fn_a: Callable[[], object], fn_b: Callable[[], object], repeat: int,
     (up to 3x within half an hour), and a drift between two blocks would
     show as a ratio; within a pair both see nearly the same machine.
     """
-    ta, tb = [], []
+    ta: list[float] = []
+    tb: list[float] = []
     for _ in range(repeat):
         for fn, out in ((fn_a, ta), (fn_b, tb)):
             t0 = clock()
@@ -166,6 +171,9 @@ def main() -> None:
                     help="local engine: fit the Parquet file's path, not a DataFrame")
     ap.add_argument("--no-warm-up", action="store_true",
                     help="time without loading the compiled kernels first")
+    ap.add_argument("--cli", action="store_true",
+                    help="local engine: each fit is `python -m distcal fit` on the Parquet "
+                         "file, a new process (imports and the model's writing included)")
     args = ap.parse_args()
     print("# uptime:", subprocess.check_output(["uptime"], text=True).strip())
     from distcal.core import modl
@@ -181,14 +189,41 @@ def main() -> None:
         assert modl._JIT_WARM, "the warm-up table did not take the compiled path"
         print(f"# kernels loaded before timing; then compiled from "
               f"{modl._JIT_MIN_ROWS // 10:,} rows")
+    if args.cli and args.engine != "local":
+        ap.error("--cli runs the local engine")
     spark = session() if args.engine == "spark" else None
     rows = int(args.rows)
-    source = " from Parquet" if spark is None and args.local_parquet else ""
+    source = (" from Parquet" if spark is None and args.local_parquet else
+              ", `python -m distcal fit` on the Parquet file, one process per fit" if args.cli
+              else "")
     print(f"# {args.engine}{source}, {rows:.0e} rows, median of {args.repeat}, seconds")
     with tempfile.TemporaryDirectory(prefix="distcal-bench-modl-") as tmp:
         for distinct in map(int, args.distinct):
             s, y = make_data(rows, distinct)
             path = os.path.join(tmp, f"d{distinct}.parquet")
+            fit_iso: Callable[[], object]
+            fit_modl: Callable[[], object]
+            if args.cli:
+                pq.write_table(pa.table({"score": s, "label": y}), path, row_group_size=1 << 20)
+
+                def run_cli(method: str, path: str = path) -> object:
+                    return subprocess.run(
+                        [sys.executable, "-m", "distcal", "fit", "--input", path, "--output",
+                         os.path.join(tmp, f"model-{method}"), "--method", method,
+                         "--overwrite", "-q"], check=True, capture_output=True, cwd=ROOT)
+
+                def fit_iso() -> object:
+                    return run_cli("isotonic")
+
+                def fit_modl() -> object:
+                    return run_cli("modl")
+
+                t_iso, t_modl, ratios = paired(fit_iso, fit_modl, args.repeat)
+                print(f"\n## {distinct:.0e} distinct")
+                print(f"  distcal fit --method isotonic {t_iso:7.2f}   --method modl "
+                      f"{t_modl:7.2f}   modl / isotonic = {statistics.median(ratios):.2f} "
+                      f"(median of the pairs' ratios; range {ratios[0]:.2f}-{ratios[-1]:.2f})")
+                continue
             if spark is None and not args.local_parquet:
                 data = pd.DataFrame({"score": s, "label": y})
 

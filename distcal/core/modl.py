@@ -1294,25 +1294,45 @@ def _windows_dp(P: list[np.ndarray], spans: list[tuple[int, int]], kmax: int
                 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """:func:`_window_dp` of each span; consecutive spans share the f values of their common rows.
 
-    As in the compiled kernel, a span that starts inside the previous one
-    copies the block of G for the rows both hold and computes only the
-    rows beyond (about half of G for windows of four intervals one apart).
+    The values t(u, v) = f(rows a+u..a+v-1) are kept by diagonal, in
+    H[d, u] = t(u, u + d) (row d = 0 and cells beyond the span: inf): along
+    a diagonal the class counts, so the log-gamma arguments, stay close,
+    and the memo is read in cache-sized stretches (in rows of t they jump
+    by a row's instances at each step: a cache miss per value on heavy
+    rows, four times the time). The recurrence reads H through a skewed
+    view, S[d, v] = H[d, v - d], with D_{k-1}(v - d) beside it:
+    D_k(v) = min over d of S[d, v] + D_{k-1}(v - d), the same sums as
+    over u = v - d, so the same minima. As in the compiled kernel, a span
+    that starts inside the previous one and ends at or after its end copies
+    the values of the rows both hold and computes only the others.
     """
     J = len(P)
     out = []
-    prev_a, prev_b, prev_G = 0, -1, np.zeros((0, 0))
+    prev_a, prev_b, prev_H = 0, -1, np.zeros((0, 0))
     for a, b in spans:
         n = b - a
         km = min(kmax, n)
-        G = np.full((n + 1, n + 1), np.inf)  # G[v, u] = f(rows a+u..a+v-1), u < v
-        shared = min(prev_b - a, n) if prev_b >= a >= prev_a else 0
+        w = n + 1
+        H = np.full((w, w), np.inf)
+        shared = prev_b - a if prev_a <= a < prev_b <= b else 0
         if shared > 0:
-            d = a - prev_a
-            G[:shared + 1, :shared + 1] = prev_G[d:d + shared + 1, d:d + shared + 1]
-        if shared < n:
-            # Rows v = shared+1..n of G, every u < v.
-            below = np.arange(n)[None, :] < np.arange(shared + 1, n + 1)[:, None]
-            diff = [np.subtract.outer(p[a + shared + 1:b + 1], p[a:b])[below] for p in P]
+            d0 = a - prev_a
+            # Cells past the old span's end are inf there and here alike.
+            H[1:shared + 1, :shared] = prev_H[1:shared + 1, d0:d0 + shared]
+        # The cells of pairs that reach past the shared rows: on diagonal d,
+        # u from max(0, shared - d + 1) to n - d.
+        d = np.arange(1, n + 1)
+        first = np.maximum(0, shared - d + 1)
+        count = n - d + 1 - first
+        keep = count > 0
+        d, first, count = d[keep], first[keep], count[keep]
+        if d.size:
+            offs = np.cumsum(count) - count
+            total = int(count.sum())
+            start = np.arange(total) - np.repeat(offs - first, count)  # u of each pair
+            lag = np.repeat(d, count)
+            end = start + lag
+            diff = [p[a:b + 1][end] - p[a:b + 1][start] for p in P]
             if J == 2:
                 vals = (_gammaln_memo(diff[0] + diff[1] + 2.0) - gammaln(2)) - (
                     _gammaln_memo(diff[0] + 1.0) + _gammaln_memo(diff[1] + 1.0))
@@ -1320,35 +1340,45 @@ def _windows_dp(P: list[np.ndarray], spans: list[tuple[int, int]], kmax: int
                 dd = np.stack(diff, axis=1)
                 vals = (_gammaln_memo(dd.sum(axis=1) + J) - gammaln(J)
                         - _gammaln_memo(dd + 1.0).sum(axis=1))
-            block = G[shared + 1:, :n]
-            block[below] = vals
-        # Only the least values per k (an add and a minimum per row of G,
-        # into one scratch array); the path is found afterwards: at each
-        # step the first u whose sum equals the minimum, argmin's rule (the
-        # same sums, so the same floats).
+            H.reshape(-1)[lag * w + start] = vals
+        # S[d, v] = H[d, v - d]: row stride n, not n + 1. For v < d it reads a
+        # cell of row d - 1, but D_{k-1}(v - d) beside it is inf there.
+        size = H.itemsize
+        S = np.lib.stride_tricks.as_strided(H, shape=(w, w), strides=(n * size, size),
+                                            writeable=False)
+        # D_1(v) = t(0, v) = H[v, 0]; D_k(v) = min over d >= 1 of S[d, v] + D_{k-1}(v - d).
+        Dpad = np.full(2 * n + 1, np.inf)
+        Ds = [np.full(w, np.inf), H[:, 0].copy()]
         F = np.full(km + 1, np.inf)
-        Ds = [np.full(n + 1, np.inf), G[:, 0].copy()]
         F[1] = Ds[1][n]
         tmp = np.empty((n, n))
         for k in range(2, km + 1):
-            m = n + 1 - k
-            D = np.full(n + 1, np.inf)
+            D = np.full(w, np.inf)
             if k < km:
-                sums = np.add(G[k:n + 1, k - 1:n], Ds[k - 1][k - 1:n], out=tmp[:m, :m])
-                D[k:] = sums.min(axis=1)
+                Dpad[n:] = Ds[k - 1]
+                # T[d, v] = D_{k-1}(v - d), inf for v < d.
+                T = np.lib.stride_tricks.as_strided(Dpad[n:], shape=(w, w),
+                                                    strides=(-size, size), writeable=False)
+                m = n + 1 - k
+                sums = np.add(S[1:, k:], T[1:, k:], out=tmp[:, :m])
+                D[k:] = sums.min(axis=0)
             else:  # the last k is read at v = n only (F, and the path's first step)
-                D[n] = (G[n, k - 1:n] + Ds[k - 1][k - 1:n]).min()
+                lags = np.arange(1, n - k + 2)
+                D[n] = (H[lags, n - lags] + Ds[k - 1][n - lags]).min()
             Ds.append(D)
             F[k] = D[n]
-        S = np.zeros((km + 1, km), dtype=np.int64)
+        # The path: at each step the first u whose sum equals the minimum
+        # (argmin's rule, as the compiled kernel).
+        Sp = np.zeros((km + 1, km), dtype=np.int64)
         for k in range(2, km + 1):
             v = n
             for j in range(k, 1, -1):
-                row = G[v, j - 1:v] + Ds[j - 1][j - 1:v]
+                us = np.arange(j - 1, v)
+                row = H[v - us, us] + Ds[j - 1][j - 1:v]
                 v = j - 1 + int(np.flatnonzero(row == Ds[j][v])[0])
-                S[k, j - 1] = v
-        out.append((F, S))
-        prev_a, prev_b, prev_G = a, b, G
+                Sp[k, j - 1] = v
+        out.append((F, Sp))
+        prev_a, prev_b, prev_H = a, b, H
     return out
 
 
