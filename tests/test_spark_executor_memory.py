@@ -63,9 +63,15 @@ CHILD = textwrap.dedent("""
 
     base_kb = max(r["kb"] for r in df.limit(1000).mapInArrow(vmdata, "kb long").collect())
 
+    # Processes come and go while /proc is read (short-lived workers, the
+    # JVM's helpers): one that has exited meanwhile is simply not there.
     def descendants(pid):
         kids = []
-        for task in os.listdir(f"/proc/{pid}/task"):  # the JVM forks from any of its threads
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")  # the JVM forks from any of its threads
+        except OSError:
+            return []
+        for task in tasks:
             try:
                 with open(f"/proc/{pid}/task/{task}/children") as fh:
                     kids += [int(c) for c in fh.read().split()]
@@ -73,8 +79,14 @@ CHILD = textwrap.dedent("""
                 pass
         return kids + [d for k in kids for d in descendants(k)]
 
-    daemons = [p for p in descendants(os.getpid())
-               if b"pyspark.daemon" in open(f"/proc/{p}/cmdline", "rb").read()]
+    def cmdline(pid):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                return fh.read()
+        except OSError:
+            return b""
+
+    daemons = [p for p in descendants(os.getpid()) if b"pyspark.daemon" in cmdline(p)]
     assert daemons, "no PySpark daemon found"
     limit = (base_kb << 10) + (work_mb << 20)
     for pid in daemons:
@@ -94,8 +106,7 @@ CHILD = textwrap.dedent("""
     model.save(out)
     # Workers forked from the capped daemon ran the fit only if it is still the daemon.
     same_daemon = sorted(p for p in descendants(os.getpid())
-                         if b"pyspark.daemon" in open(f"/proc/{p}/cmdline", "rb").read()
-                         ) == sorted(daemons)
+                         if b"pyspark.daemon" in cmdline(p)) == sorted(daemons)
     try:
         # The hot score's rows in one task, as the range shuffle sends them (no shuffle here).
         df.where("score = 0").coalesce(1).mapInArrow(gather_and_pool, "n long").collect()
