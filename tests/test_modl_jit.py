@@ -142,36 +142,68 @@ def test_greedy_kernel_against_the_oracles(jit_always, J, kind):
     assert modl._greedy_starts(counts, to_end=True).tolist() == plain_greedy_path(counts)
 
 
-def test_four_ary_heap_pops_in_tuple_order():
-    """The kernel's heap against sorted (gain, interval) tuples; many equal gains; stale entries."""
+def test_indexed_heap_against_a_dict_of_current_entries():
+    """The kernel's heap (push, re-key, remove anywhere, pop) against sorted (gain, pair) tuples.
+
+    Many equal gains and -0.0 among them; positions kept in the interval
+    rows must always point at the pair's own entry.
+    """
     rng = np.random.default_rng(37)
-    k = rng.integers(-5, 5, 3000) / 4.0  # equal gains, -0.0 among them
-    s = rng.integers(0, 500, 3000)
-    H = modl_jit._aligned_rows(3000 + modl_jit._OFF + 1, 2)
+    n = 600
+    H = modl_jit._aligned_rows(n + modl_jit._OFF + 1, 2)
     assert H.ctypes.data % 64 == 0
-    size = 0
-    for a, b in zip(k.tolist(), s.tolist()):
-        size = modl_jit._push(H, size, a, b)
-    popped = []
-    for _ in range(1000):
-        popped.append((H[modl_jit._OFF, 0], int(H[modl_jit._OFF, 1])))
-        size = modl_jit._pop(H, size)
-    rest = sorted(zip(k.tolist(), s.tolist()))
-    assert popped == rest[:1000]
-    # Rebuild from the current entries only: interval b is current with gain g[b] while live.
-    R = modl_jit._aligned_rows(500, 8)
+    R = modl_jit._aligned_rows(n, 8)
     Ri = R.view(np.int64)
-    R[:, modl_jit._F_GAIN] = rng.integers(-5, 5, 500) / 4.0
-    Ri[:, modl_jit._F_LIVE] = rng.random(500) < 0.7
-    size = modl_jit._drop_stale(H, size, R, Ri)
-    current = [(a, b) for a, b in rest[1000:]
-               if Ri[b, modl_jit._F_LIVE] == 1 and R[b, modl_jit._F_GAIN] == a]
-    assert 0 < size == len(current) < 2000
-    popped = []
+    Ri[:, modl_jit._F_POS] = -1
+    ref: dict[int, float] = {}  # pair -> gain of its entry
+    size = 0
+    popped, expected = [], []
+    for step in range(20_000):
+        op = rng.integers(0, 4)
+        s = int(rng.integers(0, n))
+        k = float(rng.integers(-5, 5)) / 4.0 or (-0.0 if rng.random() < 0.5 else 0.0)
+        if op == 0 and s not in ref:
+            size = modl_jit._push(H, Ri, size, k, s)
+            ref[s] = k
+        elif op == 1 and s in ref:
+            modl_jit._rekey(H, Ri, size, int(Ri[s, modl_jit._F_POS]), k, s)
+            ref[s] = k
+        elif op == 2 and s in ref:
+            size = modl_jit._remove(H, Ri, size, int(Ri[s, modl_jit._F_POS]))
+            del ref[s]
+        elif op == 3 and size:
+            popped.append((H[modl_jit._OFF, 0], int(H[modl_jit._OFF, 1])))
+            expected.append(min((g, t) for t, g in ref.items()))
+            size = modl_jit._remove(H, Ri, size, 0)
+            del ref[popped[-1][1]]
+        assert size == len(ref)
+        if step % 997 == 0:
+            live = [t for t in range(n) if Ri[t, modl_jit._F_POS] >= 0]
+            assert sorted(live) == sorted(ref)
+            assert all(int(H[Ri[t, modl_jit._F_POS] + modl_jit._OFF, 1]) == t
+                       and H[Ri[t, modl_jit._F_POS] + modl_jit._OFF, 0] == ref[t] for t in live)
+    assert len(popped) > 3000
+    assert popped == expected
     while size:
         popped.append((H[modl_jit._OFF, 0], int(H[modl_jit._OFF, 1])))
-        size = modl_jit._pop(H, size)
-    assert popped == current
+        size = modl_jit._remove(H, Ri, size, 0)
+    assert popped[len(expected):] == sorted((g, t) for t, g in ref.items())
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 7, 4096, 30_000])
+def test_stable_order_is_numpys_stable_argsort(n):
+    """The radix sort of the first gains against numpy's stable argsort, and its fallback."""
+    rng = np.random.default_rng(n)
+    cases = [
+        rng.integers(-3, 3, n) * 0.5,                 # few distinct gains, many ties
+        rng.normal(size=n) * 5,                       # the usual spread
+        np.where(rng.random(n) < 0.5, -0.0, 0.0),     # -0.0 and 0.0 tie
+        rng.normal(size=n) * 1e5,                     # spread beyond 63 bits: merge sort
+        rng.normal(size=n) * 300 - 3e5,               # below -2^18: merge sort
+    ]
+    for keys in cases:
+        keys = modl._quantise(keys)
+        assert modl_jit._stable_order(keys).tolist() == np.argsort(keys, kind="stable").tolist()
 
 
 # ----------------------------------------------------------------------------

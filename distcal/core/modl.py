@@ -1032,6 +1032,24 @@ class _Sides:
         self.memo = _shared_memo()
         self.left: dict[int, np.ndarray] = {}   # lo -> f(lo..t-1), t = lo+1, lo+2, ...
         self.right: dict[int, np.ndarray] = {}  # hi -> f(t..hi-1), t = ..., hi-2, hi-1
+        # The ends each post-optimisation sharing these values still uses.
+        self.live: dict[object, tuple[set[int], set[int]]] = {}
+
+    @classmethod
+    def of_table(cls, C: np.ndarray) -> _Sides | None:
+        """Sides of the table C (two classes, compiled path), or None where they do not apply.
+
+        One object may serve several post-optimisations of the same table,
+        also at once in two threads: the values stored for an end are
+        f of fixed spans, the same whoever computes them (a race stores one
+        of two equal arrays), and each reader keeps the arrays it took.
+        """
+        K, J = C.shape
+        kernels = _jit_kernels() if J == 2 and _compiled(K) else None
+        if kernels is None:
+            return None
+        Pi = np.vstack([np.zeros((1, J), dtype=np.int64), np.cumsum(C, axis=0)])
+        return cls([Pi[:, j].astype(np.float64) for j in range(J)], kernels[1], kernels[2])
 
     def sums(self, lo: int, hi: int) -> np.ndarray:
         """f(rows lo..t-1) + f(rows t..hi-1) for t = lo+1 .. hi-1."""
@@ -1052,16 +1070,24 @@ class _Sides:
         sums: np.ndarray = a[:n] + b[b.shape[0] - n:]
         return sums
 
-    def prune(self, starts: np.ndarray, ends: np.ndarray) -> None:
-        """Forget the ends that are no longer ends of an interval."""
-        keep_lo, keep_hi = set(starts.tolist()), set(ends.tolist())
-        for k in [k for k in self.left if k not in keep_lo]:
-            del self.left[k]
-        for k in [k for k in self.right if k not in keep_hi]:
-            del self.right[k]
+    def prune(self, starts: np.ndarray, ends: np.ndarray, owner: object) -> None:
+        """Forget the ends that no post-optimisation sharing them has among its intervals now.
+
+        ``owner`` identifies the caller; its ends are replaced by those of
+        ``starts`` and ``ends``. (list() of a dict is taken whole under the
+        GIL, and pop tolerates a key another thread removed first.)
+        """
+        self.live[owner] = (set(starts.tolist()), set(ends.tolist()))
+        keep_lo: set[int] = set().union(*(lo for lo, _ in list(self.live.values())))
+        keep_hi: set[int] = set().union(*(hi for _, hi in list(self.live.values())))
+        for k in [k for k in list(self.left) if k not in keep_lo]:
+            self.left.pop(k, None)
+        for k in [k for k in list(self.right) if k not in keep_hi]:
+            self.right.pop(k, None)
 
 
-def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
+def _post_optimise(C: np.ndarray, starts: np.ndarray, sides: _Sides | None = None
+                   ) -> np.ndarray:
     """Apply improving split / merge / merge-split moves until none lowers the cost.
 
     The f-part of every move (best split of each interval, merge and best
@@ -1073,17 +1099,24 @@ def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """
     K, J = C.shape
     N = int(C.sum())
-    # Per-class prefix sums as floats (exact below 2^53): f of rows u..v-1
-    # is then _span_f(P, u, v), with the same values as _f of the int sums.
-    Pi = np.vstack([np.zeros((1, J), dtype=np.int64), np.cumsum(C, axis=0)])
-    P = [Pi[:, j].astype(np.float64) for j in range(J)]
-    starts = np.asarray(starts, dtype=np.intp)
     # f(left) + f(right) over the cuts of the spans of current intervals and
-    # pairs (see _best_cut); pruned after each pass.
-    cache: dict[tuple[int, int], np.ndarray] | _Sides = {}
-    kernels = _jit_kernels() if J == 2 and _compiled(K) else None
-    if kernels is not None:
-        cache = _Sides(P, kernels[1], kernels[2])
+    # pairs (see _best_cut); pruned after each pass. ``sides``, if given,
+    # are the table's (_Sides.of_table(C)), maybe shared with another
+    # post-optimisation of C.
+    if sides is None:
+        sides = _Sides.of_table(C)
+    cache: dict[tuple[int, int], np.ndarray] | _Sides
+    if sides is not None:
+        P = [sides.P0, sides.P1]
+        cache = sides
+    else:
+        # Per-class prefix sums as floats (exact below 2^53): f of rows u..v-1
+        # is then _span_f(P, u, v), with the same values as _f of the int sums.
+        Pi = np.vstack([np.zeros((1, J), dtype=np.int64), np.cumsum(C, axis=0)])
+        P = [Pi[:, j].astype(np.float64) for j in range(J)]
+        cache = {}
+    owner = object()
+    starts = np.asarray(starts, dtype=np.intp)
 
     def total(st: np.ndarray) -> float:
         ends = np.append(st[1:], K)
@@ -1171,7 +1204,7 @@ def _post_optimise(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
         n_recut_c[changed_pairs] = rc
         starts, ends, f_int, cost = new, new_ends, new_f, new_cost
         if isinstance(cache, _Sides):
-            cache.prune(starts, ends)
+            cache.prune(starts, ends, owner)
         else:
             live = set(zip(starts.tolist(), ends.tolist()))
             live.update(zip(starts[:-1].tolist(), ends[1:].tolist()))
@@ -1200,8 +1233,13 @@ def _two_starts(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     one = np.zeros(1, dtype=np.intp)
     K, J = C.shape
     compiled = _compiled(K)
+    # Both post-optimisations price cuts of the same table, mostly of the
+    # same spans (their results are close): one store of f per end serves
+    # both (compiled path).
+    sides = _Sides.of_table(C)
     if K <= _TOP_COARSE:
-        local, top = _post_optimise(C, _greedy_starts(C, to_end=True)), _post_optimise(C, one)
+        local = _post_optimise(C, _greedy_starts(C, to_end=True), sides)
+        top = _post_optimise(C, one, sides)
     else:
         removed, steps = _greedy_path(C, to_end=True)
         kept = _kept_starts(K, removed, steps, True)
@@ -1210,8 +1248,8 @@ def _two_starts(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(1) as pool:
-            future = pool.submit(_coarse_top_down, C, removed, kept.shape[0])
-            local = _post_optimise(C, kept)
+            future = pool.submit(_coarse_top_down, C, removed, kept.shape[0], sides)
+            local = _post_optimise(C, kept, sides)
             top = future.result()
     if compiled and J == 2:
         _JIT_WARM = True  # the greedy kernel and the cut pricing are loaded
@@ -1226,8 +1264,8 @@ def _two_starts(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 _TOP_COARSE = 1 << 14
 
 
-def _coarse_top_down(C: np.ndarray, removed: Sequence[int] | np.ndarray, n_kept: int
-                     ) -> np.ndarray:
+def _coarse_top_down(C: np.ndarray, removed: Sequence[int] | np.ndarray, n_kept: int,
+                     sides: _Sides | None = None) -> np.ndarray:
     """The top-down start on greedy's coarse intervals, then post-optimised on all rows of C.
 
     ``removed`` are greedy's merges to one interval in order, ``n_kept``
@@ -1236,7 +1274,8 @@ def _coarse_top_down(C: np.ndarray, removed: Sequence[int] | np.ndarray, n_kept:
     a prefix of greedy's path, so its cuts are the boundaries greedy keeps
     longest. Post-optimisation from one interval runs on that table (its
     cuts can only be those boundaries), and its result, a partition of the
-    rows of C, is post-optimised again with every row boundary as a cut.
+    rows of C, is post-optimised again with every row boundary as a cut
+    (with ``sides``, C's :class:`_Sides`, maybe shared).
     """
     K = C.shape[0]
     n0 = min(K, max(_TOP_COARSE, n_kept))
@@ -1244,7 +1283,7 @@ def _coarse_top_down(C: np.ndarray, removed: Sequence[int] | np.ndarray, n_kept:
     alive[np.asarray(removed[:K - n0], dtype=np.intp)] = False
     coarse = np.flatnonzero(alive)
     part = _post_optimise(np.add.reduceat(C, coarse, axis=0), np.zeros(1, dtype=np.intp))
-    return _post_optimise(C, coarse[part])
+    return _post_optimise(C, coarse[part], sides)
 
 
 def _table_cost(C: np.ndarray, starts: np.ndarray) -> float:
