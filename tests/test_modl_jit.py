@@ -98,6 +98,34 @@ def test_compiled_gammaln_is_scipys_ufunc():
     assert np.array_equal(_scipy_gammalns(x), gammaln(x))
 
 
+def test_least_cut_is_numpys_sum_and_first_argmin():
+    """The fused pass of the cut pricing against numpy's temporaries and argmin, ties included."""
+    rng = np.random.default_rng(8)
+    for n in (1, 2, 50, 3000):
+        left = np.round(rng.normal(0, 3, n + int(rng.integers(0, 9))), 1)  # rounded: ties
+        right = np.round(rng.normal(0, 3, n + int(rng.integers(0, 9))), 1)
+        f_old = float(rng.normal())
+        g = (left[:n] + right[right.shape[0] - n:]) - f_old
+        best, at = modl_jit.least_cut(left, right, n, f_old)
+        assert (best, at) == (g[int(np.argmin(g))], int(np.argmin(g)))
+    # Every cut equal: the first.
+    assert modl_jit.least_cut(np.ones(9), np.zeros(12), 9, 0.5) == (0.5, 0)
+
+
+@pytest.mark.parametrize("top", [3, 1 << 10, 1 << 17, 1 << 40])
+def test_first_gains_compiled_equal_numpy_bit_for_bit(top):
+    """f of rows and pairs and the rounded gains: the kernel's against numpy's, the table's edge."""
+    rng = np.random.default_rng(top)
+    C = rng.integers(0, top, (3000, 2))
+    C[C.sum(axis=1) == 0, 0] = 1
+    C[:20] = [[(1 << 16) - 2, 0], [0, (1 << 16) - 1], [1, (1 << 16) - 3], [7, 9]] * 5
+    f_row, f_pair = modl._f(C), modl._f(C[:-1] + C[1:])
+    keys = modl._quantise(f_pair - f_row[:-1] - f_row[1:])
+    got = modl_jit.first_gains2(C.astype(np.int64), modl._gammaln_table())
+    for a, b in zip(got, (f_row, f_pair, keys)):
+        assert a.view(np.int64).tolist() == b.view(np.int64).tolist()
+
+
 # ----------------------------------------------------------------------------
 # Greedy merging: the same merges in the same order
 # ----------------------------------------------------------------------------
@@ -347,13 +375,21 @@ def test_best_cut_from_the_ends_equals_numpy():
         assert np.array_equal(s_best, best) and np.array_equal(s_cut, cut)
     t = np.arange(1, 5000)
     # Log-gamma values remembered from earlier calls, or not, or past the memo: the same f.
-    for memo in (np.full(100_000, np.nan), np.full(700, np.nan), np.zeros(0)):
+    # A memo past the largest argument is filled first (plain loads); a smaller one is
+    # looked up value by value.
+    top = max(int(P[0][4999] + P[1][4999] + 2),  # f of rows 0..4998
+              int(P[0][5000] - P[0][1] + P[1][5000] - P[1][1] + 2))  # f of rows 1..4999
+    for memo in (np.full(top + 1, np.nan), np.full(700, np.nan), np.zeros(0)):
+        filled = np.zeros(1, dtype=np.int64)
         for _ in range(2):
-            assert np.array_equal(modl_jit.f_from2(P[0], P[1], 0, 1, 5000, memo),
+            assert np.array_equal(modl_jit.f_from2(P[0], P[1], 0, 1, 5000, memo, filled),
                                   modl._span_f(P, np.zeros_like(t), t))
-            assert np.array_equal(modl_jit.f_to2(P[0], P[1], 5000, 1, 5000, memo),
+            assert np.array_equal(modl_jit.f_to2(P[0], P[1], 5000, 1, 5000, memo, filled),
                                   modl._span_f(P, t, np.full_like(t, 5000)))
         assert memo.size == 0 or not np.isnan(memo[1:]).all()
+        assert filled[0] == (top if memo.size > top else 0)
+        if memo.size > top:
+            assert np.array_equal(memo[1:], gammaln(np.arange(1.0, top + 1)))
 
 
 @pytest.mark.parametrize("J,kind,seed", [(2, "heavy", 0), (2, "ties", 1), (2, "noise", 2),

@@ -87,7 +87,8 @@ GreedyKernel = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, bo
                         tuple[np.ndarray, np.ndarray]]
 # (P0, P1, end, t0, t1, memo) -> f of rows end..t-1 (f_from) or t..end-1 (f_to) for t in
 # [t0, t1); memo: log-gamma values kept between calls (modl_jit._gl)
-SpanKernel = Callable[[np.ndarray, np.ndarray, int, int, int, np.ndarray], np.ndarray]
+SpanKernel = Callable[[np.ndarray, np.ndarray, int, int, int, np.ndarray, np.ndarray],
+                      np.ndarray]
 # Entries of that memo: the log-gamma of integers below this many (8 MiB),
 # a constant so that the driver holds nothing proportional to the rows;
 # the spans priced after the first passes are far shorter than N.
@@ -448,7 +449,12 @@ def _greedy_path(C: np.ndarray, to_end: bool
     K = C.shape[0]
     N = int(C.sum())
     kernel = _jit_greedy() if _compiled(K) else None
-    if kernel is not None and K >= _SPLIT_MIN_ROWS:
+    if kernel is not None and C.shape[1] == 2:
+        from .modl_jit import first_gains2  # numpy's values, in one compiled pass
+
+        f_row, f_pair, keys = first_gains2(np.ascontiguousarray(C, dtype=np.int64),
+                                           _gammaln_table())
+    elif kernel is not None and K >= _SPLIT_MIN_ROWS:
         # numpy's log-gamma passes release the GIL: both arrays at once.
         from concurrent.futures import ThreadPoolExecutor
 
@@ -456,10 +462,11 @@ def _greedy_path(C: np.ndarray, to_end: bool
             rows = pool.submit(_f, C)
             f_pair = _f(C[:-1] + C[1:])
             f_row = rows.result()
+        keys = _quantise(f_pair - f_row[:-1] - f_row[1:])
     else:
         f_row = _f(C)
         f_pair = _f(C[:-1] + C[1:])
-    keys = _quantise(f_pair - f_row[:-1] - f_row[1:])
+        keys = _quantise(f_pair - f_row[:-1] - f_row[1:])
     return _greedy_merges(C, f_row, f_pair, keys, N, to_end, kernel)
 
 
@@ -616,39 +623,15 @@ def _state_after(starts: np.ndarray, P: np.ndarray, f_row: np.ndarray, f_pair: n
     can only come from merging two single rows, so its f is that pair's;
     every larger interval, and every pair with one, was priced by the kernel
     from its counts with CPython's lgamma (its own copy, bit for bit:
-    modl_jit._lgamma), as the Python loop prices them.
+    modl_jit._lgamma), as the Python loop prices them. Compiled
+    (modl_jit.state_after, with the kernel's own pricing): only the path in
+    parts, itself compiled, needs it.
     """
-    K = P.shape[0] - 1
-    J = P.shape[1]
-    ends = np.append(starts[1:], K)
-    counts = P[ends] - P[starts]
-    lg = math.lgamma
-    lg_j = lg(J)
+    from .modl_jit import state_after
 
-    def lanczos_f(c: list[int]) -> float:
-        if J == 2:
-            return lg(c[0] + c[1] + 2) - lg(c[0] + 1) - lg(c[1] + 1)
-        acc = 0.0
-        for x in c:
-            acc += lg(x + 1)
-        return lg(sum(c) + J) - lg_j - acc
-
-    st, en, rows = starts.tolist(), ends.tolist(), counts.tolist()
-    fv = [float(f_row[a]) if e - a == 1 else float(f_pair[a]) if e - a == 2 else lanczos_f(c)
-          for a, e, c in zip(st, en, rows)]
-    gains: list[float] = []
-    merged: list[float] = []
-    for i in range(len(st) - 1):
-        a, e = st[i], en[i + 1]
-        if e - a == 2:  # two single rows: the starting pair
-            gains.append(float(keys[a]))
-            merged.append(float(f_pair[a]))
-        else:
-            fp = lanczos_f([x + y for x, y in zip(rows[i], rows[i + 1])])
-            gains.append((fp - fv[i] - fv[i + 1] + _QUANT) - _QUANT)
-            merged.append(fp)
-    return (np.ascontiguousarray(counts, dtype=np.int64), np.asarray(fv), np.asarray(gains),
-            np.asarray(merged))
+    out: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] = state_after(
+        np.ascontiguousarray(starts, dtype=np.int64), P, f_row, f_pair, keys)
+    return out
 
 
 def _kept_starts(K: int, removed: Sequence[int] | np.ndarray, steps: Sequence[float] | np.ndarray,
@@ -987,9 +970,12 @@ def _best_cut(P: list[np.ndarray], lo: np.ndarray, hi: np.ndarray, f_old: np.nda
     cut = np.empty(n, dtype=np.intp)
     if isinstance(cache, _Sides):
         for i, (a, z) in enumerate(zip(lo.tolist(), hi.tolist())):
-            g = cache.sums(a, z) - f_old[i]
-            j = int(np.argmin(g))  # the first least, as _best_in_segments
-            best[i], cut[i] = g[j], a + 1 + j
+            # (f(left) + f(right)) - f_old at each cut and its first least, in one
+            # compiled pass: the same sums and subtraction as numpy's, the
+            # first least as argmin and _best_in_segments take it.
+            left, right = cache.sides(a, z)
+            best[i], j = cache.least(left, right, z - a - 1, float(f_old[i]))
+            cut[i] = a + 1 + j
         return best, cut
     keys = list(zip(lo.tolist(), hi.tolist()))
     hit = np.fromiter((k in cache for k in keys), dtype=bool, count=n)
@@ -1027,8 +1013,11 @@ class _Sides:
     """
 
     def __init__(self, P: list[np.ndarray], f_from: SpanKernel, f_to: SpanKernel) -> None:
+        from .modl_jit import least_cut  # the kernels are loaded: so is their module
+
         self.P0, self.P1 = P
         self.f_from, self.f_to = f_from, f_to
+        self.least = least_cut
         self.memo = _shared_memo()
         self.left: dict[int, np.ndarray] = {}   # lo -> f(lo..t-1), t = lo+1, lo+2, ...
         self.right: dict[int, np.ndarray] = {}  # hi -> f(t..hi-1), t = ..., hi-2, hi-1
@@ -1051,24 +1040,29 @@ class _Sides:
         Pi = np.vstack([np.zeros((1, J), dtype=np.int64), np.cumsum(C, axis=0)])
         return cls([Pi[:, j].astype(np.float64) for j in range(J)], kernels[1], kernels[2])
 
-    def sums(self, lo: int, hi: int) -> np.ndarray:
-        """f(rows lo..t-1) + f(rows t..hi-1) for t = lo+1 .. hi-1."""
+    def sides(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+        """f(rows lo..t-1) from t = lo+1 on and f(rows t..hi-1) up to t = hi-1.
+
+        Both hold at least the hi - lo - 1 cuts of the span: the first n
+        values of the first array and the last n of the second.
+        """
         n = hi - lo - 1
         a = self.left.get(lo)
         have = 0 if a is None else a.shape[0]
         if have < n:
-            more = self.f_from(self.P0, self.P1, lo, lo + 1 + have, hi, self.memo)
+            more = self.f_from(self.P0, self.P1, lo, lo + 1 + have, hi, self.memo,
+                               _MEMO_FILLED)
             a = more if a is None else np.concatenate((a, more))
             self.left[lo] = a
         b = self.right.get(hi)
         have = 0 if b is None else b.shape[0]
         if have < n:
-            more = self.f_to(self.P0, self.P1, hi, lo + 1, hi - have, self.memo)
+            more = self.f_to(self.P0, self.P1, hi, lo + 1, hi - have, self.memo,
+                             _MEMO_FILLED)
             b = more if b is None else np.concatenate((more, b))
             self.right[hi] = b
         assert a is not None and b is not None
-        sums: np.ndarray = a[:n] + b[b.shape[0] - n:]
-        return sums
+        return a, b
 
     def prune(self, starts: np.ndarray, ends: np.ndarray, owner: object) -> None:
         """Forget the ends that no post-optimisation sharing them has among its intervals now.
