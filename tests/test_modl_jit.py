@@ -98,6 +98,28 @@ def test_compiled_gammaln_is_scipys_ufunc():
     assert np.array_equal(_scipy_gammalns(x), gammaln(x))
 
 
+def test_shared_sides_keep_the_ends_of_every_user():
+    """Two post-optimisations sharing one _Sides: an end is forgotten only when neither uses it."""
+    C = mixed_table(np.random.default_rng(5), 600, 2, "heavy")
+    P = [np.concatenate(([0.0], np.cumsum(C[:, j]).astype(np.float64))) for j in range(2)]
+    sides = modl._Sides(P, modl_jit.f_from2, modl_jit.f_to2)
+    one, two = object(), object()
+    for lo, hi in ((0, 200), (200, 600), (0, 350), (350, 600)):
+        sides.sides(lo, hi)
+    sides.prune(np.array([0, 200]), np.array([200, 600]), one)
+    assert sorted(sides.left) == [0, 200] and sorted(sides.right) == [200, 600]
+    sides.sides(350, 600)  # the other user's interval, priced again
+    sides.prune(np.array([0, 350]), np.array([350, 600]), two)
+    assert sorted(sides.left) == [0, 200, 350] and sorted(sides.right) == [200, 600]
+    sides.prune(np.array([0, 350]), np.array([350, 600]), one)  # both on the same ends now
+    assert sorted(sides.left) == [0, 350] and sorted(sides.right) == [600]
+    # The values kept are f of the spans, whoever stored them.
+    a, b = sides.sides(0, 350)
+    t = np.arange(1, 350)
+    assert np.array_equal(a[:349], modl._span_f(P, np.zeros_like(t), t))
+    assert np.array_equal(b[b.shape[0] - 349:], modl._span_f(P, t, np.full_like(t, 350)))
+
+
 def test_least_cut_is_numpys_sum_and_first_argmin():
     """The fused pass of the cut pricing against numpy's temporaries and argmin, ties included."""
     rng = np.random.default_rng(8)

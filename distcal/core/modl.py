@@ -1230,18 +1230,24 @@ def _two_starts(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     # Both post-optimisations price cuts of the same table, mostly of the
     # same spans (their results are close): one store of f per end serves
     # both (compiled path).
-    sides = _Sides.of_table(C)
     if K <= _TOP_COARSE:
+        sides = _Sides.of_table(C)
         local = _post_optimise(C, _greedy_starts(C, to_end=True), sides)
         top = _post_optimise(C, one, sides)
-    else:
+    elif not compiled:
         removed, steps = _greedy_path(C, to_end=True)
         kept = _kept_starts(K, removed, steps, True)
-        if not compiled:
-            return _post_optimise(C, kept), _coarse_top_down(C, removed, kept.shape[0])
+        return _post_optimise(C, kept), _coarse_top_down(C, removed, kept.shape[0])
+    else:
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(1) as pool:
+            # The prefix sums of the sides, meanwhile (numpy passes that
+            # release the GIL; greedy merging does not need them).
+            table_sides = pool.submit(_Sides.of_table, C)
+            removed, steps = _greedy_path(C, to_end=True)
+            kept = _kept_starts(K, removed, steps, True)
+            sides = table_sides.result()
             future = pool.submit(_coarse_top_down, C, removed, kept.shape[0], sides)
             local = _post_optimise(C, kept, sides)
             top = future.result()
