@@ -85,8 +85,9 @@ _TOL = 1e-9
 # (counts, f of each row, rounded gains, f of each pair, N, to_end) -> (removed, steps)
 GreedyKernel = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, bool],
                         tuple[np.ndarray, np.ndarray]]
-# (P0, P1, end, t0, t1, memo) -> f of rows end..t-1 (f_from) or t..end-1 (f_to) for t in
-# [t0, t1); memo: log-gamma values kept between calls (modl_jit._gl)
+# (P0, P1, end, t0, t1, memo, filled) -> f of rows end..t-1 (f_from) or t..end-1 (f_to)
+# for t in [t0, t1); memo: log-gamma values kept between calls (modl_jit._gl), filled:
+# the mark up to which it is known filled (modl_jit._fill_memo)
 SpanKernel = Callable[[np.ndarray, np.ndarray, int, int, int, np.ndarray, np.ndarray],
                       np.ndarray]
 # Entries of that memo: the log-gamma of integers below this many (8 MiB),
