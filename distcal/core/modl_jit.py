@@ -477,10 +477,11 @@ def _greedy(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.ndarray,
             Ri[s, _F_CNT + j] += Ri[r, _F_CNT + j]
         R[s, _F_FV] = fm
         pr = Ri[r, _F_POS]
-        if pr >= 0:
-            size = _remove(H, Ri, size, pr)
-        elif pr <= -2:
+        if pr <= -2:
             dead[-pr - 2] = True
+        # r's heap entry, if any, stays until the new entries are placed:
+        # the first one to push takes its slot (one sift instead of two);
+        # sifts meanwhile keep its position in r's row.
         nr = Ri[r, _F_NXT]
         Ri[s, _F_NXT] = nr
         I -= 1
@@ -488,7 +489,8 @@ def _greedy(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.ndarray,
         # The new gains: a pair already in the heap is re-keyed in place; of
         # the new entries, the lesser goes straight to the next merge if it
         # is below the queue's two heads (lower bounds of every current
-        # entry), as in the Python loop; the others are pushed.
+        # entry; r's entry, still in the heap, is one too), as in the Python
+        # loop; the others are pushed, the first into r's slot.
         bk = 0.0
         bs = -1
         if p >= 0:
@@ -513,21 +515,34 @@ def _greedy(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.ndarray,
             if bs < 0:
                 bk = k
                 bs = s
-            elif _before(k, s, bk, bs):
-                size = _push(H, Ri, size, bk, bs)
-                bk = k
-                bs = s
             else:
-                size = _push(H, Ri, size, k, s)
+                # Two new entries: the later one in (gain, pair) order is
+                # pushed now, into r's slot if it has one.
+                if _before(k, s, bk, bs):
+                    k, s2, bk, bs = bk, bs, k, s
+                else:
+                    s2 = s
+                pr = Ri[r, _F_POS]
+                if pr >= 0:
+                    Ri[r, _F_POS] = -1
+                    _rekey(H, Ri, size, pr, k, s2)
+                else:
+                    size = _push(H, Ri, size, k, s2)
         else:
             R[s, _F_GAIN] = np.nan  # s is the last interval: no pair
-        if bs < 0:
-            continue
-        if ((size == 0 or _before(bk, bs, H[_OFF, 0], H[_OFF, 1]))
-                and (ip == n0 or _before(bk, bs, skeys[ip], order[ip]))):
-            pending = bs
+        pr = Ri[r, _F_POS]
+        if bs >= 0 and not ((size == 0 or _before(bk, bs, H[_OFF, 0], H[_OFF, 1]))
+                            and (ip == n0 or _before(bk, bs, skeys[ip], order[ip]))):
+            if pr >= 0:
+                Ri[r, _F_POS] = -1
+                _rekey(H, Ri, size, pr, bk, bs)
+            else:
+                size = _push(H, Ri, size, bk, bs)
         else:
-            size = _push(H, Ri, size, bk, bs)
+            if pr >= 0:  # r's slot unused: removed
+                size = _remove(H, Ri, size, pr)
+            if bs >= 0:
+                pending = bs
     return removed[:m], steps[:m], rec_left[:m], rec_key[:m], rec_delta[:m], rec_after[:m]
 
 
