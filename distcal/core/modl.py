@@ -567,17 +567,22 @@ def _greedy_in_parts(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys:
          else np.asarray(bounds, dtype=np.int64))
     k = B.shape[0] - 1
 
-    def run(p: int) -> tuple[np.ndarray, ...]:
+    # Part p's K_p - 1 merges are entries offs[p]..offs[p+1]-1 of five arrays,
+    # written in place by the kernel.
+    offs = B - np.arange(k + 1)
+    rem, left, after = (np.empty(K - k, dtype=np.int64) for _ in range(3))
+    key, delta = np.empty(K - k), np.empty(K - k)
+
+    def run(p: int) -> None:
         a, e = int(B[p]), int(B[p + 1])
-        out: tuple[np.ndarray, ...] = record(C[a:e], f_row[a:e].copy(), keys[a:e - 1],
-                                             f_pair[a:e - 1], N)
-        return out
+        o, z = int(offs[p]), int(offs[p + 1])
+        record(C[a:e], f_row[a:e].copy(), keys[a:e - 1], f_pair[a:e - 1], N,
+               rem[o:z], left[o:z], key[o:z], delta[o:z], after[o:z])
 
     from concurrent.futures import ThreadPoolExecutor
 
     # Two threads (this one and one more), each taking the next part left:
     # parts differ in time by up to 2x, so a fixed split leaves one idle.
-    done: dict[int, tuple[np.ndarray, ...]] = {}
     todo = iter(range(k))
     lock = threading.Lock()
 
@@ -587,17 +592,15 @@ def _greedy_in_parts(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys:
                 p = next(todo, None)
             if p is None:
                 return
-            done[p] = run(p)
+            run(p)
 
     with ThreadPoolExecutor(1) as pool:
         other = pool.submit(work)
         work()
         other.result()
-    runs = [done[p] for p in range(k)]
-    rem, left, key, delta, after = (np.concatenate([r[i] for r in runs]) for i in range(5))
-    offs = np.zeros(k + 1, dtype=np.int64)
-    offs[1:] = np.cumsum([r[0].shape[0] for r in runs])
-    P = np.vstack([np.zeros((1, C.shape[1]), dtype=np.int64), np.cumsum(C, axis=0)])
+    P = np.empty((K + 1, C.shape[1]), dtype=np.int64)
+    P[0] = 0
+    np.cumsum(C, axis=0, out=P[1:])
     removed, steps, used, crossed = interleave(B, offs, rem, left, key, delta, after, P, f_row,
                                                f_pair, keys, N, to_end)
     if not crossed:
@@ -677,8 +680,7 @@ def _jit_kernels() -> tuple[GreedyKernel, SpanKernel, SpanKernel] | None:
     return greedy_merges, f_from2, f_to2
 
 
-def _jit_split() -> tuple[Callable[..., tuple[np.ndarray, ...]],
-                          Callable[..., tuple[Any, ...]]] | None:
+def _jit_split() -> tuple[Callable[..., None], Callable[..., tuple[Any, ...]]] | None:
     """The compiled kernels of greedy merging in parts, or None (see :func:`_jit_kernels`)."""
     if _jit_kernels() is None:
         return None

@@ -274,23 +274,27 @@ def greedy_merges(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.nda
     first two arrays. (Python wrappers around the one compiled loop: each
     compiled entry point costs seconds to compile on a fresh machine.)
     """
-    out = _greedy(C, fv, keys, fpair, N, to_end, False, _table())
+    none = np.empty(0, dtype=np.int64)
+    out = _greedy(C, fv, keys, fpair, N, to_end, False, _table(), none, none, np.empty(0),
+                  np.empty(0), none)
     return out[0], out[1]
 
 
-def greedy_record(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.ndarray, N: int
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def greedy_record(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.ndarray, N: int,
+                  rem: np.ndarray, left: np.ndarray, key: np.ndarray, delta: np.ndarray,
+                  after: np.ndarray) -> None:
     """Greedy merging of one part of a table, to one interval, with what :func:`interleave` needs.
 
-    Returns, for each merge in order: the removed (right) interval, the
-    left interval, the rounded gain (the priority), f(a+b) - f(a) - f(b)
-    unrounded (the cost change without the prior term, which depends on
-    the number of intervals of the whole table) and the interval after the
-    merged one (K: none). Indices are rows of C. N, the rows of the whole
-    table, only sizes the log-gamma table.
+    Writes, for each of the K - 1 merges in order: the removed (right)
+    interval, the left interval, the rounded gain (the priority),
+    f(a+b) - f(a) - f(b) unrounded (the cost change without the prior term,
+    which depends on the number of intervals of the whole table) and the
+    interval after the merged one (K: none), into the five arrays given
+    (slices of the whole table's: no copy to gather the parts). Indices are
+    rows of C. N, the rows of the whole table, only sizes the log-gamma
+    table.
     """
-    out = _greedy(C, fv, keys, fpair, N, True, True, _table())
-    return out[0], out[2], out[3], out[4], out[5]
+    _greedy(C, fv, keys, fpair, N, True, True, _table(), rem, left, key, delta, after)
 
 
 # Digits of the radix sort in :func:`_stable_order`: 2,048 counters stay in L1.
@@ -357,7 +361,8 @@ def _stable_order(keys: np.ndarray) -> np.ndarray:
 
 @njit(cache=True, nogil=True)
 def _greedy(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.ndarray,
-            N: int, to_end: bool, rec: bool, table: np.ndarray
+            N: int, to_end: bool, rec: bool, table: np.ndarray, o_rem: np.ndarray,
+            o_left: np.ndarray, o_key: np.ndarray, o_delta: np.ndarray, o_after: np.ndarray
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Greedy merging of the K rows of C: (removed intervals, cost changes) in merge order.
 
@@ -374,16 +379,20 @@ def _greedy(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.ndarray,
     to_end : bool
         Merge down to one interval; otherwise stop at the first merge with
         ``gain + log((I-1)/(N+I-1)) >= 0``.
+    rec : bool
+        Record a part's merges (:func:`greedy_record`) into ``o_rem``,
+        ``o_left``, ``o_key``, ``o_delta``, ``o_after`` (K - 1 entries
+        each; unused without it), merging to one interval.
 
     Returns
     -------
     removed : int64 array
-        The right interval of each merge, in merge order.
+        The right interval of each merge, in merge order (``o_rem`` with ``rec``).
     steps : float64 array
         The change of the criterion of each merge: f(a+b) - f(a) - f(b)
-        + log((I-1)/(N+I-1)), unrounded.
-    left, key, delta, after : arrays, only with ``rec`` (else empty)
-        As :func:`greedy_record` returns them.
+        + log((I-1)/(N+I-1)), unrounded (empty with ``rec``).
+    left, key, delta, after : arrays
+        The other records (``rec``), else the empty arrays given.
     """
     K, J = C.shape
     lg_j = _lgamma(float(J))
@@ -424,13 +433,13 @@ def _greedy(C: np.ndarray, fv: np.ndarray, keys: np.ndarray, fpair: np.ndarray,
         Ri[order[q], _F_POS] = -(q + 2)
     H = _aligned_rows(K + _OFF + 1, 2)
     size = 0
-    removed = np.empty(K - 1, dtype=np.int64)
     steps = np.empty(0 if rec else K - 1)  # a part's steps are not returned
-    nrec = K - 1 if rec else 0
-    rec_left = np.empty(nrec, dtype=np.int64)
-    rec_key = np.empty(nrec)
-    rec_delta = np.empty(nrec)
-    rec_after = np.empty(nrec, dtype=np.int64)
+    # With ``rec``, the records go to the arrays given (K - 1 entries each).
+    removed = o_rem if rec else np.empty(K - 1, dtype=np.int64)
+    rec_left = o_left
+    rec_key = o_key
+    rec_delta = o_delta
+    rec_after = o_after
     m = 0
     I = K
     pending = -1  # a pair known to be the least current one: merged without the queue
