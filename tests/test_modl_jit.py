@@ -120,6 +120,24 @@ def test_shared_sides_keep_the_ends_of_every_user():
     assert np.array_equal(b[b.shape[0] - 349:], modl._span_f(P, t, np.full_like(t, 350)))
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_premerge_compiled_equals_numpy(monkeypatch, seed):
+    """Pure runs merged in one compiled pass (a warm process) against numpy's, with scores."""
+    rng = np.random.default_rng(seed)
+    V = 5000
+    C = rng.integers(0, 3, (V, 2)) * (rng.random((V, 1)) < 0.6)  # pure runs and mixed rows
+    C[C.sum(axis=1) == 0] = [[0, 1]]
+    scores = np.sort(rng.random(V))
+    monkeypatch.setattr(modl, "_JIT_WARM", False)
+    want = modl._premerge(C.astype(np.int64), scores)
+    plain = modl._premerge(C.astype(np.int64))
+    monkeypatch.setattr(modl, "_JIT_WARM", True)
+    got = modl._premerge(C.astype(np.int64), scores)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))
+    assert all(np.array_equal(a, b) for a, b in zip(modl._premerge(C.astype(np.int64)), plain))
+    assert got[0].shape[0] < V  # runs were merged
+
+
 def test_least_cut_is_numpys_sum_and_first_argmin():
     """The fused pass of the cut pricing against numpy's temporaries and argmin, ties included."""
     rng = np.random.default_rng(8)

@@ -323,6 +323,18 @@ def premerge_range(counts: np.ndarray, scores: np.ndarray | None = None
 def _premerge(c: np.ndarray, scores: np.ndarray | None = None
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`premerge_range` of int64 counts already checked (callers that built them)."""
+    if _JIT_WARM and c.shape[1] == 2 and c.shape[0] >= _JIT_MIN_ROWS // 10:
+        # A process whose kernels are loaded (never a Spark or Dask worker's:
+        # they do not import numba): one compiled pass, the same integers.
+        from .modl_jit import premerge2
+
+        merged, starts, ends = premerge2(np.ascontiguousarray(c, dtype=np.int64))
+        if scores is None:
+            return merged, starts, ends
+        s = np.asarray(scores)
+        if s.shape[0] != c.shape[0]:
+            raise ValueError("scores and counts must have the same number of rows")
+        return merged, s[starts], s[ends]
     starts, _ = _pure_run_starts(c)
     ends = np.append(starts[1:], c.shape[0]) - 1
     # Rows of several instances are mostly mixed: nothing to merge, no copy.

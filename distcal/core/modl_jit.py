@@ -36,7 +36,7 @@ from numba import njit, types
 from numba.extending import get_cython_function_address
 
 __all__ = ["f_from2", "f_to2", "first_gains2", "greedy_merges", "greedy_record", "interleave",
-           "least_cut", "prior_shifts", "state_after", "windows_dp2"]
+           "least_cut", "premerge2", "prior_shifts", "state_after", "windows_dp2"]
 
 # scipy's own gammaln (the function behind the scipy.special.gammaln ufunc
 # that the numpy post-optimisation uses), called from compiled code by name:
@@ -576,6 +576,36 @@ def _gl(memo: np.ndarray, x: float) -> float:
 def _f2(a: float, b: float, g2: float, memo: np.ndarray) -> float:
     """modl._f2 of one pair of class counts: the same operations in the same order."""
     return (_gl(memo, a + b + 2.0) - g2) - (_gl(memo, a + 1.0) + _gl(memo, b + 1.0))
+
+
+@njit(cache=True, nogil=True)
+def premerge2(c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """modl._premerge of a two-class count table: (merged rows, first and last row of each).
+
+    Adjacent rows pure in the same class are merged (a row is pure in class
+    0 when its class-1 count is 0, and vice versa); the same runs as
+    modl._pure_run_starts and the same integer sums as numpy's reduceat,
+    in one pass.
+    """
+    V = c.shape[0]
+    merged = np.empty((V, 2), dtype=np.int64)
+    first = np.empty(V, dtype=np.int64)
+    last = np.empty(V, dtype=np.int64)
+    n = 0
+    for v in range(V):
+        x = c[v, 0]
+        y = c[v, 1]
+        if n > 0 and ((y == 0 and c[v - 1, 1] == 0) or (x == 0 and c[v - 1, 0] == 0)):
+            merged[n - 1, 0] += x
+            merged[n - 1, 1] += y
+            last[n - 1] = v
+        else:
+            merged[n, 0] = x
+            merged[n, 1] = y
+            first[n] = v
+            last[n] = v
+            n += 1
+    return merged[:n].copy(), first[:n].copy(), last[:n].copy()
 
 
 @njit(cache=True, nogil=True, inline="always")
