@@ -161,9 +161,19 @@ def test_first_gains_compiled_equal_numpy_bit_for_bit(top):
     C[:20] = [[(1 << 16) - 2, 0], [0, (1 << 16) - 1], [1, (1 << 16) - 3], [7, 9]] * 5
     f_row, f_pair = modl._f(C), modl._f(C[:-1] + C[1:])
     keys = modl._quantise(f_pair - f_row[:-1] - f_row[1:])
-    got = modl_jit.first_gains2(C.astype(np.int64), modl._gammaln_table())
-    for a, b in zip(got, (f_row, f_pair, keys)):
-        assert a.view(np.int64).tolist() == b.view(np.int64).tolist()
+    C = C.astype(np.int64)
+    for got in (modl._first_gains2(C), _first_gains_in(C, [0, 1000, 1001, 2999, 3000])):
+        for a, b in zip(got, (f_row, f_pair, keys)):
+            assert a.view(np.int64).tolist() == b.view(np.int64).tolist()
+
+
+def _first_gains_in(C: np.ndarray, bounds: list[int]) -> tuple[np.ndarray, ...]:
+    """modl_jit.first_gains2 over consecutive ranges, the last first (as a second thread may)."""
+    K = C.shape[0]
+    out = np.full(K, np.nan), np.full(K - 1, np.nan), np.full(K - 1, np.nan)
+    for lo, hi in reversed(list(zip(bounds[:-1], bounds[1:]))):
+        modl_jit.first_gains2(C, modl._gammaln_table(), lo, hi, *out)
+    return out
 
 
 # ----------------------------------------------------------------------------

@@ -48,9 +48,13 @@ def modl_from_counts(parts: list[RangeCounts], exact_max: int = 1000
     parts = [p for p in parts if p[0].shape[0]]
     if not parts:
         raise ValueError("MODL of no rows")
-    counts = np.concatenate([p[0] for p in parts]).astype(np.int64, copy=False)
-    lo = np.concatenate([p[1] for p in parts])
-    hi = np.concatenate([p[2] for p in parts])
+    if len(parts) == 1:  # (a local fit: one range, nothing to gather)
+        counts, lo, hi = parts[0]
+        counts = counts.astype(np.int64, copy=False)
+    else:
+        counts = np.concatenate([p[0] for p in parts]).astype(np.int64, copy=False)
+        lo = np.concatenate([p[1] for p in parts])
+        hi = np.concatenate([p[2] for p in parts])
     # Pure runs cut by a range boundary are merged here too, so the table
     # given to modl_partition is the pure-run reduction of the whole
     # distinct table whatever the ranges: on the greedy path with mixed rows

@@ -323,7 +323,8 @@ def premerge_range(counts: np.ndarray, scores: np.ndarray | None = None
 def _premerge(c: np.ndarray, scores: np.ndarray | None = None
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`premerge_range` of int64 counts already checked (callers that built them)."""
-    if _JIT_WARM and c.shape[1] == 2 and c.shape[0] >= _JIT_MIN_ROWS // 10:
+    if (_JIT_WARM and c.shape[1] == 2 and c.shape[0] >= _JIT_MIN_ROWS // 10
+            and _jit_kernels() is not None):
         # A process whose kernels are loaded (never a Spark or Dask worker's:
         # they do not import numba): one compiled pass, the same integers.
         from .modl_jit import premerge2
@@ -463,10 +464,7 @@ def _greedy_path(C: np.ndarray, to_end: bool
     N = int(C.sum())
     kernel = _jit_greedy() if _compiled(K) else None
     if kernel is not None and C.shape[1] == 2:
-        from .modl_jit import first_gains2  # numpy's values, in one compiled pass
-
-        f_row, f_pair, keys = first_gains2(np.ascontiguousarray(C, dtype=np.int64),
-                                           _gammaln_table())
+        f_row, f_pair, keys = _first_gains2(np.ascontiguousarray(C, dtype=np.int64))
     elif kernel is not None and K >= _SPLIT_MIN_ROWS:
         # numpy's log-gamma passes release the GIL: both arrays at once.
         from concurrent.futures import ThreadPoolExecutor
@@ -481,6 +479,29 @@ def _greedy_path(C: np.ndarray, to_end: bool
         f_pair = _f(C[:-1] + C[1:])
         keys = _quantise(f_pair - f_row[:-1] - f_row[1:])
     return _greedy_merges(C, f_row, f_pair, keys, N, to_end, kernel)
+
+
+def _first_gains2(C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(f of each row, f of each pair of rows, rounded gains) of a two-class int64 table, compiled.
+
+    numpy's values bit for bit (modl_jit.first_gains2); large tables in two
+    threads, a half each.
+    """
+    from .modl_jit import first_gains2
+
+    K = C.shape[0]
+    f_row, f_pair, keys = np.empty(K), np.empty(K - 1), np.empty(K - 1)
+    table = _gammaln_table()
+    if K < _SPLIT_MIN_ROWS:
+        first_gains2(C, table, 0, K, f_row, f_pair, keys)
+        return f_row, f_pair, keys
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        upper = pool.submit(first_gains2, C, table, K // 2, K, f_row, f_pair, keys)
+        first_gains2(C, table, 0, K // 2, f_row, f_pair, keys)
+        upper.result()
+    return f_row, f_pair, keys
 
 
 def _greedy_merges(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys: np.ndarray,

@@ -617,35 +617,38 @@ def _gl_table(table: np.ndarray, x: float) -> float:
     return _gammaln(x, 0)
 
 
-@njit(cache=True, nogil=True)
-def first_gains2(C: np.ndarray, table: np.ndarray
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """modl._f of the rows and of the pairs of rows of a two-class table, and the rounded gains.
+@njit(cache=True, nogil=True, inline="always")
+def _f2_table(x: int, y: int, g2: float, table: np.ndarray) -> float:
+    """modl._f2 of the class counts (x, y), with scipy's gammaln read from ``table``."""
+    a = float(x)
+    b = float(y)
+    return (_gl_table(table, a + b + 2.0) - g2) - (_gl_table(table, a + 1.0)
+                                                   + _gl_table(table, b + 1.0))
 
-    The same operations in the same order as numpy's (modl._f2, then
+
+@njit(cache=True, nogil=True)
+def first_gains2(C: np.ndarray, table: np.ndarray, lo: int, hi: int, f_row: np.ndarray,
+                 f_pair: np.ndarray, keys: np.ndarray) -> None:
+    """modl._f of rows lo..hi-1 and of the pairs they start in a two-class table; rounded gains.
+
+    Writes f_row[lo:hi], and f_pair[s], keys[s] for s in lo..min(hi, K-1)-1:
+    the same operations in the same order as numpy's (modl._f2, then
     modl._quantise(f_pair - f_row[:-1] - f_row[1:])), with scipy's gammaln
     of the integers in ``table`` (modl._gammaln_table) read from it as
-    modl._gammaln_int does, so the three arrays are numpy's bit for bit; in
-    one pass instead of some twenty numpy passes over a million rows.
+    modl._gammaln_int does, so the values are numpy's bit for bit; in one
+    pass instead of some twenty numpy passes over a million rows. Ranges
+    may be filled by two threads at once: f of row hi, which the pair
+    before it needs, is computed here again (the same value).
     """
     K = C.shape[0]
     g2 = _gammaln(2.0, 0)
-    f_row = np.empty(K)
-    f_pair = np.empty(max(K - 1, 0))
-    keys = np.empty(max(K - 1, 0))
-    for s in range(K):
-        a = float(C[s, 0])
-        b = float(C[s, 1])
-        f_row[s] = (_gl_table(table, a + b + 2.0) - g2) - (_gl_table(table, a + 1.0)
-                                                             + _gl_table(table, b + 1.0))
-    for s in range(K - 1):
-        a = float(C[s, 0] + C[s + 1, 0])
-        b = float(C[s, 1] + C[s + 1, 1])
-        fp = (_gl_table(table, a + b + 2.0) - g2) - (_gl_table(table, a + 1.0)
-                                                     + _gl_table(table, b + 1.0))
+    for s in range(lo, hi):
+        f_row[s] = _f2_table(C[s, 0], C[s, 1], g2, table)
+    for s in range(lo, min(hi, K - 1)):
+        fp = _f2_table(C[s, 0] + C[s + 1, 0], C[s, 1] + C[s + 1, 1], g2, table)
+        f_next = f_row[s + 1] if s + 1 < hi else _f2_table(C[s + 1, 0], C[s + 1, 1], g2, table)
         f_pair[s] = fp
-        keys[s] = ((fp - f_row[s] - f_row[s + 1]) + _QUANT) - _QUANT
-    return f_row, f_pair, keys
+        keys[s] = ((fp - f_row[s] - f_next) + _QUANT) - _QUANT
 
 
 @njit(cache=True, nogil=True)
