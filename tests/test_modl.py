@@ -896,3 +896,18 @@ def test_windows_hit_rate_on_heavy_rows(monkeypatch):
     monkeypatch.setattr(modl, "_refine_windows", lambda C, starts: starts)
     assert not any(modl_partition(C, exact_max=0).cost <= e + 1e-9
                    for C, e in zip(tables, exact))
+
+
+def test_starts_after_a_full_path_equal_the_marked_rows():
+    """Intervals left after n merges: from the later merges of a full path, as by marking rows."""
+    rng = np.random.default_rng(12)
+    for K in (1, 2, 3, 50, 1000):
+        removed = rng.permutation(np.arange(1, K))  # a path down to one interval
+        for n in {0, K // 3, K - 1}:
+            alive = np.ones(K, dtype=bool)
+            alive[removed[:n]] = False
+            want = np.flatnonzero(alive).tolist()
+            assert modl._starts_after(K, removed, n).tolist() == want
+            assert modl._starts_after(K, removed.tolist(), n).tolist() == want
+    # A path that stopped early (plain greedy): the rows are marked.
+    assert modl._starts_after(6, [2, 4], 2).tolist() == [0, 1, 3, 5]

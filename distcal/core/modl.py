@@ -681,8 +681,19 @@ def _kept_starts(K: int, removed: Sequence[int] | np.ndarray, steps: Sequence[fl
     if to_end and len(steps):
         path = np.concatenate(([0.0], np.cumsum(steps)))
         n_keep = int(np.argmin(path))
+    return _starts_after(K, removed, n_keep)
+
+
+def _starts_after(K: int, removed: Sequence[int] | np.ndarray, n: int) -> np.ndarray:
+    """First rows of the intervals left after the first n merges of a greedy path over K rows."""
+    if len(removed) == K - 1:
+        # The path goes down to one interval: every row but the first is
+        # removed exactly once, so those left are the first row and the
+        # rows removed later (sorting them beats marking K rows).
+        return np.sort(np.concatenate((np.zeros(1, dtype=np.intp),
+                                       np.asarray(removed[n:], dtype=np.intp))))
     alive = np.ones(K, dtype=bool)
-    alive[np.asarray(removed[:n_keep], dtype=np.intp)] = False
+    alive[np.asarray(removed[:n], dtype=np.intp)] = False
     return np.flatnonzero(alive)
 
 
@@ -1315,9 +1326,7 @@ def _coarse_top_down(C: np.ndarray, removed: Sequence[int] | np.ndarray, n_kept:
     """
     K = C.shape[0]
     n0 = min(K, max(_TOP_COARSE, n_kept))
-    alive = np.ones(K, dtype=bool)
-    alive[np.asarray(removed[:K - n0], dtype=np.intp)] = False
-    coarse = np.flatnonzero(alive)
+    coarse = _starts_after(K, removed, K - n0)
     part = _post_optimise(np.add.reduceat(C, coarse, axis=0), np.zeros(1, dtype=np.intp))
     return _post_optimise(C, coarse[part], sides)
 
