@@ -638,10 +638,12 @@ def _greedy_in_parts(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys:
                                                f_pair, keys, N, to_end)
     if not crossed:
         return removed, steps
-    alive = np.ones(K, dtype=bool)
-    for p in range(k):
-        alive[rem[offs[p]:offs[p] + used[p]] + B[p]] = False
-    starts = np.flatnonzero(alive).astype(np.int64)
+    # A part's run removes each of its rows but the first once: those left
+    # after its first used[p] merges are its first row and the rows its
+    # later merges remove.
+    starts = np.sort(np.concatenate(
+        [np.concatenate(([B[p]], rem[offs[p] + used[p]:offs[p + 1]] + B[p])) for p in range(k)]
+    )).astype(np.int64)
     counts, fv, gains, merged_f = _state_after(starts, P, f_row, f_pair, keys)
     more_removed, more_steps = kernel(counts, fv, gains, merged_f, N, to_end)
     return (np.concatenate((removed, starts[more_removed])),
