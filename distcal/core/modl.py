@@ -323,6 +323,8 @@ def premerge_range(counts: np.ndarray, scores: np.ndarray | None = None
 def _premerge(c: np.ndarray, scores: np.ndarray | None = None
               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """:func:`premerge_range` of int64 counts already checked (callers that built them)."""
+    if scores is not None and np.shape(scores)[0] != c.shape[0]:
+        raise ValueError("scores and counts must have the same number of rows")
     if (_JIT_WARM and c.shape[1] == 2 and c.shape[0] >= _JIT_MIN_ROWS // 10
             and _jit_kernels() is not None):
         # A process whose kernels are loaded (never a Spark or Dask worker's:
@@ -330,21 +332,14 @@ def _premerge(c: np.ndarray, scores: np.ndarray | None = None
         from .modl_jit import premerge2
 
         merged, starts, ends = premerge2(np.ascontiguousarray(c, dtype=np.int64))
-        if scores is None:
-            return merged, starts, ends
-        s = np.asarray(scores)
-        if s.shape[0] != c.shape[0]:
-            raise ValueError("scores and counts must have the same number of rows")
-        return merged, s[starts], s[ends]
-    starts, _ = _pure_run_starts(c)
-    ends = np.append(starts[1:], c.shape[0]) - 1
-    # Rows of several instances are mostly mixed: nothing to merge, no copy.
-    merged = c if starts.shape[0] == c.shape[0] else np.add.reduceat(c, starts, axis=0)
+    else:
+        starts, _ = _pure_run_starts(c)
+        ends = np.append(starts[1:], c.shape[0]) - 1
+        # Rows of several instances are mostly mixed: nothing to merge, no copy.
+        merged = c if starts.shape[0] == c.shape[0] else np.add.reduceat(c, starts, axis=0)
     if scores is None:
         return merged, starts.copy(), ends
     s = np.asarray(scores)
-    if s.shape[0] != c.shape[0]:
-        raise ValueError("scores and counts must have the same number of rows")
     return merged, s[starts], s[ends]
 
 
