@@ -816,6 +816,49 @@ def test_window_dp_against_brute_force(seed, V, J, kind, kmax):
         assert got == pytest.approx(least, rel=1e-12, abs=1e-9)
 
 
+def _plain_window_dp(counts, a: int, b: int, kmax: int) -> list[float]:
+    """F_k of rows a..b-1, k = 1..kmax, by the textbook recurrence, one end v at a time."""
+    J = counts.shape[1]
+    n = b - a
+    Pi = np.vstack([np.zeros((1, J), dtype=np.int64), np.cumsum(counts[a:b], axis=0)])
+    counts_uv = np.maximum(Pi[None, :, :] - Pi[:, None, :], 0)  # [u, v]: rows u..v-1 (v > u)
+    t = (gammaln(counts_uv.sum(axis=2) + J) - gammaln(J)
+         - gammaln(counts_uv + 1.0).sum(axis=2))
+    D = np.full((kmax + 1, n + 1), np.inf)
+    D[1, 1:] = t[0, 1:]
+    for k in range(2, kmax + 1):
+        for v in range(k, n + 1):
+            D[k, v] = (D[k - 1, k - 1:v] + t[k - 1:v, v]).min()
+    return [float(D[k, n]) for k in range(1, min(kmax, n) + 1)]
+
+
+@pytest.mark.parametrize("J", [2, 3, 5])
+@pytest.mark.parametrize("heavy", [False, True])
+def test_windows_dp_wide_spans_against_plain_dp(J, heavy):
+    """Runs of overlapping spans of 150-420 rows (several column blocks of the numpy DP, f
+    values shared between spans): F_k as the textbook recurrence's, and each S_k attains it."""
+    rng = np.random.default_rng(7 * J + heavy)
+    V = 900
+    centres = np.linspace(0.0, 1.0, J)
+    pos = np.sort(rng.random(V))
+    p = np.exp(-((pos[:, None] - centres[None, :]) ** 2) * 8.0)
+    p /= p.sum(axis=1, keepdims=True)
+    n = rng.integers(200, 2000, V) if heavy else rng.integers(1, 6, V)
+    C = np.stack([rng.multinomial(k, q) for k, q in zip(n, p)]).astype(np.int64)
+    Pi = np.vstack([np.zeros((1, J), dtype=np.int64), np.cumsum(C, axis=0)])
+    P = [Pi[:, j].astype(np.float64) for j in range(J)]
+    spans = [(0, 150), (40, 300), (120, 420), (300, 560), (310, 480)]
+    kmax = 5
+    for (a, b), (F, S) in zip(spans, modl._windows_dp(P, spans, kmax)):
+        want = _plain_window_dp(C, a, b, kmax)
+        assert F[1:].tolist() == pytest.approx(want, rel=1e-12)
+        for k in range(1, kmax + 1):
+            cuts = [int(x) for x in S[k, :k]]
+            assert cuts[0] == 0 and all(x < y for x, y in zip(cuts, cuts[1:])) and cuts[-1] < b - a
+            got = sum(oracle_interval(r) for r in sum_rows(C[a:b].tolist(), cuts))
+            assert got == pytest.approx(want[k - 1], rel=1e-12)
+
+
 def _window_optimal(C, starts, w: int, max_rows: int) -> bool:
     """No re-partition of any window of w consecutive intervals (<= max_rows rows) is cheaper."""
     K = len(C)

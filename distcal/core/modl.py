@@ -96,7 +96,7 @@ SpanKernel = Callable[[np.ndarray, np.ndarray, int, int, int, np.ndarray, np.nda
 _MEMO = 1 << 20
 _MEMO_ARRAY: list[np.ndarray] = []
 # The memo is known filled from 1 up to this entry (raised by the windows'
-# kernel, modl_jit.windows_dp2, and by _gammaln_memo, which fill ranges at once).
+# kernel, modl_jit.windows_dp2, and by _memo_through, which fill ranges at once).
 _MEMO_FILLED = np.zeros(1, dtype=np.int64)
 
 
@@ -179,29 +179,24 @@ def _gammaln_int(x: np.ndarray) -> np.ndarray:
     return out
 
 
-def _gammaln_memo(x: np.ndarray) -> np.ndarray:
-    """``scipy.special.gammaln(x)`` for integral floats >= 1, from the process's memo.
+def _memo_through(top: int) -> np.ndarray | None:
+    """The process's log-gamma memo, filled from 1 through ``top``; None if it is shorter.
 
-    The memo (:func:`_shared_memo`) is filled up to the largest argument
-    first, with gammaln's own values, so the result is bit for bit the
-    ufunc's; arguments beyond it are computed directly. For the windows'
-    arguments, spread over up to a million integers on heavy rows, where
-    the 2^16-entry table of :func:`_gammaln_int` misses.
+    Filled with gammaln's own values (:func:`_shared_memo`), so a value read
+    from it is bit for bit the ufunc's. For the windows' arguments, spread
+    over up to a million integers on heavy rows, where the 2^16-entry table
+    of :func:`_gammaln_int` misses.
     """
     memo = _shared_memo()
-    i = x.astype(np.intp)
-    top = int(i.max()) if i.size else 0
     if top >= memo.shape[0]:
-        direct: np.ndarray = gammaln(x)
-        return direct
-    head = memo[:top + 1]
+        return None
     if _MEMO_FILLED[0] < top:  # as modl_jit.windows_dp2: fill, then raise the mark
+        head = memo[:top + 1]
         gap = np.flatnonzero(np.isnan(head))
         if gap.size:
             head[gap] = gammaln(gap.astype(np.float64))
         _MEMO_FILLED[0] = max(int(_MEMO_FILLED[0]), top)
-    out: np.ndarray = head[i]
-    return out
+    return memo
 
 
 def _f(c: np.ndarray) -> np.ndarray:
@@ -1371,95 +1366,128 @@ def _window_dp(P: list[np.ndarray], a: int, b: int, kmax: int
     return _windows_dp(P, [(a, b)], kmax)[0]
 
 
+# Columns (ends v) per block of the numpy window DP: a block's values of t
+# and its sums (<= 1,001 x 128 floats, 1 MiB each) stay in a core's L2
+# cache while every k is taken on them; wider blocks measured slower, and
+# narrower ones pay numpy's per-row cost on rows too short.
+_DP_BLOCK = 128
+
+
 def _windows_dp(P: list[np.ndarray], spans: list[tuple[int, int]], kmax: int
                 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """:func:`_window_dp` of each span; consecutive spans share the f values of their common rows.
 
-    The values t(u, v) = f(rows a+u..a+v-1) are kept by diagonal, in
-    H[d, u] = t(u, u + d) (row d = 0 and cells beyond the span: inf): along
-    a diagonal the class counts, so the log-gamma arguments, stay close,
-    and the memo is read in cache-sized stretches (in rows of t they jump
-    by a row's instances at each step: a cache miss per value on heavy
-    rows, four times the time). The recurrence reads H through a skewed
-    view, S[d, v] = H[d, v - d], with D_{k-1}(v - d) beside it:
-    D_k(v) = min over d of S[d, v] + D_{k-1}(v - d), the same sums as
-    over u = v - d, so the same minima. As in the compiled kernel, a span
-    that starts inside the previous one and ends at or after its end copies
-    the values of the rows both hold and computes only the others.
+    The values t(u, v) = f(rows a+u..a+v-1) are kept by lag d = v - u and
+    end v, in S[d, v] = t(v - d, v) (1 <= d <= v; other cells are +inf or
+    some f value, never NaN). Along a row of S the class counts, so the
+    log-gamma arguments, stay close and the memo is read in cache-sized
+    stretches (along v at a fixed u they jump by a row's instances at
+    each step: a cache miss per value on heavy rows). With
+    T_{k-1}[d, v] = D_{k-1}(v - d) (+inf for v < d, a strided view),
+    D_k(v) = min over d of S[d, v] + T_{k-1}[d, v]: the same sums as over
+    u = v - d, so the same minima, a column-wise minimum of two arrays.
+    Columns go in blocks of ``_DP_BLOCK``: a block's S is computed (its
+    rows d < the block's end only: the triangle) and every k is taken on
+    it while it is in cache; D_{k-1} is final below the block's end by
+    then. As in the compiled kernel, a span that starts inside the
+    previous one and ends at or after its end copies the values of the
+    rows both hold and computes only the others (the previous S is the
+    other of two buffers).
     """
+    if not spans:
+        return []
     J = len(P)
+    gJ = float(gammaln(J))
+    isz = np.dtype(np.float64).itemsize
+    W = max(b - a for a, b in spans) + 1
+    B = min(_DP_BLOCK, W)
+    # +inf, then only ever f values: cells a span does not set are finite
+    # or +inf, so a sum with T's +inf is +inf, not NaN.
+    bufs = [np.full((W, W), np.inf), np.full((W, W), np.inf)]
+    sums, xs_buf, ys_buf, zs_buf = (np.empty((W, B)) for _ in range(4))
+    ints = np.empty((J + 1, W, B), dtype=np.int64)
+
+    def lagged(x: np.ndarray) -> np.ndarray:
+        """L[d, v] = x[v - d] for a 1-d x of length n + w whose first n entries pad v - d < 0."""
+        n = x.shape[0] // 2
+        return np.lib.stride_tricks.as_strided(x[n:], shape=(n + 1, n + 1), strides=(-isz, isz),
+                                               writeable=False)
+
     out = []
-    prev_a, prev_b, prev_H = 0, -1, np.zeros((0, 0))
-    for a, b in spans:
+    prev_a, prev_b, prev_S = 0, -1, bufs[1]
+    for i, (a, b) in enumerate(spans):
         n = b - a
         km = min(kmax, n)
         w = n + 1
-        H = np.full((w, w), np.inf)
+        S = bufs[i % 2][:w, :w]
         shared = prev_b - a if prev_a <= a < prev_b <= b else 0
         if shared > 0:
             d0 = a - prev_a
-            # Cells past the old span's end are inf there and here alike.
-            H[1:shared + 1, :shared] = prev_H[1:shared + 1, d0:d0 + shared]
-        # The cells of pairs that reach past the shared rows: on diagonal d,
-        # u from max(0, shared - d + 1) to n - d.
-        d = np.arange(1, n + 1)
-        first = np.maximum(0, shared - d + 1)
-        count = n - d + 1 - first
-        keep = count > 0
-        d, first, count = d[keep], first[keep], count[keep]
-        if d.size:
-            offs = np.cumsum(count) - count
-            total = int(count.sum())
-            start = np.arange(total) - np.repeat(offs - first, count)  # u of each pair
-            lag = np.repeat(d, count)
-            end = start + lag
-            diff = [p[a:b + 1][end] - p[a:b + 1][start] for p in P]
-            if J == 2:
-                vals = (_gammaln_memo(diff[0] + diff[1] + 2.0) - gammaln(2)) - (
-                    _gammaln_memo(diff[0] + 1.0) + _gammaln_memo(diff[1] + 1.0))
-            else:
-                dd = np.stack(diff, axis=1)
-                vals = (_gammaln_memo(dd.sum(axis=1) + J) - gammaln(J)
-                        - _gammaln_memo(dd + 1.0).sum(axis=1))
-            H.reshape(-1)[lag * w + start] = vals
-        # S[d, v] = H[d, v - d]: row stride n, not n + 1. For v < d it reads a
-        # cell of row d - 1, but D_{k-1}(v - d) beside it is inf there.
-        size = H.itemsize
-        S = np.lib.stride_tricks.as_strided(H, shape=(w, w), strides=(n * size, size),
-                                            writeable=False)
-        # D_1(v) = t(0, v) = H[v, 0]; D_k(v) = min over d >= 1 of S[d, v] + D_{k-1}(v - d).
-        Dpad = np.full(2 * n + 1, np.inf)
-        Ds = [np.full(w, np.inf), H[:, 0].copy()]
+            S[1:shared + 1, :shared + 1] = prev_S[1:shared + 1, d0:d0 + shared + 1]
+        # The counts of rows a+v-d..a+v-1 plus 1, class j: front[j][v] - back[j][d, v];
+        # front[J] - back[J]: their total plus J (the arguments of f's log-gammas).
+        back, front = [], []
+        total = np.zeros(n + w, dtype=np.int64)
+        for p in P:
+            q = np.empty(n + w, dtype=np.int64)
+            q[:n] = int(p[a])  # v - d < 0: the cell is not read, any count does
+            q[n:] = p[a:b + 1]
+            total += q
+            back.append(lagged(q))
+            front.append(q[n:] + 1)
+        back.append(lagged(total))
+        front.append(total[n:] + J)
+        memo = _memo_through(int(front[J][-1] - total[n]))
+        # Dp[k, n + v] = D_k(v); +inf at v < k and at the pad (v < 0).
+        Dp = np.full((km + 1, n + w), np.inf)
+        T = [lagged(Dp[k]) for k in range(km)]
+        edges = [*range(0, shared + 1, B), shared + 1, *range(shared + 1 + B, w, B), w]
+        for v0, v1 in zip(edges[:-1], edges[1:]):
+            r, nb = v1 - 1, v1 - v0  # rows d = 1..v1-1 reach into the block
+            if r < 1 or nb < 1:
+                continue
+            if v0 > shared:  # new values: f by modl._f2's / _f's operations
+                idx = [np.subtract(front[j][v0:v1], back[j][1:v1, v0:v1], out=ints[j, :r, :nb])
+                       for j in range(J + 1)]
+                xs, ys, zs = xs_buf[:r, :nb], ys_buf[:r, :nb], zs_buf[:r, :nb]
+                if memo is not None:
+                    np.take(memo, idx[J], out=xs)
+                    np.take(memo, idx[0], out=ys)
+                    for j in range(1, J):
+                        ys += np.take(memo, idx[j], out=zs)
+                else:  # beyond the memo: the ufunc itself
+                    xs[...] = gammaln(idx[J].astype(np.float64))
+                    ys[...] = gammaln(idx[0].astype(np.float64))
+                    for j in range(1, J):
+                        ys += gammaln(idx[j].astype(np.float64))
+                xs -= gJ
+                np.subtract(xs, ys, out=S[1:v1, v0:v1])
+            lo = max(v0, 1)
+            Dp[1, n + lo:n + v1] = S[lo:v1, lo:v1].diagonal()  # D_1(v) = t(0, v)
+            for k in range(2, km):
+                rk = v1 - k  # D_{k-1}(v - d) is +inf for d > v - k + 1
+                if rk < 1:
+                    continue
+                sm = np.add(S[1:rk + 1, v0:v1], T[k - 1][1:rk + 1, v0:v1], out=sums[:rk, :nb])
+                np.min(sm, axis=0, out=Dp[k, n + v0:n + v1])
         F = np.full(km + 1, np.inf)
-        F[1] = Ds[1][n]
-        tmp = np.empty((n, n))
-        for k in range(2, km + 1):
-            D = np.full(w, np.inf)
-            if k < km:
-                Dpad[n:] = Ds[k - 1]
-                # T[d, v] = D_{k-1}(v - d), inf for v < d.
-                T = np.lib.stride_tricks.as_strided(Dpad[n:], shape=(w, w),
-                                                    strides=(-size, size), writeable=False)
-                m = n + 1 - k
-                sums = np.add(S[1:, k:], T[1:, k:], out=tmp[:, :m])
-                D[k:] = sums.min(axis=0)
-            else:  # the last k is read at v = n only (F, and the path's first step)
-                lags = np.arange(1, n - k + 2)
-                D[n] = (H[lags, n - lags] + Ds[k - 1][n - lags]).min()
-            Ds.append(D)
-            F[k] = D[n]
+        F[1:km] = Dp[1:km, 2 * n]
+        if km >= 2:  # the last k is read at v = n only (F, and the path's first step)
+            F[km] = (S[1:n - km + 2, n] + Dp[km - 1, n + km - 1:2 * n][::-1]).min()
+        else:
+            F[km] = Dp[km, 2 * n]
         # The path: at each step the first u whose sum equals the minimum
         # (argmin's rule, as the compiled kernel).
         Sp = np.zeros((km + 1, km), dtype=np.int64)
         for k in range(2, km + 1):
             v = n
             for j in range(k, 1, -1):
-                us = np.arange(j - 1, v)
-                row = H[v - us, us] + Ds[j - 1][j - 1:v]
-                v = j - 1 + int(np.flatnonzero(row == Ds[j][v])[0])
+                least = F[km] if j == km else Dp[j, n + v]
+                row = S[v - j + 1:0:-1, v] + Dp[j - 1, n + j - 1:n + v]  # u = j-1..v-1
+                v = j - 1 + int(np.flatnonzero(row == least)[0])
                 Sp[k, j - 1] = v
         out.append((F, Sp))
-        prev_a, prev_b, prev_H = a, b, H
+        prev_a, prev_b, prev_S = a, b, S
     return out
 
 
