@@ -1543,58 +1543,67 @@ def _refine_windows(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
     # The first pass's windows, solved up front in two threads, each a run
     # of consecutive windows (the compiled DP reuses what neighbours share;
     # it and numpy's large operations release the GIL); later windows, made
-    # by changes, on demand. Each solve only reads, so the results are
-    # those of solving one after the other.
+    # by changes, as they come, a run of up to four at a time, also split
+    # in two. Each solve only reads, so the results are those of solving
+    # one after the other.
     from concurrent.futures import ThreadPoolExecutor
 
-    # Split where half of the work (sum of n^2) is done: windows differ in
-    # rows, and the time goes as their square.
-    work = np.cumsum([(b - a) ** 2 for a, b in spans])
-    half = int(np.searchsorted(work, work[-1] / 2)) + 1
-    with ThreadPoolExecutor(1) as pool:
-        other = pool.submit(solve_all, spans[half:], w + 1)
-        mine = solve_all(spans[:half], w + 1)
-        theirs = other.result()
-    # Keyed by (a, b, kmax): the same rows make a window of fewer intervals
-    # (fewer k tried) when the partition has fewer than _WINDOW_INTERVALS.
-    solved: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
-    solved.update(((a, b, w + 1), r) for (a, b), r in zip(spans, mine + theirs))
-    changed = True
-    while changed:
-        changed = False
-        i = 0
-        while True:
-            I = len(st)
-            w = min(_WINDOW_INTERVALS, I)
-            if i + w > I:
-                break
-            a = st[i]
-            b = st[i + w] if i + w < I else K
-            if b - a > _WINDOW_ROWS:
+    pool = ThreadPoolExecutor(1)
+
+    def solve_in_two(spans: list[tuple[int, int]], kmax: int) -> Solved:
+        if len(spans) < 2:
+            return solve_all(spans, kmax)
+        # Split where half of the work (sum of n^2) is done: windows differ
+        # in rows, and the time goes as their square.
+        work = np.cumsum([(b - a) ** 2 for a, b in spans])
+        half = min(int(np.searchsorted(work, work[-1] / 2)) + 1, len(spans) - 1)
+        other = pool.submit(solve_all, spans[half:], kmax)
+        mine = solve_all(spans[:half], kmax)
+        return mine + other.result()
+
+    try:
+        # Keyed by (a, b, kmax): the same rows make a window of fewer intervals
+        # (fewer k tried) when the partition has fewer than _WINDOW_INTERVALS.
+        solved: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
+        solved.update(((a, b, w + 1), r) for (a, b), r in zip(spans, solve_in_two(spans, w + 1)))
+        changed = True
+        while changed:
+            changed = False
+            i = 0
+            while True:
+                I = len(st)
+                w = min(_WINDOW_INTERVALS, I)
+                if i + w > I:
+                    break
+                a = st[i]
+                b = st[i + w] if i + w < I else K
+                if b - a > _WINDOW_ROWS:
+                    i += 1
+                    continue
+                if (a, b, w + 1) not in solved:
+                    # After a change, the next windows are new too and share
+                    # rows with this one: solved in the same run.
+                    ahead = [(st[j], st[j + w] if j + w < I else K)
+                             for j in range(i, min(i + _WINDOW_INTERVALS, I - w + 1))]
+                    ahead = [(x, y) for x, y in ahead
+                             if y - x <= _WINDOW_ROWS and (x, y, w + 1) not in solved]
+                    solved.update(((x, y, w + 1), r)
+                                  for (x, y), r in zip(ahead, solve_in_two(ahead, w + 1)))
+                F, S = solved[(a, b, w + 1)]
+                ks = np.arange(1, F.shape[0])
+                cost = np.asarray(_log_prior_intervals(N, I - w + ks)) + F[1:]
+                k = int(np.argmin(cost)) + 1
+                # The window's own intervals, f summed left to right as the DP sums them.
+                cur_f = _span_f(P, np.asarray(st[i:i + w]), np.asarray(st[i + 1:i + w] + [b]))
+                now = 0.0
+                for v in cur_f.tolist():
+                    now += v
+                if float(cost[k - 1]) < float(_log_prior_intervals(N, I)) + now - _TOL:
+                    st[i:i + w] = [a + int(x) for x in S[k, :k]]
+                    changed = True
                 i += 1
-                continue
-            if (a, b, w + 1) not in solved:
-                # After a change, the next windows are new too and share
-                # rows with this one: solved in the same run.
-                ahead = [(st[j], st[j + w] if j + w < I else K)
-                         for j in range(i, min(i + _WINDOW_INTERVALS, I - w + 1))]
-                ahead = [(x, y) for x, y in ahead
-                         if y - x <= _WINDOW_ROWS and (x, y, w + 1) not in solved]
-                solved.update(((x, y, w + 1), r)
-                              for (x, y), r in zip(ahead, solve_all(ahead, w + 1)))
-            F, S = solved[(a, b, w + 1)]
-            ks = np.arange(1, F.shape[0])
-            cost = np.asarray(_log_prior_intervals(N, I - w + ks)) + F[1:]
-            k = int(np.argmin(cost)) + 1
-            # The window's own intervals, f summed left to right as the DP sums them.
-            cur_f = _span_f(P, np.asarray(st[i:i + w]), np.asarray(st[i + 1:i + w] + [b]))
-            now = 0.0
-            for v in cur_f.tolist():
-                now += v
-            if float(cost[k - 1]) < float(_log_prior_intervals(N, I)) + now - _TOL:
-                st[i:i + w] = [a + int(x) for x in S[k, :k]]
-                changed = True
-            i += 1
+    finally:
+        pool.shutdown()
     return np.asarray(st, dtype=np.intp)
 
 
