@@ -358,6 +358,39 @@ def test_greedy_in_parts_many_boundaries():
             assert removed.tolist() == ref[0].tolist() and steps.tolist() == ref[1].tolist()
 
 
+def test_coarse_guess_is_the_interleaved_state(monkeypatch):
+    """modl._coarse_guess from the parts' merges alone: the intervals the whole table's greedy
+    leaves after M merges, for every M before the first crossing merge (and None or a
+    different table is what modl._coarse_top_down then detects)."""
+    rng = np.random.default_rng(44)
+    record, interleave = modl._jit_split()
+    seen = {}
+
+    def spy(B, offs, rem, left, key, *rest):
+        out = interleave(B, offs, rem, left, key, *rest)
+        seen.update(B=B.copy(), offs=offs.copy(), rem=rem.copy(), key=key.copy(),
+                    before_crossing=int(out[2].sum()))
+        return out
+
+    monkeypatch.setattr(modl, "_jit_split", lambda: (record, spy))
+    checked = 0
+    for trial in range(10):
+        kind = ("heavy", "ties", "noise")[trial % 3]
+        C = np.ascontiguousarray(mixed_table(rng, int(rng.integers(800, 3000)), 2, kind))
+        K = C.shape[0]
+        f_row, f_pair, keys, N = _merge_inputs(C)
+        B = np.asarray(modl._split_points(C, f_row, f_pair, keys, N, int(rng.integers(2, 6)),
+                                          modl_jit.greedy_merges, 400), dtype=np.int64)
+        removed, _ = modl._greedy_in_parts(C, f_row, f_pair, keys, N, True,
+                                           modl_jit.greedy_merges, 0, B)
+        for M in rng.integers(1, seen["before_crossing"] + 1, 6).tolist():
+            guess = modl._coarse_guess(seen["B"], seen["offs"], seen["rem"], seen["key"], K - M)
+            if guess is not None:  # None: equal running maxima in two parts at the M-th
+                assert guess.tolist() == modl._starts_after(K, removed, M).tolist()
+                checked += 1
+    assert checked >= 30  # 34 of the 60 (seeded); the others met equal maxima
+
+
 def _split_points_in_order(C, f_row, f_pair, keys, N, parts, window):
     """The boundaries of modl._split_points by a plain loop, one window after the other."""
     K = C.shape[0]
@@ -393,7 +426,8 @@ def test_partition_in_parts_equals_python(monkeypatch):
     C = mixed_table(np.random.default_rng(39), 4000, 2, "heavy")
     calls = []
     in_parts = modl._greedy_in_parts
-    monkeypatch.setattr(modl, "_greedy_in_parts", lambda *a: calls.append(a[-1]) or in_parts(*a))
+    monkeypatch.setattr(modl, "_greedy_in_parts",
+                        lambda *a, **k: calls.append(a[-1]) or in_parts(*a, **k))
     monkeypatch.setattr(modl, "_JIT_MIN_ROWS", 0)
     monkeypatch.setattr(modl, "_SPLIT_MIN_ROWS", 0)
     monkeypatch.setattr(modl, "_SPLIT_PART_ROWS", 1000)
@@ -471,6 +505,37 @@ def test_partition_top_down_on_greedy_intervals_compiled_equals_python(monkeypat
     python = modl.modl_partition(C, exact_max=0)
     assert len(calls) == 2
     assert compiled.cuts.tolist() == python.cuts.tolist() and compiled.cost == python.cost
+
+
+def test_partition_coarse_split_ahead_equals_python(monkeypatch):
+    """Greedy in parts and the top-down start's coarse phase computed ahead, on the guessed
+    table (forced on 6,000 rows): used when the guess is the table, the same result as the
+    Python path; a wrong guess is not used."""
+    C = mixed_table(np.random.default_rng(45), 6000, 2, "heavy")
+    monkeypatch.setattr(modl, "_TOP_COARSE", 400)
+    monkeypatch.setattr(modl, "_SPLIT_MIN_ROWS", 0)
+    monkeypatch.setattr(modl, "_SPLIT_PART_ROWS", 1500)
+    monkeypatch.setattr(modl, "_SPLIT_WINDOW", 500)
+    splits = []
+    coarse_split = modl._coarse_split
+    monkeypatch.setattr(modl, "_coarse_split", lambda C, c: splits.append(c) or coarse_split(C, c))
+    monkeypatch.setattr(modl, "_JIT_MIN_ROWS", 0)
+    compiled = modl.modl_partition(C, exact_max=0)
+    assert len(splits) == 1  # computed ahead only: the guess was the coarse table
+    monkeypatch.setattr(modl, "_JIT_MIN_ROWS", 10**12)
+    python = modl.modl_partition(C, exact_max=0)
+    assert compiled.cuts.tolist() == python.cuts.tolist() and compiled.cost == python.cost
+
+    K = C.shape[0]
+    removed, steps = modl._greedy_path(C, True)
+    n_kept = modl._kept_starts(K, removed, steps, True).shape[0]
+    want = modl._coarse_top_down(C, removed, n_kept)
+    coarse = modl._starts_after(K, removed, K - 400)
+    wrong = np.delete(coarse, 7)
+    splits.clear()
+    got = modl._coarse_top_down(C, removed, n_kept, None,
+                                lambda: (wrong, modl._coarse_split(C, wrong)))
+    assert got.tolist() == want.tolist() and len(splits) == 2  # recomputed on the table
 
 
 def test_loaded_kernels_take_smaller_tables(monkeypatch):

@@ -90,6 +90,8 @@ GreedyKernel = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int, bo
 # the mark up to which it is known filled (modl_jit._fill_memo)
 SpanKernel = Callable[[np.ndarray, np.ndarray, int, int, int, np.ndarray, np.ndarray],
                       np.ndarray]
+# (B, offs, rem, key) of greedy merging in parts, when the parts are merged
+PartsHook = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray], None]
 # Entries of that memo: the log-gamma of integers below this many (8 MiB),
 # a constant so that the driver holds nothing proportional to the rows;
 # the spans priced after the first passes are far shorter than N.
@@ -447,9 +449,12 @@ def _greedy_starts(C: np.ndarray, to_end: bool = False) -> np.ndarray:
     return _kept_starts(K, removed, steps, to_end)
 
 
-def _greedy_path(C: np.ndarray, to_end: bool
+def _greedy_path(C: np.ndarray, to_end: bool, parts_merged: PartsHook | None = None
                  ) -> tuple[Sequence[int] | np.ndarray, Sequence[float] | np.ndarray]:
-    """(removed intervals, cost changes) of greedy merging over the K >= 2 rows of C, in order."""
+    """(removed intervals, cost changes) of greedy merging over the K >= 2 rows of C, in order.
+
+    ``parts_merged`` is called when merging runs in parts (:func:`_greedy_in_parts`).
+    """
     K = C.shape[0]
     N = int(C.sum())
     kernel = _jit_greedy() if _compiled(K) else None
@@ -468,7 +473,7 @@ def _greedy_path(C: np.ndarray, to_end: bool
         f_row = _f(C)
         f_pair = _f(C[:-1] + C[1:])
         keys = _quantise(f_pair - f_row[:-1] - f_row[1:])
-    return _greedy_merges(C, f_row, f_pair, keys, N, to_end, kernel)
+    return _greedy_merges(C, f_row, f_pair, keys, N, to_end, kernel, parts_merged)
 
 
 def _first_gains2(C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -495,14 +500,15 @@ def _first_gains2(C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _greedy_merges(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys: np.ndarray,
-                   N: int, to_end: bool, kernel: GreedyKernel | None
+                   N: int, to_end: bool, kernel: GreedyKernel | None,
+                   parts_merged: PartsHook | None = None
                    ) -> tuple[Sequence[int] | np.ndarray, Sequence[float] | np.ndarray]:
     """(removed intervals, cost changes) of greedy merging, compiled or in Python (same values)."""
     K, J = C.shape
     if kernel is not None and K >= _SPLIT_MIN_ROWS and _jit_split() is not None:
         parts = max(2, min(_SPLIT_PARTS, K // _SPLIT_PART_ROWS))
         return _greedy_in_parts(np.ascontiguousarray(C, dtype=np.int64), f_row, f_pair, keys,
-                                N, to_end, kernel, parts)
+                                N, to_end, kernel, parts, parts_merged=parts_merged)
     if kernel is not None:
         return kernel(np.ascontiguousarray(C, dtype=np.int64), f_row.copy(), keys, f_pair, N,
                       to_end)
@@ -572,7 +578,8 @@ def _split_points(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys: np
 
 def _greedy_in_parts(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys: np.ndarray,
                      N: int, to_end: bool, kernel: GreedyKernel, parts: int,
-                     bounds: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                     bounds: np.ndarray | None = None, parts_merged: PartsHook | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`_greedy_merges` of the compiled kernel, computed in parts: the same two arrays.
 
     Each part of the table is merged greedily on its own to one interval
@@ -581,6 +588,10 @@ def _greedy_in_parts(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys:
     is the least (modl_jit.interleave). From there the kernel goes on over
     the intervals then present, with the values it would hold for them
     (:func:`_state_after`): identical merges and cost changes throughout.
+    ``parts_merged(B, offs, rem, key)``, if given, is called once the parts
+    are merged, before the interleaving: part p's rows B[p]..B[p+1]-1, its
+    merges entries offs[p]..offs[p+1]-1 of ``rem`` (removed row, local to
+    the part) and ``key`` (rounded gain); it must not change them.
     """
     split = _jit_split()
     assert split is not None
@@ -621,6 +632,8 @@ def _greedy_in_parts(C: np.ndarray, f_row: np.ndarray, f_pair: np.ndarray, keys:
         other = pool.submit(work)
         work()
         other.result()
+    if parts_merged is not None:
+        parts_merged(B, offs, rem, key)
     P = np.empty((K + 1, C.shape[1]), dtype=np.int64)
     P[0] = 0
     np.cumsum(C, axis=0, out=P[1:])
@@ -1278,16 +1291,27 @@ def _two_starts(C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         kept = _kept_starts(K, removed, steps, True)
         return _post_optimise(C, kept), _coarse_top_down(C, removed, kept.shape[0])
     else:
-        from concurrent.futures import ThreadPoolExecutor
+        from concurrent.futures import Future, ThreadPoolExecutor
 
         with ThreadPoolExecutor(1) as pool:
             # The prefix sums of the sides, meanwhile (numpy passes that
             # release the GIL; greedy merging does not need them).
             table_sides = pool.submit(_Sides.of_table, C)
-            removed, steps = _greedy_path(C, to_end=True)
+            early: list[Future[tuple[np.ndarray, np.ndarray] | None]] = []
+
+            def parts_merged(B: np.ndarray, offs: np.ndarray, rem: np.ndarray,
+                             key: np.ndarray) -> None:
+                # The coarse phase of the top-down start on a guess of its
+                # table, while the parts' merges are interleaved (one core
+                # is idle then); used only if the guess is the table.
+                early.append(pool.submit(_early_coarse_split, C, B, offs, rem, key))
+
+            removed, steps = _greedy_path(C, to_end=True, parts_merged=parts_merged)
             kept = _kept_starts(K, removed, steps, True)
             sides = table_sides.result()
-            future = pool.submit(_coarse_top_down, C, removed, kept.shape[0], sides)
+            # (The early job, if any, was queued first: done when this one starts.)
+            guessed = early[0].result if early else None
+            future = pool.submit(_coarse_top_down, C, removed, kept.shape[0], sides, guessed)
             local = _post_optimise(C, kept, sides)
             top = future.result()
     if compiled and J == 2:
@@ -1304,7 +1328,9 @@ _TOP_COARSE = 1 << 14
 
 
 def _coarse_top_down(C: np.ndarray, removed: Sequence[int] | np.ndarray, n_kept: int,
-                     sides: _Sides | None = None) -> np.ndarray:
+                     sides: _Sides | None = None,
+                     guessed: Callable[[], tuple[np.ndarray, np.ndarray] | None] | None = None
+                     ) -> np.ndarray:
     """The top-down start on greedy's coarse intervals, then post-optimised on all rows of C.
 
     ``removed`` are greedy's merges to one interval in order, ``n_kept``
@@ -1314,13 +1340,85 @@ def _coarse_top_down(C: np.ndarray, removed: Sequence[int] | np.ndarray, n_kept:
     longest. Post-optimisation from one interval runs on that table (its
     cuts can only be those boundaries), and its result, a partition of the
     rows of C, is post-optimised again with every row boundary as a cut
-    (with ``sides``, C's :class:`_Sides`, maybe shared).
+    (with ``sides``, C's :class:`_Sides`, maybe shared). ``guessed``, if
+    given, returns (coarse table's first rows, :func:`_coarse_split` of
+    them) computed ahead from a guess (:func:`_early_coarse_split`) or
+    None; it is used when the guess is the coarse table, exactly.
     """
     K = C.shape[0]
     n0 = min(K, max(_TOP_COARSE, n_kept))
     coarse = _starts_after(K, removed, K - n0)
+    early = guessed() if guessed is not None else None
+    if early is not None and np.array_equal(early[0], coarse):
+        start = early[1]
+    else:
+        start = _coarse_split(C, coarse)
+    return _post_optimise(C, start, sides)
+
+
+def _coarse_split(C: np.ndarray, coarse: np.ndarray) -> np.ndarray:
+    """Post-optimisation from one interval of the table of intervals starting at ``coarse``.
+
+    Its result as first rows of C (a subset of ``coarse``).
+    """
     part = _post_optimise(np.add.reduceat(C, coarse, axis=0), np.zeros(1, dtype=np.intp))
-    return _post_optimise(C, coarse[part], sides)
+    starts: np.ndarray = coarse[part]
+    return starts
+
+
+def _early_coarse_split(C: np.ndarray, B: np.ndarray, offs: np.ndarray, rem: np.ndarray,
+                        key: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(guessed coarse table, its :func:`_coarse_split`) from the parts' merges, or None.
+
+    The guess (:func:`_coarse_guess`) assumes that greedy leaves
+    ``_TOP_COARSE`` intervals before any pair across two parts merges and
+    that the kept partition has no more; :func:`_coarse_top_down` checks it
+    against the path itself.
+    """
+    coarse = _coarse_guess(B, offs, rem, key, _TOP_COARSE)
+    return None if coarse is None else (coarse, _coarse_split(C, coarse))
+
+
+def _coarse_guess(B: np.ndarray, offs: np.ndarray, rem: np.ndarray, key: np.ndarray,
+                  n0: int) -> np.ndarray | None:
+    """First rows of the n0 intervals the parts' merges interleaved leave, or None if unsure.
+
+    Part p (rows B[p]..B[p+1]-1) merged to one interval on its own; its
+    merges are entries offs[p].. of ``rem`` (row removed, local to the
+    part) and ``key`` (rounded gain). Interleaving takes the least of the
+    parts' next merges (by gain, then left row) while no pair across two
+    parts comes first (modl_jit.interleave). A merge larger than all
+    earlier ones of its part *leads* a block: the merges after it, up to
+    the next leader, are smaller, so once the leader is taken (the least of
+    the parts' next merges) they are less than every other part's next
+    merge and are taken right after it. The blocks are therefore taken in
+    the order of their leaders, and a merge's place is set by its part's
+    running maximum of gains: the first M = K - n0 merges are those whose
+    running maximum is below the M-th least running maximum, and, among
+    those equal to it, the first in their part (None when equal values
+    lie in several parts: the order would need the left rows). A guess:
+    whether a pair across parts merges before, the interleaving decides.
+    """
+    K, k = int(B[-1]), B.shape[0] - 1
+    total = int(offs[-1])
+    M = K - n0
+    if M <= 0 or M > total:
+        return None
+    running = np.empty(total)
+    for p in range(k):
+        np.maximum.accumulate(key[offs[p]:offs[p + 1]], out=running[offs[p]:offs[p + 1]])
+    level = np.partition(running, M - 1)[M - 1]
+    taken = running < level
+    short = M - int(np.count_nonzero(taken))
+    if short > 0:
+        at_level = np.flatnonzero(running == level)
+        part = np.searchsorted(offs, at_level[[0, -1]], side="right") - 1
+        if part[0] != part[1]:
+            return None
+        taken[at_level[:short]] = True
+    alive = np.ones(K, dtype=bool)
+    alive[(rem[:total] + np.repeat(B[:-1], np.diff(offs)))[taken]] = False
+    return np.flatnonzero(alive)
 
 
 def _table_cost(C: np.ndarray, starts: np.ndarray) -> float:
