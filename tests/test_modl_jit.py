@@ -141,15 +141,21 @@ def test_premerge_compiled_equals_numpy(monkeypatch, seed):
 def test_least_cut_is_numpys_sum_and_first_argmin():
     """The fused pass of the cut pricing against numpy's temporaries and argmin, ties included."""
     rng = np.random.default_rng(8)
-    for n in (1, 2, 50, 3000):
-        left = np.round(rng.normal(0, 3, n + int(rng.integers(0, 9))), 1)  # rounded: ties
-        right = np.round(rng.normal(0, 3, n + int(rng.integers(0, 9))), 1)
-        f_old = float(rng.normal())
-        g = (left[:n] + right[right.shape[0] - n:]) - f_old
-        best, at = modl_jit.least_cut(left, right, n, f_old)
-        assert (best, at) == (g[int(np.argmin(g))], int(np.argmin(g)))
+    for n in (1, 2, 7, 8, 9, 15, 16, 17, 50, 3000):  # blocks of eight and a tail
+        for shape in ("noise", "falling", "last"):
+            left = np.round(rng.normal(0, 3, n + int(rng.integers(0, 9))), 1)  # rounded: ties
+            right = np.round(rng.normal(0, 3, n + int(rng.integers(0, 9))), 1)
+            if shape == "falling":  # a new least at every cut
+                left[:n] = -np.arange(n, dtype=np.float64) * 10.0
+            elif shape == "last":  # the least at the last cut
+                left[n - 1] = -1e6
+            f_old = float(rng.normal())
+            g = (left[:n] + right[right.shape[0] - n:]) - f_old
+            best, at = modl_jit.least_cut(left, right, n, f_old)
+            assert (best, at) == (g[int(np.argmin(g))], int(np.argmin(g)))
     # Every cut equal: the first.
     assert modl_jit.least_cut(np.ones(9), np.zeros(12), 9, 0.5) == (0.5, 0)
+    assert modl_jit.least_cut(np.ones(40), np.zeros(40), 40, 0.5) == (0.5, 0)
 
 
 @pytest.mark.parametrize("top", [3, 1 << 10, 1 << 17, 1 << 40])
