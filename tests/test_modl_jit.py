@@ -650,6 +650,26 @@ def test_windows_dp2_equals_numpy(kind):
             assert S.tolist() == S2[i, :k, :k - 1].tolist() == run[i][1].tolist()
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_refine_windows_numpy_equals_compiled(monkeypatch, seed):
+    """_refine_windows from a greedy partition: the numpy path (half the first pass in a
+    second thread, the rest solved one window at a time as the passes reach it, paths found
+    only for windows that change) against the compiled kernel's runs, where windows change."""
+    rng = np.random.default_rng([seed, 46])
+    V = int(rng.integers(1500, 4000))
+    s = np.sort(rng.random(V))
+    n = rng.poisson(int(rng.integers(50, 400)), V) + 1
+    pos = rng.binomial(n, s * s if seed % 2 else 0.5 + 0.4 * np.sin(9 * s))
+    C = np.column_stack([n - pos, pos]).astype(np.int64)
+    start = modl._greedy_starts(C, to_end=True)
+    monkeypatch.setattr(modl, "_JIT_MIN_ROWS", 0)
+    compiled = modl._refine_windows(C, start)
+    monkeypatch.setattr(modl, "_JIT_MIN_ROWS", 10**12)
+    python = modl._refine_windows(C, start)
+    assert compiled.tolist() == python.tolist()
+    assert compiled.tolist() != start.tolist()  # windows changed the partition
+
+
 def test_partition_with_windows_compiled_equals_python(monkeypatch):
     """modl_partition on 3,000 heavy rows whose windows change the result: both paths alike."""
     rng = np.random.default_rng(41)

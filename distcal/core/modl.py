@@ -1475,6 +1475,25 @@ def _windows_dp(P: list[np.ndarray], spans: list[tuple[int, int]], kmax: int
                 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """:func:`_window_dp` of each span; consecutive spans share the f values of their common rows.
 
+    One :class:`_WindowSolver` taking the spans in order.
+    """
+    if not spans:
+        return []
+    solver = _WindowSolver(P, max(b - a for a, b in spans))
+    out = []
+    for a, b in spans:
+        F, Dp = solver.solve(a, b, kmax)
+        km = F.shape[0] - 1
+        S = np.zeros((km + 1, km), dtype=np.int64)
+        for k in range(2, km + 1):
+            S[k, :k] = _window_path(P, a, F, Dp, k)
+        out.append((F, S))
+    return out
+
+
+class _WindowSolver:
+    """The numpy window DP (:func:`_window_dp`) of spans given one at a time.
+
     The values t(u, v) = f(rows a+u..a+v-1) are kept by lag d = v - u and
     end v, in S[d, v] = t(v - d, v) (1 <= d <= v; other cells are +inf or
     some f value, never NaN). Along a row of S the class counts, so the
@@ -1490,34 +1509,51 @@ def _windows_dp(P: list[np.ndarray], spans: list[tuple[int, int]], kmax: int
     then. As in the compiled kernel, a span that starts inside the
     previous one and ends at or after its end copies the values of the
     rows both hold and computes only the others (the previous S is the
-    other of two buffers).
+    other of two buffers), whether it comes in the same call or the next:
+    so the windows the refinement solves one by one as it goes, after a
+    change, share with the window just changed.
     """
-    if not spans:
-        return []
-    J = len(P)
-    gJ = float(gammaln(J))
-    isz = np.dtype(np.float64).itemsize
-    W = max(b - a for a, b in spans) + 1
-    B = min(_DP_BLOCK, W)
-    # +inf, then only ever f values: cells a span does not set are finite
-    # or +inf, so a sum with T's +inf is +inf, not NaN.
-    bufs = [np.full((W, W), np.inf), np.full((W, W), np.inf)]
-    sums, xs_buf, ys_buf, zs_buf = (np.empty((W, B)) for _ in range(4))
-    ints = np.empty((J + 1, W, B), dtype=np.int64)
 
-    def lagged(x: np.ndarray) -> np.ndarray:
-        """L[d, v] = x[v - d] for a 1-d x of length n + w whose first n entries pad v - d < 0."""
-        n = x.shape[0] // 2
-        return np.lib.stride_tricks.as_strided(x[n:], shape=(n + 1, n + 1), strides=(-isz, isz),
-                                               writeable=False)
+    def __init__(self, P: list[np.ndarray], widest: int = 0) -> None:
+        self.P = P
+        self.J = len(P)
+        self.gJ = float(gammaln(self.J))
+        self.W = 0
+        self._room(widest + 1)
 
-    out = []
-    prev_a, prev_b, prev_S = 0, -1, bufs[1]
-    for i, (a, b) in enumerate(spans):
+    def _room(self, w: int) -> None:
+        """Buffers for spans of up to w - 1 rows (new ones share nothing with the span before)."""
+        if w <= self.W:
+            return
+        W, B = w, min(_DP_BLOCK, w)
+        self.W, self.B = W, B
+        # +inf, then only ever f values: cells a span does not set are finite
+        # or +inf, so a sum with T's +inf is +inf, not NaN.
+        self.bufs = [np.full((W, W), np.inf), np.full((W, W), np.inf)]
+        self.sums, self.xs, self.ys, self.zs = (np.empty((W, B)) for _ in range(4))
+        self.ints = np.empty((self.J + 1, W, B), dtype=np.int64)
+        self.prev: tuple[int, int, np.ndarray] = (0, -1, self.bufs[1])
+        self.turn = 0
+
+    def solve(self, a: int, b: int, kmax: int) -> tuple[np.ndarray, np.ndarray]:
+        """(F, S) of :func:`_window_dp` for rows a..b-1."""
+        P, J, gJ = self.P, self.J, self.gJ
+        isz = np.dtype(np.float64).itemsize
+
+        def lagged(x: np.ndarray) -> np.ndarray:
+            """L[d, v] = x[v - d] for x of length n + w whose first n entries pad v - d < 0."""
+            m = x.shape[0] // 2
+            return np.lib.stride_tricks.as_strided(x[m:], shape=(m + 1, m + 1),
+                                                   strides=(-isz, isz), writeable=False)
+
         n = b - a
         km = min(kmax, n)
         w = n + 1
-        S = bufs[i % 2][:w, :w]
+        self._room(w)
+        B, sums, xs_buf, ys_buf, zs_buf, ints = (self.B, self.sums, self.xs, self.ys, self.zs,
+                                                  self.ints)
+        S = self.bufs[self.turn][:w, :w]
+        prev_a, prev_b, prev_S = self.prev
         shared = prev_b - a if prev_a <= a < prev_b <= b else 0
         if shared > 0:
             d0 = a - prev_a
@@ -1574,19 +1610,38 @@ def _windows_dp(P: list[np.ndarray], spans: list[tuple[int, int]], kmax: int
             F[km] = (S[1:n - km + 2, n] + Dp[km - 1, n + km - 1:2 * n][::-1]).min()
         else:
             F[km] = Dp[km, 2 * n]
-        # The path: at each step the first u whose sum equals the minimum
-        # (argmin's rule, as the compiled kernel).
-        Sp = np.zeros((km + 1, km), dtype=np.int64)
-        for k in range(2, km + 1):
-            v = n
-            for j in range(k, 1, -1):
-                least = F[km] if j == km else Dp[j, n + v]
-                row = S[v - j + 1:0:-1, v] + Dp[j - 1, n + j - 1:n + v]  # u = j-1..v-1
-                v = j - 1 + int(np.flatnonzero(row == least)[0])
-                Sp[k, j - 1] = v
-        out.append((F, Sp))
-        prev_a, prev_b, prev_S = a, b, S
-    return out
+        self.prev = (a, b, S)
+        self.turn = 1 - self.turn
+        return F, Dp
+
+
+def _window_path(P: list[np.ndarray], a: int, F: np.ndarray, Dp: np.ndarray, k: int
+                 ) -> np.ndarray:
+    """First rows, relative to a, of the least k-partition that :meth:`_WindowSolver.solve` found.
+
+    (F, Dp) is what it returned for rows a..a+n-1. At each step back the
+    first u whose sum t(u, v) + D_{j-1}(u) equals D_j(v) (argmin's rule, as
+    the compiled kernel); t is recomputed here by :func:`_span_f`, the same
+    operations on the same integers as the solver's, so the same sums. Only
+    the windows that change the partition need their paths, a few of them.
+    """
+    km = Dp.shape[0] - 1
+    n = (Dp.shape[1] - 1) // 2
+    first = np.zeros(k, dtype=np.int64)
+    v = n
+    for j in range(k, 1, -1):
+        least = F[km] if j == km else Dp[j, n + v]
+        us = np.arange(j - 1, v)
+        row = _span_f(P, a + us, np.full(us.shape[0], a + v)) + Dp[j - 1, n + j - 1:n + v]
+        v = j - 1 + int(np.flatnonzero(row == least)[0])
+        first[j - 1] = v
+    return first
+
+
+def _first_rows(S: np.ndarray, k: int) -> np.ndarray:
+    """S[k, :k]: the first rows of a window's least k-partition (modl_jit.windows_dp2's S of it)."""
+    rows: np.ndarray = S[k, :k]
+    return rows
 
 
 def _refine_windows(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -1615,7 +1670,8 @@ def _refine_windows(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
     Pi = np.vstack([np.zeros((1, J), dtype=np.int64), np.cumsum(C, axis=0)])
     P = [Pi[:, j].astype(np.float64) for j in range(J)]
     kernels = _jit_kernels() if J == 2 and _compiled(K) else None
-    Solved = list[tuple[np.ndarray, np.ndarray]]
+    # Per window: F, and the first rows (relative) of its least k-partition for a given k.
+    Solved = list[tuple[np.ndarray, Callable[[int], np.ndarray]]]
     solve_all: Callable[[list[tuple[int, int]], int], Solved]
     if kernels is not None:
         from .modl_jit import windows_dp2
@@ -1633,18 +1689,32 @@ def _refine_windows(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
             hi = np.asarray([b for _, b in spans], dtype=np.int64)
             F, S = windows_dp2(P[0], P[1], lo, hi, kmax, memo, _MEMO_FILLED, *bufs)
             ks = np.minimum(kmax, hi - lo) + 1
-            return [(F[i, :k], S[i, :k, :k - 1]) for i, k in enumerate(ks.tolist())]
+            return [(F[i, :k], functools.partial(_first_rows, S[i])) for i, k in
+                    enumerate(ks.tolist())]
     else:
         def solve_all(spans: list[tuple[int, int]], kmax: int) -> Solved:
-            return _windows_dp(P, spans, kmax)
+            solver = _WindowSolver(P, max(b - a for a, b in spans))
+            return [lazy_paths(a, *solver.solve(a, b, kmax)) for a, b in spans]
 
-    # The first pass's windows, solved up front in two threads, each a run
-    # of consecutive windows (the compiled DP reuses what neighbours share;
-    # it and numpy's large operations release the GIL); later windows, made
-    # by changes, as they come, a run of up to four at a time, also split
-    # in two. Each solve only reads, so the results are those of solving
+    def lazy_paths(a: int, F: np.ndarray, Dp: np.ndarray
+                   ) -> tuple[np.ndarray, Callable[[int], np.ndarray]]:
+        # numpy: a window's paths are found when it changes the partition only.
+        return F, functools.partial(_window_path, P, a, F, Dp)
+
+    # Compiled: the first pass's windows are solved up front in two threads,
+    # each a run of consecutive windows (the DP reuses what neighbours
+    # share; the kernel releases the GIL), and windows made by changes as
+    # they come, a run of up to four at a time, also split in two. numpy:
+    # the second half of the first pass is solved up front in a second
+    # thread (numpy's large operations release the GIL), and this thread
+    # solves every other window when the passes reach it, one at a time
+    # with one solver, which shares f values with the window before: with
+    # the window just changed, too (a run of the compiled kernel starts
+    # afresh). Each solve only reads, so the results are those of solving
     # one after the other.
     from concurrent.futures import ThreadPoolExecutor
+
+    main_solver = None if kernels is not None else _WindowSolver(P, max(b - a for a, b in spans))
 
     pool = ThreadPoolExecutor(1)
 
@@ -1662,8 +1732,18 @@ def _refine_windows(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
     try:
         # Keyed by (a, b, kmax): the same rows make a window of fewer intervals
         # (fewer k tried) when the partition has fewer than _WINDOW_INTERVALS.
-        solved: dict[tuple[int, int, int], tuple[np.ndarray, np.ndarray]] = {}
-        solved.update(((a, b, w + 1), r) for (a, b), r in zip(spans, solve_in_two(spans, w + 1)))
+        solved: dict[tuple[int, int, int], tuple[np.ndarray, Callable[[int], np.ndarray]]] = {}
+        # (numpy) the windows the second thread solves, in order, and its future
+        later: list[tuple[int, int, int]] = []
+        theirs = None
+        if main_solver is None:
+            solved.update(((a, b, w + 1), r) for (a, b), r in zip(spans, solve_in_two(spans,
+                                                                                      w + 1)))
+        else:
+            work = np.cumsum([(b - a) ** 2 for a, b in spans])
+            half = int(np.searchsorted(work, work[-1] / 2)) + 1
+            later = [(a, b, w + 1) for a, b in spans[half:]]
+            theirs = pool.submit(solve_all, spans[half:], w + 1)
         changed = True
         while changed:
             changed = False
@@ -1678,7 +1758,12 @@ def _refine_windows(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
                 if b - a > _WINDOW_ROWS:
                     i += 1
                     continue
-                if (a, b, w + 1) not in solved:
+                if (a, b, w + 1) not in solved and theirs is not None and (a, b, w + 1) in later:
+                    solved.update(zip(later, theirs.result()))
+                    theirs = None
+                if (a, b, w + 1) not in solved and main_solver is not None:
+                    solved[(a, b, w + 1)] = lazy_paths(a, *main_solver.solve(a, b, w + 1))
+                elif (a, b, w + 1) not in solved:
                     # After a change, the next windows are new too and share
                     # rows with this one: solved in the same run.
                     ahead = [(st[j], st[j + w] if j + w < I else K)
@@ -1687,7 +1772,7 @@ def _refine_windows(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
                              if y - x <= _WINDOW_ROWS and (x, y, w + 1) not in solved]
                     solved.update(((x, y, w + 1), r)
                                   for (x, y), r in zip(ahead, solve_in_two(ahead, w + 1)))
-                F, S = solved[(a, b, w + 1)]
+                F, first_rows = solved[(a, b, w + 1)]
                 ks = np.arange(1, F.shape[0])
                 cost = np.asarray(_log_prior_intervals(N, I - w + ks)) + F[1:]
                 k = int(np.argmin(cost)) + 1
@@ -1697,7 +1782,7 @@ def _refine_windows(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
                 for v in cur_f.tolist():
                     now += v
                 if float(cost[k - 1]) < float(_log_prior_intervals(N, I)) + now - _TOL:
-                    st[i:i + w] = [a + int(x) for x in S[k, :k]]
+                    st[i:i + w] = [a + int(x) for x in first_rows(k)]
                     changed = True
                 i += 1
     finally:
