@@ -1536,16 +1536,11 @@ class _WindowSolver:
         self.turn = 0
 
     def solve(self, a: int, b: int, kmax: int) -> tuple[np.ndarray, np.ndarray]:
-        """(F, S) of :func:`_window_dp` for rows a..b-1."""
+        """(F, Dp) for rows a..b-1: F as :func:`_window_dp`'s, Dp[k, n + v] = D_k(v).
+
+        The least k-partitions are read from them by :func:`_window_path`.
+        """
         P, J, gJ = self.P, self.J, self.gJ
-        isz = np.dtype(np.float64).itemsize
-
-        def lagged(x: np.ndarray) -> np.ndarray:
-            """L[d, v] = x[v - d] for x of length n + w whose first n entries pad v - d < 0."""
-            m = x.shape[0] // 2
-            return np.lib.stride_tricks.as_strided(x[m:], shape=(m + 1, m + 1),
-                                                   strides=(-isz, isz), writeable=False)
-
         n = b - a
         km = min(kmax, n)
         w = n + 1
@@ -1567,14 +1562,14 @@ class _WindowSolver:
             q[:n] = int(p[a])  # v - d < 0: the cell is not read, any count does
             q[n:] = p[a:b + 1]
             total += q
-            back.append(lagged(q))
+            back.append(_lagged(q))
             front.append(q[n:] + 1)
-        back.append(lagged(total))
+        back.append(_lagged(total))
         front.append(total[n:] + J)
         memo = _memo_through(int(front[J][-1] - total[n]))
         # Dp[k, n + v] = D_k(v); +inf at v < k and at the pad (v < 0).
         Dp = np.full((km + 1, n + w), np.inf)
-        T = [lagged(Dp[k]) for k in range(km)]
+        T = [_lagged(Dp[k]) for k in range(km)]
         edges = [*range(0, shared + 1, B), shared + 1, *range(shared + 1 + B, w, B), w]
         for v0, v1 in zip(edges[:-1], edges[1:]):
             r, nb = v1 - 1, v1 - v0  # rows d = 1..v1-1 reach into the block
@@ -1613,6 +1608,23 @@ class _WindowSolver:
         self.prev = (a, b, S)
         self.turn = 1 - self.turn
         return F, Dp
+
+
+def _lagged(x: np.ndarray) -> np.ndarray:
+    """L[d, v] = x[v - d] (a strided view) for x of length 2n + 1, its first n entries v - d < 0."""
+    m = x.shape[0] // 2
+    isz = x.itemsize
+    return np.lib.stride_tricks.as_strided(x[m:], shape=(m + 1, m + 1), strides=(-isz, isz),
+                                           writeable=False)
+
+
+def _half_of_work(spans: list[tuple[int, int]]) -> int:
+    """How many of the spans, from the first, hold half of the work (sum of n^2).
+
+    Windows differ in rows, and a window's DP time goes as their square.
+    """
+    work = np.cumsum([(b - a) ** 2 for a, b in spans])
+    return int(np.searchsorted(work, work[-1] / 2)) + 1
 
 
 def _window_path(P: list[np.ndarray], a: int, F: np.ndarray, Dp: np.ndarray, k: int
@@ -1721,10 +1733,7 @@ def _refine_windows(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
     def solve_in_two(spans: list[tuple[int, int]], kmax: int) -> Solved:
         if len(spans) < 2:
             return solve_all(spans, kmax)
-        # Split where half of the work (sum of n^2) is done: windows differ
-        # in rows, and the time goes as their square.
-        work = np.cumsum([(b - a) ** 2 for a, b in spans])
-        half = min(int(np.searchsorted(work, work[-1] / 2)) + 1, len(spans) - 1)
+        half = min(_half_of_work(spans), len(spans) - 1)
         other = pool.submit(solve_all, spans[half:], kmax)
         mine = solve_all(spans[:half], kmax)
         return mine + other.result()
@@ -1740,8 +1749,7 @@ def _refine_windows(C: np.ndarray, starts: np.ndarray) -> np.ndarray:
             solved.update(((a, b, w + 1), r) for (a, b), r in zip(spans, solve_in_two(spans,
                                                                                       w + 1)))
         else:
-            work = np.cumsum([(b - a) ** 2 for a, b in spans])
-            half = int(np.searchsorted(work, work[-1] / 2)) + 1
+            half = _half_of_work(spans)
             later = [(a, b, w + 1) for a, b in spans[half:]]
             theirs = pool.submit(solve_all, spans[half:], w + 1)
         changed = True
