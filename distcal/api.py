@@ -197,8 +197,8 @@ def _fit_multiclass(data: Any, engine: str, method: str, score_col: str,
     if method != "temperature":
         checks.method_params(method, dict(method_params))
     if engine != "local":
+        from .core.rows import check_score_args
         from .multiclass_engines import fit_multiclass_on_engine
-        from .multiclass_rows import check_score_args
 
         if on_invalid not in ("raise", "drop"):
             raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")

@@ -41,6 +41,14 @@ import pyarrow.parquet as pq
 
 from .core.distinct import DistinctTable, pool_ties
 from .core.multiclass import normalise_ovr, pool_one_vs_rest, to_logits
+from .core.rows import (
+    Problems,
+    check_score_args,
+    open_input,
+    read_fit_input,
+    read_scores,
+    score_names,
+)
 from .core.temperature import (
     center_logits,
     fit_temperature,
@@ -60,14 +68,6 @@ from .model import (
     read_checked_meta,
     read_model_json,
     read_table_file,
-)
-from .multiclass_rows import (
-    Problems,
-    check_score_args,
-    open_input,
-    read_fit_input,
-    read_scores,
-    score_names,
 )
 
 __all__ = ["MulticlassCalibrationModel", "fit_multiclass", "load_multiclass",

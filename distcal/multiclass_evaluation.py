@@ -129,7 +129,7 @@ class MulticlassEvaluationReport:
 def _local_sums(data: Any, prob_col: str | None, prob_cols: list[str] | None, label_col: str,
                 weight_col: str | None, on_invalid: str, n_bins: int
                 ) -> tuple[list[dict[str, np.ndarray]], int, int]:
-    from .multiclass_rows import read_fit_input
+    from .core.rows import read_fit_input
 
     # prob_cols, when given, is the prediction (prob_col then keeps its default)
     scores, labels, weights, k, dropped, _ = read_fit_input(
@@ -214,7 +214,7 @@ def _local_many(data: Any, predictions: list[tuple[str | None, list[str] | None]
                 label_col: str, weight_col: str | None, n_bins: int, on_invalid: str
                 ) -> dict[str, MulticlassEvaluationReport]:
     """Every prediction's sums from one read of a local input (see the module docstring)."""
-    from .multiclass_rows import (
+    from .core.rows import (
         check_score_args,
         fit_rows,
         open_input,

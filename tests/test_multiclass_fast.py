@@ -35,7 +35,7 @@ from distcal.core.temperature import (
 )
 from distcal.errors import DataError
 from distcal.multiclass import fit_multiclass
-from distcal.multiclass_rows import Problems, read_scores
+from distcal.core.rows import Problems, read_scores
 
 VALUES = [-np.inf, -2.5, -1.0, -0.0, 0.0, 1e-300, 0.5, 3.0, np.inf]
 

@@ -17,9 +17,11 @@ from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
 from ..core.distinct import DistinctTable
+from ..core.keyed import KeyedTable, KeySpec
+from ..core.rows import RowPart
 from ..core.segments import SegmentTables
 
-__all__ = ["Ranges", "SegmentRanges", "Engine", "ReportFn"]
+__all__ = ["Ranges", "SegmentRanges", "KeyedRanges", "Engine", "ReportFn"]
 
 
 @runtime_checkable
@@ -62,6 +64,38 @@ class SegmentRanges(Ranges, Protocol):
     """
 
     def map_segments(self, fn: Callable[[DistinctTable, SegmentTables], Any]) -> list[Any]: ...
+
+
+@runtime_checkable
+class KeyedRanges(Protocol):
+    """The keyed rows of one input (:mod:`distcal.core.keyed`), ready to be mapped over.
+
+    ``map(fn)`` applies ``fn`` to each non-empty score range of the keyed
+    rows, pooled by (key, score) into a :class:`~distcal.core.keyed.KeyedTable`
+    (on whatever machine holds the range), and returns the results in
+    ascending score order. ``map_rows(fn)`` applies ``fn`` to each part of
+    the valid rows (:class:`~distcal.core.rows.RowPart`, whole rows with all
+    their class scores; temperature scaling), results in any order. The
+    counts (over input rows, not keyed rows) are valid once either map has
+    run (cluster engines validate during the first pass); ``n_classes`` is K
+    for multiclass scores (0 for a binary score), known when opened.
+    """
+
+    n_rows: int
+    weight_total: float
+    dropped_rows: int
+    n_classes: int
+
+    def map(self, fn: Callable[[KeyedTable], Any]) -> list[Any]: ...
+
+    def map_rows(self, fn: Callable[[RowPart], Any]) -> list[Any]: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> KeyedRanges: ...
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None: ...
 
 
 ReportFn = Callable[[Ranges, str], Any]
@@ -115,4 +149,36 @@ class Engine(Protocol):
     def transform_segmented(self, model: Any, data: Any, score_col: str,
                             output_col: str) -> Any:
         """``data`` with ``output_col`` = each row's segment map (by the ``by`` columns)."""
+        ...
+
+    def open_keyed(self, data: Any, spec: KeySpec, *, on_invalid: str,
+                   finite_scores: bool = False, passes: int = 1, **opts: Any) -> KeyedRanges:
+        """The keyed rows of ``data`` (``spec`` says which), validated, as :class:`KeyedRanges`.
+
+        Every part of the input is read with
+        :func:`distcal.core.rows.read_rows` (the same checks and messages on
+        every engine; the counts added up with
+        :func:`~distcal.core.rows.add_up_rows`, whose ``DataError`` is raised
+        by the first map, before anything is returned); ``map`` range-
+        partitions the rows of :func:`distcal.core.keyed.explode` on score,
+        carrying the key, and pools each range with
+        :func:`~distcal.core.keyed.pool_keyed` /
+        :func:`~distcal.core.keyed.merge_keyed` as its rows stream in, so a
+        worker holds a batch and its range's distinct (key, score) pairs,
+        never its rows. ``passes``: how often the caller will map (cluster
+        engines persist between passes when it is more than one).
+        """
+        ...
+
+    def transform_rows(self, data: Any, columns: list[str], output_col: str,
+                       predict: Callable[[Any], Any], vector: bool) -> Any:
+        """``data`` with ``output_col`` = ``predict(part)`` for each part of its rows.
+
+        ``part`` is a pandas DataFrame or pyarrow Table holding ``columns``
+        (the model's inputs); ``predict`` returns a float64 array of one
+        value per row, or (``vector``) an (n, K) array, written as a list
+        column (``ArrayType(double)`` on Spark). Same frame type out as in
+        (a Parquet path in: a pandas DataFrame); ``output_col`` already in
+        ``data`` is a ``DataError``.
+        """
         ...

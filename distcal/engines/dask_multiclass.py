@@ -30,10 +30,10 @@ import pandas as pd
 
 from ..core.distinct import DistinctTable, merge_tables, pool_ties
 from ..core.multiclass import looks_like_probabilities, to_logits
+from ..core.rows import fit_rows, problems_message, vector_lengths
 from ..core.temperature import center_logits, temperature_sums
 from ..errors import DataError, column_not_found, output_column_exists
 from ..logs import log, phase
-from ..multiclass_rows import fit_rows, problems_message, vector_lengths
 
 __all__ = ["DaskMulticlassRows", "transform_multiclass"]
 
@@ -264,7 +264,7 @@ class DaskMulticlassRows:
 
 def _looks_like_probs(pdf: pd.DataFrame, score_col: str | None,
                       score_cols: list[str] | None) -> bool:
-    from ..multiclass_rows import Problems, read_scores
+    from ..core.rows import Problems, read_scores
 
     if not len(pdf):
         return True

@@ -35,10 +35,10 @@ import pyarrow as pa
 
 from ...core.distinct import DistinctTable, pool_ties
 from ...core.multiclass import to_logits
+from ...core.rows import problems_message
 from ...core.temperature import center_logits, temperature_sums
 from ...errors import DataError, column_not_found, column_type
 from ...logs import log, phase
-from ...multiclass_rows import problems_message
 from .executor import RESULT_SCHEMA
 from .schema import column_kind, quote
 from .session import default_ranges, with_arrow_batches

@@ -1,16 +1,17 @@
-"""Reading multiclass rows: per-class scores, class labels and weights, with their problems.
+"""Reading rows: scores (one or per class), labels, weights and segments, with their problems.
 
-Shared by the multiclass model (:mod:`distcal.multiclass`), the local fit
-and the cluster engines, which check every partition with the same code
-(:func:`fit_rows`) so that every engine reports the same problems in the
-same words. Scores come from one vector column (a pandas column of numpy
-arrays or lists, a pyarrow list or fixed-size list) or from one column per
-class; K is the most common vector length.
+Every engine reads every part of its input with the same code
+(:func:`read_rows`, and :func:`fit_rows` for per-class scores), so that
+every engine reports the same problems in the same words. Per-class
+scores come from one vector column (a pandas column of numpy arrays or
+lists, a pyarrow list or fixed-size list) or from one column per class; K
+is the most common vector length.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,11 +20,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from .core.multiclass import label_problems
-from .errors import DataError
+from ..errors import DataError
+from .multiclass import label_problems
 
 __all__ = ["fit_rows", "vector_lengths", "problems_message", "Problems", "read_scores",
-           "open_input", "check_score_args", "score_names", "read_fit_input"]
+           "open_input", "check_score_args", "score_names", "read_fit_input", "RowPart",
+           "read_rows", "add_up_rows", "RowTotals"]
 
 # ---------------------------------------------------------------------------
 
@@ -345,7 +347,8 @@ def check_score_args(score_col: str | None, score_cols: Any) -> list[str] | None
         score_cols = [str(c) for c in score_cols]
         if len(score_cols) < 1:
             raise ValueError("score_cols must name at least one column")
-    return score_cols
+        return list(score_cols)
+    return None
 
 
 def score_names(score_col: str | None, score_cols: list[str] | None) -> list[str]:
@@ -356,3 +359,159 @@ def score_names(score_col: str | None, score_cols: list[str] | None) -> list[str
         raise ValueError("pass exactly one of score_col (a vector column) and score_cols "
                          "(one column per class)")
     return [score_col]
+
+
+# -- one reader for every engine: a batch of the user's columns to valid rows --------
+
+@dataclass(frozen=True)
+class RowPart:
+    """The valid rows (weight > 0) of one part of the input, columns as numpy arrays.
+
+    ``score``: (n,) for a binary score, or (n, K') per-class scores;
+    ``label``: float64 (0/1 or a rate; the class index for multiclass);
+    ``weight``: float64 or None (all 1); ``segments``: the rows' segment
+    codes (-1: a null key) and the segment tuple of each code, or None.
+    """
+
+    score: np.ndarray
+    label: np.ndarray
+    weight: np.ndarray | None
+    segments: tuple[np.ndarray, list[tuple[Any, ...]]] | None = None
+
+    @property
+    def n_rows(self) -> int:
+        return int(self.label.shape[0])
+
+    @property
+    def weight_total(self) -> float:
+        return float(self.label.shape[0]) if self.weight is None else float(self.weight.sum())
+
+    @property
+    def binary(self) -> bool:
+        return bool(np.all((self.label == 0.0) | (self.label == 1.0)))
+
+    def take(self, idx: np.ndarray) -> RowPart:
+        """The rows at ``idx`` (no segments: a segment's own part)."""
+        return RowPart(self.score[idx], self.label[idx],
+                       None if self.weight is None else self.weight[idx])
+
+    def by_segment(self) -> list[tuple[Any, RowPart]]:
+        """(segment tuple, its rows) for every segment with rows."""
+        if self.segments is None:
+            return []
+        codes, keys = self.segments
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(-1, len(keys) + 1))
+        return [(keys[c], self.take(order[bounds[c + 1]:bounds[c + 2]]))
+                for c in range(len(keys)) if bounds[c + 2] > bounds[c + 1]]
+
+
+def _columns_of(table: pd.DataFrame | pa.Table) -> list[str]:
+    return list(map(str, table.columns)) if isinstance(table, pd.DataFrame) \
+        else table.schema.names
+
+
+def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool = False,
+              n_classes: int | None = None) -> tuple[RowPart, dict[str, Any]]:
+    """Check one batch of the user's columns and keep its valid rows with weight > 0.
+
+    ``spec`` is a :class:`~distcal.core.keyed.KeySpec`. Binary scores
+    follow the rules of :mod:`distcal.core.validate`; multiclass rows those
+    of :func:`fit_rows` (``n_classes``: K counted over the whole input, for
+    vector columns). Returns the rows and the batch's counts
+    (:func:`add_up_rows` adds the batches' counts up and raises the input's
+    :class:`~distcal.DataError`). Every check is counted, also at zero, in
+    one fixed order, so that the counts of batches add up item by item.
+    """
+    from .validate import rules
+
+    names = _columns_of(table)
+    for c in spec.columns:
+        if c not in names:
+            from ..errors import column_not_found
+
+            role = "segment" if c in spec.by else "score" if c not in (
+                spec.label_col, spec.weight_col) else "label" if c == spec.label_col \
+                else "weight"
+            raise column_not_found(c, role, names)
+    n = len(table) if isinstance(table, pd.DataFrame) else table.num_rows
+    if spec.multiclass:
+        score, label, weight, k, problems = fit_rows(
+            table, "sigmoid" if finite_scores else "isotonic",
+            None if spec.score_cols is not None else spec.score_col,
+            None if spec.score_cols is None else list(spec.score_cols), spec.label_col,
+            spec.weight_col, length=n_classes)
+    else:
+        problems = Problems(n)
+        cols = {"score": spec.score_col, "label": spec.label_col, "weight": spec.weight_col}
+        values: dict[str, np.ndarray] = {}
+        for role, name in cols.items():
+            if name is None:
+                continue
+            v, text = _column_to_float(table, name)
+            values[role] = v
+            for problem, kind in rules(role, finite_scores):
+                problems.add(name, problem, _rule_mask(kind, v, text))
+        score, label, weight, k = values["score"], values["label"], values.get("weight"), 0
+    keep = ~problems.bad
+    if weight is not None:
+        with np.errstate(invalid="ignore"):
+            keep &= weight > 0
+    segments = None
+    if spec.by:
+        from .keyed import factorize_keys
+
+        cols_by = [table[b] if isinstance(table, pd.DataFrame) else table.column(b)
+                   for b in spec.by]
+        codes, keys = factorize_keys(cols_by)
+        segments = (codes[keep], keys)
+    rows = RowPart(score[keep], label[keep], None if weight is None else weight[keep], segments)
+    stats = {"items": problems.items, "rows": n, "invalid": int(problems.bad.sum()),
+             "n_rows": rows.n_rows, "weight_total": rows.weight_total, "n_classes": k}
+    return rows, stats
+
+
+def _rule_mask(kind: str, v: np.ndarray, text: np.ndarray) -> np.ndarray:
+    """The rows breaking one rule of :func:`distcal.core.validate.rules`."""
+    with np.errstate(invalid="ignore"):
+        if kind == "text":
+            mask = text
+        elif kind == "null":
+            mask = np.isnan(v) & ~text
+        elif kind == "inf":
+            mask = np.isinf(v)
+        elif kind == "range01":
+            mask = (v < 0.0) | (v > 1.0)
+        else:  # "negative"
+            mask = v < 0.0
+    return np.asarray(mask, dtype=bool)
+
+
+@dataclass(frozen=True)
+class RowTotals:
+    n_rows: int
+    weight_total: float
+    dropped_rows: int
+    n_classes: int
+
+
+def add_up_rows(stats: list[dict[str, Any]], on_invalid: str) -> RowTotals:
+    """The batches' counts of :func:`read_rows` added up; the input's ``DataError`` if any.
+
+    Raised for any problem unless ``on_invalid="drop"``, and for an input
+    with no row of weight > 0 left.
+    """
+    items: dict[tuple[str, str], int] = {}
+    for st in stats:
+        for column, problem, k in st["items"]:
+            items[(column, problem)] = items.get((column, problem), 0) + k
+    message = problems_message([(c, p, k) for (c, p), k in items.items()])
+    if message and on_invalid == "raise":
+        raise DataError(message + " (pass on_invalid='drop' to drop such rows)")
+    rows = sum(st["rows"] for st in stats)
+    invalid = sum(st["invalid"] for st in stats)
+    n_rows = sum(st["n_rows"] for st in stats)
+    if n_rows == 0:
+        raise DataError(f"no rows with weight > 0 to use ({rows} rows read, {invalid} invalid)")
+    return RowTotals(n_rows, float(sum(st["weight_total"] for st in stats)), invalid,
+                     max((st.get("n_classes", 0) for st in stats), default=0))

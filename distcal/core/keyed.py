@@ -1,0 +1,541 @@
+"""Keyed calibration problems: every variant of a fit is a set of (key, score) tables.
+
+A fit is a set of independent binary calibration problems, one per *key*:
+
+* a binary score: one key, ``(GLOBAL, None)``;
+* one-vs-rest over K classes: one key per calibrated class ``(GLOBAL, k)``
+  (scored on its own column against ``label == k``; with K = 2 only class 1);
+* ``by=`` segments: one key per segment ``(segment, None)`` plus the global key;
+* both: ``(segment, k)`` and ``(GLOBAL, k)``.
+
+A row therefore stands for one *keyed row* per key it belongs to:
+(key, score of the key's class, 0/1 label of the key's class, weight)
+(:func:`explode`). Temperature scaling keeps the rows whole (its loss
+couples the classes of a row): its keys are segments only, ``per_class=False``.
+
+Every engine range-partitions the keyed rows on their score, carrying the
+key, and pools them by (key, score) within each range (:func:`pool_keyed`).
+Restricted to one key, the ranges are *that key's* ordered score ranges, so
+every argument that makes a binary fit exact over ranges (docs/design.md)
+holds per key, and one shuffle serves every key. A range's pooled rows form
+a :class:`KeyedTable`: the keys present in the range, and their
+distinct-score tables concatenated key after key.
+
+Keys are tuples of plain Python values, matched across ranges by value, so
+no shared code book has to travel between machines.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .distinct import DistinctTable, pool_ties
+
+__all__ = ["GLOBAL", "Key", "KeySpec", "KeyedTable", "factorize_keys", "explode",
+           "pool_keyed", "merge_keyed", "cut_keyed", "key_text"]
+
+# The segment part of the key of the problems over all rows.
+GLOBAL = None
+# (segment, class): segment a tuple of ``by`` values or GLOBAL; class an
+# index or None for a binary score.
+Key = tuple[Any, Any]
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """Which keyed problems a fit's rows make (module docstring).
+
+    ``by``: the segment columns (empty: no segments); ``score_cols``: one
+    score column per class, or None; ``multiclass``: the scores are K
+    per-class values (``score_cols`` or a vector ``score_col``);
+    ``per_class``: one key per class (one-vs-rest), else one per segment
+    (temperature scaling).
+    """
+
+    score_col: str | None = "score"
+    label_col: str = "label"
+    weight_col: str | None = None
+    by: tuple[str, ...] = ()
+    score_cols: tuple[str, ...] | None = None
+    multiclass: bool = False
+    per_class: bool = True
+
+    @property
+    def columns(self) -> list[str]:
+        """Every input column the rows are read from."""
+        cols = list(self.score_cols) if self.score_cols is not None else [str(self.score_col)]
+        cols.append(self.label_col)
+        if self.weight_col is not None:
+            cols.append(self.weight_col)
+        return list(dict.fromkeys([*cols, *self.by]))
+
+    def classes(self, n_classes: int) -> list[int | None]:
+        """The class part of the keys for K = ``n_classes`` (0: a binary score)."""
+        if not self.multiclass or not self.per_class:
+            return [None]
+        return [1] if n_classes == 2 else list(range(n_classes))
+
+    def key_for(self, segment: Any, cls: Any) -> Key:
+        return (segment, cls)
+
+
+def key_text(by: Sequence[str], key: Key) -> str:
+    """A key as users read it in messages: ``country=fr, class 2``."""
+    segment, cls = key
+    parts = [] if segment is GLOBAL else [f"{b}={_short(v)}" for b, v in zip(by, segment)]
+    if cls is not None:
+        parts.append(f"class {cls}")
+    return ", ".join(parts) or "all rows"
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+# -- segment keys ------------------------------------------------------------------
+
+def _python_values(uniques: Any) -> list[Any]:
+    """Plain Python scalars (int, float, str, bool, Timestamp) for dictionary keys."""
+    values: list[Any] = pd.Index(uniques).tolist()
+    return values
+
+
+def _factorize_column(col: Any) -> tuple[np.ndarray, list[Any]]:
+    """Codes (-1: null) and distinct values of one key column (array-like or Arrow)."""
+    if hasattr(col, "to_pylist"):  # a pyarrow Array or ChunkedArray
+        fast = _arrow_codes(col)
+        if fast is not None:
+            return fast
+        col = col.to_pandas(integer_object_nulls=True, date_as_object=True)
+    c, u = pd.factorize(pd.Series(col) if not isinstance(col, pd.Series) else col,
+                        use_na_sentinel=True)
+    return np.asarray(c, dtype=np.int64), _python_values(u)
+
+
+def _arrow_codes(col: Any) -> tuple[np.ndarray, list[Any]] | None:
+    """Arrow's dictionary encoding of a text, integer or boolean column, else None.
+
+    Several times faster than converting the rows to Python objects for
+    pandas; the values are the same Python str, int and bool that the pandas
+    route gives. Other types (floats, with NaN as null, dates) take that route.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    t = col.type
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t)
+            or pa.types.is_integer(t) or pa.types.is_boolean(t)):
+        return None
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks else pa.array([], t)
+    encoded = pc.dictionary_encode(col)
+    codes = pc.fill_null(encoded.indices, -1).to_numpy(zero_copy_only=False)
+    return codes.astype(np.int64), encoded.dictionary.to_pylist()
+
+
+def factorize_keys(columns: Sequence[Any]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+    """Dense codes of the rows' segment tuples, and the tuple of each code.
+
+    ``columns`` are equal-length array-likes or pyarrow arrays (one per
+    ``by`` column). A row with a null (None, NaN, NaT) in any column gets
+    code -1 (it forms no segment). Codes number the distinct tuples from 0
+    in no particular order.
+    """
+    n = len(columns[0])
+    codes, uniques = [], []
+    null = np.zeros(n, dtype=bool)
+    for col in columns:
+        c, u = _factorize_column(col)
+        null |= c < 0
+        codes.append(c)
+        uniques.append(u)
+    if len(columns) == 1:
+        return codes[0], [(v,) for v in uniques[0]]
+    stacked = np.stack(codes, axis=1)[~null]
+    uniq, inverse = np.unique(stacked, axis=0, return_inverse=True)
+    out = np.full(n, -1, dtype=np.int64)
+    out[~null] = inverse.reshape(-1)
+    keys = [tuple(uniques[j][uniq[i, j]] for j in range(len(columns)))
+            for i in range(uniq.shape[0])]
+    return out, keys
+
+
+# -- keyed rows ----------------------------------------------------------------
+
+def explode(score: np.ndarray, label: np.ndarray, weight: np.ndarray | None,
+            segments: tuple[np.ndarray, list[tuple[Any, ...]]] | None,
+            classes: list[int | None]
+            ) -> tuple[np.ndarray, list[Key], np.ndarray, np.ndarray, np.ndarray | None]:
+    """The keyed rows of valid rows: (codes, keys, score, 0/1 label, weight).
+
+    ``score``: (n,) for a binary score, or (n, K') per-class scores (K' = 1:
+    the score of class 1 of a binary problem); ``label``: the label (binary)
+    or the class index; ``segments``: the rows' segment codes (-1: none) and
+    the segment of each code, or None without ``by``; ``classes``: the class
+    part of the keys (:meth:`KeySpec.classes`). Each row yields one keyed
+    row per class for its segment (if any) and one for the global key.
+    ``codes`` index ``keys``.
+    """
+    n = label.shape[0]
+    seg_codes, seg_keys = segments if segments is not None else (None, [])
+    keys: list[Key] = []
+    parts_c, parts_s, parts_y, parts_w = [], [], [], []
+    for cls in classes:
+        if cls is None:
+            s = score if score.ndim == 1 else score[:, 0]
+            y = label
+        else:
+            s = score[:, min(cls, score.shape[1] - 1)]  # K' = 1: column 0 is class 1
+            y = (label == cls).astype(np.float64)
+        # The global key of this class ...
+        parts_c.append(np.full(n, len(keys), dtype=np.int64))
+        keys.append((GLOBAL, cls))
+        parts_s.append(s)
+        parts_y.append(y)
+        parts_w.append(weight)
+        # ... and one per segment.
+        if seg_codes is not None:
+            base = len(keys)
+            keys.extend((seg, cls) for seg in seg_keys)
+            live = seg_codes >= 0
+            parts_c.append(np.where(live, seg_codes + base, -1))
+            parts_s.append(s)
+            parts_y.append(y)
+            parts_w.append(weight)
+    if len(parts_c) == 1:
+        return parts_c[0], keys, parts_s[0], parts_y[0], parts_w[0]
+    w: np.ndarray | None = None if weight is None else np.concatenate(
+        [x for x in parts_w if x is not None])
+    return (np.concatenate(parts_c), keys, np.concatenate(parts_s), np.concatenate(parts_y), w)
+
+
+# -- keyed tables ----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class KeyedTable:
+    """Every key's distinct-score table within one score range.
+
+    ``table`` concatenates the keys' tables, key after key, each in
+    ascending score order; key ``keys[i]`` owns rows
+    ``starts[i]:starts[i + 1]`` and its labels are all 0/1 when
+    ``binary[i]``. ``wyy`` (evaluation only) is the sum of w * y^2 per row.
+    """
+
+    keys: list[Key]
+    starts: np.ndarray
+    table: DistinctTable
+    binary: np.ndarray
+    wyy: np.ndarray | None = None
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def key_table(self, i: int) -> DistinctTable:
+        """The distinct-score table of key ``i`` (a view)."""
+        a, b = int(self.starts[i]), int(self.starts[i + 1])
+        t = self.table
+        sl = slice(a, b)
+        return DistinctTable(t.score[sl], t.weight[sl], t.positives[sl], t.count[sl],
+                             t.label_sum[sl], bool(self.binary[i]))
+
+    def key_totals(self) -> tuple[np.ndarray, np.ndarray]:
+        """Rows and weight of each key in this range."""
+        t, first = self.table, self.starts[:-1]
+        if not len(t):
+            return np.zeros(len(self.keys), np.int64), np.zeros(len(self.keys))
+        return np.add.reduceat(t.count, first), np.add.reduceat(t.weight, first)
+
+    @staticmethod
+    def single(table: DistinctTable, key: Key = (GLOBAL, None)) -> KeyedTable:
+        """One key's table as a keyed table."""
+        return KeyedTable([key], np.array([0, len(table)]), table, np.array([table.binary]))
+
+    def rows(self) -> tuple[np.ndarray, list[Key], DistinctTable, np.ndarray | None]:
+        """(code per row, keys, table, wyy): the pooled rows as keyed rows again."""
+        codes = np.repeat(np.arange(len(self.keys)), np.diff(self.starts))
+        return codes, self.keys, self.table, self.wyy
+
+
+def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.ndarray,
+               weight: np.ndarray | None, with_wyy: bool = False) -> KeyedTable:
+    """Pool keyed rows by (key, score) into a :class:`KeyedTable`.
+
+    ``codes`` index ``keys`` (-1: no key, left out). One key is
+    :func:`~distcal.core.distinct.pool_ties` (its fast paths); 0/1 labels
+    with unit weights count (:func:`_pool_unit`); anything else sums with
+    one sort by (key, score) (:func:`_pool_sums`).
+    """
+    live = codes >= 0
+    if not live.all():
+        codes, score, label = codes[live], score[live], label[live]
+        weight = None if weight is None else weight[live]
+    if len(keys) == 1 and not with_wyy:
+        return KeyedTable.single(pool_ties(score, label, weight), keys[0])
+    binary = bool(np.all((label == 0.0) | (label == 1.0)))
+    if weight is None and binary and not with_wyy:
+        return _pool_unit(codes, keys, score, label)
+    w = np.ones(score.shape[0]) if weight is None else weight
+    return _pool_sums(codes, keys, score, w, w * label, np.ones(score.shape[0], dtype=np.int64),
+                      label, (label != 0.0) & (label != 1.0),
+                      w * label * label if with_wyy else None)
+
+
+def merge_keyed(parts: list[KeyedTable]) -> KeyedTable:
+    """The keyed table of the union of disjoint row sets' tables (pooling again is exact)."""
+    parts = [p for p in parts if len(p.table)]
+    if len(parts) == 1:
+        return parts[0]
+    if not parts:
+        return KeyedTable([], np.zeros(1, np.int64), DistinctTable.empty(), np.zeros(0, bool))
+    ids: dict[Key, int] = {}
+    codes, nonbinary = [], []
+    for p in parts:
+        local = np.fromiter((ids.setdefault(k, len(ids)) for k in p.keys), dtype=np.int64,
+                            count=len(p.keys))
+        per_row = np.diff(p.starts)
+        codes.append(np.repeat(local, per_row))
+        nonbinary.append(np.repeat(~p.binary, per_row))
+    t = [p.table for p in parts]
+    wyy = None if any(p.wyy is None for p in parts) else np.concatenate([p.wyy for p in parts])
+    return _pool_sums(np.concatenate(codes), list(ids),
+                      np.concatenate([x.score for x in t]), np.concatenate([x.weight for x in t]),
+                      np.concatenate([x.positives for x in t]),
+                      np.concatenate([x.count for x in t]),
+                      np.concatenate([x.label_sum for x in t]), np.concatenate(nonbinary), wyy)
+
+
+def cut_keyed(part: KeyedTable, bounds: np.ndarray) -> list[KeyedTable]:
+    """Split a keyed table into ``len(bounds) + 1`` score ranges (range i: scores below
+    ``bounds[i]``, at or above ``bounds[i - 1]``), each key's rows cut at the same bounds."""
+    t = part.table
+    rng = np.searchsorted(bounds, t.score, side="right")
+    codes = np.repeat(np.arange(len(part.keys)), np.diff(part.starts))
+    out = []
+    for r in range(bounds.shape[0] + 1):
+        sel = np.flatnonzero(rng == r)
+        c = codes[sel]
+        present = np.flatnonzero(np.bincount(c, minlength=len(part.keys)))
+        starts = np.append(np.searchsorted(c, present), c.shape[0])
+        out.append(KeyedTable([part.keys[i] for i in present], starts,
+                              DistinctTable(t.score[sel], t.weight[sel], t.positives[sel],
+                                            t.count[sel], t.label_sum[sel], t.binary),
+                              part.binary[present],
+                              None if part.wyy is None else part.wyy[sel]))
+    return out
+
+
+def _pool_sums(codes: np.ndarray, keys: list[Key], score: np.ndarray, weight: np.ndarray,
+               positives: np.ndarray, count: np.ndarray, label_sum: np.ndarray,
+               nonbinary: np.ndarray, wyy: np.ndarray | None = None) -> KeyedTable:
+    """Pool items (raw or already pooled rows) by (key, score): one sort, then sums.
+
+    Equal (code, score) pairs are summed, so pooling pooled items again is
+    exact (pooling commutes, docs/design.md).
+    """
+    order = _key_order(codes, score, len(keys))
+    c, s = codes[order], score[order] + 0.0  # -0.0 and 0.0 are one score
+    n = c.shape[0]
+    new = np.ones(n, dtype=bool)
+    if n:
+        new[1:] = (c[1:] != c[:-1]) | (s[1:] != s[:-1])
+    starts = np.flatnonzero(new)
+
+    def pooled(a: np.ndarray) -> np.ndarray:
+        if starts.shape[0] == n:
+            out: np.ndarray = a[order]
+            return out
+        with np.errstate(over="ignore", invalid="ignore"):  # inf: refused by the fits
+            return np.add.reduceat(a[order], starts) if n else a[:0]
+
+    table = DistinctTable(s[starts], pooled(weight).astype(np.float64),
+                          pooled(positives).astype(np.float64),
+                          pooled(count).astype(np.int64), pooled(label_sum).astype(np.float64))
+    key_of_row = c[starts]
+    present = np.flatnonzero(np.bincount(key_of_row, minlength=len(keys)))
+    first = np.searchsorted(key_of_row, present)
+    bad = (np.add.reduceat(pooled(nonbinary.astype(np.int64)), first) if first.shape[0]
+           else np.zeros(0, dtype=np.int64))
+    binary = bad == 0
+    return KeyedTable([keys[i] for i in present], np.append(first, key_of_row.shape[0]),
+                      DistinctTable(table.score, table.weight, table.positives, table.count,
+                                    table.label_sum, bool(binary.all())),
+                      binary, None if wyy is None else pooled(wyy).astype(np.float64))
+
+
+def _pool_unit(codes: np.ndarray, keys: list[Key], score: np.ndarray,
+               label: np.ndarray) -> KeyedTable:
+    """:func:`_pool_sums` of rows with unit weights and 0/1 labels.
+
+    A (key, score) pair's weight and count are its number of rows, its
+    positives and label sum its number of positive rows, so only scores and
+    labels move. On many rows with numba importable: a compiled counting
+    sort by key (:func:`_scatter_unit_rows`), a sort of each key's scores
+    and one merge walk (:func:`_pool_unit_rows`), no argsort over all rows;
+    else numpy with two gathers. Both give :func:`_pool_sums`' table exactly
+    (the sums are counts).
+    """
+    m = len(keys)
+    kernels = _jit_pool_unit_rows() if codes.shape[0] >= _JIT_MIN_ROWS else None
+    if kernels is not None:
+        scatter, pool = kernels
+        buf, off, pos = scatter(np.asarray(codes, dtype=np.int64),
+                                np.asarray(score, dtype=np.float64),
+                                np.asarray(label, dtype=np.float64), m)
+        # Large keys' lists are sorted by numpy (its vectorised sort is a few
+        # times faster than a compiled one); the kernel sorts the small ones.
+        large = np.flatnonzero(np.diff(off) >= _NUMPY_SORT_ROWS)
+        for g in large.tolist():
+            lo, mid, hi = int(off[g]), int(off[g] + pos[g]), int(off[g + 1])
+            buf[lo:mid].sort()
+            buf[mid:hi].sort()
+        presorted = np.zeros(m, dtype=np.bool_)
+        presorted[large] = True
+        s, count, positives, key_end = pool(buf, off, pos, presorted)
+        bounds = np.concatenate(([0], key_end))
+        present = np.flatnonzero(np.diff(bounds))
+        key_starts = np.append(bounds[present], s.shape[0])
+    else:
+        order = _key_order(codes, score, m)
+        per_code = np.bincount(codes, minlength=m)
+        c = np.repeat(np.arange(m, dtype=np.int64), per_code)  # == codes[order]
+        s, y = score[order] + 0.0, label[order]  # -0.0 and 0.0 are one score
+        n = c.shape[0]
+        new = np.ones(n, dtype=bool)
+        if n:
+            new[1:] = (c[1:] != c[:-1]) | (s[1:] != s[:-1])
+        starts = np.flatnonzero(new)
+        if starts.shape[0] == n:  # every pair is one row (all-distinct scores)
+            count, positives = np.ones(n, dtype=np.int64), y
+        else:
+            count, positives = np.diff(np.append(starts, n)), np.add.reduceat(y, starts)
+            s = s[starts]
+        present = np.flatnonzero(per_code)
+        key_starts = np.append(np.searchsorted(c[starts], present), starts.shape[0])
+    table = DistinctTable(s, count.astype(np.float64), positives, count, positives.copy())
+    return KeyedTable([keys[i] for i in present], key_starts, table,
+                      np.ones(present.shape[0], dtype=bool))
+
+
+# At least this many rows go to the compiled pooling when numba is importable.
+_JIT_MIN_ROWS = 100_000
+# Keys of at least this many rows are sorted by numpy, the rest in the kernel.
+_NUMPY_SORT_ROWS = 64
+
+
+def _scatter_unit_rows(codes: np.ndarray, score: np.ndarray, label: np.ndarray, m: int
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A counting sort of the rows by key code (code -1 left out).
+
+    Key c owns ``buf[off[c]:off[c + 1]]``: the scores of its positive rows
+    (the first ``pos[c]``), then those of its negative rows.
+    """
+    n = codes.shape[0]
+    off = np.zeros(m + 1, dtype=np.int64)
+    pos = np.zeros(m, dtype=np.int64)
+    for i in range(n):
+        c = codes[i]
+        if c >= 0:
+            off[c + 1] += 1
+            if label[i] != 0.0:
+                pos[c] += 1
+    for c in range(m):
+        off[c + 1] += off[c]
+    buf = np.empty(off[m], dtype=np.float64)
+    head = off[:m].copy()
+    tail = off[:m] + pos
+    for i in range(n):
+        c = codes[i]
+        if c >= 0:
+            if label[i] != 0.0:
+                buf[head[c]] = score[i] + 0.0  # -0.0 and 0.0 are one score
+                head[c] += 1
+            else:
+                buf[tail[c]] = score[i] + 0.0
+                tail[c] += 1
+    return buf, off, pos
+
+
+def _pool_unit_rows(buf: np.ndarray, off: np.ndarray, pos: np.ndarray, presorted: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Pool each key's two score lists (:func:`_scatter_unit_rows`) by distinct score.
+
+    The lists of keys not ``presorted`` (small ones) are sorted in place by
+    insertion; one merge walk over both then pools equal scores. Returns the
+    pooled scores, counts and positives, and each key's end offset in them.
+    """
+    m = pos.shape[0]
+    total = off[m]
+    out_s = np.empty(total, dtype=np.float64)
+    out_n = np.empty(total, dtype=np.int64)
+    out_p = np.empty(total, dtype=np.float64)
+    key_end = np.empty(m, dtype=np.int64)
+    k = 0
+    for c in range(m):
+        a, mid, b = off[c], off[c] + pos[c], off[c + 1]
+        if not presorted[c]:  # a small key: insertion sorts (numba's sort compiles slowly)
+            for lo, hi in ((a, mid), (mid, b)):
+                for p in range(lo + 1, hi):
+                    x = buf[p]
+                    q = p - 1
+                    while q >= lo and buf[q] > x:
+                        buf[q + 1] = buf[q]
+                        q -= 1
+                    buf[q + 1] = x
+        i, j = a, mid
+        while i < mid or j < b:
+            x = buf[i] if j >= b or (i < mid and buf[i] <= buf[j]) else buf[j]
+            n_pos = 0
+            while i < mid and buf[i] == x:
+                i += 1
+                n_pos += 1
+            n_all = n_pos
+            while j < b and buf[j] == x:
+                j += 1
+                n_all += 1
+            out_s[k] = x
+            out_n[k] = n_all
+            out_p[k] = n_pos
+            k += 1
+        key_end[c] = k
+    return out_s[:k], out_n[:k], out_p[:k], key_end
+
+
+@functools.cache
+def _jit_pool_unit_rows() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
+    """:func:`_scatter_unit_rows` and :func:`_pool_unit_rows` compiled, or None without numba.
+
+    Compiled once per process and not cached on disk (a cache would be
+    written next to the installed package).
+    """
+    try:
+        from numba import njit
+
+        kernels: Any = tuple(njit(cache=False, nogil=True)(f)
+                             for f in (_scatter_unit_rows, _pool_unit_rows))
+    except ImportError:
+        return None
+    return kernels  # type: ignore[no-any-return]
+
+
+def _key_order(codes: np.ndarray, score: np.ndarray, n_codes: int) -> np.ndarray:
+    """The permutation that sorts the items by (code, score).
+
+    Two passes, least significant first: by score (numpy's introsort; ties
+    in any order, since their sums are pooled), then by code with a stable
+    sort, which for codes held in 16 bits is numpy's radix sort (a fraction
+    of the score sort's time). ``np.lexsort`` gives the same order of
+    distinct pairs at a few times the cost.
+    """
+    by_score = np.argsort(score)
+    c = codes[by_score]
+    if n_codes <= np.iinfo(np.uint16).max:
+        c = c.astype(np.uint16)
+    order: np.ndarray = by_score[np.argsort(c, kind="stable")]
+    return order
