@@ -10,16 +10,15 @@ from .api import fit, fit_and_threshold
 from .discretize import discretize
 from .errors import DataError, ModelError
 from .evaluation import EvaluationReport, evaluate, evaluate_many
+from .keyed_model import KeyedModel, MulticlassCalibrationModel, SegmentedCalibrationModel
 from .loading import load
 from .model import CalibrationModel
-from .multiclass import MulticlassCalibrationModel
-from .segmented import SegmentedCalibrationModel
 from .threshold import ThresholdResult, ThresholdTracker, optimal_threshold
 
 __version__ = "0.1.0"
 
 __all__ = ["fit", "fit_and_threshold", "discretize", "load", "evaluate", "evaluate_many",
            "optimal_threshold",
-           "metrics", "CalibrationModel", "MulticlassCalibrationModel",
+           "metrics", "CalibrationModel", "KeyedModel", "MulticlassCalibrationModel",
            "SegmentedCalibrationModel", "EvaluationReport",
            "ThresholdResult", "ThresholdTracker", "DataError", "ModelError", "__version__"]

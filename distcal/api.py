@@ -11,7 +11,7 @@ from .core.isotonic import fit_isotonic
 from .core.ranges import MapRanges
 from .core.sigmoid import fit_sigmoid
 from .core.threshold import EMPTY, loss_per_score, merge_segments, summarise_segment
-from .defaults import DEFAULTS, METHOD_PARAMS, METHODS, MULTICLASS_METHODS
+from .defaults import DEFAULTS, METHOD_PARAMS, METHODS
 from .engines import Ranges, get_engine, resolve_engine
 from .errors import DataError, ParameterError, unexpected_arguments
 from .logs import log, phase
@@ -106,20 +106,15 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
     if set(method_params) - known:
         raise unexpected_arguments("fit", set(method_params) - known)
     columns = {"score": score_col, "label": label_col, "weight": weight_col}
-    if by is not None:
-        if score_index is not None:
-            raise ParameterError("by= reads a plain score column; score_index cannot be "
-                                 "combined with by= in this version")
-        if score_cols is not None:
-            raise ParameterError("by= fits binary calibration maps; multiclass score_cols "
-                                 "cannot be segmented in this version")
-        return _fit_by(data, name, method, columns, by, min_segment_weight, on_invalid,
-                       method_params)
-    if score_index is None and (score_cols is not None or method == "temperature" or (
-            name == "local" and is_vector_column(data, score_col)) or (
-            name != "local" and is_engine_vector_column(name, data, score_col))):
-        return _fit_multiclass(data, name, method, score_col, score_cols, label_col,
-                               weight_col, on_invalid, method_params)
+    if by is not None and score_index is not None:
+        raise ParameterError("by= reads a plain score column; score_index cannot be "
+                             "combined with by= in this version")
+    multiclass = score_index is None and (score_cols is not None or method == "temperature" or (
+        name == "local" and is_vector_column(data, score_col)) or (
+        name != "local" and is_engine_vector_column(name, data, score_col)))
+    if by is not None or multiclass:
+        return _fit_keyed(data, name, method, score_col, score_cols, label_col, weight_col, by,
+                          min_segment_weight, multiclass, on_invalid, method_params)
     impl = get_engine(name)
     given, engine_opts = split_engine_options("fit", method, method_params, impl.options)
     params = checks.method_params(method, given)
@@ -159,58 +154,48 @@ def _fit_on_ranges(ranges: Ranges, map_ranges: MapRanges, method: str, params: d
                             dropped_rows=ranges.dropped_rows, columns=columns)
 
 
-def _fit_by(data: Any, engine: str, method: str, columns: dict[str, str | None], by: Any,
-            min_segment_weight: Any, on_invalid: str, method_params: dict[str, Any]) -> Any:
-    """``fit(..., by=cols)``: one map per segment and the global map (:mod:`.segmented`)."""
-    from .segmented import check_by, fit_segmented
+def _fit_keyed(data: Any, engine: str, method: str, score_col: str, score_cols: Any,
+               label_col: str, weight_col: str | None, by: Any, min_segment_weight: Any,
+               multiclass: bool, on_invalid: str, method_params: dict[str, Any]) -> Any:
+    """``by=`` and/or multiclass scores: one keyed pass (:mod:`distcal.keyed_fit`)."""
+    from .core.keyed import KeySpec
+    from .core.rows import check_score_args
+    from .keyed_fit import check_by, fit_keyed
 
-    names = check_by(by, columns, min_segment_weight)
-    if method not in METHODS:
-        raise ParameterError(f"by= fits binary calibration maps ({', '.join(METHODS)}); "
-                             f"got method {method!r}")
-    impl = get_engine(engine)
-    given, engine_opts = split_engine_options("fit", method, method_params, impl.options)
-    params = checks.method_params(method, given)
-    if method == "modl" and columns["weight"] is not None:
-        raise DataError(f"column '{columns['weight']}' (weight): MODL counts rows; it takes no "
-                        "weights (pass weight_col=None)")
-    log.info("fit: method %s by %s on the %s engine", method, names, engine)
-    return fit_segmented(impl, data, method, params, columns, names, float(min_segment_weight),
-                         on_invalid, engine_opts, _fit_on_ranges)
-
-
-def _fit_multiclass(data: Any, engine: str, method: str, score_col: str,
-                    score_cols: list[str] | None, label_col: str, weight_col: str | None,
-                    on_invalid: str, method_params: dict[str, Any]) -> Any:
-    """Multiclass scores: one-vs-rest or temperature (:mod:`distcal.multiclass`)."""
-    from .multiclass import fit_multiclass
-
-    if method not in MULTICLASS_METHODS:
-        raise ParameterError(f"method must be one of {MULTICLASS_METHODS} for multiclass "
-                             f"scores, got {method!r}")
-    engine_options = get_engine(engine).options if engine != "local" else frozenset()
-    unknown = set(method_params) - set(METHOD_PARAMS[method]) - engine_options
-    if unknown:
-        raise unexpected_arguments("fit", unknown)
-    engine_opts = {k: v for k, v in method_params.items() if k in engine_options}
-    method_params = {k: v for k, v in method_params.items() if k not in engine_options}
-    if method != "temperature":
-        checks.method_params(method, dict(method_params))
-    if engine != "local":
-        from .core.rows import check_score_args
-        from .multiclass_engines import fit_multiclass_on_engine
-
-        if on_invalid not in ("raise", "drop"):
-            raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
+    if multiclass:
         score_cols = check_score_args(None if score_cols is not None else score_col,
-                                       score_cols)
-        return fit_multiclass_on_engine(engine, data, method,
-                                        None if score_cols is not None else score_col,
-                                        score_cols, label_col, weight_col, on_invalid,
-                                        method_params, engine_opts, _fit_on_ranges)
-    return fit_multiclass(data, method, score_col=None if score_cols is not None else score_col,
-                          score_cols=score_cols, label_col=label_col, weight_col=weight_col,
-                          on_invalid=on_invalid, **method_params)
+                                      score_cols)
+    names = check_by(by, {"score": score_col if score_cols is None else None,
+                          "label": label_col, "weight": weight_col,
+                          **{f"score {c}": c for c in (score_cols or [])}},
+                     min_segment_weight) if by is not None else []
+    allowed = (*METHODS, "temperature") if multiclass else METHODS
+    if method not in allowed:
+        raise ParameterError(f"method must be one of {allowed}"
+                             f"{' for multiclass scores' if multiclass else ''}, got {method!r}")
+    impl = get_engine(engine)
+    if method == "temperature":
+        unknown = set(method_params) - set(impl.options)
+        if unknown:
+            raise unexpected_arguments("fit", unknown)
+        params: dict[str, Any] = {}
+        engine_opts = dict(method_params)
+    else:
+        given, engine_opts = split_engine_options("fit", method, method_params, impl.options)
+        params = checks.method_params(method, given)
+    if method == "modl" and weight_col is not None:
+        raise DataError(f"column '{weight_col}' (weight): MODL counts rows; it takes no "
+                        "weights (pass weight_col=None)")
+    spec = KeySpec(score_col=None if score_cols is not None else score_col,
+                   label_col=label_col, weight_col=weight_col, by=tuple(names),
+                   score_cols=None if score_cols is None else tuple(score_cols),
+                   multiclass=multiclass, per_class=method != "temperature")
+    log.info("fit: method %s%s%s on the %s engine", method, " multiclass" if multiclass else "",
+             f" by {names}" if names else "", engine)
+    if on_invalid not in ("raise", "drop"):
+        raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
+    return fit_keyed(impl, data, spec, method, params, float(min_segment_weight), on_invalid,
+                     engine_opts)
 
 
 def fit_and_threshold(data: Any, method: str = DEFAULTS.method,

@@ -7,16 +7,25 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ModelError
+from .keyed_model import FORMAT as KEYED_FORMAT
+from .keyed_model import load_keyed
+from .legacy import is_multiclass_model, is_segmented_model, load_multiclass, load_segmented
 from .model import load_dir as load_binary_dir
-from .multiclass import is_multiclass_model, load_multiclass
-from .segmented import is_segmented_model, load_segmented
+from .model import read_model_json
 from .storage import fetch_dir, filesystem_for
 
 __all__ = ["load", "load_dir"]
 
 
 def load_dir(root: Path) -> Any:
-    """The model in ``root``: multiclass, segmented or binary, by its model.json."""
+    """The model in ``root``, by its model.json: keyed (version 2), a 0.1 multiclass or
+    segmented model (:mod:`distcal.legacy`), or binary."""
+    try:
+        keyed = read_model_json(root).get("format") == KEYED_FORMAT
+    except ModelError:
+        keyed = False
+    if keyed:
+        return load_keyed(root)
     if is_multiclass_model(root):
         return load_multiclass(root)
     if is_segmented_model(root):

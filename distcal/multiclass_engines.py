@@ -1,18 +1,10 @@
-"""Multiclass fitting on the cluster engines (Spark, Dask): the same model as locally.
+"""Multiclass rows on the cluster engines (Spark, Dask), for multiclass evaluation.
 
 An engine offers the valid multiclass rows of its input
 (:class:`MulticlassRows`:
 :class:`distcal.engines.spark.multiclass.SparkMulticlassRows`,
-:class:`distcal.engines.dask_multiclass.DaskMulticlassRows`); this module
-runs the engine-free core over them:
-
-* temperature scaling: :func:`distcal.core.temperature.fit_temperature`,
-  one pass over the rows per Newton step;
-* one-vs-rest: for every class the binary fit of :func:`distcal.fit`
-  (``fit_binary``) over that class's score ranges, the K fits sharing
-  their passes (:func:`distcal.core.lockstep.run_in_lockstep`). Each class
-  model equals the one the local engine fits on (score of class k,
-  label == k, weight) over the same valid rows.
+:class:`distcal.engines.dask_multiclass.DaskMulticlassRows`). Fitting goes
+through the keyed pass (:mod:`distcal.keyed_fit`); evaluation moves there next.
 """
 
 from __future__ import annotations
@@ -23,17 +15,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from . import params as checks
 from .core.distinct import DistinctTable
-from .core.lockstep import run_in_lockstep
-from .core.temperature import fit_temperature
 from .errors import ParameterError
-from .logs import log, phase
-from .model import CalibrationModel
-from .multiclass import MulticlassCalibrationModel, _ClassCounts
 
-__all__ = ["fit_multiclass_on_engine", "open_multiclass_rows", "is_engine_vector_column",
-           "MulticlassRows"]
+__all__ = ["open_multiclass_rows", "is_engine_vector_column", "MulticlassRows"]
 
 
 @runtime_checkable
@@ -134,47 +119,3 @@ def open_multiclass_rows(engine: str, data: Any, **kw: Any) -> MulticlassRows:
 
         return DaskMulticlassRows(as_dask(data), **kw)
     raise ParameterError(f"no multiclass rows for engine {engine!r}")
-
-
-def fit_multiclass_on_engine(engine: str, data: Any, method: str, score_col: str | None,
-                             score_cols: list[str] | None, label_col: str,
-                             weight_col: str | None, on_invalid: str,
-                             method_params: dict[str, Any], engine_opts: dict[str, Any],
-                             fit_binary: Callable[..., CalibrationModel]
-                             ) -> MulticlassCalibrationModel:
-    """:func:`distcal.fit` of multiclass scores on Spark or Dask (see the module docstring).
-
-    ``fit_binary(ranges, map_ranges, method, params, columns)`` is
-    :func:`distcal.fit`'s binary fit over ordered ranges (passed in by
-    :mod:`distcal.api`, which sits above this module).
-    """
-    columns = {"score": score_col, "scores": score_cols, "label": label_col,
-               "weight": weight_col}
-    log.info("fit: multiclass %s on the %s engine", method, engine)
-    with open_multiclass_rows(engine, data, method=method, score_col=score_col,
-                              score_cols=score_cols, label_col=label_col,
-                              weight_col=weight_col, on_invalid=on_invalid,
-                              **engine_opts) as rows:
-        k = rows.n_classes
-        counts: dict[str, Any] = dict(n_rows=rows.n_rows, weight_total=rows.weight_total,
-                      dropped_rows=rows.dropped_rows, columns=columns)
-        if method == "temperature":
-            with phase("fit: temperature"):
-                beta, _ = fit_temperature(rows.temperature_parts)
-            params = {"beta": beta, "temperature": 1.0 / beta, "input_": rows.kind}
-            return MulticlassCalibrationModel(method, k, params, None, **counts)
-        rows.class_ranges(passes=_PASSES[method])
-        fit_classes = [1] if k == 2 else list(range(k))
-
-        def job(c: int) -> Any:
-            j = rows.k_cols - 1 if k == 2 else c
-            name = score_cols[j] if score_cols is not None else f"{score_col}[{j}]"
-            params = checks.method_params(method, dict(method_params))
-            cols = {"score": name, "label": label_col, "weight": weight_col}
-            ranges = _ClassCounts(rows.n_rows, rows.weight_total)
-            return lambda m: fit_binary(ranges, m, method, params, cols)
-
-        with phase("fit: one-vs-rest %s, %d classes", method, len(fit_classes)):
-            fitted = run_in_lockstep({c: job(c) for c in fit_classes}, rows.map_classes)
-        models: list[CalibrationModel | None] = [fitted.get(c) for c in range(k)]
-        return MulticlassCalibrationModel(method, k, dict(method_params), models, **counts)

@@ -38,7 +38,7 @@ __all__ = ["evaluate_by", "threshold_by", "check_segment_by"]
 
 def check_segment_by(by: Any, columns: dict[str, str | None]) -> list[str]:
     """The ``by`` columns as a list, checked before any read (as ``fit``'s)."""
-    from .segmented import check_by
+    from .keyed_fit import check_by
 
     return check_by(by, columns, 0.0)
 

@@ -25,7 +25,9 @@ from sklearn.utils._tags import get_tags
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
-from .multiclass import METHODS, MulticlassCalibrationModel, fit_multiclass
+from .keyed_model import KeyedModel as MulticlassCalibrationModel
+
+METHODS = ("isotonic", "sigmoid", "histogram", "temperature")
 
 __all__ = ["CalibratedClassifier"]
 
@@ -142,8 +144,12 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         if sample_weight is not None:
             frame["weight"] = sample_weight
             wcol = "weight"
-        return fit_multiclass(frame, method=self.method, score_cols=cols, label_col="label",
-                              weight_col=wcol, **dict(self.params or {}))
+        from .api import fit
+
+        model: MulticlassCalibrationModel = fit(
+            frame, method=self.method, score_cols=cols, label_col="label", weight_col=wcol,
+            **dict(self.params or {}))
+        return model
 
     def _fit_kwargs(self, estimator: Any, sample_weight: Any) -> dict[str, Any]:
         if sample_weight is None:

@@ -177,15 +177,15 @@ def huge_json(d: Path) -> None:
 
 def multi_table(edit):
     def go(d: Path):
-        retable(d, edit, file="classes.parquet", key="classes")
+        retable(d, edit, file="blocks.parquet", key="blocks")
     return go
 
 
 def multi_symlink(d: Path) -> None:
     real = d.parent / "elsewhere.parquet"
-    shutil.copy(d / "classes.parquet", real)
-    (d / "classes.parquet").unlink()
-    (d / "classes.parquet").symlink_to(real)
+    shutil.copy(d / "blocks.parquet", real)
+    (d / "blocks.parquet").unlink()
+    (d / "blocks.parquet").symlink_to(real)
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Oracles: scikit-learn's log_loss, brier_score_loss and confusion_matrix, a
 brute-force top-label ECE in this file, and separate binary fits for the
-lockstep runner.
+plans that run many keys in lock step.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from sklearn.metrics import brier_score_loss, confusion_matrix, log_loss
 import distcal
 from distcal.core.distinct import pool_ties
 from distcal.core.histogram import fit_histogram
-from distcal.core.lockstep import run_in_lockstep
 from distcal.core.sigmoid import fit_sigmoid
 from distcal.errors import DataError
 
@@ -80,7 +79,19 @@ def test_prob_columns_and_bad_probabilities():
     assert distcal.evaluate(bad, prob_cols=["a", "b", "c"], on_invalid="drop").dropped_rows == 2
 
 
-def test_lockstep_shares_passes_and_equals_separate_fits():
+def _keyed_ranges(tables):
+    """Range i of every key, as one keyed table per range (keys (None, c))."""
+    from distcal.core.keyed import KeyedTable, merge_keyed
+
+    return [merge_keyed([KeyedTable.single(tables[c][i], (None, c)) for c in tables])
+            for i in range(3)]
+
+
+def test_plans_share_passes_and_equal_separate_fits():
+    from distcal.core.histogram import histogram_plan
+    from distcal.core.plans import run_plans
+    from distcal.core.sigmoid import sigmoid_plan
+
     rng = np.random.default_rng(1)
     tables = {}
     for c in range(4):
@@ -88,39 +99,44 @@ def test_lockstep_shares_passes_and_equals_separate_fits():
         y = (rng.random(300) < 1 / (1 + np.exp(-(c + 1) * s))).astype(float)
         t = pool_ties(s, y)
         tables[c] = [t.slice(0, 100), t.slice(100, 220), t.slice(220, len(t))]
+    ranges = _keyed_ranges(tables)
     passes = []
 
-    def map_all(fns):
-        passes.append(sorted(fns))
-        return {c: [fn(t) for t in tables[c]] for c, fn in fns.items()}
+    def map_parts(fn):
+        passes.append(fn)
+        return [fn(r) for r in ranges]
 
     def separate(c):
         return lambda fn: [fn(t) for t in tables[c]]
 
-    got = run_in_lockstep({c: (lambda m: fit_histogram(m, 5, "quantile")) for c in tables},
-                          map_all)
-    assert len(passes) == 3  # quantile edges (2 passes) + bin sums, for all classes at once
+    got = run_plans(lambda: histogram_plan(5, "quantile"), map_parts)
+    assert len(passes) == 3  # quantile edges (2 passes) + bin sums, for all keys at once
     for c in tables:
         expect = fit_histogram(separate(c), 5, "quantile")
-        np.testing.assert_array_equal(got[c][0], expect[0])
-        np.testing.assert_array_equal(got[c][1], expect[1])
+        np.testing.assert_array_equal(got[(None, c)][0], expect[0])
+        np.testing.assert_array_equal(got[(None, c)][1], expect[1])
     passes.clear()
-    got = run_in_lockstep({c: fit_sigmoid for c in tables}, map_all)
-    assert got == {c: fit_sigmoid(separate(c)) for c in tables}
-    assert max(map(len, passes)) == 4 and len(passes) < 4 * 10
+    got = run_plans(sigmoid_plan, map_parts)
+    assert got == {(None, c): fit_sigmoid(separate(c)) for c in tables}
+    assert len(passes) < 4 * 10  # the slowest key's passes, not the sum over keys
 
 
-def test_lockstep_reraises_the_first_failure():
-    def fail(m):
-        m(len)
-        raise ValueError("class 1 failed")
+def test_plans_name_the_key_that_failed():
+    from distcal.core.plans import KeyFailed, run_plans
 
-    def map_all(fns):
-        return {c: [3] for c in fns}
+    def plan():
+        parts = yield lambda t: len(t)
+        if sum(parts) > 150:
+            raise ValueError("too many rows")
+        return sum(parts)
 
-    with pytest.raises(ValueError, match="class 1 failed"):
-        run_in_lockstep({0: lambda m: m(len), 1: fail, 2: lambda m: [m(len) for _ in range(5)]},
-                        map_all)
+    rng = np.random.default_rng(2)
+    tables = {c: [pool_ties(rng.normal(size=n), np.zeros(n)) for n in (40 * (c + 1),) * 3]
+              for c in range(3)}
+    with pytest.raises(KeyFailed) as failed:
+        run_plans(plan, lambda fn: [fn(r) for r in _keyed_ranges(tables)])
+    assert failed.value.key in {(None, 1), (None, 2)}
+    assert "too many rows" in str(failed.value.error)
 
 
 # ---------------------------------------------------------------------------

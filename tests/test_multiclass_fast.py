@@ -24,8 +24,10 @@ from scipy.optimize import brentq
 from scipy.special import softmax
 from sklearn.isotonic import IsotonicRegression
 
+from distcal import fit as fit_multiclass
 from distcal.core.distinct import pool_ties
 from distcal.core.multiclass import pool_one_vs_rest
+from distcal.core.rows import Problems, read_scores
 from distcal.core.temperature import (
     BETA_MAX,
     center_logits,
@@ -34,8 +36,6 @@ from distcal.core.temperature import (
     temperature_sums,
 )
 from distcal.errors import DataError
-from distcal.multiclass import fit_multiclass
-from distcal.core.rows import Problems, read_scores
 
 VALUES = [-np.inf, -2.5, -1.0, -0.0, 0.0, 1e-300, 0.5, 3.0, np.inf]
 

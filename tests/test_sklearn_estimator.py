@@ -17,7 +17,7 @@ from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
-from distcal.multiclass import MulticlassCalibrationModel
+from distcal import MulticlassCalibrationModel
 from distcal.sklearn import CalibratedClassifier
 
 TOL = {"isotonic": 1e-9, "sigmoid": 1e-4, "temperature": 1e-6}

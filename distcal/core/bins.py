@@ -9,12 +9,17 @@ lower bin).
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from typing import Any
+
 import numpy as np
 
 from .distinct import DistinctTable
+from .plans import run_plan
 from .ranges import MapRanges, as_map_ranges
 
-__all__ = ["ordered_quantiles", "bin_edges", "bin_ids", "uniform_edges"]
+__all__ = ["ordered_quantiles", "quantiles_plan", "bin_edges", "edges_plan", "bin_ids",
+           "uniform_edges"]
 
 
 def _range_stats(t: DistinctTable) -> tuple[float, float, float, float, int]:
@@ -57,15 +62,22 @@ def ordered_quantiles(map_ranges: MapRanges, q: np.ndarray,
     weight-repeated sample, the function is linear between neighbouring
     values, and quantile q sits at position q (W - 1). For integer weights
     this is exactly ``np.percentile`` of the rows repeated by weight; for
-    unit weights, of the rows themselves.
+    unit weights, of the rows themselves (:func:`quantiles_plan`).
+    """
+    return run_plan(quantiles_plan(q, stats), map_ranges)
 
-    Two passes over the ranges: their first and last values and weights
-    give each range its offset; then each range evaluates the positions
-    that fall inside it, and the driver interpolates positions that fall
-    between two ranges from the first pass alone.
+
+def quantiles_plan(q: np.ndarray, stats: list[tuple[float, float, float, float, int]] | None = None
+                   ) -> Generator[Any, list[Any], np.ndarray]:
+    """:func:`ordered_quantiles` as a plan: two passes over the ranges.
+
+    Their first and last values and weights give each range its offset;
+    then each range evaluates the positions that fall inside it, and the
+    driver interpolates positions that fall between two ranges from the
+    first pass alone.
     """
     if stats is None:
-        stats = map_ranges(_range_stats)
+        stats = yield _range_stats
     if not stats:
         raise ValueError("quantiles of no values")
     weights = np.array([st[2] for st in stats])
@@ -87,21 +99,29 @@ def ordered_quantiles(map_ranges: MapRanges, q: np.ndarray,
                                      [stats[k][1], stats[k + 1][0]])
     out[pos > last[-1]] = stats[-1][1]
     if inside:
-        def evaluate(t: DistinctTable) -> tuple[np.ndarray, np.ndarray] | None:
-            job = inside.get(float(t.score[0]))
-            if job is None:
-                return None
-            offset, idx = job
-            cum = offset + np.cumsum(t.weight)
-            first = cum - t.weight
-            xp = np.empty(2 * len(t))
-            xp[0::2], xp[1::2] = first, np.maximum(first, cum - 1.0)
-            return idx, np.interp(pos[idx], xp, np.repeat(t.score, 2))
-
-        for res in map_ranges(evaluate):
+        found = yield _InsideRange(inside, pos)
+        for res in found:
             if res is not None:
                 out[res[0]] = res[1]
     return out
+
+
+class _InsideRange:
+    """The quantile positions that fall inside one range, evaluated there."""
+
+    def __init__(self, inside: dict[float, tuple[float, np.ndarray]], pos: np.ndarray):
+        self.inside, self.pos = inside, pos
+
+    def __call__(self, t: DistinctTable) -> tuple[np.ndarray, np.ndarray] | None:
+        job = self.inside.get(float(t.score[0]))
+        if job is None:
+            return None
+        offset, idx = job
+        cum = offset + np.cumsum(t.weight)
+        first = cum - t.weight
+        xp = np.empty(2 * len(t))
+        xp[0::2], xp[1::2] = first, np.maximum(first, cum - 1.0)
+        return idx, np.interp(self.pos[idx], xp, np.repeat(t.score, 2))
 
 
 def bin_edges(data: DistinctTable | MapRanges, n_bins: int = 10,
@@ -115,17 +135,24 @@ def bin_edges(data: DistinctTable | MapRanges, n_bins: int = 10,
     bins than rows is a :class:`~distcal.ParameterError` (histogram
     calibration), raised before any bin is computed.
     """
-    map_ranges = as_map_ranges(data)
+    return run_plan(edges_plan(n_bins, strategy, rows_for_bins=rows_for_bins),
+                    as_map_ranges(data))
+
+
+def edges_plan(n_bins: int = 10, strategy: str = "uniform", *, rows_for_bins: bool = False
+               ) -> Generator[Any, list[Any], np.ndarray]:
+    """:func:`bin_edges` as a plan (one pass, two for quantiles)."""
     if isinstance(n_bins, bool) or not isinstance(n_bins, (int, np.integer)) or n_bins < 1:
         raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
     if strategy not in ("uniform", "quantile"):
         raise ValueError(f"strategy must be 'uniform' or 'quantile', got {strategy!r}")
-    stats = map_ranges(_range_stats)
+    stats = yield _range_stats
     if not stats:
         raise ValueError("bin edges of no values")
     _check_rows(stats, n_bins, rows_for_bins)
     if strategy == "quantile":
-        return ordered_quantiles(map_ranges, np.linspace(0.0, 1.0, n_bins + 1), stats)
+        edges = yield from quantiles_plan(np.linspace(0.0, 1.0, n_bins + 1), stats)
+        return edges
     lo, hi = stats[0][0], stats[-1][1]
     if not (np.isfinite(lo) and np.isfinite(hi)):
         raise ValueError("uniform bins need finite values")

@@ -9,14 +9,18 @@ lowest bins. Everything is a sum over the distinct-score table.
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from typing import Any
+
 import numpy as np
 
-from .bins import bin_edges, bin_ids
+from .bins import bin_ids, edges_plan
 from .distinct import DistinctTable
 from .isotonic import Blocks
+from .plans import run_plan
 from .ranges import MapRanges, as_map_ranges
 
-__all__ = ["fit_histogram", "fill_empty_bins"]
+__all__ = ["fit_histogram", "histogram_plan", "fill_empty_bins"]
 
 
 def fill_empty_bins(rate: np.ndarray, weight: np.ndarray) -> np.ndarray:
@@ -36,20 +40,33 @@ def fit_histogram(data: DistinctTable | MapRanges, n_bins: int = 10,
     """Return (edges, rate of every bin, blocks of the non-empty bins).
 
     ``data`` is one distinct-score table or a map over ascending,
-    non-overlapping score ranges (:data:`~distcal.core.bins.MapRanges`).
+    non-overlapping score ranges (:data:`~distcal.core.ranges.MapRanges`).
     More bins than rows is a :class:`~distcal.ParameterError`.
     """
-    map_ranges = as_map_ranges(data)
-    edges = bin_edges(map_ranges, n_bins, strategy, rows_for_bins=True)
-    nb = edges.shape[0] - 1
+    return run_plan(histogram_plan(n_bins, strategy), as_map_ranges(data))
 
-    def bin_sums(t: DistinctTable) -> np.ndarray:
-        ids = bin_ids(edges, t.score)
-        return np.stack([np.bincount(ids, weights=t.weight, minlength=nb)[:nb],
-                         np.bincount(ids, weights=t.positives, minlength=nb)[:nb]])
 
+class _BinSums:
+    """Weight and positives per bin of one range."""
+
+    def __init__(self, edges: np.ndarray):
+        self.edges = edges
+
+    def __call__(self, t: DistinctTable) -> np.ndarray:
+        nb = self.edges.shape[0] - 1
+        ids = bin_ids(self.edges, t.score)
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow: refused by the model
+            return np.stack([np.bincount(ids, weights=t.weight, minlength=nb)[:nb],
+                             np.bincount(ids, weights=t.positives, minlength=nb)[:nb]])
+
+
+def histogram_plan(n_bins: int = 10, strategy: str = "uniform"
+                   ) -> Generator[Any, list[Any], tuple[np.ndarray, np.ndarray, Blocks]]:
+    """:func:`fit_histogram` as a plan: the edges' passes, then one pass of bin sums."""
+    edges = yield from edges_plan(n_bins, strategy, rows_for_bins=True)
+    parts = yield _BinSums(edges)
     with np.errstate(over="ignore", invalid="ignore"):  # overflow: refused by the model
-        sums: np.ndarray = np.sum(map_ranges(bin_sums), axis=0)
+        sums: np.ndarray = np.sum(parts, axis=0)
     weight, positives = sums[0], sums[1]
     with np.errstate(invalid="ignore", divide="ignore"):
         rate = np.where(weight > 0, positives / np.where(weight > 0, weight, 1.0), 0.0)

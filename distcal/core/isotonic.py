@@ -20,7 +20,7 @@ what every engine of distcal is built on (docs/design.md). PAV itself is scipy's
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,8 @@ from .distinct import DistinctTable
 from .ranges import MapRanges, as_map_ranges
 
 __all__ = ["Blocks", "pav_blocks", "merge_blocks", "clip_blocks", "spearman_increasing",
-           "combine_spearman", "fit_isotonic", "isotonic_part", "isotonic_from_parts"]
+           "combine_spearman", "fit_isotonic", "isotonic_part", "isotonic_from_parts",
+           "isotonic_plan"]
 
 
 @dataclass(frozen=True)
@@ -228,6 +229,24 @@ def isotonic_from_parts(parts: list[tuple[Any, ...]], increasing: bool | str = T
         direction = bool(increasing)
         blocks = merge_blocks([p[0] for p in parts], direction)
     return clip_blocks(blocks, y_min, y_max), direction
+
+
+class _IsotonicPart:
+    """:func:`isotonic_part` of a range (a picklable function of the table)."""
+
+    def __init__(self, increasing: bool | str):
+        self.increasing = increasing
+
+    def __call__(self, table: DistinctTable) -> tuple[Any, ...]:
+        return isotonic_part(table, self.increasing)
+
+
+def isotonic_plan(increasing: bool | str = True, y_min: float | None = None,
+                  y_max: float | None = None, spearman_rows: Callable[[], bool] | None = None
+                  ) -> Generator[Any, list[Any], tuple[Blocks, bool]]:
+    """:func:`fit_isotonic` as a plan (:mod:`distcal.core.plans`): one pass."""
+    parts = yield _IsotonicPart(increasing)
+    return isotonic_from_parts(parts, increasing, y_min, y_max, spearman_rows)
 
 
 def fit_isotonic(data: DistinctTable | MapRanges, increasing: bool | str = True,

@@ -38,7 +38,7 @@ import pandas as pd
 from .distinct import DistinctTable, pool_ties
 
 __all__ = ["GLOBAL", "Key", "KeySpec", "KeyedTable", "factorize_keys", "explode",
-           "pool_keyed", "merge_keyed", "cut_keyed", "key_text"]
+           "pool_keyed", "pool_sums", "merge_keyed", "cut_keyed", "key_text"]
 
 # The segment part of the key of the problems over all rows.
 GLOBAL = None
@@ -270,7 +270,7 @@ def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.
     ``codes`` index ``keys`` (-1: no key, left out). One key is
     :func:`~distcal.core.distinct.pool_ties` (its fast paths); 0/1 labels
     with unit weights count (:func:`_pool_unit`); anything else sums with
-    one sort by (key, score) (:func:`_pool_sums`).
+    one sort by (key, score) (:func:`pool_sums`).
     """
     live = codes >= 0
     if not live.all():
@@ -282,7 +282,7 @@ def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.
     if weight is None and binary and not with_wyy:
         return _pool_unit(codes, keys, score, label)
     w = np.ones(score.shape[0]) if weight is None else weight
-    return _pool_sums(codes, keys, score, w, w * label, np.ones(score.shape[0], dtype=np.int64),
+    return pool_sums(codes, keys, score, w, w * label, np.ones(score.shape[0], dtype=np.int64),
                       label, (label != 0.0) & (label != 1.0),
                       w * label * label if with_wyy else None)
 
@@ -304,7 +304,7 @@ def merge_keyed(parts: list[KeyedTable]) -> KeyedTable:
         nonbinary.append(np.repeat(~p.binary, per_row))
     t = [p.table for p in parts]
     wyy = None if any(p.wyy is None for p in parts) else np.concatenate([p.wyy for p in parts])
-    return _pool_sums(np.concatenate(codes), list(ids),
+    return pool_sums(np.concatenate(codes), list(ids),
                       np.concatenate([x.score for x in t]), np.concatenate([x.weight for x in t]),
                       np.concatenate([x.positives for x in t]),
                       np.concatenate([x.count for x in t]),
@@ -331,10 +331,14 @@ def cut_keyed(part: KeyedTable, bounds: np.ndarray) -> list[KeyedTable]:
     return out
 
 
-def _pool_sums(codes: np.ndarray, keys: list[Key], score: np.ndarray, weight: np.ndarray,
+def pool_sums(codes: np.ndarray, keys: list[Key], score: np.ndarray, weight: np.ndarray,
                positives: np.ndarray, count: np.ndarray, label_sum: np.ndarray,
                nonbinary: np.ndarray, wyy: np.ndarray | None = None) -> KeyedTable:
     """Pool items (raw or already pooled rows) by (key, score): one sort, then sums.
+
+    ``codes`` index ``keys``; the other arrays are sums over each item (a raw
+    row has weight w, positives w * y, count 1, label_sum y, nonbinary
+    ``y not in {0, 1}``).
 
     Equal (code, score) pairs are summed, so pooling pooled items again is
     exact (pooling commutes, docs/design.md).
@@ -371,14 +375,14 @@ def _pool_sums(codes: np.ndarray, keys: list[Key], score: np.ndarray, weight: np
 
 def _pool_unit(codes: np.ndarray, keys: list[Key], score: np.ndarray,
                label: np.ndarray) -> KeyedTable:
-    """:func:`_pool_sums` of rows with unit weights and 0/1 labels.
+    """:func:`pool_sums` of rows with unit weights and 0/1 labels.
 
     A (key, score) pair's weight and count are its number of rows, its
     positives and label sum its number of positive rows, so only scores and
     labels move. On many rows with numba importable: a compiled counting
     sort by key (:func:`_scatter_unit_rows`), a sort of each key's scores
     and one merge walk (:func:`_pool_unit_rows`), no argsort over all rows;
-    else numpy with two gathers. Both give :func:`_pool_sums`' table exactly
+    else numpy with two gathers. Both give :func:`pool_sums`' table exactly
     (the sums are counts).
     """
     m = len(keys)

@@ -87,7 +87,7 @@ class _Pass:
                 continue
             result = fn(sub)
             if self.count:
-                result = (result, int(sub.count.sum()), float(sub.weight.sum()), bool(sub.binary))
+                result = (result, sub.n_rows, sub.weight_total, bool(sub.binary))
             out[key] = result
         return out
 

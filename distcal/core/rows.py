@@ -417,8 +417,9 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
 
     ``spec`` is a :class:`~distcal.core.keyed.KeySpec`. Binary scores
     follow the rules of :mod:`distcal.core.validate`; multiclass rows those
-    of :func:`fit_rows` (``n_classes``: K counted over the whole input, for
-    vector columns). Returns the rows and the batch's counts
+    of :func:`fit_rows` (``n_classes``: the vectors' common length counted
+    over the whole input, for vector columns: K, or 1 for the score of
+    class 1 of a binary problem). Returns the rows and the batch's counts
     (:func:`add_up_rows` adds the batches' counts up and raises the input's
     :class:`~distcal.DataError`). Every check is counted, also at zero, in
     one fixed order, so that the counts of batches add up item by item.

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,7 +31,8 @@ import numpy as np
 from ..errors import sums_overflow
 from .isotonic import Blocks, _pav, _pool_runs
 
-__all__ = ["take_blocks", "pav_segments", "segment_of_blocks"]
+__all__ = ["take_blocks", "pav_segments", "segment_of_blocks", "KeyedBlocks", "KeyedPav",
+           "merge_keyed_pav"]
 
 
 def take_blocks(b: Blocks, idx: np.ndarray | slice) -> Blocks:
@@ -241,3 +243,71 @@ def _blocks_of(starts: np.ndarray, segs: np.ndarray) -> np.ndarray:
     offset = np.repeat(lo - np.concatenate(([0], np.cumsum(size)[:-1])), size)
     out: np.ndarray = np.arange(int(size.sum())) + offset
     return out
+
+
+@dataclass(frozen=True)
+class KeyedBlocks:
+    """One range's isotonic summary: every key's PAV blocks of that range.
+
+    Key ``keys[i]`` (``n_rows[i]`` rows of weight ``weight[i]``, labels all
+    0/1 when ``binary[i]``) owns ``blocks`` rows ``starts[i]:starts[i + 1]``.
+    """
+
+    keys: list[Any]
+    n_rows: np.ndarray
+    weight: np.ndarray
+    binary: np.ndarray
+    blocks: Blocks
+    starts: np.ndarray
+
+
+class KeyedPav:
+    """PAV of every key's table of one range at once (a picklable function of the range)."""
+
+    def __init__(self, increasing: bool):
+        self.increasing = increasing
+
+    def __call__(self, part: Any) -> KeyedBlocks:
+        n_rows, weight = part.key_totals()
+        blocks, starts = pav_segments(Blocks.from_table(part.table), part.starts,
+                                      self.increasing)
+        return KeyedBlocks(part.keys, n_rows, weight, part.binary, blocks, starts)
+
+
+def merge_keyed_pav(parts: list[KeyedBlocks], increasing: bool
+                    ) -> tuple[list[Any], np.ndarray, np.ndarray, np.ndarray, Blocks, np.ndarray]:
+    """Every key's isotonic blocks from the ranges' :class:`KeyedBlocks`, in score order.
+
+    Returns the keys (in order of first appearance), each key's rows,
+    weight and binary flag, and the merged blocks with their start offsets.
+    A key's blocks from successive ranges are its own ordered ranges, so
+    one :func:`pav_segments` merges all keys exactly (the range argument,
+    per key).
+    """
+    ids: dict[Any, int] = {}
+    owner, id_parts, n_parts, w_parts, b_parts, blocks = [], [], [], [], [], []
+    for p in parts:
+        local = np.fromiter((ids.setdefault(k, len(ids)) for k in p.keys), dtype=np.int64,
+                            count=len(p.keys))
+        owner.append(local[segment_of_blocks(p.starts)])
+        id_parts.append(local)
+        n_parts.append(p.n_rows)
+        w_parts.append(p.weight)
+        b_parts.append(~p.binary)
+        blocks.append(p.blocks)
+    keys = list(ids)
+    m = len(keys)
+    key_ids = np.concatenate(id_parts) if id_parts else np.zeros(0, np.int64)
+
+    def per_key(values: list[np.ndarray]) -> np.ndarray:
+        return np.bincount(key_ids, np.concatenate(values).astype(np.float64)
+                           if values else None, minlength=m)
+
+    n_rows = np.rint(per_key(n_parts)).astype(np.int64)
+    weight, binary = per_key(w_parts), per_key(b_parts) == 0
+    all_blocks = Blocks.concat(blocks)
+    block_key = np.concatenate(owner) if owner else np.zeros(0, np.int64)
+    order = np.argsort(block_key, kind="stable")  # ranges stay in score order per key
+    starts = np.searchsorted(block_key[order], np.arange(m + 1))
+    merged, starts = pav_segments(take_blocks(all_blocks, order), starts, increasing)
+    return keys, n_rows, weight, binary, merged, starts

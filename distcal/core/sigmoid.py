@@ -22,44 +22,65 @@ sums, stops at the same point to rounding.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 from scipy.special import expit
 
 from ..errors import sums_overflow
 from .distinct import DistinctTable
+from .plans import run_plan
 from .ranges import MapRanges, as_map_ranges
 
-__all__ = ["fit_sigmoid", "sigmoid_predict"]
+__all__ = ["fit_sigmoid", "sigmoid_plan", "sigmoid_predict"]
 
 
 def fit_sigmoid(data: DistinctTable | MapRanges, max_iter: int = 100) -> tuple[float, float]:
     """Return Platt's (a, b) for the rows summarised in ``data``.
 
     ``data`` is one distinct-score table, or a map over score ranges
-    (:data:`~distcal.core.bins.MapRanges`): every quantity Newton's method
+    (:data:`~distcal.core.ranges.MapRanges`): every quantity Newton's method
     needs is a sum over ranges, so a table larger than memory (or spread
-    over a cluster) is read range by range, twice per iteration.
+    over a cluster) is read range by range (:func:`sigmoid_plan`).
     """
-    map_ranges = as_map_ranges(data)
+    return run_plan(sigmoid_plan(max_iter), as_map_ranges(data))
 
-    def reduce(fn: Callable[[DistinctTable], np.ndarray]) -> np.ndarray:
-        parts = map_ranges(lambda t: np.asarray(fn(t), dtype=np.float64))
-        if not parts:
-            raise ValueError("fit_sigmoid needs at least one row")
-        total: np.ndarray = np.sum(parts, axis=0)
-        return total
 
-    def totals(t: DistinctTable) -> np.ndarray:
-        finite = np.isfinite(t.score)
+def _sum(fn: Callable[[DistinctTable], np.ndarray]) -> Generator[Any, list[Any], np.ndarray]:
+    """One pass: ``fn`` of every range, added up."""
+    parts = yield lambda t: np.asarray(fn(t), dtype=np.float64)
+    if not parts:
+        raise ValueError("fit_sigmoid needs at least one row")
+    total: np.ndarray = np.sum(parts, axis=0)
+    return total
+
+
+def _totals(t: DistinctTable) -> np.ndarray:
+    finite = np.isfinite(t.score)
+    with np.errstate(over="ignore", invalid="ignore"):
         return np.array([t.weight.sum(), t.positives.sum(), np.sum(t.weight * t.score),
                          len(t), np.count_nonzero(~finite),
                          np.max(np.abs(t.score), initial=0.0, where=finite)])
 
-    with np.errstate(over="ignore", invalid="ignore"):
-        sums = reduce(totals)
+
+class _Scaled:
+    """``fn`` of a range whose scores and weights are scaled by powers of two (exact)."""
+
+    def __init__(self, fn: Callable[[DistinctTable], Any], s_scale: float, w_scale: float):
+        self.fn, self.s_scale, self.w_scale = fn, s_scale, w_scale
+
+    def __call__(self, t: DistinctTable) -> Any:
+        if self.s_scale != 1.0 or self.w_scale != 1.0:
+            t = replace(t, score=t.score * self.s_scale, weight=t.weight * self.w_scale,
+                        positives=t.positives * self.w_scale)
+        return self.fn(t)
+
+
+def sigmoid_plan(max_iter: int = 100) -> Generator[Any, list[Any], tuple[float, float]]:
+    """Platt's (a, b) as a plan (:mod:`distcal.core.plans`): a few passes of sums."""
+    sums = yield from _sum(_totals)
     if sums[3] == 0:
         raise ValueError("fit_sigmoid needs at least one row")
     if sums[4]:
@@ -77,20 +98,22 @@ def fit_sigmoid(data: DistinctTable | MapRanges, max_iter: int = 100) -> tuple[f
     # of two (exact) and scale a back.
     s_scale = math.ldexp(1.0, -math.frexp(float(sums[5]))[1]) if sums[5] > 2.0 ** 500 else 1.0
     w_scale = math.ldexp(1.0, -math.frexp(wsum)[1]) if wsum > 2.0 ** 500 else 1.0
-    if s_scale != 1.0 or w_scale != 1.0:
-        def scaled(t: DistinctTable) -> DistinctTable:
-            return replace(t, score=t.score * s_scale, weight=t.weight * w_scale,
-                           positives=t.positives * w_scale)
 
-        map_ranges = _scaled_map(map_ranges, scaled)
-        with np.errstate(over="ignore", invalid="ignore"):
-            sums = reduce(totals)
+    def scaled(fn: Callable[[DistinctTable], Any]) -> Callable[[DistinctTable], Any]:
+        return _Scaled(fn, s_scale, w_scale)
+
+    if s_scale != 1.0 or w_scale != 1.0:
+        sums = yield from _sum(scaled(_totals))
         wsum = float(sums[0])
     if not math.isfinite(sums[2]):
         raise sums_overflow("weights times scores")
     mu = float(sums[2]) / wsum
-    with np.errstate(over="ignore", invalid="ignore"):
-        spread = reduce(lambda t: np.array([np.sum(t.weight * (t.score - mu) ** 2)]))
+
+    def spread_part(t: DistinctTable) -> np.ndarray:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.array([np.sum(t.weight * (t.score - mu) ** 2)])
+
+    spread = yield from _sum(scaled(spread_part))
     if not math.isfinite(spread[0]):
         raise sums_overflow("weights times scores")
     sd = float(np.sqrt(spread[0] / wsum))
@@ -103,30 +126,33 @@ def fit_sigmoid(data: DistinctTable | MapRanges, max_iter: int = 100) -> tuple[f
 
     if sd == 0.0:
         # One distinct score: only b is identified; p equals the mean target.
-        tbar = float(reduce(lambda t: np.array([np.sum(t.weight * target(t))]))[0]) / wsum
+        tsum = yield from _sum(scaled(lambda t: np.array([np.sum(t.weight * target(t))])))
+        tbar = float(tsum[0]) / wsum
         return 0.0, float(np.log(tbar / (1.0 - tbar)))
 
-    def loss(alpha: float, beta: float) -> float:
+    def loss(alpha: float, beta: float) -> Generator[Any, list[Any], float]:
         def part(t: DistinctTable) -> np.ndarray:
             z = alpha * (t.score - mu) / sd + beta
             q = target(t)
             return np.array([np.sum(t.weight * (q * np.logaddexp(0.0, -z)
                                                  + (1.0 - q) * np.logaddexp(0.0, z)))])
-        return float(reduce(part)[0])
+        total = yield from _sum(scaled(part))
+        return float(total[0])
 
-    def newton_sums(alpha: float, beta: float) -> np.ndarray:
+    def newton_sums(alpha: float, beta: float) -> Generator[Any, list[Any], np.ndarray]:
         def part(t: DistinctTable) -> np.ndarray:
             x = (t.score - mu) / sd
             q = expit(alpha * x + beta)
             r = t.weight * (q - target(t))
             h = t.weight * q * (1.0 - q)
             return np.array([np.dot(r, x), r.sum(), np.dot(h, x * x), np.dot(h, x), h.sum()])
-        return reduce(part)
+        total = yield from _sum(scaled(part))
+        return total
 
     alpha, beta = 0.0, float(np.log((n_neg + 1.0) / (n_pos + 1.0)))
     current: float | None = None
     for _ in range(max_iter):
-        g0, g1, hxx, hx1, h11 = newton_sums(alpha, beta)
+        g0, g1, hxx, hx1, h11 = yield from newton_sums(alpha, beta)
         det = hxx * h11 - hx1 * hx1
         newton = bool(det > 0.0 and np.isfinite(det))
         if newton:
@@ -149,11 +175,11 @@ def fit_sigmoid(data: DistinctTable | MapRanges, max_iter: int = 100) -> tuple[f
             alpha, beta, current = alpha + step[0], beta + step[1], None
             continue
         if current is None:
-            current = loss(alpha, beta)
+            current = yield from loss(alpha, beta)
         lam = 1.0
         while True:
             na, nb = alpha + lam * step[0], beta + lam * step[1]
-            new = loss(na, nb)
+            new = yield from loss(na, nb)
             if new <= current:
                 break
             lam *= 0.5
@@ -165,13 +191,6 @@ def fit_sigmoid(data: DistinctTable | MapRanges, max_iter: int = 100) -> tuple[f
         if moved <= 1e-15 * (1.0 + abs(alpha) + abs(beta)):
             break
     return float(alpha / sd * s_scale), float(beta - alpha * mu / sd)
-
-
-def _scaled_map(map_ranges: MapRanges,
-                scaled: Callable[[DistinctTable], DistinctTable]) -> MapRanges:
-    def mapped(fn: Callable[[DistinctTable], object]) -> list[object]:
-        return map_ranges(lambda t: fn(scaled(t)))
-    return mapped
 
 
 def sigmoid_predict(a: float, b: float, scores: np.ndarray) -> np.ndarray:

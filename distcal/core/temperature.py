@@ -23,13 +23,13 @@ Newton's method, is below 1e-13 relative (exact to rounding, well inside
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
 
-__all__ = ["temperature_sums", "fit_temperature", "sample_start", "softmax_predict",
-           "center_logits", "BETA_MIN", "BETA_MAX"]
+__all__ = ["temperature_sums", "fit_temperature", "temperature_steps", "temperature_plan",
+           "sample_start", "softmax_predict", "center_logits", "BETA_MIN", "BETA_MAX"]
 
 BETA_MIN = float(np.exp(-10.0))
 BETA_MAX = float(np.exp(10.0))
@@ -169,23 +169,40 @@ def fit_temperature(map_parts: MapParts, max_iter: int = 200, rtol: float = 1e-1
     >>> bool(abs(temperature_sums(z, y, None, beta)[1]) < 1e-12)
     True
     """
+    steps = temperature_steps(max_iter, rtol, start)
+    try:
+        beta_asked = next(steps)
+        while True:
+            parts = map_parts(beta_asked)
+            total = np.sum(np.asarray(parts, dtype=np.float64), axis=0) if parts \
+                else np.zeros(3)
+            beta_asked = steps.send(total)
+    except StopIteration as stop:
+        result: tuple[float, dict[str, Any]] = stop.value
+        return result
+
+
+def temperature_steps(max_iter: int = 200, rtol: float = 1e-13, start: float = 1.0
+                      ) -> Generator[float, np.ndarray, tuple[float, dict[str, Any]]]:
+    """:func:`fit_temperature`'s search as a generator: yields each beta whose sums it
+    needs, receives ``[loss, grad, hess]`` summed over all rows, returns (beta, info)."""
     passes = 0
 
-    def sums(beta: float) -> np.ndarray:
+    def sums(beta: float) -> Generator[float, np.ndarray, np.ndarray]:
         nonlocal passes
         passes += 1
-        parts = map_parts(beta)
-        return np.sum(np.asarray(parts, dtype=np.float64), axis=0) if parts else np.zeros(3)
+        total = yield beta
+        return total
 
     lo, hi = BETA_MIN, BETA_MAX  # invariant: the optimum lies in [lo, hi]
     start = float(start)
     beta = min(max(start, BETA_MIN), BETA_MAX) if np.isfinite(start) else 1.0
-    loss, g, h = sums(beta)
+    loss, g, h = yield from sums(beta)
     if g == 0.0 and h == 0.0 and beta != 1.0:
         # Flat in floating point at the start (all probabilities 0 or 1): the
         # side of the optimum is unknown there; start where the default does.
         beta = 1.0
-        loss, g, h = sums(beta)
+        loss, g, h = yield from sums(beta)
     it = 0
     last: float | None = None  # the size of the previous plain Newton step
     while it < max_iter and g != 0.0:
@@ -217,7 +234,7 @@ def fit_temperature(map_parts: MapParts, max_iter: int = 200, rtol: float = 1e-1
             if new <= BETA_MIN:
                 new = BETA_MIN
         if new in (BETA_MIN, BETA_MAX):
-            loss_b, g_b, h_b = sums(new)
+            loss_b, g_b, h_b = yield from sums(new)
             if (new == BETA_MAX and g_b <= 0) or (new == BETA_MIN and g_b >= 0):
                 beta, loss, g, h = new, loss_b, g_b, h_b
                 break  # the optimum within the bounds is the bound
@@ -237,7 +254,7 @@ def fit_temperature(map_parts: MapParts, max_iter: int = 200, rtol: float = 1e-1
         beta = float(new)
         if done and plain:
             break  # a Newton step this small leaves beta exact to rounding: no pass
-        loss, g, h = sums(beta)
+        loss, g, h = yield from sums(beta)
         last = step if plain else None
         if done:
             break
@@ -290,3 +307,55 @@ def softmax_predict(logits: np.ndarray, beta: float) -> np.ndarray:
         e = np.exp(a - m)
         p: np.ndarray = e / e.sum(axis=1, keepdims=True)
         return p
+
+
+class _InputKind:
+    """Whether a part's scores look like ``predict_proba`` output (scikit-learn's rule)."""
+
+    def __call__(self, rows: Any) -> bool:
+        from .multiclass import looks_like_probabilities
+
+        s = rows.score
+        return bool(s.ndim == 2 and s.shape[1] >= 2 and looks_like_probabilities(s))
+
+
+class _TemperatureSums:
+    """``[loss, grad, hess]`` of one part of the rows at ``beta``."""
+
+    def __init__(self, beta: float, kind: str):
+        self.beta, self.kind = beta, kind
+
+    def __call__(self, rows: Any) -> np.ndarray:
+        from .multiclass import to_logits
+
+        zc = center_logits(to_logits(rows.score, self.kind))
+        labels = rows.label.astype(np.intp)
+        chunk = 1 << 16  # chunks keep the temporaries in cache
+        total: np.ndarray = np.sum([temperature_sums(zc[i:i + chunk], labels[i:i + chunk],
+                                        None if rows.weight is None
+                                        else rows.weight[i:i + chunk], self.beta, centered=True)
+                       for i in range(0, max(zc.shape[0], 1), chunk)], axis=0)
+        return total
+
+
+def temperature_plan(max_iter: int = 200, rtol: float = 1e-13
+                     ) -> Generator[Any, list[Any], tuple[float, str]]:
+    """Temperature scaling as a plan over parts of the rows (:mod:`distcal.core.plans`).
+
+    The first pass decides scikit-learn's rule over all rows (logits, or
+    probabilities turned into log(p + 1e-12)); then one pass per Newton
+    step (:func:`temperature_steps`, from beta = 1). Returns (beta, input kind).
+    """
+    looks = yield _InputKind()
+    kind = "probabilities" if looks and all(looks) else "logits"
+    steps = temperature_steps(max_iter, rtol, 1.0)
+    try:
+        beta = next(steps)
+        while True:
+            parts = yield _TemperatureSums(beta, kind)
+            total = np.sum(np.asarray(parts, dtype=np.float64), axis=0) if parts \
+                else np.zeros(3)
+            beta = steps.send(total)
+    except StopIteration as stop:
+        found: tuple[float, dict[str, Any]] = stop.value
+    return found[0], kind

@@ -18,6 +18,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..core.distinct import DistinctTable, pool_ties
+from ..core.keyed import KeySpec
 from ..core.store import TableStore
 from ..core.validate import RowChecker
 from ..errors import DataError, column_not_found, output_column_exists
@@ -252,6 +253,26 @@ class LocalEngine:
 
         return LocalSegmentRanges(data, columns, by, on_invalid=on_invalid,
                                   finite_scores=finite_scores)
+
+    def open_keyed(self, data: Any, spec: KeySpec, *, on_invalid: str = "raise",
+                   finite_scores: bool = False, passes: int = 1, **opts: Any) -> Any:
+        """The keyed rows of a local input, streamed in batches (:mod:`.local_keyed`).
+
+        Options: ``memory_rows`` (distinct (key, score) pairs held before
+        spilling sorted runs to disk), ``batch_rows`` (rows read at a time);
+        ``chunk_rows`` is accepted for the binary fit's sake.
+        """
+        from .local_keyed import LocalKeyedRanges
+
+        return LocalKeyedRanges(data, spec, on_invalid=on_invalid, finite_scores=finite_scores,
+                                **opts)
+
+    def transform_rows(self, data: Any, columns: list[str], output_col: str,
+                       predict: Callable[[Any], Any], vector: bool) -> Any:
+        """pandas in, pandas out; pyarrow in, pyarrow out; a Parquet path in, pandas out."""
+        from .local_keyed import transform_rows
+
+        return transform_rows(data, columns, output_col, predict, vector)
 
     def transform_segmented(self, model: Any, data: Any, score_col: str,
                             output_col: str) -> Any:

@@ -1,0 +1,283 @@
+"""Keyed rows on the local engine: the input streamed in batches, pooled, spilled past a budget.
+
+Each batch of the user's columns is checked (:func:`distcal.core.rows.read_rows`),
+exploded into keyed rows and pooled by (key, score)
+(:mod:`distcal.core.keyed`); the pooled tables are merged in memory while
+they hold at most ``memory_rows`` distinct (key, score) pairs, and written
+to disk as runs sorted by score past that (:class:`KeyedStore`). Ranges are
+read back as :class:`~distcal.core.store.TableStore` reads them: bounds from
+evenly spaced samples of the runs, each run cut at the bounds (equal scores
+stay together), the slices of a range pooled by (key, score). So memory is
+set by ``batch_rows`` and ``memory_rows``, never by the input's rows.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from ..core.keyed import Key, KeyedTable, KeySpec, explode, pool_keyed, pool_sums
+from ..core.rows import RowPart, add_up_rows, read_rows, vector_lengths
+from ..errors import DataError, output_column_exists
+from ..logs import describe_input, log, phase
+from ..tables import is_path, open_dataset, read_table
+from . import refuse_cluster_frames
+
+__all__ = ["LocalKeyedRanges", "KeyedStore", "transform_rows"]
+
+_FIELDS = ("code", "score", "weight", "positives", "count", "label_sum", "nonbinary")
+
+
+def input_batches(data: Any, columns: list[str], batch_rows: int
+                  ) -> Iterator[pd.DataFrame | pa.Table]:
+    """The input's ``columns`` in batches of at most ``batch_rows`` rows (frames as they are)."""
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    if isinstance(data, (pd.DataFrame, pa.Table)):
+        n = len(data) if isinstance(data, pd.DataFrame) else data.num_rows
+        for start in range(0, max(n, 1), batch_rows):
+            yield data.iloc[start:start + batch_rows] if isinstance(data, pd.DataFrame) \
+                else data.slice(start, batch_rows)
+        return
+    if not is_path(data):
+        raise TypeError(f"cannot read data of type {type(data).__name__}: pass a pandas "
+                        "DataFrame, a pyarrow Table, a Parquet path, a Spark DataFrame or a "
+                        "Dask DataFrame")
+    dataset = open_dataset(data)
+    names = dataset.schema.names
+    present = [c for c in columns if c in names]
+    for batch in dataset.to_batches(columns=present, batch_size=batch_rows):
+        yield pa.Table.from_batches([batch])
+
+
+class KeyedStore:
+    """Keyed tables of disjoint row sets, merged in memory, spilled as sorted runs past a budget.
+
+    Keys get codes in one dictionary for the whole store (one process), so
+    runs are flat arrays sorted by score, with the key's code as a column.
+    """
+
+    def __init__(self, memory_rows: int, spill_dir: str | None = None):
+        self.memory_rows = int(memory_rows)
+        self.spill_dir = spill_dir
+        self.keys: dict[Key, int] = {}
+        self._pending: list[dict[str, np.ndarray]] = []
+        self._pending_rows = 0
+        self._runs: list[dict[str, np.ndarray]] = []
+        self._tmp: Path | None = None
+
+    def add(self, part: KeyedTable) -> None:
+        if not len(part.table):
+            return
+        local = np.fromiter((self.keys.setdefault(k, len(self.keys)) for k in part.keys),
+                            dtype=np.int64, count=len(part.keys))
+        per_row = np.diff(part.starts)
+        t = part.table
+        self._pending.append({"code": np.repeat(local, per_row), "score": t.score,
+                              "weight": t.weight, "positives": t.positives, "count": t.count,
+                              "label_sum": t.label_sum,
+                              "nonbinary": np.repeat(~part.binary, per_row)})
+        self._pending_rows += len(t)
+        if self._pending_rows > self.memory_rows and len(self._pending) > 1:
+            merged = self._merge(self._pending)
+            self._pending, self._pending_rows = [merged], merged["score"].shape[0]
+            if self._pending_rows > self.memory_rows // 2:
+                self._spill(merged)
+                self._pending, self._pending_rows = [], 0
+
+    def _merge(self, parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+        """Pool flat parts by (code, score) and order the result by score."""
+        cat = {f: np.concatenate([p[f] for p in parts]) for f in _FIELDS}
+        codes: list[Key] = [(c, None) for c in range(len(self.keys))]
+        kt = pool_sums(cat["code"], codes, cat["score"], cat["weight"],
+                        cat["positives"], cat["count"], cat["label_sum"], cat["nonbinary"])
+        code = np.repeat(np.array([c for c, _ in kt.keys], dtype=np.int64), np.diff(kt.starts))
+        nonbinary = np.repeat(~kt.binary, np.diff(kt.starts))
+        t = kt.table
+        order = np.argsort(t.score, kind="stable")
+        return {"code": code[order], "score": t.score[order], "weight": t.weight[order],
+                "positives": t.positives[order], "count": t.count[order],
+                "label_sum": t.label_sum[order], "nonbinary": nonbinary[order]}
+
+    def _spill(self, run: dict[str, np.ndarray]) -> None:
+        if self._tmp is None:
+            self._tmp = Path(tempfile.mkdtemp(prefix="distcal-spill-", dir=self.spill_dir))
+        run_dir = self._tmp / f"run{len(self._runs):05d}"
+        run_dir.mkdir()
+        for f in _FIELDS:
+            np.save(run_dir / f"{f}.npy", run[f])
+        self._runs.append({f: np.load(run_dir / f"{f}.npy", mmap_mode="r") for f in _FIELDS})
+
+    @property
+    def spilled(self) -> bool:
+        return bool(self._runs)
+
+    def ranges(self) -> Iterator[KeyedTable]:
+        """Ascending, non-overlapping score ranges, each pooled by (key, score)."""
+        keys = list(self.keys)
+        if not self.spilled:
+            if self._pending:
+                merged = self._merge(self._pending)
+                self._pending, self._pending_rows = [merged], merged["score"].shape[0]
+                yield self._keyed([merged], keys)
+            return
+        if self._pending:
+            self._spill(self._merge(self._pending))
+            self._pending, self._pending_rows = [], 0
+        total = sum(r["score"].shape[0] for r in self._runs)
+        n_ranges = max(1, -(-2 * total // self.memory_rows))  # twice as many: slack for skew
+        per_run = max(1, 64 * n_ranges // len(self._runs))
+        samples = np.sort(np.concatenate([
+            np.asarray(r["score"][np.linspace(0, r["score"].shape[0] - 1, per_run)
+                                  .astype(np.intp)]) for r in self._runs]))
+        bounds = np.unique(samples[np.linspace(0, samples.shape[0] - 1, n_ranges + 1)
+                                   .astype(np.intp)[1:-1]])
+        cuts = [np.concatenate(([0], np.searchsorted(r["score"], bounds, side="left"),
+                                [r["score"].shape[0]])) for r in self._runs]
+        for k in range(bounds.shape[0] + 1):
+            parts = [{f: np.array(run[f][int(cut[k]):int(cut[k + 1])]) for f in _FIELDS}
+                     for run, cut in zip(self._runs, cuts) if cut[k + 1] > cut[k]]
+            if parts:
+                yield self._keyed(parts, keys)
+
+    @staticmethod
+    def _keyed(parts: list[dict[str, np.ndarray]], keys: list[Key]) -> KeyedTable:
+        cat = {f: np.concatenate([p[f] for p in parts]) for f in _FIELDS}
+        return pool_sums(cat["code"], keys, cat["score"], cat["weight"], cat["positives"],
+                          cat["count"], cat["label_sum"], cat["nonbinary"])
+
+    def close(self) -> None:
+        self._runs, self._pending = [], []
+        if self._tmp is not None:
+            shutil.rmtree(self._tmp, ignore_errors=True)
+            self._tmp = None
+
+
+class LocalKeyedRanges:
+    """The keyed rows of a local input (see ``KeyedRanges``), read in batches.
+
+    The first ``map`` reads, checks and pools the whole input once (the
+    store is kept for later passes); every ``map_rows`` reads the input
+    again, batch by batch.
+    """
+
+    def __init__(self, data: Any, spec: KeySpec, *, on_invalid: str = "raise",
+                 finite_scores: bool = False, memory_rows: int = 1 << 23,
+                 batch_rows: int = 1 << 20, chunk_rows: int = 1 << 22):
+        refuse_cluster_frames(data)
+        self.data, self.spec, self.on_invalid = data, spec, on_invalid
+        self.finite_scores = finite_scores
+        self.batch_rows, self.chunk_rows = int(batch_rows), int(chunk_rows)
+        self.store = KeyedStore(memory_rows)
+        self.length: int | None = None  # the vectors' common length (K' = K, or 1 when K = 2)
+        self.n_classes = self._count_classes()
+        self.n_rows, self.weight_total, self.dropped_rows = 0, 0.0, 0
+        self._pooled = False
+
+    def _count_classes(self) -> int:
+        """K: ``score_cols`` (one column: a binary problem, K = 2), or the common vector length."""
+        spec = self.spec
+        if not spec.multiclass:
+            return 0
+        if spec.score_cols is not None:
+            return max(2, len(spec.score_cols))
+        counts = np.zeros(1, dtype=np.int64)
+        for batch in input_batches(self.data, [str(spec.score_col)], self.batch_rows):
+            names = list(map(str, batch.columns)) if isinstance(batch, pd.DataFrame) \
+                else batch.schema.names
+            if spec.score_col not in names:
+                break  # read_rows names the missing column
+            c = vector_lengths(batch, str(spec.score_col))
+            counts = np.pad(counts, (0, max(0, c.shape[0] - counts.shape[0])))
+            counts[:c.shape[0]] += c
+        k = int(counts.argmax()) if counts.sum() else 0
+        self.length = k or None
+        if k == 1:
+            return 2  # vectors of one score: a binary problem whose score is class 1's
+        if k < 1 and counts.sum():
+            raise DataError(f"column '{spec.score_col}': no vectors to calibrate (need K >= 2 "
+                            "entries)")
+        return k
+
+    def _rows(self) -> Iterator[tuple[RowPart, dict[str, Any]]]:
+        for batch in input_batches(self.data, self.spec.columns, self.batch_rows):
+            yield read_rows(batch, self.spec, finite_scores=self.finite_scores,
+                            n_classes=self.length)
+
+    def _pool(self) -> None:
+        stats = []
+        classes = self.spec.classes(self.n_classes)
+        with phase("local: read, validate and pool %s", describe_input(self.data)):
+            for rows, st in self._rows():
+                stats.append(st)
+                if not rows.n_rows or (st["invalid"] and self.on_invalid == "raise"):
+                    continue  # keep counting: the error names totals
+                codes, keys, score, label, weight = explode(
+                    rows.score, rows.label, rows.weight, rows.segments, classes)
+                self.store.add(pool_keyed(codes, keys, score, label, weight))
+        self._totals(stats)
+        self._pooled = True
+        log.info("local: %d rows used (weight %g), %d dropped; %d keys%s", self.n_rows,
+                 self.weight_total, self.dropped_rows, len(self.store.keys),
+                 " (spilled to disk)" if self.store.spilled else "")
+
+    def _totals(self, stats: list[dict[str, Any]]) -> None:
+        totals = add_up_rows(stats, self.on_invalid)
+        self.n_rows, self.weight_total = totals.n_rows, totals.weight_total
+        self.dropped_rows = totals.dropped_rows
+
+    def map(self, fn: Callable[[KeyedTable], Any]) -> list[Any]:
+        if not self._pooled:
+            self._pool()
+        return [fn(t) for t in self.store.ranges() if len(t.table)]
+
+    def map_rows(self, fn: Callable[[RowPart], Any]) -> list[Any]:
+        out, stats = [], []
+        for rows, st in self._rows():
+            stats.append(st)
+            if rows.n_rows and not (st["invalid"] and self.on_invalid == "raise"):
+                out.append(fn(rows))
+        if not self._pooled:
+            self._totals(stats)
+        return out
+
+    def close(self) -> None:
+        self.store.close()
+
+    def __enter__(self) -> LocalKeyedRanges:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def transform_rows(data: Any, columns: list[str], output_col: str,
+                   predict: Callable[[Any], Any], vector: bool) -> Any:
+    """pandas in, pandas out; pyarrow in, pyarrow out; a Parquet path in, pandas out."""
+    refuse_cluster_frames(data)
+    if is_path(data):
+        data = read_table(data).to_pandas()
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    if isinstance(data, pd.DataFrame):
+        if output_col in data.columns:
+            raise output_column_exists(output_col)
+        values = np.asarray(predict(data), dtype=np.float64)
+        out = data.copy(deep=False)
+        out[output_col] = list(values) if vector else values
+        return out
+    if isinstance(data, pa.Table):
+        if output_col in data.schema.names:
+            raise output_column_exists(output_col)
+        values = np.asarray(predict(data), dtype=np.float64)
+        col = (pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
+               .cast(pa.list_(pa.float64())) if vector else pa.array(values, type=pa.float64()))
+        return data.append_column(output_col, col)
+    raise TypeError(f"cannot transform data of type {type(data).__name__}")

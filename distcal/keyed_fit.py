@@ -1,0 +1,239 @@
+"""The fit of every variant with keys: one pass over keyed rows, every key's plan in lock step.
+
+``distcal.fit`` with ``by=`` and/or multiclass scores comes here
+(:func:`fit_keyed`). The engine opens the keyed rows of the input
+(:meth:`~distcal.engines.base.Engine.open_keyed`: range-partitioned on
+score, pooled by (key, score)); the method runs for every key at once:
+
+* isotonic regression in a fixed direction: every key's PAV in array
+  operations, range by range, merged per key on the driver
+  (:func:`~distcal.core.segment_pav.merge_keyed_pav`);
+* every other method: its plan (:mod:`distcal.core.plans`) per key, all
+  keys advancing together, one job per pass;
+* temperature scaling: its plan over parts of the rows, one key per segment.
+
+What reaches the driver per pass is each key's small summary, never a
+key's table. The maps and the combiner make a
+:class:`~distcal.keyed_model.KeyedModel`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator, Iterable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .core.discretize import fit_modl
+from .core.histogram import histogram_plan
+from .core.isotonic import clip_blocks, isotonic_plan
+from .core.keyed import GLOBAL, Key, KeySpec, key_text
+from .core.plans import KeyCounts, KeyFailed, run_plans
+from .core.rows import RowPart
+from .core.segment_pav import KeyedPav, merge_keyed_pav, take_blocks
+from .core.sigmoid import sigmoid_plan
+from .core.temperature import temperature_plan
+from .errors import DataError, ParameterError, sums_overflow
+from .keyed_model import KeyedModel, TemperatureMap, class_columns
+from .logs import log, phase
+from .model import CalibrationModel
+
+__all__ = ["fit_keyed", "one_pass_plan", "check_by"]
+
+
+def check_by(by: Any, columns: dict[str, str | None], min_segment_weight: Any) -> list[str]:
+    """The ``by`` columns as a list, and ``min_segment_weight``, checked before any read."""
+    names = [by] if isinstance(by, str) else by
+    if not (isinstance(names, (list, tuple)) and names
+            and all(isinstance(n, str) and n for n in names)):
+        raise ParameterError(f"by must be a column name or a non-empty list of column names, "
+                             f"got {by!r}")
+    if len(set(names)) != len(names):
+        raise ParameterError(f"by names a column twice: {list(names)}")
+    used = {c: r for r, c in columns.items() if c is not None}
+    for n in names:
+        if n in used:
+            raise ParameterError(f"by column {n!r} is also the {used[n]} column")
+    if isinstance(min_segment_weight, bool) or not isinstance(min_segment_weight, (int, float)) \
+            or not math.isfinite(min_segment_weight) or min_segment_weight < 0:
+        raise ParameterError(f"min_segment_weight must be a finite number >= 0, got "
+                             f"{min_segment_weight!r}")
+    return list(names)
+
+
+def one_pass_plan(fit: Callable[[Callable[[Callable[[Any], Any]], list[Any]]], Any]
+                  ) -> Generator[Any, list[Any], Any]:
+    """A fit written against ``map_ranges`` that maps over the ranges once, as a plan.
+
+    The fit is called twice: first to learn the function it maps (the call
+    stops there), then with that function's results.
+    """
+    asked: list[Callable[[Any], Any]] = []
+
+    class _Asked(Exception):
+        pass
+
+    def ask(fn: Callable[[Any], Any]) -> list[Any]:
+        asked.append(fn)
+        raise _Asked
+
+    try:
+        return fit(ask)
+    except _Asked:
+        pass
+    parts = yield asked[0]
+    return fit(lambda fn: parts)
+
+
+def _method_plan(method: str, params: dict[str, Any]) -> Callable[[], Generator[Any, Any, Any]]:
+    if method == "isotonic":
+        return lambda: isotonic_plan(params["increasing"], params["y_min"], params["y_max"])
+    if method == "sigmoid":
+        return lambda: sigmoid_plan()
+    if method == "histogram":
+        return lambda: histogram_plan(params["n_bins"], params["strategy"])
+    if method == "modl":
+        return lambda: one_pass_plan(fit_modl)
+    return lambda: temperature_plan()
+
+
+def _map_from(method: str, params: dict[str, Any], result: Any, counts: KeyCounts,
+              columns: dict[str, Any]) -> Any:
+    """The calibration map of one key from its plan's result."""
+    fitted = dict(params)
+    blocks = None
+    if method == "isotonic":
+        blocks, direction = result
+        fitted["increasing_"] = direction
+    elif method == "sigmoid":
+        fitted.update(a=result[0], b=result[1])
+    elif method == "histogram":
+        edges, bin_prob, blocks = result
+        fitted.update(edges=edges.tolist(), bin_prob=bin_prob.tolist())
+    elif method == "modl":
+        blocks, cost, exact = result
+        fitted.update(cost=cost, exact=exact)
+    else:
+        beta, kind = result
+        return TemperatureMap(float(beta), kind, counts.n_rows, counts.weight)
+    return CalibrationModel(method, fitted, blocks, n_rows=counts.n_rows,
+                            weight_total=counts.weight, columns=columns)
+
+
+def _split_rows(by: bool) -> Callable[[RowPart], Iterable[tuple[Key, RowPart]]]:
+    """A part of the rows as its segment keys' parts (and all rows for the global key)."""
+    def split(rows: RowPart) -> Iterable[tuple[Key, RowPart]]:
+        yield (GLOBAL, None), rows
+        if by:
+            for seg, part in rows.by_segment():
+                yield (seg, None), part
+    return split
+
+
+def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str, Any],
+              min_segment_weight: float, on_invalid: str,
+              engine_opts: dict[str, Any]) -> KeyedModel:
+    """Fit every key of ``spec`` with ``method`` on engine ``impl`` (module docstring)."""
+    by = list(spec.by)
+    finite = method in ("sigmoid", "histogram", "temperature")
+    iso_fixed = method == "isotonic" and params["increasing"] != "auto"
+    passes = 1 if iso_fixed else 4
+    counts: dict[Key, KeyCounts] = {}
+    # Histogram binning needs at least n_bins rows (as an unsegmented fit refuses
+    # fewer): smaller segments use the global map, as do light ones.
+    min_rows = params["n_bins"] if method == "histogram" else 0
+
+    def keep(key: Key, c: KeyCounts) -> bool:
+        return key[0] is GLOBAL or (c.weight >= min_segment_weight and c.n_rows >= min_rows)
+
+    with impl.open_keyed(data, spec, on_invalid=on_invalid, finite_scores=finite,
+                         passes=passes, **engine_opts) as ranges:
+        columns = _columns(spec, ranges.n_classes)
+        with phase("fit %s: %s", "by " + ", ".join(by) if by else "multiclass", method):
+            try:
+                if method == "temperature":
+                    results = run_plans(_method_plan(method, params), ranges.map_rows,
+                                        split=_split_rows(bool(by)), keep=keep, counts=counts)
+                elif iso_fixed:
+                    results = _isotonic_fixed(ranges.map, bool(params["increasing"]), params,
+                                              keep, counts)
+                else:
+                    results = run_plans(_method_plan(method, params), ranges.map, keep=keep,
+                                        counts=counts)
+            except KeyFailed as failed:
+                raise _key_error(by, failed) from failed.error
+        maps = {key: _map_from(method, params, res, counts[key], class_columns(columns, key))
+                for key, res in results.items()}
+        segments = _segments_table(by, counts, maps) if by else None
+        n_classes = ranges.n_classes
+        totals = (ranges.n_rows, ranges.weight_total, ranges.dropped_rows)
+    if segments is not None:
+        log.info("fit by %s: %d segments, %d fall back to the global map", by, len(segments),
+                 int(segments["fallback"].sum()))
+    return KeyedModel(method, maps, by=by, n_classes=n_classes,
+                      params={k: v for k, v in params.items()} if method != "temperature"
+                      else {}, segments=segments,
+                      min_segment_weight=min_segment_weight, n_rows=totals[0],
+                      weight_total=totals[1], dropped_rows=totals[2], columns=columns)
+
+
+def _isotonic_fixed(map_ranges: Any, increasing: bool, params: dict[str, Any],
+                    keep: Callable[[Key, KeyCounts], bool],
+                    counts: dict[Key, KeyCounts]) -> dict[Key, Any]:
+    """Isotonic regression in one direction: every key's PAV in array operations."""
+    keys, n_rows, weight, binary, blocks, starts = merge_keyed_pav(
+        map_ranges(KeyedPav(increasing)), increasing)
+    with np.errstate(invalid="ignore"):
+        if not (np.all(np.isfinite(blocks.weight)) and np.all(np.isfinite(blocks.positives))
+                and not np.any(np.isnan(blocks.prob)) and np.all(np.isfinite(weight))):
+            raise sums_overflow()
+    out: dict[Key, Any] = {}
+    for i, key in enumerate(keys):
+        c = counts[key] = KeyCounts(int(n_rows[i]), float(weight[i]), bool(binary[i]))
+        if not keep(key, c):
+            continue
+        b = take_blocks(blocks, slice(int(starts[i]), int(starts[i + 1])))
+        out[key] = (clip_blocks(b, params["y_min"], params["y_max"]), increasing)
+    return out
+
+
+def _key_error(by: list[str], failed: KeyFailed) -> Exception:
+    err = failed.error
+    if failed.key[0] is GLOBAL and failed.key[1] is None:
+        return err  # the fit of all rows: the message of an unsegmented fit
+    if isinstance(err, ParameterError):
+        return err
+    return DataError(f"{key_text(by, failed.key)}: {err}")
+
+
+def _columns(spec: KeySpec, n_classes: int) -> dict[str, Any]:
+    if spec.multiclass:
+        return {"score": None if spec.score_cols is not None else spec.score_col,
+                "scores": None if spec.score_cols is None else list(spec.score_cols),
+                "label": spec.label_col, "weight": spec.weight_col}
+    return {"score": spec.score_col, "label": spec.label_col, "weight": spec.weight_col}
+
+
+def _segments_table(by: list[str], counts: dict[Key, KeyCounts],
+                    maps: dict[Key, Any]) -> pd.DataFrame:
+    """One row per segment: the ``by`` values, rows, weight, and whether it falls back."""
+    seen: dict[tuple[Any, ...], KeyCounts] = {}
+    fitted: set[tuple[Any, ...]] = set()
+    for (segment, _), c in counts.items():
+        if segment is not GLOBAL:
+            seen.setdefault(segment, c)
+    for segment, _ in maps:
+        if segment is not GLOBAL:
+            fitted.add(segment)
+    keys = list(seen)
+    try:
+        keys.sort()
+    except TypeError:  # keys of mixed types: keep the order of first appearance
+        pass
+    table = pd.DataFrame(keys, columns=by) if keys else pd.DataFrame({b: [] for b in by})
+    table["n_rows"] = np.array([seen[k].n_rows for k in keys], dtype=np.int64)
+    table["weight"] = np.array([seen[k].weight for k in keys], dtype=np.float64)
+    table["fallback"] = np.array([k not in fitted for k in keys], dtype=bool)
+    return table

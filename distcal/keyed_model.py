@@ -1,0 +1,688 @@
+"""One model for every variant: a calibration map per key, and how the maps combine.
+
+A fit is a set of keyed problems (:mod:`distcal.core.keyed`); its model is
+``{key -> map}`` plus a *combiner*, fixed by the variant:
+
+* a binary score: the map of ``(GLOBAL, None)`` (such a fit returns the
+  plain :class:`~distcal.CalibrationModel`);
+* one-vs-rest over K classes: the maps of ``(segment, k)``, each row's
+  per-class probabilities divided by their sum (1/K where the sum is 0;
+  with K = 2 only class 1 is calibrated and p0 = 1 - p1), as
+  scikit-learn's ``CalibratedClassifierCV``;
+* temperature scaling: one inverse temperature per segment,
+  p = softmax(beta * logits) (:mod:`distcal.core.temperature`);
+* segments: each row uses its segment's maps; a segment that fell back
+  (less weight than ``min_segment_weight``), a segment not seen in fitting
+  and a null key use the global maps.
+
+:class:`KeyedModel` is that model. Its views ``segment(key)`` and
+``global_model`` are the model of one segment (a multiclass model, or the
+binary :class:`~distcal.CalibrationModel`), ``class_model(k)`` the binary
+map of one class. Saved as one directory (format ``distcal-keyed-model``,
+version 2): ``model.json`` and ``maps.parquet`` (one row per key: the
+segment's ``by`` values, the class, counts, the map's fitted parameters as
+JSON) and ``blocks.parquet`` (every map's blocks, by map row); no pickle.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .core.keyed import GLOBAL, Key, factorize_keys, key_text
+from .core.multiclass import normalise_ovr, to_logits
+from .core.temperature import softmax_predict
+from .errors import DataError, ModelError, column_not_found
+from .model import (
+    _BLOCK_COLUMNS,
+    CalibrationModel,
+    _close,
+    _json_checksum,
+    _library_version,
+    _sha256,
+    blocks_from_table,
+    build_or_damaged,
+    check_model,
+    read_checked_meta,
+    read_table_file,
+)
+from .storage import filesystem_for, publish_dir
+
+__all__ = ["KeyedModel", "MulticlassCalibrationModel", "SegmentedCalibrationModel",
+           "TemperatureMap", "FORMAT", "FORMAT_VERSION", "load_keyed", "class_columns"]
+
+FORMAT = "distcal-keyed-model"
+FORMAT_VERSION = 2
+MAPS_FILE = "maps.parquet"
+BLOCKS_FILE = "blocks.parquet"
+ONE_VS_REST = ("isotonic", "sigmoid", "histogram", "modl")
+
+
+@dataclass(frozen=True)
+class TemperatureMap:
+    """p = softmax(beta * logits) (:mod:`distcal.core.temperature`).
+
+    ``input_``: how the fit read its scores ("logits" or "probabilities",
+    scikit-learn's rule over all the rows fitted); predictions apply the
+    rule to the rows given, as scikit-learn does.
+    """
+
+    beta: float
+    input_: str = "logits"
+    n_rows: int = 0
+    weight_total: float = 0.0
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return {"beta": self.beta, "temperature": 1.0 / self.beta, "input_": self.input_}
+
+    def predict(self, scores: np.ndarray) -> np.ndarray:
+        return softmax_predict(to_logits(scores), self.beta)
+
+
+class KeyedModel:
+    """Calibration maps per key and their combiner (see the module docstring).
+
+    Attributes
+    ----------
+    method : str
+    by : list of str
+        The segment columns (empty without segments).
+    n_classes : int
+        K for multiclass scores, 0 for a binary score.
+    params : dict
+        The method's parameters; the global temperature map's ``beta``,
+        ``temperature`` and ``input_`` for temperature scaling.
+    segments : pandas.DataFrame
+        One row per segment seen in fitting: the ``by`` columns,
+        ``n_rows``, ``weight``, ``fallback`` (``by`` only).
+    n_rows, weight_total, dropped_rows, columns
+        Of the rows fitted (all segments).
+
+    Examples
+    --------
+    >>> import pandas as pd, distcal
+    >>> df = pd.DataFrame({"score": [.1, .3, .5, .7, .2, .4, .6, .8],
+    ...                    "label": [0, 1, 0, 1, 1, 0, 1, 1],
+    ...                    "market": ["fr"] * 4 + ["de"] * 4})
+    >>> model = distcal.fit(df, by="market")
+    >>> model.segments
+      market  n_rows  weight  fallback
+    0     de       4     4.0     False
+    1     fr       4     4.0     False
+    >>> model.predict([0.5, 0.5, 0.5], segments=["fr", "de", "it"])
+    array([0.5 , 0.75, 0.5 ])
+    """
+
+    def __init__(self, method: str, maps: dict[Key, Any], *, by: list[str] | None = None,
+                 n_classes: int = 0, params: dict[str, Any] | None = None,
+                 segments: pd.DataFrame | None = None, min_segment_weight: float = 0.0,
+                 n_rows: int = 0, weight_total: float = 0.0, dropped_rows: int = 0,
+                 columns: dict[str, Any] | None = None):
+        self.method = method
+        self.by = list(by or [])
+        self.n_classes = int(n_classes)
+        self._maps = dict(maps)
+        self._params = dict(params or {})
+        if segments is None:
+            segments = pd.DataFrame({**{b: [] for b in self.by}, "n_rows": [], "weight": [],
+                                     "fallback": []})
+        self._segments = segments.reset_index(drop=True)
+        self.min_segment_weight = float(min_segment_weight)
+        self.n_rows, self.weight_total = int(n_rows), float(weight_total)
+        self.dropped_rows = int(dropped_rows)
+        self.columns = dict(columns or {})
+        self._check()
+
+    def _check(self) -> None:
+        classes = self._classes_keyed()
+        if self.method == "temperature":
+            if self.n_classes < 2:
+                raise ValueError("temperature scaling needs K >= 2 classes")
+        elif self.method not in ONE_VS_REST:
+            raise ValueError(f"unknown method {self.method!r}")
+        for cls in classes:
+            if (GLOBAL, cls) not in self._maps:
+                raise ValueError(f"the model has no global map for {key_text([], (GLOBAL, cls))}")
+
+    def _classes_keyed(self) -> list[int | None]:
+        """The class part of this model's keys."""
+        if self.n_classes < 2 or self.method == "temperature":
+            return [None]
+        return [1] if self.n_classes == 2 else list(range(self.n_classes))
+
+    # -- attributes -----------------------------------------------------
+    @property
+    def params(self) -> dict[str, Any]:
+        if self.method == "temperature" or self.n_classes < 2:  # the global map's, fitted
+            return {**self._params, **self._maps[(GLOBAL, None)].params}
+        return dict(self._params)
+
+    @property
+    def classes(self) -> list[int]:
+        """The class indices ``[0, ..., K-1]`` (multiclass only)."""
+        if self.n_classes < 2:
+            raise AttributeError("a model of a binary score has no classes")
+        return list(range(self.n_classes))
+
+    @property
+    def beta(self) -> float:
+        """The global inverse temperature (temperature scaling only)."""
+        if self.method != "temperature":
+            raise AttributeError(f"a {self.method} (one-vs-rest) model has no beta")
+        return float(self._maps[(GLOBAL, None)].beta)
+
+    @property
+    def segments(self) -> pd.DataFrame:
+        """One row per segment seen in fitting: the ``by`` columns, n_rows, weight, fallback."""
+        if not self.by:
+            raise AttributeError("a model fitted without by= has no segments")
+        return self._segments.copy()
+
+    def _segment_keys(self) -> list[tuple[Any, ...]]:
+        return list(self._segments[self.by].itertuples(index=False, name=None)) \
+            if self.by else []
+
+    def _view(self, segment: Any) -> Any:
+        """The model of one segment's maps (or the global ones)."""
+        classes = self._classes_keyed()
+        maps = {(GLOBAL, c): self._maps[(segment, c)] for c in classes}
+        if self.n_classes < 2:
+            return maps[(GLOBAL, None)]
+        first = maps[(GLOBAL, classes[0])]
+        return KeyedModel(self.method, maps, n_classes=self.n_classes, params=self._params,
+                          n_rows=first.n_rows, weight_total=first.weight_total,
+                          dropped_rows=self.dropped_rows if segment is GLOBAL else 0,
+                          columns=self.columns)
+
+    @property
+    def global_model(self) -> Any:
+        """The model of all rows (``by`` only): multiclass, or a CalibrationModel."""
+        if not self.by:
+            raise AttributeError("a model fitted without by= has no global_model; it is one")
+        return self._view(GLOBAL)
+
+    def _key(self, key: Any) -> tuple[Any, ...]:
+        if len(self.by) == 1 and not isinstance(key, tuple):
+            return (key,)
+        if not isinstance(key, tuple) or len(key) != len(self.by):
+            raise KeyError(f"a segment key is a tuple of {len(self.by)} values "
+                           f"({', '.join(self.by)}), got {key!r}")
+        return key
+
+    def segment(self, key: Any) -> Any:
+        """The model of one segment (the global one for a segment that falls back).
+
+        ``key`` is a value, or a tuple of values for several ``by`` columns.
+        A key not seen in fitting is a ``KeyError``.
+        """
+        if not self.by:
+            raise AttributeError("a model fitted without by= has no segments")
+        k = self._key(key)
+        if k not in set(self._segment_keys()):
+            raise KeyError(f"no segment {key_text(self.by, (k, None))} in this model "
+                           f"({len(self._segments)} segments)")
+        return self._view(k if (k, self._classes_keyed()[0]) in self._maps else GLOBAL)
+
+    def class_model(self, k: int) -> CalibrationModel:
+        """The binary :class:`~distcal.CalibrationModel` of class ``k`` (one-vs-rest).
+
+        With K = 2 only class 1 has one (p0 = 1 - p1). Temperature scaling
+        has no per-class models (one beta for all classes): ValueError.
+        """
+        if self.n_classes < 2:
+            raise AttributeError("a model of a binary score has no classes")
+        if self.method == "temperature":
+            raise ValueError("a temperature-scaling model has no per-class models: one "
+                             f"inverse temperature for all classes (beta = {self.beta:.6g})")
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) \
+                or not 0 <= k < self.n_classes:
+            raise ValueError(f"class must be one of {self.classes}, got {k!r}")
+        if self.n_classes == 2 and k == 0:
+            raise ValueError("with K = 2 only class 1 is calibrated (as scikit-learn does); "
+                             "p0 = 1 - p1: use class_model(1)")
+        m: CalibrationModel = self._maps[(GLOBAL, int(k))]
+        return m
+
+    # -- prediction -----------------------------------------------------
+    def _predict_maps(self, segment: Any, s: np.ndarray) -> np.ndarray:
+        """The combined prediction of one segment's maps for scores ``s``."""
+        if self.method == "temperature":
+            out: np.ndarray = self._maps[(segment, None)].predict(s)
+            return out
+        if self.n_classes < 2:
+            out = self._maps[(segment, None)].predict(s)
+            return out
+        q = np.zeros((s.shape[0], self.n_classes))
+        if self.n_classes == 2:
+            q[:, 1] = self._maps[(segment, 1)].predict(s[:, -1])
+        else:
+            for k in range(self.n_classes):
+                q[:, k] = self._maps[(segment, k)].predict(np.ascontiguousarray(s[:, k]))
+        return normalise_ovr(q)
+
+    def _scores(self, scores: Any) -> np.ndarray:
+        s = np.asarray(scores, dtype=np.float64)
+        if self.n_classes < 2:
+            if s.ndim != 1:
+                raise DataError(f"scores must be a 1-d array of a binary score, got shape "
+                                f"{s.shape}")
+            return s
+        if s.ndim == 1 and self.n_classes == 2:
+            s = s.reshape(-1, 1)
+        if s.ndim != 2:
+            raise DataError(f"scores must be a 2-d array (n, {self.n_classes}), got shape "
+                            f"{s.shape}")
+        if s.shape[1] != self.n_classes and not (self.n_classes == 2 and s.shape[1] == 1):
+            raise DataError(f"scores have {s.shape[1]} columns; the model has K = "
+                            f"{self.n_classes} classes")
+        return s
+
+    def predict(self, scores: Any, segments: Any = None) -> np.ndarray:
+        """Calibrated probabilities: (n,) for a binary score, (n, K) rows summing to 1.
+
+        ``scores``: (n,) or (n, K) per-class scores (K = 2: also the score of
+        class 1). ``segments`` (``by`` only): one key per score (values for
+        one ``by`` column; tuples, a 2-D array or a DataFrame with the ``by``
+        columns for several); null keys, keys not seen in fitting and
+        segments that fall back get the global maps. A NaN score gives NaN.
+        """
+        s = self._scores(scores)
+        if not self.by:
+            if segments is not None:
+                raise TypeError("segments= is for a model fitted with by=")
+            return self._predict_maps(GLOBAL, s)
+        if segments is None:
+            raise TypeError(f"a model fitted by {self.by} needs each score's segment: "
+                            "predict(scores, segments=keys); model.global_model.predict(scores) "
+                            "applies the global map")
+        codes, keys = self.key_codes(segments, s.shape[0])
+        out = np.empty((s.shape[0], self.n_classes) if self.n_classes >= 2 else s.shape[0])
+        first = self._classes_keyed()[0]
+        fitted = [k if (k, first) in self._maps else GLOBAL for k in keys]
+        order = np.argsort(codes, kind="stable")
+        bounds = np.searchsorted(codes[order], np.arange(-1, len(keys) + 1))
+        groups: dict[Any, list[np.ndarray]] = {GLOBAL: [order[bounds[0]:bounds[1]]]}
+        for c, seg in enumerate(fitted):
+            groups.setdefault(seg, []).append(order[bounds[c + 1]:bounds[c + 2]])
+        for seg, parts in groups.items():
+            idx = np.concatenate(parts)
+            if idx.shape[0]:
+                out[idx] = self._predict_maps(seg, s[idx])
+        return out
+
+    def key_codes(self, segments: Any, n: int) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+        """Codes of the rows' segment keys (-1: null) and the key of each code."""
+        if isinstance(segments, pd.DataFrame):
+            for c in self.by:
+                if c not in segments.columns:
+                    raise column_not_found(c, "segment", map(str, segments.columns))
+            cols = [segments[c] for c in self.by]
+        elif len(self.by) == 1:
+            values = segments.to_numpy() if isinstance(segments, (pd.Series, pd.Index)) \
+                else segments
+            cols = [pd.Series(list(values) if not isinstance(values, np.ndarray) else values,
+                              dtype=object if not isinstance(values, np.ndarray) else None)]
+        else:
+            arr = np.empty((len(segments), len(self.by)), dtype=object)
+            for i, row in enumerate(segments):
+                if len(row) != len(self.by):
+                    raise ValueError(f"each segment key needs {len(self.by)} values "
+                                     f"({', '.join(self.by)}), got {row!r}")
+                arr[i] = list(row)
+            cols = [pd.Series(arr[:, j]) for j in range(len(self.by))]
+        if any(len(c) != n for c in cols):
+            raise ValueError(f"segments has {len(cols[0])} keys for {n} scores")
+        return factorize_keys(cols)
+
+    def predict_part(self, part: pd.DataFrame | pa.Table, score_col: str | None,
+                     score_cols: list[str] | None) -> np.ndarray:
+        """Predictions for one part of a frame holding the score and ``by`` columns."""
+        from .core.rows import Problems, read_scores
+
+        n = len(part) if isinstance(part, pd.DataFrame) else part.num_rows
+        names = list(map(str, part.columns)) if isinstance(part, pd.DataFrame) \
+            else part.schema.names
+        for c in [*(score_cols or [str(score_col)]), *self.by]:
+            if c not in names:
+                raise column_not_found(c, "segment" if c in self.by else "score", names)
+        if self.n_classes >= 2:
+            problems = Problems(n)
+            s = read_scores(part, score_col, score_cols, problems, finite=False)
+            fatal = [(c, p, k) for c, p, k in problems.items
+                     if k and ("ragged" in p or "text" in p)]
+            if fatal:
+                problems.items = fatal
+                raise DataError(problems.message())
+        else:
+            from .core.rows import _column_to_float
+
+            s, text = _column_to_float(part, str(score_col))
+            if text.any():
+                k = int(text.sum())
+                raise DataError(f"column '{score_col}': {k} row{'s' if k > 1 else ''} "
+                                f"{'are' if k > 1 else 'is'} text, not numbers")
+        if not self.by:
+            return self.predict(s)
+        keys = part[self.by] if isinstance(part, pd.DataFrame) else \
+            part.select(self.by).to_pandas(integer_object_nulls=True, date_as_object=True)
+        return self.predict(s, segments=keys)
+
+    def transform(self, data: Any, score_col: str | None = None,
+                  score_cols: list[str] | None = None,
+                  output_col: str = "calibrated") -> Any:
+        """``data`` with ``output_col`` = each row's calibrated probability (vector).
+
+        Scores are read from ``score_col`` (a vector column for multiclass)
+        or ``score_cols`` (one column per class); neither: the columns of
+        the fit. The ``by`` columns are read from ``data``. pandas in,
+        pandas out; pyarrow in, pyarrow out (``list<double>`` for vectors);
+        a Parquet path in, pandas out; Spark and Dask frames are
+        transformed by their engines, lazily.
+        """
+        from .engines import engine_of, get_engine
+
+        if score_col is None and score_cols is None:
+            score_col, score_cols = self.columns.get("score"), self.columns.get("scores")
+        if score_cols is not None:
+            score_cols = [str(c) for c in score_cols]
+            score_col = None
+        inputs = list(dict.fromkeys([*(score_cols or [str(score_col)]), *self.by]))
+
+        def predict(part: Any) -> np.ndarray:
+            return self.predict_part(part, score_col, score_cols)
+
+        return get_engine(engine_of(data)).transform_rows(data, inputs, output_col, predict,
+                                                          vector=self.n_classes >= 2)
+
+    # -- inspection -----------------------------------------------------
+    def describe(self) -> str:
+        """A text summary: per segment (if any), per class (one line for temperature)."""
+        def one(segment: Any) -> str:
+            if self.method == "temperature":
+                beta = self._maps[(segment, None)].beta
+                return (f"p = softmax(beta * logits) over {self.n_classes} classes, "
+                        f"beta = {beta:.6g} (temperature = {1.0 / beta:.6g})")
+            if self.n_classes < 2:
+                text: str = self._maps[(segment, None)].describe()
+                return text
+            out = []
+            for k in range(self.n_classes):
+                out.append(f"class {k}:")
+                m = self._maps.get((segment, k))
+                out.append(textwrap.indent("p0 = 1 - p1" if m is None else m.describe(), "  "))
+            return "\n".join(out)
+
+        if not self.by:
+            return one(GLOBAL)
+        parts = ["all rows:", textwrap.indent(one(GLOBAL), "  ")]
+        first = self._classes_keyed()[0]
+        for key in self._segment_keys():
+            if (key, first) in self._maps:
+                parts += [key_text(self.by, (key, None)) + ":", textwrap.indent(one(key), "  ")]
+        return "\n".join(parts)
+
+    def __repr__(self) -> str:
+        kind = f"K={self.n_classes}" if self.n_classes >= 2 else "binary"
+        seg = f", by={self.by}, segments={len(self._segments)}" if self.by else ""
+        return (f"KeyedModel(method={self.method!r}, {kind}{seg}, n_rows={self.n_rows}, "
+                f"weight_total={self.weight_total:g})")
+
+    def __eq__(self, other: object) -> bool:
+        """Equal settings, counts, segments and maps; floats to 1e-9 relative."""
+        if not isinstance(other, KeyedModel):
+            return NotImplemented
+        if (self.method, self.by, self.n_classes, self.n_rows, self.dropped_rows,
+                self.columns) != (other.method, other.by, other.n_classes, other.n_rows,
+                                  other.dropped_rows, other.columns):
+            return False
+        if not (_close(self.params, other.params)
+                and _close(self.weight_total, other.weight_total)):
+            return False
+        if set(self._maps) != set(other._maps):
+            return False
+        for key, m in self._maps.items():
+            o = other._maps[key]
+            if isinstance(m, TemperatureMap):
+                if not (isinstance(o, TemperatureMap) and _close(m.beta, o.beta)):
+                    return False
+            elif m != o:
+                return False
+        if self.by:
+            a = self._segments.sort_values(self.by).reset_index(drop=True)
+            b = other._segments.sort_values(other.by).reset_index(drop=True)
+            return bool(a[[*self.by, "n_rows", "fallback"]].astype(object).equals(
+                b[[*self.by, "n_rows", "fallback"]].astype(object))
+                and np.allclose(a["weight"], b["weight"], rtol=1e-9, atol=0))
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+    # -- persistence ----------------------------------------------------
+    def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
+        """Write one model directory: model.json, maps.parquet and blocks.parquet.
+
+        ``path`` is a local path or any fsspec URL; published atomically, as
+        :meth:`CalibrationModel.save` (replaced only with ``overwrite=True``,
+        once the new one is complete).
+        """
+        publish_dir(filesystem_for(os.fspath(path)), os.fspath(path), self.write_dir,
+                    overwrite=overwrite)
+
+    def write_dir(self, tmp: Path) -> None:
+        """Write the model's files into the new local directory ``tmp``."""
+        tmp.mkdir()
+        keys = list(self._maps)
+        rows: dict[str, list[Any]] = {b: [] for b in self.by}
+        rows.update({"class": [], "n_rows": [], "weight": [], "params": [], "blocks": []})
+        block_parts = []
+        for i, key in enumerate(keys):
+            segment, cls = key
+            m = self._maps[key]
+            for j, b in enumerate(self.by):
+                rows[b].append(None if segment is GLOBAL else segment[j])
+            rows["class"].append(cls)
+            rows["n_rows"].append(int(m.n_rows))
+            rows["weight"].append(float(m.weight_total))
+            rows["params"].append(json.dumps(m.params, sort_keys=True, allow_nan=False))
+            blocks = getattr(m, "_blocks", None)
+            rows["blocks"].append(-1 if blocks is None else len(blocks))
+            if blocks is not None:
+                cols = {"map": pa.array(np.full(len(blocks), i, dtype=np.int64))}
+                cols.update({f: pa.array(np.asarray(getattr(blocks, f), dtype=np.float64))
+                             for f in _BLOCK_COLUMNS})
+                cols["score_mean"] = pa.array(blocks.score_mean if blocks.score_mean is not None
+                                              else np.full(len(blocks), np.nan),
+                                              type=pa.float64())
+                block_parts.append(pa.table(cols))
+        maps = pa.table({**{b: _arrow_column(rows[b], b) for b in self.by},
+                         "class": pa.array(rows["class"], type=pa.int64()),
+                         "n_rows": pa.array(rows["n_rows"], type=pa.int64()),
+                         "weight": pa.array(rows["weight"], type=pa.float64()),
+                         "params": pa.array(rows["params"], type=pa.string()),
+                         "blocks": pa.array(rows["blocks"], type=pa.int64())})
+        seg = self._segments
+        meta: dict[str, Any] = {
+            "format": FORMAT, "format_version": FORMAT_VERSION,
+            "library_version": _library_version(), "method": self.method, "by": self.by,
+            "n_classes": self.n_classes, "params": self._params, "columns": self.columns,
+            "n_rows": self.n_rows, "weight_total": self.weight_total,
+            "dropped_rows": self.dropped_rows, "min_segment_weight": self.min_segment_weight,
+            "segments": {"n_rows": seg["n_rows"].astype(np.int64).tolist(),
+                         "weight": seg["weight"].astype(np.float64).tolist(),
+                         "fallback": seg["fallback"].astype(bool).tolist()} if self.by else None,
+            "tables": {}}
+        tables = [("maps", MAPS_FILE, maps)]
+        if self.by:
+            tables.append(("segments", "segments.parquet",
+                           pa.table({b: _arrow_column(seg[b].tolist(), b) for b in self.by})))
+        if block_parts:
+            tables.append(("blocks", BLOCKS_FILE, pa.concat_tables(block_parts)))
+        for name, file, table in tables:
+            pq.write_table(table, tmp / file)
+            meta["tables"][name] = {"file": file, "rows": table.num_rows,
+                                    "sha256": _sha256(tmp / file)}
+        meta["checksum"] = _json_checksum(meta)
+        with open(tmp / "model.json", "w") as fh:
+            json.dump(meta, fh, indent=2, sort_keys=True, allow_nan=False)
+            fh.write("\n")
+
+
+def class_columns(columns: dict[str, Any], key: Key) -> dict[str, Any]:
+    """The columns of one class's binary map (its own score column, or the vector's element)."""
+    cls = key[1]
+    if cls is None or "scores" not in columns:
+        return columns
+    names = columns["scores"]
+    if names is not None:
+        name = names[min(cls, len(names) - 1)]
+    else:
+        name = f"{columns['score']}[{cls}]"
+    return {"score": name, "label": columns["label"], "weight": columns["weight"]}
+
+
+# The names of distcal 0.1's multiclass and segmented models: one class now.
+MulticlassCalibrationModel = KeyedModel
+SegmentedCalibrationModel = KeyedModel
+
+
+def _arrow_column(values: list[Any], name: str) -> pa.Array:
+    try:
+        return pa.array(values)
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise ValueError(f"segment keys of column {name!r} cannot be saved: {exc}") from exc
+
+
+# -- loading (untrusted input) -----------------------------------------------------
+
+def load_keyed(root: Path) -> KeyedModel:
+    """Read a directory written by :meth:`KeyedModel.save` (format version 2).
+
+    The directory is untrusted: checksums, every map
+    (:func:`~distcal.model.check_model`), unique keys, block counts and the
+    segments table are checked; anything inconsistent is a
+    :class:`~distcal.ModelError`. Nothing in the directory is executed.
+    """
+    meta = read_checked_meta(root, FORMAT, FORMAT_VERSION, "keyed ")
+    return build_or_damaged(root, lambda: _from_meta(root, meta))
+
+
+def _reject(name: str) -> Any:
+    raise ValueError(f"{name} is not a finite number")
+
+
+def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
+    def bad(why: str) -> ModelError:
+        return ModelError(f"'{root}' is damaged: {why}")
+
+    method, by, k = meta["method"], meta["by"], meta["n_classes"]
+    if method not in (*ONE_VS_REST, "temperature"):
+        raise bad(f"unknown method {str(method)[:40]!r}")
+    if not (isinstance(by, list) and all(isinstance(b, str) for b in by)
+            and len(set(by)) == len(by)):
+        raise bad("by must be a list of distinct column names")
+    if isinstance(k, bool) or not isinstance(k, int) or not (k == 0 or 2 <= k <= 1_000_000):
+        raise bad("n_classes must be 0 or an integer >= 2")
+    tables = meta["tables"]
+    if not isinstance(tables, dict) or set(tables) - {"maps", "blocks", "segments"} \
+            or "maps" not in tables:
+        raise bad("unexpected tables in model.json")
+    maps_t = read_table_file(root, tables["maps"], MAPS_FILE)
+    if set(maps_t.schema.names) != {*by, "class", "n_rows", "weight", "params", "blocks"}:
+        raise ModelError(f"'{root / MAPS_FILE}' does not hold the expected columns")
+    blocks_t = read_table_file(root, tables["blocks"], BLOCKS_FILE) if "blocks" in tables \
+        else None
+    if blocks_t is not None and set(blocks_t.schema.names) != {"map", *_BLOCK_COLUMNS,
+                                                               "score_mean"}:
+        raise ModelError(f"'{root / BLOCKS_FILE}' does not hold the expected blocks")
+    owner = (np.zeros(0, dtype=np.int64) if blocks_t is None
+             else blocks_t.column("map").to_numpy().astype(np.int64))
+    order = np.argsort(owner, kind="stable")
+    sorted_owner = owner[order]
+    columns = meta["columns"]
+    maps: dict[Key, Any] = {}
+    seg_values = [maps_t.column(b).to_pylist() for b in by]
+    classes = maps_t.column("class").to_pylist()
+    used = 0
+    for i in range(maps_t.num_rows):
+        values: Any = tuple(col[i] for col in seg_values)
+        segment: Any
+        if by and all(v is None for v in values):
+            segment = GLOBAL
+        elif any(v is None for v in values):
+            raise bad(f"map {i} has a partly null segment key")
+        else:
+            segment = values if by else GLOBAL
+        key = (segment, classes[i])
+        if key in maps:
+            raise bad(f"the key {key_text(by, key)} appears twice")
+        where = key_text(by, key)
+        params = json.loads(maps_t.column("params")[i].as_py(), parse_constant=_reject)
+        n_rows, weight = maps_t.column("n_rows")[i].as_py(), maps_t.column("weight")[i].as_py()
+        nb = maps_t.column("blocks")[i].as_py()
+        if method == "temperature":
+            beta = params.get("beta") if isinstance(params, dict) else None
+            if isinstance(beta, bool) or not isinstance(beta, (int, float)) \
+                    or not (math.isfinite(beta) and beta > 0) or nb != -1 \
+                    or params.get("input_") not in ("logits", "probabilities"):
+                raise bad(f"{where}: not a temperature map")
+            maps[key] = TemperatureMap(float(beta), params["input_"], int(n_rows),
+                                       float(weight))
+            continue
+        blocks = None
+        if nb != -1:
+            lo, hi = np.searchsorted(sorted_owner, [i, i + 1])
+            if isinstance(nb, bool) or not isinstance(nb, int) or hi - lo != nb \
+                    or blocks_t is None:
+                raise bad(f"{where} has {hi - lo} blocks in the table, {nb} expected")
+            part = blocks_t.take(pa.array(order[lo:hi]))
+            if np.all(np.isnan(part.column("score_mean").to_numpy())):
+                part = part.drop_columns(["score_mean"])
+            blocks = blocks_from_table(part, f"'{root / BLOCKS_FILE}' ({where})", keys=("map",))
+            used += nb
+        counts = {"n_rows": n_rows, "weight_total": weight, "dropped_rows": 0}
+        try:
+            check_model(method, params, blocks, columns=class_columns(columns, key), **counts)
+        except ValueError as exc:
+            raise bad(f"{where}: {exc}") from exc
+        maps[key] = CalibrationModel(method, params, blocks, columns=class_columns(columns, key),
+                                     **counts)
+    if used != owner.shape[0]:
+        raise bad("the blocks table has blocks of no map")
+    segments = None
+    if by:
+        seg_t = read_table_file(root, tables.get("segments"), "segments.parquet")
+        info = meta["segments"]
+        if set(seg_t.schema.names) != set(by) or not isinstance(info, dict):
+            raise bad("the segments table does not hold the by columns")
+        segments = pd.DataFrame({b: seg_t.column(b).to_pylist() for b in by})
+        seg_keys = list(segments.itertuples(index=False, name=None))
+        if len(set(seg_keys)) != len(seg_keys):
+            raise bad("a segment key appears twice")
+        if any(v is None for k in seg_keys for v in k):
+            raise bad("a segment has a null key")
+        for f, dtype in (("n_rows", np.int64), ("weight", np.float64), ("fallback", bool)):
+            values = info.get(f)
+            if not isinstance(values, list) or len(values) != len(segments):
+                raise bad(f"segments.{f} does not match the segments table")
+            segments[f] = np.asarray(values, dtype=dtype)
+    msw = meta["min_segment_weight"]
+    if isinstance(msw, bool) or not isinstance(msw, (int, float)) or msw < 0:
+        raise bad("min_segment_weight must be a number >= 0")
+    try:
+        return KeyedModel(method, maps, by=by, n_classes=k, params=meta["params"],
+                          segments=segments, min_segment_weight=float(msw),
+                          n_rows=meta["n_rows"], weight_total=meta["weight_total"],
+                          dropped_rows=meta["dropped_rows"], columns=columns)
+    except (ValueError, KeyError) as exc:
+        raise bad(str(exc)) from exc

@@ -1,0 +1,285 @@
+"""Readers of the model directories written by distcal 0.1: they load as :class:`KeyedModel`.
+
+distcal 0.1 wrote three formats: binary models (``distcal-model``, still
+the format of :class:`~distcal.CalibrationModel`), multiclass models
+(``distcal-multiclass-model`` version 1: ``classes.parquet``) and
+segmented models (``distcal-segmented-model`` version 1:
+``segments.parquet`` and ``blocks.parquet``). Both of the latter load as
+the :class:`~distcal.keyed_model.KeyedModel` that fitting the same rows
+gives today, and predict exactly as before. The directories are untrusted
+input: every rule of :func:`distcal.load` applies.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from .core.keyed import GLOBAL, Key, key_text
+from .errors import ModelError
+from .keyed_model import KeyedModel, TemperatureMap
+from .model import (
+    _BLOCK_COLUMNS,
+    CalibrationModel,
+    _short,
+    blocks_from_table,
+    build_or_damaged,
+    check_model,
+    read_checked_meta,
+    read_model_json,
+    read_table_file,
+)
+
+__all__ = ["is_multiclass_model", "load_multiclass", "is_segmented_model", "load_segmented"]
+
+MULTICLASS_FORMAT = "distcal-multiclass-model"
+SEGMENTED_FORMAT = "distcal-segmented-model"
+METHODS = ("isotonic", "sigmoid", "histogram", "temperature")
+_TABLE_FILE = "classes.parquet"
+SEGMENTS_FILE = "segments.parquet"
+BLOCKS_FILE = "blocks.parquet"
+_SEGMENT = "segment"  # the blocks table's column: row of the segments table, -1 global
+
+
+def _key_text(by: list[str], key: tuple[Any, ...]) -> str:
+    return key_text(by, (key, None))
+
+
+def is_multiclass_model(path: str | os.PathLike) -> bool:
+    """True when ``path`` is a directory whose model.json has format ``distcal-multiclass-model``.
+
+    For ``distcal.load`` to dispatch: only the ``format`` field is read;
+    nothing is validated (:func:`load_multiclass` does that). A model.json
+    that cannot be read safely is left to the binary loader to report.
+    """
+    try:
+        meta = read_model_json(Path(path))
+    except ModelError:
+        return False
+    return meta.get("format") == MULTICLASS_FORMAT
+
+
+def load_multiclass(path: str | os.PathLike) -> KeyedModel:
+    """Read a multiclass model directory written by distcal 0.1.
+
+    The directory is untrusted input. Raises :class:`~distcal.ModelError`
+    when it is missing, not a distcal multiclass model, of an unknown format
+    version, or damaged (a checksum, a table or the metadata is
+    inconsistent); only the regular file ``classes.parquet`` directly inside
+    it is read, and every class model is checked as a binary one.
+    """
+    root = Path(path)
+    meta = read_checked_meta(root, MULTICLASS_FORMAT, 1, "multiclass ")
+    return build_or_damaged(root, lambda: _model_from_meta(root, meta))
+
+
+def _model_from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
+    def bad(why: str) -> ModelError:
+        return ModelError(f"'{root}' is damaged: {why}")
+
+    method, k = meta["method"], meta["n_classes"]
+    if method not in METHODS:
+        raise bad(f"unknown method {str(method)[:40]!r}")
+    if isinstance(k, bool) or not isinstance(k, int) or not 2 <= k <= 1_000_000:
+        raise bad(f"n_classes must be an integer >= 2, got {str(k)[:40]!r}")
+    if meta["classes"] != list(range(k)):
+        raise bad("classes are not 0..K-1")
+    if not isinstance(meta["params"], dict):
+        raise bad("params is not a mapping")
+    entries = meta["class_models"]
+    tables = meta["tables"]
+    if not isinstance(tables, dict):
+        raise bad("tables is not a mapping")
+    if method == "temperature":
+        beta = meta["params"].get("beta")
+        if isinstance(beta, bool) or not isinstance(beta, (int, float)) \
+                or not (np.isfinite(beta) and beta > 0):
+            raise bad(f"beta must be finite and > 0, got {str(beta)[:40]!r}")
+        if entries is not None or tables:
+            raise bad("a temperature-scaling model has no per-class models or tables")
+        params = meta["params"]
+        if params.get("input_", "logits") not in ("logits", "probabilities"):
+            raise bad("input_ must be 'logits' or 'probabilities'")
+        tmap = TemperatureMap(float(beta), params.get("input_", "logits"), meta["n_rows"],
+                              meta["weight_total"])
+        return KeyedModel(method, {(GLOBAL, None): tmap}, n_classes=k,
+                          n_rows=meta["n_rows"], weight_total=meta["weight_total"],
+                          dropped_rows=meta["dropped_rows"], columns=meta["columns"])
+    if not isinstance(entries, list) or len(entries) != k:
+        raise bad(f"expected {k} per-class entries")
+    table = None
+    if "classes" in tables:
+        table = read_table_file(root, tables["classes"], _TABLE_FILE)
+        if set(table.schema.names) != {"class", *_BLOCK_COLUMNS}:
+            raise ModelError(f"'{root / _TABLE_FILE}' does not hold the expected per-class "
+                             "blocks")
+    if set(tables) - {"classes"}:
+        raise bad(f"unknown tables {sorted(map(str, tables))[:5]}")
+    cls = None if table is None else table.column("class").to_numpy()
+    used = 0
+    models: list[CalibrationModel | None] = []
+    for i, e in enumerate(entries):
+        if e is None:
+            if not (k == 2 and i == 0):
+                raise bad(f"class {i} has no model")
+            models.append(None)
+            continue
+        if not isinstance(e, dict):
+            raise bad(f"entry {i} is not a mapping")
+        if e["class"] != i:
+            raise bad(f"entry {i} is for class {str(e['class'])[:40]!r}")
+        blocks = None
+        if e["blocks"] is not None:
+            if cls is None or table is None:
+                raise bad(f"class {i} has blocks but there is no blocks table")
+            rows = np.flatnonzero(cls == i)
+            if len(rows) != e["blocks"]:
+                raise bad(f"class {i} has {len(rows)} blocks in the table, "
+                          f"{str(e['blocks'])[:40]} in model.json")
+            blocks = blocks_from_table(table.take(pa.array(rows)),
+                                       f"'{root / _TABLE_FILE}' (class {i})", keys=("class",))
+            used += len(rows)
+        parts = {f: e[f] for f in ("n_rows", "weight_total", "dropped_rows", "columns")}
+        try:
+            check_model(method, e["params"], blocks, **parts)
+        except ValueError as exc:
+            raise bad(f"class {i}: {exc}") from exc
+        models.append(CalibrationModel(method, e["params"], blocks, **parts))
+    if table is not None and used != table.num_rows:
+        raise bad("the blocks table has rows of no class")
+    for f in ("n_rows", "dropped_rows"):
+        if isinstance(meta[f], bool) or not isinstance(meta[f], int) or meta[f] < 0:
+            raise bad(f"{f} must be an integer >= 0")
+    maps: dict[Key, Any] = {(GLOBAL, c): m for c, m in enumerate(models) if m is not None}
+    return KeyedModel(method, maps, n_classes=k, params=meta["params"], n_rows=meta["n_rows"],
+                      weight_total=meta["weight_total"], dropped_rows=meta["dropped_rows"],
+                      columns=meta["columns"])
+
+
+def is_segmented_model(root: Path) -> bool:
+    """True when ``root``'s model.json has the segmented format (nothing else is checked)."""
+    try:
+        return read_model_json(root).get("format") == SEGMENTED_FORMAT
+    except ModelError:
+        return False
+
+
+def load_segmented(root: Path) -> KeyedModel:
+    """Read a segmented model directory written by distcal 0.1.
+
+    The directory is untrusted: the checksums of model.json and both
+    tables, every segment's map (:func:`~distcal.model.check_model`),
+    unique keys, and block counts are checked; anything inconsistent is a
+    :class:`~distcal.ModelError`. Nothing in the directory is executed.
+    """
+    meta = read_checked_meta(root, SEGMENTED_FORMAT, 1, "segmented ")
+    return build_or_damaged(root, lambda: _from_meta(root, meta))
+
+
+def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
+    def bad(why: str) -> ModelError:
+        return ModelError(f"'{root}' is damaged: {why}")
+
+    by, tables = meta["by"], meta["tables"]
+    if not (isinstance(by, list) and by and all(isinstance(b, str) for b in by)
+            and len(set(by)) == len(by)):
+        raise bad("by must be a list of distinct column names")
+    if not isinstance(tables, dict) or set(tables) - {"segments", "blocks"} \
+            or "segments" not in tables:
+        raise bad("unexpected tables in model.json")
+    seg = read_table_file(root, tables["segments"], SEGMENTS_FILE)
+    expected = {*by, "n_rows", "weight", "fallback", "params", "blocks"}
+    if set(seg.schema.names) != expected:
+        raise ModelError(f"'{root / SEGMENTS_FILE}' does not hold the expected columns")
+    blocks_table = (read_table_file(root, tables["blocks"], BLOCKS_FILE)
+                    if "blocks" in tables else None)
+    if blocks_table is not None and (
+            set(blocks_table.schema.names) != {_SEGMENT, *_BLOCK_COLUMNS, "score_mean"}
+            or not pa.types.is_integer(blocks_table.schema.field(_SEGMENT).type)):
+        raise ModelError(f"'{root / BLOCKS_FILE}' does not hold the expected blocks")
+    owner = (np.zeros(0, dtype=np.int64) if blocks_table is None
+             else blocks_table.column(_SEGMENT).to_numpy().astype(np.int64))
+    order = np.argsort(owner, kind="stable")
+    sorted_owner = owner[order]
+
+    def blocks_of(i: int, expected_n: Any, where: str) -> Any:
+        if expected_n == -1:
+            return None
+        lo, hi = np.searchsorted(sorted_owner, [i, i + 1])
+        if isinstance(expected_n, bool) or not isinstance(expected_n, int) \
+                or hi - lo != expected_n or blocks_table is None:
+            raise bad(f"{where} has {hi - lo} blocks in the table, {_short(expected_n)} "
+                      "expected")
+        part = blocks_table.take(pa.array(order[lo:hi]))
+        if np.all(np.isnan(part.column("score_mean").to_numpy())):
+            part = part.drop_columns(["score_mean"])
+        return blocks_from_table(part, f"'{root / BLOCKS_FILE}' ({where})", keys=(_SEGMENT,))
+
+    method, params, columns = meta["method"], meta["params"], meta["columns"]
+    counts = {k: meta[k] for k in ("n_rows", "weight_total", "dropped_rows")}
+    gblocks = blocks_of(-1, meta["global_blocks"], "the global map")
+    try:
+        check_model(method, params, gblocks, columns=columns, **counts)
+    except ValueError as exc:
+        raise bad(f"the global map: {exc}") from exc
+    glob = CalibrationModel(method, params, gblocks, columns=columns, **counts)
+    keys = list(zip(*[seg.column(b).to_pylist() for b in by])) if seg.num_rows else []
+    if len(set(keys)) != len(keys):
+        raise bad("a segment key appears twice")
+    n_rows = seg.column("n_rows").to_pylist()
+    weight = seg.column("weight").to_pylist()
+    fallback = seg.column("fallback").to_pylist()
+    seg_params = seg.column("params").to_pylist()
+    n_blocks = seg.column("blocks").to_pylist()
+    models: dict[tuple[Any, ...], CalibrationModel | None] = {}
+    used = len(gblocks) if gblocks is not None else 0
+    for i, key in enumerate(keys):
+        where = f"segment {_key_text(by, key)}"
+        if any(v is None for v in key):
+            raise bad(f"{where} has a null key")
+        if not isinstance(fallback[i], bool):
+            raise bad(f"{where}: fallback must be true or false")
+        if not (isinstance(weight[i], float) and math.isfinite(weight[i])) \
+                or (weight[i] < meta["min_segment_weight"] and not fallback[i]):
+            raise bad(f"{where}: weight and fallback disagree with min_segment_weight")
+        if fallback[i]:
+            if seg_params[i] is not None or n_blocks[i] != -1:
+                raise bad(f"{where} falls back but has a map")
+            models[key] = None
+            continue
+        p = json.loads(seg_params[i], parse_constant=_reject)
+        b = blocks_of(i, n_blocks[i], where)
+        used += 0 if b is None else len(b)
+        parts = {"n_rows": n_rows[i], "weight_total": weight[i], "dropped_rows": 0}
+        try:
+            check_model(method, p, b, columns=columns, **parts)
+        except ValueError as exc:
+            raise bad(f"{where}: {exc}") from exc
+        models[key] = CalibrationModel(method, p, b, columns=columns, **parts)
+    if used != owner.shape[0]:
+        raise bad("the blocks table has blocks of no segment")
+    msw = meta["min_segment_weight"]
+    if isinstance(msw, bool) or not isinstance(msw, (int, float)) or msw < 0:
+        raise bad("min_segment_weight must be a number >= 0")
+    table = pd.DataFrame(keys, columns=by) if keys else pd.DataFrame({b: [] for b in by})
+    table["n_rows"] = np.asarray(n_rows, dtype=np.int64)
+    table["weight"] = np.asarray(weight, dtype=np.float64)
+    table["fallback"] = np.asarray(fallback, dtype=bool)
+    maps: dict[Key, Any] = {(GLOBAL, None): glob}
+    maps.update({(key, None): m for key, m in models.items() if m is not None})
+    return KeyedModel(method, maps, by=by, params=params, segments=table,
+                      min_segment_weight=float(msw), n_rows=glob.n_rows,
+                      weight_total=glob.weight_total, dropped_rows=glob.dropped_rows,
+                      columns=columns)
+
+
+def _reject(name: str) -> Any:
+    raise ValueError(f"{name} is not a finite number")
+
