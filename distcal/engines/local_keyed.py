@@ -27,7 +27,7 @@ from ..core.keyed import Key, KeyedTable, KeySpec, explode, pool_keyed, pool_sum
 from ..core.rows import RowPart, add_up_rows, read_rows, vector_lengths
 from ..errors import DataError, output_column_exists
 from ..logs import describe_input, log, phase
-from ..tables import is_path, open_dataset, read_table
+from ..tables import is_path, iter_tables, open_dataset, read_table
 from . import refuse_cluster_frames
 
 __all__ = ["LocalKeyedRanges", "KeyedStore", "transform_rows"]
@@ -52,9 +52,7 @@ def input_batches(data: Any, columns: list[str], batch_rows: int
                         "Dask DataFrame")
     dataset = open_dataset(data)
     names = dataset.schema.names
-    present = [c for c in columns if c in names]
-    for batch in dataset.to_batches(columns=present, batch_size=batch_rows):
-        yield pa.Table.from_batches([batch])
+    yield from iter_tables(dataset, [c for c in columns if c in names], batch_rows)
 
 
 class KeyedStore:
@@ -80,12 +78,18 @@ class KeyedStore:
                             dtype=np.int64, count=len(part.keys))
         per_row = np.diff(part.starts)
         t = part.table
-        self._pending.append({"code": np.repeat(local, per_row), "score": t.score,
-                              "weight": t.weight, "positives": t.positives, "count": t.count,
-                              "label_sum": t.label_sum,
-                              "nonbinary": np.repeat(~part.binary, per_row)})
+        flat = {"code": np.repeat(local, per_row), "score": t.score, "weight": t.weight,
+                "positives": t.positives, "count": t.count, "label_sum": t.label_sum,
+                "nonbinary": np.repeat(~part.binary, per_row)}
+        if len(t) > self.memory_rows // 2:
+            # Half the budget or more: a run of its own (merging it with others
+            # first would hold both in memory, and reading merges runs anyway).
+            order = np.argsort(t.score, kind="stable")
+            self._spill({f: v[order] for f, v in flat.items()})
+            return
+        self._pending.append(flat)
         self._pending_rows += len(t)
-        if self._pending_rows > self.memory_rows and len(self._pending) > 1:
+        if self._pending_rows > self.memory_rows:
             merged = self._merge(self._pending)
             self._pending, self._pending_rows = [merged], merged["score"].shape[0]
             if self._pending_rows > self.memory_rows // 2:
