@@ -14,8 +14,7 @@ from .keyed_model import KeyedModel, MulticlassCalibrationModel, SegmentedCalibr
 from .loading import load
 from .model import CalibrationModel
 from .threshold import ThresholdResult, ThresholdTracker, optimal_threshold
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = ["fit", "fit_and_threshold", "discretize", "load", "evaluate", "evaluate_many",
            "optimal_threshold",

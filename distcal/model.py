@@ -53,7 +53,7 @@ _BLOCK_COLUMNS = ("score_min", "score_max", "prob", "weight", "positives")
 
 
 def _library_version() -> str:
-    from . import __version__
+    from .version import __version__
 
     return __version__
 

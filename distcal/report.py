@@ -164,7 +164,7 @@ def _strategy(edges: list[float]) -> str:
 
 def _provenance(reports: list[EvaluationReport], given: dict[str, Any] | None,
                 model: Any) -> dict[str, Any]:
-    from . import __version__
+    from .version import __version__
 
     r0 = reports[0]
     prov: dict[str, Any] = {
@@ -367,7 +367,7 @@ def _multiclass_table(reports: list[Any]) -> list[dict[str, Any]]:
 
 def _multiclass_provenance(reports: list[Any], given: dict[str, Any] | None
                            ) -> dict[str, Any]:
-    from . import __version__
+    from .version import __version__
 
     r0 = reports[0]
     prov: dict[str, Any] = {

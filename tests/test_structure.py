@@ -32,14 +32,20 @@ ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "distcal"
 
 
-def _module(path: Path) -> str:
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def _module(path: Path, root: Path = ROOT) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the distcal modules it imports (anywhere in its body)."""
-    modules = {_module(p): p for p in PKG.rglob("*.py")}
+def import_graph(pkg: Path = PKG) -> dict[str, set[str]]:
+    """Module -> the modules of the package it imports, anywhere in its body.
+
+    Imports inside functions count, and so do package ``__init__`` modules:
+    ``from . import x`` is an edge to the submodule ``x`` when there is one,
+    else to the package itself (whose ``__init__`` runs).
+    """
+    root = pkg.parent
+    modules = {_module(p, root): p for p in pkg.rglob("*.py")}
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for m, p in modules.items():
         base = m if p.name == "__init__.py" else m.rsplit(".", 1)[0]
@@ -51,31 +57,57 @@ def import_graph() -> dict[str, set[str]]:
                     mod = ".".join(b + ([node.module] if node.module else []))
                 else:
                     mod = node.module or ""
-                targets = [mod] + [f"{mod}.{a.name}" for a in node.names]
+                subs = [f"{mod}.{a.name}" for a in node.names if f"{mod}.{a.name}" in modules]
+                targets = subs if len(subs) == len(node.names) else [mod, *subs]
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             graph[m] |= {t for t in targets if t in modules and t != m}
     return graph
 
 
-def test_no_import_cycles():
-    graph = import_graph()
-    inits = {m for m in graph if (PKG / Path(*m.split(".")[1:]) / "__init__.py").exists()}
-    g = {m: {t for t in ts if t not in inits} for m, ts in graph.items() if m not in inits}
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of the graph (a list of modules), or None."""
     state: dict[str, int] = {}
 
-    def visit(v: str, path: list[str]) -> None:
+    def visit(v: str, path: list[str]) -> list[str] | None:
         state[v] = 1
-        for w in g.get(v, ()):
+        for w in sorted(graph.get(v, ())):
             if state.get(w) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(path + [v, w]))
+                return path + [v, w]
             if w not in state:
-                visit(w, path + [v])
+                found = visit(w, path + [v])
+                if found:
+                    return found
         state[v] = 2
+        return None
 
-    for v in g:
+    for v in sorted(graph):
         if v not in state:
-            visit(v, [])
+            found = visit(v, [])
+            if found:
+                return found
+    return None
+
+
+def test_no_import_cycles():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+@pytest.mark.parametrize("layout", ["through the package root", "inside a function"])
+def test_the_cycle_check_sees_cycles(tmp_path, layout):
+    pkg = tmp_path / "toy"
+    pkg.mkdir()
+    if layout == "through the package root":
+        (pkg / "__init__.py").write_text("from .api import fit\n")
+        (pkg / "api.py").write_text("from .low import helper\n\ndef fit():\n    return 1\n")
+        (pkg / "low.py").write_text("import toy\n\ndef helper():\n    return toy.fit()\n")
+    else:
+        (pkg / "__init__.py").write_text("")
+        (pkg / "api.py").write_text("from .low import helper\n")
+        (pkg / "low.py").write_text("def helper():\n    from . import api\n    return api\n")
+    cycle = find_cycle(import_graph(pkg))
+    assert cycle is not None and cycle[0] == cycle[-1] or (cycle and cycle[-1] in cycle[:-1])
 
 
 def test_arrows_point_down():

@@ -209,7 +209,7 @@ def as_dask(data: Any, npartitions: int | None = None) -> Any:
     """A Dask DataFrame for ``data`` (engine="dask" forced on local data)."""
     import dask.dataframe as dd
 
-    from . import engine_of
+    from .frames import engine_of
 
     if engine_of(data) == "dask":
         return data

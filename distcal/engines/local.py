@@ -24,8 +24,8 @@ from ..core.validate import RowChecker
 from ..errors import DataError, column_not_found, output_column_exists
 from ..logs import describe_input, log, phase
 from ..tables import ColumnSource, is_path, open_source, read_table
-from . import refuse_cluster_frames
 from .base import ReportFn
+from .frames import refuse_cluster_frames
 
 __all__ = ["Summary", "summarise", "LocalRanges", "LocalEngine", "valid_batches"]
 

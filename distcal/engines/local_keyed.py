@@ -28,7 +28,7 @@ from ..core.rows import RowPart, add_up_rows, read_rows, vector_lengths
 from ..errors import DataError, output_column_exists
 from ..logs import describe_input, log, phase
 from ..tables import is_path, iter_tables, open_dataset, read_table
-from . import refuse_cluster_frames
+from .frames import refuse_cluster_frames
 
 __all__ = ["LocalKeyedRanges", "KeyedStore", "transform_rows"]
 

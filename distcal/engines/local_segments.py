@@ -22,7 +22,7 @@ from ..core.segments import SegmentTables, check_rows, pool_range, value_roles
 from ..errors import DataError, column_not_found
 from ..logs import describe_input, log, phase
 from ..tables import ColumnSource, is_path, read_table
-from . import refuse_cluster_frames
+from .frames import refuse_cluster_frames
 
 __all__ = ["LocalSegmentRanges", "key_columns_of"]
 

@@ -32,10 +32,9 @@ from pyspark.ml.util import (
     MLWriter,
 )
 
-import distcal
-
+from ..api import fit
 from ..defaults import DEFAULTS, METHOD_PARAMS
-from ..model import load_dir
+from ..model import CalibrationModel, load_dir
 from ..storage import fetch_dir, filesystem_for, publish_dir
 
 __all__ = ["Calibrator", "CalibratorModel"]
@@ -117,7 +116,7 @@ class Calibrator(Estimator, _CalibratorParams, DefaultParamsReadable, DefaultPar
         return self._set(**{k: v for k, v in kwargs.items() if v is not None})
 
     def _fit(self, dataset: Any) -> CalibratorModel:
-        model = CalibratorModel(distcal.fit(dataset, engine="spark", **self._fit_kwargs()))
+        model = CalibratorModel(fit(dataset, engine="spark", **self._fit_kwargs()))
         self._copyValues(model)
         return model
 
@@ -125,7 +124,7 @@ class Calibrator(Estimator, _CalibratorParams, DefaultParamsReadable, DefaultPar
 class CalibratorModel(Model, _CalibratorParams, MLReadable, MLWritable):
     """The fitted calibrator: adds ``outputCol`` = calibrated probability of ``scoreCol``."""
 
-    def __init__(self, model: distcal.CalibrationModel | None = None):
+    def __init__(self, model: CalibrationModel | None = None):
         super().__init__()
         self.model = model
 
@@ -148,7 +147,7 @@ class _ModelWriter(MLWriter):
         super().__init__()
         self.instance = instance
 
-    def _model(self) -> distcal.CalibrationModel:
+    def _model(self) -> CalibrationModel:
         assert self.instance.model is not None, "a CalibratorModel holds a fitted model"
         return self.instance.model
 

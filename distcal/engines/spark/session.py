@@ -100,7 +100,7 @@ def as_spark(data: Any) -> Any:
     works); pandas and Arrow tables are handed to it.
     """
     from ...tables import is_path
-    from .. import engine_of
+    from ..frames import engine_of
 
     if engine_of(data) == "spark":
         return data
