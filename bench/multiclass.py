@@ -22,7 +22,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from sklearn.calibration import CalibratedClassifierCV
 from sklearn.frozen import FrozenEstimator
 
-from distcal.multiclass import fit_multiclass
+from distcal import fit as fit_multiclass
 
 
 class StoredScores(ClassifierMixin, BaseEstimator):

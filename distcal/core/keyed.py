@@ -185,35 +185,30 @@ def explode(score: np.ndarray, label: np.ndarray, weight: np.ndarray | None,
     """
     n = label.shape[0]
     seg_codes, seg_keys = segments if segments is not None else (None, [])
-    keys: list[Key] = []
-    parts_c, parts_s, parts_y, parts_w = [], [], [], []
-    for cls in classes:
-        if cls is None:
-            s = score if score.ndim == 1 else score[:, 0]
-            y = label
-        else:
-            s = score[:, min(cls, score.shape[1] - 1)]  # K' = 1: column 0 is class 1
-            y = (label == cls).astype(np.float64)
-        # The global key of this class ...
-        parts_c.append(np.full(n, len(keys), dtype=np.int64))
-        keys.append((GLOBAL, cls))
-        parts_s.append(s)
-        parts_y.append(y)
-        parts_w.append(weight)
-        # ... and one per segment.
-        if seg_codes is not None:
-            base = len(keys)
-            keys.extend((seg, cls) for seg in seg_keys)
-            live = seg_codes >= 0
-            parts_c.append(np.where(live, seg_codes + base, -1))
-            parts_s.append(s)
-            parts_y.append(y)
-            parts_w.append(weight)
-    if len(parts_c) == 1:
-        return parts_c[0], keys, parts_s[0], parts_y[0], parts_w[0]
-    w: np.ndarray | None = None if weight is None else np.concatenate(
-        [x for x in parts_w if x is not None])
-    return (np.concatenate(parts_c), keys, np.concatenate(parts_s), np.concatenate(parts_y), w)
+    c = len(classes)
+    if classes == [None]:
+        s = score if score.ndim == 1 else score[:, 0]
+        y = label
+    else:
+        # Class-major: one transposed copy of the needed columns, one comparison.
+        cols = np.array([min(int(cls), score.shape[1] - 1) for cls in classes if cls is not None])
+        s = np.ascontiguousarray(score[:, cols].T).reshape(-1)
+        y = (label[None, :] == np.array(classes, dtype=np.float64)[:, None]).reshape(-1) \
+            .astype(np.float64)
+    w = None if weight is None or c == 1 else np.tile(weight, c)
+    keys: list[Key] = [(GLOBAL, cls) for cls in classes]
+    codes = np.repeat(np.arange(c, dtype=np.int64), n)
+    if seg_codes is None:
+        return codes, keys, s, y, weight if c == 1 else w
+    # Segment keys after the global ones: (segment j, class i) is c + i * S + j.
+    n_seg = len(seg_keys)
+    keys += [(seg, cls) for cls in classes for seg in seg_keys]
+    seg_part = np.where(seg_codes >= 0, seg_codes, -1)
+    seg_all = np.tile(seg_part, c)
+    seg_codes_all = np.where(seg_all >= 0, c + codes * n_seg + seg_all, -1)
+    return (np.concatenate([codes, seg_codes_all]), keys, np.concatenate([s, s]),
+            np.concatenate([y, y]),
+            None if weight is None else np.concatenate([w if c > 1 else weight] * 2))
 
 
 # -- keyed tables ----------------------------------------------------------------

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..core.keyed import Key, KeyedTable, KeySpec, explode, pool_keyed, pool_sums
+from ..core.keyed import Key, KeyedTable, KeySpec, explode, merge_keyed, pool_keyed, pool_sums
 from ..core.rows import RowPart, add_up_rows, read_rows, vector_lengths
 from ..errors import DataError, output_column_exists
 from ..logs import describe_input, log, phase
@@ -56,17 +56,22 @@ def input_batches(data: Any, columns: list[str], batch_rows: int
 
 
 class KeyedStore:
-    """Keyed tables of disjoint row sets, merged in memory, spilled as sorted runs past a budget.
+    """Keyed tables of disjoint row sets: in memory up to a budget, else sorted runs on disk.
 
-    Keys get codes in one dictionary for the whole store (one process), so
-    runs are flat arrays sorted by score, with the key's code as a column.
+    While the tables held hold at most ``memory_rows`` distinct (key, score)
+    pairs (or there is only one), they stay in memory and are merged when
+    read (one range). Past that, they are merged and written to disk as one
+    run, and every later table as a run of its own: flat arrays sorted by
+    score, the key as a code of one dictionary for the whole store (one
+    process). Memory is then one table being added plus the runs' pages
+    being read.
     """
 
     def __init__(self, memory_rows: int, spill_dir: str | None = None):
         self.memory_rows = int(memory_rows)
         self.spill_dir = spill_dir
         self.keys: dict[Key, int] = {}
-        self._pending: list[dict[str, np.ndarray]] = []
+        self._pending: list[KeyedTable] = []
         self._pending_rows = 0
         self._runs: list[dict[str, np.ndarray]] = []
         self._tmp: Path | None = None
@@ -74,49 +79,32 @@ class KeyedStore:
     def add(self, part: KeyedTable) -> None:
         if not len(part.table):
             return
-        local = np.fromiter((self.keys.setdefault(k, len(self.keys)) for k in part.keys),
-                            dtype=np.int64, count=len(part.keys))
+        for k in part.keys:
+            self.keys.setdefault(k, len(self.keys))
+        self._pending.append(part)
+        self._pending_rows += len(part.table)
+        if self._pending_rows > self.memory_rows and (len(self._pending) > 1 or self._runs):
+            self._spill(merge_keyed(self._pending))
+            self._pending, self._pending_rows = [], 0
+
+    def _spill(self, part: KeyedTable) -> None:
+        """Write one keyed table as a run sorted by score."""
+        codes = np.fromiter((self.keys[k] for k in part.keys), dtype=np.int64,
+                            count=len(part.keys))
         per_row = np.diff(part.starts)
         t = part.table
-        flat = {"code": np.repeat(local, per_row), "score": t.score, "weight": t.weight,
-                "positives": t.positives, "count": t.count, "label_sum": t.label_sum,
-                "nonbinary": np.repeat(~part.binary, per_row)}
-        if len(t) > self.memory_rows // 2:
-            # Half the budget or more: a run of its own (merging it with others
-            # first would hold both in memory, and reading merges runs anyway).
-            order = np.argsort(t.score, kind="stable")
-            self._spill({f: v[order] for f, v in flat.items()})
-            return
-        self._pending.append(flat)
-        self._pending_rows += len(t)
-        if self._pending_rows > self.memory_rows:
-            merged = self._merge(self._pending)
-            self._pending, self._pending_rows = [merged], merged["score"].shape[0]
-            if self._pending_rows > self.memory_rows // 2:
-                self._spill(merged)
-                self._pending, self._pending_rows = [], 0
-
-    def _merge(self, parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        """Pool flat parts by (code, score) and order the result by score."""
-        cat = {f: np.concatenate([p[f] for p in parts]) for f in _FIELDS}
-        codes: list[Key] = [(c, None) for c in range(len(self.keys))]
-        kt = pool_sums(cat["code"], codes, cat["score"], cat["weight"],
-                        cat["positives"], cat["count"], cat["label_sum"], cat["nonbinary"])
-        code = np.repeat(np.array([c for c, _ in kt.keys], dtype=np.int64), np.diff(kt.starts))
-        nonbinary = np.repeat(~kt.binary, np.diff(kt.starts))
-        t = kt.table
         order = np.argsort(t.score, kind="stable")
-        return {"code": code[order], "score": t.score[order], "weight": t.weight[order],
-                "positives": t.positives[order], "count": t.count[order],
-                "label_sum": t.label_sum[order], "nonbinary": nonbinary[order]}
-
-    def _spill(self, run: dict[str, np.ndarray]) -> None:
+        run = {"code": np.repeat(codes, per_row)[order], "score": t.score[order],
+               "weight": t.weight[order], "positives": t.positives[order],
+               "count": t.count[order], "label_sum": t.label_sum[order],
+               "nonbinary": np.repeat(~part.binary, per_row)[order]}
         if self._tmp is None:
             self._tmp = Path(tempfile.mkdtemp(prefix="distcal-spill-", dir=self.spill_dir))
         run_dir = self._tmp / f"run{len(self._runs):05d}"
         run_dir.mkdir()
         for f in _FIELDS:
             np.save(run_dir / f"{f}.npy", run[f])
+        del run
         self._runs.append({f: np.load(run_dir / f"{f}.npy", mmap_mode="r") for f in _FIELDS})
 
     @property
@@ -125,16 +113,16 @@ class KeyedStore:
 
     def ranges(self) -> Iterator[KeyedTable]:
         """Ascending, non-overlapping score ranges, each pooled by (key, score)."""
-        keys = list(self.keys)
         if not self.spilled:
             if self._pending:
-                merged = self._merge(self._pending)
-                self._pending, self._pending_rows = [merged], merged["score"].shape[0]
-                yield self._keyed([merged], keys)
+                merged = merge_keyed(self._pending)
+                self._pending = [merged]
+                yield merged
             return
         if self._pending:
-            self._spill(self._merge(self._pending))
+            self._spill(merge_keyed(self._pending))
             self._pending, self._pending_rows = [], 0
+        keys = list(self.keys)
         total = sum(r["score"].shape[0] for r in self._runs)
         n_ranges = max(1, -(-2 * total // self.memory_rows))  # twice as many: slack for skew
         per_run = max(1, 64 * n_ranges // len(self._runs))
@@ -149,13 +137,10 @@ class KeyedStore:
             parts = [{f: np.array(run[f][int(cut[k]):int(cut[k + 1])]) for f in _FIELDS}
                      for run, cut in zip(self._runs, cuts) if cut[k + 1] > cut[k]]
             if parts:
-                yield self._keyed(parts, keys)
-
-    @staticmethod
-    def _keyed(parts: list[dict[str, np.ndarray]], keys: list[Key]) -> KeyedTable:
-        cat = {f: np.concatenate([p[f] for p in parts]) for f in _FIELDS}
-        return pool_sums(cat["code"], keys, cat["score"], cat["weight"], cat["positives"],
-                          cat["count"], cat["label_sum"], cat["nonbinary"])
+                cat = {f: np.concatenate([p[f] for p in parts]) for f in _FIELDS}
+                yield pool_sums(cat["code"], keys, cat["score"], cat["weight"],
+                                cat["positives"], cat["count"], cat["label_sum"],
+                                cat["nonbinary"])
 
     def close(self) -> None:
         self._runs, self._pending = [], []
