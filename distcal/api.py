@@ -16,9 +16,7 @@ from .engines import Ranges, get_engine, resolve_engine
 from .errors import DataError, ParameterError, unexpected_arguments
 from .logs import log, phase
 from .model import CalibrationModel
-from .multiclass_engines import is_engine_vector_column
 from .params import check_finite, check_on_invalid, split_engine_options
-from .tables import is_vector_column
 from .threshold import ThresholdResult, result_from_segment
 
 __all__ = ["fit", "fit_and_threshold"]
@@ -109,9 +107,8 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
     if by is not None and score_index is not None:
         raise ParameterError("by= reads a plain score column; score_index cannot be "
                              "combined with by= in this version")
-    multiclass = score_index is None and (score_cols is not None or method == "temperature" or (
-        name == "local" and is_vector_column(data, score_col)) or (
-        name != "local" and is_engine_vector_column(name, data, score_col)))
+    multiclass = score_index is None and (score_cols is not None or method == "temperature"
+                                          or get_engine(name).is_vector_column(data, score_col))
     if by is not None or multiclass:
         return _fit_keyed(data, name, method, score_col, score_cols, label_col, weight_col, by,
                           min_segment_weight, multiclass, on_invalid, method_params)

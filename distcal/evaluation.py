@@ -382,12 +382,9 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
 
 def _is_vector(engine: str, data: Any, column: str) -> bool:
     """Whether ``column`` holds vectors of per-class probabilities (multiclass)."""
-    from .multiclass_engines import is_engine_vector_column
-    from .tables import is_vector_column
+    from .engines import get_engine
 
-    if engine == "local":
-        return is_vector_column(data, column)
-    return is_engine_vector_column(engine, data, column)
+    return get_engine(engine).is_vector_column(data, column)
 
 
 def evaluate_many(data: Any, prob_cols: list[Any], label_col: str = DEFAULTS.label_col,

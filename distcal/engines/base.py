@@ -146,9 +146,8 @@ class Engine(Protocol):
         """As :meth:`open_ranges`, each range also pooled by (``by`` key, score)."""
         ...
 
-    def transform_segmented(self, model: Any, data: Any, score_col: str,
-                            output_col: str) -> Any:
-        """``data`` with ``output_col`` = each row's segment map (by the ``by`` columns)."""
+    def is_vector_column(self, data: Any, name: str) -> bool:
+        """Whether column ``name`` of ``data`` holds vectors (multiclass scores)."""
         ...
 
     def open_keyed(self, data: Any, spec: KeySpec, *, on_invalid: str,

@@ -254,6 +254,12 @@ class LocalEngine:
         return LocalSegmentRanges(data, columns, by, on_invalid=on_invalid,
                                   finite_scores=finite_scores)
 
+    def is_vector_column(self, data: Any, name: str) -> bool:
+        """A pyarrow list column, or a pandas column of lists or arrays (first value)."""
+        from ..tables import is_vector_column
+
+        return is_vector_column(data, name)
+
     def open_keyed(self, data: Any, spec: KeySpec, *, on_invalid: str = "raise",
                    finite_scores: bool = False, passes: int = 1, **opts: Any) -> Any:
         """The keyed rows of a local input, streamed in batches (:mod:`.local_keyed`).
@@ -273,13 +279,6 @@ class LocalEngine:
         from .local_keyed import transform_rows
 
         return transform_rows(data, columns, output_col, predict, vector)
-
-    def transform_segmented(self, model: Any, data: Any, score_col: str,
-                            output_col: str) -> Any:
-        """pandas / pyarrow / Parquet path in, as :meth:`transform`; keys from ``model.by``."""
-        from .local_segments import transform_segmented
-
-        return transform_segmented(model, data, score_col, output_col)
 
 
 def _refuse_text(text: dict[str, np.ndarray], score_col: str) -> None:

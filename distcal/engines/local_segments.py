@@ -114,31 +114,3 @@ def _spearman_sign(s: np.ndarray, y: np.ndarray) -> bool:
     from scipy.stats import spearmanr
 
     return not (spearmanr(s, y).statistic < 0)
-
-
-def transform_segmented(model: Any, data: Any, score_col: str, output_col: str) -> Any:
-    """pandas in, pandas out; pyarrow in, pyarrow out; a Parquet path in, pandas out."""
-    from ..errors import output_column_exists
-
-    refuse_cluster_frames(data)
-    if is_path(data):
-        data = read_table(data).to_pandas()
-    if isinstance(data, pa.RecordBatch):
-        data = pa.Table.from_batches([data])
-    if not isinstance(data, (pd.DataFrame, pa.Table)):
-        raise TypeError(f"cannot transform data of type {type(data).__name__}")
-    values, text = next(ColumnSource(data, {"score": score_col}).batches())
-    _refuse_text(text, score_col)
-    keys = key_columns_of(data, model.by)
-    names = list(map(str, data.columns)) if isinstance(data, pd.DataFrame) \
-        else data.schema.names
-    if output_col in names:
-        raise output_column_exists(output_col)
-    keys_frame = pd.DataFrame({b: pd.Series(k).reset_index(drop=True)
-                               for b, k in zip(model.by, keys)})
-    prob = model.predict(values["score"], segments=keys_frame)
-    if isinstance(data, pa.Table):
-        return data.append_column(output_col, pa.array(prob, type=pa.float64()))
-    out = data.copy(deep=False)
-    out[output_col] = prob
-    return out
