@@ -19,12 +19,18 @@ import numpy as np
 import pandas as pd
 
 from .core.discretize import MAX_GROUPS, RangeCounts, modl_from_counts
-from .core.modl import RangeGroups, group_range, join_groups, plan_groups, premerge_range, \
-    range_summary
-from .params import check_max_groups
+from .core.modl import (
+    RangeGroups,
+    group_range,
+    join_groups,
+    plan_groups,
+    premerge_range,
+    range_summary,
+)
 from .defaults import DEFAULTS
 from .engines import resolve_engine
 from .errors import DataError, column_not_found
+from .params import check_max_groups
 from .tables import is_path, open_dataset
 
 __all__ = ["discretize"]

@@ -692,7 +692,7 @@ def test_groups_against_the_contract(seed):
 
 @pytest.mark.parametrize("seed", range(30))
 def test_groups_from_range_totals_equal_the_whole_table(seed):
-    """Summaries per range, the plan on them, grouping per range, joined: the whole table's groups."""
+    """Summaries per range, the plan on them, grouping per range, joined: the whole table's."""
     rng = np.random.default_rng([seed, 37])
     V, J = int(rng.integers(2, 400)), int(rng.choice([2, 3]))
     counts = runs_table(rng, V, J)
@@ -736,7 +736,8 @@ def test_grouped_driver_table_equals_the_local_one():
     G = 100
     ranges = [(0, 700), (700, 1050), (1050, 1051), (1051, 2200), (2200, 3000)]
     plan = plan_groups([range_summary(counts[a:b]) for a, b in ranges], G)
-    table = join_groups([group_range(counts[a:b], s, scores[a:b]) for (a, b), s in zip(ranges, plan)])
+    table = join_groups([group_range(counts[a:b], s, scores[a:b])
+                         for (a, b), s in zip(ranges, plan)])
     lo, hi, ic, cost, exact, groups = modl_from_counts([table], max_groups=G,
                                                        groups=table[0].shape[0])
     local = modl_partition(counts, max_groups=G)

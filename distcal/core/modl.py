@@ -436,7 +436,7 @@ def _greedy_path_py(C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     end) is stale once either interval changed: then the pair's end moved.
     """
     K, J = C.shape
-    table = lgamma_table().tolist()
+    table: list[float] = lgamma_table().tolist()
     lg_j = table[J]
 
     def lg(x: int) -> float:

@@ -32,7 +32,7 @@ def _lg(table: np.ndarray, x: int) -> float:
 
 @njit(cache=False)
 def _f(c: np.ndarray, table: np.ndarray, lg_j: float) -> float:
-    """f of one count row: lgamma(n+J) - lgamma(J) - sum_j lgamma(c_j+1), classes summed in ascending order."""
+    """f of one row: lgamma(n+J) - lgamma(J) - sum_j lgamma(c_j+1), classes in ascending order."""
     J = c.shape[0]
     s = np.sort(c) if J > 2 else c  # ascending order makes f a function of the multiset
     n = 0
