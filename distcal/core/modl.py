@@ -35,8 +35,8 @@ The search (proofs in docs/modl.md):
    that path (plain greedy stops at the first merge that does not lower c,
    a point on the path, so this is never worse). Then the article's
    post-optimisation: the best split of an interval, the merge of two
-   neighbours, the best re-cut of two neighbours (merge-split), until no
-   move lowers c.
+   (or three) neighbours, the best re-cut of two neighbours (merge-split)
+   or of three into two (merge-merge-split), until no move lowers c.
 4. **Granularisation** (Khiops' pre-processing, for tables of more than
    ``max_groups`` rows after step 1): contiguous groups of about equal row
    counts (:func:`granularise`, distributed as :func:`range_summary`,
@@ -539,7 +539,7 @@ def greedy_merge(counts: np.ndarray) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------
-# Post-optimisation (Boullé 2006, section 4.2)
+# Post-optimisation (Boullé 2006)
 # ----------------------------------------------------------------------------
 
 def _seg_min(vals: np.ndarray, seg: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -684,8 +684,8 @@ def modl_partition(counts: np.ndarray, exact_max: int = 1000, max_groups: int = 
     If K <= ``exact_max``, the dynamic programme returns an optimal
     partition (``exact=True``). Otherwise (``exact=False``) greedy
     bottom-up merging runs to one interval and keeps the cheapest partition
-    on its path, then split, merge and merge-split moves run until none
-    lowers the cost by more than 1e-9 relative. Guarantee: the cost is at
+    on its path, then split, merge, merge-split and merge-merge-split
+    moves run until none lowers the cost by more than 1e-9 relative. Guarantee: the cost is at
     most that of :func:`greedy_merge` on the rows searched (the input rows,
     or their pure runs when every row is pure, which gives the same
     greedy path). O(K log K) for greedy merging, O(K J) per
