@@ -34,7 +34,13 @@ def _lg(table: np.ndarray, x: int) -> float:
 def _f(c: np.ndarray, table: np.ndarray, lg_j: float) -> float:
     """f of one row: lgamma(n+J) - lgamma(J) - sum_j lgamma(c_j+1), classes in ascending order."""
     J = c.shape[0]
-    s = np.sort(c) if J > 2 else c  # ascending order makes f a function of the multiset
+    s = c.copy()
+    for j in range(1, J):  # insertion sort: ascending order makes f a function of the multiset
+        x, k = s[j], j
+        while k > 0 and s[k - 1] > x:
+            s[k] = s[k - 1]
+            k -= 1
+        s[k] = x
     n = 0
     acc = 0.0
     for j in range(J):
