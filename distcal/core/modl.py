@@ -505,7 +505,7 @@ def _greedy(C: np.ndarray, compiled: bool | None, to_end: bool) -> np.ndarray:
     if K == 1:
         return np.zeros(1, dtype=np.intp)
     kern = _kernels(K, compiled)
-    left, right, gain = (kern[0](C, lgamma_table()) if kern is not None
+    left, right, gain = (kern[0](np.ascontiguousarray(C), lgamma_table()) if kern is not None
                          else _greedy_path_py(C))
     N = int(C.sum())
     I = K - np.arange(K - 1)  # intervals before each merge
