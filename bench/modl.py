@@ -2,7 +2,7 @@
 
 Usage:
     python bench/modl.py [--engine local|spark] [--rows 1e7] [--distinct 1e4 1e6]
-                         [--repeat 3] [--ab REF] [--subsamples 20] [--no-warm-up]
+                         [--repeat 3] [--subsamples 20] [--no-warm-up]
                          [--local-parquet] [--cli]
 
 Data: ``--rows`` rows whose scores are drawn uniformly from ``--distinct``
@@ -17,9 +17,6 @@ one Parquet file per size in a temporary directory. For each size:
   range of the pairs' ratios (target: MODL <= 2x isotonic); locally also
   the CPU seconds of all the process's threads (``--repeat`` more pairs),
   which a loaded machine does not inflate as it does the wall time;
-* with ``--ab REF``: ``modl_partition`` of this tree against the one of the
-  git revision REF on the same count table, in the same process, and
-  whether their partitions are identical;
 * ``--subsamples`` random sets of 1,000 distinct scores (all their rows):
   the criterion of the greedy path (``exact_max=0``) against the exact
   optimum, as the ratio of costs and the count of exact hits.
@@ -28,16 +25,17 @@ With ``--cli`` each fit is ``python -m distcal fit --input FILE`` in a new
 process, as users run it (imports, reading, and writing the model included;
 a process that loads numba pays for it in its MODL fit).
 
-Unless ``--no-warm-up``, one ``modl_partition`` of 20,000 rows first loads
-the compiled kernels, as in a process that has fitted before (a fresh
-process runs tables below 20,000 rows in Python instead; same results).
+Unless ``--no-warm-up``, one ``modl_partition`` of a table of 30,000 mixed
+rows first compiles the numba kernel, as in a process that has fitted
+before (compilation takes seconds once per process; tables of fewer than
+5,000 rows never use it).
 Prints ``uptime`` before and after: the machine is shared.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import importlib.util
 import os
 import statistics
 import subprocess
@@ -46,7 +44,6 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 import pandas as pd
@@ -98,47 +95,6 @@ def count_table(s: np.ndarray, y: np.ndarray) -> np.ndarray:
     return np.column_stack([n - pos, pos])
 
 
-def module_at(ref: str) -> ModuleType:
-    """distcal/core/modl.py as of git revision ref (with its compiled kernels), under another name.
-
-    Both files go into a temporary package, so that the revision's own
-    ``modl_jit`` is what its ``modl`` imports (compiled once, into that
-    directory's numba cache).
-    """
-    pkg = Path(tempfile.mkdtemp(prefix="modl-ref-")) / "modl_ref_pkg"
-    pkg.mkdir()
-    (pkg / "__init__.py").write_text("")
-    for name in ("modl.py", "modl_jit.py"):
-        try:
-            src = subprocess.check_output(
-                ["git", "-C", str(ROOT), "show", f"{ref}:distcal/core/{name}"], text=True,
-                stderr=subprocess.DEVNULL)
-        except subprocess.CalledProcessError:  # before the compiled kernels
-            continue
-        (pkg / name).write_text(src)
-    sys.path.insert(0, str(pkg.parent))
-    return importlib.import_module("modl_ref_pkg.modl")
-
-
-def ab(counts: np.ndarray, ref: str) -> None:
-    old = module_at(ref)
-    for mod in (old, sys.modules[modl_partition.__module__]):  # compile or load the kernels
-        saved, mod._JIT_MIN_ROWS = getattr(mod, "_JIT_MIN_ROWS", 0), 0
-        mod.modl_partition(counts[:3000], exact_max=0)
-        mod._JIT_MIN_ROWS = saved
-    t_old = t_new = float("inf")
-    for _ in range(2):  # alternate, best of two each: the machine is shared
-        t0 = time.perf_counter()
-        a = old.modl_partition(counts)
-        t1 = time.perf_counter()
-        b = modl_partition(counts)
-        t2 = time.perf_counter()
-        t_old, t_new = min(t_old, t1 - t0), min(t_new, t2 - t1)
-    same = np.array_equal(a.cuts, b.cuts) and a.cost == b.cost
-    print(f"  modl_partition V={counts.shape[0]:,}: {ref} {t_old:.2f} s, this tree {t_new:.2f} s,"
-          f" x{t_old / t_new:.2f}; identical partition and cost: {same}")
-
-
 def subsamples(counts: np.ndarray, k: int, size: int = 1000, seed: int = 1) -> None:
     rng = np.random.default_rng(seed)
     ratios, hits = [], 0
@@ -165,7 +121,6 @@ def main() -> None:
     ap.add_argument("--rows", type=float, default=1e7)
     ap.add_argument("--distinct", type=float, nargs="+", default=[1e4, 1e6])
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--ab", default=None, help="git revision to compare modl_partition with")
     ap.add_argument("--subsamples", type=int, default=20)
     ap.add_argument("--local-parquet", action="store_true",
                     help="local engine: fit the Parquet file's path, not a DataFrame")
@@ -176,19 +131,12 @@ def main() -> None:
                          "file, a new process (imports and the model's writing included)")
     args = ap.parse_args()
     print("# uptime:", subprocess.check_output(["uptime"], text=True).strip())
-    from distcal.core import modl
-    kernels = "compiled (numba)" if modl._jit_kernels() is not None else "pure Python (no numba)"
-    print(f"# MODL greedy path on tables of >= 20,000 rows: {kernels}")
-    if not args.no_warm_up and modl._jit_kernels() is not None:
-        # A long-lived process: the kernels are loaded once (about 1.5 s), after
-        # which tables from 2,000 rows take them (modl._compiled).
-        # 40,000 scores of ~10 rows: ~30,000 mixed rows, above the compiled
-        # path's threshold (a table of 20,000 scores, used before, fell below
-        # it once pure runs were merged, so nothing was loaded).
-        modl_partition(count_table(*make_data(400_000, 40_000, seed=9)))
-        assert modl._JIT_WARM, "the warm-up table did not take the compiled path"
-        print(f"# kernels loaded before timing; then compiled from "
-              f"{modl._JIT_MIN_ROWS // 10:,} rows")
+    has_numba = importlib.util.find_spec("numba") is not None
+    print(f"# MODL greedy path on tables of >= 5,000 rows: "
+          f"{'compiled (numba)' if has_numba else 'pure Python (no numba)'}")
+    if not args.no_warm_up and has_numba:
+        modl_partition(count_table(*make_data(400_000, 40_000, seed=9)), exact_max=0)
+        print("# kernel compiled before timing")
     if args.cli and args.engine != "local":
         ap.error("--cli runs the local engine")
     spark = session() if args.engine == "spark" else None
@@ -254,7 +202,8 @@ def main() -> None:
             model = distcal.fit(read(), method="modl")
             counts = count_table(s, y)
             print(f"\n## {distinct:.0e} distinct ({counts.shape[0]:,} present), "
-                  f"{len(model.blocks)} MODL intervals, exact={model.params['exact']}")
+                  f"{len(model.blocks)} MODL intervals, exact={model.params['exact']}, "
+                  f"groups={model.params['groups']}")
             print(f"  fit isotonic {t_iso:7.2f}   fit modl {t_modl:7.2f}   modl / isotonic = "
                   f"{statistics.median(ratios):.2f} (median of the pairs' ratios; "
                   f"range {ratios[0]:.2f}-{ratios[-1]:.2f})")
@@ -262,8 +211,6 @@ def main() -> None:
                 print(f"  process CPU: isotonic {c_iso:5.2f}   modl {c_modl:5.2f}   "
                       f"modl / isotonic = {statistics.median(c_ratios):.2f} "
                       f"(range {c_ratios[0]:.2f}-{c_ratios[-1]:.2f})")
-            if args.ab:
-                ab(counts, args.ab)
             if args.subsamples and counts.shape[0] > 1000:
                 subsamples(counts, args.subsamples)
     if spark is not None:

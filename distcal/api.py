@@ -39,7 +39,8 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
         ``increasing=True|False|"auto"``, ``interpolation="linear"|"step"``,
         ``y_min``, ``y_max``), Platt's sigmoid, histogram binning
         (``n_bins=10``, ``strategy="uniform"|"quantile"``), or MODL's
-        Bayes-optimal bins (0/1 labels, unit weights; ``params["cost"]``).
+        Bayes-optimal bins (0/1 labels, unit weights, ``max_groups=100_000``;
+        ``params["cost"]``, ``params["groups"]``: docs/modl.md).
         "temperature" is for multiclass scores only.
     score_col, label_col, weight_col : str
         Column names; labels are 0/1 or rates in [0, 1]; weights finite and
@@ -139,10 +140,10 @@ def _fit_on_ranges(ranges: Ranges, map_ranges: MapRanges, method: str, params: d
         params.update(a=a, b=b)
     elif method == "modl":
         try:
-            blocks, cost, exact = fit_modl(map_ranges)
+            blocks, cost, exact, groups = fit_modl(map_ranges, max_groups=params["max_groups"])
         except ValueError as exc:  # labels that are not 0/1
             raise DataError(f"column '{columns['label']}' (label): {exc}") from exc
-        params.update(cost=cost, exact=exact)
+        params.update(cost=cost, exact=exact, groups=groups)
     else:
         edges, bin_prob, blocks = fit_histogram(map_ranges, params["n_bins"], params["strategy"])
         params.update(edges=edges.tolist(), bin_prob=bin_prob.tolist())

@@ -51,6 +51,6 @@ METHOD_PARAMS: MappingProxyType[str, MappingProxyType[str, Any]] = MappingProxyT
                                   "y_min": None, "y_max": None}),
     "sigmoid": MappingProxyType({}),
     "histogram": MappingProxyType({"n_bins": DEFAULTS.n_bins, "strategy": DEFAULTS.strategy}),
-    "modl": MappingProxyType({}),
+    "modl": MappingProxyType({"max_groups": 100_000}),
     "temperature": MappingProxyType({}),
 })

@@ -10,6 +10,7 @@ the same class), and the driver finds the partition on the concatenation
 
 from __future__ import annotations
 
+import functools
 import pickle
 from collections.abc import Iterator
 from typing import Any
@@ -17,11 +18,19 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .core.discretize import RangeCounts, modl_from_counts
-from .core.modl import premerge_range
+from .core.discretize import MAX_GROUPS, RangeCounts, modl_from_counts
+from .core.modl import (
+    RangeGroups,
+    group_range,
+    join_groups,
+    plan_groups,
+    premerge_range,
+    range_summary,
+)
 from .defaults import DEFAULTS
 from .engines import resolve_engine
 from .errors import DataError, column_not_found
+from .params import check_max_groups
 from .tables import is_path, open_dataset
 
 __all__ = ["discretize"]
@@ -94,33 +103,47 @@ def _dask(data: Any, score_col: str, label_col: str) -> tuple[list[Any], list[Ra
     return classes, [premerge_range(counts, values)]
 
 
-def _spark_premerge(batches: Iterator[Any]) -> Iterator[Any]:
-    """One range partition of (score, count per class) rows to its pre-merged table."""
+def _spark_range(step: Any, batches: Iterator[Any]) -> Iterator[Any]:
+    """One range partition of (score, count per class) rows: ``step(counts, scores)``, pickled."""
     import pyarrow as pa
     from pyspark import TaskContext
 
     tables = [b for b in batches if b.num_rows]
     ctx = TaskContext.get()
     pid = ctx.partitionId() if ctx is not None else 0
+    part = None
     if tables:
         t = pa.Table.from_batches(tables)
         s = t.column(0).to_numpy(zero_copy_only=False).astype(np.float64)
         c = np.column_stack([t.column(i).to_numpy(zero_copy_only=False).astype(np.int64)
                              for i in range(1, t.num_columns)])
         order = np.argsort(s, kind="stable")
-        part: RangeCounts | None = premerge_range(c[order], s[order])
-    else:
-        part = None
+        part = step(c[order], s[order])
     yield pa.RecordBatch.from_pydict({"pid": [pid], "payload": [pickle.dumps(part)]},
                                      schema=pa.schema([("pid", pa.int64()),
                                                        ("payload", pa.binary())]))
 
 
-def _spark(data: Any, score_col: str, label_col: str) -> tuple[list[Any], list[RangeCounts]]:
+def _summary(counts: np.ndarray, scores: np.ndarray) -> tuple[float, np.ndarray]:
+    return float(scores[0]), range_summary(counts)
+
+
+def _grouped(plan: dict[float, RangeGroups], counts: np.ndarray, scores: np.ndarray) -> Any:
+    return group_range(counts, plan[float(scores[0])], scores)
+
+
+def _spark(data: Any, score_col: str, label_col: str, max_groups: int
+           ) -> tuple[list[Any], list[RangeCounts], int | None]:
+    """Class counts per range, pre-merged or, beyond ``max_groups`` rows, grouped on the executors.
+
+    Two passes over the range-partitioned counts (persisted between them):
+    five integers per range, from which the driver plans the groups
+    (:func:`~distcal.core.modl.plan_groups`), then each range's rows.
+    """
     from pyspark.sql import functions as F
 
     from .engines.spark.schema import quote
-    from .engines.spark.session import default_ranges
+    from .engines.spark.session import default_ranges, on_executors
 
     fields = [f.name for f in data.schema.fields]
     for c, role in ((score_col, "score"), (label_col, "label")):
@@ -135,18 +158,30 @@ def _spark(data: Any, score_col: str, label_col: str) -> tuple[list[Any], list[R
     pivot = (data.select(s.alias("s"), F.col(quote(label_col)).alias("y"))
              .groupBy("s").pivot("y", classes).count().na.fill(0))
     cols = ["s", *[quote(str(c)) for c in classes]]
-    ranged = pivot.select(*cols).repartitionByRange(default_ranges(data), "s")
-    from .engines.spark.session import on_executors
+    # Persisted: both passes must see the same ranges.
+    ranged = pivot.select(*cols).repartitionByRange(default_ranges(data), "s").persist()
 
-    rows = on_executors(lambda: ranged.mapInArrow(_spark_premerge,
-                                                  "pid long, payload binary").collect())
-    parts = [pickle.loads(r["payload"]) for r in sorted(rows, key=lambda r: r["pid"])]
-    return classes, [p for p in parts if p is not None]
+    def run(step: Any) -> list[Any]:
+        rows = on_executors(lambda: ranged.mapInArrow(
+            lambda it: _spark_range(step, it), "pid long, payload binary").collect())
+        parts = [pickle.loads(r["payload"]) for r in sorted(rows, key=lambda r: r["pid"])]
+        return [p for p in parts if p is not None]
+
+    try:
+        summaries = run(_summary)
+        plan = plan_groups([x for _, x in summaries], max_groups)
+        if plan is None:
+            return classes, run(premerge_range), None
+        by_first = {f: g for (f, _), g in zip(summaries, plan)}
+        table = join_groups(run(functools.partial(_grouped, by_first)))
+        return classes, [table], int(table[0].shape[0])
+    finally:
+        ranged.unpersist()
 
 
 def discretize(data: Any, score_col: str = DEFAULTS.score_col,
                label_col: str = DEFAULTS.label_col, engine: str = DEFAULTS.engine,
-               exact_max: int = 1000) -> pd.DataFrame:
+               exact_max: int = 1000, max_groups: int = MAX_GROUPS) -> pd.DataFrame:
     """MODL's Bayes-optimal partition of ``score_col`` into intervals, given the classes.
 
     Minimises the MODL criterion (Boullé 2006) over partitions whose cuts
@@ -154,7 +189,11 @@ def discretize(data: Any, score_col: str = DEFAULTS.score_col,
     C(N_i+J-1, J-1) + sum_i log(N_i! / prod_j N_ij!), for N rows, I
     intervals and J classes. Exact when at most ``exact_max`` rows remain
     after merging adjacent scores pure in the same class; beyond, at least
-    as good as greedy bottom-up merging.
+    as good as greedy bottom-up merging. When more than ``max_groups``
+    rows remain, the scores are first grouped into at most ``max_groups``
+    contiguous groups of about equal row counts (Khiops' granularisation,
+    on the executors for Spark) and both guarantees hold for the grouped
+    table; ``.attrs["groups"]`` holds the number of groups (None: none).
 
     Parameters
     ----------
@@ -166,6 +205,10 @@ def discretize(data: Any, score_col: str = DEFAULTS.score_col,
         Any class labels: ints or strings.
     engine : {"auto", "local", "spark", "dask"}
         As for :func:`distcal.fit`; every engine gives the same partition.
+    exact_max : int
+        Largest table (after merging pure runs) solved exactly.
+    max_groups : int
+        Most rows of the count table the driver receives and searches.
 
     Returns
     -------
@@ -186,21 +229,25 @@ def discretize(data: Any, score_col: str = DEFAULTS.score_col,
     >>> out[["n", "a", "b"]].values.tolist()
     [[20, 20, 0], [20, 0, 20]]
     """
+    max_groups = check_max_groups(max_groups)
     name = resolve_engine(data, engine)
+    groups = None
     if name == "spark":
         from .engines.spark.session import as_spark
 
-        classes, parts = _spark(as_spark(data), score_col, label_col)
+        classes, parts, groups = _spark(as_spark(data), score_col, label_col, max_groups)
     elif name == "dask":
         from .engines.dask import as_dask
 
         classes, parts = _dask(as_dask(data), score_col, label_col)
     else:
         classes, parts = _local(data, score_col, label_col)
-    smin, smax, counts, cost, exact = modl_from_counts(parts, exact_max)
+    smin, smax, counts, cost, exact, groups = modl_from_counts(parts, exact_max, max_groups,
+                                                               groups)
     out = pd.DataFrame({"score_min": smin, "score_max": smax, "n": counts.sum(axis=1)})
     for j, c in enumerate(classes):
         out[c] = counts[:, j]
     out.attrs["cost"] = cost
     out.attrs["exact"] = exact
+    out.attrs["groups"] = groups
     return out

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .core.discretize import fit_modl
+from .core.discretize import modl_plan
 from .core.histogram import histogram_plan
 from .core.isotonic import clip_blocks, isotonic_plan
 from .core.keyed import GLOBAL, Key, KeySpec, key_text
@@ -40,7 +40,7 @@ from .keyed_model import KeyedModel, TemperatureMap, class_columns
 from .logs import log, phase
 from .model import CalibrationModel
 
-__all__ = ["fit_keyed", "one_pass_plan", "check_by"]
+__all__ = ["fit_keyed", "check_by"]
 
 
 def check_by(by: Any, columns: dict[str, str | None], min_segment_weight: Any) -> list[str]:
@@ -63,30 +63,6 @@ def check_by(by: Any, columns: dict[str, str | None], min_segment_weight: Any) -
     return list(names)
 
 
-def one_pass_plan(fit: Callable[[Callable[[Callable[[Any], Any]], list[Any]]], Any]
-                  ) -> Generator[Any, list[Any], Any]:
-    """A fit written against ``map_ranges`` that maps over the ranges once, as a plan.
-
-    The fit is called twice: first to learn the function it maps (the call
-    stops there), then with that function's results.
-    """
-    asked: list[Callable[[Any], Any]] = []
-
-    class _Asked(Exception):
-        pass
-
-    def ask(fn: Callable[[Any], Any]) -> list[Any]:
-        asked.append(fn)
-        raise _Asked
-
-    try:
-        return fit(ask)
-    except _Asked:
-        pass
-    parts = yield asked[0]
-    return fit(lambda fn: parts)
-
-
 def _method_plan(method: str, params: dict[str, Any]) -> Callable[[], Generator[Any, Any, Any]]:
     if method == "isotonic":
         return lambda: isotonic_plan(params["increasing"], params["y_min"], params["y_max"])
@@ -95,7 +71,7 @@ def _method_plan(method: str, params: dict[str, Any]) -> Callable[[], Generator[
     if method == "histogram":
         return lambda: histogram_plan(params["n_bins"], params["strategy"])
     if method == "modl":
-        return lambda: one_pass_plan(fit_modl)
+        return lambda: modl_plan(max_groups=params["max_groups"])
     return lambda: temperature_plan()
 
 
@@ -113,8 +89,8 @@ def _map_from(method: str, params: dict[str, Any], result: Any, counts: KeyCount
         edges, bin_prob, blocks = result
         fitted.update(edges=edges.tolist(), bin_prob=bin_prob.tolist())
     elif method == "modl":
-        blocks, cost, exact = result
-        fitted.update(cost=cost, exact=exact)
+        blocks, cost, exact, groups = result
+        fitted.update(cost=cost, exact=exact, groups=groups)
     else:
         beta, kind = result
         return TemperatureMap(float(beta), kind, counts.n_rows, counts.weight)

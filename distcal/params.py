@@ -90,7 +90,16 @@ def method_params(method: str, given: dict[str, Any]) -> dict[str, Any]:
     if method == "histogram":
         check_strategy(params["strategy"])
         check_n_bins(params["n_bins"])
+    if method == "modl":
+        params["max_groups"] = check_max_groups(params["max_groups"])
     return params
+
+
+def check_max_groups(value: Any) -> int:
+    """MODL's ``max_groups``: an int >= 1 (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ParameterError(f"max_groups must be an integer >= 1, got {value!r}")
+    return int(value)
 
 
 def check_fit_params(method: Any, given: dict[str, Any]) -> None:

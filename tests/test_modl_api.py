@@ -15,7 +15,8 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from test_modl import brute_force, oracle_cost
+from test_modl import brute_force, oracle_cost, plain_groups, sum_rows
+from test_spark_cluster import run_child
 
 import distcal
 
@@ -138,6 +139,16 @@ def test_spark_equals_local(spark):
     model = distcal.fit(wide, method="modl")
     assert model.params["exact"] is False
     assert distcal.fit(spark.createDataFrame(wide).repartition(4), method="modl") == model
+    # Granularised: grouped range by range on the executors, the same groups as locally.
+    grouped = distcal.fit(wide, method="modl", max_groups=300)
+    assert grouped.params["groups"] == len(plain_groups(counts_by_numpy(wide)[1], 300))
+    assert distcal.fit(spark.createDataFrame(wide).repartition(4), method="modl",
+                       max_groups=300) == grouped
+    local = distcal.discretize(df, max_groups=40)
+    remote = distcal.discretize(sdf, max_groups=40)
+    pd.testing.assert_frame_equal(remote.reset_index(drop=True), local, check_dtype=False)
+    assert remote.attrs["groups"] == local.attrs["groups"] == \
+        len(plain_groups(counts_by_numpy(df)[1], 40))
 
 
 @pytest.mark.dask
@@ -156,3 +167,65 @@ def test_dask_equals_local():
     model = distcal.fit(wide, method="modl")
     assert model.params["exact"] is False
     assert distcal.fit(dd.from_pandas(wide, npartitions=5), method="modl") == model
+    grouped = distcal.fit(wide, method="modl", max_groups=300)
+    assert grouped.params["groups"] == len(plain_groups(counts_by_numpy(wide)[1], 300))
+    assert distcal.fit(dd.from_pandas(wide, npartitions=5), method="modl",
+                       max_groups=300) == grouped
+    local = distcal.discretize(df, max_groups=40)
+    remote = distcal.discretize(ddf, max_groups=40)
+    pd.testing.assert_frame_equal(remote, local, check_dtype=False)
+    assert remote.attrs["groups"] == local.attrs["groups"]
+
+
+def test_max_groups_parameter():
+    df = scores(5000, seed=12, decimals=4)
+    model = distcal.fit(df, method="modl")
+    assert model.params["max_groups"] == 100_000 and model.params["groups"] is None
+    values, counts, _ = counts_by_numpy(df)
+    small = distcal.fit(df, method="modl", max_groups=8)
+    starts = plain_groups(counts, 8)
+    assert small.params["groups"] == len(starts) and small.params["exact"] is True
+    # the exact optimum of the grouped table, every cut at a group start
+    assert small.params["cost"] == pytest.approx(
+        brute_force(np.asarray(sum_rows(counts, starts)))[0][0], rel=1e-12)
+    assert set(small.blocks["score_min"].tolist()) <= {values[i] for i in starts}
+    with pytest.raises(ValueError, match="max_groups"):
+        distcal.fit(df, method="modl", max_groups=0)
+    with pytest.raises(ValueError, match="max_groups"):
+        distcal.discretize(df, max_groups=2.5)
+    with pytest.raises(TypeError):
+        distcal.fit(df, method="isotonic", max_groups=10)
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_spark_2e6_distinct_scores_under_8m_driver_results(tmp_path):
+    """2e6 rows, 2e6 distinct scores: what reaches the driver is at most max_groups rows.
+
+    The data is written by the child's driver with pyarrow and read by Spark,
+    so the local fits see the very same rows.
+    """
+    out = run_child(f"""
+        import numpy as np, pandas as pd, pyarrow as pa, pyarrow.parquet as pq
+        n = 2_000_000
+        rng = np.random.default_rng(0)
+        s = rng.permutation(n) / n
+        y = (rng.random(n) < s * s).astype(np.int64)
+        path = {str(tmp_path / "d.parquet")!r}
+        pq.write_table(pa.table({{"score": s, "label": y}}), path, row_group_size=1 << 18)
+        sdf = spark.read.parquet(path).repartition(8)
+        pdf = pd.DataFrame({{"score": s, "label": y}})
+        remote, local = distcal.discretize(sdf), distcal.discretize(pdf)
+        fit_remote = distcal.fit(sdf, method="modl")
+        fit_local = distcal.fit(pdf, method="modl")
+        print(json.dumps({{"same": bool(remote.reset_index(drop=True).equals(local)),
+                          "groups": [remote.attrs["groups"], local.attrs["groups"]],
+                          "costs": [remote.attrs["cost"], local.attrs["cost"]],
+                          "intervals": len(local),
+                          "fit_same": fit_remote == fit_local,
+                          "fit_groups": fit_remote.params["groups"]}}))
+    """, conf={"spark.driver.maxResultSize": "8m", "spark.driver.memory": "2g"})
+    assert out["same"] and out["fit_same"]
+    assert out["groups"][0] == out["groups"][1] == out["fit_groups"]
+    assert 50_000 < out["groups"][0] <= 100_000
+    assert out["costs"][0] == out["costs"][1] and out["intervals"] > 5

@@ -1,83 +1,125 @@
 """MODL over ordered score ranges: calibration by Bayes-optimal binning, distributed.
 
-Each range of the distinct-score table (any engine) pre-merges the rows
-that no MODL optimum ever cuts apart (adjacent scores pure in the same
-class, :func:`~distcal.core.modl.premerge_range`); the driver concatenates
-the ranges' much smaller tables in score order and finds the partition
-(:func:`~distcal.core.modl.modl_partition`: exact up to 1,000 rows after
-merging, greedy with post-optimisation beyond). Why the pre-merge is safe
-range by range: docs/modl.md.
+Two passes over the ranges of the distinct-score table (any engine):
+
+1. each range returns :func:`~distcal.core.modl.range_summary` (five
+   integers); the driver decides with :func:`~distcal.core.modl.plan_groups`
+   whether the table, after merging pure runs, exceeds ``max_groups`` rows;
+2. each range returns its rows pre-merged
+   (:func:`~distcal.core.modl.premerge_range`), or, when grouping is
+   needed, grouped (:func:`~distcal.core.modl.group_range`); the driver
+   joins them in score order and finds the partition
+   (:func:`~distcal.core.modl.modl_partition`).
+
+So the driver never receives more than ``max_groups`` rows (plus one per
+range boundary), and every engine searches the same table. Why both
+steps are safe range by range: docs/modl.md.
 """
 
 from __future__ import annotations
+
+import functools
+from collections.abc import Generator
+from typing import Any
 
 import numpy as np
 
 from .distinct import DistinctTable
 from .isotonic import Blocks
-from .modl import _partition, _premerge
+from .modl import (
+    RangeGroups,
+    group_range,
+    join_groups,
+    modl_partition,
+    plan_groups,
+    premerge_range,
+    range_summary,
+)
+from .plans import run_plan
 from .ranges import MapRanges, as_map_ranges
 
 __all__ = ["fit_modl", "modl_from_counts"]
 
 RangeCounts = tuple[np.ndarray, np.ndarray, np.ndarray]
+MAX_GROUPS = 100_000
 
 
-def _binary_counts(t: DistinctTable) -> RangeCounts:
-    """(class counts (V, 2), lowest and highest score) of one range, pre-merged."""
+def _counts(t: DistinctTable) -> np.ndarray:
+    """(V, 2) class counts of one range's distinct scores (0/1 labels, unit weights)."""
     if not t.binary:
         raise ValueError("MODL calibration needs 0/1 labels")
     if not np.array_equal(t.weight, t.count.astype(np.float64)):
         raise ValueError("MODL needs unit weights")
     ones = np.rint(t.label_sum).astype(np.int64)
-    counts = np.empty((ones.shape[0], 2), dtype=np.int64)
-    np.subtract(t.count, ones, out=counts[:, 0], casting="unsafe")
-    counts[:, 1] = ones
-    # Valid by construction (every distinct score holds a row, 0 <= ones <=
-    # count for 0/1 labels): premerge_range's checks would only cost time.
-    return _premerge(counts, t.score)
+    return np.column_stack([t.count.astype(np.int64) - ones, ones])
 
 
-def modl_from_counts(parts: list[RangeCounts], exact_max: int = 1000
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, bool]:
-    """The MODL partition of ranges' pre-merged tables, concatenated in score order.
+def _summary(t: DistinctTable) -> tuple[float, np.ndarray]:
+    return float(t.score[0]), range_summary(_counts(t))
 
-    Each part is the output of :func:`~distcal.core.modl.premerge_range` on
-    one range. Returns (score_min, score_max, interval counts (I, J), cost, exact).
+
+def _rows(plan: dict[float, RangeGroups] | None, t: DistinctTable) -> Any:
+    """Pass 2 of one range: pre-merged, or grouped as the plan says (found by its first score)."""
+    if plan is None:
+        return premerge_range(_counts(t), t.score)
+    return group_range(_counts(t), plan[float(t.score[0])], t.score)
+
+
+def modl_from_counts(parts: list[RangeCounts], exact_max: int = 1000,
+                     max_groups: int = MAX_GROUPS, groups: int | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, bool, int | None]:
+    """The MODL partition of ranges' pre-merged (or joined grouped) tables, in score order.
+
+    Each part is (counts, lo, hi), e.g. :func:`~distcal.core.modl.premerge_range`
+    of one range. ``groups``: the table was grouped before (its group
+    count). Returns (score_min, score_max, interval counts (I, J), cost,
+    exact, groups).
     """
     parts = [p for p in parts if p[0].shape[0]]
     if not parts:
         raise ValueError("MODL of no rows")
-    if len(parts) == 1:  # (a local fit: one range, nothing to gather)
-        counts, lo, hi = parts[0]
-        counts = counts.astype(np.int64, copy=False)
-    else:
-        counts = np.concatenate([p[0] for p in parts]).astype(np.int64, copy=False)
-        lo = np.concatenate([p[1] for p in parts])
-        hi = np.concatenate([p[2] for p in parts])
-    # Pure runs cut by a range boundary are merged here too, so the table
-    # given to modl_partition is the pure-run reduction of the whole
-    # distinct table whatever the ranges: on the greedy path with mixed rows
-    # greedy starts from these rows, and every engine must start from the same.
-    if len(parts) > 1:  # one part is already reduced: the rule merges runs to their ends
-        counts, first, last = _premerge(counts)
-        lo, hi = lo[first], hi[last]
-    # The parts come from premerge_range (or _binary_counts): checked counts.
-    res = _partition(counts, exact_max=exact_max)
+    counts = np.concatenate([p[0] for p in parts]).astype(np.int64, copy=False)
+    lo = np.concatenate([p[1] for p in parts])
+    hi = np.concatenate([p[2] for p in parts])
+    # Pure runs cut by a range boundary are merged here, so the table searched
+    # is the pure-run reduction of the whole table whatever the ranges: every
+    # engine starts greedy merging from the same rows.
+    counts, first, last = premerge_range(counts)
+    lo, hi = lo[first], hi[last]
+    res = modl_partition(counts, exact_max=exact_max, max_groups=max_groups)
     starts = np.asarray(res.cuts, dtype=np.int64)
     ends = np.append(starts[1:], counts.shape[0]) - 1
-    return lo[starts], hi[ends], np.asarray(res.interval_counts), float(res.cost), res.exact
+    used = res.groups if groups is None else groups
+    return lo[starts], hi[ends], np.asarray(res.interval_counts), float(res.cost), res.exact, used
 
 
-def fit_modl(data: DistinctTable | MapRanges, exact_max: int = 1000
-             ) -> tuple[Blocks, float, bool]:
-    """MODL intervals of 0/1 labels with unit weights, as blocks; and (cost, exact).
+def fit_modl(data: DistinctTable | MapRanges, exact_max: int = 1000,
+             max_groups: int = MAX_GROUPS) -> tuple[Blocks, float, bool, int | None]:
+    """MODL intervals of 0/1 labels with unit weights, as blocks; and (cost, exact, groups).
 
     Each interval predicts its positive rate; its bounds are the lowest and
-    highest score of the rows in it.
+    highest score of the rows in it (:func:`modl_plan`).
     """
-    map_ranges = as_map_ranges(data)
-    smin, smax, counts, cost, exact = modl_from_counts(map_ranges(_binary_counts), exact_max)
+    return run_plan(modl_plan(exact_max, max_groups), as_map_ranges(data))
+
+
+def modl_plan(exact_max: int = 1000, max_groups: int = MAX_GROUPS
+              ) -> Generator[Any, list[Any], tuple[Blocks, float, bool, int | None]]:
+    """:func:`fit_modl` as a plan (:mod:`distcal.core.plans`): two passes over the ranges.
+
+    The ranges' summaries decide the grouping on the driver; then each
+    range sends its pre-merged (or grouped) counts.
+    """
+    summaries = yield _summary
+    plan = plan_groups([s for _, s in summaries], max_groups) if summaries else None
+    by_first = None if plan is None else {f: g for (f, _), g in zip(summaries, plan)}
+    parts = yield functools.partial(_rows, by_first)
+    if by_first is None:
+        out = modl_from_counts(parts, exact_max, max_groups)
+    else:
+        table = join_groups(parts)
+        out = modl_from_counts([table], exact_max, max_groups, groups=table[0].shape[0])
+    smin, smax, counts, cost, exact, groups = out
     n = counts.sum(axis=1).astype(np.float64)
     pos = counts[:, 1].astype(np.float64)
-    return Blocks(smin, smax, n, pos, pos / n), cost, exact
+    return Blocks(smin, smax, n, pos, pos / n), cost, exact, groups
