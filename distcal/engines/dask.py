@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.distinct import DistinctTable, merge_tables
+from ..core.keyed import KeySpec
 from ..core.partition import add_up, pool_valid_rows, range_bounds
 from ..core.validate import RowChecker, check_vector_lengths
 from ..errors import column_not_found, output_column_exists
@@ -228,7 +229,7 @@ class DaskEngine:
     """The Dask engine; implements :class:`~distcal.engines.base.Engine`."""
 
     name = "dask"
-    options = frozenset({"n_ranges", "samples_per_range"})
+    options = frozenset({"n_ranges", "samples_per_range", "range_rows"})
 
     def open_ranges(self, data: Any, columns: dict[str, str | None], *,
                     on_invalid: str = "raise", finite_scores: bool = False, passes: int = 1,
@@ -262,6 +263,20 @@ class DaskEngine:
             if name not in ddf.columns:
                 raise column_not_found(name, "segment", list(ddf.columns))
         return _transform(model, ddf, score_col, output_col)
+
+    def open_keyed(self, data: Any, spec: KeySpec, *, on_invalid: str,
+                   finite_scores: bool = False, passes: int = 1, **opts: Any) -> Any:
+        """Keyed ranges (:mod:`distcal.engines.dask_keyed`); option ``range_rows``."""
+        from .dask_keyed import DaskKeyedRanges
+
+        return DaskKeyedRanges(as_dask(data), spec, on_invalid=on_invalid,
+                               finite_scores=finite_scores, passes=passes, **opts)
+
+    def transform_rows(self, data: Any, columns: list[str], output_col: str,
+                       predict: Callable[[Any], Any], vector: bool) -> Any:
+        from .dask_keyed import transform_rows
+
+        return transform_rows(as_dask(data), columns, output_col, predict, vector)
 
 
 def _valid_rows(pdf: pd.DataFrame, columns: dict[str, str]) -> tuple[pd.DataFrame, dict]:
