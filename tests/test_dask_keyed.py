@@ -347,3 +347,74 @@ def test_transform_rows_refuses_an_existing_output_column(client):
         ENGINE.transform_rows(_ddf(df, 2), ["score"], "label",
                               lambda p: calls.append(1) or p["score"], vector=False)
     assert not calls
+
+
+# -- bounded worker memory (issue 35) --------------------------------------------------
+
+@pytest.mark.dask
+@pytest.mark.slow
+def test_workers_stay_within_a_memory_limit_the_old_segment_path_exceeds():
+    """1.6e7 rows x (global + 20 segments) on workers capped at 650 MB.
+
+    The pre-keyed path (``DaskSegmentRanges``: raw rows persisted, 8 ranges of
+    raw rows) gets its workers killed for memory on the same cluster and data
+    (4 rounds of restarts, then KilledWorker); the keyed path holds pooled
+    tables only (peak ~510-530 MB per worker when measured). The workers must
+    never restart, and each key's isotonic fit over the ranges equals scipy's
+    on pandas' pooling of the same rows (made again here, partition by partition).
+    """
+    import dask
+    import dask.dataframe as dd
+    from distributed import Client, LocalCluster
+    from scipy.optimize import isotonic_regression
+
+    from distcal.core.isotonic import merge_blocks, pav_blocks
+    from distcal.core.plans import run_plans
+
+    n_parts, n = 128, 125_000
+    segs = np.array([f"seg{j:02d}" for j in range(20)], dtype=object)
+
+    def part(i: int, n: int) -> pd.DataFrame:
+        rng = np.random.default_rng([7, i])
+        s = np.round(rng.random(n), 3)
+        y = (rng.random(n) < s).astype(np.int64)
+        return pd.DataFrame({"score": s, "label": y, "g": segs[rng.integers(0, 20, n)]})
+
+    def plan():
+        parts = yield pav_blocks
+        return merge_blocks(parts)
+
+    import os
+
+    # Spilling and pausing off: a worker over 95% of its limit is restarted, and
+    # a restart is what the test looks for.
+    memory = {"distributed.worker.memory.target": False,
+              "distributed.worker.memory.spill": False,
+              "distributed.worker.memory.pause": False,
+              "distributed.worker.memory.terminate": 0.95}
+    with dask.config.set(memory), LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, memory_limit="650MB",
+            dashboard_address=None) as cluster, Client(cluster) as c, c.as_current():
+        pids = sorted(c.run(os.getpid).values())
+        ddf = dd.from_map(part, range(n_parts), n=n, meta=part(0, 0))
+        with ENGINE.open_keyed(ddf, KeySpec(by=("g",)), on_invalid="raise",
+                               range_rows=200_000) as r:
+            fits = run_plans(plan, r.map)
+            assert r.n_rows == n_parts * n
+        assert sorted(c.run(os.getpid).values()) == pids  # no worker was restarted
+    # The oracle: pandas pools the same rows by (key, score), then scipy's PAV.
+    sums: dict = {}
+    for i in range(n_parts):
+        df = part(i, n).assign(w=1.0)
+        for key, grouped in [((None, None), df.groupby("score")),
+                             *[(((g,), None), d.groupby("score"))
+                               for g, d in df.groupby("g")]]:
+            t = grouped[["w", "label"]].sum()
+            sums[key] = t if key not in sums else sums[key].add(t, fill_value=0.0)
+    assert set(fits) == set(sums)
+    for key, t in sums.items():
+        want = isotonic_regression(t["label"].to_numpy() / t["w"].to_numpy(),
+                                   weights=t["w"].to_numpy()).x
+        b = fits[key]
+        got = b.prob[np.searchsorted(b.score_max, t.index.to_numpy(), side="left")]
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12, err_msg=str(key))
