@@ -39,6 +39,7 @@ from ..errors import column_not_found, output_column_exists
 from ..logs import log, phase
 from ..tables import ColumnSource, is_path, vector_element
 from .base import ReportFn
+from .dask_keyed import DaskKeyedRanges, transform_rows, workers_threads
 
 __all__ = ["DaskRanges", "DaskEngine"]
 
@@ -195,15 +196,7 @@ class DaskRanges:
         self.close()
 
 
-def _workers_threads() -> int:
-    try:
-        from distributed import default_client
-
-        return sum(default_client().nthreads().values())
-    except (ImportError, ValueError):
-        import os
-
-        return os.cpu_count() or 2
+_workers_threads = workers_threads  # (the old paths' name)
 
 
 def as_dask(data: Any, npartitions: int | None = None) -> Any:
@@ -265,17 +258,14 @@ class DaskEngine:
         return _transform(model, ddf, score_col, output_col)
 
     def open_keyed(self, data: Any, spec: KeySpec, *, on_invalid: str,
-                   finite_scores: bool = False, passes: int = 1, **opts: Any) -> Any:
+                   finite_scores: bool = False, passes: int = 1,
+                   **opts: Any) -> DaskKeyedRanges:
         """Keyed ranges (:mod:`distcal.engines.dask_keyed`); option ``range_rows``."""
-        from .dask_keyed import DaskKeyedRanges
-
         return DaskKeyedRanges(as_dask(data), spec, on_invalid=on_invalid,
                                finite_scores=finite_scores, passes=passes, **opts)
 
     def transform_rows(self, data: Any, columns: list[str], output_col: str,
                        predict: Callable[[Any], Any], vector: bool) -> Any:
-        from .dask_keyed import transform_rows
-
         return transform_rows(as_dask(data), columns, output_col, predict, vector)
 
 
