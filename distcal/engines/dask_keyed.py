@@ -195,7 +195,9 @@ class DaskKeyedRanges:
     Options: ``range_rows`` (pooled (key, score) rows per range, default
     :data:`DEFAULT_RANGE_ROWS`), ``n_ranges`` (at least this many ranges;
     the budget may ask for more), ``samples_per_range`` (score samples per
-    range and partition for the bounds, default 64).
+    range for the bounds, shared by the partitions in proportion to their
+    pooled rows, default 64: what comes to the client is ~64 numbers per
+    range, whatever the number of partitions).
     """
 
     def __init__(self, ddf: Any, spec: KeySpec, *, on_invalid: str = "raise",
@@ -272,13 +274,15 @@ class DaskKeyedRanges:
                 (self._pooled,) = dask.persist(pooled)
         sizes = self._check(self._pooled)
         k = n_ranges_for(sum(sizes), self.range_rows, workers_threads(), self.min_ranges)
-        live = [p for p, n in zip(self._pooled, sizes) if n]
-        samples = dask.compute(*[delayed(_sample)(p, self.samples_per_range * k)
-                                 for p in live])
+        live = [(p, n) for p, n in zip(self._pooled, sizes) if n]
+        # samples_per_range per range in all, shared by the partitions as their sizes.
+        budget, total = self.samples_per_range * k, sum(sizes)
+        samples = dask.compute(*[delayed(_sample)(p, max(2, -(-budget * n // total)))
+                                 for p, n in live])
         bounds = range_bounds([(smp, n) for smp, n in samples if n], k)
         log.info("dask: %d pooled (key, score) rows in %d partitions, %d ranges "
                  "(range_rows %d)", sum(sizes), len(sizes), len(bounds) + 1, self.range_rows)
-        pieces = [delayed(_cut, pure=True, nout=len(bounds) + 1)(p, bounds) for p in live]
+        pieces = [delayed(_cut, pure=True, nout=len(bounds) + 1)(p, bounds) for p, _ in live]
         ranges = [delayed(_merge, pure=True)([piece[i] for piece in pieces])
                   for i in range(len(bounds) + 1)]
         if self.passes > 1:
