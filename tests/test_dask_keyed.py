@@ -185,6 +185,19 @@ def test_range_count_follows_the_budget(client):
     assert n_ranges_for(10, 1000, 2) == 4  # at least two ranges per worker thread
 
 
+def test_partitions_alike_still_make_every_range(client):
+    """Partitions with the same score grid get few samples each: their positions are
+    shifted, so the bounds still make about as many ranges as the rule asks for."""
+    rng = np.random.default_rng(11)
+    grid = np.arange(500) / 500.0
+    df = pd.DataFrame({"score": np.tile(grid, 16), "label": rng.integers(0, 2, 8000)})
+    with ENGINE.open_keyed(_ddf(df, 16), KeySpec(), on_invalid="raise", range_rows=400,
+                           samples_per_range=2) as r:  # 3 samples per partition
+        sizes = r.map(lambda t: len(t.table))
+    assert sum(sizes) == 500
+    assert len(sizes) >= 16  # the rule: 16 x 500 pooled rows / 400 = 20 ranges
+
+
 def test_empty_partitions_and_a_hot_score(client):
     import dask.dataframe as dd
     from dask import delayed

@@ -16,7 +16,10 @@ On a Dask DataFrame, with whatever scheduler is in scope:
 3. Ranges: their number is chosen from the data (:func:`n_ranges_for`): the
    partitions' pooled (key, score) rows over ``range_rows``, at least two per
    worker thread. Bounds on score come from evenly spaced samples of the
-   partitions' pooled runs (:func:`~distcal.core.partition.range_bounds`).
+   partitions' pooled runs, sorted by score (:func:`~distcal.core.partition.range_bounds`),
+   each partition's positions shifted by a different fraction of their
+   spacing (partitions alike give different quantiles, so few samples each
+   still make as many bounds as ranges).
 4. Shuffle: each partition's table is cut at the bounds
    (:func:`~distcal.core.keyed.cut_keyed`); range i merges the i-th slice of
    every partition (:func:`~distcal.core.keyed.merge_keyed`) and ``fn`` runs
@@ -151,14 +154,17 @@ def _stats_and_size(pair: tuple[Any, dict[str, Any]]) -> tuple[dict[str, Any], i
     return stats, len(part.table) if isinstance(part, KeyedTable) else part.n_rows
 
 
-def _sample(pair: tuple[KeyedTable, dict[str, Any]], size: int) -> tuple[np.ndarray, int]:
-    """Evenly spaced scores of a pooled table (each key's run is sorted: a stratified
-    sample of the table's scores), and its length."""
-    score = pair[0].table.score
+def _sample(pair: tuple[KeyedTable, dict[str, Any]], size: int, offset: float
+            ) -> tuple[np.ndarray, int]:
+    """``size`` evenly spaced scores of a pooled table's sorted scores (all keys), and its
+    length. ``offset`` in [0, 1) shifts the positions by a fraction of their spacing, so
+    that partitions alike in distribution still contribute different quantiles."""
+    score = np.sort(pair[0].table.score)
     m = score.shape[0]
     if not m:
         return np.zeros(0), 0
-    return score[np.linspace(0, m - 1, min(size, m)).astype(np.intp)], m
+    size = min(size, m)
+    return score[((np.arange(size) + offset) * (m / size)).astype(np.intp)], m
 
 
 def _cut(pair: tuple[KeyedTable, dict[str, Any]], bounds: np.ndarray) -> list[KeyedTable]:
@@ -277,8 +283,9 @@ class DaskKeyedRanges:
         live = [(p, n) for p, n in zip(self._pooled, sizes) if n]
         # samples_per_range per range in all, shared by the partitions as their sizes.
         budget, total = self.samples_per_range * k, sum(sizes)
-        samples = dask.compute(*[delayed(_sample)(p, max(2, -(-budget * n // total)))
-                                 for p, n in live])
+        samples = dask.compute(*[delayed(_sample)(p, max(2, -(-budget * n // total)),
+                                                  (i * 0.6180339887498949) % 1.0)
+                                 for i, (p, n) in enumerate(live)])
         bounds = range_bounds([(smp, n) for smp, n in samples if n], k)
         log.info("dask: %d pooled (key, score) rows in %d partitions, %d ranges "
                  "(range_rows %d)", sum(sizes), len(sizes), len(bounds) + 1, self.range_rows)
