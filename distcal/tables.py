@@ -272,7 +272,12 @@ def is_vector_column(data: object, name: str) -> bool:
     column is missing or ``data`` is not local.
     """
     if isinstance(data, pd.DataFrame):
-        if name not in data.columns or data[name].dtype != object:
+        if name not in data.columns:
+            return False
+        dtype = data[name].dtype
+        if isinstance(dtype, pd.ArrowDtype):  # pandas' Arrow-backed list columns
+            return _is_list_type(dtype.pyarrow_dtype)
+        if not pd.api.types.is_object_dtype(dtype):
             return False
         first = data[name].first_valid_index()
         return first is not None and isinstance(data[name][first], (list, tuple, np.ndarray))

@@ -136,6 +136,8 @@ def _vector_column(data: pd.DataFrame | pa.Table, name: str, length: int | None 
     are NaN in the matrix. ``length`` imposes K (a cluster engine counts the
     lengths over all partitions first, :func:`vector_lengths`).
     """
+    if isinstance(data, pd.DataFrame) and isinstance(data[name].dtype, pd.ArrowDtype):
+        data = pa.table({name: pa.array(data[name])})  # Arrow-backed: read as Arrow
     if isinstance(data, pd.DataFrame):
         s = data[name]
         vals = s.to_numpy()

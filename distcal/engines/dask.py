@@ -32,12 +32,15 @@ import numpy as np
 import pandas as pd
 
 from ..core.distinct import DistinctTable, merge_tables
+from ..core.keyed import KeySpec
 from ..core.partition import add_up, pool_valid_rows, range_bounds
 from ..core.validate import RowChecker, check_vector_lengths
 from ..errors import column_not_found, output_column_exists
 from ..logs import log, phase
 from ..tables import ColumnSource, is_path, vector_element
 from .base import ReportFn
+from .dask_keyed import DaskKeyedRanges, transform_rows, workers_threads
+from .frames import engine_of
 
 __all__ = ["DaskRanges", "DaskEngine"]
 
@@ -194,15 +197,7 @@ class DaskRanges:
         self.close()
 
 
-def _workers_threads() -> int:
-    try:
-        from distributed import default_client
-
-        return sum(default_client().nthreads().values())
-    except (ImportError, ValueError):
-        import os
-
-        return os.cpu_count() or 2
+_workers_threads = workers_threads  # (the old paths' name)
 
 
 def as_dask(data: Any, npartitions: int | None = None) -> Any:
@@ -228,7 +223,7 @@ class DaskEngine:
     """The Dask engine; implements :class:`~distcal.engines.base.Engine`."""
 
     name = "dask"
-    options = frozenset({"n_ranges", "samples_per_range"})
+    options = frozenset({"n_ranges", "samples_per_range", "range_rows"})
 
     def open_ranges(self, data: Any, columns: dict[str, str | None], *,
                     on_invalid: str = "raise", finite_scores: bool = False, passes: int = 1,
@@ -254,14 +249,45 @@ class DaskEngine:
         return DaskSegmentRanges(as_dask(data), columns, by, on_invalid=on_invalid,
                                  finite_scores=finite_scores, passes=passes, **opts)
 
-    def transform_segmented(self, model: Any, data: Any, score_col: str,
-                            output_col: str) -> Any:
-        """Per partition, with the local engine's segmented transform."""
-        ddf = as_dask(data)
-        for name in model.by:
-            if name not in ddf.columns:
-                raise column_not_found(name, "segment", list(ddf.columns))
-        return _transform(model, ddf, score_col, output_col)
+    def is_vector_column(self, data: Any, name: str) -> bool:
+        """A pyarrow list dtype, or an object column whose first non-null value is a vector.
+
+        The first non-null value over the partitions in order (partitions
+        are computed one by one until one holds a value), so an empty or
+        all-null first partition decides nothing.
+        """
+        if engine_of(data) == "local":  # a local input forced onto this engine
+            from ..tables import is_vector_column
+
+            return is_vector_column(data, name)
+        if name not in getattr(data, "columns", ()):
+            return False
+        dtype = data[name].dtype
+        if isinstance(dtype, pd.ArrowDtype):
+            import pyarrow as pa
+
+            t = dtype.pyarrow_dtype
+            return bool(pa.types.is_list(t) or pa.types.is_large_list(t)
+                        or pa.types.is_fixed_size_list(t))
+        if not pd.api.types.is_object_dtype(dtype):
+            return False
+        column = data[name]
+        for i in range(column.npartitions):
+            head = column.partitions[i].dropna().head(1, compute=True)
+            if len(head):
+                return isinstance(head.iloc[0], (list, tuple, np.ndarray))
+        return False
+
+    def open_keyed(self, data: Any, spec: KeySpec, *, on_invalid: str,
+                   finite_scores: bool = False, passes: int = 1,
+                   **opts: Any) -> DaskKeyedRanges:
+        """Keyed ranges (:mod:`distcal.engines.dask_keyed`); option ``range_rows``."""
+        return DaskKeyedRanges(as_dask(data), spec, on_invalid=on_invalid,
+                               finite_scores=finite_scores, passes=passes, **opts)
+
+    def transform_rows(self, data: Any, columns: list[str], output_col: str,
+                       predict: Callable[[Any], Any], vector: bool) -> Any:
+        return transform_rows(as_dask(data), columns, output_col, predict, vector)
 
 
 def _valid_rows(pdf: pd.DataFrame, columns: dict[str, str]) -> tuple[pd.DataFrame, dict]:

@@ -1,0 +1,368 @@
+"""Keyed ranges of a Dask DataFrame: one range shuffle on score, carrying the key.
+
+Every variant of a fit (a binary score, one-vs-rest classes, ``by=``
+segments, both) is a set of keyed binary problems (:mod:`distcal.core.keyed`).
+On a Dask DataFrame, with whatever scheduler is in scope:
+
+1. Map: each input partition is read with :func:`~distcal.core.rows.read_rows`
+   (the checks and messages of every engine), its valid rows exploded into
+   keyed rows and pooled by (key, score) (:func:`~distcal.core.keyed.pool_keyed`;
+   one class at a time, so a partition never holds more than two keyed rows
+   per input row). The pooled tables stay on the workers (persisted); keys
+   are plain tuples, so partitions share no code book.
+2. Validation: each partition's counts (a few numbers) come to the client,
+   where :func:`~distcal.core.rows.add_up_rows` raises the input's
+   ``DataError`` before anything else is computed.
+3. Ranges: their number is chosen from the data (:func:`n_ranges_for`): the
+   partitions' pooled (key, score) rows over ``range_rows``, at least two per
+   worker thread. Bounds on score come from evenly spaced samples of the
+   partitions' pooled runs, sorted by score (:func:`~distcal.core.partition.range_bounds`),
+   each partition's positions shifted by a different fraction of their
+   spacing (partitions alike give different quantiles, so few samples each
+   still make as many bounds as ranges).
+4. Shuffle: each partition's table is cut at the bounds
+   (:func:`~distcal.core.keyed.cut_keyed`); range i merges the i-th slice of
+   every partition (:func:`~distcal.core.keyed.merge_keyed`) and ``fn`` runs
+   where it is. Only ``fn``'s results come back, in ascending score order.
+
+Memory: a worker holds one input partition while reading it (its rows and
+at most two keyed rows per row: the global and the segment key of one
+class), the pooled tables of its partitions, and, per range, the slices it
+merges: about ``range_rows`` pooled rows at most (sampled bounds: within a
+small factor), never raw rows. Merging pools by (key, score) with one sort,
+about 150 bytes per pooled row at its peak, so the default budget (2e6) asks
+for ~300 MB per range; lower it for smaller workers. Nothing here grows with
+the rows of the input, only with its partitions' distinct (key, score) pairs.
+Measured (tests/test_dask_keyed.py, 1.6e7 rows, global + 20 segments, 128
+partitions, 2 workers, ``range_rows=200_000``): peak worker RSS 507-533 MB
+(about 220 MB of it the worker and its imports); the path before keys
+(raw rows per range) exceeded a 650 MB limit on the same data.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..core.distinct import DistinctTable
+from ..core.keyed import KeyedTable, KeySpec, cut_keyed, explode, merge_keyed, pool_keyed
+from ..core.partition import range_bounds
+from ..core.rows import RowPart, add_up_rows, read_rows, vector_lengths
+from ..errors import column_not_found, output_column_exists
+from ..logs import log, phase
+
+__all__ = ["DaskKeyedRanges", "DEFAULT_RANGE_ROWS", "n_ranges_for", "pool_rows",
+           "transform_rows"]
+
+# Pooled (key, score) rows a range may hold: the engine option ``range_rows``
+# (the Spark engine's option of the same name and default).
+DEFAULT_RANGE_ROWS = 2_000_000
+
+
+def n_ranges_for(pooled_rows: int, range_rows: int, threads: int, at_least: int = 1) -> int:
+    """How many score ranges: the one rule of the Dask engine.
+
+    ``pooled_rows`` is the sum of the partitions' pooled (key, score) rows:
+    what the ranges' merges concatenate, an upper bound of the distinct
+    pairs. Enough ranges that each merges about ``range_rows`` of them at
+    most, and at least two per worker thread (every thread has work) and
+    ``at_least`` (the option ``n_ranges``: more ranges, never fewer).
+    """
+    if range_rows < 1:
+        raise ValueError(f"range_rows must be a positive number of rows, got {range_rows}")
+    return max(1, at_least, 2 * threads, math.ceil(pooled_rows / range_rows))
+
+
+def workers_threads() -> int:
+    """Threads of the workers of the default distributed client (else this machine's CPUs)."""
+    try:
+        from distributed import default_client
+
+        return sum(default_client().nthreads().values())
+    except (ImportError, ValueError):
+        import os
+
+        return os.cpu_count() or 2
+
+
+def _empty() -> KeyedTable:
+    return KeyedTable([], np.zeros(1, np.int64), DistinctTable.empty(), np.zeros(0, bool))
+
+
+def _concat_disjoint(parts: list[KeyedTable]) -> KeyedTable:
+    """Keyed tables of disjoint key sets side by side (no pooling needed)."""
+    parts = [p for p in parts if len(p.table)]
+    if not parts:
+        return _empty()
+    if len(parts) == 1:
+        return parts[0]
+    offsets = np.cumsum([0] + [len(p.table) for p in parts])
+    starts = np.concatenate([p.starts[:-1] + o for p, o in zip(parts, offsets[:-1])]
+                            + [offsets[-1:]])
+    t = [p.table for p in parts]
+    table = DistinctTable(np.concatenate([x.score for x in t]),
+                          np.concatenate([x.weight for x in t]),
+                          np.concatenate([x.positives for x in t]),
+                          np.concatenate([x.count for x in t]),
+                          np.concatenate([x.label_sum for x in t]),
+                          all(x.binary for x in t))
+    return KeyedTable([k for p in parts for k in p.keys], starts, table,
+                      np.concatenate([p.binary for p in parts]))
+
+
+def pool_rows(rows: RowPart, classes: list[int | None]) -> KeyedTable:
+    """The keyed table of one part's valid rows, pooled by (key, score).
+
+    One class at a time (:func:`~distcal.core.keyed.explode` of that class,
+    then :func:`~distcal.core.keyed.pool_keyed`): the classes' keys are
+    disjoint, so their tables are only put side by side, and at most the
+    rows of one class (global and segment keys) are exploded at once.
+    """
+    if rows.n_rows == 0:
+        return _empty()
+    parts = []
+    for cls in classes:
+        codes, keys, s, y, w = explode(rows.score, rows.label, rows.weight, rows.segments,
+                                       [cls])
+        parts.append(pool_keyed(codes, keys, s, y, w))
+    return _concat_disjoint(parts)
+
+
+# -- tasks (module functions: shipped to the workers by reference) ------------------
+
+def _lengths(pdf: pd.DataFrame, name: str) -> np.ndarray:
+    return vector_lengths(pdf, name) if len(pdf) else np.zeros(1, dtype=np.int64)
+
+
+def _read(pdf: pd.DataFrame, spec: KeySpec, finite_scores: bool, length: int | None
+          ) -> tuple[RowPart, dict[str, Any]]:
+    return read_rows(pdf, spec, finite_scores=finite_scores, n_classes=length)
+
+
+def _read_pool(pdf: pd.DataFrame, spec: KeySpec, finite_scores: bool, length: int | None,
+               classes: list[int | None]) -> tuple[KeyedTable, dict[str, Any]]:
+    rows, stats = read_rows(pdf, spec, finite_scores=finite_scores, n_classes=length)
+    return pool_rows(rows, classes), stats
+
+
+def _stats_and_size(pair: tuple[Any, dict[str, Any]]) -> tuple[dict[str, Any], int]:
+    part, stats = pair
+    return stats, len(part.table) if isinstance(part, KeyedTable) else part.n_rows
+
+
+def _sample(pair: tuple[KeyedTable, dict[str, Any]], size: int, offset: float
+            ) -> tuple[np.ndarray, int]:
+    """``size`` evenly spaced scores of a pooled table's sorted scores (all keys), and its
+    length. ``offset`` in [0, 1) shifts the positions by a fraction of their spacing, so
+    that partitions alike in distribution still contribute different quantiles."""
+    score = np.sort(pair[0].table.score)
+    m = score.shape[0]
+    if not m:
+        return np.zeros(0), 0
+    size = min(size, m)
+    return score[((np.arange(size) + offset) * (m / size)).astype(np.intp)], m
+
+
+def _cut(pair: tuple[KeyedTable, dict[str, Any]], bounds: np.ndarray) -> list[KeyedTable]:
+    return cut_keyed(pair[0], bounds)
+
+
+def _merge(slices: list[KeyedTable]) -> KeyedTable:
+    return merge_keyed(slices)
+
+
+def _apply(fn: Callable[[KeyedTable], Any], table: KeyedTable) -> Any:
+    return fn(table) if len(table.table) else None
+
+
+def _apply_rows(fn: Callable[[RowPart], Any], pair: tuple[RowPart, dict[str, Any]]) -> Any:
+    return fn(pair[0]) if pair[0].n_rows else None
+
+
+# -- the ranges ----------------------------------------------------------------------
+
+def _check_columns(names: list[str], spec: KeySpec) -> None:
+    """The DataError of :func:`~distcal.core.rows.read_rows` for a missing column."""
+    for c in spec.columns:
+        if c not in names:
+            role = "segment" if c in spec.by else "score" if c not in (
+                spec.label_col, spec.weight_col) else "label" if c == spec.label_col \
+                else "weight"
+            raise column_not_found(c, role, names)
+
+
+class DaskKeyedRanges:
+    """The keyed rows of a Dask DataFrame (implements ``KeyedRanges``; module docstring).
+
+    Options: ``range_rows`` (pooled (key, score) rows per range, default
+    :data:`DEFAULT_RANGE_ROWS`), ``n_ranges`` (at least this many ranges;
+    the budget may ask for more), ``samples_per_range`` (score samples per
+    range for the bounds, shared by the partitions in proportion to their
+    pooled rows, default 64: what comes to the client is ~64 numbers per
+    range, whatever the number of partitions).
+    """
+
+    def __init__(self, ddf: Any, spec: KeySpec, *, on_invalid: str = "raise",
+                 finite_scores: bool = False, passes: int = 1,
+                 range_rows: int = DEFAULT_RANGE_ROWS, n_ranges: int | None = None,
+                 samples_per_range: int = 64):
+        import dask
+        from dask import delayed
+
+        if on_invalid not in ("raise", "drop"):
+            raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
+        if int(range_rows) < 1:
+            raise ValueError(f"range_rows must be a positive number of rows, got {range_rows}")
+        names = [str(c) for c in ddf.columns]
+        _check_columns(names, spec)
+        self.spec, self.on_invalid, self.finite_scores = spec, on_invalid, finite_scores
+        self.passes, self.range_rows = passes, int(range_rows)
+        self.min_ranges = int(n_ranges or 1)
+        self.samples_per_range = samples_per_range
+        self._parts = ddf[spec.columns].to_delayed(optimize_graph=True)
+        # K, counted over the whole input for a vector column (read_rows needs it).
+        self._length: int | None = None
+        if not spec.multiclass:
+            self.n_classes = 0
+        elif spec.score_cols is not None:
+            self.n_classes = 2 if len(spec.score_cols) == 1 else len(spec.score_cols)
+        else:
+            with phase("dask: vector lengths"):
+                counts = dask.compute(*[delayed(_lengths)(p, spec.score_col)
+                                        for p in self._parts])
+            total = np.zeros(max(c.shape[0] for c in counts), dtype=np.int64)
+            for c in counts:
+                total[:c.shape[0]] += c
+            self._length = self.n_classes = int(total.argmax())
+        self._classes = spec.classes(self.n_classes)
+        self.n_rows, self.weight_total, self.dropped_rows = 0, 0.0, 0
+        self._checked = False
+        self._pooled: list[Any] | None = None   # per partition: (KeyedTable, stats), persisted
+        self._ranges: list[Any] | None = None   # per range: a KeyedTable (delayed)
+        self._rows: list[Any] | None = None     # per partition: (RowPart, stats)
+        log.info("dask: keyed rows of %d partitions, K = %d, by %s", len(self._parts),
+                 self.n_classes, list(spec.by))
+
+    # -- validation --------------------------------------------------------------
+
+    def _check(self, parts: list[Any]) -> list[int]:
+        """Add the parts' counts up (the input's DataError); each part's size."""
+        import dask
+        from dask import delayed
+
+        info = dask.compute(*[delayed(_stats_and_size)(p) for p in parts])
+        if not self._checked:
+            totals = add_up_rows([st for st, _ in info], self.on_invalid)
+            self.n_rows, self.weight_total = totals.n_rows, totals.weight_total
+            self.dropped_rows = totals.dropped_rows
+            self._checked = True
+            log.info("dask: %d rows used (weight %g), %d dropped", self.n_rows,
+                     self.weight_total, self.dropped_rows)
+        return [n for _, n in info]
+
+    # -- keyed ranges --------------------------------------------------------------
+
+    def _build(self) -> list[Any]:
+        import dask
+        from dask import delayed
+
+        if self._ranges is not None:
+            return self._ranges
+        if self._pooled is None:
+            pooled = [delayed(_read_pool, pure=True)(p, self.spec, self.finite_scores,
+                                                      self._length, self._classes)
+                      for p in self._parts]
+            with phase("dask: reading and pooling the partitions by (key, score)"):
+                (self._pooled,) = dask.persist(pooled)
+        sizes = self._check(self._pooled)
+        k = n_ranges_for(sum(sizes), self.range_rows, workers_threads(), self.min_ranges)
+        live = [(p, n) for p, n in zip(self._pooled, sizes) if n]
+        # samples_per_range per range in all, shared by the partitions as their sizes.
+        budget, total = self.samples_per_range * k, sum(sizes)
+        samples = dask.compute(*[delayed(_sample)(p, max(2, -(-budget * n // total)),
+                                                  (i * 0.6180339887498949) % 1.0)
+                                 for i, (p, n) in enumerate(live)])
+        bounds = range_bounds([(smp, n) for smp, n in samples if n], k)
+        log.info("dask: %d pooled (key, score) rows in %d partitions, %d ranges "
+                 "(range_rows %d)", sum(sizes), len(sizes), len(bounds) + 1, self.range_rows)
+        pieces = [delayed(_cut, pure=True, nout=len(bounds) + 1)(p, bounds) for p, _ in live]
+        ranges = [delayed(_merge, pure=True)([piece[i] for piece in pieces])
+                  for i in range(len(bounds) + 1)]
+        if self.passes > 1:
+            # Kept where they were merged; the partitions' tables are released.
+            (ranges,) = dask.persist(ranges)
+            self._pooled = None
+        # (One pass: the merges run inside the pass, from the partitions' tables.)
+        self._ranges = ranges
+        return ranges
+
+    def map(self, fn: Callable[[KeyedTable], Any]) -> list[Any]:
+        import dask
+        from dask import delayed
+
+        ranges = self._build()
+        with phase("dask: one pass over the keyed ranges"):
+            results = dask.compute(*[delayed(_apply)(fn, r) for r in ranges])
+        return [r for r in results if r is not None]
+
+    # -- row parts ------------------------------------------------------------------
+
+    def map_rows(self, fn: Callable[[RowPart], Any]) -> list[Any]:
+        import dask
+        from dask import delayed
+
+        rows = self._rows
+        if rows is None:
+            rows = [delayed(_read, pure=True)(p, self.spec, self.finite_scores, self._length)
+                    for p in self._parts]
+            if self.passes > 1:  # the valid rows are kept for the next passes
+                (rows,) = dask.persist(rows)
+                self._rows = rows
+        if not self._checked:
+            self._check(rows)
+        with phase("dask: one pass over the row parts"):
+            results = dask.compute(*[delayed(_apply_rows)(fn, r) for r in rows])
+        return [r for r in results if r is not None]
+
+    def close(self) -> None:
+        self._pooled = self._ranges = self._rows = None
+
+    def __enter__(self) -> DaskKeyedRanges:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# -- transform ------------------------------------------------------------------------
+
+def transform_rows(ddf: Any, columns: list[str], output_col: str,
+                   predict: Callable[[Any], Any], vector: bool) -> Any:
+    """``ddf`` with ``output_col`` = ``predict(partition[columns])``, lazily per partition."""
+    names = [str(c) for c in ddf.columns]
+    if output_col in names:
+        raise output_column_exists(output_col)
+    for c in columns:
+        if c not in names:
+            raise column_not_found(c, "model input", names)
+    meta = ddf._meta.copy()
+    meta[output_col] = pd.Series([], dtype=object if vector else np.float64, index=meta.index)
+    return ddf.map_partitions(_predict_partition, list(columns), output_col, predict, vector,
+                              meta=meta)
+
+
+def _predict_partition(pdf: pd.DataFrame, columns: list[str], output_col: str,
+                       predict: Callable[[Any], Any], vector: bool) -> pd.DataFrame:
+    out = pdf.copy(deep=False)
+    values = np.asarray(predict(pdf[columns]), dtype=np.float64)
+    if vector:
+        values = values.reshape(len(pdf), -1)
+        col = pd.Series(list(values), index=pdf.index, dtype=object)
+    else:
+        col = pd.Series(values.reshape(len(pdf)), index=pdf.index, dtype=np.float64)
+    out[output_col] = col
+    return out
