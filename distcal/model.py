@@ -500,7 +500,7 @@ def read_checked_meta(root: Path, fmt: str, version: int, kind: str = "") -> dic
     meta = read_model_json(root)
     if meta.get("format") != fmt:
         raise ModelError(f"'{root}' is not a distcal {kind}model")
-    if meta.get("format_version") != version:
+    if type(meta.get("format_version")) is not int or meta["format_version"] != version:
         raise ModelError(f"'{root}' has {kind}model format version "
                          f"{_short(meta.get('format_version'))}; this distcal reads version "
                          f"{version}")

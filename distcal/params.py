@@ -15,11 +15,57 @@ from typing import Any
 import numpy as np
 
 from .defaults import INTERPOLATIONS, METHOD_PARAMS, METHODS, STRATEGIES
-from .errors import ParameterError, unexpected_arguments
+from .errors import DataError, ParameterError, ParameterTypeError, unexpected_arguments
 
 __all__ = ["method_params", "check_fit_params", "split_engine_options", "check_n_bins",
-           "check_strategy",
+           "check_strategy", "check_bool", "check_column_name", "check_distinct_columns",
            "check_finite", "check_on_invalid", "check_score_index"]
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """``value`` as a Python bool; only ``True``/``False`` (numpy bools too) are accepted.
+
+    Anything else (``"no"``, ``0``, ``None``) is a ``TypeError`` naming the
+    parameter: a string is truthy, so ``overwrite="no"`` would replace.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ParameterTypeError(f"{name} must be True or False, got {_short(value)} "
+                             f"({type(value).__name__})")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_column_name(value: Any, name: str, *, optional: bool = False) -> str | None:
+    """A column name: a non-empty string (None passes when ``optional``)."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ParameterTypeError(f"{name} must be a column name (a non-empty string), got "
+                                 f"{_short(value)}")
+    return value
+
+
+def check_distinct_columns(roles: dict[str, Any]) -> None:
+    """Refuse a column given twice, in one role or in two (``score_cols=["a", "a"]``,
+    a label column that is also a score column): a :class:`~distcal.DataError`.
+
+    ``roles`` maps a role to a column name, a list of names, or None.
+    """
+    seen: dict[str, str] = {}
+    for role, value in roles.items():
+        names = value if isinstance(value, (list, tuple)) else [value]
+        for n in names:
+            if n is None:
+                continue
+            if n in seen:
+                where = (f"twice in {role}" if seen[n] == role
+                         else f"as {seen[n]} and as {role}")
+                raise DataError(f"column '{n}' is given {where}; each column plays one role once")
+            seen[n] = role
 
 
 def check_on_invalid(on_invalid: str) -> str:
@@ -39,10 +85,11 @@ def check_score_index(score_index: Any) -> int | None:
 
 
 def check_n_bins(n_bins: Any, name: str = "n_bins") -> int:
-    """A positive integer, at most 1,000,000 (more bins than that is a mistake)."""
-    if isinstance(n_bins, bool) or not isinstance(n_bins, int) or not 1 <= n_bins <= 1_000_000:
+    """A positive integer (numpy integers too), at most 1,000,000 (more bins is a mistake)."""
+    if (isinstance(n_bins, (bool, np.bool_)) or not isinstance(n_bins, (int, np.integer))
+            or not 1 <= n_bins <= 1_000_000):
         raise ParameterError(f"{name} must be an integer from 1 to 1000000, got {n_bins!r}")
-    return n_bins
+    return int(n_bins)
 
 
 def check_strategy(strategy: Any) -> str:
@@ -55,7 +102,8 @@ def check_finite(value: Any, name: str, *, optional: bool = False) -> float | No
     """``value`` as a finite float (None passes when ``optional``)."""
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (int, float, np.integer, np.floating)):
         raise ParameterError(f"{name} must be a finite number, got {value!r}")
     v = float(value)
     if not math.isfinite(v):
@@ -70,11 +118,11 @@ def method_params(method: str, given: dict[str, Any]) -> dict[str, Any]:
                              f"'temperature'), got {method!r}")
     params = {**METHOD_PARAMS[method], **given}
     if method == "isotonic":
-        if params["increasing"] not in (True, False, "auto") or \
-                isinstance(params["increasing"], (int, float)) and \
-                not isinstance(params["increasing"], bool):
-            raise ParameterError(f"increasing must be True, False or 'auto', got "
-                             f"{params['increasing']!r}")
+        inc = params["increasing"]
+        if isinstance(inc, (bool, np.bool_)):
+            params["increasing"] = bool(inc)  # numpy's bool is not JSON
+        elif not (isinstance(inc, str) and inc == "auto"):
+            raise ParameterError(f"increasing must be True, False or 'auto', got {inc!r}")
         if params["interpolation"] not in INTERPOLATIONS:
             raise ParameterError(f"interpolation must be one of {INTERPOLATIONS}, got "
                              f"{params['interpolation']!r}")
@@ -89,7 +137,7 @@ def method_params(method: str, given: dict[str, Any]) -> dict[str, Any]:
                              f"y_max={params['y_max']!r}")
     if method == "histogram":
         check_strategy(params["strategy"])
-        check_n_bins(params["n_bins"])
+        params["n_bins"] = check_n_bins(params["n_bins"])
     return params
 
 

@@ -23,6 +23,7 @@ import pyarrow.dataset as ds
 from .core.validate import check_vector_lengths
 from .errors import VECTORS_EXPECTED, DataError, column_not_found, column_type
 from .logs import progress
+from .storage import check_regular_input
 
 __all__ = ["ColumnSource", "open_source", "open_dataset", "iter_tables", "is_path", "read_table",
            "arrow_kind", "arrow_to_float", "is_vector_column", "vector_element"]
@@ -226,6 +227,7 @@ def open_dataset(path: str | os.PathLike) -> ds.Dataset:
     p = os.fspath(path)
     if "://" not in p and not os.path.exists(p):
         raise DataError(f"input '{p}' does not exist")
+    check_regular_input(p)  # a FIFO or a device (inside a dataset too) would block the reader
     try:
         return ds.dataset(p, format="parquet", partitioning="hive")
     except (pa.ArrowInvalid, OSError) as exc:

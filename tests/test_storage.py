@@ -27,15 +27,16 @@ from distcal.storage.fsspec import FsspecFileSystem
 
 
 def _write(content: str):
+    """A writer of a directory that looks like a model (overwrite replaces only outputs)."""
     def write(d: Path) -> None:
         d.mkdir()
-        (d / "data.txt").write_text(content)
+        (d / "model.json").write_text(content)
 
     return write
 
 
 def _read(d: Path) -> str:
-    return (d / "data.txt").read_text()
+    return (d / "model.json").read_text()
 
 
 def _siblings(parent: Path, name: str) -> list[str]:
@@ -69,7 +70,7 @@ def test_failed_write_leaves_old_output_and_no_directories(tmp_path):
 
     def broken(d: Path) -> None:
         d.mkdir()
-        (d / "data.txt").write_text("half")
+        (d / "model.json").write_text("half")
         raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError):

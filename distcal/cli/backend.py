@@ -18,7 +18,11 @@ from ..errors import DataError, ModelError, UsageError
 from ..loading import load_dir
 from ..model import CalibrationModel
 from ..storage import (
+    MODEL,
+    PARQUET,
+    REPORT,
     FileSystem,
+    check_regular_input,
     check_target,
     fetch_dir,
     filesystem_for,
@@ -26,6 +30,7 @@ from ..storage import (
     local_path,
     publish_dir,
     refuse_existing,
+    resolve_local,
 )
 
 __all__ = ["Backend", "check_input_files"]
@@ -51,27 +56,44 @@ class Backend:
         return str(opts["output"])
 
     def check_paths(self, opts: dict[str, Any], outputs: Iterable[str]) -> None:
-        """Refuse an output inside the input (a re-run would read it) or overlapping another."""
+        """Refuse an output that is, lies inside or contains what the command reads.
+
+        What it reads is the input and the model (``--model``); an output (or
+        ``--report``) at any spelling of their paths (``./m/../m``, a trailing
+        slash, a symbolic link to them) would destroy them, and one inside the
+        input would be read by a re-run. Outputs must not overlap each other.
+        """
         outputs = [str(o) for o in outputs]
         for out in outputs:
             check_target(self.filesystem(out), out)
-        inp = opts.get("input")
-        if inp:
+        for role in ("input", "model"):
+            src = opts.get(role)
+            if not src:
+                continue
             for out in outputs:
-                if _inside(out, str(inp)) or _inside(str(inp), out):
-                    raise DataError(f"output '{out}' is inside the input '{inp}' (or contains "
-                                    "it): a re-run would read its own output")
+                where = ("is" if _normal(out) == _normal(str(src)) else "is inside"
+                         if _inside(out, str(src)) else "contains"
+                         if _inside(str(src), out) else None)
+                if where:
+                    raise DataError(f"output '{out}' {where} the {role} '{src}'; an output "
+                                    f"never replaces, or mixes with, what the command reads")
         for i, a in enumerate(outputs):
             for b in outputs[i + 1:]:
                 if _inside(a, b) or _inside(b, a):
                     raise UsageError(f"outputs '{a}' and '{b}' overlap; give each its own path")
 
-    def refuse_existing(self, target: str, overwrite: bool, table: str | None = None) -> None:
-        refuse_existing(self.filesystem(target), target, overwrite)
+    def refuse_existing(self, target: str, overwrite: bool, table: str | None = None,
+                        kind: str | None = None) -> None:
+        """Before any work: an existing ``target`` without ``--overwrite``, or one that is
+        not a previous output of ``kind`` ("model", "report", "parquet")."""
+        fs = self.filesystem(target)
+        refuse_existing(fs, resolve_local(target) if fs.local else target, overwrite, kind,
+                        shown=target)
 
     # -- models and reports ---------------------------------------------------
     def save_model(self, model: CalibrationModel, path: str, overwrite: bool) -> None:
-        publish_dir(self.filesystem(path), path, model.write_dir, overwrite=overwrite)
+        publish_dir(self.filesystem(path), path, model.write_dir, overwrite=overwrite,
+                    kind=MODEL)
 
     def load_model(self, path: str) -> CalibrationModel:
         fs = self.filesystem(path)
@@ -88,14 +110,14 @@ class Backend:
         def write(d: Any) -> None:
             write_report(reports, d, provenance=prov, model=model)
 
-        publish_dir(self.filesystem(path), path, write, overwrite=overwrite)
+        publish_dir(self.filesystem(path), path, write, overwrite=overwrite, kind=REPORT)
 
     def write_table(self, table: Any, path: str, overwrite: bool) -> None:
         """A small pandas table as one Parquet file at ``path``."""
         def write(p: Any) -> None:
             table.rename(columns=str).to_parquet(p, index=False)
 
-        publish_dir(self.filesystem(path), path, write, overwrite=overwrite)
+        publish_dir(self.filesystem(path), path, write, overwrite=overwrite, kind=PARQUET)
 
     # -- the calibrated table -------------------------------------------------
     def apply(self, model: CalibrationModel, opts: dict[str, Any],
@@ -108,9 +130,12 @@ class Backend:
 
 
 def _normal(uri: str) -> str:
+    """One spelling of a path: local paths resolved (symlinks, ``..``), URLs without
+    repeated or trailing slashes."""
     if is_local_uri(uri):
         return os.path.realpath(local_path(uri))
-    return uri.rstrip("/")
+    scheme, _, rest = uri.partition("://")
+    return scheme + "://" + "/".join(p for p in rest.split("/") if p not in ("", "."))
 
 
 def _inside(a: str, b: str) -> bool:
@@ -148,13 +173,17 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
         if opts.get("engine") != "spark":
             raise UsageError(f"--input-format {fmt} needs the Spark engine (--engine spark); "
                              "the local and Dask engines read Parquet")
-        return  # Spark's reader checks it
+        inp = opts.get("input")
+        if inp and is_local_uri(str(inp)) and not opts.get("input_table"):
+            check_regular_input(local_path(str(inp)))
+        return  # Spark's reader checks the rest
     inp = opts.get("input")
     if not inp or not is_local_uri(str(inp)) or opts.get("input_table"):
         return
     path = local_path(str(inp))
     if not os.path.exists(path):
         return  # each backend says so in its own words
+    check_regular_input(path)  # a FIFO or a device would block or never end
     if os.path.isdir(path):
         files = _dataset_files(path)
     else:

@@ -14,6 +14,7 @@ from ..defaults import DEFAULTS
 from ..discretize import discretize
 from ..errors import UsageError
 from ..evaluation import evaluate, evaluate_many
+from ..storage import MODEL, PARQUET, REPORT
 from ..threshold import optimal_threshold
 from .backend import Backend
 
@@ -58,7 +59,7 @@ def cmd_fit(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     _require(opts, "input", "output")
     io.check_paths(opts, outputs=[opts["output"]])
     data = io.read(opts)
-    io.refuse_existing(opts["output"], opts["overwrite"])
+    io.refuse_existing(opts["output"], opts["overwrite"], kind=MODEL)
     by = _by_columns(opts.get("by"))
     segments = {} if by is None else {"by": by,
                                       "min_segment_weight": opts["min_segment_weight"]}
@@ -97,9 +98,9 @@ def cmd_apply(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     _require(opts, "model", "input")
     target = io.output_name(opts)
     io.check_paths(opts, outputs=[t for t in (opts.get("output"), opts.get("report")) if t])
-    io.refuse_existing(target, opts["overwrite"], table=opts.get("output_table"))
+    io.refuse_existing(target, opts["overwrite"], table=opts.get("output_table"), kind=PARQUET)
     if opts.get("report"):
-        io.refuse_existing(opts["report"], opts["overwrite"])
+        io.refuse_existing(opts["report"], opts["overwrite"], kind=REPORT)
     model = io.load_model(opts["model"])
     report = None
     if opts.get("report"):
@@ -160,7 +161,7 @@ def cmd_evaluate(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     predictions = _predictions(opts)
     io.check_paths(opts, outputs=[opts["output"]])
     data = io.read(opts)
-    io.refuse_existing(opts["output"], opts["overwrite"])
+    io.refuse_existing(opts["output"], opts["overwrite"], kind=REPORT)
     kw = {"label_col": opts["label_col"], "weight_col": opts["weight_col"],
           "n_bins": opts.get("n_bins") or DEFAULTS.n_bins,
           "strategy": opts.get("strategy") or DEFAULTS.strategy,
@@ -210,7 +211,7 @@ def cmd_discretize(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     _require(opts, "input")
     if opts.get("output"):
         io.check_paths(opts, outputs=[opts["output"]])
-        io.refuse_existing(opts["output"], opts["overwrite"])
+        io.refuse_existing(opts["output"], opts["overwrite"], kind=PARQUET)
     table = discretize(io.read(opts), score_col=opts["score_col"], label_col=opts["label_col"],
                        engine=io.engine)
     if opts.get("output"):
