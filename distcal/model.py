@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 from .core.bins import bin_ids
 from .core.isotonic import Blocks
 from .core.sigmoid import sigmoid_predict
+from .core.validate import as_scores
 from .defaults import DEFAULTS
 from .errors import ModelError, sums_overflow
 from .storage import filesystem_for, publish_dir
@@ -191,7 +192,7 @@ class CalibrationModel:
     # -- prediction -----------------------------------------------------
     def predict(self, scores: Any) -> np.ndarray:
         """Probabilities for ``scores`` (array-like); NaN in gives NaN out."""
-        s = np.asarray(scores, dtype=np.float64)
+        s = as_scores(scores)  # real numbers only; a scalar gives one value
         if self.method == "sigmoid":
             return sigmoid_predict(self.params["a"], self.params["b"], s)
         interpolation = self.params.get("interpolation", "linear")

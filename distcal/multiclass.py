@@ -48,6 +48,7 @@ from .core.temperature import (
     softmax_predict,
     temperature_sums,
 )
+from .core.validate import as_scores
 from .errors import DataError, ModelError
 from .model import (
     CalibrationModel,
@@ -250,7 +251,7 @@ class MulticlassCalibrationModel:
 softmax_predict(np.array([[2.0, -2.0]]), model.beta).round(4).tolist()
         True
         """
-        s = np.asarray(scores, dtype=np.float64)
+        s = as_scores(scores)  # real numbers only (no complex, dates, durations)
         if s.ndim == 1 and self.n_classes == 2:
             s = s.reshape(-1, 1)
         if s.ndim != 2:

@@ -19,6 +19,7 @@ from .errors import DataError, ParameterError, ParameterTypeError, unexpected_ar
 
 __all__ = ["method_params", "check_fit_params", "split_engine_options", "check_n_bins",
            "check_strategy", "check_bool", "check_column_name", "check_distinct_columns",
+           "check_roles",
            "check_finite", "check_on_invalid", "check_score_index"]
 
 
@@ -47,6 +48,31 @@ def check_column_name(value: Any, name: str, *, optional: bool = False) -> str |
         raise ParameterTypeError(f"{name} must be a column name (a non-empty string), got "
                                  f"{_short(value)}")
     return value
+
+
+def check_roles(*, score_col: Any, label_col: Any, weight_col: Any = None,
+                score_cols: Any = None, score: str = "score") -> None:
+    """The column parameters of a fit or an evaluation, before any data is read.
+
+    Names are non-empty strings (``score_col=None`` or a list is a
+    ``TypeError`` naming the parameter); ``score_cols`` (``prob_cols``) is
+    a list of them and replaces ``score_col``; no column is given twice, in
+    one role or in two (:func:`check_distinct_columns`). ``score`` names
+    the role: "score" (fit) or "prob" (evaluate).
+    """
+    if score_cols is None:
+        check_column_name(score_col, f"{score}_col")
+    elif not isinstance(score_cols, (list, tuple)) or not score_cols:
+        raise ParameterTypeError(f"{score}_cols must be a list of column names, got "
+                                 f"{_short(score_cols)}")
+    else:
+        for c in score_cols:
+            check_column_name(c, f"each of {score}_cols")
+    check_column_name(label_col, "label_col")
+    check_column_name(weight_col, "weight_col", optional=True)
+    check_distinct_columns({f"{score}_cols" if score_cols is not None else f"{score}_col":
+                            list(score_cols) if score_cols is not None else score_col,
+                            "label_col": label_col, "weight_col": weight_col})
 
 
 def check_distinct_columns(roles: dict[str, Any]) -> None:

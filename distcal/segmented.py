@@ -38,6 +38,7 @@ from .core.segments import (
     merge_segment_blocks,
     summarise_range,
 )
+from .core.validate import as_scores
 from .defaults import DEFAULTS
 from .errors import DataError, ModelError, ParameterError, column_not_found, sums_overflow
 from .logs import log, phase
@@ -409,7 +410,7 @@ class SegmentedCalibrationModel:
         back get the global map. (``model.global_model.predict(scores)``
         applies the global map to all.)
         """
-        s = np.asarray(scores, dtype=np.float64)
+        s = as_scores(scores)  # real numbers only (no complex, dates, durations)
         if segments is None:
             raise TypeError(f"a model fitted by {self.by} needs each score's segment: "
                             "predict(scores, segments=keys); model.global_model.predict(scores) "

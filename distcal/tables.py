@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from .core.validate import check_vector_lengths
+from .core.validate import check_vector_lengths, is_real_dtype
 from .errors import VECTORS_EXPECTED, DataError, column_not_found, column_type
 from .logs import progress
 from .storage import check_regular_input
@@ -71,7 +71,7 @@ def _pandas_to_float(s: pd.Series) -> tuple[np.ndarray, np.ndarray | None]:
 
 def _pandas_kind(s: pd.Series) -> str:
     dt = s.dtype
-    if pd.api.types.is_bool_dtype(dt) or pd.api.types.is_numeric_dtype(dt):
+    if is_real_dtype(dt):  # not complex, not dates or durations
         return "number"
     if pd.api.types.is_object_dtype(dt) or pd.api.types.is_string_dtype(dt):
         return "text"

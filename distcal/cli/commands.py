@@ -17,6 +17,7 @@ from ..evaluation import evaluate, evaluate_many
 from ..storage import MODEL, PARQUET, REPORT
 from ..threshold import optimal_threshold
 from .backend import Backend
+from .jsonline import key_value
 
 __all__ = ["COMMANDS", "cmd_fit", "cmd_apply", "cmd_evaluate", "cmd_threshold",
            "cmd_discretize"]
@@ -197,13 +198,15 @@ def cmd_threshold(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
                                     on_invalid=opts["on_invalid"],
                                     score_index=opts.get("score_index"),
                                     by=_by_columns(opts.get("by")))
-    # +inf (predict nothing positive) prints as JSON's customary Infinity, which
-    # Python's json, JavaScript and pandas read back as a number.
+    # +inf (predict nothing positive) prints as null with the reason in "why_null"
+    # (standard JSON has no Infinity; see run.standard_json).
     out = {"threshold": res.threshold, "predict_none": res.predict_none, "cost": res.cost,
            "tp": res.tp, "fp": res.fp,
            "tn": res.tn, "fn": res.fn, "n_positive_predicted": res.n_positive_predicted}
-    if res.segments is not None:
-        out["segments"] = res.to_dict()["segments"]
+    if res.segments is not None:  # ±inf keys as "Infinity"/"-Infinity", never null
+        by = _by_columns(opts.get("by")) or []
+        out["segments"] = [{k: key_value(v) if k in by else v for k, v in row.items()}
+                           for row in res.to_dict()["segments"]]
     return out
 
 

@@ -64,7 +64,10 @@ class SparkBackend(Backend):
         from pyspark.sql import SparkSession
 
         builder = SparkSession.builder.appName("distcal")
-        if not opts.get("verbose"):
+        if opts.get("quiet"):  # errors only, no progress bars
+            builder = (builder.config("spark.log.level", "ERROR")
+                       .config("spark.ui.showConsoleProgress", "false"))
+        elif not opts.get("verbose"):
             # Spark's INFO lines would bury the job's own one line (unless the
             # user set a level with --conf spark.log.level=...).
             builder = builder.config("spark.log.level", "WARN")
