@@ -199,10 +199,11 @@ def cmd_threshold(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
                                     score_index=opts.get("score_index"),
                                     by=_by_columns(opts.get("by")))
     # +inf (predict nothing positive) prints as null with the reason in "why_null"
-    # (standard JSON has no Infinity; see run.standard_json).
-    out = {"threshold": res.threshold, "predict_none": res.predict_none, "cost": res.cost,
-           "tp": res.tp, "fp": res.fp,
-           "tn": res.tn, "fn": res.fn, "n_positive_predicted": res.n_positive_predicted}
+    # (standard JSON has no Infinity; see jsonline.standard_json).
+    out: dict[str, Any] = {
+        "threshold": res.threshold, "predict_none": res.predict_none, "cost": res.cost,
+        "tp": res.tp, "fp": res.fp, "tn": res.tn, "fn": res.fn,
+        "n_positive_predicted": res.n_positive_predicted}
     if res.segments is not None:  # ±inf keys as "Infinity"/"-Infinity", never null
         by = _by_columns(opts.get("by")) or []
         out["segments"] = [{k: key_value(v) if k in by else v for k, v in row.items()}
