@@ -87,6 +87,18 @@ def base(tmp_path_factory) -> Path:
     (d / "dup_spelling.yaml").write_text("score_col: score\nscore-col: label\n")
     (d / "dup_nbins.yaml").write_text("n-bins: 5\nmethod: histogram\nn_bins: 6\n")
     (d / "params.yaml").write_text("params:\n  n_bins: 3\n")
+    pq.write_table(pa.table([df.score.to_numpy(), df.label.to_numpy(), df.w.to_numpy()],
+                            names=["score", "label", "score"]), d / "dupcol.parquet")
+    df.assign(g=[{"a": i % 3} for i in range(len(df))]).to_parquet(d / "struct.parquet")
+    df.assign(g=[[i % 3] for i in range(len(df))]).to_parquet(d / "list.parquet")
+    df.assign(w=1e305).to_parquet(d / "w305.parquet", index=False)
+    df.assign(label=0).to_parquet(d / "negatives.parquet", index=False)
+    df.assign(g=np.array([-np.inf, 1.0, np.inf])[np.arange(len(df)) % 3]).to_parquet(
+        d / "ginf.parquet", index=False)
+    p = np.random.default_rng(3).dirichlet([1, 1, 1], len(df))
+    pd.DataFrame({"p0": p[:, 0], "p1": p[:, 1], "p2": p[:, 2],
+                  "label": np.random.default_rng(4).integers(0, 3, len(df))}).to_parquet(
+        d / "mc3.parquet", index=False)
     return d
 
 
@@ -532,6 +544,98 @@ def _prefit(k: int, labels: Callable[[np.ndarray], np.ndarray],
     return CalibratedClassifier(clf).fit(X, labels(y))
 
 
+def _complex(w: Path) -> pd.DataFrame:
+    return _df(w).assign(score=_df(w).score.astype(complex))
+
+
+def _three(w: Path) -> pd.DataFrame:
+    return _df(w).assign(a=0.2, b=0.3, c=0.5)
+
+
+API_CASES += [
+    # Rule 7: more bins than rows is refused before the bins are computed.
+    ApiCase("evaluate-n-bins-1e6", lambda w: distcal.evaluate(w / "in.parquet", prob_col="score",
+                                                              n_bins=1_000_000),
+            ParameterError, r"n_bins must not exceed the number of rows \(2000\), got 1000000"),
+    ApiCase("evaluate-quantile-n-bins-above-rows", lambda w: distcal.evaluate(
+        _df(w), prob_col="score", n_bins=2001, strategy="quantile"), ParameterError,
+        r"number of rows \(2000\)"),
+    ApiCase("evaluate-many-n-bins-above-rows", lambda w: distcal.evaluate_many(
+        _df(w), ["score"], n_bins=5000), ParameterError, r"number of rows \(2000\)"),
+    ApiCase("evaluate-by-n-bins-above-rows", lambda w: distcal.evaluate(
+        _df(w).assign(g=1), prob_col="score", by="g", n_bins=5000), ParameterError,
+        r"number of rows \(2000\)"),
+    # Rule 9: only real numbers are scores (complex, dates and durations are not).
+    ApiCase("fit-complex-scores", lambda w: distcal.fit(_complex(w)), distcal.DataError,
+            r"column 'score' \(score\) has type complex128; expected numbers"),
+    ApiCase("transform-complex-scores", lambda w: _model(w).transform(_complex(w)),
+            distcal.DataError, "has type complex128"),
+    ApiCase("evaluate-complex-probabilities", lambda w: distcal.evaluate(_complex(w),
+                                                                         prob_col="score"),
+            distcal.DataError, "has type complex128"),
+    ApiCase("threshold-complex-scores", lambda w: distcal.optimal_threshold(_complex(w)),
+            distcal.DataError, "has type complex128"),
+    ApiCase("fit-timedelta-scores", lambda w: distcal.fit(_df(w).assign(
+        score=pd.to_timedelta(_df(w).score, unit="s"))), distcal.DataError,
+        r"has type timedelta64\[ns\]"),
+    ApiCase("fit-multiclass-complex-score-cols", lambda w: distcal.fit(
+        _three(w).assign(a=0.2 + 1j), score_cols=["a", "b", "c"]), distcal.DataError,
+        "column 'a' has type complex128"),
+    ApiCase("predict-complex", lambda w: _model(w).predict(np.array([0.5 + 0.5j, 0.2])),
+            distcal.DataError, "2 values are complex numbers; scores must be real numbers"),
+    ApiCase("predict-complex-objects", lambda w: _model(w).predict([0.5, 1j]),
+            distcal.DataError, "complex numbers"),
+    ApiCase("predict-datetime64", lambda w: _model(w).predict(
+        np.array(["2024-01-01"], dtype="datetime64[ns]")), distcal.DataError,
+        r"1 value is dates \(datetime64\)"),
+    ApiCase("predict-timedelta64", lambda w: _model(w).predict(
+        np.array([1, 2], dtype="timedelta64[s]")), distcal.DataError, "durations"),
+    ApiCase("multiclass-predict-complex", lambda w: distcal.load(w / "m_multi").predict(
+        np.full((2, 3), 1 / 3 + 0j)), distcal.DataError, "complex numbers"),
+    # Rule 10: a column plays one role, once.
+    ApiCase("score-cols-twice", lambda w: distcal.fit(_three(w), score_cols=["a", "a", "c"]),
+            distcal.DataError, "column 'a' is given twice in score_cols"),
+    ApiCase("score-cols-include-label", lambda w: distcal.fit(_three(w),
+                                                              score_cols=["a", "b", "label"]),
+            distcal.DataError, "column 'label' is given as score_cols and as label_col"),
+    ApiCase("label-is-score", lambda w: distcal.fit(_df(w), label_col="score"),
+            distcal.DataError, "column 'score' is given as score_col and as label_col"),
+    ApiCase("weight-is-label", lambda w: distcal.fit(_df(w), weight_col="label"),
+            distcal.DataError, "column 'label' is given as label_col and as weight_col"),
+    ApiCase("evaluate-prob-cols-twice", lambda w: distcal.evaluate(
+        _three(w), prob_cols=["a", "a", "b"]), distcal.DataError, "given twice in prob_cols"),
+    ApiCase("evaluate-many-prob-cols-label", lambda w: distcal.evaluate_many(
+        _three(w), [["a", "label"]]), distcal.DataError, "'label' is given as prob_cols"),
+    ApiCase("evaluate-prob-is-weight", lambda w: distcal.evaluate(_df(w), prob_col="w",
+                                                                  weight_col="w"),
+            distcal.DataError, "'w' is given as prob_col and as weight_col"),
+    ApiCase("score-col-none", lambda w: distcal.fit(_df(w), score_col=None), TypeError,
+            "score_col must be a column name"),
+    ApiCase("score-col-list", lambda w: distcal.fit(_df(w), score_col=["score"]), TypeError,
+            r"score_col must be a column name .* got \['score'\]"),
+    ApiCase("label-col-int", lambda w: distcal.fit(_df(w), label_col=3), TypeError,
+            "label_col must be a column name"),
+    # Internal errors where the user made the mistake.
+    ApiCase("evaluate-weights-1e305", lambda w: distcal.evaluate(
+        w / "w305.parquet", prob_col="score", weight_col="w"), distcal.DataError,
+        "sums overflow float64"),
+]
+
+
+def test_values_of_the_right_kind_work(work):
+    """The other side of the rules: numpy bools and ints, scalars, same-kind overwrites."""
+    df = _df(work)
+    model = distcal.fit(df, increasing=np.bool_(True))
+    model.save(work / "npbool", overwrite=np.bool_(False))  # numpy's bool is JSON-safe now
+    assert distcal.load(work / "npbool").params["increasing"] is True
+    hist = distcal.fit(df, method="histogram", n_bins=np.int64(5))
+    hist.save(work / "m_sigmoid", overwrite=True)  # a model replaces a model
+    assert distcal.load(work / "m_sigmoid").params["n_bins"] == 5
+    assert model.predict(0.5).shape == (1,)
+    assert model.predict(0.5)[0] == model.predict([0.5, 0.7])[0]
+    assert distcal.evaluate(df.iloc[:5], prob_col="score").n_rows == 5  # default bins: fine
+
+
 def _write_report(w: Path, overwrite: Any, name: str = "prev_report") -> Any:
     from distcal.report import write_report
 
@@ -769,7 +873,62 @@ CLI_CASES += [
                                                   "dup_nbins.yaml"], "gives option 'n-bins' twice"),
     CliCase("config-params-key", FIT + ["--output", "m", "--config", "params.yaml"],
             "'params' in config 'params.yaml' is not an option"),
+    # Rule 7: --n-bins above the rows is refused from the files' footers, before reading.
+    CliCase("evaluate-n-bins-1e6", EVALUATE + ["--output", "r", "--n-bins", "1000000"],
+            r"n_bins must not exceed the number of rows \(2000\), got 1000000"),
+    CliCase("evaluate-quantile-n-bins-2001", EVALUATE + ["--output", "r", "--n-bins", "2001",
+                                                         "--strategy", "quantile"],
+            r"number of rows \(2000\)"),
+    CliCase("evaluate-dataset-n-bins-above-rows", ["evaluate", "--input", "ds", "--prob-col",
+                                                   "score", "--output", "r", "--n-bins",
+                                                   "2001"], r"number of rows \(2000\)"),
+    CliCase("dask-job-evaluate-n-bins-1e6", EVALUATE + ["--output", "r", "--n-bins", "1000000"],
+            r"number of rows \(2000\)", surface="dask"),
+    # Rule 10: a column plays one role, once.
+    CliCase("evaluate-prob-cols-twice", ["evaluate", "--input", "mc3.parquet", "--prob-cols",
+                                         "p0,p0,p1", "--output", "r"],
+            "column 'p0' is given twice in --prob-cols"),
+    CliCase("evaluate-prob-cols-label", ["evaluate", "--input", "mc3.parquet", "--prob-cols",
+                                         "p0,p1,label", "--output", "r"],
+            "column 'label' is given as --prob-cols and as --label-col"),
+    CliCase("evaluate-prob-col-weight", EVALUATE + ["--output", "r", "--weight-col", "score"],
+            "column 'score' is given as --prob-col and as --weight-col"),
+    CliCase("discretize-label-is-score", ["discretize", "--input", "in.parquet", "--label-col",
+                                          "score"],
+            "column 'score' is given as --score-col and as --label-col"),
+    CliCase("fit-weight-is-label", FIT + ["--output", "m", "--weight-col", "label"],
+            "column 'label' is given as --label-col and as --weight-col"),
+    CliCase("threshold-loss-is-score", ["threshold", "--input", "in.parquet", "--loss-col",
+                                        "score"], "given as --score-col and as --loss-col"),
+    CliCase("apply-output-col-is-score", APPLY + ["--output", "o.parquet", "--output-col",
+                                                  "score"],
+            "given as --score-col and as --output-col"),
+    CliCase("spark-job-prob-cols-twice", ["evaluate", "--input", "mc3.parquet", "--prob-cols",
+                                          "p0,p0,p1", "--output", "r"],
+            "given twice in --prob-cols", surface="spark"),
     # Internal errors where the user made the mistake.
+    CliCase("fit-duplicate-column-names", FIT[:1] + ["--input", "dupcol.parquet", "--output",
+                                                     "m"],
+            "input file 'dupcol.parquet' has 1 column name.* used twice or more: 'score'"),
+    CliCase("apply-duplicate-column-names", ["apply", "--model", "m_isotonic", "--input",
+                                             "dupcol.parquet", "--output", "o.parquet"],
+            "used twice or more"),
+    CliCase("fit-by-struct", ["fit", "--input", "struct.parquet", "--output", "m", "--by", "g"],
+            r"column 'g' \(segment\) has type struct<a: int64>.*--by needs columns"),
+    CliCase("evaluate-by-list", ["evaluate", "--input", "list.parquet", "--prob-col", "score",
+                                 "--output", "r", "--by", "g"],
+            r"column 'g' \(segment\) has type list"),
+    CliCase("threshold-by-struct", ["threshold", "--input", "struct.parquet", "--by", "g"],
+            "has type struct"),
+    CliCase("evaluate-weights-1e305", ["evaluate", "--input", "w305.parquet", "--prob-col",
+                                       "score", "--weight-col", "w", "--output", "r"],
+            "sums overflow float64"),
+    CliCase("y-min-minus-inf", FIT + ["--output", "m", "--y-min", "-inf"],
+            "y_min must be a finite number, got -inf"),
+    CliCase("y-min-negative", FIT + ["--output", "m", "--y-min", "-0.5"],
+            r"y_min must lie in \[0, 1\]"),
+    CliCase("n-bins-negative", FIT + ["--output", "m", "--method", "histogram", "--n-bins",
+                                      "-3"], "n_bins must be an integer from 1"),
     CliCase("output-path-over-4096-bytes", APPLY + ["--output", "d/" * 2100 + "o.parquet"],
             "the path is .* bytes long"),
     CliCase("output-parent-is-file-dotdot", FIT + ["--output", "afile/../m"],
@@ -837,6 +996,77 @@ def test_command_line_and_jobs(case, work):
     assert lines[0].split(":")[0].split()[0] in ("distcal", "spark_calibrate", "dask_calibrate")
     assert snapshot(work) == before  # nothing written, nothing lost
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)  # never replaced
+
+
+def _strict_json(text: str) -> Any:
+    """Parse as a standard JSON parser would: NaN and Infinity are errors."""
+    def refuse(name: str) -> Any:
+        raise ValueError(f"{name} is not standard JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def _cli_ok(work: Path, argv: list[str]) -> dict:
+    r = subprocess.run([sys.executable, "-m", "distcal", *argv], capture_output=True, text=True,
+                       timeout=300, cwd=work, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    return _strict_json(r.stdout)
+
+
+def test_command_line_json_is_standard(work):
+    """Rule 12: null plus why_null for non-finite numbers; ±inf segment keys kept as text."""
+    out = _cli_ok(work, ["threshold", "--input", "negatives.parquet", "--cost-fp", "0",
+                         "--cost-fn", "0"])
+    assert out["threshold"] is None and out["predict_none"] is True
+    assert "+inf" in out["why_null"]["threshold"]
+    out = _cli_ok(work, ["evaluate", "--input", "negatives.parquet", "--prob-col", "score",
+                         "--output", "r"])
+    metrics = out["metrics"]["score"]
+    assert metrics["auc"] is None and "one class" in metrics["why_null"]["auc"]
+    out = _cli_ok(work, ["threshold", "--input", "ginf.parquet", "--by", "g"])
+    assert sorted(map(str, (row["g"] for row in out["segments"]))) == [
+        "-Infinity", "1.0", "Infinity"]
+    _cli_ok(work, ["evaluate", "--input", "ginf.parquet", "--prob-col", "score", "--output",
+                   "rg", "--by", "g"])
+    report = _strict_json((work / "rg" / "report.json").read_text())
+    assert sorted(map(str, report["segments"]["g"])) == ["-Infinity", "1.0", "Infinity"]
+    # The other side: negative values after an option are read as values.
+    out = _cli_ok(work, ["threshold", "--input", "in.parquet", "--cost-fp", "-1e-3"])
+    assert out["cost"] <= 0
+    # ... and q/../q names q (committed in one piece, no temporary left).
+    _cli_ok(work, ["fit", "--input", "in.parquet", "--output", "q/../q"])
+    assert (work / "q" / "model.json").is_file()
+    assert not [p for p in os.listdir(work) if p.startswith(".q.")]
+
+
+def test_overwrite_replaces_previous_outputs_of_the_same_kind(work):
+    """Rule 2's other side: a model replaces a model, Parquet Parquet, a report a report."""
+    _cli_ok(work, ["fit", "--input", "in.parquet", "--output", "m_sigmoid", "--overwrite"])
+    assert distcal.load(work / "m_sigmoid").method == "isotonic"
+    _cli_ok(work, ["apply", "--model", "m_isotonic", "--input", "in.parquet", "--output",
+                   "prev.parquet", "--report", "prev_report", "--overwrite"])
+    assert "calibrated" in pq.read_schema(work / "prev.parquet").names
+    _cli_ok(work, ["apply", "--model", "m_isotonic", "--input", "in.parquet", "--output",
+                   "ds/", "--overwrite"])  # a dataset directory, replaced by a Parquet file
+    assert (work / "ds").is_file()
+    _cli_ok(work, ["evaluate", "--input", "in.parquet", "--prob-col", "score", "--output",
+                   "prev_report", "--overwrite"])
+    assert (work / "prev_report" / "report.json").is_file()
+
+
+@pytest.mark.spark
+def test_quiet_spark_prints_nothing_but_the_result(work):
+    """``-q`` with the Spark engine: no WARN lines, no progress bars on stderr."""
+    r = subprocess.run([sys.executable, "-m", "distcal", "fit", "--engine", "spark", "-q",
+                        "--input", "in.parquet", "--output", "m"], capture_output=True,
+                       text=True, timeout=600, cwd=work, env=_spark_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stderr == "", r.stderr[-3000:]
+    assert _strict_json(r.stdout)["n_rows"] == 2000
+    r = subprocess.run([sys.executable, "-m", "distcal", "fit", "--engine", "spark", "-q",
+                        "--input", "in.parquet", "--output", "m"], capture_output=True,
+                       text=True, timeout=600, cwd=work, env=_spark_env())
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        "distcal: error: output 'm' exists (pass --overwrite / overwrite=True to replace it)"]
 
 
 def test_suite_size():
