@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from .core.validate import check_vector_lengths, is_real_dtype
+from .core.validate import check_unique_columns, check_vector_lengths, is_real_dtype
 from .errors import VECTORS_EXPECTED, DataError, column_not_found, column_type
 from .logs import progress
 from .storage import check_regular_input
@@ -135,6 +135,7 @@ class ColumnSource:
         if isinstance(data, pd.DataFrame):
             self.kind = "pandas"
             names = list(map(str, data.columns))
+            check_unique_columns(names, self.columns.values())  # before data[c] reads
             kinds = {c: _pandas_kind(data[c]) for c in self.columns.values() if c in data.columns}
             types = {c: str(data[c].dtype) for c in kinds}
             # Vectors in pandas: an object column; its elements are checked when read.
@@ -143,6 +144,7 @@ class ColumnSource:
         elif isinstance(data, (pa.Table, pa.RecordBatch)):
             self.kind = "arrow"
             names = data.schema.names
+            check_unique_columns(names, self.columns.values())
             kinds = {c: arrow_kind(data.schema.field(c).type)
                      for c in self.columns.values() if c in names}
             types = {c: str(data.schema.field(c).type) for c in kinds}
@@ -274,11 +276,13 @@ def is_vector_column(data: object, name: str) -> bool:
     column is missing or ``data`` is not local.
     """
     if isinstance(data, pd.DataFrame):
+        check_unique_columns(list(map(str, data.columns)), [name])
         if name not in data.columns or data[name].dtype != object:
             return False
         first = data[name].first_valid_index()
         return first is not None and isinstance(data[name][first], (list, tuple, np.ndarray))
     if isinstance(data, (pa.Table, pa.RecordBatch)):
+        check_unique_columns(data.schema.names, [name])
         return name in data.schema.names and _is_list_type(data.schema.field(name).type)
     if is_path(data):
         schema = open_dataset(data).schema  # type: ignore[arg-type]

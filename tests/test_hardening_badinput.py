@@ -548,6 +548,10 @@ def _complex(w: Path) -> pd.DataFrame:
     return _df(w).assign(score=_df(w).score.astype(complex))
 
 
+def _dup_pandas(w: Path) -> pd.DataFrame:
+    return pd.concat([_df(w), _df(w)[["score"]]], axis=1)
+
+
 def _three(w: Path) -> pd.DataFrame:
     return _df(w).assign(a=0.2, b=0.3, c=0.5)
 
@@ -616,6 +620,17 @@ API_CASES += [
     ApiCase("label-col-int", lambda w: distcal.fit(_df(w), label_col=3), TypeError,
             "label_col must be a column name"),
     # Internal errors where the user made the mistake.
+    ApiCase("fit-pandas-duplicate-column", lambda w: distcal.fit(_dup_pandas(w)),
+            distcal.DataError, "column 'score' appears 2 times in the input"),
+    ApiCase("evaluate-arrow-duplicate-column", lambda w: distcal.evaluate(
+        pa.Table.from_pandas(_dup_pandas(w), preserve_index=False), prob_col="score"),
+        distcal.DataError, "column 'score' appears 2 times"),
+    ApiCase("threshold-pandas-duplicate-column", lambda w: distcal.optimal_threshold(
+        _dup_pandas(w)), distcal.DataError, "appears 2 times"),
+    ApiCase("transform-pandas-duplicate-column", lambda w: _model(w).transform(_dup_pandas(w)),
+            distcal.DataError, "appears 2 times"),
+    ApiCase("fit-parquet-duplicate-column", lambda w: distcal.fit(w / "dupcol.parquet"),
+            distcal.DataError, "duplicate field names"),
     ApiCase("evaluate-weights-1e305", lambda w: distcal.evaluate(
         w / "w305.parquet", prob_col="score", weight_col="w"), distcal.DataError,
         "sums overflow float64"),

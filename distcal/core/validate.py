@@ -18,7 +18,8 @@ import numpy as np
 
 from ..errors import DataError
 
-__all__ = ["RowChecker", "ROLES", "rules", "check_vector_lengths", "is_real_dtype", "as_scores"]
+__all__ = ["RowChecker", "ROLES", "rules", "check_vector_lengths", "is_real_dtype", "as_scores",
+           "check_unique_columns"]
 
 # The roles a column can play ("prob:NAME" when several probability columns
 # are evaluated together).
@@ -189,3 +190,19 @@ def as_scores(scores: object, name: str = "scores") -> np.ndarray:
         raise DataError(f"{name}: {arr.size} {'value is' if arr.size == 1 else 'values are'} "
                         f"{what}; scores must be real numbers")
     return np.atleast_1d(arr.astype(np.float64))
+
+
+def check_unique_columns(names: list[str], used: object) -> None:
+    """Refuse an input in which a column the call reads has its name more than once.
+
+    Parquet files and pandas frames may repeat a column name; reading such a
+    column by name is ambiguous (pyarrow raises KeyError, pandas returns a
+    frame). ``used``: the names the call reads.
+    """
+    counts: dict[str, int] = {}
+    for n in names:
+        counts[n] = counts.get(n, 0) + 1
+    dup = sorted(n for n in set(used) if counts.get(n, 0) > 1)  # type: ignore[call-overload]
+    if dup:
+        raise DataError(f"column '{dup[0]}' appears {counts[dup[0]]} times in the input; "
+                        "give each column its own name")
