@@ -623,7 +623,8 @@ API_CASES += [
     ApiCase("fit-pandas-duplicate-column", lambda w: distcal.fit(_dup_pandas(w)),
             distcal.DataError, "column 'score' appears 2 times in the input"),
     ApiCase("evaluate-arrow-duplicate-column", lambda w: distcal.evaluate(
-        pa.Table.from_pandas(_dup_pandas(w), preserve_index=False), prob_col="score"),
+        pa.table([_df(w).score, _df(w).label, _df(w).score], names=["score", "label", "score"]),
+        prob_col="score"),
         distcal.DataError, "column 'score' appears 2 times"),
     ApiCase("threshold-pandas-duplicate-column", lambda w: distcal.optimal_threshold(
         _dup_pandas(w)), distcal.DataError, "appears 2 times"),
