@@ -194,13 +194,15 @@ def resolve_local(target: str) -> str:
     ``q/../q`` and ``./m/`` become one absolute path, so the temporary
     sibling, the commit and every check see the same directory. The last
     name is kept as it is: a symbolic link there is the output itself, and
-    is refused rather than followed.
+    is refused rather than followed. ``file:`` URLs stay URLs.
     """
     path = local_path(target).rstrip("/") or local_path(target)
     head, name = os.path.split(path)
     if name in ("", ".", ".."):
         raise OutputPathError(f"output '{target}' does not name a file or directory")
-    return os.path.join(os.path.realpath(head or "."), name)
+    resolved = os.path.join(os.path.realpath(head or "."), name)
+    # A file: URL stays one (an engine would take a bare path on its default filesystem).
+    return "file://" + resolved if str(target).startswith("file:") else resolved
 
 
 def _make_parents(fs: FileSystem, target: str) -> list[str]:
