@@ -14,10 +14,12 @@ import math
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
 import sys
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -669,6 +671,21 @@ def _estimator(**kw: Any) -> Any:
     return CalibratedClassifier(LogisticRegression(), **kw).fit(X, y)
 
 
+@contextmanager
+def _deadline(seconds: int):
+    """Fail (TimeoutError) instead of hanging when a call blocks, e.g. on a FIFO."""
+    def expired(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s: blocked?")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _tracker_overflow():
     t = distcal.ThresholdTracker()
     t.update_many(np.array([0.1, 0.2, 0.3]), np.array([1, 0, 1]), np.full(3, 1e308))
@@ -680,7 +697,7 @@ def test_api(case, work):
     if case.fault is not None:
         case.fault(work)
     before = snapshot(work)
-    with pytest.raises(case.error) as info:
+    with pytest.raises(case.error) as info, _deadline(120):  # a FIFO must never block
         case.call(work)
     msg = str(info.value)
     assert "\n" not in msg
