@@ -20,7 +20,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from .core.validate import check_unique_columns, check_vector_lengths, is_real_dtype
+from .core.validate import (
+    check_unique_columns,
+    check_vector_lengths,
+    is_real_dtype,
+    is_vector_series,
+)
 from .errors import VECTORS_EXPECTED, DataError, column_not_found, column_type
 from .logs import progress
 from .storage import check_regular_input
@@ -74,7 +79,7 @@ def _pandas_kind(s: pd.Series) -> str:
     if is_real_dtype(dt):  # not complex, not dates or durations
         return "number"
     if pd.api.types.is_object_dtype(dt) or pd.api.types.is_string_dtype(dt):
-        return "text"
+        return "other" if is_vector_series(s) else "text"  # vectors are not text
     return "other"
 
 

@@ -550,6 +550,13 @@ def _complex(w: Path) -> pd.DataFrame:
     return _df(w).assign(score=_df(w).score.astype(complex))
 
 
+def _vectors(w: Path) -> pd.DataFrame:
+    """Vector scores (one list per row) and a segment column: not text, not numbers."""
+    df = _df(w)
+    return pd.DataFrame({"score": [np.array([1 - s, s]) for s in df.score],
+                         "label": df.label, "g": np.arange(len(df)) % 2})
+
+
 def _dup_pandas(w: Path) -> pd.DataFrame:
     return pd.concat([_df(w), _df(w)[["score"]]], axis=1)
 
@@ -634,6 +641,11 @@ API_CASES += [
             distcal.DataError, "appears 2 times"),
     ApiCase("fit-parquet-duplicate-column", lambda w: distcal.fit(w / "dupcol.parquet"),
             distcal.DataError, "duplicate field names"),
+    ApiCase("fit-by-vector-scores", lambda w: distcal.fit(_vectors(w), by="g"),
+            distcal.DataError, r"column 'score' \(score\) has type object; expected numbers"),
+    ApiCase("evaluate-by-vector-probabilities", lambda w: distcal.evaluate(
+        _vectors(w), prob_col="score", by="g"), distcal.DataError,
+        r"column 'score' \(prob\) has type object"),
     ApiCase("evaluate-weights-1e305", lambda w: distcal.evaluate(
         w / "w305.parquet", prob_col="score", weight_col="w"), distcal.DataError,
         "sums overflow float64"),
