@@ -98,6 +98,8 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
     """
     check_on_invalid(on_invalid)
     score_index = checks.check_score_index(score_index)
+    checks.check_roles(score_col=score_col, score_cols=score_cols, label_col=label_col,
+                       weight_col=weight_col)
     checks.check_fit_params(method, method_params)  # before anything reads the data
     name = resolve_engine(data, engine)
     # Unknown keyword arguments fail before anything (even a schema) is read.

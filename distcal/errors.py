@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 __all__ = ["DataError", "ModelError", "UsageError", "ParameterError", "column_not_found",
            "column_type", "output_column_exists", "unexpected_arguments", "sums_overflow",
-           "OutputPathError", "VECTORS_EXPECTED", "EngineSetupError"]
+           "OutputPathError", "VECTORS_EXPECTED", "EngineSetupError", "ParameterTypeError"]
 
 # What a column read with ``score_index`` must hold (column_type's "expected").
 VECTORS_EXPECTED = "vectors (lists or arrays) of numbers, since score_index is given"
@@ -45,6 +45,11 @@ class EngineSetupError(RuntimeError):
 
 class ParameterError(ValueError):
     """A parameter value that cannot be used (raised before any data is read)."""
+
+
+class ParameterTypeError(ParameterError, TypeError):
+    """A parameter of the wrong type (``overwrite="no"``): both a ``TypeError`` and a
+    :class:`ParameterError` (a ``ValueError``), so either ``except`` catches it."""
 
 
 class OutputPathError(ValueError):

@@ -14,11 +14,12 @@ from .core import metrics as m
 from .core.bins import bin_edges
 from .defaults import DEFAULTS
 from .engines import get_engine, resolve_engine
-from .errors import ParameterError
+from .errors import ParameterError, sums_overflow
 from .params import (
     check_finite,
     check_n_bins,
     check_on_invalid,
+    check_roles,
     check_score_index,
     check_strategy,
     split_engine_options,
@@ -150,11 +151,22 @@ class EvaluationReport:
         out = {k: clean(getattr(self, k)) for k in self.__dataclass_fields__
                if k != "segments"}
         if self.segments is not None:  # key values JSON can hold, others as text
+            keys = set(self.segment_by)
             out["segments"] = {c: [v if v is None or isinstance(v, (str, bool, int, float))
                                    else str(v) for v in col]
                                for c, col in clean(self.segments).items()}
+            for c in keys & set(self.segments.columns):  # ±inf keys as text, not null
+                out["segments"][c] = [_key_text(v, kept) for v, kept in
+                                      zip(self.segments[c].tolist(), out["segments"][c])]
             out["segment_by"] = self.segment_by
         return out
+
+
+def _key_text(v: Any, kept: Any) -> Any:
+    """A segment key for JSON: ±inf and NaN as "Infinity", "-Infinity", "NaN"."""
+    if isinstance(v, (float, np.floating)) and not math.isfinite(v):
+        return "NaN" if math.isnan(v) else "Infinity" if v > 0 else "-Infinity"
+    return kept
 
 
 def check_roc_points(roc_points: Any) -> int | None:
@@ -182,14 +194,19 @@ def report_from_ranges(ranges: Any, *, prob_col: str, n_bins: int = 10,
     need the ranges' offsets), so the curve costs no pass of its own
     (:func:`distcal.core.metrics.roc_plan`).
     """
+    # More bins than rows (beyond the default's 10) is refused by the first, cheap pass,
+    # before any bin is computed (a million bins on 2,000 rows took minutes).
     edges = (np.asarray(bins, dtype=np.float64) if bins is not None
-             else bin_edges(ranges.map, n_bins, strategy))
+             else bin_edges(ranges.map, n_bins, strategy,
+                            rows_for_bins=n_bins > DEFAULTS.n_bins))
     if edges.ndim != 1 or edges.shape[0] < 2 or np.any(np.diff(edges) < 0):
         raise ValueError("bins must be at least two non-decreasing edges")
     full = roc_points is None
     parts = ranges.map(lambda t: {**m.range_partials(t, edges, threshold, full),
                                   "extra": cm.extra_range_partials(t)})
     res = m.combine_partials(parts, ranges.sum_wyy)
+    if not math.isfinite(res["weight"]):  # weights near 1e308: every metric would be NaN
+        raise sums_overflow()
     map_ranges = ranges.map
     samples: list[Any] = []
     plan: dict[str, Any] = {}
@@ -287,7 +304,9 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
     n_bins, strategy : int, {"uniform", "quantile"}
         The calibration curve's bins, scikit-learn's: edges
         ``linspace(0, 1, n_bins + 1)`` or the (weighted) quantiles; ``bins``
-        gives explicit edges instead.
+        gives explicit edges instead. More bins than valid rows (and more
+        than the default 10) is a :class:`~distcal.errors.ParameterError`,
+        raised before any bin is computed.
     threshold : float
         The confusion, accuracy, precision, recall and F1 are those of the
         rule "positive iff prob >= threshold".
@@ -344,6 +363,8 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
     _check_evaluation_params(n_bins, strategy, threshold, confidence, on_invalid)
     roc_points = check_roc_points(roc_points)
     score_index = check_score_index(score_index)
+    check_roles(score_col=prob_col, score_cols=prob_cols, label_col=label_col,
+                weight_col=weight_col, score="prob")
     columns = {"prob": prob_col, "label": label_col, "weight": weight_col}
     name = resolve_engine(data, engine)
     engine_impl = get_engine(name)
@@ -433,6 +454,9 @@ def evaluate_many(data: Any, prob_cols: list[Any], label_col: str = DEFAULTS.lab
     entries = list({tuple(e) if isinstance(e, list) else e: e for e in entries}.values())
     if not entries:
         raise ValueError("prob_cols is empty")
+    for e in entries:  # each prediction's columns distinct, none the label or the weight
+        check_roles(score_col=e, score_cols=e if isinstance(e, list) else None,
+                    label_col=label_col, weight_col=weight_col, score="prob")
     name = resolve_engine(data, engine)
     engine_impl = get_engine(name)
     _, engine_opts = split_engine_options("evaluate_many", None, engine_opts,

@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 from .core.keyed import GLOBAL, Key, factorize_keys, key_text
 from .core.multiclass import normalise_ovr, to_logits
 from .core.temperature import softmax_predict
+from .core.validate import as_scores
 from .errors import DataError, ModelError, column_not_found
 from .model import (
     _BLOCK_COLUMNS,
@@ -272,7 +273,7 @@ class KeyedModel:
         return normalise_ovr(q)
 
     def _scores(self, scores: Any) -> np.ndarray:
-        s = np.asarray(scores, dtype=np.float64)
+        s = as_scores(scores)  # real numbers only (no complex, dates, durations)
         if self.n_classes < 2:
             if s.ndim != 1:
                 raise DataError(f"scores must be a 1-d array of a binary score, got shape "

@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 from .core.bins import bin_ids
 from .core.isotonic import Blocks
 from .core.sigmoid import sigmoid_predict
+from .core.validate import as_scores
 from .defaults import DEFAULTS
 from .errors import ModelError, sums_overflow
 from .storage import filesystem_for, publish_dir
@@ -191,7 +192,7 @@ class CalibrationModel:
     # -- prediction -----------------------------------------------------
     def predict(self, scores: Any) -> np.ndarray:
         """Probabilities for ``scores`` (array-like); NaN in gives NaN out."""
-        s = np.asarray(scores, dtype=np.float64)
+        s = as_scores(scores)  # real numbers only; a scalar gives one value
         if self.method == "sigmoid":
             return sigmoid_predict(self.params["a"], self.params["b"], s)
         interpolation = self.params.get("interpolation", "linear")
@@ -500,7 +501,7 @@ def read_checked_meta(root: Path, fmt: str, version: int, kind: str = "") -> dic
     meta = read_model_json(root)
     if meta.get("format") != fmt:
         raise ModelError(f"'{root}' is not a distcal {kind}model")
-    if meta.get("format_version") != version:
+    if type(meta.get("format_version")) is not int or meta["format_version"] != version:
         raise ModelError(f"'{root}' has {kind}model format version "
                          f"{_short(meta.get('format_version'))}; this distcal reads version "
                          f"{version}")

@@ -15,11 +15,83 @@ from typing import Any
 import numpy as np
 
 from .defaults import INTERPOLATIONS, METHOD_PARAMS, METHODS, STRATEGIES
-from .errors import ParameterError, unexpected_arguments
+from .errors import DataError, ParameterError, ParameterTypeError, unexpected_arguments
 
 __all__ = ["method_params", "check_fit_params", "split_engine_options", "check_n_bins",
-           "check_strategy",
+           "check_strategy", "check_bool", "check_column_name", "check_distinct_columns",
+           "check_roles",
            "check_finite", "check_on_invalid", "check_score_index"]
+
+
+def check_bool(value: Any, name: str) -> bool:
+    """``value`` as a Python bool; only ``True``/``False`` (numpy bools too) are accepted.
+
+    Anything else (``"no"``, ``0``, ``None``) is a ``TypeError`` naming the
+    parameter: a string is truthy, so ``overwrite="no"`` would replace.
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ParameterTypeError(f"{name} must be True or False, got {_short(value)} "
+                             f"({type(value).__name__})")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def check_column_name(value: Any, name: str, *, optional: bool = False) -> str | None:
+    """A column name: a non-empty string (None passes when ``optional``)."""
+    if value is None and optional:
+        return None
+    if not isinstance(value, str) or not value:
+        raise ParameterTypeError(f"{name} must be a column name (a non-empty string), got "
+                                 f"{_short(value)}")
+    return value
+
+
+def check_roles(*, score_col: Any, label_col: Any, weight_col: Any = None,
+                score_cols: Any = None, score: str = "score") -> None:
+    """The column parameters of a fit or an evaluation, before any data is read.
+
+    Names are non-empty strings (``score_col=None`` or a list is a
+    ``TypeError`` naming the parameter); ``score_cols`` (``prob_cols``) is
+    a list of them and replaces ``score_col``; no column is given twice, in
+    one role or in two (:func:`check_distinct_columns`). ``score`` names
+    the role: "score" (fit) or "prob" (evaluate).
+    """
+    if score_cols is None:
+        check_column_name(score_col, f"{score}_col")
+    elif not isinstance(score_cols, (list, tuple)) or not score_cols:
+        raise ParameterTypeError(f"{score}_cols must be a list of column names, got "
+                                 f"{_short(score_cols)}")
+    else:
+        for c in score_cols:
+            check_column_name(c, f"each of {score}_cols")
+    check_column_name(label_col, "label_col")
+    check_column_name(weight_col, "weight_col", optional=True)
+    check_distinct_columns({f"{score}_cols" if score_cols is not None else f"{score}_col":
+                            list(score_cols) if score_cols is not None else score_col,
+                            "label_col": label_col, "weight_col": weight_col})
+
+
+def check_distinct_columns(roles: dict[str, Any]) -> None:
+    """Refuse a column given twice, in one role or in two (``score_cols=["a", "a"]``,
+    a label column that is also a score column): a :class:`~distcal.DataError`.
+
+    ``roles`` maps a role to a column name, a list of names, or None.
+    """
+    seen: dict[str, str] = {}
+    for role, value in roles.items():
+        names = value if isinstance(value, (list, tuple)) else [value]
+        for n in names:
+            if n is None:
+                continue
+            if n in seen:
+                where = (f"twice in {role}" if seen[n] == role
+                         else f"as {seen[n]} and as {role}")
+                raise DataError(f"column '{n}' is given {where}; each column plays one role once")
+            seen[n] = role
 
 
 def check_on_invalid(on_invalid: str) -> str:
@@ -39,10 +111,11 @@ def check_score_index(score_index: Any) -> int | None:
 
 
 def check_n_bins(n_bins: Any, name: str = "n_bins") -> int:
-    """A positive integer, at most 1,000,000 (more bins than that is a mistake)."""
-    if isinstance(n_bins, bool) or not isinstance(n_bins, int) or not 1 <= n_bins <= 1_000_000:
+    """A positive integer (numpy integers too), at most 1,000,000 (more bins is a mistake)."""
+    if (isinstance(n_bins, (bool, np.bool_)) or not isinstance(n_bins, (int, np.integer))
+            or not 1 <= n_bins <= 1_000_000):
         raise ParameterError(f"{name} must be an integer from 1 to 1000000, got {n_bins!r}")
-    return n_bins
+    return int(n_bins)
 
 
 def check_strategy(strategy: Any) -> str:
@@ -55,7 +128,8 @@ def check_finite(value: Any, name: str, *, optional: bool = False) -> float | No
     """``value`` as a finite float (None passes when ``optional``)."""
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, (bool, np.bool_)) or not isinstance(
+            value, (int, float, np.integer, np.floating)):
         raise ParameterError(f"{name} must be a finite number, got {value!r}")
     v = float(value)
     if not math.isfinite(v):
@@ -70,11 +144,11 @@ def method_params(method: str, given: dict[str, Any]) -> dict[str, Any]:
                              f"'temperature'), got {method!r}")
     params = {**METHOD_PARAMS[method], **given}
     if method == "isotonic":
-        if params["increasing"] not in (True, False, "auto") or \
-                isinstance(params["increasing"], (int, float)) and \
-                not isinstance(params["increasing"], bool):
-            raise ParameterError(f"increasing must be True, False or 'auto', got "
-                             f"{params['increasing']!r}")
+        inc = params["increasing"]
+        if isinstance(inc, (bool, np.bool_)):
+            params["increasing"] = bool(inc)  # numpy's bool is not JSON
+        elif not (isinstance(inc, str) and inc == "auto"):
+            raise ParameterError(f"increasing must be True, False or 'auto', got {inc!r}")
         if params["interpolation"] not in INTERPOLATIONS:
             raise ParameterError(f"interpolation must be one of {INTERPOLATIONS}, got "
                              f"{params['interpolation']!r}")
@@ -89,7 +163,7 @@ def method_params(method: str, given: dict[str, Any]) -> dict[str, Any]:
                              f"y_max={params['y_max']!r}")
     if method == "histogram":
         check_strategy(params["strategy"])
-        check_n_bins(params["n_bins"])
+        params["n_bins"] = check_n_bins(params["n_bins"])
     if method == "modl":
         params["max_groups"] = check_max_groups(params["max_groups"])
     return params

@@ -83,7 +83,7 @@ def evaluate_by(impl: Any, data: Any, columns: dict[str, str | None], by: list[s
             # The bins first (the same pass report_from_ranges would make), so
             # that the segments' sums can ride along with the metrics' pass.
             edges = (np.asarray(bins, dtype=np.float64) if bins is not None
-                     else bin_edges(ranges.map, n_bins, strategy))
+                     else bin_edges(ranges.map, n_bins, strategy, rows_for_bins=n_bins > 10))
 
             def seg_fn(segs: SegmentTables) -> SegmentEvalPartials:
                 return segment_partials(segs, edges)

@@ -20,12 +20,12 @@ import pandas as pd
 from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, clone
 from sklearn.model_selection import check_cv, cross_val_predict
 from sklearn.preprocessing import LabelEncoder
-from sklearn.utils import _safe_indexing, indexable
-from sklearn.utils._tags import get_tags
+from sklearn.utils import _safe_indexing, get_tags, indexable
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
 from .keyed_model import KeyedModel as MulticlassCalibrationModel
+from .params import check_bool
 
 METHODS = ("isotonic", "sigmoid", "histogram", "temperature")
 
@@ -46,6 +46,29 @@ def _binary_column(pred: np.ndarray, method: str) -> np.ndarray:
     if method == "predict_proba":
         return pred[:, 1]
     return pred.reshape(-1)
+
+
+def _check_same_classes(estimator_classes: Any, classes: np.ndarray) -> None:
+    """Refuse calibration labels that are not the fitted classifier's classes (either way)."""
+    if estimator_classes is None:
+        return
+    est = np.asarray(estimator_classes)
+    if est.shape == classes.shape and np.array_equal(est, classes):
+        return
+    unknown = [c for c in classes.tolist() if c not in set(est.tolist())]
+    if unknown:
+        raise ValueError(f"y holds labels {_few(unknown)} that are not among the classifier's "
+                         f"classes {_few(est.tolist())}; calibrate on labels of the classes "
+                         "the classifier predicts")
+    missing = [c for c in est.tolist() if c not in set(classes.tolist())]
+    raise ValueError(f"the classifier has {len(est)} classes {_few(est.tolist())} but y holds "
+                     f"{len(classes)} of them (none of {_few(missing)}); calibration needs "
+                     "samples of every class of the classifier")
+
+
+def _few(values: list[Any], n: int = 10) -> str:
+    shown = ", ".join(repr(v) for v in values[:n])
+    return f"[{shown}{', ...' if len(values) > n else ''}]"
 
 
 class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
@@ -119,6 +142,7 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
 
     def _shape_scores(self, estimator: Any, pred: np.ndarray) -> np.ndarray:
         k = len(self.classes_)
+        _check_same_classes(getattr(estimator, "classes_", None), self.classes_)
         if k == 2:
             s = _binary_column(pred, self.response_method_)
             if self.method == "temperature" and self.response_method_ == "predict_proba":
@@ -129,10 +153,6 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
                              f"{pred.shape[1] if pred.ndim == 2 else 1} columns for "
                              f"{k} classes: every (training fold of the) data must hold "
                              "every class")
-        est_classes = getattr(estimator, "classes_", None)
-        if est_classes is not None and not np.array_equal(np.asarray(est_classes),
-                                                          self.classes_):
-            raise ValueError("the classifier's classes_ differ from the calibration classes")
         return pred
 
     def _calibrate(self, scores: np.ndarray, y_idx: np.ndarray,
@@ -179,6 +199,7 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.estimator is None:
             raise ValueError("estimator is required")
+        check_bool(self.ensemble, "ensemble")
         check_classification_targets(y)
         X, y = indexable(X, y)
         y = column_or_1d(y, warn=True)
@@ -196,6 +217,9 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
 
         if self.cv is None:
             check_is_fitted(self.estimator)
+            # The fitted classifier's classes are the calibration's: every label of y
+            # among them, and each of them in y (as CalibratedClassifierCV requires).
+            _check_same_classes(getattr(self.estimator, "classes_", None), self.classes_)
             self.estimators_ = [self.estimator]
             model = self._calibrate(self._scores(self.estimator, X), y_idx, sample_weight)
             self.calibration_model_: (MulticlassCalibrationModel

@@ -20,9 +20,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from .core.validate import check_vector_lengths
+from .core.validate import (
+    check_unique_columns,
+    check_vector_lengths,
+    is_real_dtype,
+    is_vector_series,
+)
 from .errors import VECTORS_EXPECTED, DataError, column_not_found, column_type
 from .logs import progress
+from .storage import check_regular_input
 
 __all__ = ["ColumnSource", "open_source", "open_dataset", "iter_tables", "is_path", "read_table",
            "arrow_kind", "arrow_to_float", "is_vector_column", "vector_element"]
@@ -70,10 +76,10 @@ def _pandas_to_float(s: pd.Series) -> tuple[np.ndarray, np.ndarray | None]:
 
 def _pandas_kind(s: pd.Series) -> str:
     dt = s.dtype
-    if pd.api.types.is_bool_dtype(dt) or pd.api.types.is_numeric_dtype(dt):
+    if is_real_dtype(dt):  # not complex, not dates or durations
         return "number"
     if pd.api.types.is_object_dtype(dt) or pd.api.types.is_string_dtype(dt):
-        return "text"
+        return "other" if is_vector_series(s) else "text"  # vectors are not text
     return "other"
 
 
@@ -134,6 +140,7 @@ class ColumnSource:
         if isinstance(data, pd.DataFrame):
             self.kind = "pandas"
             names = list(map(str, data.columns))
+            check_unique_columns(names, self.columns.values())  # before data[c] reads
             kinds = {c: _pandas_kind(data[c]) for c in self.columns.values() if c in data.columns}
             types = {c: str(data[c].dtype) for c in kinds}
             # Vectors in pandas: an object column; its elements are checked when read.
@@ -142,6 +149,7 @@ class ColumnSource:
         elif isinstance(data, (pa.Table, pa.RecordBatch)):
             self.kind = "arrow"
             names = data.schema.names
+            check_unique_columns(names, self.columns.values())
             kinds = {c: arrow_kind(data.schema.field(c).type)
                      for c in self.columns.values() if c in names}
             types = {c: str(data.schema.field(c).type) for c in kinds}
@@ -226,6 +234,7 @@ def open_dataset(path: str | os.PathLike) -> ds.Dataset:
     p = os.fspath(path)
     if "://" not in p and not os.path.exists(p):
         raise DataError(f"input '{p}' does not exist")
+    check_regular_input(p)  # a FIFO or a device (inside a dataset too) would block the reader
     try:
         return ds.dataset(p, format="parquet", partitioning="hive")
     except (pa.ArrowInvalid, OSError) as exc:
@@ -272,6 +281,7 @@ def is_vector_column(data: object, name: str) -> bool:
     column is missing or ``data`` is not local.
     """
     if isinstance(data, pd.DataFrame):
+        check_unique_columns(list(map(str, data.columns)), [name])
         if name not in data.columns:
             return False
         dtype = data[name].dtype
@@ -282,6 +292,7 @@ def is_vector_column(data: object, name: str) -> bool:
         first = data[name].first_valid_index()
         return first is not None and isinstance(data[name][first], (list, tuple, np.ndarray))
     if isinstance(data, (pa.Table, pa.RecordBatch)):
+        check_unique_columns(data.schema.names, [name])
         return name in data.schema.names and _is_list_type(data.schema.field(name).type)
     if is_path(data):
         schema = open_dataset(data).schema  # type: ignore[arg-type]

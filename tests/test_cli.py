@@ -195,8 +195,11 @@ def test_threshold_json_with_nothing_positive(tmp_path):
     pq.write_table(pa.table({"score": [0.1, 0.5, 0.9], "label": [0, 0, 0]}), path)
     r = run("threshold", "--input", path)
     assert r.returncode == 0, r.stderr
-    res = json.loads(r.stdout)
-    assert res["threshold"] == float("inf") and res["cost"] == 0 and res["tn"] == 3
+    # Standard JSON (issue 34): +inf is null, with the reason beside it.
+    res = json.loads(r.stdout, parse_constant=lambda c: pytest.fail(f"{c} in the JSON line"))
+    assert res["threshold"] is None and res["predict_none"] is True
+    assert res["why_null"]["threshold"].startswith("+inf")
+    assert res["cost"] == 0 and res["tn"] == 3
 
 
 def test_evaluate_writes_a_multiclass_report(tmp_path, capsys):

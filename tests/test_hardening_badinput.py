@@ -14,9 +14,12 @@ import math
 import os
 import re
 import shutil
+import signal
+import stat
 import subprocess
 import sys
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -74,19 +77,50 @@ def base(tmp_path_factory) -> Path:
     (d / "overwrite_str.yaml").write_text('overwrite: "false"\n')
     (d / "engine_hadoop.yaml").write_text("engine: hadoop\n")
     (d / "nbins_str.yaml").write_text('n-bins: "10"\nmethod: histogram\n')
+    # Issue 34: previous outputs of each kind, things that are not ours, odd configs.
+    df.to_parquet(d / "prev.parquet", index=False)
+    from distcal.report import write_report
+
+    write_report([distcal.evaluate(df, prob_col="score")], d / "prev_report")
+    (d / "foreign").mkdir()
+    (d / "foreign" / "notes.txt").write_text("not a distcal output\n")
+    (d / "emptydir").mkdir()
+    (d / "dup_method.yaml").write_text("method: isotonic\nmethod: sigmoid\n")
+    (d / "dup_spelling.yaml").write_text("score_col: score\nscore-col: label\n")
+    (d / "dup_nbins.yaml").write_text("n-bins: 5\nmethod: histogram\nn_bins: 6\n")
+    (d / "params.yaml").write_text("params:\n  n_bins: 3\n")
+    pq.write_table(pa.table([df.score.to_numpy(), df.label.to_numpy(), df.w.to_numpy()],
+                            names=["score", "label", "score"]), d / "dupcol.parquet")
+    df.assign(g=[{"a": i % 3} for i in range(len(df))]).to_parquet(d / "struct.parquet")
+    df.assign(g=[[i % 3] for i in range(len(df))]).to_parquet(d / "list.parquet")
+    df.assign(w=1e305).to_parquet(d / "w305.parquet", index=False)
+    df.assign(label=0).to_parquet(d / "negatives.parquet", index=False)
+    df.assign(g=np.array([-np.inf, 1.0, np.inf])[np.arange(len(df)) % 3]).to_parquet(
+        d / "ginf.parquet", index=False)
+    p = np.random.default_rng(3).dirichlet([1, 1, 1], len(df))
+    pd.DataFrame({"p0": p[:, 0], "p1": p[:, 1], "p2": p[:, 2],
+                  "label": np.random.default_rng(4).integers(0, 3, len(df))}).to_parquet(
+        d / "mc3.parquet", index=False)
     return d
 
 
-def snapshot(root: Path) -> dict[str, tuple[str, int, int]]:
-    """Every entry under ``root``: kind, size and modification time (links not followed)."""
+def snapshot(root: Path) -> dict[str, tuple[str, int, int, str]]:
+    """Every entry under ``root``: kind, size, modification time and, for regular files,
+    the SHA-256 of the content (links not followed; FIFOs, sockets never opened)."""
+    import hashlib
+    import stat as st_
+
     out = {}
     for dirpath, dirs, files in os.walk(root):
         for name in dirs + files:
             p = Path(dirpath) / name
             st = p.lstat()
-            kind = "link" if p.is_symlink() else "dir" if p.is_dir() else "file"
+            kind = ("link" if st_.S_ISLNK(st.st_mode) else "dir" if st_.S_ISDIR(st.st_mode)
+                    else "file" if st_.S_ISREG(st.st_mode) else f"special-{st.st_mode:o}")
+            digest = (hashlib.sha256(p.read_bytes()).hexdigest() if kind == "file"
+                      else os.readlink(p) if kind == "link" else "")
             out[str(p.relative_to(root))] = (kind, st.st_size if kind == "file" else 0,
-                                             st.st_mtime_ns if kind != "dir" else 0)
+                                             st.st_mtime_ns if kind != "dir" else 0, digest)
     return out
 
 
@@ -279,6 +313,15 @@ MODEL_CASES = [
     ModelCase("multiclass-table-symlink", "multi", multi_symlink, "symbolic link"),
     ModelCase("multiclass-prob-5", "multi", multi_table(lambda t: t.assign(prob=5.0)),
               r"probabilities must lie in \[0, 1\]"),
+    # Issue 34, rule 13: the format version is an integer, not a bool or a float equal to it.
+    ModelCase("format-version-true", "isotonic", lambda d: resign(d, _set("format_version", True)),
+              "model format version True"),
+    ModelCase("format-version-float", "isotonic", lambda d: resign(d, _set("format_version", 1.0)),
+              "model format version 1.0"),
+    ModelCase("format-version-string", "sigmoid", lambda d: resign(d, _set("format_version", "1")),
+              "model format version"),
+    ModelCase("multiclass-format-version-true", "multi",
+              lambda d: resign(d, _set("format_version", True)), "format version True"),
     ModelCase("multiclass-deeply-nested", "multi",
               lambda d: raw_json(d, "[" * 100_000 + "]" * 100_000), "nested too deeply"),
 ]
@@ -305,6 +348,40 @@ def test_model_directory(case, work):
 
 # -- API: parameters (checked before any data is read), data and numbers ----------
 
+def _fifo(name: str):
+    """A FIFO in the case's own working directory (never a real device)."""
+    def make(w: Path) -> None:
+        (w / name).parent.mkdir(parents=True, exist_ok=True)
+        os.mkfifo(w / name)
+    return make
+
+
+def _link(name: str, to: str):
+    return lambda w: os.symlink(to, w / name)
+
+
+def _socket(name: str):
+    def make(w: Path) -> None:
+        import socket
+
+        sock = socket.socket(socket.AF_UNIX)
+        cwd = os.getcwd()
+        os.chdir(w)  # a short relative path: AF_UNIX paths are limited to 108 bytes
+        try:
+            sock.bind(name)
+        finally:
+            os.chdir(cwd)
+            sock.close()  # the socket file stays
+    return make
+
+
+def _sparse(name: str, size: int):
+    def make(w: Path) -> None:
+        with open(w / name, "wb") as fh:  # sparse: costs no disk
+            fh.truncate(size)
+    return make
+
+
 MISSING = "/nonexistent/distcal/input.parquet"  # proves no data was read
 
 
@@ -314,6 +391,7 @@ class ApiCase:
     call: Callable[[Path], Any]
     error: type
     match: str
+    fault: Callable[[Path], Any] | None = None
 
 
 def _df(work: Path) -> pd.DataFrame:
@@ -381,6 +459,245 @@ API_CASES = [
 ]
 
 
+def _model(w: Path) -> Any:
+    return distcal.load(w / "m_isotonic")
+
+
+API_CASES += [
+    # Rule 3: booleans are bools (numpy's too); a string is not "false".
+    ApiCase("save-overwrite-string-no", lambda w: _model(w).save(w / "m_sigmoid", overwrite="no"),
+            TypeError, "overwrite must be True or False, got 'no'"),
+    ApiCase("save-overwrite-string-false", lambda w: _model(w).save(w / "m_sigmoid",
+                                                                    overwrite="false"),
+            TypeError, "overwrite must be True or False"),
+    ApiCase("save-overwrite-int", lambda w: _model(w).save(w / "m_sigmoid", overwrite=1),
+            TypeError, "overwrite must be True or False, got 1"),
+    ApiCase("save-overwrite-none", lambda w: _model(w).save(w / "m_new", overwrite=None),
+            TypeError, "overwrite must be True or False, got None"),
+    ApiCase("multiclass-save-overwrite-string", lambda w: distcal.load(w / "m_multi").save(
+        w / "m_multi", overwrite="no"), TypeError, "overwrite must be True or False"),
+    ApiCase("write-report-overwrite-string", lambda w: _write_report(w, "yes"), TypeError,
+            "overwrite must be True or False"),
+    ApiCase("increasing-int", lambda w: distcal.fit(MISSING, increasing=1), ValueError,
+            "increasing must be True, False or 'auto'"),
+    ApiCase("increasing-string-true", lambda w: distcal.fit(MISSING, increasing="true"),
+            ValueError, "increasing must be True, False or 'auto'"),
+    ApiCase("estimator-ensemble-string", lambda w: _estimator(ensemble="no"), TypeError,
+            "ensemble must be True or False"),
+    ApiCase("n-bins-numpy-float", lambda w: distcal.fit(MISSING, method="histogram",
+                                                        n_bins=np.float64(5)), ValueError,
+            "n_bins must be an integer"),
+    ApiCase("n-bins-numpy-bool", lambda w: distcal.fit(MISSING, method="histogram",
+                                                       n_bins=np.bool_(True)), ValueError,
+            "n_bins must be an integer"),
+    # Rule 2, from the API: overwrite replaces only a previous output of the same kind.
+    ApiCase("save-overwrite-text-file", lambda w: _model(w).save(w / "afile", overwrite=True),
+            OutputPathError, "'.*afile' is a file that is not Parquet"),
+    ApiCase("save-overwrite-foreign-directory", lambda w: _model(w).save(w / "foreign",
+                                                                         overwrite=True),
+            OutputPathError, "is a directory that is not a distcal output"),
+    ApiCase("save-overwrite-parquet", lambda w: _model(w).save(w / "prev.parquet",
+                                                               overwrite=True),
+            OutputPathError, "is a Parquet file or dataset, not a model directory"),
+    ApiCase("save-overwrite-report", lambda w: _model(w).save(w / "prev_report", overwrite=True),
+            OutputPathError, "is a report directory, not a model directory"),
+    ApiCase("report-overwrite-model", lambda w: _write_report(w, True, "m_sigmoid"),
+            OutputPathError, "is a model directory, not a report directory"),
+    ApiCase("save-overwrite-link-to-model", lambda w: _model(w).save(w / "mlink", overwrite=True),
+            OutputPathError, "is a symbolic link", fault=_link("mlink", "m_sigmoid")),
+    # Rule 5 from the API: a FIFO inside a dataset never blocks the reader.
+    ApiCase("fit-fifo-in-dataset", lambda w: distcal.fit(w / "ds"), distcal.DataError,
+            "part-9.parquet' is a FIFO", fault=_fifo("ds/part-9.parquet")),
+    ApiCase("evaluate-fifo-input", lambda w: distcal.evaluate(w / "f.parquet", prob_col="score"),
+            distcal.DataError, "f.parquet' is a FIFO", fault=_fifo("f.parquet")),
+    ApiCase("threshold-link-to-fifo-input", lambda w: distcal.optimal_threshold(w / "x.parquet"),
+            distcal.DataError, "x.parquet' is a FIFO",
+            fault=lambda w: (_fifo("fifo")(w), _link("x.parquet", "fifo")(w))),
+    ApiCase("save-overwrite-fifo", lambda w: _model(w).save(w / "fifo", overwrite=True),
+            OutputPathError, "is a FIFO", fault=_fifo("fifo")),
+]
+
+
+API_CASES += [
+    # Rule 11: the estimator's calibration labels are the fitted classifier's classes.
+    ApiCase("estimator-label-not-a-class", lambda w: _prefit(3, lambda y: np.where(y == 2, 7, y)),
+            ValueError, r"y holds labels \[7\] that are not among the classifier's classes"),
+    ApiCase("estimator-3-classes-on-2-class-y", lambda w: _prefit(3, lambda y: y % 2),
+            ValueError, r"the classifier has 3 classes \[0, 1, 2\] but y holds 2 of them"),
+    ApiCase("estimator-binary-on-3-class-y", lambda w: _prefit(2, lambda y: np.arange(len(y)) % 3),
+            ValueError, r"y holds labels \[2\] that are not among"),
+    ApiCase("estimator-string-labels-differ", lambda w: _prefit(
+        2, lambda y: np.where(y == 1, "yes", "no"), fit_labels=lambda y: np.where(
+            y == 1, "pos", "neg")), ValueError, "y holds labels"),
+]
+
+
+def _prefit(k: int, labels: Callable[[np.ndarray], np.ndarray],
+            fit_labels: Callable[[np.ndarray], np.ndarray] | None = None) -> Any:
+    """A classifier fitted on ``k`` classes, calibrated on ``labels(y)``."""
+    from sklearn.linear_model import LogisticRegression
+
+    from distcal.sklearn import CalibratedClassifier
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 2))
+    y = rng.integers(0, k, 300)
+    clf = LogisticRegression().fit(X, y if fit_labels is None else fit_labels(y))
+    return CalibratedClassifier(clf).fit(X, labels(y))
+
+
+def _complex(w: Path) -> pd.DataFrame:
+    return _df(w).assign(score=_df(w).score.astype(complex))
+
+
+def _vectors(w: Path) -> pd.DataFrame:
+    """Vector scores (one list per row) and a segment column: not text, not numbers."""
+    df = _df(w)
+    return pd.DataFrame({"score": [np.array([1 - s, s]) for s in df.score],
+                         "label": df.label, "g": np.arange(len(df)) % 2})
+
+
+def _dup_pandas(w: Path) -> pd.DataFrame:
+    return pd.concat([_df(w), _df(w)[["score"]]], axis=1)
+
+
+def _three(w: Path) -> pd.DataFrame:
+    return _df(w).assign(a=0.2, b=0.3, c=0.5)
+
+
+API_CASES += [
+    # Rule 7: more bins than rows is refused before the bins are computed.
+    ApiCase("evaluate-n-bins-1e6", lambda w: distcal.evaluate(w / "in.parquet", prob_col="score",
+                                                              n_bins=1_000_000),
+            ParameterError, r"n_bins must not exceed the number of rows \(2000\), got 1000000"),
+    ApiCase("evaluate-quantile-n-bins-above-rows", lambda w: distcal.evaluate(
+        _df(w), prob_col="score", n_bins=2001, strategy="quantile"), ParameterError,
+        r"number of rows \(2000\)"),
+    ApiCase("evaluate-many-n-bins-above-rows", lambda w: distcal.evaluate_many(
+        _df(w), ["score"], n_bins=5000), ParameterError, r"number of rows \(2000\)"),
+    ApiCase("evaluate-by-n-bins-above-rows", lambda w: distcal.evaluate(
+        _df(w).assign(g=1), prob_col="score", by="g", n_bins=5000), ParameterError,
+        r"number of rows \(2000\)"),
+    # Rule 9: only real numbers are scores (complex, dates and durations are not).
+    ApiCase("fit-complex-scores", lambda w: distcal.fit(_complex(w)), distcal.DataError,
+            r"column 'score' \(score\) has type complex128; expected numbers"),
+    ApiCase("transform-complex-scores", lambda w: _model(w).transform(_complex(w)),
+            distcal.DataError, "has type complex128"),
+    ApiCase("evaluate-complex-probabilities", lambda w: distcal.evaluate(_complex(w),
+                                                                         prob_col="score"),
+            distcal.DataError, "has type complex128"),
+    ApiCase("threshold-complex-scores", lambda w: distcal.optimal_threshold(_complex(w)),
+            distcal.DataError, "has type complex128"),
+    ApiCase("fit-timedelta-scores", lambda w: distcal.fit(_df(w).assign(
+        score=pd.to_timedelta(_df(w).score, unit="s"))), distcal.DataError,
+        r"has type timedelta64\[ns\]"),
+    ApiCase("fit-multiclass-complex-score-cols", lambda w: distcal.fit(
+        _three(w).assign(a=0.2 + 1j), score_cols=["a", "b", "c"]), distcal.DataError,
+        "column 'a' has type complex128"),
+    ApiCase("predict-complex", lambda w: _model(w).predict(np.array([0.5 + 0.5j, 0.2])),
+            distcal.DataError, "2 values are complex numbers; scores must be real numbers"),
+    ApiCase("predict-complex-objects", lambda w: _model(w).predict([0.5, 1j]),
+            distcal.DataError, "complex numbers"),
+    ApiCase("predict-datetime64", lambda w: _model(w).predict(
+        np.array(["2024-01-01"], dtype="datetime64[ns]")), distcal.DataError,
+        r"1 value is dates \(datetime64\)"),
+    ApiCase("predict-timedelta64", lambda w: _model(w).predict(
+        np.array([1, 2], dtype="timedelta64[s]")), distcal.DataError, "durations"),
+    ApiCase("multiclass-predict-complex", lambda w: distcal.load(w / "m_multi").predict(
+        np.full((2, 3), 1 / 3 + 0j)), distcal.DataError, "complex numbers"),
+    # Rule 10: a column plays one role, once.
+    ApiCase("score-cols-twice", lambda w: distcal.fit(_three(w), score_cols=["a", "a", "c"]),
+            distcal.DataError, "column 'a' is given twice in score_cols"),
+    ApiCase("score-cols-include-label", lambda w: distcal.fit(_three(w),
+                                                              score_cols=["a", "b", "label"]),
+            distcal.DataError, "column 'label' is given as score_cols and as label_col"),
+    ApiCase("label-is-score", lambda w: distcal.fit(_df(w), label_col="score"),
+            distcal.DataError, "column 'score' is given as score_col and as label_col"),
+    ApiCase("weight-is-label", lambda w: distcal.fit(_df(w), weight_col="label"),
+            distcal.DataError, "column 'label' is given as label_col and as weight_col"),
+    ApiCase("evaluate-prob-cols-twice", lambda w: distcal.evaluate(
+        _three(w), prob_cols=["a", "a", "b"]), distcal.DataError, "given twice in prob_cols"),
+    ApiCase("evaluate-many-prob-cols-label", lambda w: distcal.evaluate_many(
+        _three(w), [["a", "label"]]), distcal.DataError, "'label' is given as prob_cols"),
+    ApiCase("evaluate-prob-is-weight", lambda w: distcal.evaluate(_df(w), prob_col="w",
+                                                                  weight_col="w"),
+            distcal.DataError, "'w' is given as prob_col and as weight_col"),
+    ApiCase("score-col-none", lambda w: distcal.fit(_df(w), score_col=None), TypeError,
+            "score_col must be a column name"),
+    ApiCase("score-col-list", lambda w: distcal.fit(_df(w), score_col=["score"]), TypeError,
+            r"score_col must be a column name .* got \['score'\]"),
+    ApiCase("label-col-int", lambda w: distcal.fit(_df(w), label_col=3), TypeError,
+            "label_col must be a column name"),
+    # Internal errors where the user made the mistake.
+    ApiCase("fit-pandas-duplicate-column", lambda w: distcal.fit(_dup_pandas(w)),
+            distcal.DataError, "column 'score' appears 2 times in the input"),
+    ApiCase("evaluate-arrow-duplicate-column", lambda w: distcal.evaluate(
+        pa.table([_df(w).score, _df(w).label, _df(w).score], names=["score", "label", "score"]),
+        prob_col="score"),
+        distcal.DataError, "column 'score' appears 2 times"),
+    ApiCase("threshold-pandas-duplicate-column", lambda w: distcal.optimal_threshold(
+        _dup_pandas(w)), distcal.DataError, "appears 2 times"),
+    ApiCase("transform-pandas-duplicate-column", lambda w: _model(w).transform(_dup_pandas(w)),
+            distcal.DataError, "appears 2 times"),
+    ApiCase("fit-parquet-duplicate-column", lambda w: distcal.fit(w / "dupcol.parquet"),
+            distcal.DataError, "duplicate field names"),
+    ApiCase("fit-by-vector-scores", lambda w: distcal.fit(_vectors(w), by="g"),
+            distcal.DataError, r"column 'score' \(score\) has type object; expected numbers"),
+    ApiCase("evaluate-by-vector-probabilities", lambda w: distcal.evaluate(
+        _vectors(w), prob_col="score", by="g"), distcal.DataError,
+        r"column 'score' \(prob\) has type object"),
+    ApiCase("evaluate-weights-1e305", lambda w: distcal.evaluate(
+        w / "w305.parquet", prob_col="score", weight_col="w"), distcal.DataError,
+        "sums overflow float64"),
+]
+
+
+def test_values_of_the_right_kind_work(work):
+    """The other side of the rules: numpy bools and ints, scalars, same-kind overwrites."""
+    df = _df(work)
+    model = distcal.fit(df, increasing=np.bool_(True))
+    model.save(work / "npbool", overwrite=np.bool_(False))  # numpy's bool is JSON-safe now
+    assert distcal.load(work / "npbool").params["increasing"] is True
+    hist = distcal.fit(df, method="histogram", n_bins=np.int64(5))
+    hist.save(work / "m_sigmoid", overwrite=True)  # a model replaces a model
+    assert distcal.load(work / "m_sigmoid").params["n_bins"] == 5
+    assert model.predict(0.5).shape == (1,)
+    assert model.predict(0.5)[0] == model.predict([0.5, 0.7])[0]
+    assert distcal.evaluate(df.iloc[:5], prob_col="score").n_rows == 5  # default bins: fine
+
+
+def _write_report(w: Path, overwrite: Any, name: str = "prev_report") -> Any:
+    from distcal.report import write_report
+
+    return write_report([distcal.evaluate(_df(w), prob_col="score")], w / name,
+                        overwrite=overwrite)
+
+
+def _estimator(**kw: Any) -> Any:
+    from sklearn.linear_model import LogisticRegression
+
+    from distcal.sklearn import CalibratedClassifier
+
+    X = np.random.default_rng(0).normal(size=(200, 2))
+    y = (X[:, 0] > 0).astype(int)
+    return CalibratedClassifier(LogisticRegression(), **kw).fit(X, y)
+
+
+@contextmanager
+def _deadline(seconds: int):
+    """Fail (TimeoutError) instead of hanging when a call blocks, e.g. on a FIFO."""
+    def expired(signum, frame):
+        raise TimeoutError(f"still running after {seconds} s: blocked?")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _tracker_overflow():
     t = distcal.ThresholdTracker()
     t.update_many(np.array([0.1, 0.2, 0.3]), np.array([1, 0, 1]), np.full(3, 1e308))
@@ -389,8 +706,10 @@ def _tracker_overflow():
 
 @pytest.mark.parametrize("case", API_CASES, ids=[c.id for c in API_CASES])
 def test_api(case, work):
+    if case.fault is not None:
+        case.fault(work)
     before = snapshot(work)
-    with pytest.raises(case.error) as info:
+    with pytest.raises(case.error) as info, _deadline(120):  # a FIFO must never block
         case.call(work)
     msg = str(info.value)
     assert "\n" not in msg
@@ -483,6 +802,185 @@ CLI_CASES = [
 ]
 
 
+# -- issue 34: outputs never destroy inputs, inputs never hang ----------------------
+
+APPLY = ["apply", "--model", "m_isotonic", "--input", "in.parquet"]
+FIT = ["fit", "--input", "in.parquet"]
+EVALUATE = ["evaluate", "--input", "in.parquet", "--prob-col", "score"]
+REFUSED = "overwrite replaces only a previous distcal output"
+SAME_KIND = "overwrite replaces only a previous output of the same kind"
+CLI_CASES += [
+    # Rule 1: an output (or --report) is never the model or the input, nor inside or
+    # around either, however the path is spelled.
+    CliCase("apply-output-is-model", APPLY + ["--output", "m_isotonic", "--overwrite"],
+            "output 'm_isotonic' is the model 'm_isotonic'"),
+    CliCase("apply-output-is-model-dotdot", APPLY + ["--output", "./m_isotonic/../m_isotonic",
+                                                     "--overwrite"], "is the model"),
+    CliCase("apply-output-is-model-trailing-slash", APPLY + ["--output", "m_isotonic/",
+                                                             "--overwrite"], "is the model"),
+    CliCase("apply-output-is-model-symlink", APPLY + ["--output", "mlink", "--overwrite"],
+            "output 'mlink' is the model", fault=_link("mlink", "m_isotonic")),
+    CliCase("apply-output-is-model-absolute-symlinked-parent",
+            APPLY + ["--output", "linkdir/m_isotonic", "--overwrite"], "is the model",
+            fault=_link("linkdir", ".")),
+    CliCase("apply-output-inside-model", APPLY + ["--output", "m_isotonic/o.parquet"],
+            "is inside the model"),
+    CliCase("apply-output-contains-model", ["apply", "--model", "sub/m", "--input",
+                                            "in.parquet", "--output", "sub", "--overwrite"],
+            "contains the model", fault=lambda w: shutil.copytree(w / "m_isotonic", w / "sub/m")),
+    CliCase("apply-report-is-model", APPLY + ["--output", "o.parquet", "--report", "m_isotonic",
+                                              "--overwrite"], "output 'm_isotonic' is the model"),
+    CliCase("apply-report-is-model-dotdot", APPLY + ["--output", "o.parquet", "--report",
+                                                     "prev_report/../m_isotonic", "--overwrite"],
+            "is the model"),
+    CliCase("apply-output-is-input", APPLY + ["--output", "in.parquet", "--overwrite"],
+            "output 'in.parquet' is the input"),
+    CliCase("apply-output-is-input-dotslash", ["apply", "--model", "m_isotonic", "--input", "ds",
+                                               "--output", "./ds/", "--overwrite"],
+            "output './ds/' is the input 'ds'"),
+    CliCase("fit-output-is-input", FIT + ["--output", "./in.parquet", "--overwrite"],
+            "is the input"),
+    CliCase("evaluate-output-contains-input", ["evaluate", "--input", "ds/part-0.parquet",
+                                               "--prob-col", "score", "--output", "ds",
+                                               "--overwrite"], "contains the input"),
+    CliCase("discretize-output-is-input", ["discretize", "--input", "in.parquet", "--output",
+                                           "in.parquet", "--overwrite"], "is the input"),
+    # Rule 2: --overwrite replaces only a previous output of the same kind.
+    CliCase("apply-overwrite-fifo", APPLY + ["--output", "fifo", "--overwrite"],
+            f"'fifo' is a FIFO.*{REFUSED}", fault=_fifo("fifo")),
+    CliCase("apply-overwrite-link-to-devnull", APPLY + ["--output", "null", "--overwrite"],
+            f"'null' is a symbolic link; {REFUSED}", fault=_link("null", "/dev/null")),
+    CliCase("fit-overwrite-link-to-model", FIT + ["--output", "mlink", "--overwrite"],
+            f"'mlink' is a symbolic link; {REFUSED}", fault=_link("mlink", "m_sigmoid")),
+    CliCase("apply-overwrite-socket", APPLY + ["--output", "sock", "--overwrite"],
+            f"'sock' is a socket; {REFUSED}", fault=_socket("sock")),
+    CliCase("fit-overwrite-text-file", FIT + ["--output", "afile", "--overwrite"],
+            f"'afile' is a file that is not Parquet; {REFUSED}"),
+    CliCase("apply-overwrite-csv-file", APPLY + ["--output", "in.csv", "--overwrite"],
+            "is a file that is not Parquet"),
+    CliCase("fit-overwrite-foreign-directory", FIT + ["--output", "foreign", "--overwrite"],
+            f"'foreign' is a directory that is not a distcal output; {REFUSED}"),
+    CliCase("evaluate-overwrite-empty-directory", EVALUATE + ["--output", "emptydir",
+                                                              "--overwrite"],
+            "is a directory that is not a distcal output"),
+    CliCase("fit-overwrite-parquet", FIT + ["--output", "prev.parquet", "--overwrite"],
+            f"is a Parquet file or dataset, not a model directory; {SAME_KIND}"),
+    CliCase("fit-overwrite-report", FIT + ["--output", "prev_report", "--overwrite"],
+            "is a report directory, not a model directory"),
+    CliCase("apply-overwrite-model", APPLY + ["--output", "m_sigmoid", "--overwrite"],
+            "is a model directory, not a Parquet file or dataset"),
+    CliCase("apply-report-overwrite-model", APPLY + ["--output", "o.parquet", "--report",
+                                                     "m_sigmoid", "--overwrite"],
+            "is a model directory, not a report directory"),
+    CliCase("evaluate-overwrite-model", EVALUATE + ["--output", "m_sigmoid", "--overwrite"],
+            "is a model directory, not a report directory"),
+    CliCase("discretize-overwrite-model", ["discretize", "--input", "in.parquet", "--output",
+                                           "m_sigmoid", "--overwrite"],
+            "is a model directory, not a Parquet file"),
+    # Rule 5: only regular files are read; nothing blocks.
+    CliCase("config-fifo", FIT + ["--output", "m", "--config", "cfg"],
+            "config 'cfg' is a FIFO", fault=_fifo("cfg")),
+    CliCase("config-link-to-fifo", FIT + ["--output", "m", "--config", "cfg.yaml"],
+            "config 'cfg.yaml' is a FIFO", fault=lambda w: (_fifo("cfg")(w),
+                                                            _link("cfg.yaml", "cfg")(w))),
+    CliCase("config-directory", FIT + ["--output", "m", "--config", "ds"],
+            "config 'ds' is a directory"),
+    CliCase("config-socket", FIT + ["--output", "m", "--config", "sock"],
+            "config 'sock' is a socket", fault=_socket("sock")),
+    CliCase("config-sparse-2gb", FIT + ["--output", "m", "--config", "big.yaml"],
+            "larger than 1048576 bytes", fault=_sparse("big.yaml", 2 << 30)),
+    CliCase("input-fifo", ["fit", "--input", "fifo", "--output", "m"],
+            "input 'fifo' is a FIFO", fault=_fifo("fifo")),
+    CliCase("input-link-to-fifo", ["fit", "--input", "x.parquet", "--output", "m"],
+            "input 'x.parquet' is a FIFO",
+            fault=lambda w: (_fifo("fifo")(w), _link("x.parquet", "fifo")(w))),
+    CliCase("input-fifo-in-dataset", ["fit", "--input", "ds", "--output", "m"],
+            "input file 'ds/part-1.parquet' is a FIFO", fault=_fifo("ds/part-1.parquet")),
+    CliCase("input-fifo-in-partition", ["evaluate", "--input", "ds", "--prob-col", "score",
+                                        "--output", "r"],
+            "input file 'ds/g=1/part-0.parquet' is a FIFO", fault=_fifo("ds/g=1/part-0.parquet")),
+    CliCase("apply-input-socket-in-dataset", ["apply", "--model", "m_isotonic", "--input", "ds",
+                                              "--output", "o.parquet"],
+            "input file 'ds/sock' is a socket", fault=_socket("ds/sock")),
+    CliCase("threshold-input-fifo", ["threshold", "--input", "fifo"], "input 'fifo' is a FIFO",
+            fault=_fifo("fifo")),
+    CliCase("dask-job-input-fifo-in-dataset", ["fit", "--input", "ds", "--output", "m"],
+            "input file 'ds/part-1.parquet' is a FIFO", fault=_fifo("ds/part-1.parquet"),
+            surface="dask"),
+    CliCase("spark-job-input-fifo", ["fit", "--input", "fifo", "--output", "m"],
+            "input '.*fifo' is a FIFO", fault=_fifo("fifo"), surface="spark"),
+    # Rule 13: a YAML key given twice is refused; so is a 'params:' key.
+    CliCase("config-method-twice", FIT + ["--output", "m", "--config", "dup_method.yaml"],
+            "gives key 'method' twice"),
+    CliCase("config-two-spellings", FIT + ["--output", "m", "--config", "dup_spelling.yaml"],
+            "gives option 'score-col' twice"),
+    CliCase("config-n-bins-two-spellings", FIT + ["--output", "m", "--config",
+                                                  "dup_nbins.yaml"], "gives option 'n-bins' twice"),
+    CliCase("config-params-key", FIT + ["--output", "m", "--config", "params.yaml"],
+            "'params' in config 'params.yaml' is not an option"),
+    # Rule 7: --n-bins above the rows is refused from the files' footers, before reading.
+    CliCase("evaluate-n-bins-1e6", EVALUATE + ["--output", "r", "--n-bins", "1000000"],
+            r"n_bins must not exceed the number of rows \(2000\), got 1000000"),
+    CliCase("evaluate-quantile-n-bins-2001", EVALUATE + ["--output", "r", "--n-bins", "2001",
+                                                         "--strategy", "quantile"],
+            r"number of rows \(2000\)"),
+    CliCase("evaluate-dataset-n-bins-above-rows", ["evaluate", "--input", "ds", "--prob-col",
+                                                   "score", "--output", "r", "--n-bins",
+                                                   "2001"], r"number of rows \(2000\)"),
+    CliCase("dask-job-evaluate-n-bins-1e6", EVALUATE + ["--output", "r", "--n-bins", "1000000"],
+            r"number of rows \(2000\)", surface="dask"),
+    # Rule 10: a column plays one role, once.
+    CliCase("evaluate-prob-cols-twice", ["evaluate", "--input", "mc3.parquet", "--prob-cols",
+                                         "p0,p0,p1", "--output", "r"],
+            "column 'p0' is given twice in --prob-cols"),
+    CliCase("evaluate-prob-cols-label", ["evaluate", "--input", "mc3.parquet", "--prob-cols",
+                                         "p0,p1,label", "--output", "r"],
+            "column 'label' is given as --prob-cols and as --label-col"),
+    CliCase("evaluate-prob-col-weight", EVALUATE + ["--output", "r", "--weight-col", "score"],
+            "column 'score' is given as --prob-col and as --weight-col"),
+    CliCase("discretize-label-is-score", ["discretize", "--input", "in.parquet", "--label-col",
+                                          "score"],
+            "column 'score' is given as --score-col and as --label-col"),
+    CliCase("fit-weight-is-label", FIT + ["--output", "m", "--weight-col", "label"],
+            "column 'label' is given as --label-col and as --weight-col"),
+    CliCase("threshold-loss-is-score", ["threshold", "--input", "in.parquet", "--loss-col",
+                                        "score"], "given as --score-col and as --loss-col"),
+    CliCase("apply-output-col-is-score", APPLY + ["--output", "o.parquet", "--output-col",
+                                                  "score"],
+            "given as --score-col and as --output-col"),
+    CliCase("spark-job-prob-cols-twice", ["evaluate", "--input", "mc3.parquet", "--prob-cols",
+                                          "p0,p0,p1", "--output", "r"],
+            "given twice in --prob-cols", surface="spark"),
+    # Internal errors where the user made the mistake.
+    CliCase("fit-duplicate-column-names", FIT[:1] + ["--input", "dupcol.parquet", "--output",
+                                                     "m"],
+            "input file 'dupcol.parquet' has 1 column name.* used twice or more: 'score'"),
+    CliCase("apply-duplicate-column-names", ["apply", "--model", "m_isotonic", "--input",
+                                             "dupcol.parquet", "--output", "o.parquet"],
+            "used twice or more"),
+    CliCase("fit-by-struct", ["fit", "--input", "struct.parquet", "--output", "m", "--by", "g"],
+            r"column 'g' \(segment\) has type struct<a: int64>.*--by needs columns"),
+    CliCase("evaluate-by-list", ["evaluate", "--input", "list.parquet", "--prob-col", "score",
+                                 "--output", "r", "--by", "g"],
+            r"column 'g' \(segment\) has type list"),
+    CliCase("threshold-by-struct", ["threshold", "--input", "struct.parquet", "--by", "g"],
+            "has type struct"),
+    CliCase("evaluate-weights-1e305", ["evaluate", "--input", "w305.parquet", "--prob-col",
+                                       "score", "--weight-col", "w", "--output", "r"],
+            "sums overflow float64"),
+    CliCase("y-min-minus-inf", FIT + ["--output", "m", "--y-min", "-inf"],
+            "y_min must be a finite number, got -inf"),
+    CliCase("y-min-negative", FIT + ["--output", "m", "--y-min", "-0.5"],
+            r"y_min must lie in \[0, 1\]"),
+    CliCase("n-bins-negative", FIT + ["--output", "m", "--method", "histogram", "--n-bins",
+                                      "-3"], "n_bins must be an integer from 1"),
+    CliCase("output-path-over-4096-bytes", APPLY + ["--output", "d/" * 2100 + "o.parquet"],
+            "the path is .* bytes long"),
+    CliCase("output-parent-is-file-dotdot", FIT + ["--output", "afile/../m"],
+            "'afile' is not a directory"),
+]
+
+
 def _spark_env() -> dict:
     import pyspark
 
@@ -491,6 +989,12 @@ def _spark_env() -> dict:
     env.pop("PYSPARK_PYTHON", None)
     env.pop("PYSPARK_DRIVER_PYTHON", None)
     return env
+
+
+def _memory_limit() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
 
 
 def run_surface(surface: str, argv: list[str], cwd: Path) -> tuple[int, list[str]]:
@@ -506,7 +1010,11 @@ def run_surface(surface: str, argv: list[str], cwd: Path) -> tuple[int, list[str
                f"spark.pyspark.python={sys.executable}", "--conf", "spark.ui.enabled=false",
                str(ROOT / "jobs" / "spark_calibrate.py"), *argv]
         prog, env = "spark_calibrate", _spark_env()
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
+    # The command line runs under a memory limit (an input that never ends, such as
+    # /dev/zero, would exhaust it); every surface under a timeout (a FIFO would block).
+    limit = _memory_limit if surface == "cli" else None
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=cwd, env=env,
+                       preexec_fn=limit)
     if surface != "cli":
         # spark-submit adds its own log lines (the Spark job writes its line to
         # spark-submit's stderr, not into the stdout the driver's stderr is merged
@@ -532,6 +1040,78 @@ def test_command_line_and_jobs(case, work):
     assert re.search(case.match, lines[0]), lines[0]
     assert lines[0].split(":")[0].split()[0] in ("distcal", "spark_calibrate", "dask_calibrate")
     assert snapshot(work) == before  # nothing written, nothing lost
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)  # never replaced
+
+
+def _strict_json(text: str) -> Any:
+    """Parse as a standard JSON parser would: NaN and Infinity are errors."""
+    def refuse(name: str) -> Any:
+        raise ValueError(f"{name} is not standard JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+def _cli_ok(work: Path, argv: list[str]) -> dict:
+    r = subprocess.run([sys.executable, "-m", "distcal", *argv], capture_output=True, text=True,
+                       timeout=300, cwd=work, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert r.returncode == 0, r.stderr
+    return _strict_json(r.stdout)
+
+
+def test_command_line_json_is_standard(work):
+    """Rule 12: null plus why_null for non-finite numbers; ±inf segment keys kept as text."""
+    out = _cli_ok(work, ["threshold", "--input", "negatives.parquet", "--cost-fp", "0",
+                         "--cost-fn", "0"])
+    assert out["threshold"] is None and out["predict_none"] is True
+    assert "+inf" in out["why_null"]["threshold"]
+    out = _cli_ok(work, ["evaluate", "--input", "negatives.parquet", "--prob-col", "score",
+                         "--output", "r"])
+    metrics = out["metrics"]["score"]
+    assert metrics["auc"] is None and "one class" in metrics["why_null"]["auc"]
+    out = _cli_ok(work, ["threshold", "--input", "ginf.parquet", "--by", "g"])
+    assert sorted(map(str, (row["g"] for row in out["segments"]))) == [
+        "-Infinity", "1.0", "Infinity"]
+    _cli_ok(work, ["evaluate", "--input", "ginf.parquet", "--prob-col", "score", "--output",
+                   "rg", "--by", "g"])
+    report = _strict_json((work / "rg" / "report.json").read_text())
+    assert sorted(map(str, report["segments"]["g"])) == ["-Infinity", "1.0", "Infinity"]
+    # The other side: negative values after an option are read as values.
+    out = _cli_ok(work, ["threshold", "--input", "in.parquet", "--cost-fp", "-1e-3"])
+    assert out["cost"] <= 0
+    # ... and q/../q names q (committed in one piece, no temporary left).
+    _cli_ok(work, ["fit", "--input", "in.parquet", "--output", "q/../q"])
+    assert (work / "q" / "model.json").is_file()
+    assert not [p for p in os.listdir(work) if p.startswith(".q.")]
+
+
+def test_overwrite_replaces_previous_outputs_of_the_same_kind(work):
+    """Rule 2's other side: a model replaces a model, Parquet Parquet, a report a report."""
+    _cli_ok(work, ["fit", "--input", "in.parquet", "--output", "m_sigmoid", "--overwrite"])
+    assert distcal.load(work / "m_sigmoid").method == "isotonic"
+    _cli_ok(work, ["apply", "--model", "m_isotonic", "--input", "in.parquet", "--output",
+                   "prev.parquet", "--report", "prev_report", "--overwrite"])
+    assert "calibrated" in pq.read_schema(work / "prev.parquet").names
+    _cli_ok(work, ["apply", "--model", "m_isotonic", "--input", "in.parquet", "--output",
+                   "ds/", "--overwrite"])  # a dataset directory, replaced by a Parquet file
+    assert (work / "ds").is_file()
+    _cli_ok(work, ["evaluate", "--input", "in.parquet", "--prob-col", "score", "--output",
+                   "prev_report", "--overwrite"])
+    assert (work / "prev_report" / "report.json").is_file()
+
+
+@pytest.mark.spark
+def test_quiet_spark_prints_nothing_but_the_result(work):
+    """``-q`` with the Spark engine: no WARN lines, no progress bars on stderr."""
+    r = subprocess.run([sys.executable, "-m", "distcal", "fit", "--engine", "spark", "-q",
+                        "--input", "in.parquet", "--output", "m"], capture_output=True,
+                       text=True, timeout=600, cwd=work, env=_spark_env())
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stderr == "", r.stderr[-3000:]
+    assert _strict_json(r.stdout)["n_rows"] == 2000
+    r = subprocess.run([sys.executable, "-m", "distcal", "fit", "--engine", "spark", "-q",
+                        "--input", "in.parquet", "--output", "m"], capture_output=True,
+                       text=True, timeout=600, cwd=work, env=_spark_env())
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        "distcal: error: output 'm' exists (pass --overwrite / overwrite=True to replace it)"]
 
 
 def test_suite_size():

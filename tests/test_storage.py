@@ -27,15 +27,16 @@ from distcal.storage.fsspec import FsspecFileSystem
 
 
 def _write(content: str):
+    """A writer of a directory that looks like a model (overwrite replaces only outputs)."""
     def write(d: Path) -> None:
         d.mkdir()
-        (d / "data.txt").write_text(content)
+        (d / "model.json").write_text(content)
 
     return write
 
 
 def _read(d: Path) -> str:
-    return (d / "data.txt").read_text()
+    return (d / "model.json").read_text()
 
 
 def _siblings(parent: Path, name: str) -> list[str]:
@@ -69,7 +70,7 @@ def test_failed_write_leaves_old_output_and_no_directories(tmp_path):
 
     def broken(d: Path) -> None:
         d.mkdir()
-        (d / "data.txt").write_text("half")
+        (d / "model.json").write_text("half")
         raise RuntimeError("disk full")
 
     with pytest.raises(RuntimeError):
@@ -198,3 +199,87 @@ def test_hadoop_filesystem_on_a_spark_session(spark, tmp_path):
     publish_dir(fs, target, _write("three"), overwrite=True)
     assert fetch_dir(fs, target, _read) == "three"
     assert sorted(e for e in os.listdir(tmp_path) if not e.endswith(".crc")) == ["out"]
+
+
+# -- issue 34: what overwrite may replace, what an input may be --------------------
+
+def test_output_kinds_of_local_paths(tmp_path):
+    """Each kind of previous output is recognised; anything else is not ours."""
+    from distcal.storage.kinds import output_kind
+
+    fs = LocalFileSystem()
+    df = pd.DataFrame({"score": [0.1, 0.9], "label": [0, 1]})
+    distcal.fit(df).save(tmp_path / "model")
+    df.to_parquet(tmp_path / "t.parquet")
+    (tmp_path / "ds").mkdir()
+    df.to_parquet(tmp_path / "ds" / "part-0.parquet")
+    (tmp_path / "ds" / "_SUCCESS").write_text("")
+    (tmp_path / "rep").mkdir()
+    (tmp_path / "rep" / "report.json").write_text("{}")
+    (tmp_path / "text").write_text("hello")
+    (tmp_path / "empty").mkdir()
+    os.mkfifo(tmp_path / "fifo")
+    os.symlink("model", tmp_path / "link")
+    kinds = {name: output_kind(fs, str(tmp_path / name))
+             for name in ("model", "t.parquet", "ds", "rep", "text", "empty", "fifo", "link")}
+    assert {k: v[0] for k, v in kinds.items()} == {
+        "model": "model", "t.parquet": "parquet", "ds": "parquet", "rep": "report",
+        "text": None, "empty": None, "fifo": None, "link": None}
+    assert kinds["fifo"][1].startswith("a FIFO") and kinds["link"][1] == "a symbolic link"
+
+
+def test_overwrite_replaces_only_the_same_kind(tmp_path):
+    """The storage layer's own rule, whatever the caller: a model never replaces a report."""
+    from distcal.errors import OutputPathError
+
+    fs, target = LocalFileSystem(), str(tmp_path / "out")
+
+    def report(d: Path) -> None:
+        d.mkdir()
+        (d / "report.json").write_text("{}")
+
+    publish_dir(fs, target, report)
+    with pytest.raises(OutputPathError, match="is a report directory, not a model directory"):
+        publish_dir(fs, target, _write("model"), overwrite=True, kind="model")
+    with pytest.raises(OutputPathError, match="is a report directory, not a model directory"):
+        publish_dir(fs, target, _write("model"), overwrite=True)  # kind of what was written
+    assert (tmp_path / "out" / "report.json").is_file() and _siblings(tmp_path, "out") == []
+    publish_dir(fs, target, report, overwrite=True)  # a report replaces a report
+
+
+def test_overwrite_must_be_a_bool(tmp_path):
+    fs, target = LocalFileSystem(), str(tmp_path / "out")
+    publish_dir(fs, target, _write("one"))
+    for value in ("no", "false", 0, 1, None):
+        with pytest.raises(TypeError, match="overwrite must be True or False"):
+            publish_dir(fs, target, _write("two"), overwrite=value)
+    assert _read(Path(target)) == "one"
+
+
+def test_remote_store_kinds_by_marker_file():
+    root = f"memory://distcal-test-{uuid.uuid4().hex}"
+    fs = filesystem_for(root)
+    publish_dir(fs, f"{root}/m", _write("model"))
+    from distcal.errors import OutputPathError
+
+    def report(d: Path) -> None:
+        d.mkdir()
+        (d / "report.json").write_text("{}")
+
+    with pytest.raises(OutputPathError, match="is a model directory, not a report directory"):
+        publish_dir(fs, f"{root}/m", report, overwrite=True, kind="report")
+    publish_dir(fs, f"{root}/m", _write("two"), overwrite=True)
+    assert fetch_dir(fs, f"{root}/m", _read) == "two"
+
+
+def test_read_regular_file_is_capped_by_bytes_read(tmp_path):
+    """A FIFO is refused before it is opened; a file is read to the cap, not its st_size."""
+    from distcal.storage import read_regular_file
+
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(ValueError, match="is a FIFO"):
+        read_regular_file(str(tmp_path / "fifo"), 100, "config")
+    (tmp_path / "big").write_bytes(b"x" * 101)
+    with pytest.raises(ValueError, match="larger than 100 bytes"):
+        read_regular_file(str(tmp_path / "big"), 100, "config")
+    assert read_regular_file(str(tmp_path / "big"), 101) == b"x" * 101

@@ -98,9 +98,9 @@ def test_unequal_lengths_and_index_out_of_range(tmp_path):
 
 def test_bad_types_and_values():
     vec, plain = vectors(n=20)
-    with pytest.raises(distcal.DataError, match=r"column 'label' \(score\) has type int64; "
+    with pytest.raises(distcal.DataError, match=r"column 'n' \(score\) has type int64; "
                        "expected vectors"):
-        distcal.fit(vec, score_col="label", score_index=0)
+        distcal.fit(vec.assign(n=vec.label), score_col="n", score_index=0)
     text = pa.table({"v": pa.array([["a", "b"]] * 4), "label": [0, 1, 0, 1]})
     with pytest.raises(distcal.DataError, match=r"column 'v' \(score\) has type list<item: "
                        "string>"):

@@ -14,11 +14,17 @@ import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from ..errors import DataError, ModelError, UsageError
+from ..defaults import DEFAULTS
+from ..errors import DataError, ModelError, ParameterError, UsageError
 from ..loading import load_dir
 from ..model import CalibrationModel
+from ..params import check_distinct_columns
 from ..storage import (
+    MODEL,
+    PARQUET,
+    REPORT,
     FileSystem,
+    check_regular_input,
     check_target,
     fetch_dir,
     filesystem_for,
@@ -26,6 +32,7 @@ from ..storage import (
     local_path,
     publish_dir,
     refuse_existing,
+    resolve_local,
 )
 
 __all__ = ["Backend", "check_input_files"]
@@ -51,27 +58,44 @@ class Backend:
         return str(opts["output"])
 
     def check_paths(self, opts: dict[str, Any], outputs: Iterable[str]) -> None:
-        """Refuse an output inside the input (a re-run would read it) or overlapping another."""
+        """Refuse an output that is, lies inside or contains what the command reads.
+
+        What it reads is the input and the model (``--model``); an output (or
+        ``--report``) at any spelling of their paths (``./m/../m``, a trailing
+        slash, a symbolic link to them) would destroy them, and one inside the
+        input would be read by a re-run. Outputs must not overlap each other.
+        """
         outputs = [str(o) for o in outputs]
         for out in outputs:
             check_target(self.filesystem(out), out)
-        inp = opts.get("input")
-        if inp:
+        for role in ("input", "model"):
+            src = opts.get(role)
+            if not src:
+                continue
             for out in outputs:
-                if _inside(out, str(inp)) or _inside(str(inp), out):
-                    raise DataError(f"output '{out}' is inside the input '{inp}' (or contains "
-                                    "it): a re-run would read its own output")
+                where = ("is" if _normal(out) == _normal(str(src)) else "is inside"
+                         if _inside(out, str(src)) else "contains"
+                         if _inside(str(src), out) else None)
+                if where:
+                    raise DataError(f"output '{out}' {where} the {role} '{src}'; an output "
+                                    f"never replaces, or mixes with, what the command reads")
         for i, a in enumerate(outputs):
             for b in outputs[i + 1:]:
                 if _inside(a, b) or _inside(b, a):
                     raise UsageError(f"outputs '{a}' and '{b}' overlap; give each its own path")
 
-    def refuse_existing(self, target: str, overwrite: bool, table: str | None = None) -> None:
-        refuse_existing(self.filesystem(target), target, overwrite)
+    def refuse_existing(self, target: str, overwrite: bool, table: str | None = None,
+                        kind: str | None = None) -> None:
+        """Before any work: an existing ``target`` without ``--overwrite``, or one that is
+        not a previous output of ``kind`` ("model", "report", "parquet")."""
+        fs = self.filesystem(target)
+        refuse_existing(fs, resolve_local(target) if fs.local else target, overwrite, kind,
+                        shown=target)
 
     # -- models and reports ---------------------------------------------------
     def save_model(self, model: CalibrationModel, path: str, overwrite: bool) -> None:
-        publish_dir(self.filesystem(path), path, model.write_dir, overwrite=overwrite)
+        publish_dir(self.filesystem(path), path, model.write_dir, overwrite=overwrite,
+                    kind=MODEL)
 
     def load_model(self, path: str) -> CalibrationModel:
         fs = self.filesystem(path)
@@ -88,14 +112,14 @@ class Backend:
         def write(d: Any) -> None:
             write_report(reports, d, provenance=prov, model=model)
 
-        publish_dir(self.filesystem(path), path, write, overwrite=overwrite)
+        publish_dir(self.filesystem(path), path, write, overwrite=overwrite, kind=REPORT)
 
     def write_table(self, table: Any, path: str, overwrite: bool) -> None:
         """A small pandas table as one Parquet file at ``path``."""
         def write(p: Any) -> None:
             table.rename(columns=str).to_parquet(p, index=False)
 
-        publish_dir(self.filesystem(path), path, write, overwrite=overwrite)
+        publish_dir(self.filesystem(path), path, write, overwrite=overwrite, kind=PARQUET)
 
     # -- the calibrated table -------------------------------------------------
     def apply(self, model: CalibrationModel, opts: dict[str, Any],
@@ -108,9 +132,12 @@ class Backend:
 
 
 def _normal(uri: str) -> str:
+    """One spelling of a path: local paths resolved (symlinks, ``..``), URLs without
+    repeated or trailing slashes."""
     if is_local_uri(uri):
         return os.path.realpath(local_path(uri))
-    return uri.rstrip("/")
+    scheme, _, rest = uri.partition("://")
+    return scheme + "://" + "/".join(p for p in rest.split("/") if p not in ("", "."))
 
 
 def _inside(a: str, b: str) -> bool:
@@ -143,18 +170,23 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
 
     from ..tables import arrow_kind
 
+    _check_roles(command, opts)
     fmt = opts.get("input_format") or "parquet"
     if fmt != "parquet":
         if opts.get("engine") != "spark":
             raise UsageError(f"--input-format {fmt} needs the Spark engine (--engine spark); "
                              "the local and Dask engines read Parquet")
-        return  # Spark's reader checks it
+        inp = opts.get("input")
+        if inp and is_local_uri(str(inp)) and not opts.get("input_table"):
+            check_regular_input(local_path(str(inp)))
+        return  # Spark's reader checks the rest
     inp = opts.get("input")
     if not inp or not is_local_uri(str(inp)) or opts.get("input_table"):
         return
     path = local_path(str(inp))
     if not os.path.exists(path):
         return  # each backend says so in its own words
+    check_regular_input(path)  # a FIFO or a device would block or never end
     if os.path.isdir(path):
         files = _dataset_files(path)
     else:
@@ -170,12 +202,22 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
     if command == "apply" and opts.get("report"):
         names += [n for n in (opts.get("label_col"), opts.get("weight_col")) if n]
     seen: dict[str, tuple[str, str]] = {}
+    rows = 0
+    by = [n.strip() for n in str(opts.get("by") or "").split(",") if n.strip()]
     for f in files:
         try:
-            schema = pq.read_schema(f)
+            meta = pq.read_metadata(f)
+            schema = meta.schema.to_arrow_schema()
         except (OSError, ValueError) as exc:
             raise DataError(f"input file '{f}' is not a readable Parquet file: "
                             f"{_one_line(exc)}") from exc
+        rows += meta.num_rows
+        _check_column_names(schema.names, f)
+        for name in by:
+            if name in schema.names and _is_nested(schema.field(name).type):
+                raise DataError(f"column '{name}' (segment) has type "
+                                f"{schema.field(name).type} in input file '{f}'; --by needs "
+                                "columns of numbers, text, dates or booleans")
         for name in names:
             if name not in schema.names:
                 continue
@@ -193,6 +235,59 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
                 raise DataError(f"column '{name}' has type {t} in input file '{f}' but "
                                 f"{first[0]} in '{first[1]}'; every file of the input must "
                                 "have the same column types")
+    _check_bins_against_rows(command, opts, rows, complete=len(files) < _MAX_CHECKED_FILES)
+
+
+def _check_bins_against_rows(command: str, opts: dict[str, Any], rows: int,
+                             complete: bool) -> None:
+    """``--n-bins`` above the input's rows (its footers' counts), before anything is read.
+
+    As the API: a histogram fit refuses more bins than rows; an evaluation more
+    bins than rows when that is also more than the default 10.
+    """
+    n_bins = opts.get("n_bins")
+    if not complete or not isinstance(n_bins, int) or n_bins <= rows:
+        return
+    if (command == "fit" and opts.get("method") == "histogram") or (
+            command == "evaluate" and n_bins > DEFAULTS.n_bins):
+        raise ParameterError(f"n_bins must not exceed the number of rows ({rows}), got "
+                             f"{n_bins}")
+
+
+def _check_column_names(names: list[str], f: str) -> None:
+    """A file whose columns repeat a name cannot be read by column name: refuse it."""
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise DataError(f"input file '{f}' has {len(dup)} column name(s) used twice or more: "
+                        f"{', '.join(repr(d) for d in dup[:5])}; give each column its own name")
+
+
+def _check_roles(command: str, opts: dict[str, Any]) -> None:
+    """No column given twice, in one role or two (``--prob-cols p0,p0,p1``,
+    ``--label-col score``): a DataError naming it, before anything is read."""
+    def roles(**named: Any) -> None:
+        check_distinct_columns({"--" + k.replace("_", "-"): v for k, v in named.items()})
+
+    label = opts.get("label_col")
+    weight = opts.get("weight_col")
+    if command == "evaluate":
+        for value in opts.get("prob_cols") or []:
+            roles(prob_cols=[n.strip() for n in value.split(",")], label_col=label,
+                  weight_col=weight)
+        for col in opts.get("prob_col") or []:
+            roles(prob_col=col, label_col=label, weight_col=weight)
+    elif command == "apply":
+        report = bool(opts.get("report"))
+        roles(score_col=opts.get("score_col"), output_col=opts.get("output_col"),
+              label_col=label if report else None, weight_col=weight if report else None)
+    elif command == "threshold":
+        roles(score_col=opts.get("score_col"),
+              label_col=None if opts.get("loss_col") else label, weight_col=weight,
+              loss_col=opts.get("loss_col"))
+    elif command == "discretize":
+        roles(score_col=opts.get("score_col"), label_col=label)
+    else:
+        roles(score_col=opts.get("score_col"), label_col=label, weight_col=weight)
 
 
 def _dataset_files(root: str) -> list[str]:
@@ -212,6 +307,16 @@ def _is_list(t: Any) -> bool:
 
     return bool(pa.types.is_list(t) or pa.types.is_large_list(t)
                 or pa.types.is_fixed_size_list(t))
+
+
+def _is_nested(t: Any) -> bool:
+    """Structs, lists, maps, unions: values that cannot key a segment."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return bool(pa.types.is_nested(t) or pa.types.is_binary(t)
+                or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t))
 
 
 def pa_is_null(t: Any) -> bool:

@@ -14,8 +14,10 @@ from ..defaults import DEFAULTS
 from ..discretize import discretize
 from ..errors import UsageError
 from ..evaluation import evaluate, evaluate_many
+from ..storage import MODEL, PARQUET, REPORT
 from ..threshold import optimal_threshold
 from .backend import Backend
+from .jsonline import key_value
 
 __all__ = ["COMMANDS", "cmd_fit", "cmd_apply", "cmd_evaluate", "cmd_threshold",
            "cmd_discretize"]
@@ -58,7 +60,7 @@ def cmd_fit(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     _require(opts, "input", "output")
     io.check_paths(opts, outputs=[opts["output"]])
     data = io.read(opts)
-    io.refuse_existing(opts["output"], opts["overwrite"])
+    io.refuse_existing(opts["output"], opts["overwrite"], kind=MODEL)
     by = _by_columns(opts.get("by"))
     segments = {} if by is None else {"by": by,
                                       "min_segment_weight": opts["min_segment_weight"]}
@@ -97,9 +99,9 @@ def cmd_apply(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     _require(opts, "model", "input")
     target = io.output_name(opts)
     io.check_paths(opts, outputs=[t for t in (opts.get("output"), opts.get("report")) if t])
-    io.refuse_existing(target, opts["overwrite"], table=opts.get("output_table"))
+    io.refuse_existing(target, opts["overwrite"], table=opts.get("output_table"), kind=PARQUET)
     if opts.get("report"):
-        io.refuse_existing(opts["report"], opts["overwrite"])
+        io.refuse_existing(opts["report"], opts["overwrite"], kind=REPORT)
     model = io.load_model(opts["model"])
     report = None
     if opts.get("report"):
@@ -160,7 +162,7 @@ def cmd_evaluate(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     predictions = _predictions(opts)
     io.check_paths(opts, outputs=[opts["output"]])
     data = io.read(opts)
-    io.refuse_existing(opts["output"], opts["overwrite"])
+    io.refuse_existing(opts["output"], opts["overwrite"], kind=REPORT)
     kw = {"label_col": opts["label_col"], "weight_col": opts["weight_col"],
           "n_bins": opts.get("n_bins") or DEFAULTS.n_bins,
           "strategy": opts.get("strategy") or DEFAULTS.strategy,
@@ -196,13 +198,16 @@ def cmd_threshold(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
                                     on_invalid=opts["on_invalid"],
                                     score_index=opts.get("score_index"),
                                     by=_by_columns(opts.get("by")))
-    # +inf (predict nothing positive) prints as JSON's customary Infinity, which
-    # Python's json, JavaScript and pandas read back as a number.
-    out = {"threshold": res.threshold, "predict_none": res.predict_none, "cost": res.cost,
-           "tp": res.tp, "fp": res.fp,
-           "tn": res.tn, "fn": res.fn, "n_positive_predicted": res.n_positive_predicted}
-    if res.segments is not None:
-        out["segments"] = res.to_dict()["segments"]
+    # +inf (predict nothing positive) prints as null with the reason in "why_null"
+    # (standard JSON has no Infinity; see jsonline.standard_json).
+    out: dict[str, Any] = {
+        "threshold": res.threshold, "predict_none": res.predict_none, "cost": res.cost,
+        "tp": res.tp, "fp": res.fp, "tn": res.tn, "fn": res.fn,
+        "n_positive_predicted": res.n_positive_predicted}
+    if res.segments is not None:  # ±inf keys as "Infinity"/"-Infinity", never null
+        by = _by_columns(opts.get("by")) or []
+        out["segments"] = [{k: key_value(v) if k in by else v for k, v in row.items()}
+                           for row in res.to_dict()["segments"]]
     return out
 
 
@@ -210,7 +215,7 @@ def cmd_discretize(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     _require(opts, "input")
     if opts.get("output"):
         io.check_paths(opts, outputs=[opts["output"]])
-        io.refuse_existing(opts["output"], opts["overwrite"])
+        io.refuse_existing(opts["output"], opts["overwrite"], kind=PARQUET)
     table = discretize(io.read(opts), score_col=opts["score_col"], label_col=opts["label_col"],
                        engine=io.engine)
     if opts.get("output"):

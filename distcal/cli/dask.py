@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import DataError, UsageError
 from ..model import CalibrationModel
-from ..storage import publishing
+from ..storage import PARQUET, publishing
 from .backend import Backend
 from .run import run
 
@@ -71,7 +71,7 @@ class DaskBackend(Backend):
                               score_index=opts.get("score_index"))
         target = self.output_name(opts)
         fs = self.filesystem(target)
-        with publishing(fs, target, overwrite=opts["overwrite"]) as tmp:
+        with publishing(fs, target, overwrite=opts["overwrite"], kind=PARQUET) as tmp:
             out.to_parquet(tmp, write_index=False)
             written = dd.read_parquet(tmp)
             rows = int(written.shape[0].compute())

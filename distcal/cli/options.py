@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from ..defaults import DEFAULTS, INTERPOLATIONS, METHODS, STRATEGIES
 from ..engines import ENGINES
 from ..errors import UsageError
+from ..storage import read_regular_file
 
 __all__ = ["Option", "OPTIONS", "COMMANDS", "add_options", "load_config", "resolve_options"]
 
@@ -202,35 +202,73 @@ def _reject_aliases(text: str, path: str) -> None:
         raise UsageError(f"config '{path}' is not valid YAML: {exc}".splitlines()[0]) from exc
 
 
+class _DuplicateKey(Exception):
+    """A key given twice in one YAML mapping."""
+
+
+def _unique_key_loader() -> Any:
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        """SafeLoader that refuses a key given twice in one mapping (YAML says keys are
+        unique; PyYAML silently keeps the last)."""
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    if key in seen:
+                        raise _DuplicateKey(f"key {key!r} twice (line "
+                                            f"{key_node.start_mark.line + 1})")
+                    seen.add(key)
+                except TypeError:  # an unhashable key: PyYAML's own error follows
+                    pass
+            return super().construct_mapping(node, deep=deep)
+
+    return Loader
+
+
 def load_config(path: str | None, command: str, entry_point: str) -> dict[str, Any]:
     """The typed options of a YAML file, checked against :data:`OPTIONS`."""
     if not path:
         return {}
     import yaml
 
+    _UniqueKeyLoader = _unique_key_loader()  # noqa: N806
     try:
-        p = Path(path)
-        if p.stat().st_size > MAX_CONFIG_BYTES:
-            raise UsageError(f"config '{path}' is larger than {MAX_CONFIG_BYTES} bytes")
-        text = p.read_text()
+        # Only a regular file, checked before it is opened (a FIFO would block,
+        # /dev/zero never ends), and at most MAX_CONFIG_BYTES actually read.
+        raw = read_regular_file(path, MAX_CONFIG_BYTES, "config")
     except OSError as exc:
         raise UsageError(f"cannot read config '{path}': {exc.strerror}") from exc
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"config '{path}' is not UTF-8 text") from exc
     _reject_aliases(text, path)
     try:
-        doc = yaml.safe_load(text) or {}
+        doc = yaml.load(text, Loader=_UniqueKeyLoader) or {}  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         raise UsageError(f"config '{path}' is not valid YAML: {exc}".splitlines()[0]) from exc
+    except _DuplicateKey as exc:
+        raise UsageError(f"config '{path}' gives {exc}; give each option once") from exc
     if not isinstance(doc, dict):
         raise UsageError(f"config '{path}' must be a mapping of option names to values")
     known = {o.dest: o for o in options_for(command, entry_point)}
     out: dict[str, Any] = {}
+    spelled: dict[str, Any] = {}
     for key, value in doc.items():
         dest = str(key).replace("-", "_")
-        if dest == "params" and command == "fit":
-            if not isinstance(value, dict):
-                raise UsageError(f"'params' in config '{path}' must be a mapping")
-            out["params"] = value
-            continue
+        if dest in spelled:  # score_col and score-col: one option written twice
+            raise UsageError(f"config '{path}' gives option '{dest.replace('_', '-')}' twice "
+                             f"(as '{spelled[dest]}' and '{key}'); give each option once")
+        spelled[dest] = key
+        if dest == "params":
+            raise UsageError(f"'params' in config '{path}' is not an option; write the "
+                             "method's parameters as options (e.g. n-bins: 20)")
         if dest not in known or dest == "config":
             raise UsageError(f"unknown option '{key}' in config '{path}' for '{command}'")
         if value is None:

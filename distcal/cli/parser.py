@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 
 from ..errors import UsageError
-from .options import COMMANDS, add_options
+from .options import COMMANDS, OPTIONS, add_options
 
-__all__ = ["build_parser"]
+__all__ = ["build_parser", "attach_negative_values"]
 
 _HELP = {
     "fit": "fit a calibration map and save the model directory",
@@ -41,3 +41,28 @@ def build_parser(prog: str, entry_point: str) -> argparse.ArgumentParser:
         loud.add_argument("-q", "--quiet", action="store_true", default=False,
                           help="log errors only, no progress bar (default: warnings)")
     return parser
+
+
+def attach_negative_values(argv: list[str]) -> list[str]:
+    """``--y-min -inf`` as ``--y-min=-inf``: a value starting with "-" after an option
+    that takes one.
+
+    argparse takes "-inf", "-1e3" or "-x" for an option of its own and fails
+    with "expected one argument"; only words that are no option of ours
+    are attached, so ``--score-col -v`` still reads ``-v`` as the flag.
+    """
+    takes_value = {"--" + o.name for o in OPTIONS if o.kind is not bool}
+    flags = {"--" + o.name for o in OPTIONS} | {"-v", "--verbose", "-q", "--quiet", "-h",
+                                                  "--help", "--version"}
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if (tok in takes_value and i + 1 < len(argv) and argv[i + 1].startswith("-")
+                and argv[i + 1] not in flags and not argv[i + 1].startswith("--")):
+            out.append(f"{tok}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(tok)
+        i += 1
+    return out

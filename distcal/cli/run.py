@@ -34,8 +34,9 @@ from ..errors import (
 from ..storage import OutputExistsError
 from .backend import Backend, check_input_files
 from .commands import COMMANDS
+from .jsonline import standard_json
 from .options import resolve_options
-from .parser import build_parser
+from .parser import attach_negative_values, build_parser
 
 __all__ = ["run", "exit_process", "BackendFactory"]
 
@@ -81,6 +82,42 @@ def _one_line(exc: BaseException) -> str:
     return first
 
 
+def _silence_children() -> Callable[[], None]:
+    """With ``-q``: what the engine's processes print goes nowhere; ours still shows.
+
+    A JVM (Spark's WARN lines and progress bars, which it prints before any
+    configuration of ours could apply) and worker processes write to file
+    descriptor 2, which they inherit: it is pointed at /dev/null while the
+    engine runs, and this process's own stderr (the failure line, the
+    ``distcal`` logger's errors) is moved to a copy of the real one. Returns
+    the function that puts everything back.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    real = os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 2)
+    os.close(null)
+    saved_stderr = sys.stderr
+    ours = open(real, "w", buffering=1, closefd=False)  # noqa: SIM115 (closed below)
+    sys.stderr = ours
+    handlers = [h for h in logging.getLogger("distcal").handlers
+                if getattr(h, "_distcal_cli", False) and isinstance(h, logging.StreamHandler)]
+    for h in handlers:
+        h.setStream(ours)
+
+    def restore() -> None:
+        ours.flush()
+        os.dup2(real, 2)
+        os.close(real)
+        sys.stderr = saved_stderr
+        for h in handlers:
+            h.setStream(saved_stderr)
+        ours.close()
+
+    return restore
+
+
 def _say(line: str, stream: TextIO) -> None:
     print(line, file=stream, flush=True)
     if stream is not sys.stderr:
@@ -97,10 +134,12 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
     backend = None
     verbose = 0
     previous = None
+    silenced: Callable[[], None] | None = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        args = build_parser(prog, entry_point).parse_args(argv)
+        args = build_parser(prog, entry_point).parse_args(
+            attach_negative_values(list(sys.argv[1:] if argv is None else argv)))
         verbose = args.verbose
         _configure_logging(args.verbose, args.quiet)
         opts = resolve_options(args, entry_point)
@@ -111,6 +150,8 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
             # would only add lines to the one-line message.
             warnings.filterwarnings("ignore", message="overflow encountered",
                                     category=RuntimeWarning)
+            if args.quiet:
+                silenced = _silence_children()
             backend = backend_factory(opts)
             result = COMMANDS[args.command](opts, backend)
     except _USER_ERRORS as exc:
@@ -130,11 +171,15 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
         _say(f"{prog}: failed: {type(exc).__name__}: {_one_line(exc)}", err())
         return 1
     finally:
-        if backend is not None:
-            backend.close()
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
-    print(json.dumps(result))
+        try:
+            if backend is not None:
+                backend.close()
+        finally:
+            if silenced is not None:
+                silenced()
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+    print(json.dumps(standard_json(result), allow_nan=False))
     return 0
 
 

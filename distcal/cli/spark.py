@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 from ..errors import DataError, UsageError
 from ..model import CalibrationModel
-from ..storage import FileSystem, LocalFileSystem, is_local_uri, publishing
+from ..storage import PARQUET, FileSystem, LocalFileSystem, is_local_uri, publishing
 from .backend import Backend
 from .run import run
 
@@ -64,7 +64,10 @@ class SparkBackend(Backend):
         from pyspark.sql import SparkSession
 
         builder = SparkSession.builder.appName("distcal")
-        if not opts.get("verbose"):
+        if opts.get("quiet"):  # errors only, no progress bars
+            builder = (builder.config("spark.log.level", "ERROR")
+                       .config("spark.ui.showConsoleProgress", "false"))
+        elif not opts.get("verbose"):
             # Spark's INFO lines would bury the job's own one line (unless the
             # user set a level with --conf spark.log.level=...).
             builder = builder.config("spark.log.level", "WARN")
@@ -125,12 +128,13 @@ class SparkBackend(Backend):
             raise UsageError("missing required option(s): --output (or --output-table)")
         return str(opts["output"])
 
-    def refuse_existing(self, target: str, overwrite: bool, table: str | None = None) -> None:
+    def refuse_existing(self, target: str, overwrite: bool, table: str | None = None,
+                        kind: str | None = None) -> None:
         if table:
             if self.spark.catalog.tableExists(table) and not overwrite:
                 raise UsageError(f"output '{table}' exists (pass --overwrite to replace it)")
             return
-        super().refuse_existing(target, overwrite)
+        super().refuse_existing(target, overwrite, kind=kind)
 
     def apply(self, model: CalibrationModel, opts: dict[str, Any],
               before_commit: Callable[[Any], None] | None = None) -> int:
@@ -142,7 +146,8 @@ class SparkBackend(Backend):
             return self._write_table(out, opts["output_table"], opts["overwrite"],
                                      before_commit)
         target = self.output_name(opts)
-        with publishing(self.filesystem(target), target, overwrite=opts["overwrite"]) as tmp:
+        with publishing(self.filesystem(target), target, overwrite=opts["overwrite"],
+                        kind=PARQUET) as tmp:
             out.write.parquet(tmp)  # Spark's committer: complete or absent
             written = self.spark.read.parquet(tmp)
             rows = int(written.count())

@@ -22,6 +22,7 @@ import pyarrow.dataset as ds
 
 from ..errors import DataError
 from .multiclass import label_problems
+from .validate import is_real_dtype
 
 __all__ = ["fit_rows", "vector_lengths", "problems_message", "Problems", "read_scores",
            "open_input", "check_score_args", "score_names", "read_fit_input", "RowPart",
@@ -106,7 +107,7 @@ def _column_to_float(data: pd.DataFrame | pa.Table, name: str) -> tuple[np.ndarr
         values = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)
         return np.asarray(values, dtype=np.float64), np.zeros(len(values), bool)
     s = data[name]
-    if pd.api.types.is_bool_dtype(s.dtype) or pd.api.types.is_numeric_dtype(s.dtype):
+    if is_real_dtype(s.dtype):  # not complex, dates or durations
         return s.to_numpy(dtype=np.float64, na_value=np.nan), np.zeros(len(s), bool)
     if pd.api.types.is_object_dtype(s.dtype) or pd.api.types.is_string_dtype(s.dtype):
         if s.map(lambda v: isinstance(v, (list, tuple, np.ndarray))).any():

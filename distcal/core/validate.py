@@ -1,10 +1,11 @@
 """Row validation: which rows are usable, and a message naming every problem.
 
-Rules: a score is a float, ±inf allowed (not for sigmoid), never
-NaN/null; a label is a number in [0, 1]; a weight is finite and >= 0;
-a probability (evaluation) is in [0, 1]; a per-row loss is finite. Text in
-a numeric column is a row problem too. Counts accumulate over batches so
-that the message gives totals for the whole input.
+Rules: a score is a real number (never complex, a date or a duration:
+:func:`is_real_dtype`), ±inf allowed (not for sigmoid), never NaN/null;
+a label is a number in [0, 1]; a weight is finite and >= 0; a probability
+(evaluation) is in [0, 1]; a per-row loss is finite. Text in a numeric
+column is a row problem too. Counts accumulate over batches so that the
+message gives totals for the whole input.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import numpy as np
 
 from ..errors import DataError
 
-__all__ = ["RowChecker", "ROLES", "rules", "check_vector_lengths"]
+__all__ = ["RowChecker", "ROLES", "rules", "check_vector_lengths", "is_real_dtype", "as_scores",
+           "check_unique_columns", "is_vector_series"]
 
 # The roles a column can play ("prob:NAME" when several probability columns
 # are evaluated together).
@@ -148,3 +150,66 @@ def check_vector_lengths(name: str, role: str, index: int, lengths: Mapping[int,
                      f"{', '.join(str(k) for k in sorted(counts) if k <= index)})")
     if parts:
         raise DataError(f"column '{name}' ({role}): " + "; ".join(parts))
+
+
+def is_real_dtype(dtype: object) -> bool:
+    """Whether a numpy or pandas dtype holds real numbers (booleans, integers, floats).
+
+    Complex numbers (their imaginary part would be dropped), datetime64 and
+    timedelta64 (their integer nanoseconds are not scores) are not. Every
+    reader asks this one question before it converts a column to float64.
+    """
+    import pandas as pd
+
+    if isinstance(dtype, pd.ArrowDtype):
+        import pyarrow as pa
+
+        t = dtype.pyarrow_dtype
+        return bool(pa.types.is_integer(t) or pa.types.is_floating(t)
+                    or pa.types.is_boolean(t) or pa.types.is_decimal(t))
+    if pd.api.types.is_bool_dtype(dtype):
+        return True
+    return bool(pd.api.types.is_numeric_dtype(dtype)
+                and not pd.api.types.is_complex_dtype(dtype))
+
+
+def as_scores(scores: object, name: str = "scores") -> np.ndarray:
+    """``scores`` (a number or array-like of real numbers) as a float64 array, at least 1-d.
+
+    A scalar gives an array of one value. Complex numbers, datetime64 and
+    timedelta64 values are a :class:`DataError` (they would silently become
+    their real part or their nanoseconds); text that is not a number is a
+    ``ValueError`` as numpy says it.
+    """
+    arr = np.asarray(scores)
+    if arr.dtype.kind in "cMm" or (arr.dtype.kind == "O" and any(
+            isinstance(v, (complex, np.complexfloating, np.datetime64, np.timedelta64))
+            for v in arr.ravel()[:1000])):
+        what = {"c": "complex numbers", "M": "dates (datetime64)",
+                "m": "durations (timedelta64)"}.get(arr.dtype.kind, "complex numbers or dates")
+        raise DataError(f"{name}: {arr.size} {'value is' if arr.size == 1 else 'values are'} "
+                        f"{what}; scores must be real numbers")
+    return np.atleast_1d(arr.astype(np.float64))
+
+
+def check_unique_columns(names: list[str], used: object) -> None:
+    """Refuse an input in which a column the call reads has its name more than once.
+
+    Parquet files and pandas frames may repeat a column name; reading such a
+    column by name is ambiguous (pyarrow raises KeyError, pandas returns a
+    frame). ``used``: the names the call reads.
+    """
+    counts: dict[str, int] = {}
+    for n in names:
+        counts[n] = counts.get(n, 0) + 1
+    dup = sorted(n for n in set(used) if counts.get(n, 0) > 1)  # type: ignore[call-overload]
+    if dup:
+        raise DataError(f"column '{dup[0]}' appears {counts[dup[0]]} times in the input; "
+                        "give each column its own name")
+
+
+def is_vector_series(s: object) -> bool:
+    """Whether a pandas object column holds vectors (lists, tuples, arrays): its first
+    non-null value is one. Such a column is not text in a numeric role."""
+    first = s.first_valid_index()  # type: ignore[attr-defined]
+    return first is not None and isinstance(s[first], (list, tuple, np.ndarray))  # type: ignore[index]

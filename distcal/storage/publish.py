@@ -35,10 +35,13 @@ from pathlib import Path
 from typing import TypeVar
 
 from ..errors import OutputPathError
+from ..params import check_bool
 from .base import FileSystem, local_path, split_uri
+from .kinds import check_replaceable, output_kind
 
 __all__ = ["OutputExistsError", "publishing", "local_publishing", "publish_dir", "fetch_dir",
-           "refuse_existing", "temp_sibling", "recover", "check_target", "OutputPathError"]
+           "refuse_existing", "temp_sibling", "recover", "check_target", "OutputPathError",
+           "resolve_local"]
 
 log = logging.getLogger("distcal")
 T = TypeVar("T")
@@ -107,17 +110,29 @@ def recover(fs: FileSystem, target: str) -> None:
             fs.remove(join(e))
 
 
-def refuse_existing(fs: FileSystem, target: str, overwrite: bool) -> None:
-    """Raise :class:`OutputExistsError` if ``target`` exists and not ``overwrite``."""
-    if not overwrite and fs.exists(target):
-        raise OutputExistsError(target)
+def refuse_existing(fs: FileSystem, target: str, overwrite: bool, kind: str | None = None,
+                    shown: str = "") -> None:
+    """Raise :class:`OutputExistsError` if ``target`` exists and not ``overwrite``.
+
+    With ``overwrite``, an existing ``target`` must be a distcal output (of
+    ``kind`` when given): anything else is an :class:`OutputPathError`
+    (:func:`~distcal.storage.kinds.check_replaceable`).
+    """
+    if fs.exists(target):
+        if not overwrite:
+            raise OutputExistsError(shown or target)
+        check_replaceable(fs, target, kind, shown)
 
 
-def _commit(fs: FileSystem, tmp: str, target: str, overwrite: bool) -> None:
+def _commit(fs: FileSystem, tmp: str, target: str, overwrite: bool, kind: str | None = None,
+            shown: str = "") -> None:
     if fs.rename_noreplace(tmp, target):
         return
     if not overwrite:  # it appeared while we were writing: the other run won
-        raise OutputExistsError(target)
+        raise OutputExistsError(shown or target)
+    # What replaces the target must be of the target's kind: a model replaces a
+    # model, never a report or a Parquet file (checked again: it may have changed).
+    check_replaceable(fs, target, kind or output_kind(fs, tmp)[0], shown)
     if fs.exchange(tmp, target):  # tmp now holds the old output
         fs.remove(tmp)
         return
@@ -140,7 +155,18 @@ def check_target(fs: FileSystem, target: str) -> None:
     """
     if not fs.local:
         return
+    full = os.path.abspath(local_path(target))
+    try:
+        path_max = os.pathconf("/", "PC_PATH_MAX")
+    except (OSError, ValueError):
+        path_max = 4096
+    if len(os.fsencode(full)) >= path_max:
+        raise OutputPathError(f"output '{_short(target)}': the path is "
+                              f"{len(os.fsencode(full))} bytes long; this system allows "
+                              f"{path_max - 1}")
     parent, name = split_uri(local_path(target))
+    if name in ("", ".", ".."):
+        raise OutputPathError(f"output '{target}' does not name a file or directory")
     p = Path(parent or ".")
     while not os.path.lexists(p) and p != p.parent:
         p = p.parent
@@ -150,9 +176,33 @@ def check_target(fs: FileSystem, target: str) -> None:
         limit = os.pathconf(p, "PC_NAME_MAX")
     except (OSError, ValueError):
         limit = 255
-    if len(name.encode()) > limit:
-        raise OutputPathError(f"output '{target}': the name is {len(name.encode())} bytes long; "
-                              f"this filesystem allows {limit}")
+    missing = Path(parent).parts[len(p.parts):] if parent and p != Path(".") else ()
+    for part in (*missing, name):
+        if len(part.encode()) > limit:
+            raise OutputPathError(f"output '{_short(target)}': the name '{_short(part)}' is "
+                                  f"{len(part.encode())} bytes long; this filesystem allows "
+                                  f"{limit}")
+
+
+def _short(text: str, n: int = 120) -> str:
+    return text if len(text) <= n else text[:n] + "..."
+
+
+def resolve_local(target: str) -> str:
+    """A local output path with its directory resolved (symlinks, ``..``, ``.``).
+
+    ``q/../q`` and ``./m/`` become one absolute path, so the temporary
+    sibling, the commit and every check see the same directory. The last
+    name is kept as it is: a symbolic link there is the output itself, and
+    is refused rather than followed. ``file:`` URLs stay URLs.
+    """
+    path = local_path(target).rstrip("/") or local_path(target)
+    head, name = os.path.split(path)
+    if name in ("", ".", ".."):
+        raise OutputPathError(f"output '{target}' does not name a file or directory")
+    resolved = os.path.join(os.path.realpath(head or "."), name)
+    # A file: URL stays one (an engine would take a bare path on its default filesystem).
+    return "file://" + resolved if str(target).startswith("file:") else resolved
 
 
 def _make_parents(fs: FileSystem, target: str) -> list[str]:
@@ -185,22 +235,31 @@ def _remove_empty(created: list[str]) -> None:
 
 
 @contextmanager
-def publishing(fs: FileSystem, target: str, *, overwrite: bool = False) -> Iterator[str]:
+def publishing(fs: FileSystem, target: str, *, overwrite: bool = False,
+               kind: str | None = None) -> Iterator[str]:
     """Yield a temporary sibling of ``target`` to write; commit it on success.
 
     The caller writes a file or a directory at the yielded path (through the
-    same store). Nothing appears at ``target`` if the block raises.
+    same store). Nothing appears at ``target`` if the block raises. With
+    ``overwrite``, an existing ``target`` is replaced only if it is a distcal
+    output of ``kind`` ("model", "report", "parquet"; when None, the kind of
+    what was written): never a device, a FIFO, a link or a foreign directory.
     """
+    overwrite = check_bool(overwrite, "overwrite")
+    shown = str(target)
     target = str(target).rstrip("/") or str(target)
     check_target(fs, target)
+    if fs.local:
+        target = resolve_local(target)
+        check_target(fs, target)
     recover(fs, target)
-    refuse_existing(fs, target, overwrite)
+    refuse_existing(fs, target, overwrite, kind, shown)
     created = _make_parents(fs, target)
     tmp = temp_sibling(target, "tmp")
     done = False
     try:
         yield tmp
-        _commit(fs, tmp, target, overwrite)
+        _commit(fs, tmp, target, overwrite, kind, shown)
         done = True
     finally:
         if fs.exists(tmp):
@@ -221,14 +280,14 @@ def local_publishing(target: str | os.PathLike[str], *,
 
 
 def publish_dir(fs: FileSystem, target: str, write: Callable[[Path], None], *,
-                overwrite: bool = False) -> None:
+                overwrite: bool = False, kind: str | None = None) -> None:
     """Publish what ``write(local_path)`` creates (a file or a directory) at ``target``.
 
     On a local store ``write`` writes the temporary sibling directly; on
     remote stores it writes a local staging directory that is then copied
     up, so ``write`` can always use plain local file APIs.
     """
-    with publishing(fs, target, overwrite=overwrite) as tmp:
+    with publishing(fs, target, overwrite=overwrite, kind=kind) as tmp:
         if fs.local:
             write(Path(local_path(tmp)))
             return
