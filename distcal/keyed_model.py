@@ -357,6 +357,8 @@ class KeyedModel:
         for c in [*(score_cols or [str(score_col)]), *self.by]:
             if c not in names:
                 raise column_not_found(c, "segment" if c in self.by else "score", names)
+        if n == 0:
+            return np.zeros((0, self.n_classes) if self.n_classes >= 2 else 0)
         if self.n_classes >= 2:
             problems = Problems(n)
             s = read_scores(part, score_col, score_cols, problems, finite=False)

@@ -360,7 +360,7 @@ def _predict_partition(pdf: pd.DataFrame, columns: list[str], output_col: str,
     out = pdf.copy(deep=False)
     values = np.asarray(predict(pdf[columns]), dtype=np.float64)
     if vector:
-        values = values.reshape(len(pdf), -1)
+        values = values.reshape(len(pdf), -1) if len(pdf) else values.reshape(0, 0)
         col = pd.Series(list(values), index=pdf.index, dtype=object)
     else:
         col = pd.Series(values.reshape(len(pdf)), index=pdf.index, dtype=np.float64)
