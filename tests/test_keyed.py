@@ -190,3 +190,36 @@ def test_pooled_keyed_rows_equal_pandas_groupby():
                 want[((seg_key, k), float(s))] = (float(r.w), float(r.p))
     assert got == want
     assert stats["n_rows"] == len(df)
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("scores", ["vector", "columns"])
+def test_command_line_fits_and_applies_multiclass_by_segment(tmp_path, scores):
+    import json
+    import subprocess
+    import sys
+
+    df = frame(1200)
+    if scores == "vector":
+        data = df.assign(v=list(df[COLS].to_numpy())).drop(columns=COLS)
+        opts = ["--score-col", "v"]
+    else:
+        data, opts = df, ["--score-cols", ",".join(COLS)]
+    data.to_parquet(tmp_path / "in.parquet")
+    cli = [sys.executable, "-m", "distcal"]
+    fit = subprocess.run([*cli, "fit", "--input", str(tmp_path / "in.parquet"), "--output",
+                          str(tmp_path / "m"), "--label-col", "y", "--by", "g", "--method",
+                          "temperature", *opts], capture_output=True, text=True, timeout=300)
+    assert fit.returncode == 0, fit.stderr
+    line = json.loads(fit.stdout)
+    assert line["classes"] == K and line["segments"] == 3
+    api = distcal.fit(df, method="temperature", score_cols=COLS, label_col="y", by="g")
+    model = distcal.load(tmp_path / "m")
+    assert model.global_model.beta == pytest.approx(api.global_model.beta, rel=1e-9)
+    app = subprocess.run([*cli, "apply", "--model", str(tmp_path / "m"), "--input",
+                          str(tmp_path / "in.parquet"), "--output", str(tmp_path / "out.parquet"),
+                          *opts], capture_output=True, text=True, timeout=300)
+    assert app.returncode == 0, app.stderr
+    out = pd.read_parquet(tmp_path / "out.parquet")
+    np.testing.assert_allclose(np.stack(out["calibrated"].to_numpy()),
+                               api.predict(df[COLS].to_numpy(), segments=df.g), rtol=1e-9)

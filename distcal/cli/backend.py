@@ -147,8 +147,8 @@ def _inside(a: str, b: str) -> bool:
 
 
 # The columns each command reads, by option name.
-_COLUMNS = {"fit": ("score_col", "label_col", "weight_col"),
-            "apply": ("score_col",),
+_COLUMNS = {"fit": ("score_col", "score_cols", "label_col", "weight_col"),
+            "apply": ("score_col", "score_cols"),
             "evaluate": ("prob_col", "prob_cols", "label_col", "weight_col"),
             "threshold": ("score_col", "label_col", "weight_col", "loss_col"),
             "discretize": ("score_col", "label_col")}
@@ -198,6 +198,10 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
             continue
         if opt == "prob_cols":  # each value: per-class columns, comma-separated
             value = [n.strip() for v in value or [] for n in v.split(",")]
+        if opt == "score_cols":
+            value = score_columns(value) or []
+        if opt == "score_col" and opts.get("score_cols"):
+            continue  # per-class columns instead
         names += value if isinstance(value, list) else ([value] if value else [])
     if command == "apply" and opts.get("report"):
         names += [n for n in (opts.get("label_col"), opts.get("weight_col")) if n]
@@ -224,6 +228,8 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
             t = schema.field(name).type
             if pa_is_null(t) or (name == opts.get("score_col")
                                  and opts.get("score_index") is not None) or (
+                    command in ("fit", "apply") and name == opts.get("score_col")
+                    and _is_list(t)) or (
                     command == "evaluate" and name in (opts.get("prob_col") or [])
                     and _is_list(t)):
                 continue  # vectors: the engine checks their element type
@@ -278,7 +284,7 @@ def _check_roles(command: str, opts: dict[str, Any]) -> None:
             roles(prob_col=col, label_col=label, weight_col=weight)
     elif command == "apply":
         report = bool(opts.get("report"))
-        roles(score_col=opts.get("score_col"), output_col=opts.get("output_col"),
+        roles(score_col=_score_role(opts), output_col=opts.get("output_col"),
               label_col=label if report else None, weight_col=weight if report else None)
     elif command == "threshold":
         roles(score_col=opts.get("score_col"),
@@ -287,7 +293,40 @@ def _check_roles(command: str, opts: dict[str, Any]) -> None:
     elif command == "discretize":
         roles(score_col=opts.get("score_col"), label_col=label)
     else:
-        roles(score_col=opts.get("score_col"), label_col=label, weight_col=weight)
+        roles(score_col=_score_role(opts), label_col=label, weight_col=weight)
+
+
+def transform_for_cli(model: Any, data: Any, opts: dict[str, Any]) -> Any:
+    """``model.transform`` of ``data`` with the command line's column options."""
+    from ..keyed_model import KeyedModel
+
+    if isinstance(model, KeyedModel):
+        if opts.get("score_index") is not None:
+            raise UsageError("--score-index reads one element as a binary score; this model "
+                             f"is {'multiclass' if model.n_classes >= 2 else 'per segment'}")
+        cols = score_columns(opts.get("score_cols"))
+        return model.transform(data, score_col=None if cols else opts["score_col"],
+                               score_cols=cols, output_col=opts["output_col"])
+    if opts.get("score_cols"):
+        raise UsageError("--score-cols is for a multiclass model; this one is binary")
+    return model.transform(data, score_col=opts["score_col"], output_col=opts["output_col"],
+                           score_index=opts.get("score_index"))
+
+
+def score_columns(value: str | None) -> list[str] | None:
+    """``--score-cols a,b,c`` as a list of names (None without the option)."""
+    if value is None:
+        return None
+    names = [n.strip() for n in str(value).split(",")]
+    if len(names) < 1 or not all(names):
+        raise UsageError(f"--score-cols must be column names separated by commas, got "
+                         f"{value!r}")
+    return names
+
+
+def _score_role(opts: dict[str, Any]) -> Any:
+    """The score column(s) of fit and apply: --score-cols when given, else --score-col."""
+    return score_columns(opts.get("score_cols")) or opts.get("score_col")
 
 
 def _dataset_files(root: str) -> list[str]:

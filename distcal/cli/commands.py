@@ -14,9 +14,10 @@ from ..defaults import DEFAULTS
 from ..discretize import discretize
 from ..errors import UsageError
 from ..evaluation import evaluate, evaluate_many
+from ..keyed_model import KeyedModel
 from ..storage import MODEL, PARQUET, REPORT
 from ..threshold import optimal_threshold
-from .backend import Backend
+from .backend import Backend, score_columns
 from .jsonline import key_value
 
 __all__ = ["COMMANDS", "cmd_fit", "cmd_apply", "cmd_evaluate", "cmd_threshold",
@@ -64,18 +65,25 @@ def cmd_fit(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     by = _by_columns(opts.get("by"))
     segments = {} if by is None else {"by": by,
                                       "min_segment_weight": opts["min_segment_weight"]}
+    score_cols = score_columns(opts.get("score_cols"))
+    if score_cols is not None:
+        segments["score_cols"] = score_cols
     model = fit(data, method=opts["method"], score_col=opts["score_col"],
-                        label_col=opts["label_col"], weight_col=opts["weight_col"],
-                        engine=io.engine, on_invalid=opts["on_invalid"],
-                        score_index=opts.get("score_index"), **segments,
-                        **_method_params(opts))
+                label_col=opts["label_col"], weight_col=opts["weight_col"],
+                engine=io.engine, on_invalid=opts["on_invalid"],
+                score_index=opts.get("score_index"), **segments, **_method_params(opts))
     io.save_model(model, opts["output"], opts["overwrite"])
     out = {"model": str(opts["output"]), "method": model.method, "n_rows": model.n_rows,
            "weight_total": model.weight_total, "dropped_rows": model.dropped_rows}
-    glob = getattr(model, "global_model", model)
     if by is not None:
         out.update(by=by, segments=len(model.segments),
                    fallback=int(model.segments["fallback"].sum()))
+    glob = model.global_model if by is not None else model
+    if isinstance(glob, KeyedModel):  # multiclass
+        out["classes"] = glob.n_classes
+        if glob.method == "temperature":
+            out.update(beta=glob.beta, temperature=1.0 / glob.beta)
+        return out
     if model.method == "sigmoid":
         out.update(a=glob.params["a"], b=glob.params["b"])
     else:

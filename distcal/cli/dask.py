@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import DataError, UsageError
 from ..model import CalibrationModel
 from ..storage import PARQUET, publishing
-from .backend import Backend
+from .backend import Backend, transform_for_cli
 from .run import run
 
 __all__ = ["DaskBackend", "main"]
@@ -66,9 +66,7 @@ class DaskBackend(Backend):
         """Write the calibrated table aside; ``before_commit(new_ddf)``; then commit it."""
         import dask.dataframe as dd
 
-        out = model.transform(self.read(opts), score_col=opts["score_col"],
-                              output_col=opts["output_col"],
-                              score_index=opts.get("score_index"))
+        out = transform_for_cli(model, self.read(opts), opts)
         target = self.output_name(opts)
         fs = self.filesystem(target)
         with publishing(fs, target, overwrite=opts["overwrite"], kind=PARQUET) as tmp:

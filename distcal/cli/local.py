@@ -8,7 +8,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..model import CalibrationModel
-from .backend import Backend
+from .backend import Backend, score_columns
 
 __all__ = ["LocalBackend"]
 
@@ -34,4 +34,5 @@ class LocalBackend(Backend):
         return apply_to_parquet(model, self.read(opts), self.output_name(opts),
                                 score_col=opts["score_col"], output_col=opts["output_col"],
                                 score_index=opts.get("score_index"),
+                                score_cols=score_columns(opts.get("score_cols")),
                                 overwrite=opts["overwrite"], before_commit=check)

@@ -73,12 +73,17 @@ OPTIONS: tuple[Option, ...] = (
     Option("output-table", str, "write this catalog table instead of --output (default: none)",
            commands=("apply",), entry_points=(SPARK_JOB,)),
     Option("model", str, "model directory written by 'fit' (required)", commands=("apply",)),
-    Option("method", str, f"calibration method (default: {DEFAULTS.method})", commands=("fit",),
-           choices=METHODS, default=DEFAULTS.method),
+    Option("method", str, f"calibration method; temperature is for multiclass scores (default: "
+           f"{DEFAULTS.method})", commands=("fit",),
+           choices=(*METHODS, "temperature"), default=DEFAULTS.method),
     Option("output", str, "also write the intervals as a Parquet file (default: only the "
            "JSON line)", commands=("discretize",)),
     Option("score-col", str, f"score column (default: {DEFAULTS.score_col})",
            commands=("fit", "apply", "threshold", "discretize"), default=DEFAULTS.score_col),
+    Option("score-cols", str, "multiclass scores given as K per-class columns, comma-separated "
+           "(e.g. s0,s1,s2; labels are the class indices 0..K-1), instead of --score-col; a "
+           "--score-col of vectors (lists) is multiclass too (default: none)",
+           commands=("fit", "apply")),
     Option("score-index", int, "read element i (0-based) of the vectors/arrays in --score-col "
            "as the score, e.g. 1 for a pyspark.ml classifier's probability column (default: "
            "none, the column holds numbers)", commands=("fit", "apply", "threshold"),

@@ -22,7 +22,7 @@ from typing import Any, TextIO
 from ..errors import DataError, UsageError
 from ..model import CalibrationModel
 from ..storage import PARQUET, FileSystem, LocalFileSystem, is_local_uri, publishing
-from .backend import Backend
+from .backend import Backend, transform_for_cli
 from .run import run
 
 __all__ = ["SparkBackend", "main"]
@@ -139,9 +139,7 @@ class SparkBackend(Backend):
     def apply(self, model: CalibrationModel, opts: dict[str, Any],
               before_commit: Callable[[Any], None] | None = None) -> int:
         """Write the calibrated table aside; ``before_commit(new_df)``; then commit it."""
-        out = model.transform(self.read(opts), score_col=opts["score_col"],
-                              output_col=opts["output_col"],
-                              score_index=opts.get("score_index"))
+        out = transform_for_cli(model, self.read(opts), opts)
         if opts.get("output_table"):
             return self._write_table(out, opts["output_table"], opts["overwrite"],
                                      before_commit)
