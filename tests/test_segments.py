@@ -616,19 +616,19 @@ def test_unit_weight_pooling_equals_pandas_and_fits_equal_sklearn(monkeypatch, c
     100,000 rows on; numpy sorts segments of >= _NUMPY_SORT_ROWS rows) or numpy. Its tables
     equal pandas' groupby of the live rows (ties, -0.0 and 0.0, null keys), and a fit without
     weights equals scikit-learn per segment."""
-    from distcal.core import segments as core_segments
+    from distcal.core import keyed as core_keyed
 
-    monkeypatch.setattr(core_segments, "_JIT_MIN_ROWS", 0 if compiled else 10**12)
-    monkeypatch.setattr(core_segments, "_NUMPY_SORT_ROWS", 20)
+    monkeypatch.setattr(core_keyed, "_JIT_MIN_ROWS", 0 if compiled else 10**12)
+    monkeypatch.setattr(core_keyed, "_NUMPY_SORT_ROWS", 20)
     if compiled:
-        assert core_segments._jit_pool_unit_rows() is not None  # numba is a dependency
+        assert core_keyed._jit_pool_unit_rows() is not None  # numba is a dependency
     rng = np.random.default_rng(13)
     n, m = 4000, 60
     codes = np.minimum(rng.zipf(1.5, n), m) - 1 - (rng.random(n) < 0.02)  # -1: null key
     score = rng.choice(np.concatenate([np.round(rng.random(300), 2), [-0.0, 0.0, -1.5]]), n)
     label = (rng.random(n) < 0.4).astype(np.float64)
     keys = [(f"k{i}",) for i in range(m)]
-    got = core_segments.pool_unit_segments(codes, keys, score, label)
+    got = core_keyed._pool_unit(codes, keys, score, label)
     live = codes >= 0
     expect = (pd.DataFrame({"c": codes[live], "s": score[live] + 0.0, "y": label[live]})
               .groupby(["c", "s"]).agg(n=("y", "size"), p=("y", "sum")).reset_index())

@@ -401,6 +401,9 @@ def _pool_unit(codes: np.ndarray, keys: list[Key], score: np.ndarray,
         present = np.flatnonzero(np.diff(bounds))
         key_starts = np.append(bounds[present], s.shape[0])
     else:
+        live = codes >= 0
+        if not live.all():
+            codes, score, label = codes[live], score[live], label[live]
         order = _key_order(codes, score, m)
         per_code = np.bincount(codes, minlength=m)
         c = np.repeat(np.arange(m, dtype=np.int64), per_code)  # == codes[order]

@@ -82,15 +82,6 @@ class LocalSegmentRanges:
     def spearman_rows(self) -> bool:
         return _spearman_sign(self.rows["score"], self.rows["label"])
 
-    def segment_spearman_rows(self, key: tuple[Any, ...]) -> bool:
-        """Spearman's sign over one segment's rows (labels that are not all 0/1)."""
-        from ..core.segments import factorize_keys
-
-        keys, _ = self._codes_keys
-        codes, uniques = factorize_keys(keys)
-        mine = codes == uniques.index(key)
-        return _spearman_sign(self.rows["score"][mine], self.rows["label"][mine])
-
     def close(self) -> None:
         pass
 
