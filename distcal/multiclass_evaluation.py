@@ -126,41 +126,42 @@ class MulticlassEvaluationReport:
                 "class_curves": [c.to_dict("records") for c in self.class_curves]}
 
 
-def _local_sums(data: Any, prob_col: str | None, prob_cols: list[str] | None, label_col: str,
-                weight_col: str | None, on_invalid: str, n_bins: int
-                ) -> tuple[list[dict[str, np.ndarray]], int, int]:
-    from .core.rows import read_fit_input
+class _Sums:
+    """The evaluation sums of one part of the rows (shipped to the workers as is)."""
 
-    # prob_cols, when given, is the prediction (prob_col then keeps its default)
-    scores, labels, weights, k, dropped, _ = read_fit_input(
-        data, "evaluate", None if prob_cols is not None else prob_col, prob_cols, label_col,
-        weight_col, on_invalid)
-    s = _two_columns(scores) if scores.shape[1] == 1 else scores
-    return [multiclass_sums(s, labels, weights, n_bins)], dropped, k
+    def __init__(self, n_bins: int):
+        self.n_bins = n_bins
+
+    def __call__(self, rows: Any) -> Any:
+        s = rows.score
+        return multiclass_sums(_two_columns(s) if s.shape[1] == 1 else s,
+                               rows.label.astype(np.intp), rows.weight, self.n_bins)
 
 
 def evaluate_multiclass(data: Any, engine: str, prob_col: str | None,
                         prob_cols: list[str] | None, label_col: str, weight_col: str | None,
                         n_bins: int, on_invalid: str,
                         engine_opts: dict[str, Any]) -> MulticlassEvaluationReport:
-    """The report of :class:`MulticlassEvaluationReport` on any engine (module docstring)."""
-    if engine == "local":
-        parts, dropped, k = _local_sums(data, prob_col, prob_cols, label_col, weight_col,
-                                        on_invalid, n_bins)
-    else:
-        from .multiclass_engines import open_multiclass_rows
+    """The report of :class:`MulticlassEvaluationReport` on any engine (module docstring).
 
-        with open_multiclass_rows(engine, data, method="evaluate", score_col=prob_col,
-                                  score_cols=prob_cols, label_col=label_col,
-                                  weight_col=weight_col, on_invalid=on_invalid,
-                                  **engine_opts) as rows:
-            k, dropped = rows.n_classes, rows.dropped_rows
-            k_cols = rows.k_cols
+    One pass over the rows (the engine's ``map_rows`` of the keyed pass,
+    which reads and checks them as every engine does); each part's sums
+    are added on the driver.
+    """
+    from .core.keyed import KeySpec
+    from .core.rows import check_score_args
+    from .engines import get_engine
 
-            def sums(s: np.ndarray, y: np.ndarray, w: np.ndarray | None) -> Any:
-                return multiclass_sums(_two_columns(s) if k_cols == 1 else s, y, w, n_bins)
-
-            parts = rows.map_rows(sums)
+    if on_invalid not in ("raise", "drop"):
+        raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
+    cols = check_score_args(None if prob_cols is not None else prob_col, prob_cols)
+    spec = KeySpec(score_col=None if cols is not None else prob_col, label_col=label_col,
+                   weight_col=weight_col, score_cols=None if cols is None else tuple(cols),
+                   multiclass=True, per_class=False, probabilities=True)
+    with get_engine(engine).open_keyed(data, spec, on_invalid=on_invalid,
+                                       **engine_opts) as rows:
+        parts = rows.map_rows(_Sums(n_bins))
+        k, dropped = rows.n_classes, rows.dropped_rows
     m = metrics_from_sums(add_sums(parts))
     return MulticlassEvaluationReport(n_classes=k, dropped_rows=dropped, n_bins=n_bins,
                                       prob_col=prediction_name(prob_col, prob_cols),

@@ -55,7 +55,8 @@ class KeySpec:
     score column per class, or None; ``multiclass``: the scores are K
     per-class values (``score_cols`` or a vector ``score_col``);
     ``per_class``: one key per class (one-vs-rest), else one per segment
-    (temperature scaling).
+    (temperature scaling); ``probabilities``: the scores are predicted
+    probabilities to evaluate (each must lie in [0, 1]).
     """
 
     score_col: str | None = "score"
@@ -65,6 +66,7 @@ class KeySpec:
     score_cols: tuple[str, ...] | None = None
     multiclass: bool = False
     per_class: bool = True
+    probabilities: bool = False  # scores are probabilities to evaluate: each in [0, 1]
 
     @property
     def columns(self) -> list[str]:

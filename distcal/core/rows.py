@@ -164,6 +164,9 @@ def _vector_column(data: pd.DataFrame | pa.Table, name: str, length: int | None 
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     t = col.type
+    if pa.types.is_null(t):  # no value at all (an empty part): null vectors
+        t = pa.list_(pa.float64())
+        col = pa.nulls(len(col), type=t)
     if pa.types.is_fixed_size_list(t) or pa.types.is_large_list(t):
         t = pa.list_(t.value_type)
         col = pc.cast(col, t)
@@ -441,7 +444,8 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
     n = len(table) if isinstance(table, pd.DataFrame) else table.num_rows
     if spec.multiclass:
         score, label, weight, k, problems = fit_rows(
-            table, "sigmoid" if finite_scores else "isotonic",
+            table, "evaluate" if getattr(spec, "probabilities", False)
+            else "sigmoid" if finite_scores else "isotonic",
             None if spec.score_cols is not None else spec.score_col,
             None if spec.score_cols is None else list(spec.score_cols), spec.label_col,
             spec.weight_col, length=n_classes)
