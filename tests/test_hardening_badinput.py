@@ -641,8 +641,6 @@ API_CASES += [
             distcal.DataError, "appears 2 times"),
     ApiCase("fit-parquet-duplicate-column", lambda w: distcal.fit(w / "dupcol.parquet"),
             distcal.DataError, "duplicate field names"),
-    ApiCase("fit-by-vector-scores", lambda w: distcal.fit(_vectors(w), by="g"),
-            distcal.DataError, r"column 'score' \(score\) has type object; expected numbers"),
     ApiCase("evaluate-by-vector-probabilities", lambda w: distcal.evaluate(
         _vectors(w), prob_col="score", by="g"), distcal.DataError,
         r"column 'score' \(prob\) has type object"),
