@@ -40,7 +40,7 @@ from ...core.temperature import center_logits, temperature_sums
 from ...errors import DataError, column_not_found, column_type
 from ...logs import log, phase
 from .executor import RESULT_SCHEMA
-from .schema import column_kind, quote
+from .schema import column_kind, common_length, is_vector_udt, quote, vector_array
 from .session import default_ranges, with_arrow_batches
 
 __all__ = ["SparkMulticlassRows", "score_array", "looks_like_probabilities_sql", "is_vector_udt"]
@@ -48,16 +48,10 @@ __all__ = ["SparkMulticlassRows", "score_array", "looks_like_probabilities_sql",
 _NO_ROWS = "no rows to calibrate (after dropping invalid and zero-weight rows)"
 
 
-def is_vector_udt(dtype: Any) -> bool:
-    names = {type(dtype).__name__, getattr(type(dtype), "__module__", "")}
-    return "VectorUDT" in names
-
-
 def score_array(df: Any, score_col: str | None, score_cols: list[str] | None,
                  role: str = "score") -> tuple[Any, list[Any], int | None]:
     """(the scores as one array<double> column, text flags per score column, K or None)."""
     from pyspark.sql import functions as F
-    from pyspark.sql import types as T
 
     fields = {f.name: f.dataType for f in df.schema.fields}
     if score_cols is not None:
@@ -76,12 +70,9 @@ def score_array(df: Any, score_col: str | None, score_cols: list[str] | None,
     if score_col not in fields:
         raise column_not_found(score_col, role, fields)
     dtype = fields[score_col]
-    if is_vector_udt(dtype):
-        from pyspark.ml.functions import vector_to_array
-
-        return vector_to_array(F.col(quote(score_col))), [], None
-    if isinstance(dtype, T.ArrayType) and isinstance(dtype.elementType, T.NumericType):
-        return F.col(quote(score_col)).cast("array<double>"), [], None
+    arr = vector_array(df, score_col)
+    if arr is not None:
+        return arr, [], None
     raise DataError(f"column '{score_col}' has type {dtype.simpleString()}; expected a vector "
                     "(list) of numbers per row, or pass one column per class as score_cols")
 
@@ -108,10 +99,7 @@ def _common_length(df: Any) -> int:
 
     rows = (df.where(F.col("_z").isNotNull()).groupBy(F.size("_z").alias("n")).count()
             .collect())
-    if not rows:
-        return 0
-    counts = {int(r["n"]): int(r["count"]) for r in rows}
-    return max(counts, key=lambda n: (counts[n], -n))
+    return common_length({int(r["n"]): int(r["count"]) for r in rows})
 
 
 def problem_conditions(score_col: str | None, score_cols: list[str] | None, label_col: str,
