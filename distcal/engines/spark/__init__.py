@@ -71,7 +71,7 @@ class SparkEngine:
         """The keyed rows in score ranges (:class:`.keyed.SparkKeyedRanges`).
 
         Options: ``range_rows`` (the per-range budget of distinct (key,
-        score) pairs, 1M by default: the ranges are the estimated distinct
+        score) pairs, 200k by default: the ranges are the estimated distinct
         pairs over it, at least :func:`.session.default_ranges`),
         ``n_ranges`` (a fixed number of ranges), ``sample_rows`` (keyed rows
         sampled for the bounds). ``combine`` is accepted and ignored.

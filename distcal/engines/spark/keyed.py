@@ -64,15 +64,17 @@ __all__ = ["SparkKeyedRanges", "KeyedRuns", "row_runner", "range_runner", "range
            "partition_ids", "RANGE_ROWS", "CHUNK_ROWS", "SAMPLE_ROWS"]
 
 # Per-range budget of distinct (key, score) pairs. A pooled pair takes 40 B
-# (5 float64); merging runs and the chunk being pooled take a few times that
-# at their peak (docs/scale.md: measured ~0.2 KB per pair with a 0.5M-row
-# chunk), so 1M pairs keep a worker within ~300 MB above its imports.
-RANGE_ROWS = 1_000_000
+# (5 float64), but merging the pooled runs peaks at ~270 B per pair of the
+# range (measured, docs/scale.md), so 200k pairs keep a worker within ~55 MB
+# plus one chunk (~30 MB) above its imports: a 600 MB Python worker holds it.
+RANGE_ROWS = 200_000
 # Rows pooled at once on the range side: numpy sorts ~0.5M rows efficiently,
 # and the chunk is a fixed part of a worker's memory (~40 MB of columns).
 CHUNK_ROWS = 1 << 19
 # Keyed rows sampled when opened (bounds and the distinct estimate).
 SAMPLE_ROWS = 50_000
+# A (key, score) pair seen this often in the sample is a hot one (ranges_for).
+HOT_PAIR = 10
 # Result rows: the range id (-1: validation counts) and the pickled result.
 RESULT_SCHEMA = "rid long, payload binary"
 
@@ -166,11 +168,16 @@ def ranges_for(scores: np.ndarray, hashes: np.ndarray, fraction: float, range_ro
     m = scores.shape[0]
     if not m:
         return np.zeros(0), 0.0
-    pairs = np.unique(np.stack([hashes.astype(np.float64), scores], axis=1), axis=0) \
-        if m < 2_000_000 else np.stack([hashes.astype(np.float64), scores], axis=1)
-    d = pairs.shape[0]
+    pairs, counts = np.unique(np.stack([hashes.astype(np.float64), scores], axis=1), axis=0,
+                              return_counts=True)
+    # Pairs seen HOT_PAIR times or more hold many rows each: the estimator
+    # assumes equally frequent values and would take their repeats for ties
+    # everywhere. They are counted as they are; the rest is estimated.
+    hot = counts >= HOT_PAIR
+    m_rest = m - int(counts[hot].sum())
     total = m / fraction if fraction > 0 else float(m)
-    distinct = estimate_distinct(int(math.ceil(total)), m, d)
+    distinct = float(hot.sum()) + estimate_distinct(
+        int(math.ceil(total * m_rest / m)), m_rest, int((~hot).sum()))
     k = int(n_ranges) if n_ranges else max(least, int(math.ceil(distinct / max(range_rows, 1))))
     pair_scores = np.sort(pairs[:, 1])
     at = (np.arange(1, k) * pair_scores.shape[0]) // k
