@@ -339,6 +339,11 @@ def test_transform_rows_round_trip(spark):
         assert out.schema["p0"].dataType.simpleString() == "double"
         got = out.select("id", "p0").toPandas().sort_values("id")
         np.testing.assert_allclose(got["p0"].to_numpy(), np.stack(pdf["probs"])[:, 0])
+    plain = pd.DataFrame({"id": pdf["id"], "probs": [list(map(float, v)) for v in pdf["probs"]]})
+    local = ENGINE.transform_rows(plain, ["probs"], "p0", first, vector=False)
+    assert isinstance(local, pd.DataFrame) and list(local.columns) == ["id", "probs", "p0"]
+    np.testing.assert_allclose(local.sort_values("id")["p0"].to_numpy(),
+                               np.stack(pdf["probs"])[:, 0])
     with pytest.raises(distcal.DataError) as exists:
         ENGINE.transform_rows(df, ["probs"], "label", first, vector=False)
     assert str(exists.value) == str(distcal.errors.output_column_exists("label"))

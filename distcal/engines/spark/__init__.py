@@ -84,6 +84,16 @@ class SparkEngine:
 
     def transform_rows(self, data: Any, columns: list[str], output_col: str,
                        predict: Any, vector: bool) -> Any:
+        """A Spark DataFrame in, the same out; local data forced onto Spark (a pandas
+        DataFrame, a pyarrow Table or a Parquet path) comes back as pandas (Arrow for Arrow)."""
+        import pyarrow as pa
+
+        from .. import engine_of
         from .transform_rows import transform_rows
 
-        return transform_rows(as_spark(data), columns, output_col, predict, vector)
+        out = transform_rows(as_spark(data), columns, output_col, predict, vector)
+        if engine_of(data) == "spark":
+            return out
+        frame = out.toPandas()
+        return pa.Table.from_pandas(frame, preserve_index=False) if isinstance(
+            data, pa.Table) else frame
