@@ -154,8 +154,9 @@ def sample_runner(spec: KeySpec, finite_scores: bool, n_classes: int | None,
 
 
 def ranges_for(scores: np.ndarray, hashes: np.ndarray, fraction: float, range_rows: int,
-               least: int, n_ranges: int | None = None) -> tuple[np.ndarray, float]:
-    """The range bounds (ascending, distinct) and the estimated distinct (key, score) pairs.
+               least: int, n_ranges: int | None = None) -> tuple[np.ndarray, float, float]:
+    """The range bounds (ascending, distinct), the estimated distinct (key, score) pairs and
+    the share of the keyed rows on hot pairs.
 
     ``scores``/``hashes``: the sample's keyed rows (a ``fraction`` of all).
     The number of ranges is ``n_ranges`` if given, else the estimated
@@ -167,7 +168,7 @@ def ranges_for(scores: np.ndarray, hashes: np.ndarray, fraction: float, range_ro
     """
     m = scores.shape[0]
     if not m:
-        return np.zeros(0), 0.0
+        return np.zeros(0), 0.0, 0.0
     pairs, counts = np.unique(np.stack([hashes.astype(np.float64), scores], axis=1), axis=0,
                               return_counts=True)
     # Pairs seen HOT_PAIR times or more hold many rows each: the estimator
@@ -182,7 +183,7 @@ def ranges_for(scores: np.ndarray, hashes: np.ndarray, fraction: float, range_ro
     pair_scores = np.sort(pairs[:, 1])
     at = (np.arange(1, k) * pair_scores.shape[0]) // k
     bounds = np.unique(pair_scores[at]) if k > 1 else np.zeros(0)
-    return bounds, distinct
+    return bounds, distinct, 1.0 - m_rest / m
 
 
 def partition_ids(spark: Any, k: int) -> list[int]:
@@ -355,6 +356,39 @@ def range_runner(fn: Callable[[KeyedTable], Any], n_by: int, weighted: bool, per
     return run
 
 
+def raw_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: bool,
+               chunk_rows: int = CHUNK_ROWS
+               ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A range partition of the user's rows (a binary score, raw) to one row: its partition
+    id and the pickled (counts, ``fn`` result or None when it has no valid row)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        stats: dict[str, Any] | None = None
+        runs = KeyedRuns()
+        for data in chunks(batches, chunk_rows):
+            rows, st = read_rows(data, spec, finite_scores=finite_scores)
+            stats = _add_stats(stats, st)
+            del data
+            if rows.n_rows:
+                codes, keys, score, label, weight = explode(
+                    rows.score, rows.label, rows.weight, rows.segments, [None])
+                runs.add(pool_keyed(codes, keys, score, label, weight))
+        table = runs.table()
+        runs.runs.clear()
+        result = fn(table) if len(table.table) else None
+        context = TaskContext.get()
+        assert context is not None, "runs inside a Spark task"
+        payload = pickle.dumps({"stats": stats, "empty": not len(table.table),
+                                "result": result}, protocol=pickle.HIGHEST_PROTOCOL)
+        yield pa.RecordBatch.from_pydict({"rid": [context.partitionId()], "payload": [payload]},
+                                         schema=pa.schema([("rid", pa.int64()),
+                                                           ("payload", pa.binary())]))
+
+    return run
+
+
 def parts_runner(fn: Callable[[RowPart], Any], spec: KeySpec, finite_scores: bool,
                  n_classes: int | None, chunk_rows: int = CHUNK_ROWS
                  ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -408,6 +442,10 @@ def count_classes(df: Any, spec: KeySpec) -> int:
     return k
 
 
+def fields_of(df: Any) -> dict[str, Any]:
+    return {f.name: f.dataType for f in df.schema.fields}
+
+
 def input_rows(df: Any, spec: KeySpec) -> Any:
     """The columns of ``spec``, a ``VectorUDT`` score column as ``array<double>`` (JVM)."""
     from pyspark.sql import functions as F
@@ -458,9 +496,39 @@ class SparkKeyedRanges:
         parts = [pickle.loads(r["payload"]) for r in got]
         s = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
         h = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.uint64)
-        self.bounds, self.distinct_estimate = ranges_for(
+        self.bounds, self.distinct_estimate, hot_share = ranges_for(
             s, h, fraction, range_rows, default_ranges(df), n_ranges)
         self.k = self.bounds.shape[0] + 1
+        self.persisted: list[Any] = []
+        self.rows_persisted = False
+        self.checked = False
+        self.n_rows, self.weight_total, self.dropped_rows = 0, 0.0, 0
+        # A binary score (with or without segments) needs no map side in Python:
+        # Spark's own range partitioner on the score (its sampling job reads the
+        # input in the JVM only); each range reads, explodes and pools its raw rows.
+        self.raw = not spec.multiclass
+        if self.raw:
+            from pyspark.sql import functions as F
+
+            from .schema import column_kind, quote
+
+            name = str(spec.score_col)
+            numeric = column_kind(fields_of(self.rows_df)[name]) == "number"
+            score = F.col(quote(name)) if numeric else F.expr(
+                f"try_cast({quote(name)} AS DOUBLE)")
+            # Equal bounds collapse: a hot share h of the rows takes ~h of Spark's
+            # row-quantile bounds, so ask for k / (1 - h) to keep k for the rest.
+            self.k = max(1, int(math.ceil(self.k / max(1.0 - hot_share, 0.05)))) \
+                if not n_ranges else int(n_ranges)
+            self.ranged = self.rows_df.repartitionByRange(self.k, score)
+            if passes > 1:
+                from pyspark import StorageLevel
+
+                self.ranged = self.ranged.persist(StorageLevel.MEMORY_AND_DISK)
+                self.persisted.append(self.ranged)
+            log.info("spark: raw rows in %d ranges by score (~%.3g distinct (key, score) "
+                     "pairs, budget %d per range)", self.k, self.distinct_estimate, range_rows)
+            return
 
         # The keyed rows, partitioned by range.
         fields = {f.name: f.dataType for f in self.rows_df.schema.fields}
@@ -479,15 +547,11 @@ class SparkKeyedRanges:
             row_runner(spec, finite_scores, self.length, self.classes, self.bounds,
                        arrow_schema), spark_schema)
         self.ranged = self._partitioned(keyed)
-        self.persisted: list[Any] = []
         if passes > 1:
             from pyspark import StorageLevel
 
             self.ranged = self.ranged.persist(StorageLevel.MEMORY_AND_DISK)
             self.persisted.append(self.ranged)
-        self.rows_persisted = False
-        self.checked = False
-        self.n_rows, self.weight_total, self.dropped_rows = 0, 0.0, 0
         log.info("spark: keyed rows in %d ranges (~%.3g distinct (key, score) pairs, budget "
                  "%d per range)", self.k, self.distinct_estimate, range_rows)
 
@@ -511,6 +575,8 @@ class SparkKeyedRanges:
                  self.dropped_rows)
 
     def map(self, fn: Callable[[KeyedTable], Any]) -> list[Any]:
+        if self.raw:
+            return self._map_raw(fn)
         runner = range_runner(fn, len(self.spec.by), self.spec.weight_col is not None,
                               self.per_class, self.chunk_rows)
         with phase("spark: one keyed pass over %d ranges", self.k):
@@ -525,6 +591,15 @@ class SparkKeyedRanges:
                 results[int(r["rid"])] = r["payload"]
         self._check(stats)
         return [pickle.loads(results[v]) for v in sorted(results)]
+
+    def _map_raw(self, fn: Callable[[KeyedTable], Any]) -> list[Any]:
+        runner = raw_runner(fn, self.spec, self.finite_scores, self.chunk_rows)
+        with phase("spark: one keyed pass over %d ranges", self.k):
+            got = with_arrow_batches(self.spark, lambda: self.ranged.mapInArrow(
+                runner, RESULT_SCHEMA).collect())
+        parts = [pickle.loads(r["payload"]) for r in sorted(got, key=lambda r: r["rid"])]
+        self._check([p["stats"] for p in parts if p["stats"] is not None])
+        return [p["result"] for p in parts if not p["empty"]]
 
     def map_rows(self, fn: Callable[[RowPart], Any]) -> list[Any]:
         if self.passes > 1 and not self.rows_persisted:
