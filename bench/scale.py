@@ -246,7 +246,7 @@ def main() -> None:
     ap.add_argument("--evaluate", action="store_true")
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--hot", action="store_true")
-    ap.add_argument("--range-rows", type=float, default=1e6)
+    ap.add_argument("--range-rows", type=float, default=2e5)
     ap.add_argument("--large", action="store_true")
     args = ap.parse_args()
     if args.engine == "keyed":

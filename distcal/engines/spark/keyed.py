@@ -1,6 +1,15 @@
 """The keyed rows of a Spark DataFrame in score ranges (:class:`~distcal.engines.base.KeyedRanges`).
 
-How the rows flow (one job per ``map``, after a sample when opened):
+A binary score (with or without ``by=``) takes the short route: Spark's
+own ``repartitionByRange`` on the score (its sampling job reads the input
+in the JVM only; asked for k / (1 - hot share) ranges, since equal bounds
+collapse), and each range reads its raw rows with ``read_rows``, makes the
+global and segment keys and pools them (:func:`raw_runner`). Per-class
+scores need a Python map side before the shuffle (each class has its own
+score); they take the route below. Either way the number of ranges comes
+from the sample of step 1 and a range is pooled as its batches stream in.
+
+How per-class rows flow (one job per ``map``, after a sample when opened):
 
 1. **Opened** (driver): the columns are checked against the schema (the
    same ``DataError`` as :func:`~distcal.core.rows.read_rows`); K of a
