@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ...core.distinct import estimate_distinct
+from ...core.distinct import estimate_distinct, merge_tables
 from ...core.keyed import GLOBAL, Key, KeyedTable, KeySpec, explode, merge_keyed, pool_keyed
 from ...core.rows import RowPart, RowTotals, add_up_rows, read_rows
 from ...errors import DataError, column_not_found
@@ -291,10 +291,21 @@ class KeyedRuns:
         self.runs.append(table)
         while len(self.runs) > 1 and 2 * len(self.runs[-1].table) >= len(self.runs[-2].table):
             last = self.runs.pop()
-            self.runs[-1] = merge_keyed([self.runs[-1], last])
+            self.runs[-1] = _merge([self.runs[-1], last])
 
     def table(self) -> KeyedTable:
-        return merge_keyed(self.runs)
+        return _merge(self.runs)
+
+
+def _merge(parts: list[KeyedTable]) -> KeyedTable:
+    """:func:`~distcal.core.keyed.merge_keyed`; runs of one and the same key (a binary
+    score without segments) by :func:`~distcal.core.distinct.merge_tables`, whose stable
+    sort merges sorted runs cheaply (the same table: pooling commutes)."""
+    if len(parts) > 1 and all(len(p.keys) == 1 and p.keys == parts[0].keys and p.wyy is None
+                              for p in parts):
+        table = merge_tables([p.table for p in parts])
+        return KeyedTable.single(table, parts[0].keys[0])
+    return merge_keyed(parts)
 
 
 def pool_chunk(data: pa.Table, n_by: int, weighted: bool, per_class: bool) -> KeyedTable:
