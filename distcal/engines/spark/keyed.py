@@ -74,7 +74,7 @@ __all__ = ["SparkKeyedRanges", "KeyedRuns", "row_runner", "range_runner", "range
 
 # Per-range budget of distinct (key, score) pairs. A pooled pair takes 40 B
 # (5 float64), but merging the pooled runs peaks at ~270 B per pair of the
-# range (measured, docs/scale.md), so 200k pairs keep a worker within ~55 MB
+# range (~170 B for one key; measured, docs/scale.md), so 200k pairs keep a worker within ~55 MB
 # plus one chunk (~30 MB) above its imports: a 600 MB Python worker holds it.
 RANGE_ROWS = 200_000
 # Rows pooled at once on the range side: numpy sorts ~0.5M rows efficiently,
