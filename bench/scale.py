@@ -1,6 +1,7 @@
 """How the fit grows with N: time, peak driver/client memory and shuffle bytes.
 
 Usage: python bench/scale.py {spark,dask} N [N ...] [--kind cont|ties] [--evaluate]
+       python bench/scale.py keyed N [N ...] [--hot] [--range-rows R] [--large]
 
 Each N runs in a fresh process (so each peak RSS is that run's), rows
 generated where the work runs (Spark: ``spark.range`` on the executors;
@@ -11,6 +12,16 @@ Dask: one numpy draw per partition on the workers), never in the driver:
 * dask: LocalCluster of 2 worker processes x 1 thread,
   ``distcal.fit(ddf)``; bytes moved between workers from the workers'
   transfer counters.
+
+``keyed`` (issue 35): peak Python worker memory per range against rows
+per range, Spark's keyed pass (``SparkEngine.open_keyed``, ranges chosen
+from the estimated distinct (key, score) pairs) against the range pass of
+``distcal.fit`` (``SparkRanges``, k = 8 ranges whatever N), scores
+``round(rand, 7)`` (``--hot``: 40% of the rows on one score). Python
+workers are not reused, so each task's ``VmHWM`` is that range's peak.
+Each run also times Spark's own ``repartitionByRange(8, score)`` +
+``sortWithinPartitions`` written to the ``noop`` sink: the anchor of the
+same session. N >= 1e8 runs only with ``--large``.
 
 Scores: "cont" uniform (all distinct), "ties" rounded to 6 decimals (at most
 1e6 distinct whatever N); labels ~ Bernoulli(score). Reported per run: fit
@@ -100,6 +111,90 @@ def child_spark(n: int, kind: str, evaluate: bool) -> dict:
     return out
 
 
+def _peak_kb() -> int:
+    """This process's peak resident memory (VmHWM), in kB."""
+    with open("/proc/self/status") as fh:
+        return int(fh.read().split("VmHWM:")[1].split("kB")[0])
+
+
+def child_keyed(n: int, hot: bool, range_rows: int) -> dict:
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    from distcal.core.isotonic import merge_blocks, pav_blocks
+    from distcal.core.keyed import KeySpec
+    from distcal.engines.spark import SparkEngine
+    from distcal.engines.spark.ranges import SparkRanges
+
+    spark = (SparkSession.builder.master("local[2]").appName("distcal-scale-keyed")
+             .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
+             .config("spark.sql.shuffle.partitions", "8")
+             .config("spark.python.worker.reuse", "false")
+             .config("spark.ui.showConsoleProgress", "false")
+             .config("spark.pyspark.python", sys.executable).getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    u = F.round(F.rand(1), 7)
+    score = F.when(F.rand(3) < 0.4, F.lit(0.5)).otherwise(u) if hot else u
+    parts = max(8, n // 2_500_000)
+    df = (spark.range(0, n, numPartitions=parts).select(score.alias("score"))
+          .select("score", (F.rand(2) < F.col("score")).cast("int").alias("label")))
+    out: dict = {"input_partitions": parts}
+
+    t0 = time.perf_counter()
+    df.repartitionByRange(8, "score").sortWithinPartitions("score").write.format("noop") \
+        .mode("overwrite").save()
+    out["anchor_s"] = time.perf_counter() - t0
+
+    def keyed_fn(t):
+        blocks = pav_blocks(t.key_table(0))
+        return blocks, _peak_kb(), int(t.table.count.sum()), len(t.table)
+
+    t0 = time.perf_counter()
+    with SparkEngine().open_keyed(df, KeySpec(), on_invalid="raise",
+                                  range_rows=range_rows) as kr:
+        got = kr.map(keyed_fn)
+    merge_blocks([g[0] for g in got])
+    out["keyed"] = {"s": time.perf_counter() - t0, "ranges": len(got),
+                    "peak_mb": [g[1] / 1024 for g in got], "rows": [g[2] for g in got],
+                    "pairs": [g[3] for g in got]}
+
+    def range_fn(t):
+        return pav_blocks(t), _peak_kb(), int(t.count.sum()), len(t)
+
+    t0 = time.perf_counter()
+    with SparkRanges(df, {"score": "score", "label": "label"}, combine=False) as rr:
+        got = rr.map(range_fn)
+    merge_blocks([g[0] for g in got])
+    out["ranges"] = {"s": time.perf_counter() - t0, "ranges": len(got),
+                     "peak_mb": [g[1] / 1024 for g in got], "rows": [g[2] for g in got],
+                     "pairs": [g[3] for g in got]}
+    spark.stop()
+    return out
+
+
+def main_keyed(args: argparse.Namespace) -> None:
+    print(f"# keyed worker memory, scores round(rand, 7){', 40% hot' if args.hot else ''}, "
+          f"range_rows {args.range_rows:.0e}; load before: {os.getloadavg()[0]:.1f}")
+    print(f"{'N':>8} {'path':<22}{'ranges':>7}{'rows/range':>12}{'pairs/range':>12}"
+          f"{'worker peak':>13}{'time':>8}{'anchor':>8}")
+    for n in map(int, args.n):
+        if n >= 100_000_000 and not args.large:
+            print(f"{n:>8.0e} skipped (pass --large)")
+            continue
+        cmd = [sys.executable, __file__, "keyed", str(n), "--child",
+               "--range-rows", str(int(args.range_rows))] + (["--hot"] if args.hot else [])
+        text = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True).stdout
+        out = json.loads(text.strip().splitlines()[-1])
+        for name, label in (("keyed", "open_keyed (ranges from data)"),
+                            ("ranges", "SparkRanges (k = 8)")):
+            r = out[name]
+            print(f"{n:>8.0e} {label:<22.22}{r['ranges']:>7}{max(r['rows']):>12.3g}"
+                  f"{max(r['pairs']):>12.3g}{max(r['peak_mb']):>10.0f} MB{r['s']:>7.1f}s"
+                  f"{out['anchor_s']:>7.1f}s", flush=True)
+    print(f"load after: {os.getloadavg()[0]:.1f}")
+
+
 def _gen(i: int, rows: int, kind: str):
     import numpy as np
     import pandas as pd
@@ -145,12 +240,21 @@ def child_dask(n: int, kind: str, evaluate: bool) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("engine", choices=("spark", "dask"))
+    ap.add_argument("engine", choices=("spark", "dask", "keyed"))
     ap.add_argument("n", type=float, nargs="+")
     ap.add_argument("--kind", default="cont", choices=("cont", "ties"))
     ap.add_argument("--evaluate", action="store_true")
     ap.add_argument("--child", action="store_true")
+    ap.add_argument("--hot", action="store_true")
+    ap.add_argument("--range-rows", type=float, default=2e5)
+    ap.add_argument("--large", action="store_true")
     args = ap.parse_args()
+    if args.engine == "keyed":
+        if args.child:
+            print(json.dumps(child_keyed(int(args.n[0]), args.hot, int(args.range_rows))))
+        else:
+            main_keyed(args)
+        return
     if args.child:
         fn = child_spark if args.engine == "spark" else child_dask
         out = fn(int(args.n[0]), args.kind, args.evaluate)

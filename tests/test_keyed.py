@@ -21,11 +21,15 @@ from distcal import DataError, KeyedModel
 K = 3
 
 
-@pytest.fixture(params=["local", "dask"])
+@pytest.fixture(params=["local", "dask", "spark"])
 def engine(request):
-    """Every behaviour on every engine: a pandas frame, or the same rows as a Dask frame."""
+    """Every behaviour on every engine: a pandas frame, or the same rows as a Dask or a
+    Spark frame."""
     if request.param == "local":
         return lambda df: df
+    if request.param == "spark":
+        spark = request.getfixturevalue("spark")
+        return lambda df: spark.createDataFrame(df)
     request.getfixturevalue("client")
     import dask.dataframe as dd
 
@@ -131,6 +135,7 @@ def test_transform_adds_an_array_column_per_row(engine):
     want = model.predict(df[COLS].to_numpy(), segments=df.g)
     out = model.transform(engine(df))
     out = out.compute() if hasattr(out, "compute") else out
+    out = out.toPandas() if hasattr(out, "toPandas") else out
     np.testing.assert_array_equal(np.stack(out["calibrated"].to_numpy()), want)
     if not isinstance(engine(df), pd.DataFrame):
         return

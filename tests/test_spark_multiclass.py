@@ -209,17 +209,18 @@ def _class_ece(p, hit, w, n_bins=10):
     return total / w.sum()
 
 
-def test_one_range_shuffle_for_all_classes(spark, wine):
-    from distcal.engines.spark.multiclass import SparkMulticlassRows
+def test_one_shuffle_for_all_classes(spark, wine):
+    """One-vs-rest is one keyed pass: the rows of all K classes take one shuffle."""
+    from distcal.core.keyed import KeySpec
+    from distcal.engines import get_engine
 
     clf, _, Xb, yb, _ = wine
     _, sdf = _frames(spark, clf.decision_function(Xb), yb)
-    with SparkMulticlassRows(sdf, method="isotonic", score_col="s", score_cols=None,
-                             label_col="label", weight_col=None, on_invalid="raise") as rows:
-        rows.class_ranges(passes=1)
+    spec = KeySpec(score_col="s", multiclass=True)
+    with get_engine("spark").open_keyed(sdf, spec, on_invalid="raise") as rows:
         plan = rows.ranged._jdf.queryExecution().executedPlan().toString()
-    assert plan.count("rangepartitioning(") == 1
-
+        assert rows.n_classes == 3
+    assert plan.count("Exchange") == 1
 
 
 def _assert_report_json_equals(d, rep, rel=1e-12):

@@ -7,15 +7,19 @@ The modules, in the order data flows through them:
 * :mod:`.schema`: columns cast and checked in Spark SQL;
 * :mod:`.ranges`: optional map-side combine, ``repartitionByRange``, one
   ``mapInArrow`` per pass;
+* :mod:`.keyed`: the keyed rows (any key spec) in ranges chosen from the
+  data, pooled incrementally in bounded worker memory;
 * :mod:`.executor`: what each range partition runs in the Python worker;
 * :mod:`.evaluate`: several probability columns over the same rows;
-* :mod:`.transform`: applying a model inside the JVM.
+* :mod:`.transform`: applying a model inside the JVM;
+* :mod:`.transform_rows`: applying a model to whole rows (one ``mapInArrow``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ...core.keyed import KeySpec
 from ..base import ReportFn
 from .ranges import SparkRanges
 from .session import as_spark
@@ -27,7 +31,7 @@ class SparkEngine:
     """The Spark engine; implements :class:`~distcal.engines.base.Engine`."""
 
     name = "spark"
-    options = frozenset({"n_ranges", "combine", "sample_rows"})
+    options = frozenset({"n_ranges", "combine", "sample_rows", "range_rows"})
 
     def open_ranges(self, data: Any, columns: dict[str, str | None], *,
                     on_invalid: str = "raise", finite_scores: bool = False, passes: int = 1,
@@ -56,8 +60,50 @@ class SparkEngine:
         return SparkSegmentRanges(as_spark(data), columns, by, on_invalid=on_invalid,
                                   finite_scores=finite_scores, passes=passes, **opts)
 
-    def transform_segmented(self, model: Any, data: Any, score_col: str,
-                            output_col: str) -> Any:
-        from .segment_transform import transform_segmented
+    def is_vector_column(self, data: Any, name: str) -> bool:
+        """An ``ArrayType`` or pyspark.ml ``VectorUDT`` column (local data: as locally)."""
+        from ..frames import engine_of
 
-        return transform_segmented(model, as_spark(data), score_col, output_col)
+        if engine_of(data) == "local":
+            from ...tables import is_vector_column
+
+            return is_vector_column(data, name)
+        from pyspark.sql import types as T
+
+        from .schema import is_vector_udt
+
+        fields = {f.name: f.dataType for f in data.schema.fields}
+        return name in fields and (isinstance(fields[name], T.ArrayType)
+                                   or is_vector_udt(fields[name]))
+
+    def open_keyed(self, data: Any, spec: KeySpec, *, on_invalid: str = "raise",
+                   finite_scores: bool = False, passes: int = 1, **opts: Any) -> Any:
+        """The keyed rows in score ranges (:class:`.keyed.SparkKeyedRanges`).
+
+        Options: ``range_rows`` (the per-range budget of distinct (key,
+        score) pairs, 200k by default: the ranges are the estimated distinct
+        pairs over it, at least :func:`.session.default_ranges`),
+        ``n_ranges`` (a fixed number of ranges), ``sample_rows`` (keyed rows
+        sampled for the bounds). ``combine`` is accepted and ignored.
+        """
+        from .keyed import SparkKeyedRanges
+
+        opts.pop("combine", None)
+        return SparkKeyedRanges(as_spark(data), spec, on_invalid=on_invalid,
+                                finite_scores=finite_scores, passes=passes, **opts)
+
+    def transform_rows(self, data: Any, columns: list[str], output_col: str,
+                       predict: Any, vector: bool) -> Any:
+        """A Spark DataFrame in, the same out; local data forced onto Spark (a pandas
+        DataFrame, a pyarrow Table or a Parquet path) comes back as pandas (Arrow for Arrow)."""
+        import pyarrow as pa
+
+        from .. import engine_of
+        from .transform_rows import transform_rows
+
+        out = transform_rows(as_spark(data), columns, output_col, predict, vector)
+        if engine_of(data) == "spark":
+            return out
+        frame = out.toPandas()
+        return pa.Table.from_pandas(frame, preserve_index=False) if isinstance(
+            data, pa.Table) else frame

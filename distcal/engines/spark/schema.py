@@ -16,7 +16,8 @@ from ...core.validate import check_vector_lengths, rules
 from ...errors import VECTORS_EXPECTED, column_not_found, column_type
 
 __all__ = ["column_kind", "quote", "check_schema", "prepared", "problem_flags", "combined",
-           "any_problem", "vector_element", "with_vector_element"]
+           "any_problem", "vector_element", "with_vector_element", "is_vector_udt",
+           "vector_array", "vector_length_counts", "common_length"]
 
 
 def column_kind(dtype: Any) -> str:
@@ -161,24 +162,16 @@ def vector_element(df: Any, name: str, index: int, role: str = "score") -> Any:
     as the other engines (unequal lengths, index out of range). Null
     vectors and null elements give null (a null score to the row checks).
     """
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
     fields = {f.name: f.dataType for f in df.schema.fields}
     if name not in fields:
         raise column_not_found(name, role, fields)
-    dtype = fields[name]
-    if isinstance(dtype, T.ArrayType) and column_kind(dtype.elementType) == "number":
-        arr = F.col(quote(name)).cast("array<double>")
-    elif type(dtype).__name__ == "VectorUDT":
-        from pyspark.ml.functions import vector_to_array
+    arr = vector_array(df, name)
+    if arr is None:
+        raise column_type(name, role, fields[name].simpleString(), VECTORS_EXPECTED)
+    counts = vector_length_counts(df, name)
+    check_vector_lengths(name, role, index, counts)
+    from pyspark.sql import functions as F
 
-        arr = vector_to_array(F.col(quote(name)))
-    else:
-        raise column_type(name, role, dtype.simpleString(), VECTORS_EXPECTED)
-    n = F.size(arr)
-    counts = df.where(F.col(quote(name)).isNotNull()).groupBy(n.alias("n")).count().collect()
-    check_vector_lengths(name, role, index, {int(r["n"]): int(r["count"]) for r in counts})
     # get() is null beyond the end (arr[i] raises under ANSI mode); none are, after the check.
     return F.get(arr, index)
 
@@ -192,3 +185,44 @@ def with_vector_element(df: Any, name: str, index: int | None, role: str = "scor
     if index is None:
         return df
     return df.withColumn(name, vector_element(df, name, index, role))
+
+
+def is_vector_udt(dtype: Any) -> bool:
+    """pyspark.ml's ``VectorUDT`` (by name: pyspark.ml need not be imported)."""
+    names = {type(dtype).__name__, getattr(type(dtype), "__module__", "")}
+    return "VectorUDT" in names
+
+
+def vector_array(df: Any, name: str) -> Any:
+    """Column ``name`` as an ``array<double>`` column, in the JVM, or None if not vectors.
+
+    The one place that knows what a vector column is on Spark: ``ArrayType``
+    of numbers, or pyspark.ml's ``VectorUDT`` (dense or sparse, through
+    ``vector_to_array``).
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    dtype = {f.name: f.dataType for f in df.schema.fields}[name]
+    if isinstance(dtype, T.ArrayType) and column_kind(dtype.elementType) == "number":
+        return F.col(quote(name)).cast("array<double>")
+    if is_vector_udt(dtype):
+        from pyspark.ml.functions import vector_to_array
+
+        return vector_to_array(F.col(quote(name)))
+    return None
+
+
+def vector_length_counts(df: Any, name: str) -> dict[int, int]:
+    """How many non-null vectors of column ``name`` have each length (one small job)."""
+    from pyspark.sql import functions as F
+
+    n = F.size(vector_array(df, name))
+    counts = df.where(F.col(quote(name)).isNotNull()).groupBy(n.alias("n")).count().collect()
+    return {int(r["n"]): int(r["count"]) for r in counts}
+
+
+def common_length(counts: dict[int, int]) -> int:
+    """The most common vector length (0 if none), ties to the shortest (as ``argmax`` of
+    :func:`distcal.core.rows.vector_lengths`)."""
+    return max(counts, key=lambda n: (counts[n], -n)) if counts else 0

@@ -1,0 +1,656 @@
+"""The keyed rows of a Spark DataFrame in score ranges (:class:`~distcal.engines.base.KeyedRanges`).
+
+A binary score (with or without ``by=``) takes the short route: Spark's
+own ``repartitionByRange`` on the score (its sampling job reads the input
+in the JVM only; asked for k / (1 - hot share) ranges, since equal bounds
+collapse), and each range reads its raw rows with ``read_rows``, makes the
+global and segment keys and pools them (:func:`raw_runner`). Per-class
+scores need a Python map side before the shuffle (each class has its own
+score); they take the route below. Either way the number of ranges comes
+from the sample of step 1 and a range is pooled as its batches stream in.
+
+How per-class rows flow (one job per ``map``, after a sample when opened):
+
+1. **Opened** (driver): the columns are checked against the schema (the
+   same ``DataError`` as :func:`~distcal.core.rows.read_rows`); K of a
+   vector column is counted over the input in the JVM
+   (:func:`.schema.vector_length_counts`; ``VectorUDT`` columns become
+   ``array<double>`` in the JVM first). A Bernoulli sample of the input
+   (about ``sample_rows`` keyed rows) is read and exploded in Python
+   exactly as the rows will be; from its (key, score) pairs come the
+   number of ranges (:func:`ranges_for`: estimated distinct (key, score)
+   pairs over the per-range budget ``range_rows``) and the range bounds
+   (quantiles of the sample's distinct pairs' scores, so a hot score
+   counts once and does not eat the bounds).
+2. **Map side** (one Python map over the input partitions, :func:`row_runner`):
+   each Arrow batch is read with ``read_rows`` (every check, counted) and
+   its valid rows exploded per class (:func:`distcal.core.keyed.explode`);
+   a keyed row is (range id, score, 0/1 label, weight, class, the raw
+   segment values). Segments are *not* exploded here: a row's segment key
+   has the row's score, so the range side makes the global and segment
+   keys from one shuffled row (half the shuffle of exploding first). The
+   task's validation counts travel as one extra row (range id -1).
+3. **Shuffle**: ``repartition(k, id)`` on a range id that Spark's hash
+   partitioner sends to partition = range id (:func:`partition_ids`): the
+   range bounds are already known, so there is no ``repartitionByRange``
+   sampling job, which would run the Python map side a second time.
+4. **Range side** (:func:`range_runner`): the range's Arrow batches are
+   gathered into chunks of ``CHUNK_ROWS``, each chunk pooled by (key,
+   score) (:func:`~distcal.core.keyed.pool_keyed`) and the pooled runs
+   merged as they come (:class:`KeyedRuns`, exact); then ``fn`` runs on the
+   range's :class:`~distcal.core.keyed.KeyedTable` and one pickled row
+   (range id, result) goes to the driver. A worker holds a chunk and its
+   range's distinct (key, score) pairs, never the range's rows.
+
+The driver sorts the rows by range id, adds up the validation counts with
+:func:`~distcal.core.rows.add_up_rows` (raising the input's ``DataError``)
+at the first map, and returns the results of the non-empty ranges. Nothing
+that grows with rows or distinct scores reaches it.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+import zlib
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ...core.distinct import estimate_distinct, merge_tables
+from ...core.keyed import GLOBAL, Key, KeyedTable, KeySpec, explode, merge_keyed, pool_keyed
+from ...core.rows import RowPart, RowTotals, add_up_rows, read_rows
+from ...errors import DataError, column_not_found
+from ...logs import log, phase
+from .executor import chunks
+from .schema import common_length, is_vector_udt, vector_array, vector_length_counts
+from .session import default_ranges, with_arrow_batches
+
+__all__ = ["SparkKeyedRanges", "KeyedRuns", "row_runner", "range_runner", "ranges_for",
+           "partition_ids", "RANGE_ROWS", "CHUNK_ROWS", "SAMPLE_ROWS"]
+
+# Per-range budget of distinct (key, score) pairs. A pooled pair takes 40 B
+# (5 float64), but merging the pooled runs peaks at ~270 B per pair of the
+# range (~170 B for one key; measured, docs/scale.md), so 200k pairs keep a worker within ~55 MB
+# plus one chunk (~30 MB) above its imports: a 600 MB Python worker holds it.
+RANGE_ROWS = 200_000
+# Rows pooled at once on the range side: numpy sorts ~0.5M rows efficiently,
+# and the chunk is a fixed part of a worker's memory (~40 MB of columns).
+CHUNK_ROWS = 1 << 19
+# Keyed rows sampled when opened (bounds and the distinct estimate).
+SAMPLE_ROWS = 50_000
+# A (key, score) pair seen this often in the sample is a hot one (ranges_for).
+HOT_PAIR = 10
+# Result rows: the range id (-1: validation counts) and the pickled result.
+RESULT_SCHEMA = "rid long, payload binary"
+
+
+# -- both sides ------------------------------------------------------------------------
+
+def _add_stats(total: dict[str, Any] | None, part: dict[str, Any]) -> dict[str, Any]:
+    """Two batches' counts of ``read_rows`` added up (items in the same fixed order)."""
+    if total is None:
+        return dict(part, items=list(part["items"]))
+    items = total["items"]
+    if len(items) == len(part["items"]):
+        total["items"] = [(c, p, k + part["items"][i][2]) for i, (c, p, k) in enumerate(items)]
+    else:  # not expected (fixed order); keep both lists, add_up_rows sums by name
+        total["items"] = items + list(part["items"])
+    for name in ("rows", "invalid", "n_rows", "weight_total"):
+        total[name] += part[name]
+    total["n_classes"] = max(total.get("n_classes", 0), part.get("n_classes", 0))
+    return total
+
+
+def _keyed(rows: RowPart, classes: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                        np.ndarray | None, np.ndarray | None,
+                                                        np.ndarray | None]:
+    """A part's valid rows exploded per class, segments not: (row index, score, label, weight,
+    class or None, segment code or None), one entry per keyed row."""
+    codes, keys, score, label, weight = explode(rows.score, rows.label, rows.weight, None,
+                                                classes)
+    n = rows.n_rows
+    index = np.tile(np.arange(n), len(classes))
+    cls = None
+    if classes != [None]:
+        cls = np.asarray([k[1] for k in keys], dtype=np.int64)[codes]
+    seg = None if rows.segments is None else np.tile(rows.segments[0], len(classes))
+    return index, score, label, weight, cls, seg
+
+
+def _key_hashes(keys: list[Key]) -> np.ndarray:
+    """A stable 32-bit hash of each key (for counting distinct pairs in the sample)."""
+    return np.fromiter((zlib.crc32(repr(k).encode()) for k in keys), dtype=np.uint64,
+                       count=len(keys))
+
+
+def _explode_all(rows: RowPart, classes: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(score, key hash) of every keyed row of a part, segments exploded too."""
+    codes, keys, score, _, _ = explode(rows.score, rows.label, rows.weight, rows.segments,
+                                       classes)
+    live = codes >= 0
+    return score[live] + 0.0, _key_hashes(keys)[codes[live]]
+
+
+# -- opened: the sample ------------------------------------------------------------------
+
+def sample_runner(spec: KeySpec, finite_scores: bool, n_classes: int | None,
+                  classes: list[Any]) -> Callable[[Iterator[pa.RecordBatch]],
+                                                 Iterator[pa.RecordBatch]]:
+    """Each sampled input partition to one row: its keyed rows' scores and key hashes."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        scores, hashes = [], []
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            rows, _ = read_rows(pa.Table.from_batches([batch]), spec,
+                                finite_scores=finite_scores, n_classes=n_classes)
+            s, h = _explode_all(rows, classes)
+            scores.append(s)
+            hashes.append(h)
+        s = np.concatenate(scores) if scores else np.zeros(0)
+        h = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
+        payload = pickle.dumps((s, h), protocol=pickle.HIGHEST_PROTOCOL)
+        yield pa.RecordBatch.from_pydict({"rid": [0], "payload": [payload]},
+                                         schema=pa.schema([("rid", pa.int64()),
+                                                           ("payload", pa.binary())]))
+
+    return run
+
+
+def ranges_for(scores: np.ndarray, hashes: np.ndarray, fraction: float, range_rows: int,
+               least: int, n_ranges: int | None = None) -> tuple[np.ndarray, float, float]:
+    """The range bounds (ascending, distinct), the estimated distinct (key, score) pairs and
+    the share of the keyed rows on hot pairs.
+
+    ``scores``/``hashes``: the sample's keyed rows (a ``fraction`` of all).
+    The number of ranges is ``n_ranges`` if given, else the estimated
+    distinct pairs (:func:`~distcal.core.distinct.estimate_distinct`) over
+    ``range_rows``, at least ``least``. The bounds are evenly spaced
+    quantiles of the scores of the sample's *distinct* pairs: ranges get
+    about equal numbers of distinct pairs (a worker's memory), and a score
+    held by many rows is one pair, not a run of equal bounds.
+    """
+    m = scores.shape[0]
+    if not m:
+        return np.zeros(0), 0.0, 0.0
+    pairs, counts = np.unique(np.stack([hashes.astype(np.float64), scores], axis=1), axis=0,
+                              return_counts=True)
+    # Pairs seen HOT_PAIR times or more hold many rows each: the estimator
+    # assumes equally frequent values and would take their repeats for ties
+    # everywhere. They are counted as they are; the rest is estimated.
+    hot = counts >= HOT_PAIR
+    m_rest = m - int(counts[hot].sum())
+    total = m / fraction if fraction > 0 else float(m)
+    distinct = float(hot.sum()) + estimate_distinct(
+        int(math.ceil(total * m_rest / m)), m_rest, int((~hot).sum()))
+    k = int(n_ranges) if n_ranges else max(least, int(math.ceil(distinct / max(range_rows, 1))))
+    pair_scores = np.sort(pairs[:, 1])
+    at = (np.arange(1, k) * pair_scores.shape[0]) // k
+    bounds = np.unique(pair_scores[at]) if k > 1 else np.zeros(0)
+    return bounds, distinct, 1.0 - m_rest / m
+
+
+def partition_ids(spark: Any, k: int) -> list[int]:
+    """For each range i < k, a long that ``repartition(k, col)`` sends to partition i.
+
+    Spark's hash partitioner puts a row in ``pmod(hash(col), k)`` (Murmur3,
+    seed 42: SQL's ``hash``); a small query finds a value for each
+    partition among the first 64k longs, so range i is partition i and no
+    two ranges share a task.
+    """
+    from pyspark.sql import functions as F
+
+    n = 64 * k + 64
+    rows = (spark.range(0, n).select(F.col("id"), F.expr(f"pmod(hash(id), {k})").alias("p"))
+            .groupBy("p").agg(F.min("id").alias("id")).collect())
+    found = {int(r["p"]): int(r["id"]) for r in rows}
+    missing = [i for i in range(k) if i not in found]
+    if missing:  # ~exp(-64) per partition; then ranges share tasks (still exact)
+        spare = sorted(found.values())
+        for j, i in enumerate(missing):
+            found[i] = spare[j % len(spare)]
+    return [found[i] for i in range(k)]
+
+
+# -- the map side ----------------------------------------------------------------------
+
+def row_runner(spec: KeySpec, finite_scores: bool, n_classes: int | None, classes: list[Any],
+               bounds: np.ndarray, schema: pa.Schema
+               ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """Input batches to keyed rows with their range id; then one row of counts (id -1)."""
+    by = list(spec.by)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        stats: dict[str, Any] | None = None
+        out = None
+        for batch in batches:
+            if not batch.num_rows:
+                continue
+            if out is None:  # the segment columns keep the input's Arrow types
+                out = _with_keys(schema, [batch.schema.field(b).type for b in by])
+            table = pa.Table.from_batches([batch])
+            rows, st = read_rows(table, spec, finite_scores=finite_scores, n_classes=n_classes)
+            stats = _add_stats(stats, st)
+            if not rows.n_rows:
+                continue
+            _, score, label, weight, cls, seg = _keyed(rows, classes)
+            cols: dict[str, Any] = {
+                "_r": np.searchsorted(bounds, score, side="right").astype(np.int64),
+                "_s": score, "_y": label.astype(np.float64)}
+            if spec.weight_col is not None:
+                cols["_w"] = weight
+            if cls is not None:
+                cols["_c"] = cls
+            if seg is not None:
+                assert rows.segments is not None
+                seg_keys = rows.segments[1]
+                idx = pa.array(seg, mask=seg < 0)
+                for j in range(len(by)):
+                    values = pa.array([key[j] for key in seg_keys],
+                                      type=out.field(f"_k{j}").type)
+                    cols[f"_k{j}"] = values.take(idx)
+            cols["_st"] = pa.nulls(score.shape[0], pa.binary())
+            yield pa.RecordBatch.from_pydict(cols, schema=out)
+        if stats is not None and out is not None:
+            payload = pickle.dumps(stats, protocol=pickle.HIGHEST_PROTOCOL)
+            yield pa.RecordBatch.from_pydict(
+                {name: ([-1] if name == "_r" else [payload] if name == "_st" else [None])
+                 for name in out.names}, schema=out)
+
+    return run
+
+
+def _with_keys(schema: pa.Schema, types: list[pa.DataType]) -> pa.Schema:
+    """The keyed rows' schema: ``schema`` with ``_k0, _k1, ...`` before its last field."""
+    fields = list(schema)
+    keys = [pa.field(f"_k{j}", t) for j, t in enumerate(types)]
+    return pa.schema(fields[:-1] + keys + fields[-1:])
+
+
+# -- the range side ----------------------------------------------------------------------
+
+class KeyedRuns:
+    """A range's pooled chunks, merged as they come (memory: its distinct (key, score) pairs).
+
+    The merge rule of :class:`~.executor.PooledRuns` (timsort's run stack):
+    at most ~log2(rows / chunk) runs are held; pooling commutes, so the
+    result is the keyed table of all the range's rows.
+    """
+
+    def __init__(self) -> None:
+        self.runs: list[KeyedTable] = []
+
+    def add(self, table: KeyedTable) -> None:
+        if not len(table.table):
+            return
+        self.runs.append(table)
+        while len(self.runs) > 1 and 2 * len(self.runs[-1].table) >= len(self.runs[-2].table):
+            last = self.runs.pop()
+            self.runs[-1] = _merge([self.runs[-1], last])
+
+    def table(self) -> KeyedTable:
+        return _merge(self.runs)
+
+
+def _merge(parts: list[KeyedTable]) -> KeyedTable:
+    """:func:`~distcal.core.keyed.merge_keyed`; runs of one and the same key (a binary
+    score without segments) by :func:`~distcal.core.distinct.merge_tables`, whose stable
+    sort merges sorted runs cheaply (the same table: pooling commutes)."""
+    if len(parts) > 1 and all(len(p.keys) == 1 and p.keys == parts[0].keys and p.wyy is None
+                              for p in parts):
+        table = merge_tables([p.table for p in parts])
+        return KeyedTable.single(table, parts[0].keys[0])
+    return merge_keyed(parts)
+
+
+def pool_chunk(data: pa.Table, n_by: int, weighted: bool, per_class: bool) -> KeyedTable:
+    """One chunk of a range's keyed rows pooled by (key, score); segments exploded here."""
+    from ...core.keyed import factorize_keys
+
+    score = data.column("_s").to_numpy()
+    label = data.column("_y").to_numpy()
+    weight = data.column("_w").to_numpy() if weighted else None
+    if per_class:
+        ucls, ci = np.unique(data.column("_c").to_numpy(), return_inverse=True)
+        classes: list[Any] = ucls.tolist()
+        ci = ci.astype(np.int64)
+    else:
+        classes, ci = [None], np.zeros(score.shape[0], np.int64)
+    m = len(classes)
+    keys: list[Key] = [(GLOBAL, c) for c in classes]
+    if not n_by:
+        return pool_keyed(ci, keys, score, label, weight)
+    seg, seg_keys = factorize_keys([data.column(f"_k{j}") for j in range(n_by)])
+    keys += [(s, c) for s in seg_keys for c in classes]
+    seg_codes = np.where(seg >= 0, m + seg * m + ci, -1)
+    return pool_keyed(np.concatenate([ci, seg_codes]), keys, np.concatenate([score, score]),
+                      np.concatenate([label, label]),
+                      None if weight is None else np.concatenate([weight, weight]))
+
+
+def range_runner(fn: Callable[[KeyedTable], Any], n_by: int, weighted: bool, per_class: bool,
+                 chunk_rows: int = CHUNK_ROWS
+                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """One range partition's keyed rows to one row per range: (id, pickled ``fn`` result);
+    the map side's validation counts (rows of id -1) to one row of id -1."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow.compute as pc
+
+        runs: dict[int, KeyedRuns] = {}
+        stats: list[Any] = []
+        for data in chunks(batches, chunk_rows):
+            rid = data.column("_r")
+            counts = data.column("_st")
+            if counts.null_count < data.num_rows:
+                stats += [pickle.loads(p) for p in counts.drop_null().to_pylist()]
+                data = data.filter(pc.is_null(counts))
+                rid = data.column("_r")
+            if not data.num_rows:
+                continue
+            lo, hi = pc.min_max(rid).values()
+            if lo.as_py() == hi.as_py():
+                parts = [(int(lo.as_py()), data)]
+            else:  # two ranges in one task (not expected: see partition_ids)
+                r = rid.to_numpy()
+                parts = [(int(v), data.filter(pa.array(r == v))) for v in np.unique(r)]
+            for v, part in parts:
+                runs.setdefault(v, KeyedRuns()).add(pool_chunk(part, n_by, weighted, per_class))
+            del data, parts
+        schema = pa.schema([("rid", pa.int64()), ("payload", pa.binary())])
+        if stats:
+            yield pa.RecordBatch.from_pydict(
+                {"rid": [-1], "payload": [pickle.dumps(stats, pickle.HIGHEST_PROTOCOL)]},
+                schema=schema)
+        for v in sorted(runs):
+            table = runs.pop(v).table()
+            payload = pickle.dumps(fn(table), protocol=pickle.HIGHEST_PROTOCOL)
+            del table
+            yield pa.RecordBatch.from_pydict({"rid": [v], "payload": [payload]}, schema=schema)
+
+    return run
+
+
+def raw_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: bool,
+               chunk_rows: int = CHUNK_ROWS
+               ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A range partition of the user's rows (a binary score, raw) to one row: its partition
+    id and the pickled (counts, ``fn`` result or None when it has no valid row)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        stats: dict[str, Any] | None = None
+        runs = KeyedRuns()
+        for data in chunks(batches, chunk_rows):
+            rows, st = read_rows(data, spec, finite_scores=finite_scores)
+            stats = _add_stats(stats, st)
+            del data
+            if rows.n_rows:
+                codes, keys, score, label, weight = explode(
+                    rows.score, rows.label, rows.weight, rows.segments, [None])
+                runs.add(pool_keyed(codes, keys, score, label, weight))
+        table = runs.table()
+        runs.runs.clear()
+        result = fn(table) if len(table.table) else None
+        context = TaskContext.get()
+        assert context is not None, "runs inside a Spark task"
+        payload = pickle.dumps({"stats": stats, "empty": not len(table.table),
+                                "result": result}, protocol=pickle.HIGHEST_PROTOCOL)
+        yield pa.RecordBatch.from_pydict({"rid": [context.partitionId()], "payload": [payload]},
+                                         schema=pa.schema([("rid", pa.int64()),
+                                                           ("payload", pa.binary())]))
+
+    return run
+
+
+def parts_runner(fn: Callable[[RowPart], Any], spec: KeySpec, finite_scores: bool,
+                 n_classes: int | None, chunk_rows: int = CHUNK_ROWS
+                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """``fn`` on each chunk of an input partition's valid rows; one row per partition."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        stats: dict[str, Any] | None = None
+        results = []
+        for data in chunks(batches, chunk_rows):
+            rows, st = read_rows(data, spec, finite_scores=finite_scores, n_classes=n_classes)
+            stats = _add_stats(stats, st)
+            if rows.n_rows:
+                results.append(fn(rows))
+        payload = pickle.dumps({"stats": stats, "results": results}, pickle.HIGHEST_PROTOCOL)
+        yield pa.RecordBatch.from_pydict({"rid": [0], "payload": [payload]},
+                                         schema=pa.schema([("rid", pa.int64()),
+                                                           ("payload", pa.binary())]))
+
+    return run
+
+
+# -- the driver ------------------------------------------------------------------------
+
+def check_columns(df: Any, spec: KeySpec) -> None:
+    """Every column of ``spec`` is in ``df`` (``read_rows``'s ``DataError`` otherwise)."""
+    names = [f.name for f in df.schema.fields]
+    for c in spec.columns:
+        if c not in names:
+            role = "segment" if c in spec.by else "score" if c not in (
+                spec.label_col, spec.weight_col) else "label" if c == spec.label_col \
+                else "weight"
+            raise column_not_found(c, role, names)
+
+
+def count_classes(df: Any, spec: KeySpec) -> int:
+    """K of a multiclass spec, counted over the input for a vector column (0: binary)."""
+    if not spec.multiclass:
+        return 0
+    if spec.score_cols is not None:
+        return 2 if len(spec.score_cols) == 1 else len(spec.score_cols)
+    name = str(spec.score_col)
+    dtype = {f.name: f.dataType for f in df.schema.fields}[name]
+    if vector_array(df, name) is None:
+        raise DataError(f"column '{name}' has type {dtype.simpleString()}; expected a vector "
+                        "(list) of numbers per row, or pass one column per class as score_cols")
+    with phase("spark: vector lengths"):
+        length = common_length(vector_length_counts(df, name))
+    k = 2 if length == 1 else length
+    if k < 2:
+        raise DataError(f"column '{name}': no vectors to calibrate (need K >= 2 entries)")
+    return k
+
+
+def fields_of(df: Any) -> dict[str, Any]:
+    return {f.name: f.dataType for f in df.schema.fields}
+
+
+def input_rows(df: Any, spec: KeySpec) -> Any:
+    """The columns of ``spec``, a ``VectorUDT`` score column as ``array<double>`` (JVM)."""
+    from pyspark.sql import functions as F
+
+    from .schema import quote
+
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    cols = []
+    for c in spec.columns:
+        if is_vector_udt(fields[c]):
+            cols.append(vector_array(df, c).alias(c))
+        else:
+            cols.append(F.col(quote(c)))
+    return df.select(*cols)
+
+
+class SparkKeyedRanges:
+    """The keyed rows of a Spark DataFrame in score ranges (module docstring)."""
+
+    def __init__(self, df: Any, spec: KeySpec, *, on_invalid: str = "raise",
+                 finite_scores: bool = False, passes: int = 1, n_ranges: int | None = None,
+                 range_rows: int = RANGE_ROWS, sample_rows: int = SAMPLE_ROWS,
+                 chunk_rows: int = CHUNK_ROWS):
+        from pyspark.sql import types as T
+
+        if on_invalid not in ("raise", "drop"):
+            raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
+        check_columns(df, spec)
+        self.spec, self.on_invalid, self.finite_scores = spec, on_invalid, finite_scores
+        self.passes, self.chunk_rows = passes, chunk_rows
+        self.n_classes = count_classes(df, spec)
+        self.classes = spec.classes(self.n_classes)
+        self.rows_df = input_rows(df, spec)
+        self.spark = self.rows_df.sparkSession
+        length = self.n_classes or None
+        self.length = length if spec.multiclass and spec.score_cols is None else None
+
+        # The sample: the range count and bounds.
+        total = self.rows_df.count()
+        per_row = len(self.classes) * (2 if spec.by else 1)
+        fraction = min(1.0, sample_rows / max(total * per_row, 1))
+        sample = self.rows_df if fraction >= 1.0 else self.rows_df.sample(
+            fraction=fraction, seed=20261203)
+        runner = sample_runner(spec, finite_scores, self.length, self.classes)
+        with phase("spark: sampling the keyed rows for the range bounds"):
+            got = with_arrow_batches(self.spark, lambda: sample.mapInArrow(
+                runner, RESULT_SCHEMA).collect())
+        parts = [pickle.loads(r["payload"]) for r in got]
+        s = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
+        h = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.uint64)
+        self.bounds, self.distinct_estimate, hot_share = ranges_for(
+            s, h, fraction, range_rows, default_ranges(df), n_ranges)
+        self.k = self.bounds.shape[0] + 1
+        self.persisted: list[Any] = []
+        self.rows_persisted = False
+        self.checked = False
+        self.n_rows, self.weight_total, self.dropped_rows = 0, 0.0, 0
+        # A binary score (with or without segments) needs no map side in Python:
+        # Spark's own range partitioner on the score (its sampling job reads the
+        # input in the JVM only); each range reads, explodes and pools its raw rows.
+        self.raw = not spec.multiclass
+        if self.raw:
+            from pyspark.sql import functions as F
+
+            from .schema import column_kind, quote
+
+            name = str(spec.score_col)
+            numeric = column_kind(fields_of(self.rows_df)[name]) == "number"
+            score = F.col(quote(name)) if numeric else F.expr(
+                f"try_cast({quote(name)} AS DOUBLE)")
+            # Equal bounds collapse: a hot share h of the rows takes ~h of Spark's
+            # row-quantile bounds, so ask for k / (1 - h) to keep k for the rest.
+            self.k = max(1, int(math.ceil(self.k / max(1.0 - hot_share, 0.05)))) \
+                if not n_ranges else int(n_ranges)
+            self.ranged = self.rows_df.repartitionByRange(self.k, score)
+            if passes > 1:
+                from pyspark import StorageLevel
+
+                self.ranged = self.ranged.persist(StorageLevel.MEMORY_AND_DISK)
+                self.persisted.append(self.ranged)
+            log.info("spark: raw rows in %d ranges by score (~%.3g distinct (key, score) "
+                     "pairs, budget %d per range)", self.k, self.distinct_estimate, range_rows)
+            return
+
+        # The keyed rows, partitioned by range.
+        fields = {f.name: f.dataType for f in self.rows_df.schema.fields}
+        out = [T.StructField("_r", T.LongType()), T.StructField("_s", T.DoubleType()),
+               T.StructField("_y", T.DoubleType())]
+        if spec.weight_col is not None:
+            out.append(T.StructField("_w", T.DoubleType()))
+        self.per_class = self.classes != [None]
+        if self.per_class:
+            out.append(T.StructField("_c", T.LongType()))
+        out += [T.StructField(f"_k{j}", fields[b]) for j, b in enumerate(spec.by)]
+        out.append(T.StructField("_st", T.BinaryType()))
+        spark_schema = T.StructType(out)
+        arrow_schema = _arrow_schema(T.StructType([f for f in out if not f.name.startswith("_k")]))
+        keyed = self.rows_df.mapInArrow(
+            row_runner(spec, finite_scores, self.length, self.classes, self.bounds,
+                       arrow_schema), spark_schema)
+        self.ranged = self._partitioned(keyed)
+        if passes > 1:
+            from pyspark import StorageLevel
+
+            self.ranged = self.ranged.persist(StorageLevel.MEMORY_AND_DISK)
+            self.persisted.append(self.ranged)
+        log.info("spark: keyed rows in %d ranges (~%.3g distinct (key, score) pairs, budget "
+                 "%d per range)", self.k, self.distinct_estimate, range_rows)
+
+    def _partitioned(self, keyed: Any) -> Any:
+        from pyspark.sql import functions as F
+
+        if self.k == 1:
+            return keyed.repartition(1)
+        ids = partition_ids(self.spark, self.k)
+        target = F.get(F.array(*[F.lit(i) for i in ids]), F.col("_r").cast("int"))
+        return keyed.repartition(self.k, target)
+
+    def _check(self, stats: list[dict[str, Any]]) -> None:
+        if self.checked:
+            return
+        totals: RowTotals = add_up_rows(stats, self.on_invalid)
+        self.n_rows, self.weight_total = totals.n_rows, totals.weight_total
+        self.dropped_rows = totals.dropped_rows
+        self.checked = True
+        log.info("spark: %d rows used (weight %g), %d dropped", self.n_rows, self.weight_total,
+                 self.dropped_rows)
+
+    def map(self, fn: Callable[[KeyedTable], Any]) -> list[Any]:
+        if self.raw:
+            return self._map_raw(fn)
+        runner = range_runner(fn, len(self.spec.by), self.spec.weight_col is not None,
+                              self.per_class, self.chunk_rows)
+        with phase("spark: one keyed pass over %d ranges", self.k):
+            got = with_arrow_batches(self.spark, lambda: self.ranged.mapInArrow(
+                runner, RESULT_SCHEMA).collect())
+        stats: list[dict[str, Any]] = []
+        results: dict[int, Any] = {}
+        for r in got:
+            if r["rid"] < 0:
+                stats += pickle.loads(r["payload"])
+            else:
+                results[int(r["rid"])] = r["payload"]
+        self._check(stats)
+        return [pickle.loads(results[v]) for v in sorted(results)]
+
+    def _map_raw(self, fn: Callable[[KeyedTable], Any]) -> list[Any]:
+        runner = raw_runner(fn, self.spec, self.finite_scores, self.chunk_rows)
+        with phase("spark: one keyed pass over %d ranges", self.k):
+            got = with_arrow_batches(self.spark, lambda: self.ranged.mapInArrow(
+                runner, RESULT_SCHEMA).collect())
+        parts = [pickle.loads(r["payload"]) for r in sorted(got, key=lambda r: r["rid"])]
+        self._check([p["stats"] for p in parts if p["stats"] is not None])
+        return [p["result"] for p in parts if not p["empty"]]
+
+    def map_rows(self, fn: Callable[[RowPart], Any]) -> list[Any]:
+        if self.passes > 1 and not self.rows_persisted:
+            from pyspark import StorageLevel
+
+            self.rows_df = self.rows_df.persist(StorageLevel.MEMORY_AND_DISK)
+            self.persisted.append(self.rows_df)
+            self.rows_persisted = True
+        runner = parts_runner(fn, self.spec, self.finite_scores, self.length, self.chunk_rows)
+        with phase("spark: one pass over the rows"):
+            got = with_arrow_batches(self.spark, lambda: self.rows_df.mapInArrow(
+                runner, RESULT_SCHEMA).collect())
+        parts = [pickle.loads(r["payload"]) for r in got]
+        self._check([p["stats"] for p in parts if p["stats"] is not None])
+        return [res for p in parts for res in p["results"]]
+
+    def close(self) -> None:
+        for df in self.persisted:
+            df.unpersist()
+        self.persisted = []
+
+    def __enter__(self) -> SparkKeyedRanges:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+
+def _arrow_schema(schema: Any) -> pa.Schema:
+    """The Arrow schema of a Spark struct type of plain columns (numbers, binary)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema)

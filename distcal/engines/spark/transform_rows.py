@@ -1,0 +1,64 @@
+"""A model applied to whole rows of a Spark DataFrame: one ``mapInArrow``, a column added.
+
+Each Arrow batch's model columns go to ``predict`` as a pyarrow Table (a
+``VectorUDT`` column as a list column, converted in the JVM); the batch
+comes back with the prediction appended, ``double`` or ``array<double>``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ...errors import column_not_found, output_column_exists
+from .schema import is_vector_udt, quote, vector_array
+from .session import on_executors
+
+__all__ = ["transform_rows"]
+
+# The model's inputs when a column had to be converted (a VectorUDT to a list).
+_INPUT = "__distcal_in_{}"
+
+
+def transform_rows(df: Any, columns: list[str], output_col: str,
+                   predict: Callable[[Any], Any], vector: bool) -> Any:
+    """``df`` with ``output_col`` = ``predict(columns of a batch)`` (``Engine.transform_rows``)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql import types as T
+
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    if output_col in fields:
+        raise output_column_exists(output_col)
+    for c in columns:
+        if c not in fields:
+            raise column_not_found(c, "model input", list(fields))
+    converted = {c: _INPUT.format(i) for i, c in enumerate(columns) if is_vector_udt(fields[c])}
+    work = df
+    for c, hidden in converted.items():
+        work = work.withColumn(hidden, vector_array(df, c))
+    passed = [f for f in df.schema.fields]
+    hidden_fields = [T.StructField(h, T.ArrayType(T.DoubleType())) for h in converted.values()]
+    out_type = T.ArrayType(T.DoubleType()) if vector else T.DoubleType()
+    schema = T.StructType(passed + hidden_fields + [T.StructField(output_col, out_type)])
+    inputs = [converted.get(c, c) for c in columns]
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            part = pa.Table.from_batches([batch]).select(inputs).rename_columns(columns)
+            values = np.asarray(predict(part), dtype=np.float64)
+            if vector:
+                n, k = values.shape if values.ndim == 2 else (values.shape[0], 0)
+                col: Any = pa.ListArray.from_arrays(
+                    pa.array(np.arange(n + 1, dtype=np.int32) * k), pa.array(values.reshape(-1)))
+            else:
+                col = pa.array(values.reshape(-1))
+            yield pa.RecordBatch.from_arrays([*batch.columns, col],
+                                             names=[*batch.schema.names, output_col])
+
+    out = on_executors(lambda: work.mapInArrow(run, schema))
+    if converted:
+        out = out.drop(*[quote(h) for h in converted.values()])
+    return out.select(*[F.col(quote(f.name)) for f in df.schema.fields], F.col(quote(output_col)))
