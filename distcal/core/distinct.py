@@ -192,28 +192,9 @@ def _hash_sums(scores: np.ndarray, labels: np.ndarray,
 
 
 def _pool_by_hash(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | None,
-                  binary: bool, threads: int = 2) -> DistinctTable:
-    n = scores.shape[0]
-    if n < (1 << 21) or threads < 2:
-        uniques, sums = _hash_sums(scores, labels, weights)
-    else:
-        # Map-side combine on two cores: pandas' hashing releases the GIL, so
-        # each thread pools a contiguous half; the halves' (small) tables are
-        # then pooled by hashing their distinct values once more.
-        from concurrent.futures import ThreadPoolExecutor
-
-        cuts = np.linspace(0, n, threads + 1).astype(np.intp)
-        with ThreadPoolExecutor(threads) as pool:
-            parts = list(pool.map(
-                lambda i: _hash_sums(scores[cuts[i]:cuts[i + 1]], labels[cuts[i]:cuts[i + 1]],
-                                     None if weights is None else weights[cuts[i]:cuts[i + 1]]),
-                range(threads)))
-        import pandas as pd
-
-        codes, uniques = pd.factorize(np.concatenate([u for u, _ in parts]), sort=False)
-        k = uniques.shape[0]
-        sums = [np.bincount(codes, weights=np.concatenate([p[1][j] for p in parts]), minlength=k)
-                for j in range(4)]
+                  binary: bool) -> DistinctTable:
+    # One thread: inside a Spark or Dask worker the cores belong to the engine.
+    uniques, sums = _hash_sums(scores, labels, weights)
     count, weight, label_sum, positives = sums
     values = uniques.view(np.float64)
     order = np.argsort(values)
