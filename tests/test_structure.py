@@ -17,6 +17,7 @@ import logging
 import re
 import subprocess
 import sys
+import textwrap
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
@@ -278,3 +279,26 @@ def test_verbose_logs_the_phases(tmp_path):
 def test_unknown_keyword_fails_before_the_input_is_opened(tmp_path):
     with pytest.raises(TypeError, match=r"fit\(\) got unexpected keyword argument 'foo'"):
         distcal.fit(str(tmp_path / "missing.parquet"), foo=1)
+
+
+def test_compiled_kernels_write_nothing_into_the_package(tmp_path):
+    """numba's on-disk cache would be written next to the installed package: every kernel
+    compiles per process instead (a fit that compiles them leaves no cache file)."""
+    code = textwrap.dedent("""
+        import numpy as np, pandas as pd, distcal
+        from distcal.core import keyed, segment_pav
+        rng = np.random.default_rng(0)
+        n = 300_000
+        df = pd.DataFrame({"score": rng.random(n), "label": rng.integers(0, 2, n),
+                           "g": rng.integers(0, 50, n)})
+        distcal.fit(df, by="g")
+        assert keyed._jit_pool_unit_rows() is not None
+        assert segment_pav._jit_pav_runs() is not None
+    """)
+    before = {p for p in PKG.rglob("*.nb[ic]")}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=600, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert {p for p in PKG.rglob("*.nb[ic]")} - before == set()
+    for p in (ROOT / "distcal").rglob("*.py"):
+        assert "cache=True" not in p.read_text(), p

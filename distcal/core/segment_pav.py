@@ -199,12 +199,16 @@ RunsKernel = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool],
 
 @functools.cache
 def _jit_pav_runs() -> RunsKernel | None:
-    """:func:`_pav_runs` compiled (cached on disk), or None without a usable numba."""
+    """:func:`_pav_runs` compiled once per process, or None without numba.
+
+    Not cached on disk: numba's cache would be written next to the installed
+    package, whatever ``PYTHONDONTWRITEBYTECODE`` says.
+    """
     try:
         from numba import njit
 
-        kernel: Any = njit(cache=True, nogil=True)(_pav_runs)
-    except (ImportError, RuntimeError):  # RuntimeError: numba found no cache directory
+        kernel: Any = njit(cache=False, nogil=True)(_pav_runs)
+    except ImportError:
         return None
     return kernel  # type: ignore[no-any-return]
 
