@@ -26,7 +26,7 @@ from .validate import is_real_dtype
 
 __all__ = ["fit_rows", "vector_lengths", "problems_message", "Problems", "read_scores",
            "open_input", "check_score_args", "score_names", "read_fit_input", "RowPart",
-           "read_rows", "add_up_rows", "RowTotals"]
+           "read_rows", "add_up_rows", "RowTotals", "check_columns"]
 
 # ---------------------------------------------------------------------------
 
@@ -417,6 +417,17 @@ def _columns_of(table: pd.DataFrame | pa.Table) -> list[str]:
         else table.schema.names
 
 
+def check_columns(names: list[str], spec: Any) -> None:
+    """The ``DataError`` of a column of ``spec`` (a KeySpec) missing from ``names``."""
+    from ..errors import column_not_found
+
+    for c in spec.columns:
+        if c not in names:
+            role = "segment" if c in spec.by else "label" if c == spec.label_col \
+                else "weight" if c == spec.weight_col else "score"
+            raise column_not_found(c, role, names)
+
+
 def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool = False,
               n_classes: int | None = None) -> tuple[RowPart, dict[str, Any]]:
     """Check one batch of the user's columns and keep its valid rows with weight > 0.
@@ -432,15 +443,7 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
     """
     from .validate import rules
 
-    names = _columns_of(table)
-    for c in spec.columns:
-        if c not in names:
-            from ..errors import column_not_found
-
-            role = "segment" if c in spec.by else "score" if c not in (
-                spec.label_col, spec.weight_col) else "label" if c == spec.label_col \
-                else "weight"
-            raise column_not_found(c, role, names)
+    check_columns(_columns_of(table), spec)
     n = len(table) if isinstance(table, pd.DataFrame) else table.num_rows
     if spec.multiclass:
         score, label, weight, k, problems = fit_rows(

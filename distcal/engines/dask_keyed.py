@@ -51,7 +51,7 @@ import pandas as pd
 from ..core.distinct import DistinctTable
 from ..core.keyed import KeyedTable, KeySpec, cut_keyed, explode, merge_keyed, pool_keyed
 from ..core.partition import range_bounds
-from ..core.rows import RowPart, add_up_rows, read_rows, vector_lengths
+from ..core.rows import RowPart, add_up_rows, check_columns, read_rows, vector_lengths
 from ..errors import column_not_found, output_column_exists
 from ..logs import log, phase
 
@@ -187,12 +187,7 @@ def _apply_rows(fn: Callable[[RowPart], Any], pair: tuple[RowPart, dict[str, Any
 
 def _check_columns(names: list[str], spec: KeySpec) -> None:
     """The DataError of :func:`~distcal.core.rows.read_rows` for a missing column."""
-    for c in spec.columns:
-        if c not in names:
-            role = "segment" if c in spec.by else "score" if c not in (
-                spec.label_col, spec.weight_col) else "label" if c == spec.label_col \
-                else "weight"
-            raise column_not_found(c, role, names)
+    check_columns(names, spec)
 
 
 class DaskKeyedRanges:

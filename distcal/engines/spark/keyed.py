@@ -63,7 +63,8 @@ import pyarrow as pa
 from ...core.distinct import estimate_distinct, merge_tables
 from ...core.keyed import GLOBAL, Key, KeyedTable, KeySpec, explode, merge_keyed, pool_keyed
 from ...core.rows import RowPart, RowTotals, add_up_rows, read_rows
-from ...errors import DataError, column_not_found
+from ...core.rows import check_columns as check_rows_columns
+from ...errors import DataError
 from ...logs import log, phase
 from .executor import chunks
 from .schema import common_length, is_vector_udt, vector_array, vector_length_counts
@@ -434,13 +435,7 @@ def parts_runner(fn: Callable[[RowPart], Any], spec: KeySpec, finite_scores: boo
 
 def check_columns(df: Any, spec: KeySpec) -> None:
     """Every column of ``spec`` is in ``df`` (``read_rows``'s ``DataError`` otherwise)."""
-    names = [f.name for f in df.schema.fields]
-    for c in spec.columns:
-        if c not in names:
-            role = "segment" if c in spec.by else "score" if c not in (
-                spec.label_col, spec.weight_col) else "label" if c == spec.label_col \
-                else "weight"
-            raise column_not_found(c, role, names)
+    check_rows_columns([f.name for f in df.schema.fields], spec)
 
 
 def count_classes(df: Any, spec: KeySpec) -> int:
