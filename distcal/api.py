@@ -36,10 +36,11 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
         The rows; a path names a Parquet file or dataset directory.
     method : {"isotonic", "sigmoid", "histogram", "modl", "temperature"}
         Isotonic regression (Pool Adjacent Violators, parameters
-        ``increasing=True|False|"auto"``, ``interpolation="linear"|"step"``,
-        ``y_min``, ``y_max``), Platt's sigmoid, histogram binning
-        (``n_bins=10``, ``strategy="uniform"|"quantile"``), or MODL's
-        Bayes-optimal bins (0/1 labels, unit weights, ``max_groups=100_000``;
+        ``increasing=True|False|"auto"``,
+        ``interpolation="linear"|"step"|"centered"``, ``y_min``, ``y_max``),
+        Platt's sigmoid, histogram binning (``n_bins=10``,
+        ``strategy="uniform"|"quantile"``), or MODL's Bayes-optimal bins
+        (0/1 labels, unit weights, ``max_groups=100_000``;
         ``params["cost"]``, ``params["groups"]``: docs/modl.md).
         "temperature" is for multiclass scores only.
     score_col, label_col, weight_col : str
@@ -56,8 +57,9 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
         length, or an index out of range, are a :class:`~distcal.DataError`.
     by : str or list of str, optional
         Fit one map per distinct value (tuple) of these columns, plus the
-        global map, in one pass (:mod:`distcal.segmented`, docs/segments.md).
-        Rows with a null ``by`` value count in the global map only.
+        global map, in one pass (:mod:`distcal.keyed_fit`, docs/segments.md).
+        Rows with a null ``by`` value count in the global map only. Combines
+        with multiclass scores (one multiclass model per segment).
     min_segment_weight : float
         Segments with less total weight use the global map (``by`` only).
     engine : {"auto", "local", "spark", "dask"}
@@ -67,16 +69,18 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
         counted in ``model.dropped_rows``.
     **method_params
         The method's parameters above, and engine options (local:
-        ``memory_rows``, ``batch_rows``; Spark: ``n_ranges``, ``combine``;
-        Dask: ``n_ranges``).
+        ``memory_rows``, ``batch_rows``, ``chunk_rows``; Spark: ``n_ranges``,
+        ``combine``, ``sample_rows``, ``range_rows``; Dask: ``n_ranges``,
+        ``samples_per_range``, ``range_rows``).
 
     Returns
     -------
     CalibrationModel
-        Or a :class:`~distcal.segmented.SegmentedCalibrationModel` with ``by``,
-        or a :class:`~distcal.multiclass.MulticlassCalibrationModel` for
-        multiclass scores (one-vs-rest normalised as scikit-learn's
-        CalibratedClassifierCV, or temperature scaling).
+        For a binary score without ``by``; otherwise a
+        :class:`~distcal.KeyedModel`: one map per key (segment, class) and
+        their combiner (one-vs-rest normalised as scikit-learn's
+        CalibratedClassifierCV, or temperature scaling; segments falling
+        back to the global maps).
 
     Raises
     ------
