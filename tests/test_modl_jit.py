@@ -14,7 +14,12 @@ from test_modl import make_counts, oracle_cost
 
 from distcal.core.modl import modl_partition
 
-pytest.importorskip("numba")
+
+def test_numba_is_installed():
+    """numba is a dependency: the kernel below must really be compiled, never skipped."""
+    import numba
+
+    assert numba.__version__
 
 
 @pytest.mark.parametrize("J", [2, 3, 5])
