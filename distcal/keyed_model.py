@@ -406,7 +406,8 @@ class KeyedModel:
             return self.predict_part(part, score_col, score_cols)
 
         return get_engine(engine_of(data)).transform_rows(data, inputs, output_col, predict,
-                                                          vector=self.n_classes >= 2)
+                                                          vector=self.n_classes >= 2,
+                                                          model=self)
 
     # -- inspection -----------------------------------------------------
     def describe(self) -> str:

@@ -73,8 +73,8 @@ def test_bad_vectors_same_errors_as_local(spark):
             distcal.fit(local, score_col="v", score_index=index)
         assert str(a.value) == str(b.value)
         assert "column 'v' (score)" in str(a.value)
-    with pytest.raises(distcal.DataError, match=r"column 'label' \(score\) has type int"):
-        distcal.fit(sdf, score_col="label", score_index=0)
+    with pytest.raises(distcal.DataError, match=r"column 'n' \(score\) has type int"):
+        distcal.fit(sdf.withColumn("n", sdf["label"]), score_col="n", score_index=0)
 
 
 def test_all_null_sample_of_scores(spark):

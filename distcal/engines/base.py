@@ -170,8 +170,12 @@ class Engine(Protocol):
         ...
 
     def transform_rows(self, data: Any, columns: list[str], output_col: str,
-                       predict: Callable[[Any], Any], vector: bool) -> Any:
+                       predict: Callable[[Any], Any], vector: bool, model: Any = None) -> Any:
         """``data`` with ``output_col`` = ``predict(part)`` for each part of its rows.
+
+        ``model``: the model that ``predict`` applies, for an engine that
+        can apply some models natively (Spark: a binary model by segment,
+        inside the JVM); the result must equal ``predict``'s.
 
         ``part`` is a pandas DataFrame or pyarrow Table holding ``columns``
         (the model's inputs); ``predict`` returns a float64 array of one

@@ -286,7 +286,7 @@ class DaskEngine:
                                finite_scores=finite_scores, passes=passes, **opts)
 
     def transform_rows(self, data: Any, columns: list[str], output_col: str,
-                       predict: Callable[[Any], Any], vector: bool) -> Any:
+                       predict: Callable[[Any], Any], vector: bool, model: Any = None) -> Any:
         return transform_rows(as_dask(data), columns, output_col, predict, vector)
 
 

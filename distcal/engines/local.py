@@ -274,7 +274,7 @@ class LocalEngine:
                                 **opts)
 
     def transform_rows(self, data: Any, columns: list[str], output_col: str,
-                       predict: Callable[[Any], Any], vector: bool) -> Any:
+                       predict: Callable[[Any], Any], vector: bool, model: Any = None) -> Any:
         """pandas in, pandas out; pyarrow in, pyarrow out; a Parquet path in, pandas out."""
         from .local_keyed import transform_rows
 

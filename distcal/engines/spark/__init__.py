@@ -93,15 +93,25 @@ class SparkEngine:
                                 finite_scores=finite_scores, passes=passes, **opts)
 
     def transform_rows(self, data: Any, columns: list[str], output_col: str,
-                       predict: Any, vector: bool) -> Any:
+                       predict: Any, vector: bool, model: Any = None) -> Any:
         """A Spark DataFrame in, the same out; local data forced onto Spark (a pandas
-        DataFrame, a pyarrow Table or a Parquet path) comes back as pandas (Arrow for Arrow)."""
+        DataFrame, a pyarrow Table or a Parquet path) comes back as pandas (Arrow for Arrow).
+
+        A binary model by segment (``model.by``, one score) is applied inside
+        the JVM (:mod:`.segment_transform`: broadcast joins and Bucketizers,
+        no Python worker); anything else by ``predict`` in one ``mapInArrow``.
+        """
         import pyarrow as pa
 
-        from .. import engine_of
+        from ..frames import engine_of
         from .transform_rows import transform_rows
 
-        out = transform_rows(as_spark(data), columns, output_col, predict, vector)
+        if model is not None and getattr(model, "by", None) and model.n_classes < 2:
+            from .segment_transform import transform_segmented
+
+            out = transform_segmented(model, as_spark(data), columns[0], output_col)
+        else:
+            out = transform_rows(as_spark(data), columns, output_col, predict, vector)
         if engine_of(data) == "spark":
             return out
         frame = out.toPandas()
