@@ -14,7 +14,7 @@ from .core import metrics as m
 from .core.bins import bin_edges
 from .defaults import DEFAULTS
 from .engines import get_engine, resolve_engine
-from .errors import ParameterError, sums_overflow
+from .errors import DataError, ParameterError, sums_overflow
 from .params import (
     check_finite,
     check_n_bins,
@@ -340,8 +340,7 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
         ``rep.segment_curve(key)`` one segment's calibration curve. The rest
         of the report is the global one, as without ``by``. One range
         shuffle for all segments (docs/segments.md); rows with a null key
-        count in the global report only. The local engine holds the valid
-        rows in memory.
+        count in the global report only.
 
     Returns
     -------
@@ -376,6 +375,10 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
         if score_index is not None or prob_cols is not None:
             raise ParameterError("by= evaluates one plain probability column; score_index and "
                                  "prob_cols cannot be combined with by= in this version")
+        if _is_vector(name, data, prob_col):
+            raise DataError(f"column '{prob_col}' (prob) holds vectors (multiclass "
+                            "probabilities); evaluate(by=) takes one probability per row in "
+                            "this version")
         return evaluate_by(engine_impl, data, {"prob": prob_col, "label": label_col,
                                                "weight": weight_col}, names,
                            report_from_ranges=report_from_ranges, prob_col=prob_col,

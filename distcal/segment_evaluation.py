@@ -1,18 +1,19 @@
 """Per-segment evaluation and thresholds: ``evaluate`` and ``optimal_threshold`` with ``by=``.
 
-Both open the per-segment ranges of a segmented fit (one range shuffle on
-the probability or score, each range pooled by value and by (segment,
-value): :mod:`distcal.core.segments`), so one job serves the global result
-and every segment, however many segments there are (docs/segments.md).
+Both open the keyed rows of the input (:meth:`~distcal.engines.base.Engine.open_keyed`,
+one key per segment plus the global key: :mod:`distcal.core.keyed`), so one
+range shuffle on the probability (score) serves the global result and every
+segment, however many segments there are (docs/segments.md). Restricted to
+one key, the ranges are that key's own ordered ranges.
 
 * Evaluation: the global :class:`~distcal.evaluation.EvaluationReport` is
-  computed exactly as without ``by`` (:func:`report_from_ranges`); the
-  per-segment sums (:mod:`distcal.core.segment_metrics`) ride along with its
-  first pass over the ranges, so the segments cost no pass of their own.
-* Thresholds: each range sends the threshold summary of its global table
-  and of every segment's table (:mod:`distcal.core.threshold`); the driver
-  merges each segment's summaries in score order, which is exact because a
-  segment's rows of the ordered ranges are that segment's ordered ranges.
+  computed exactly as without ``by`` over the global key's tables
+  (:class:`GlobalRanges`); the per-segment sums
+  (:mod:`distcal.core.segment_metrics`) ride along with its first pass over
+  the ranges, so the segments cost no pass of their own.
+* Thresholds: each range sends the threshold summary of every key's table
+  (:mod:`distcal.core.threshold`); the driver merges each key's summaries in
+  score order.
 
 Rows with a null in a ``by`` column belong to no segment; they count in the
 global results only.
@@ -28,12 +29,12 @@ import pandas as pd
 
 from .core.bins import bin_edges
 from .core.distinct import DistinctTable
+from .core.keyed import GLOBAL, KeyedTable, KeySpec, split_global
 from .core.segment_metrics import SegmentEvalPartials, combine_segment_partials, segment_partials
-from .core.segments import SegmentTables, gather_segments, summarise_range
 from .core.threshold import EMPTY, SegmentSummary, merge_segments
 from .logs import log, phase
 
-__all__ = ["evaluate_by", "threshold_by", "check_segment_by"]
+__all__ = ["evaluate_by", "threshold_by", "check_segment_by", "GlobalRanges"]
 
 
 def check_segment_by(by: Any, columns: dict[str, str | None]) -> list[str]:
@@ -43,29 +44,52 @@ def check_segment_by(by: Any, columns: dict[str, str | None]) -> list[str]:
     return check_by(by, columns, 0.0)
 
 
-class _FirstPassWithSegments:
-    """The segment ranges as plain ``Ranges``, whose first ``map`` also sums every segment.
+class _OnGlobal:
+    """``fn`` of a range's global table, its sum of w y^2, and ``segment_fn`` of its segments."""
 
-    :func:`~distcal.evaluation.report_from_ranges` maps over the ranges a few
-    times; its first map (the metrics' partials) runs as one ``map_segments``
-    that returns both the global partials and the segments' sums.
+    def __init__(self, fn: Callable[[DistinctTable], Any],
+                 segment_fn: Callable[[KeyedTable], Any] | None):
+        self.fn, self.segment_fn = fn, segment_fn
+
+    def __call__(self, part: KeyedTable) -> tuple[Any, float, Any]:
+        table, wyy, segments = split_global(part)
+        return (self.fn(table), wyy,
+                None if self.segment_fn is None else self.segment_fn(segments))
+
+
+class GlobalRanges:
+    """The keyed ranges of a binary score with segments, as the plain ``Ranges`` of all rows.
+
+    ``map(fn)`` maps ``fn`` over each range's global table; the first map
+    also runs ``segment_fn`` on the range's segments (kept in
+    ``segment_parts``) and adds up ``sum_wyy`` (the Brier score's label term).
     """
 
-    def __init__(self, ranges: Any, segment_fn: Callable[[SegmentTables], Any]):
-        self._ranges = ranges
+    def __init__(self, keyed: Any, segment_fn: Callable[[KeyedTable], Any] | None = None):
+        self._keyed = keyed
         self._segment_fn = segment_fn
         self.segment_parts: list[Any] | None = None
+        self.sum_wyy = float("nan")
 
-    def __getattr__(self, name: str) -> Any:  # n_rows, dropped_rows, sum_wyy, ...
-        return getattr(self._ranges, name)
+    @property
+    def n_rows(self) -> int:
+        return int(self._keyed.n_rows)
+
+    @property
+    def weight_total(self) -> float:
+        return float(self._keyed.weight_total)
+
+    @property
+    def dropped_rows(self) -> int:
+        return int(self._keyed.dropped_rows)
 
     def map(self, fn: Callable[[DistinctTable], Any]) -> list[Any]:
-        if self.segment_parts is not None:
-            return list(self._ranges.map(fn))
-        seg_fn = self._segment_fn
-        both = self._ranges.map_segments(lambda t, segs: (fn(t), seg_fn(segs)))
-        self.segment_parts = [b[1] for b in both]
-        return [b[0] for b in both]
+        first = self.segment_parts is None
+        got = self._keyed.map(_OnGlobal(fn, self._segment_fn if first else None))
+        if first:
+            self.segment_parts = [g[2] for g in got]
+            self.sum_wyy = float(sum(g[1] for g in got))
+        return [g[0] for g in got]
 
 
 def evaluate_by(impl: Any, data: Any, columns: dict[str, str | None], by: list[str], *,
@@ -77,59 +101,81 @@ def evaluate_by(impl: Any, data: Any, columns: dict[str, str | None], by: list[s
     ``report_from_ranges``: what :func:`distcal.evaluate` runs over an
     unsegmented input's ranges (passed in: this module sits below it).
     """
-    with impl.open_segment_ranges(data, columns, by, on_invalid=on_invalid,
-                                  passes=4, **engine_opts) as ranges:
+    spec = KeySpec(score_col=prob_col, label_col=str(columns["label"]),
+                   weight_col=columns.get("weight"), by=tuple(by), probabilities=True)
+    with impl.open_keyed(data, spec, on_invalid=on_invalid, passes=4,
+                         **engine_opts) as keyed:
         with phase("evaluate by %s", by):
             # The bins first (the same pass report_from_ranges would make), so
             # that the segments' sums can ride along with the metrics' pass.
+            ranges = GlobalRanges(keyed)
             edges = (np.asarray(bins, dtype=np.float64) if bins is not None
                      else bin_edges(ranges.map, n_bins, strategy, rows_for_bins=n_bins > 10))
 
-            def seg_fn(segs: SegmentTables) -> SegmentEvalPartials:
+            def seg_fn(segs: KeyedTable) -> SegmentEvalPartials:
                 return segment_partials(segs, edges)
 
-            first = _FirstPassWithSegments(ranges, seg_fn)
-            report = report_from_ranges(first, prob_col=prob_col, n_bins=n_bins,
+            ranges = GlobalRanges(keyed, seg_fn)
+            report = report_from_ranges(ranges, prob_col=prob_col, n_bins=n_bins,
                                         strategy=strategy, bins=edges, threshold=threshold,
                                         confidence=confidence, roc_points=roc_points)
-            seg_eval = combine_segment_partials(first.segment_parts or [], by)
+            seg_eval = combine_segment_partials(ranges.segment_parts or [], by)
     log.info("evaluate by %s: %d segments", by, len(seg_eval.table))
     report.attach_segments(seg_eval)
     return report
 
 
-def _threshold_table(by: list[str], segs: list[Any], results: list[Any]) -> pd.DataFrame:
-    rows = [(*s.key, s.n_rows, s.weight, r.threshold, r.cost, r.fp, r.fn, r.tp, r.tn,
-             r.predict_none) for s, r in zip(segs, results)]
-    return pd.DataFrame(rows, columns=[*by, "n_rows", "weight", "threshold", "cost", "fp",
-                                       "fn", "tp", "tn", "predict_none"])
+class _Summaries:
+    """Every key's ``summary`` in one range, with its rows and weight."""
+
+    def __init__(self, summary: Callable[[DistinctTable], SegmentSummary]):
+        self.summary = summary
+
+    def __call__(self, part: KeyedTable) -> list[tuple[Any, int, float, SegmentSummary]]:
+        n_rows, weight = part.key_totals()
+        return [(key[0], int(n), float(w), self.summary(part.key_table(i)))
+                for i, (key, n, w) in enumerate(zip(part.keys, n_rows.tolist(),
+                                                    weight.tolist()))]
 
 
 def threshold_by(impl: Any, data: Any, columns: dict[str, str | None], by: list[str], *,
                  summary: Callable[[DistinctTable], SegmentSummary],
                  result: Callable[[SegmentSummary, int, int], Any], on_invalid: str,
                  engine_opts: dict[str, Any]) -> Any:
-    """The global threshold result with ``segments``: one pass for every segment.
+    """The global threshold result and the table of segments: one pass for every segment.
 
     ``summary`` turns a distinct-score table into its threshold summary and
     ``result(summary, n_rows, dropped_rows)`` a merged summary into a
     :class:`~distcal.threshold.ThresholdResult`, as without ``by``.
     """
-    with impl.open_segment_ranges(data, columns, by, on_invalid=on_invalid, passes=1,
-                                  **engine_opts) as ranges:
+    loss = columns.get("loss")
+    spec = KeySpec(score_col=str(columns["score"]),
+                   label_col=str(loss if loss is not None else columns["label"]),
+                   weight_col=columns.get("weight"), by=tuple(by),
+                   target="loss" if loss is not None else "label")
+    with impl.open_keyed(data, spec, on_invalid=on_invalid, passes=1,
+                         **engine_opts) as keyed:
         with phase("threshold by %s", by):
-            summaries = ranges.map_segments(
-                lambda t, segs: summarise_range(t, segs, summary, summary))
-    global_parts, segs = gather_segments(summaries)
-    total = EMPTY
-    for part in global_parts:
-        total = merge_segments(total, part)
-    glob = result(total, ranges.n_rows, ranges.dropped_rows)
-    results = []
-    for s in segs:
-        merged = EMPTY
-        for part in s.parts:  # the segment's own ranges, ascending
-            merged = merge_segments(merged, part)
-        results.append(result(merged, s.n_rows, 0))
-    log.info("threshold by %s: %d segments", by, len(segs))
-    return glob, _threshold_table(by, segs, results)
+            ranges = keyed.map(_Summaries(summary))
+        n_rows, dropped = keyed.n_rows, keyed.dropped_rows
+    merged: dict[Any, list[Any]] = {}
+    for part in ranges:  # ascending ranges: each key's own order
+        for segment, n, w, s in part:
+            entry = merged.setdefault(segment, [0, 0.0, EMPTY])
+            entry[0] += n
+            entry[1] += w
+            entry[2] = merge_segments(entry[2], s)
+    glob = result(merged.pop(GLOBAL, [0, 0.0, EMPTY])[2], n_rows, dropped)
+    keys = list(merged)
+    try:
+        keys.sort()
+    except TypeError:  # keys of mixed types: keep the order of first appearance
+        pass
+    rows = []
+    for key in keys:
+        n, w, s = merged[key]
+        r = result(s, n, 0)
+        rows.append((*key, n, w, r.threshold, r.cost, r.fp, r.fn, r.tp, r.tn, r.predict_none))
+    log.info("threshold by %s: %d segments", by, len(keys))
+    return glob, pd.DataFrame(rows, columns=[*by, "n_rows", "weight", "threshold", "cost",
+                                             "fp", "fn", "tp", "tn", "predict_none"])

@@ -643,7 +643,7 @@ API_CASES += [
             distcal.DataError, "duplicate field names"),
     ApiCase("evaluate-by-vector-probabilities", lambda w: distcal.evaluate(
         _vectors(w), prob_col="score", by="g"), distcal.DataError,
-        r"column 'score' \(prob\) has type object"),
+        r"column 'score' \(prob\) holds vectors"),
     ApiCase("evaluate-weights-1e305", lambda w: distcal.evaluate(
         w / "w305.parquet", prob_col="score", weight_col="w"), distcal.DataError,
         "sums overflow float64"),

@@ -38,7 +38,8 @@ import pandas as pd
 from .distinct import DistinctTable, pool_ties
 
 __all__ = ["GLOBAL", "Key", "KeySpec", "KeyedTable", "factorize_keys", "explode",
-           "pool_keyed", "pool_sums", "merge_keyed", "cut_keyed", "key_text"]
+           "pool_keyed", "pool_sums", "merge_keyed", "cut_keyed", "key_text", "pool_rows",
+           "empty_keyed", "split_global"]
 
 # The segment part of the key of the problems over all rows.
 GLOBAL = None
@@ -56,7 +57,9 @@ class KeySpec:
     per-class values (``score_cols`` or a vector ``score_col``);
     ``per_class``: one key per class (one-vs-rest), else one per segment
     (temperature scaling); ``probabilities``: the scores are predicted
-    probabilities to evaluate (each must lie in [0, 1]).
+    probabilities to evaluate (each must lie in [0, 1]); ``target``:
+    "label" (0/1 labels or rates), or "loss" (``label_col`` holds a per-row
+    loss, any finite number: thresholds with a loss column).
     """
 
     score_col: str | None = "score"
@@ -67,6 +70,7 @@ class KeySpec:
     multiclass: bool = False
     per_class: bool = True
     probabilities: bool = False  # scores are probabilities to evaluate: each in [0, 1]
+    target: str = "label"  # "loss": label_col holds a per-row loss (any finite number)
 
     @property
     def columns(self) -> list[str]:
@@ -284,13 +288,60 @@ def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.
                       w * label * label if with_wyy else None)
 
 
+
+def empty_keyed() -> KeyedTable:
+    """The keyed table of no rows."""
+    return KeyedTable([], np.zeros(1, np.int64), DistinctTable.empty(), np.zeros(0, bool))
+
+
+def _concat_disjoint(parts: list[KeyedTable]) -> KeyedTable:
+    """Keyed tables of disjoint key sets side by side (no pooling needed)."""
+    parts = [p for p in parts if len(p.table)]
+    if not parts:
+        return empty_keyed()
+    if len(parts) == 1:
+        return parts[0]
+    offsets = np.cumsum([0] + [len(p.table) for p in parts])
+    starts = np.concatenate([p.starts[:-1] + o for p, o in zip(parts, offsets[:-1])]
+                            + [offsets[-1:]])
+    t = [p.table for p in parts]
+    table = DistinctTable(np.concatenate([x.score for x in t]),
+                          np.concatenate([x.weight for x in t]),
+                          np.concatenate([x.positives for x in t]),
+                          np.concatenate([x.count for x in t]),
+                          np.concatenate([x.label_sum for x in t]),
+                          all(x.binary for x in t))
+    wyy = None if any(p.wyy is None for p in parts) else np.concatenate([p.wyy for p in parts])
+    return KeyedTable([k for p in parts for k in p.keys], starts, table,
+                      np.concatenate([p.binary for p in parts]), wyy)
+
+
+def pool_rows(rows: Any, classes: list[int | None], with_wyy: bool = False) -> KeyedTable:
+    """The keyed table of one part's valid rows (a :class:`~distcal.core.rows.RowPart`).
+
+    What every engine does with a batch of valid rows. One class at a time
+    (:func:`explode` of that class, then :func:`pool_keyed`): the classes'
+    keys are disjoint, so their tables are only put side by side, and at
+    most the rows of one class (global and segment keys) are exploded at
+    once. ``with_wyy``: also pool w * y^2 (evaluation's Brier score).
+    """
+    if rows.n_rows == 0:
+        return empty_keyed()
+    parts = []
+    for cls in classes:
+        codes, keys, s, y, w = explode(rows.score, rows.label, rows.weight, rows.segments,
+                                       [cls])
+        parts.append(pool_keyed(codes, keys, s, y, w, with_wyy=with_wyy))
+    return _concat_disjoint(parts)
+
+
 def merge_keyed(parts: list[KeyedTable]) -> KeyedTable:
     """The keyed table of the union of disjoint row sets' tables (pooling again is exact)."""
     parts = [p for p in parts if len(p.table)]
     if len(parts) == 1:
         return parts[0]
     if not parts:
-        return KeyedTable([], np.zeros(1, np.int64), DistinctTable.empty(), np.zeros(0, bool))
+        return empty_keyed()
     ids: dict[Key, int] = {}
     codes, nonbinary = [], []
     for p in parts:
@@ -326,6 +377,32 @@ def cut_keyed(part: KeyedTable, bounds: np.ndarray) -> list[KeyedTable]:
                               part.binary[present],
                               None if part.wyy is None else part.wyy[sel]))
     return out
+
+
+def split_global(part: KeyedTable) -> tuple[DistinctTable, float, KeyedTable]:
+    """A range of a binary score's keys as (global table, its sum of w y^2, segments).
+
+    The segments' keyed table is keyed by the segment tuples alone (the
+    class part of every key is None). The sum of w y^2 is NaN when the
+    range did not pool it (``with_wyy``).
+    """
+    g = next((i for i, k in enumerate(part.keys) if k[0] is GLOBAL), None)
+    if g is None:
+        return DistinctTable.empty(), 0.0, KeyedTable(
+            [k[0] for k in part.keys], part.starts, part.table, part.binary, part.wyy)
+    a, b = int(part.starts[g]), int(part.starts[g + 1])
+    table = part.key_table(g)
+    wyy = float(part.wyy[a:b].sum()) if part.wyy is not None else float("nan")
+    rest = np.r_[0:a, b:len(part.table)]
+    t = part.table
+    sizes = np.delete(np.diff(part.starts), g)
+    segs = KeyedTable([k[0] for i, k in enumerate(part.keys) if i != g],
+                      np.concatenate(([0], np.cumsum(sizes))),
+                      DistinctTable(t.score[rest], t.weight[rest], t.positives[rest],
+                                    t.count[rest], t.label_sum[rest], t.binary),
+                      np.delete(part.binary, g),
+                      None if part.wyy is None else part.wyy[rest])
+    return table, wyy, segs
 
 
 def pool_sums(codes: np.ndarray, keys: list[Key], score: np.ndarray, weight: np.ndarray,

@@ -447,21 +447,25 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
     n = len(table) if isinstance(table, pd.DataFrame) else table.num_rows
     if spec.multiclass:
         score, label, weight, k, problems = fit_rows(
-            table, "evaluate" if getattr(spec, "probabilities", False)
+            table, "evaluate" if spec.probabilities
             else "sigmoid" if finite_scores else "isotonic",
             None if spec.score_cols is not None else spec.score_col,
             None if spec.score_cols is None else list(spec.score_cols), spec.label_col,
             spec.weight_col, length=n_classes)
     else:
         problems = Problems(n)
+        # The rules of each column's role: a score, or a probability to evaluate;
+        # a label, or a per-row loss (thresholds).
+        roles = {"score": "prob" if spec.probabilities else "score",
+                 "label": spec.target, "weight": "weight"}
         cols = {"score": spec.score_col, "label": spec.label_col, "weight": spec.weight_col}
         values: dict[str, np.ndarray] = {}
-        for role, name in cols.items():
+        for part, name in cols.items():
             if name is None:
                 continue
             v, text = _column_to_float(table, name)
-            values[role] = v
-            for problem, kind in rules(role, finite_scores):
+            values[part] = v
+            for problem, kind in rules(roles[part], finite_scores):
                 problems.add(name, problem, _rule_mask(kind, v, text))
         score, label, weight, k = values["score"], values["label"], values.get("weight"), 0
     keep = ~problems.bad

@@ -2,7 +2,7 @@
 
 ``distcal.evaluate(..., by=cols)`` range-partitions the valid rows on the
 probability, as an unsegmented evaluation does, and pools each range by
-(segment, probability) (:mod:`distcal.core.segments`). Restricted to one
+(segment, probability) (:mod:`distcal.core.keyed`). Restricted to one
 segment, the global ranges are that segment's own ordered ranges
 (docs/segments.md), so the sums of :mod:`distcal.core.metrics` hold per
 segment: with W, Y, N = W - Y a segment's weight, positives and negatives
@@ -35,8 +35,8 @@ import numpy as np
 import pandas as pd
 
 from .bins import bin_ids
+from .keyed import KeyedTable
 from .metrics import EPS, wilson_interval
-from .segments import SegmentTables
 
 __all__ = ["SegmentEvalPartials", "segment_partials", "SegmentEvaluation",
            "combine_segment_partials", "SEGMENT_METRICS"]
@@ -65,7 +65,7 @@ class SegmentEvalPartials:
     bins: np.ndarray
 
 
-def segment_partials(segs: SegmentTables, edges: np.ndarray) -> SegmentEvalPartials:
+def segment_partials(segs: KeyedTable, edges: np.ndarray) -> SegmentEvalPartials:
     """The evaluation sums of every segment of one range (module docstring).
 
     ``edges``: the report's bin edges (the same for every segment).

@@ -19,9 +19,8 @@ from typing import Any, Protocol, runtime_checkable
 from ..core.distinct import DistinctTable
 from ..core.keyed import KeyedTable, KeySpec
 from ..core.rows import RowPart
-from ..core.segments import SegmentTables
 
-__all__ = ["Ranges", "SegmentRanges", "KeyedRanges", "Engine", "ReportFn"]
+__all__ = ["Ranges", "KeyedRanges", "Engine", "ReportFn"]
 
 
 @runtime_checkable
@@ -52,18 +51,6 @@ class Ranges(Protocol):
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
                  tb: TracebackType | None) -> None: ...
-
-
-@runtime_checkable
-class SegmentRanges(Ranges, Protocol):
-    """Ordered score ranges whose rows also carry a segment key (``fit(..., by=...)``).
-
-    ``map(fn)`` maps over each range's global table as :class:`Ranges`
-    does; ``map_segments(fn)`` calls ``fn(table, segments)`` with the range's
-    per-segment tables too (:class:`~distcal.core.segments.SegmentTables`).
-    """
-
-    def map_segments(self, fn: Callable[[DistinctTable, SegmentTables], Any]) -> list[Any]: ...
 
 
 @runtime_checkable
@@ -138,12 +125,6 @@ class Engine(Protocol):
 
         ``score_index``: the score is this element of the vectors in ``score_col``.
         """
-        ...
-
-    def open_segment_ranges(self, data: Any, columns: dict[str, str | None], by: list[str], *,
-                            on_invalid: str, finite_scores: bool = False, passes: int = 1,
-                            **opts: Any) -> SegmentRanges:
-        """As :meth:`open_ranges`, each range also pooled by (``by`` key, score)."""
         ...
 
     def is_vector_column(self, data: Any, name: str) -> bool:

@@ -240,15 +240,6 @@ class DaskEngine:
                   score_index: int | None = None) -> Any:
         return _transform(model, as_dask(data), score_col, output_col, score_index)
 
-    def open_segment_ranges(self, data: Any, columns: dict[str, str | None], by: list[str], *,
-                            on_invalid: str = "raise", finite_scores: bool = False,
-                            passes: int = 1, **opts: Any) -> Any:
-        from .dask_segments import DaskSegmentRanges
-
-        opts.setdefault("n_ranges", max(8, 2 * _workers_threads()))
-        return DaskSegmentRanges(as_dask(data), columns, by, on_invalid=on_invalid,
-                                 finite_scores=finite_scores, passes=passes, **opts)
-
     def is_vector_column(self, data: Any, name: str) -> bool:
         """A pyarrow list dtype, or an object column whose first non-null value is a vector.
 

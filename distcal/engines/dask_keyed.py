@@ -48,14 +48,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..core.distinct import DistinctTable
-from ..core.keyed import KeyedTable, KeySpec, cut_keyed, explode, merge_keyed, pool_keyed
+from ..core.keyed import KeyedTable, KeySpec, cut_keyed, merge_keyed, pool_rows
 from ..core.partition import range_bounds
 from ..core.rows import RowPart, add_up_rows, check_columns, read_rows, vector_lengths
 from ..errors import column_not_found, output_column_exists
 from ..logs import log, phase
 
-__all__ = ["DaskKeyedRanges", "DEFAULT_RANGE_ROWS", "n_ranges_for", "pool_rows",
+__all__ = ["DaskKeyedRanges", "DEFAULT_RANGE_ROWS", "n_ranges_for",
            "transform_rows"]
 
 # Pooled (key, score) rows a range may hold: the engine option ``range_rows``
@@ -89,49 +88,6 @@ def workers_threads() -> int:
         return os.cpu_count() or 2
 
 
-def _empty() -> KeyedTable:
-    return KeyedTable([], np.zeros(1, np.int64), DistinctTable.empty(), np.zeros(0, bool))
-
-
-def _concat_disjoint(parts: list[KeyedTable]) -> KeyedTable:
-    """Keyed tables of disjoint key sets side by side (no pooling needed)."""
-    parts = [p for p in parts if len(p.table)]
-    if not parts:
-        return _empty()
-    if len(parts) == 1:
-        return parts[0]
-    offsets = np.cumsum([0] + [len(p.table) for p in parts])
-    starts = np.concatenate([p.starts[:-1] + o for p, o in zip(parts, offsets[:-1])]
-                            + [offsets[-1:]])
-    t = [p.table for p in parts]
-    table = DistinctTable(np.concatenate([x.score for x in t]),
-                          np.concatenate([x.weight for x in t]),
-                          np.concatenate([x.positives for x in t]),
-                          np.concatenate([x.count for x in t]),
-                          np.concatenate([x.label_sum for x in t]),
-                          all(x.binary for x in t))
-    return KeyedTable([k for p in parts for k in p.keys], starts, table,
-                      np.concatenate([p.binary for p in parts]))
-
-
-def pool_rows(rows: RowPart, classes: list[int | None]) -> KeyedTable:
-    """The keyed table of one part's valid rows, pooled by (key, score).
-
-    One class at a time (:func:`~distcal.core.keyed.explode` of that class,
-    then :func:`~distcal.core.keyed.pool_keyed`): the classes' keys are
-    disjoint, so their tables are only put side by side, and at most the
-    rows of one class (global and segment keys) are exploded at once.
-    """
-    if rows.n_rows == 0:
-        return _empty()
-    parts = []
-    for cls in classes:
-        codes, keys, s, y, w = explode(rows.score, rows.label, rows.weight, rows.segments,
-                                       [cls])
-        parts.append(pool_keyed(codes, keys, s, y, w))
-    return _concat_disjoint(parts)
-
-
 # -- tasks (module functions: shipped to the workers by reference) ------------------
 
 def _lengths(pdf: pd.DataFrame, name: str) -> np.ndarray:
@@ -146,7 +102,7 @@ def _read(pdf: pd.DataFrame, spec: KeySpec, finite_scores: bool, length: int | N
 def _read_pool(pdf: pd.DataFrame, spec: KeySpec, finite_scores: bool, length: int | None,
                classes: list[int | None]) -> tuple[KeyedTable, dict[str, Any]]:
     rows, stats = read_rows(pdf, spec, finite_scores=finite_scores, n_classes=length)
-    return pool_rows(rows, classes), stats
+    return pool_rows(rows, classes, spec.probabilities), stats
 
 
 def _stats_and_size(pair: tuple[Any, dict[str, Any]]) -> tuple[dict[str, Any], int]:

@@ -245,15 +245,6 @@ class LocalEngine:
         raise TypeError(f"cannot transform data of type {type(data).__name__}")
 
 
-    def open_segment_ranges(self, data: Any, columns: dict[str, str | None], by: list[str], *,
-                            on_invalid: str = "raise", finite_scores: bool = False,
-                            passes: int = 1, **opts: Any) -> Any:
-        """Per-segment ranges (:mod:`.local_segments`); reads the input into memory."""
-        from .local_segments import LocalSegmentRanges
-
-        return LocalSegmentRanges(data, columns, by, on_invalid=on_invalid,
-                                  finite_scores=finite_scores)
-
     def is_vector_column(self, data: Any, name: str) -> bool:
         """A pyarrow list column, or a pandas column of lists or arrays (first value)."""
         from ..tables import is_vector_column

@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..core.keyed import Key, KeyedTable, KeySpec, explode, merge_keyed, pool_keyed, pool_sums
+from ..core.keyed import Key, KeyedTable, KeySpec, merge_keyed, pool_rows, pool_sums
 from ..core.rows import RowPart, add_up_rows, read_rows, vector_lengths
 from ..errors import DataError, output_column_exists
 from ..logs import describe_input, log, phase
@@ -32,7 +32,7 @@ from .frames import refuse_cluster_frames
 
 __all__ = ["LocalKeyedRanges", "KeyedStore", "transform_rows"]
 
-_FIELDS = ("code", "score", "weight", "positives", "count", "label_sum", "nonbinary")
+_FIELDS = ("code", "score", "weight", "positives", "count", "label_sum", "nonbinary", "wyy")
 
 
 def input_batches(data: Any, columns: list[str], batch_rows: int
@@ -67,8 +67,10 @@ class KeyedStore:
     being read.
     """
 
-    def __init__(self, memory_rows: int, spill_dir: str | None = None):
+    def __init__(self, memory_rows: int, spill_dir: str | None = None,
+                 with_wyy: bool = False):
         self.memory_rows = int(memory_rows)
+        self.with_wyy = with_wyy
         self.spill_dir = spill_dir
         self.keys: dict[Key, int] = {}
         self._pending: list[KeyedTable] = []
@@ -97,7 +99,9 @@ class KeyedStore:
         run = {"code": np.repeat(codes, per_row)[order], "score": t.score[order],
                "weight": t.weight[order], "positives": t.positives[order],
                "count": t.count[order], "label_sum": t.label_sum[order],
-               "nonbinary": np.repeat(~part.binary, per_row)[order]}
+               "nonbinary": np.repeat(~part.binary, per_row)[order],
+               # w y^2 pooled for evaluation; zeros stand for "not pooled"
+               "wyy": t.weight[:0].copy() if part.wyy is None else part.wyy[order]}
         if self._tmp is None:
             self._tmp = Path(tempfile.mkdtemp(prefix="distcal-spill-", dir=self.spill_dir))
         run_dir = self._tmp / f"run{len(self._runs):05d}"
@@ -134,13 +138,14 @@ class KeyedStore:
         cuts = [np.concatenate(([0], np.searchsorted(r["score"], bounds, side="left"),
                                 [r["score"].shape[0]])) for r in self._runs]
         for k in range(bounds.shape[0] + 1):
-            parts = [{f: np.array(run[f][int(cut[k]):int(cut[k + 1])]) for f in _FIELDS}
+            parts = [{f: np.array(run[f][int(cut[k]):int(cut[k + 1])]) if
+                      run[f].shape[0] else run[f] for f in _FIELDS}
                      for run, cut in zip(self._runs, cuts) if cut[k + 1] > cut[k]]
             if parts:
                 cat = {f: np.concatenate([p[f] for p in parts]) for f in _FIELDS}
                 yield pool_sums(cat["code"], keys, cat["score"], cat["weight"],
                                 cat["positives"], cat["count"], cat["label_sum"],
-                                cat["nonbinary"])
+                                cat["nonbinary"], cat["wyy"] if self.with_wyy else None)
 
     def close(self) -> None:
         self._runs, self._pending = [], []
@@ -164,7 +169,7 @@ class LocalKeyedRanges:
         self.data, self.spec, self.on_invalid = data, spec, on_invalid
         self.finite_scores = finite_scores
         self.batch_rows, self.chunk_rows = int(batch_rows), int(chunk_rows)
-        self.store = KeyedStore(memory_rows)
+        self.store = KeyedStore(memory_rows, with_wyy=spec.probabilities)
         self.length: int | None = None  # the vectors' common length (K' = K, or 1 when K = 2)
         self.n_classes = self._count_classes()
         self.n_rows, self.weight_total, self.dropped_rows = 0, 0.0, 0
@@ -208,9 +213,7 @@ class LocalKeyedRanges:
                 stats.append(st)
                 if not rows.n_rows or (st["invalid"] and self.on_invalid == "raise"):
                     continue  # keep counting: the error names totals
-                codes, keys, score, label, weight = explode(
-                    rows.score, rows.label, rows.weight, rows.segments, classes)
-                self.store.add(pool_keyed(codes, keys, score, label, weight))
+                self.store.add(pool_rows(rows, classes, self.spec.probabilities))
         self._totals(stats)
         self._pooled = True
         log.info("local: %d rows used (weight %g), %d dropped; %d keys%s", self.n_rows,

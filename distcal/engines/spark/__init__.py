@@ -52,14 +52,6 @@ class SparkEngine:
 
         return transform(model, as_spark(data), score_col, output_col, score_index)
 
-    def open_segment_ranges(self, data: Any, columns: dict[str, str | None], by: list[str], *,
-                            on_invalid: str = "raise", finite_scores: bool = False,
-                            passes: int = 1, **opts: Any) -> Any:
-        from .segments import SparkSegmentRanges
-
-        return SparkSegmentRanges(as_spark(data), columns, by, on_invalid=on_invalid,
-                                  finite_scores=finite_scores, passes=passes, **opts)
-
     def is_vector_column(self, data: Any, name: str) -> bool:
         """An ``ArrayType`` or pyspark.ml ``VectorUDT`` column (local data: as locally)."""
         from ..frames import engine_of

@@ -61,7 +61,16 @@ import numpy as np
 import pyarrow as pa
 
 from ...core.distinct import estimate_distinct, merge_tables
-from ...core.keyed import GLOBAL, Key, KeyedTable, KeySpec, explode, merge_keyed, pool_keyed
+from ...core.keyed import (
+    GLOBAL,
+    Key,
+    KeyedTable,
+    KeySpec,
+    explode,
+    merge_keyed,
+    pool_keyed,
+    pool_rows,
+)
 from ...core.rows import RowPart, RowTotals, add_up_rows, read_rows
 from ...core.rows import check_columns as check_rows_columns
 from ...errors import DataError
@@ -393,9 +402,7 @@ def raw_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: bo
             stats = _add_stats(stats, st)
             del data
             if rows.n_rows:
-                codes, keys, score, label, weight = explode(
-                    rows.score, rows.label, rows.weight, rows.segments, [None])
-                runs.add(pool_keyed(codes, keys, score, label, weight))
+                runs.add(pool_rows(rows, [None], spec.probabilities))
         table = runs.table()
         runs.runs.clear()
         result = fn(table) if len(table.table) else None
