@@ -5,16 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from . import params as checks
-from .core.discretize import fit_modl
-from .core.histogram import fit_histogram
-from .core.isotonic import fit_isotonic
-from .core.ranges import MapRanges
-from .core.sigmoid import fit_sigmoid
 from .core.threshold import EMPTY, loss_per_score, merge_segments, summarise_segment
 from .defaults import DEFAULTS, METHOD_PARAMS, METHODS
-from .engines import Ranges, get_engine, resolve_engine
+from .engines import get_engine, resolve_engine
 from .errors import DataError, ParameterError, unexpected_arguments
-from .logs import log, phase
+from .logs import log
 from .model import CalibrationModel
 from .params import check_finite, check_on_invalid, split_engine_options
 from .threshold import ThresholdResult, result_from_segment
@@ -110,58 +105,22 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
     known = {k for p in METHOD_PARAMS.values() for k in p} | get_engine(name).options
     if set(method_params) - known:
         raise unexpected_arguments("fit", set(method_params) - known)
-    columns = {"score": score_col, "label": label_col, "weight": weight_col}
     if by is not None and score_index is not None:
         raise ParameterError("by= reads a plain score column; score_index cannot be "
                              "combined with by= in this version")
     multiclass = score_index is None and (score_cols is not None or method == "temperature"
                                           or get_engine(name).is_vector_column(data, score_col))
-    if by is not None or multiclass:
-        return _fit_keyed(data, name, method, score_col, score_cols, label_col, weight_col, by,
-                          min_segment_weight, multiclass, on_invalid, method_params)
-    impl = get_engine(name)
-    given, engine_opts = split_engine_options("fit", method, method_params, impl.options)
-    params = checks.method_params(method, given)
-    if method == "modl" and weight_col is not None:
-        raise DataError(f"column '{weight_col}' (weight): MODL counts rows; it takes no "
-                        "weights (pass weight_col=None)")
-    log.info("fit: method %s on the %s engine", method, name)
-    with impl.open_ranges(data, columns, on_invalid=on_invalid,
-                          finite_scores=method in ("sigmoid", "histogram"),
-                          passes=1 if method == "isotonic" else 3, score_index=score_index,
-                          **engine_opts) as ranges:
-        with phase("fit: %s", method):
-            return _fit_on_ranges(ranges, ranges.map, method, params, columns)
-
-
-def _fit_on_ranges(ranges: Ranges, map_ranges: MapRanges, method: str, params: dict[str, Any],
-                   columns: dict[str, str | None]) -> CalibrationModel:
-    blocks = None
-    if method == "isotonic":
-        blocks, direction = fit_isotonic(map_ranges, params["increasing"], params["y_min"],
-                                         params["y_max"], spearman_rows=ranges.spearman_rows)
-        params["increasing_"] = direction
-    elif method == "sigmoid":
-        a, b = fit_sigmoid(map_ranges)
-        params.update(a=a, b=b)
-    elif method == "modl":
-        try:
-            blocks, cost, exact, groups = fit_modl(map_ranges, max_groups=params["max_groups"])
-        except ValueError as exc:  # labels that are not 0/1
-            raise DataError(f"column '{columns['label']}' (label): {exc}") from exc
-        params.update(cost=cost, exact=exact, groups=groups)
-    else:
-        edges, bin_prob, blocks = fit_histogram(map_ranges, params["n_bins"], params["strategy"])
-        params.update(edges=edges.tolist(), bin_prob=bin_prob.tolist())
-    return CalibrationModel(method, params, blocks, n_rows=ranges.n_rows,
-                            weight_total=ranges.weight_total,
-                            dropped_rows=ranges.dropped_rows, columns=columns)
+    model, _ = _fit_keyed(data, name, method, score_col, score_cols, label_col, weight_col, by,
+                          min_segment_weight, multiclass, on_invalid, method_params,
+                          score_index=score_index)
+    return model
 
 
 def _fit_keyed(data: Any, engine: str, method: str, score_col: str, score_cols: Any,
                label_col: str, weight_col: str | None, by: Any, min_segment_weight: Any,
-               multiclass: bool, on_invalid: str, method_params: dict[str, Any]) -> Any:
-    """``by=`` and/or multiclass scores: one keyed pass (:mod:`distcal.keyed_fit`)."""
+               multiclass: bool, on_invalid: str, method_params: dict[str, Any], *,
+               score_index: int | None = None, ride: Any = None) -> tuple[Any, list[Any]]:
+    """Every fit: one keyed pass (:mod:`distcal.keyed_fit`); ``ride``: see ``fit_keyed``."""
     from .core.keyed import KeySpec
     from .core.rows import check_score_args
     from .keyed_fit import check_by, fit_keyed
@@ -193,13 +152,14 @@ def _fit_keyed(data: Any, engine: str, method: str, score_col: str, score_cols: 
     spec = KeySpec(score_col=None if score_cols is not None else score_col,
                    label_col=label_col, weight_col=weight_col, by=tuple(names),
                    score_cols=None if score_cols is None else tuple(score_cols),
-                   multiclass=multiclass, per_class=method != "temperature")
+                   multiclass=multiclass, per_class=method != "temperature",
+                   score_index=score_index)
     log.info("fit: method %s%s%s on the %s engine", method, " multiclass" if multiclass else "",
              f" by {names}" if names else "", engine)
     if on_invalid not in ("raise", "drop"):
         raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
     return fit_keyed(impl, data, spec, method, params, float(min_segment_weight), on_invalid,
-                     engine_opts)
+                     engine_opts, ride=ride)
 
 
 def fit_and_threshold(data: Any, method: str = DEFAULTS.method,
@@ -238,35 +198,28 @@ def fit_and_threshold(data: Any, method: str = DEFAULTS.method,
     """
     check_on_invalid(on_invalid)
     score_index = checks.check_score_index(score_index)
+    checks.check_roles(score_col=score_col, label_col=label_col, weight_col=weight_col)
+    checks.check_fit_params(method, method_params)
     name = resolve_engine(data, engine)
-    impl = get_engine(name)
-    given, engine_opts = split_engine_options("fit_and_threshold", method, method_params,
-                                              impl.options)
-    params = checks.method_params(method, given)
     c_fp = check_finite(cost_fp, "cost_fp")
     c_fn = check_finite(cost_fn, "cost_fn")
     assert c_fp is not None and c_fn is not None
-    columns = {"score": score_col, "label": label_col, "weight": weight_col}
+    model, parts = _fit_keyed(data, name, method, score_col, None, label_col, weight_col, None,
+                              0.0, False, on_invalid, method_params, score_index=score_index,
+                              ride=_ThresholdSummary(c_fp, c_fn))
+    seg = EMPTY
+    for part in parts:
+        seg = merge_segments(seg, part)
+    return model, result_from_segment(seg, c_fp, c_fn, False, model.n_rows, model.dropped_rows)
 
-    def segment(t: Any) -> Any:
-        return summarise_segment(t.score, loss_per_score(t, c_fp, c_fn), t.weight, t.positives)
 
-    with impl.open_ranges(data, columns, on_invalid=on_invalid,
-                          finite_scores=method in ("sigmoid", "histogram"),
-                          passes=1 if method == "isotonic" else 3, score_index=score_index,
-                          **engine_opts) as ranges:
-        segments: list[Any] = []
+class _ThresholdSummary:
+    """The threshold summary of a range's (one key's) table."""
 
-        def map_ranges(fn: Any) -> list[Any]:
-            if segments:
-                return ranges.map(fn)
-            both = ranges.map(lambda t: (fn(t), segment(t)))
-            segments.extend(b[1] for b in both)
-            return [b[0] for b in both]
+    def __init__(self, cost_fp: float, cost_fn: float):
+        self.cost_fp, self.cost_fn = cost_fp, cost_fn
 
-        model = _fit_on_ranges(ranges, map_ranges, method, params, columns)
-        seg = EMPTY
-        for part in segments:
-            seg = merge_segments(seg, part)
-        return model, result_from_segment(seg, c_fp, c_fn, False, ranges.n_rows,
-                                          ranges.dropped_rows)
+    def __call__(self, part: Any) -> Any:
+        t = part.key_table(0)
+        return summarise_segment(t.score, loss_per_score(t, self.cost_fp, self.cost_fn),
+                                 t.weight, t.positives)

@@ -12,6 +12,7 @@ import pandas as pd
 from .core import calibration_metrics as cm
 from .core import metrics as m
 from .core.bins import bin_edges
+from .core.keyed import KeySpec
 from .defaults import DEFAULTS
 from .engines import get_engine, resolve_engine
 from .errors import DataError, ParameterError, sums_overflow
@@ -393,15 +394,25 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
         return evaluate_multiclass(data, name, None if prob_cols is not None else prob_col,
                                    None if prob_cols is None else [str(c) for c in prob_cols],
                                    label_col, weight_col, n_bins, on_invalid, engine_opts)
-    with engine_impl.open_ranges(data, columns, on_invalid=on_invalid,
-                                 # the bins' passes, then the partials and the adaptive
-                                 # bins (offsets from the partials): cluster engines keep
-                                 # the ranges between passes, so every pass sees the same
-                                 passes=2 if bins is not None or strategy == "uniform" else 4,
-                                 score_index=score_index, **engine_opts) as ranges:
-        return report_from_ranges(ranges, prob_col=prob_col, n_bins=n_bins, strategy=strategy,
-                                  bins=bins, threshold=threshold, confidence=confidence,
-                                  roc_points=roc_points)
+    return _report(engine_impl, data, KeySpec(score_col=prob_col, label_col=label_col,
+                                             weight_col=weight_col, probabilities=True,
+                                             score_index=score_index),
+                   on_invalid, engine_opts, prob_col=prob_col, n_bins=n_bins, strategy=strategy,
+                   bins=bins, threshold=threshold, confidence=confidence,
+                   roc_points=roc_points)
+
+
+def _report(engine_impl: Any, data: Any, spec: KeySpec, on_invalid: str,
+            engine_opts: dict[str, Any], **kw: Any) -> EvaluationReport:
+    """:func:`report_from_ranges` over the keyed rows of one probability column."""
+    from .segment_evaluation import GlobalRanges
+
+    # The bins' passes, then the partials and the adaptive bins (offsets from
+    # the partials): cluster engines keep the ranges between passes.
+    passes = 2 if kw["bins"] is not None or kw["strategy"] == "uniform" else 4
+    with engine_impl.open_keyed(data, spec, on_invalid=on_invalid, passes=passes,
+                                **engine_opts) as keyed:
+        return report_from_ranges(GlobalRanges(keyed), **kw)
 
 
 def _is_vector(engine: str, data: Any, column: str) -> bool:
@@ -476,11 +487,12 @@ def evaluate_many(data: Any, prob_cols: list[Any], label_col: str = DEFAULTS.lab
         return evaluate_many_multiclass(
             data, name, [(None, e) if isinstance(e, list) else (e, None) for e in entries],
             label_col, weight_col, n_bins, on_invalid, engine_opts)
-    prob_cols = entries
-    columns = {**{f"prob:{c}": c for c in prob_cols}, "label": label_col,
-               "weight": weight_col}
     kw = {"n_bins": n_bins, "strategy": strategy, "bins": bins, "threshold": threshold,
           "confidence": confidence, "roc_points": roc_points}
-    return engine_impl.evaluate_many(data, columns, prob_cols, on_invalid=on_invalid,
-                                     report=lambda r, c: report_from_ranges(r, prob_col=c, **kw),
-                                     **engine_opts)
+    names = [str(e) for e in entries]
+    # One keyed pass per column (each orders the rows by its own values); a row
+    # invalid in any column is invalid for all (``check_cols``).
+    return {c: _report(engine_impl, data,
+                       KeySpec(score_col=c, label_col=label_col, weight_col=weight_col,
+                               probabilities=True, check_cols=tuple(e for e in names if e != c)),
+                       on_invalid, engine_opts, prob_col=c, **kw) for c in names}

@@ -29,7 +29,7 @@ import pandas as pd
 from .core.discretize import modl_plan
 from .core.histogram import histogram_plan
 from .core.isotonic import clip_blocks, isotonic_plan
-from .core.keyed import GLOBAL, Key, KeySpec, key_text
+from .core.keyed import GLOBAL, Key, KeyedTable, KeySpec, key_text
 from .core.plans import KeyCounts, KeyFailed, run_plans
 from .core.rows import RowPart
 from .core.segment_pav import KeyedPav, merge_keyed_pav, take_blocks
@@ -63,16 +63,80 @@ def check_by(by: Any, columns: dict[str, str | None], min_segment_weight: Any) -
     return list(names)
 
 
-def _method_plan(method: str, params: dict[str, Any]) -> Callable[[], Generator[Any, Any, Any]]:
+def _method_plan(method: str, params: dict[str, Any], directions: Callable[[Key], bool]
+                 ) -> Callable[[Key | None], Generator[Any, Any, Any]]:
+    """The plan of ``method`` for a key; ``directions(key)``: the sign of Spearman's rho
+    of the key's rows (isotonic "auto" with labels that are not all 0/1)."""
     if method == "isotonic":
-        return lambda: isotonic_plan(params["increasing"], params["y_min"], params["y_max"])
+        def isotonic(key: Key | None) -> Generator[Any, Any, Any]:
+            return isotonic_plan(params["increasing"], params["y_min"], params["y_max"],
+                                 spearman_rows=lambda: directions(key) if key else True)
+        return isotonic
     if method == "sigmoid":
-        return lambda: sigmoid_plan()
+        return lambda key: sigmoid_plan()
     if method == "histogram":
-        return lambda: histogram_plan(params["n_bins"], params["strategy"])
+        return lambda key: histogram_plan(params["n_bins"], params["strategy"])
     if method == "modl":
-        return lambda: modl_plan(max_groups=params["max_groups"])
-    return lambda: temperature_plan()
+        return lambda key: modl_plan(max_groups=params["max_groups"])
+    return lambda key: temperature_plan()
+
+
+class _KeyRows:
+    """A part's valid (score, label) rows of each wanted key (a binary score)."""
+
+    def __init__(self, wanted: set[Key], by: bool):
+        self.wanted, self.by = wanted, by
+
+    def __call__(self, rows: RowPart) -> dict[Key, tuple[np.ndarray, np.ndarray]]:
+        return {key: (part.score, part.label) for key, part in _split_rows(self.by)(rows)
+                if key in self.wanted}
+
+
+class _RowDirections:
+    """Each key's sign of Spearman's rho over its rows, computed when first asked.
+
+    Only isotonic ``increasing="auto"`` with labels that are not all 0/1
+    asks (0/1 labels decide from sums over the score ranges). Ranks of
+    fractional labels are no such sum, so the scores and labels of the keys
+    with such labels come to the driver, in one pass over the rows for all
+    of them, and scipy's ``spearmanr`` decides (as scikit-learn's
+    IsotonicRegression does; rho >= 0 or undefined: increasing).
+    """
+
+    def __init__(self, map_rows: Callable[[Any], list[Any]], by: bool,
+                 counts: dict[Key, KeyCounts]):
+        self.map_rows, self.by, self.counts = map_rows, by, counts
+        self.signs: dict[Key, bool] | None = None
+
+    def __call__(self, key: Key) -> bool:
+        if self.signs is None:
+            from scipy.stats import spearmanr
+
+            wanted = {k for k, c in self.counts.items() if not c.binary}
+            log.warning("increasing='auto' with labels that are not all 0/1: the scores and "
+                        "labels of %d key(s) come to the driver (Spearman's rho needs the "
+                        "rows' ranks); pass increasing=True or False to avoid it", len(wanted))
+            rows: dict[Key, list[Any]] = {}
+            for part in self.map_rows(_KeyRows(wanted, self.by)):
+                for k, pair in part.items():
+                    rows.setdefault(k, []).append(pair)
+            self.signs = {}
+            for k, pairs in rows.items():
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    rho = spearmanr(np.concatenate([p[0] for p in pairs]),
+                                    np.concatenate([p[1] for p in pairs])).statistic
+                self.signs[k] = not (rho < 0)
+        return self.signs[key]
+
+
+class _Riding:
+    """``fn`` of a range and ``ride`` of the same range (a pass shared with another result)."""
+
+    def __init__(self, fn: Callable[[KeyedTable], Any], ride: Callable[[KeyedTable], Any]):
+        self.fn, self.ride = fn, ride
+
+    def __call__(self, part: KeyedTable) -> tuple[Any, Any]:
+        return self.fn(part), self.ride(part)
 
 
 def _map_from(method: str, params: dict[str, Any], result: Any, counts: KeyCounts,
@@ -109,13 +173,21 @@ def _split_rows(by: bool) -> Callable[[RowPart], Iterable[tuple[Key, RowPart]]]:
 
 
 def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str, Any],
-              min_segment_weight: float, on_invalid: str,
-              engine_opts: dict[str, Any]) -> KeyedModel:
-    """Fit every key of ``spec`` with ``method`` on engine ``impl`` (module docstring)."""
+              min_segment_weight: float, on_invalid: str, engine_opts: dict[str, Any],
+              ride: Callable[[KeyedTable], Any] | None = None
+              ) -> tuple[KeyedModel | CalibrationModel, list[Any]]:
+    """Fit every key of ``spec`` with ``method`` on engine ``impl`` (module docstring).
+
+    A binary score without ``by`` gives its :class:`~distcal.model.CalibrationModel`.
+    ``ride``: a function of each range that shares the fit's first pass over
+    the ranges; its results (ascending) are returned with the model.
+    """
     by = list(spec.by)
+    binary = not by and not spec.multiclass
     finite = method in ("sigmoid", "histogram", "temperature")
-    iso_fixed = method == "isotonic" and params["increasing"] != "auto"
-    passes = 1 if iso_fixed else 4
+    # One key: its plan (per-range PAV merged in order); many: every key's PAV at once.
+    iso_fixed = method == "isotonic" and params["increasing"] != "auto" and not binary
+    passes = 1 if method == "isotonic" and params["increasing"] != "auto" else 4
     counts: dict[Key, KeyCounts] = {}
     # Histogram binning needs at least n_bins rows (as an unsegmented fit refuses
     # fewer): smaller segments use the global map, as do light ones.
@@ -124,27 +196,41 @@ def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str
     def keep(key: Key, c: KeyCounts) -> bool:
         return key[0] is GLOBAL or (c.weight >= min_segment_weight and c.n_rows >= min_rows)
 
+    riding: list[Any] = []
     with impl.open_keyed(data, spec, on_invalid=on_invalid, finite_scores=finite,
                          passes=passes, **engine_opts) as ranges:
+
+        def map_ranges(fn: Callable[[KeyedTable], Any]) -> list[Any]:
+            if ride is None or riding:
+                return list(ranges.map(fn))
+            both = ranges.map(_Riding(fn, ride))
+            riding.extend(b[1] for b in both)
+            return [b[0] for b in both]
+
         columns = _columns(spec, ranges.n_classes)
-        with phase("fit %s: %s", "by " + ", ".join(by) if by else "multiclass", method):
+        plan = _method_plan(method, params, _RowDirections(ranges.map_rows, bool(by), counts))
+        what = "by " + ", ".join(by) if by else "multiclass" if spec.multiclass else "binary"
+        with phase("fit %s: %s", what, method):
             try:
                 if method == "temperature":
-                    results = run_plans(_method_plan(method, params), ranges.map_rows,
-                                        split=_split_rows(bool(by)), keep=keep, counts=counts)
+                    results = run_plans(plan, ranges.map_rows, split=_split_rows(bool(by)),
+                                        keep=keep, counts=counts)
                 elif iso_fixed:
-                    results = _isotonic_fixed(ranges.map, bool(params["increasing"]), params,
+                    results = _isotonic_fixed(map_ranges, bool(params["increasing"]), params,
                                               keep, counts)
                 else:
-                    results = run_plans(_method_plan(method, params), ranges.map, keep=keep,
-                                        counts=counts)
+                    results = run_plans(plan, map_ranges, keep=keep, counts=counts)
             except KeyFailed as failed:
-                raise _key_error(by, failed) from failed.error
+                raise _key_error(by, failed, method, spec.label_col) from failed.error
         maps = {key: _map_from(method, params, res, counts[key], class_columns(columns, key))
                 for key, res in results.items()}
         segments = _segments_table(by, counts, maps) if by else None
         n_classes = ranges.n_classes
         totals = (ranges.n_rows, ranges.weight_total, ranges.dropped_rows)
+    if binary:
+        model = maps[(GLOBAL, None)]
+        model.dropped_rows = int(totals[2])
+        return model, riding
     if segments is not None:
         log.info("fit by %s: %d segments, %d fall back to the global map", by, len(segments),
                  int(segments["fallback"].sum()))
@@ -152,7 +238,7 @@ def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str
                       params={k: v for k, v in params.items()} if method != "temperature"
                       else {}, segments=segments,
                       min_segment_weight=min_segment_weight, n_rows=totals[0],
-                      weight_total=totals[1], dropped_rows=totals[2], columns=columns)
+                      weight_total=totals[1], dropped_rows=totals[2], columns=columns), riding
 
 
 def _isotonic_fixed(map_ranges: Any, increasing: bool, params: dict[str, Any],
@@ -175,8 +261,10 @@ def _isotonic_fixed(map_ranges: Any, increasing: bool, params: dict[str, Any],
     return out
 
 
-def _key_error(by: list[str], failed: KeyFailed) -> Exception:
+def _key_error(by: list[str], failed: KeyFailed, method: str, label_col: str) -> Exception:
     err = failed.error
+    if method == "modl" and type(err) is ValueError:  # labels that are not 0/1
+        err = DataError(f"column '{label_col}' (label): {err}")
     if failed.key[0] is GLOBAL and failed.key[1] is None:
         return err  # the fit of all rows: the message of an unsegmented fit
     if isinstance(err, ParameterError):

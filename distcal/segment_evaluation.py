@@ -141,8 +141,9 @@ class _Summaries:
 def threshold_by(impl: Any, data: Any, columns: dict[str, str | None], by: list[str], *,
                  summary: Callable[[DistinctTable], SegmentSummary],
                  result: Callable[[SegmentSummary, int, int], Any], on_invalid: str,
-                 engine_opts: dict[str, Any]) -> Any:
-    """The global threshold result and the table of segments: one pass for every segment.
+                 engine_opts: dict[str, Any], score_index: int | None = None) -> Any:
+    """The global threshold result and the table of segments (``by``; may be empty):
+    one pass for every segment.
 
     ``summary`` turns a distinct-score table into its threshold summary and
     ``result(summary, n_rows, dropped_rows)`` a merged summary into a
@@ -152,7 +153,7 @@ def threshold_by(impl: Any, data: Any, columns: dict[str, str | None], by: list[
     spec = KeySpec(score_col=str(columns["score"]),
                    label_col=str(loss if loss is not None else columns["label"]),
                    weight_col=columns.get("weight"), by=tuple(by),
-                   target="loss" if loss is not None else "label")
+                   target="loss" if loss is not None else "label", score_index=score_index)
     with impl.open_keyed(data, spec, on_invalid=on_invalid, passes=1,
                          **engine_opts) as keyed:
         with phase("threshold by %s", by):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -11,16 +11,15 @@ import pandas as pd
 
 from .core.distinct import DistinctTable
 from .core.threshold import (
-    EMPTY,
     SegmentSummary,
     loss_per_score,
-    merge_segments,
     summarise_segment,
 )
 from .defaults import DEFAULTS
 from .engines import get_engine, resolve_engine
 from .errors import DataError, sums_overflow
 from .params import check_finite, check_on_invalid, check_score_index, split_engine_options
+from .segment_evaluation import threshold_by
 
 __all__ = ["ThresholdResult", "ThresholdTracker", "optimal_threshold"]
 
@@ -150,32 +149,24 @@ def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
         z = t.positives if per_row_loss else loss_per_score(t, cost_fp, cost_fn)
         return summarise_segment(t.score, z, t.weight, t.positives)
 
+    names: list[str] = []
     if by is not None:
-        from dataclasses import replace
-
-        from .errors import ParameterError
-        from .segment_evaluation import check_segment_by, threshold_by
+        from .segment_evaluation import check_segment_by
 
         names = check_segment_by(by, columns)
         if score_index is not None:
+            from .errors import ParameterError
+
             raise ParameterError("by= reads a plain score column; score_index cannot be "
                                  "combined with by= in this version")
 
-        def result(seg: SegmentSummary, n_rows: int, dropped_rows: int) -> ThresholdResult:
-            return result_from_segment(seg, cost_fp, cost_fn, per_row_loss, n_rows,
-                                       dropped_rows)
+    def result(seg: SegmentSummary, n_rows: int, dropped_rows: int) -> ThresholdResult:
+        return result_from_segment(seg, cost_fp, cost_fn, per_row_loss, n_rows, dropped_rows)
 
-        glob, table = threshold_by(engine_impl, data, columns, names, summary=summary,
-                                   result=result, on_invalid=on_invalid,
-                                   engine_opts=engine_opts)
-        return replace(glob, segments=table)
-    with engine_impl.open_ranges(data, columns, on_invalid=on_invalid, passes=1,
-                                 score_index=score_index, **engine_opts) as ranges:
-        seg = EMPTY
-        for part in ranges.map(summary):
-            seg = merge_segments(seg, part)
-        return result_from_segment(seg, cost_fp, cost_fn, per_row_loss, ranges.n_rows,
-                                   ranges.dropped_rows)
+    glob, table = threshold_by(engine_impl, data, columns, names, summary=summary,
+                               result=result, on_invalid=on_invalid, score_index=score_index,
+                               engine_opts=engine_opts)
+    return replace(glob, segments=table) if by is not None else glob
 
 
 def result_from_segment(seg: Any, cost_fp: float, cost_fn: float, per_row_loss: bool,

@@ -395,7 +395,7 @@ def test_workers_stay_within_a_memory_limit_the_old_segment_path_exceeds():
         y = (rng.random(n) < s).astype(np.int64)
         return pd.DataFrame({"score": s, "label": y, "g": segs[rng.integers(0, 20, n)]})
 
-    def plan():
+    def plan(key):
         parts = yield pav_blocks
         return merge_blocks(parts)
 

@@ -109,14 +109,14 @@ def test_plans_share_passes_and_equal_separate_fits():
     def separate(c):
         return lambda fn: [fn(t) for t in tables[c]]
 
-    got = run_plans(lambda: histogram_plan(5, "quantile"), map_parts)
+    got = run_plans(lambda key: histogram_plan(5, "quantile"), map_parts)
     assert len(passes) == 3  # quantile edges (2 passes) + bin sums, for all keys at once
     for c in tables:
         expect = fit_histogram(separate(c), 5, "quantile")
         np.testing.assert_array_equal(got[(None, c)][0], expect[0])
         np.testing.assert_array_equal(got[(None, c)][1], expect[1])
     passes.clear()
-    got = run_plans(sigmoid_plan, map_parts)
+    got = run_plans(lambda key: sigmoid_plan(), map_parts)
     assert got == {(None, c): fit_sigmoid(separate(c)) for c in tables}
     assert len(passes) < 4 * 10  # the slowest key's passes, not the sum over keys
 
@@ -124,7 +124,7 @@ def test_plans_share_passes_and_equal_separate_fits():
 def test_plans_name_the_key_that_failed():
     from distcal.core.plans import KeyFailed, run_plans
 
-    def plan():
+    def plan(key):
         parts = yield lambda t: len(t)
         if sum(parts) > 150:
             raise ValueError("too many rows")

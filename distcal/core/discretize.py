@@ -44,18 +44,29 @@ RangeCounts = tuple[np.ndarray, np.ndarray, np.ndarray]
 MAX_GROUPS = 100_000
 
 
+def _problem(t: DistinctTable) -> str | None:
+    """Why MODL cannot count a range's rows (None: it can)."""
+    if not t.binary:
+        return "MODL calibration needs 0/1 labels"
+    if not np.array_equal(t.weight, t.count.astype(np.float64)):
+        return "MODL needs unit weights"
+    return None
+
+
 def _counts(t: DistinctTable) -> np.ndarray:
     """(V, 2) class counts of one range's distinct scores (0/1 labels, unit weights)."""
-    if not t.binary:
-        raise ValueError("MODL calibration needs 0/1 labels")
-    if not np.array_equal(t.weight, t.count.astype(np.float64)):
-        raise ValueError("MODL needs unit weights")
+    problem = _problem(t)
+    if problem is not None:
+        raise ValueError(problem)
     ones = np.rint(t.label_sum).astype(np.int64)
     return np.column_stack([t.count.astype(np.int64) - ones, ones])
 
 
-def _summary(t: DistinctTable) -> tuple[float, np.ndarray]:
-    return float(t.score[0]), range_summary(_counts(t))
+def _summary(t: DistinctTable) -> tuple[float, Any]:
+    """Pass 1 of one range: its first score and summary, or the problem (told on the driver,
+    where the key's fit fails with it, instead of a worker's exception)."""
+    problem = _problem(t)
+    return float(t.score[0]), problem if problem is not None else range_summary(_counts(t))
 
 
 def _rows(plan: dict[float, RangeGroups] | None, t: DistinctTable) -> Any:
@@ -111,6 +122,9 @@ def modl_plan(exact_max: int = 1000, max_groups: int = MAX_GROUPS
     range sends its pre-merged (or grouped) counts.
     """
     summaries = yield _summary
+    for _, summary in summaries:
+        if isinstance(summary, str):
+            raise ValueError(summary)
     plan = plan_groups([s for _, s in summaries], max_groups) if summaries else None
     by_first = None if plan is None else {f: g for (f, _), g in zip(summaries, plan)}
     parts = yield functools.partial(_rows, by_first)

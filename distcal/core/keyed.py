@@ -59,7 +59,11 @@ class KeySpec:
     (temperature scaling); ``probabilities``: the scores are predicted
     probabilities to evaluate (each must lie in [0, 1]); ``target``:
     "label" (0/1 labels or rates), or "loss" (``label_col`` holds a per-row
-    loss, any finite number: thresholds with a loss column).
+    loss, any finite number: thresholds with a loss column); ``score_index``:
+    ``score_col`` holds vectors and this element of each is the binary
+    score (their lengths are checked over the whole input); ``check_cols``:
+    columns checked as the score is, whose problems make a row invalid
+    (several probability columns evaluated over the same rows).
     """
 
     score_col: str | None = "score"
@@ -71,6 +75,8 @@ class KeySpec:
     per_class: bool = True
     probabilities: bool = False  # scores are probabilities to evaluate: each in [0, 1]
     target: str = "label"  # "loss": label_col holds a per-row loss (any finite number)
+    score_index: int | None = None  # a binary score: element of the vectors of score_col
+    check_cols: tuple[str, ...] = ()  # other probability columns a valid row must pass
 
     @property
     def columns(self) -> list[str]:
@@ -79,7 +85,7 @@ class KeySpec:
         cols.append(self.label_col)
         if self.weight_col is not None:
             cols.append(self.weight_col)
-        return list(dict.fromkeys([*cols, *self.by]))
+        return list(dict.fromkeys([*cols, *self.check_cols, *self.by]))
 
     def classes(self, n_classes: int) -> list[int | None]:
         """The class part of the keys for K = ``n_classes`` (0: a binary score)."""

@@ -92,22 +92,23 @@ class _Pass:
         return out
 
 
-def run_plans(make_plan: Callable[[], Plan[Any]], map_parts: MapParts,
+def run_plans(make_plan: Callable[[Key | None], Plan[Any]], map_parts: MapParts,
               split: Callable[[Any], Iterable[tuple[Key, Any]]] = split_keyed,
               keep: Callable[[Key, KeyCounts], bool] | None = None,
               counts: dict[Key, KeyCounts] | None = None) -> dict[Key, Any]:
-    """Run ``make_plan()`` for every key found in the parts, all keys in lock step.
+    """Run ``make_plan(key)`` for every key found in the parts, all keys in lock step.
 
     ``map_parts`` maps a function over the parts (an engine's ranges, or
     row parts) and returns its results in order; ``split`` lists a part's
-    (key, data) pairs. Plans must not depend on the key: the first function
-    yielded is applied to every key in the first pass, which also counts
-    each key's rows and weight (into ``counts``, when given); keys for which
-    ``keep(key, counts)`` is false are dropped after it (a segment too small
-    to fit). Returns each kept key's plan result; a plan that raises stops
-    the fit with :class:`KeyFailed`.
+    (key, data) pairs. The first function a plan yields must not depend on
+    the key (``make_plan(None)`` gives it): it is applied to every key in
+    the first pass, which also counts each key's rows and weight (into
+    ``counts``, when given); keys for which ``keep(key, counts)`` is false
+    are dropped after it (a segment too small to fit). Returns each kept
+    key's plan result; a plan that raises stops the fit with
+    :class:`KeyFailed`.
     """
-    probe = make_plan()
+    probe = make_plan(None)
     first = next(probe)
     probe.close()
     results: dict[Key, list[Any]] = {}
@@ -125,7 +126,7 @@ def run_plans(make_plan: Callable[[], Plan[Any]], map_parts: MapParts,
     for key in results:
         if keep is not None and not keep(key, totals[key]):
             continue
-        plan = make_plan()
+        plan = make_plan(key)
         next(plan)
         _advance(key, plan, results[key], plans, pending, done)
     while pending:

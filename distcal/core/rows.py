@@ -20,13 +20,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
-from ..errors import DataError
+from ..errors import DataError, column_type
 from .multiclass import label_problems
 from .validate import is_real_dtype
 
 __all__ = ["fit_rows", "vector_lengths", "problems_message", "Problems", "read_scores",
            "open_input", "check_score_args", "score_names", "read_fit_input", "RowPart",
-           "read_rows", "add_up_rows", "RowTotals", "check_columns"]
+           "read_rows", "add_up_rows", "RowTotals", "check_columns", "merge_stats"]
 
 # ---------------------------------------------------------------------------
 
@@ -92,7 +92,8 @@ def open_input(data: Any, names: list[str]) -> pd.DataFrame | pa.Table:
                     "a pyarrow Table, a Parquet path, a Spark or a Dask DataFrame")
 
 
-def _column_to_float(data: pd.DataFrame | pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+def _column_to_float(data: pd.DataFrame | pa.Table, name: str, role: str | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
     """A scalar numeric column as float64 (null -> NaN) and the mask of text cells."""
     if isinstance(data, pa.Table):
         col = data.column(name)
@@ -103,8 +104,9 @@ def _column_to_float(data: pd.DataFrame | pa.Table, name: str) -> tuple[np.ndarr
             return _text_to_float(pd.Series(col.to_pandas(), dtype=object))
         if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
                 or pa.types.is_decimal(t) or pa.types.is_null(t)):
-            raise DataError(f"column '{name}' has type {t}; expected numbers")
-        values = pc.cast(col, pa.float64()).to_numpy(zero_copy_only=False)
+            raise _type_error(name, role, str(t))
+        # safe=False: integers beyond 2^53 round (and fail the checks, not Arrow)
+        values = pc.cast(col, pa.float64(), safe=False).to_numpy(zero_copy_only=False)
         return np.asarray(values, dtype=np.float64), np.zeros(len(values), bool)
     s = data[name]
     if is_real_dtype(s.dtype):  # not complex, dates or durations
@@ -113,7 +115,13 @@ def _column_to_float(data: pd.DataFrame | pa.Table, name: str) -> tuple[np.ndarr
         if s.map(lambda v: isinstance(v, (list, tuple, np.ndarray))).any():
             raise DataError(f"column '{name}' holds vectors; pass it as score_col")
         return _text_to_float(s.astype(object))
-    raise DataError(f"column '{name}' has type {s.dtype}; expected numbers")
+    raise _type_error(name, role, str(s.dtype))
+
+
+def _type_error(name: str, role: str | None, type_name: str) -> DataError:
+    if role is None:  # one of several per-class columns
+        return DataError(f"column '{name}' has type {type_name}; expected numbers")
+    return column_type(name, role, type_name)
 
 
 def _text_to_float(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -329,12 +337,12 @@ def fit_rows(table: pd.DataFrame | pa.Table, method: str, score_col: str | None,
     k = _n_classes(scores.shape[1])
     if k < 2:
         raise DataError(f"column '{score_col}': no vectors to calibrate (need K >= 2 entries)")
-    labels, text = _column_to_float(table, label_col)
+    labels, text = _column_to_float(table, label_col, "label")
     for problem, mask in label_problems(labels, k, text):
         problems.add(label_col, problem, mask)
     weights = None
     if weight_col is not None:
-        weights, wtext = _column_to_float(table, weight_col)
+        weights, wtext = _column_to_float(table, weight_col, "weight")
         problems.add(weight_col, "are text, not numbers", wtext)
         problems.add(weight_col, "are null or NaN", np.isnan(weights) & ~wtext)
         problems.add(weight_col, "are infinite", np.isinf(weights))
@@ -420,11 +428,14 @@ def _columns_of(table: pd.DataFrame | pa.Table) -> list[str]:
 def check_columns(names: list[str], spec: Any) -> None:
     """The ``DataError`` of a column of ``spec`` (a KeySpec) missing from ``names``."""
     from ..errors import column_not_found
+    from .validate import check_unique_columns
 
+    check_unique_columns(names, spec.columns)
     for c in spec.columns:
         if c not in names:
             role = "segment" if c in spec.by else "label" if c == spec.label_col \
-                else "weight" if c == spec.weight_col else "score"
+                else "weight" if c == spec.weight_col \
+                else "prob" if spec.probabilities else "score"
             raise column_not_found(c, role, names)
 
 
@@ -445,6 +456,7 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
 
     check_columns(_columns_of(table), spec)
     n = len(table) if isinstance(table, pd.DataFrame) else table.num_rows
+    lengths: dict[int, int] | None = None  # of the vectors read at score_index
     if spec.multiclass:
         score, label, weight, k, problems = fit_rows(
             table, "evaluate" if spec.probabilities
@@ -458,14 +470,26 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
         # a label, or a per-row loss (thresholds).
         roles = {"score": "prob" if spec.probabilities else "score",
                  "label": spec.target, "weight": "weight"}
-        cols = {"score": spec.score_col, "label": spec.label_col, "weight": spec.weight_col}
+        # Problems in message order: the score, the columns checked with it
+        # (``check_cols``: read, checked, not used), the label, the weight.
+        cols = [("score", spec.score_col), *((None, c) for c in spec.check_cols),
+                ("label", spec.label_col), ("weight", spec.weight_col)]
         values: dict[str, np.ndarray] = {}
-        for part, name in cols.items():
+        for part, name in cols:
             if name is None:
                 continue
-            v, text = _column_to_float(table, name)
-            values[part] = v
-            for problem, kind in rules(roles[part], finite_scores):
+            if part == "score" and spec.score_index is not None:
+                from ..tables import vector_element
+
+                column = table[name] if isinstance(table, pd.DataFrame) else table.column(name)
+                v, counted = vector_element(column, spec.score_index, name, roles["score"])
+                lengths = dict(counted)
+                text = np.zeros(v.shape[0], dtype=bool)
+            else:
+                v, text = _column_to_float(table, name, roles[part or "score"])
+            if part is not None:
+                values[part] = v
+            for problem, kind in rules(roles[part or "score"], finite_scores):
                 problems.add(name, problem, _rule_mask(kind, v, text))
         score, label, weight, k = values["score"], values["label"], values.get("weight"), 0
     keep = ~problems.bad
@@ -483,6 +507,9 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
     rows = RowPart(score[keep], label[keep], None if weight is None else weight[keep], segments)
     stats = {"items": problems.items, "rows": n, "invalid": int(problems.bad.sum()),
              "n_rows": rows.n_rows, "weight_total": rows.weight_total, "n_classes": k}
+    if lengths is not None:
+        stats["vectors"] = (spec.score_col, "prob" if spec.probabilities else "score",
+                            spec.score_index, lengths)
     return rows, stats
 
 
@@ -502,6 +529,28 @@ def _rule_mask(kind: str, v: np.ndarray, text: np.ndarray) -> np.ndarray:
     return np.asarray(mask, dtype=bool)
 
 
+def merge_stats(total: dict[str, Any] | None, part: dict[str, Any]) -> dict[str, Any]:
+    """Two batches' counts of :func:`read_rows` as one (items in the same fixed order)."""
+    if total is None:
+        out = dict(part, items=list(part["items"]))
+        if "vectors" in part:
+            out["vectors"] = (*part["vectors"][:3], dict(part["vectors"][3]))
+        return out
+    items = total["items"]
+    if len(items) == len(part["items"]):
+        total["items"] = [(c, p, k + part["items"][i][2]) for i, (c, p, k) in enumerate(items)]
+    else:  # not expected (fixed order); keep both lists, add_up_rows sums by name
+        total["items"] = items + list(part["items"])
+    for name in ("rows", "invalid", "n_rows", "weight_total"):
+        total[name] += part[name]
+    total["n_classes"] = max(total.get("n_classes", 0), part.get("n_classes", 0))
+    if "vectors" in part:
+        lengths = total.setdefault("vectors", (*part["vectors"][:3], {}))[3]
+        for k, v in part["vectors"][3].items():
+            lengths[k] = lengths.get(k, 0) + v
+    return total
+
+
 @dataclass(frozen=True)
 class RowTotals:
     n_rows: int
@@ -516,6 +565,16 @@ def add_up_rows(stats: list[dict[str, Any]], on_invalid: str) -> RowTotals:
     Raised for any problem unless ``on_invalid="drop"``, and for an input
     with no row of weight > 0 left.
     """
+    vectors = [st["vectors"] for st in stats if "vectors" in st]
+    if vectors:  # a problem of the column, raised whatever on_invalid says
+        from collections import Counter
+
+        from .validate import check_vector_lengths
+
+        lengths: Counter[int] = Counter()
+        for v in vectors:
+            lengths.update(v[3])
+        check_vector_lengths(vectors[0][0], vectors[0][1], vectors[0][2], lengths)
     items: dict[tuple[str, str], int] = {}
     for st in stats:
         for column, problem, k in st["items"]:

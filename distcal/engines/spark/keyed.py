@@ -71,7 +71,7 @@ from ...core.keyed import (
     pool_keyed,
     pool_rows,
 )
-from ...core.rows import RowPart, RowTotals, add_up_rows, read_rows
+from ...core.rows import RowPart, RowTotals, add_up_rows, merge_stats, read_rows
 from ...core.rows import check_columns as check_rows_columns
 from ...errors import DataError
 from ...logs import log, phase
@@ -99,21 +99,6 @@ RESULT_SCHEMA = "rid long, payload binary"
 
 
 # -- both sides ------------------------------------------------------------------------
-
-def _add_stats(total: dict[str, Any] | None, part: dict[str, Any]) -> dict[str, Any]:
-    """Two batches' counts of ``read_rows`` added up (items in the same fixed order)."""
-    if total is None:
-        return dict(part, items=list(part["items"]))
-    items = total["items"]
-    if len(items) == len(part["items"]):
-        total["items"] = [(c, p, k + part["items"][i][2]) for i, (c, p, k) in enumerate(items)]
-    else:  # not expected (fixed order); keep both lists, add_up_rows sums by name
-        total["items"] = items + list(part["items"])
-    for name in ("rows", "invalid", "n_rows", "weight_total"):
-        total[name] += part[name]
-    total["n_classes"] = max(total.get("n_classes", 0), part.get("n_classes", 0))
-    return total
-
 
 def _keyed(rows: RowPart, classes: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                         np.ndarray | None, np.ndarray | None,
@@ -245,7 +230,7 @@ def row_runner(spec: KeySpec, finite_scores: bool, n_classes: int | None, classe
                 out = _with_keys(schema, [batch.schema.field(b).type for b in by])
             table = pa.Table.from_batches([batch])
             rows, st = read_rows(table, spec, finite_scores=finite_scores, n_classes=n_classes)
-            stats = _add_stats(stats, st)
+            stats = merge_stats(stats, st)
             if not rows.n_rows:
                 continue
             _, score, label, weight, cls, seg = _keyed(rows, classes)
@@ -399,7 +384,7 @@ def raw_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: bo
         runs = KeyedRuns()
         for data in chunks(batches, chunk_rows):
             rows, st = read_rows(data, spec, finite_scores=finite_scores)
-            stats = _add_stats(stats, st)
+            stats = merge_stats(stats, st)
             del data
             if rows.n_rows:
                 runs.add(pool_rows(rows, [None], spec.probabilities))
@@ -427,7 +412,7 @@ def parts_runner(fn: Callable[[RowPart], Any], spec: KeySpec, finite_scores: boo
         results = []
         for data in chunks(batches, chunk_rows):
             rows, st = read_rows(data, spec, finite_scores=finite_scores, n_classes=n_classes)
-            stats = _add_stats(stats, st)
+            stats = merge_stats(stats, st)
             if rows.n_rows:
                 results.append(fn(rows))
         payload = pickle.dumps({"stats": stats, "results": results}, pickle.HIGHEST_PROTOCOL)
