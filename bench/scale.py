@@ -13,10 +13,9 @@ Dask: one numpy draw per partition on the workers), never in the driver:
   ``distcal.fit(ddf)``; bytes moved between workers from the workers'
   transfer counters.
 
-``keyed`` (issue 35): peak Python worker memory per range against rows
-per range, Spark's keyed pass (``SparkEngine.open_keyed``, ranges chosen
-from the estimated distinct (key, score) pairs) against the range pass of
-``distcal.fit`` (``SparkRanges``, k = 8 ranges whatever N), scores
+``keyed``: peak Python worker memory per range against rows per range,
+Spark's keyed pass (``SparkEngine.open_keyed``, the pass of every fit,
+ranges chosen from the estimated distinct (key, score) pairs), scores
 ``round(rand, 7)`` (``--hot``: 40% of the rows on one score). Python
 workers are not reused, so each task's ``VmHWM`` is that range's peak.
 Each run also times Spark's own ``repartitionByRange(8, score)`` +
@@ -125,7 +124,6 @@ def child_keyed(n: int, hot: bool, range_rows: int) -> dict:
     from distcal.core.isotonic import merge_blocks, pav_blocks
     from distcal.core.keyed import KeySpec
     from distcal.engines.spark import SparkEngine
-    from distcal.engines.spark.ranges import SparkRanges
 
     spark = (SparkSession.builder.master("local[2]").appName("distcal-scale-keyed")
              .config("spark.ui.enabled", "false").config("spark.driver.memory", "4g")
@@ -159,16 +157,6 @@ def child_keyed(n: int, hot: bool, range_rows: int) -> dict:
                     "peak_mb": [g[1] / 1024 for g in got], "rows": [g[2] for g in got],
                     "pairs": [g[3] for g in got]}
 
-    def range_fn(t):
-        return pav_blocks(t), _peak_kb(), int(t.count.sum()), len(t)
-
-    t0 = time.perf_counter()
-    with SparkRanges(df, {"score": "score", "label": "label"}, combine=False) as rr:
-        got = rr.map(range_fn)
-    merge_blocks([g[0] for g in got])
-    out["ranges"] = {"s": time.perf_counter() - t0, "ranges": len(got),
-                     "peak_mb": [g[1] / 1024 for g in got], "rows": [g[2] for g in got],
-                     "pairs": [g[3] for g in got]}
     spark.stop()
     return out
 
@@ -186,8 +174,7 @@ def main_keyed(args: argparse.Namespace) -> None:
                "--range-rows", str(int(args.range_rows))] + (["--hot"] if args.hot else [])
         text = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True).stdout
         out = json.loads(text.strip().splitlines()[-1])
-        for name, label in (("keyed", "open_keyed (ranges from data)"),
-                            ("ranges", "SparkRanges (k = 8)")):
+        for name, label in (("keyed", "open_keyed (ranges from data)"),):
             r = out[name]
             print(f"{n:>8.0e} {label:<22.22}{r['ranges']:>7}{max(r['rows']):>12.3g}"
                   f"{max(r['pairs']):>12.3g}{max(r['peak_mb']):>10.0f} MB{r['s']:>7.1f}s"

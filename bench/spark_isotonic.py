@@ -10,8 +10,7 @@ all-distinct scores ("cont"):
 * floor: ``read.parquet -> repartitionByRange(k, score) ->
   sortWithinPartitions(score)`` executed by a no-op write, k in 2, 8, 16;
 * MLlib: ``IsotonicRegression(featuresCol="score").fit``;
-* distcal: ``distcal.fit(df)`` with the automatic map-side combine choice,
-  and with the combine forced on and off (to check the automatic rule);
+* distcal: ``distcal.fit(df)`` (the keyed pass: ranges from a sample);
 * transform + Parquet write, MLlib's model vs distcal's.
 
 Every fit is timed from ``spark.read.parquet`` (nothing cached). With
@@ -85,9 +84,7 @@ def run_times(n: int, repeat: int, kinds: list[str] | None = None) -> None:
             floors[k] = timed(lambda k=k: read().repartitionByRange(k, "score")
                               .sortWithinPartitions("score").write.format("noop")
                               .mode("overwrite").save(), repeat)
-        t_off = timed(lambda: distcal.fit(read(), combine=False), repeat)
         t_auto = timed(lambda: distcal.fit(read()), repeat)
-        t_on = timed(lambda: distcal.fit(read(), combine=True), repeat)
         best_k = min(floors, key=floors.get)
         floor = floors[best_k]
         t_mllib = timed(lambda: IsotonicRegression(featuresCol="score", labelCol="label")
@@ -108,12 +105,8 @@ def run_times(n: int, repeat: int, kinds: list[str] | None = None) -> None:
               f"max|MLlib - distcal| = {diff:.1e}")
         print(" | ".join(f"range sort k={k}: {t:.2f}" for k, t in floors.items()))
         print(f"MLlib IsotonicRegression.fit      {t_mllib:7.2f}")
-        print(f"distcal.fit (auto combine)        {t_auto:7.2f}   MLlib / ours = "
+        print(f"distcal.fit                       {t_auto:7.2f}   MLlib / ours = "
               f"{t_mllib / t_auto:4.1f}x   ours / range sort(k={best_k}) = {t_auto / floor:.2f}")
-        print(f"distcal.fit (combine on)          {t_on:7.2f}   ours / range sort = "
-              f"{t_on / floor:.2f}")
-        print(f"distcal.fit (combine off)         {t_off:7.2f}   ours / range sort = "
-              f"{t_off / floor:.2f}")
         print(f"transform + write: MLlib          {t_mw:7.2f}")
         print(f"transform + write: distcal        {t_ow:7.2f}   ours / MLlib = "
               f"{t_ow / t_mw:.2f}")

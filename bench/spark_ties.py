@@ -1,7 +1,7 @@
 """distcal's Spark fit across tie regimes, against MLlib and Spark's own range sort.
 
 Usage: python bench/spark_ties.py [--n 1e7] [--distinct 10,1e3,1e5,1e6,1e7] [--repeat 3]
-       [--variants auto,off,on,hot] [--no-mllib]
+       [--no-mllib]
 
 For each number of distinct scores D, 1e7 rows (0/1 labels, unit weights)
 are written once as 8 Parquet files under bench/data/: scores are
@@ -13,8 +13,7 @@ each from ``spark.read.parquet``:
 * floor: ``repartitionByRange(k, score).sortWithinPartitions(score)`` run by
   a no-op write, at k = 8 and 16 (the best k is the anchor);
 * MLlib: ``IsotonicRegression(featuresCol="score").fit``;
-* distcal: ``distcal.fit(df)`` with the automatic combine rule (and with it
-  forced off / on when asked).
+* distcal: ``distcal.fit(df)`` (the keyed pass: ranges from a sample).
 
 Targets (issue 16): MLlib / distcal >= 8x and distcal / floor <= 1.1x in
 every regime. The models are compared on 2001 grid points.
@@ -59,15 +58,15 @@ def make_dir(n: int, distinct: str) -> Path:
     return path
 
 
-def largest_range(df, variant: str) -> int:  # type: ignore[no-untyped-def]
-    """Rows of the largest of 8 range partitions the fit would shuffle into."""
+def largest_range(df) -> int:  # type: ignore[no-untyped-def]
+    """Rows of the largest range partition the fit shuffles into."""
     from pyspark.sql import functions as F
 
-    from distcal.engines.spark.ranges import SparkRanges
+    from distcal.core.keyed import KeySpec
+    from distcal.engines.spark.keyed import SparkKeyedRanges
 
-    combine = {"auto": "auto", "off": False, "on": True, "hot": "hot"}[variant]
-    ranges = SparkRanges(df, {"score": "score", "label": "label"}, n_ranges=8, combine=combine)
-    sizes = ranges.ranged.groupBy(F.spark_partition_id()).count().collect()
+    with SparkKeyedRanges(df, KeySpec()) as keyed:
+        sizes = keyed.ranged.groupBy(F.spark_partition_id()).count().collect()
     return max(int(r["count"]) for r in sizes)
 
 
@@ -76,7 +75,6 @@ def main() -> None:
     ap.add_argument("--n", type=float, default=1e7)
     ap.add_argument("--distinct", default="10,1e3,1e5,1e6,1e7,cont")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--variants", default="auto")
     ap.add_argument("--no-mllib", action="store_true")
     args = ap.parse_args()
     n = int(args.n)
@@ -90,8 +88,7 @@ def main() -> None:
     print(f"# Spark local[2], N = {n:.0e}, 8 Parquet files, median of {args.repeat}, seconds "
           f"(load {os.getloadavg()[0]:.1f})")
     print(f"{'distinct':>10} {'present':>9} {'floor':>6} {'k':>3} {'MLlib':>6} "
-          + " ".join(f"{v:>6}" for v in args.variants.split(","))
-          + "  MLlib/ours  ours/floor  max|dp|")
+          + f"{'ours':>6}  MLlib/ours  ours/floor  max|dp|")
     for distinct in args.distinct.split(","):
         path = str(make_dir(n, distinct))
 
@@ -103,13 +100,9 @@ def main() -> None:
                            .sortWithinPartitions("score").write.format("noop")
                            .mode("overwrite").save(), args.repeat) for k in (8, 16)}
         best_k = min(floors, key=floors.get)
-        ours = {}
-        for v in args.variants.split(","):
-            combine = {"auto": "auto", "off": False, "on": True, "hot": "hot"}[v]
-            ours[v] = timed(lambda c=combine: distcal.fit(read(), combine=c), args.repeat)
+        t = timed(lambda: distcal.fit(read()), args.repeat)
         if distinct.startswith("hot"):
-            print(f"{'':>10} largest range partition, rows (k = 8): "
-                  + " ".join(f"{v} {largest_range(read(), v)}" for v in args.variants.split(",")))
+            print(f"{'':>10} largest range partition, rows: {largest_range(read())}")
         model = distcal.fit(read())
         if args.no_mllib:
             t_mllib, diff = float("nan"), float("nan")
@@ -122,10 +115,8 @@ def main() -> None:
             qdf = spark.createDataFrame([(float(x),) for x in q], ["score"])
             diff = float(np.max(np.abs(mllib_model.transform(qdf).toPandas()["prediction"]
                                        - model.predict(q))))
-        t = ours["auto"] if "auto" in ours else min(ours.values())
         print(f"{distinct:>10} {present:>9} {floors[best_k]:6.2f} {best_k:>3} {t_mllib:6.2f} "
-              + " ".join(f"{x:6.2f}" for x in ours.values())
-              + f"  {t_mllib / t:9.1f}x  {t / floors[best_k]:9.2f}x  {diff:.1e}", flush=True)
+              f"{t:6.2f}  {t_mllib / t:9.1f}x  {t / floors[best_k]:9.2f}x  {diff:.1e}", flush=True)
     print(f"(load after: {os.getloadavg()[0]:.1f})")
     spark.stop()
 

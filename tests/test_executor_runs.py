@@ -1,7 +1,7 @@
 """A range partition pooled chunk by chunk equals the pooling of all its rows.
 
-The Spark executors pool each ~1M-row chunk of a range partition on its own
-and merge the pooled runs (``PooledRuns``), so that memory follows distinct
+The Spark executors pool each chunk of a range partition on its own and
+merge the pooled runs (``KeyedRuns``), so that memory follows distinct
 scores, not rows. Oracle: pandas ``groupby`` over all the rows at once.
 """
 
@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from distcal.core.distinct import pool_ties
-from distcal.engines.spark.executor import PooledRuns, chunks
+from distcal.core.keyed import KeyedTable
+from distcal.engines.spark.keyed import KeyedRuns, chunks
 
 
 def pandas_pool(s: np.ndarray, y: np.ndarray, w: np.ndarray) -> pd.DataFrame:
@@ -31,13 +32,13 @@ def test_pooled_runs_equal_one_pooling_of_all_rows(n: int, distinct: int, chunk:
     s = rng.integers(0, distinct, n) / distinct
     y = (rng.random(n) < s).astype(float)
     w = rng.integers(1, 4, n).astype(float)
-    runs = PooledRuns()
+    runs = KeyedRuns()
     for start in range(0, n, chunk):
         sl = slice(start, start + chunk)
-        runs.add(pool_ties(s[sl], y[sl], w[sl]))
+        runs.add(KeyedTable.single(pool_ties(s[sl], y[sl], w[sl])))
     # The run stack stays logarithmic in the number of chunks.
     assert len(runs.runs) <= 1 + int(np.log2(max(1, -(-n // chunk)))) + 1
-    table = runs.table()
+    table = runs.table().key_table(0)
     want = pandas_pool(s, y, w)
     np.testing.assert_array_equal(table.score, want.index.to_numpy())
     np.testing.assert_allclose(table.weight, want["w"], rtol=1e-12)
@@ -52,11 +53,11 @@ def test_a_hot_score_is_held_once_per_run() -> None:
     n = 50_000
     s = np.where(rng.random(n) < 0.4, 0.0, rng.integers(1, 200, n) / 200)
     y = (rng.random(n) < 0.3).astype(float)
-    runs = PooledRuns()
+    runs = KeyedRuns()
     for start in range(0, n, 1000):
-        runs.add(pool_ties(s[start:start + 1000], y[start:start + 1000]))
-        assert sum(len(r) for r in runs.runs) <= 200 * len(runs.runs)
-    table = runs.table()
+        runs.add(KeyedTable.single(pool_ties(s[start:start + 1000], y[start:start + 1000])))
+        assert sum(len(r.table) for r in runs.runs) <= 200 * len(runs.runs)
+    table = runs.table().key_table(0)
     assert table.score[0] == 0.0 and table.count[0] == int((s == 0).sum())
     assert table.n_rows == n
 

@@ -24,16 +24,18 @@ EXECUTOR_SIDE = textwrap.dedent("""
     import pyarrow as pa
 
     import distcal
-    from distcal.engines.spark import executor, schema
-    from distcal.core.partition import pool_valid_rows
+    from distcal.engines.spark import keyed, schema
+    from distcal.core.keyed import KeySpec
+    from distcal.core.rows import read_rows
 
     assert distcal.__file__.startswith({zip!r}), distcal.__file__
     # what a range partition does: validate, pool, fit
     rng = np.random.default_rng(0)
     s, y = rng.random(500), (rng.random(500) < 0.5).astype(float)
-    table, stats = pool_valid_rows({{"score": s, "label": y}}, {{}},
-                                   {{"score": "score", "label": "label"}})
-    assert stats["n_rows"] == 500 and len(table) == 500
+    rows, stats = read_rows(pa.table({{"score": s, "label": y}}), KeySpec())
+    table = keyed.KeyedRuns()
+    table.add(keyed.pool_rows(rows, [None]))
+    assert stats["n_rows"] == 500 and len(table.table().table) == 500
     model = distcal.fit(pd.DataFrame({{"score": s, "label": y}}))
     print(model.n_rows, sorted(set({optional!r}) & {{m.split(".")[0] for m in sys.modules
                                                      if sys.modules[m] is not None}}))
@@ -44,7 +46,7 @@ def test_zip_has_the_package_and_nothing_else(tmp_path):
     path = build_zip(tmp_path / "dist" / "distcal.zip")
     names = zipfile.ZipFile(path).namelist()
     assert "distcal/__init__.py" in names
-    assert "distcal/engines/spark/executor.py" in names
+    assert "distcal/engines/spark/keyed.py" in names
     assert all(n.startswith("distcal/") and "__pycache__" not in n and not n.endswith(".pyc")
                for n in names)
     again = build_zip(tmp_path / "again.zip")

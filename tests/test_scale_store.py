@@ -1,4 +1,4 @@
-"""The spill path of the local engine: sorted chunks spilled as runs without a merge."""
+"""The spill path of the local engine: pooled chunks spilled as sorted runs, read back exactly."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import distcal
-from distcal.core.distinct import merge_tables, pool_ties
-from distcal.core.store import TableStore
+from distcal.core.distinct import pool_ties
+from distcal.core.keyed import pool_keyed
+from distcal.engines.local_keyed import KeyedStore
 
 
 @pytest.mark.parametrize("decimals", [None, 4])
@@ -20,15 +21,26 @@ def test_big_chunks_spill_as_runs_and_read_back_exactly(decimals):
     if decimals:
         s = np.round(s, decimals)
     y = (rng.random(s.shape[0]) < s).astype(np.float64)
-    chunks = [pool_ties(s[i:i + 20_000], y[i:i + 20_000]) for i in range(0, 120_000, 20_000)]
-    whole = merge_tables(chunks)
-    with TableStore(memory_rows=16_000) as st:
-        for c in chunks:
-            st.add(c)
-        assert st.spilled
-        back = merge_tables(list(st.ranges(max_rows=7_000)))
-    for f in ("score", "weight", "positives", "count", "label_sum"):
-        np.testing.assert_array_equal(getattr(back, f), getattr(whole, f))
+    g = rng.integers(0, 3, s.shape[0])
+    key = [(None, None), ((0,), None), ((1,), None), ((2,), None)]
+    chunks = [pool_keyed(np.concatenate([np.zeros(20_000, np.int64), 1 + g[i:i + 20_000]]), key,
+                         np.tile(s[i:i + 20_000], 2), np.tile(y[i:i + 20_000], 2), None)
+              for i in range(0, 120_000, 20_000)]
+    store = KeyedStore(memory_rows=16_000)
+    for c in chunks:
+        store.add(c)
+    assert store.spilled
+    ranges = list(store.ranges())
+    store.close()
+    assert len(ranges) > 1
+    for k in key:  # each key's ranges, in order, are its whole table
+        whole = pool_ties(s if k[0] is None else s[g == k[0][0]],
+                          y if k[0] is None else y[g == k[0][0]])
+        parts = [r.key_table(r.keys.index(k)) for r in ranges if k in r.keys]
+        back = {f: np.concatenate([getattr(p, f) for p in parts])
+                for f in ("score", "weight", "positives", "count", "label_sum")}
+        for f, v in back.items():
+            np.testing.assert_array_equal(v, getattr(whole, f))
 
 
 def test_fit_from_path_with_spill_equals_in_memory(tmp_path):

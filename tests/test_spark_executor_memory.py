@@ -95,14 +95,14 @@ CHILD = textwrap.dedent("""
     def gather_and_pool(batches):
         # What a range partition did before chunks: all its rows in one table, one pooling.
         import pyarrow
-        from distcal.core.partition import pool_valid_rows
-        from distcal.engines.spark.executor import role_arrays
+        from distcal.core.keyed import KeySpec, pool_rows
+        from distcal.core.rows import read_rows
         table = pyarrow.Table.from_batches(list(batches))
-        columns = {"score": "score", "label": "label"}
-        pool_valid_rows(*role_arrays(table, columns), columns)
+        rows, _ = read_rows(table, KeySpec())
+        pool_rows(rows, [None])
         yield pyarrow.RecordBatch.from_pydict({"n": [table.num_rows]})
 
-    model = distcal.fit(df, combine=False)
+    model = distcal.fit(df)
     model.save(out)
     # Workers forked from the capped daemon ran the fit only if it is still the daemon.
     same_daemon = sorted(p for p in descendants(os.getpid())

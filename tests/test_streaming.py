@@ -51,18 +51,17 @@ def test_spilled_fit_equals_in_memory_fit(parquet_file, method, params):
 
 
 def test_spill_really_happens(parquet_file):
-    from distcal.engines import local
+    from distcal.core.keyed import KeySpec
+    from distcal.engines.local_keyed import LocalKeyedRanges
 
     path, _ = parquet_file
-    summary = local.summarise(str(path), {"score": "score", "label": "label", "weight": "w"},
-                              **SMALL)
-    with summary.store as store:
-        assert store.spilled
-        ranges = list(store.ranges(5000))
+    with LocalKeyedRanges(str(path), KeySpec(weight_col="w"), **SMALL) as keyed:
+        ranges = keyed.map(lambda t: t.key_table(0))
+        assert keyed.store.spilled
         assert len(ranges) > 10
         for a, b in zip(ranges[:-1], ranges[1:]):
             assert a.score[-1] < b.score[0]  # ascending, non-overlapping
-        assert sum(len(r) for r in ranges) == summary.n_rows  # all-distinct scores
+        assert sum(len(r) for r in ranges) == keyed.n_rows  # all-distinct scores
 
 
 def test_hive_partitioned_directory(tmp_path):

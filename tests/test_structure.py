@@ -125,7 +125,7 @@ def test_arrows_point_down():
 
 
 def test_executor_side_imports_nothing_optional():
-    code = ("import sys, distcal.engines.spark.executor\n"
+    code = ("import sys, distcal.engines.spark.keyed\n"
             "print([m for m in ('yaml', 'matplotlib', 'tqdm', 'sklearn') if m in sys.modules])")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
@@ -144,7 +144,7 @@ def test_nothing_refers_outside_the_repository():
 @pytest.mark.parametrize("name", ["local", "spark", "dask"])
 def test_every_engine_implements_the_whole_interface(name):
     engine = get_engine(name)
-    for attr in ("open_ranges", "evaluate_many", "transform"):
+    for attr in ("open_keyed", "transform_rows", "transform"):
         assert callable(getattr(engine, attr)), (name, attr)
     assert engine.name == name and isinstance(engine.options, frozenset)
     wanted = {a for a in Engine.__dict__ if not a.startswith("_")} - {"name", "options"}

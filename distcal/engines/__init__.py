@@ -8,10 +8,10 @@ name and imports the engine's libraries only then.
 
 from __future__ import annotations
 
-from .base import Engine, Ranges
+from .base import Engine, KeyedRanges
 from .frames import ENGINES, check_engine_name, engine_of, refuse_cluster_frames, resolve_engine
 
-__all__ = ["ENGINES", "Engine", "Ranges", "engine_of", "get_engine", "resolve_engine",
+__all__ = ["ENGINES", "Engine", "KeyedRanges", "engine_of", "get_engine", "resolve_engine",
            "check_engine_name", "refuse_cluster_frames"]
 
 def get_engine(name: str) -> Engine:

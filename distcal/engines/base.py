@@ -2,12 +2,13 @@
 
 An engine moves data and calls the engine-free core (:mod:`distcal.core`);
 it never does the math itself. Everything distcal computes is a function of
-the *ordered ranges* of a distinct-value table: the valid rows with weight
-> 0, pooled by distinct score (or probability) into sums, and split into
-ascending, non-overlapping score ranges. An engine offers exactly that
-(:meth:`Engine.open_ranges`), once per value column for evaluation
-(:meth:`Engine.evaluate_many`), and applies a fitted model to its own kind
-of frame (:meth:`Engine.transform`).
+the *ordered ranges* of keyed rows (:mod:`distcal.core.keyed`): the valid
+rows with weight > 0 as one row per key (all rows, a segment, a class),
+pooled by (key, score) into sums, and split into ascending,
+non-overlapping score ranges. An engine offers exactly that
+(:meth:`Engine.open_keyed`), with passes over the rows themselves, and
+applies a model to its own kind of frame (:meth:`Engine.transform_rows`,
+:meth:`Engine.transform` for a binary model).
 """
 
 from __future__ import annotations
@@ -16,41 +17,10 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
-from ..core.distinct import DistinctTable
 from ..core.keyed import KeyedTable, KeySpec
 from ..core.rows import RowPart
 
-__all__ = ["Ranges", "KeyedRanges", "Engine", "ReportFn"]
-
-
-@runtime_checkable
-class Ranges(Protocol):
-    """The ordered score ranges of one input, ready to be mapped over.
-
-    ``map(fn)`` applies ``fn`` to each non-empty range (a
-    :class:`~distcal.core.distinct.DistinctTable`, on whatever machine holds
-    it) and returns the results in ascending score order. The counts below
-    are valid once ``map`` has been called at least once (cluster engines
-    validate during the first pass).
-    """
-
-    n_rows: int            # valid rows with weight > 0
-    weight_total: float
-    dropped_rows: int      # invalid rows dropped with on_invalid="drop"
-    sum_wyy: float         # sum of w * y^2 (Brier score); NaN when not asked for
-
-    def map(self, fn: Callable[[DistinctTable], Any]) -> list[Any]: ...
-
-    def spearman_rows(self) -> bool:
-        """Sign of Spearman's rho of value and label over the rows (True: increasing)."""
-        ...
-
-    def close(self) -> None: ...
-
-    def __enter__(self) -> Ranges: ...
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None: ...
+__all__ = ["KeyedRanges", "Engine"]
 
 
 @runtime_checkable
@@ -85,9 +55,6 @@ class KeyedRanges(Protocol):
                  tb: TracebackType | None) -> None: ...
 
 
-ReportFn = Callable[[Ranges, str], Any]
-
-
 class Engine(Protocol):
     """One way of running distcal: local, Spark or Dask."""
 
@@ -95,29 +62,6 @@ class Engine(Protocol):
     # Keyword options this engine accepts on top of the public parameters
     # (e.g. ``n_ranges`` on Spark); anything else is a TypeError.
     options: frozenset[str]
-
-    def open_ranges(self, data: Any, columns: dict[str, str | None], *, on_invalid: str,
-                    finite_scores: bool = False, passes: int = 1,
-                    score_index: int | None = None, **opts: Any) -> Ranges:
-        """Validate ``data`` and split its distinct values into ordered ranges.
-
-        ``columns`` maps roles ("score" or "prob", "label" or "loss",
-        "weight") to column names. ``passes`` is how often the caller will
-        map (cluster engines persist the ranges when it is more than one).
-        ``score_index``: the value column holds vectors, and this element of
-        each is the value (a ``DataError`` for unequal lengths or an index
-        out of range).
-        """
-        ...
-
-    def evaluate_many(self, data: Any, columns: dict[str, str | None], prob_cols: list[str],
-                      *, on_invalid: str, report: ReportFn, **opts: Any) -> dict[str, Any]:
-        """``report(ranges, col)`` for each probability column, over the same valid rows.
-
-        ``columns`` has one "prob:NAME" role per column; a row invalid in
-        any column is dropped for all of them.
-        """
-        ...
 
     def transform(self, model: Any, data: Any, score_col: str, output_col: str,
                   score_index: int | None = None) -> Any:

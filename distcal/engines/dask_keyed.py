@@ -49,7 +49,6 @@ import numpy as np
 import pandas as pd
 
 from ..core.keyed import KeyedTable, KeySpec, cut_keyed, merge_keyed, pool_rows
-from ..core.partition import range_bounds
 from ..core.rows import RowPart, add_up_rows, check_columns, read_rows, vector_lengths
 from ..errors import column_not_found, output_column_exists
 from ..logs import log, phase
@@ -60,6 +59,22 @@ __all__ = ["DaskKeyedRanges", "DEFAULT_RANGE_ROWS", "n_ranges_for",
 # Pooled (key, score) rows a range may hold: the engine option ``range_rows``
 # (the Spark engine's option of the same name and default).
 DEFAULT_RANGE_ROWS = 2_000_000
+
+
+def range_bounds(samples: list[tuple[np.ndarray, int]], k: int) -> np.ndarray:
+    """Upper bounds of ``k`` ranges of about equal row counts, from per-part samples.
+
+    Each ``(sample, n)`` is an evenly spaced sample of the sorted values of a
+    part of ``n`` rows; each sampled value stands for ``n / len(sample)`` rows.
+    The bounds are the sampled values at the weighted quantiles i/k
+    (i = 1..k-1), without repeats (equal values must fall in one range).
+    """
+    values = np.concatenate([smp for smp, _ in samples])
+    weights = np.concatenate([np.full(smp.shape[0], n / smp.shape[0]) for smp, n in samples])
+    order = np.argsort(values, kind="stable")
+    cum = np.cumsum(weights[order])
+    marks = np.searchsorted(cum, cum[-1] * np.arange(1, k) / k)
+    return np.unique(values[order][np.minimum(marks, len(order) - 1)])
 
 
 def n_ranges_for(pooled_rows: int, range_rows: int, threads: int, at_least: int = 1) -> int:

@@ -5,7 +5,7 @@ exploded into keyed rows and pooled by (key, score)
 (:mod:`distcal.core.keyed`); the pooled tables are merged in memory while
 they hold at most ``memory_rows`` distinct (key, score) pairs, and written
 to disk as runs sorted by score past that (:class:`KeyedStore`). Ranges are
-read back as :class:`~distcal.core.store.TableStore` reads them: bounds from
+read back in score ranges: bounds from
 evenly spaced samples of the runs, each run cut at the bounds (equal scores
 stay together), the slices of a range pooled by (key, score). So memory is
 set by ``batch_rows`` and ``memory_rows``, never by the input's rows.

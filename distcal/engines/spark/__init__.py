@@ -4,13 +4,10 @@ The modules, in the order data flows through them:
 
 * :mod:`.session`: the session (an embedded one for the command line),
   reading local data into Spark, the number of ranges, Arrow batch size;
-* :mod:`.schema`: columns cast and checked in Spark SQL;
-* :mod:`.ranges`: optional map-side combine, ``repartitionByRange``, one
-  ``mapInArrow`` per pass;
+* :mod:`.schema`: column types, vectors and their lengths in Spark SQL;
 * :mod:`.keyed`: the keyed rows (any key spec) in ranges chosen from the
   data, pooled incrementally in bounded worker memory;
-* :mod:`.executor`: what each range partition runs in the Python worker;
-* :mod:`.evaluate`: several probability columns over the same rows;
+* :mod:`.executor`: Arrow batches gathered into chunks in the Python worker;
 * :mod:`.transform`: applying a model inside the JVM;
 * :mod:`.transform_rows`: applying a model to whole rows (one ``mapInArrow``).
 """
@@ -20,11 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from ...core.keyed import KeySpec
-from ..base import ReportFn
-from .ranges import SparkRanges
 from .session import as_spark
 
-__all__ = ["SparkEngine", "SparkRanges"]
+__all__ = ["SparkEngine"]
 
 
 class SparkEngine:
@@ -32,19 +27,6 @@ class SparkEngine:
 
     name = "spark"
     options = frozenset({"n_ranges", "combine", "sample_rows", "range_rows"})
-
-    def open_ranges(self, data: Any, columns: dict[str, str | None], *,
-                    on_invalid: str = "raise", finite_scores: bool = False, passes: int = 1,
-                    **opts: Any) -> SparkRanges:
-        return SparkRanges(as_spark(data), columns, on_invalid=on_invalid,
-                           finite_scores=finite_scores, passes=passes, **opts)
-
-    def evaluate_many(self, data: Any, columns: dict[str, str | None], prob_cols: list[str],
-                      *, on_invalid: str, report: ReportFn, **opts: Any) -> dict[str, Any]:
-        from .evaluate import evaluate_many
-
-        return evaluate_many(data, columns, prob_cols, on_invalid=on_invalid, report=report,
-                             **opts)
 
     def transform(self, model: Any, data: Any, score_col: str, output_col: str,
                   score_index: int | None = None) -> Any:

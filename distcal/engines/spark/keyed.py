@@ -75,11 +75,10 @@ from ...core.rows import RowPart, RowTotals, add_up_rows, merge_stats, read_rows
 from ...core.rows import check_columns as check_rows_columns
 from ...errors import DataError
 from ...logs import log, phase
-from .executor import chunks
 from .schema import common_length, is_vector_udt, vector_array, vector_length_counts
 from .session import default_ranges, with_arrow_batches
 
-__all__ = ["SparkKeyedRanges", "KeyedRuns", "row_runner", "range_runner", "ranges_for",
+__all__ = ["SparkKeyedRanges", "KeyedRuns", "chunks", "row_runner", "range_runner", "ranges_for",
            "partition_ids", "RANGE_ROWS", "CHUNK_ROWS", "SAMPLE_ROWS"]
 
 # Per-range budget of distinct (key, score) pairs. A pooled pair takes 40 B
@@ -99,6 +98,22 @@ RESULT_SCHEMA = "rid long, payload binary"
 
 
 # -- both sides ------------------------------------------------------------------------
+
+def chunks(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
+    """A partition's non-empty Arrow batches gathered into tables of at least ``rows`` rows."""
+    pending: list[pa.RecordBatch] = []
+    count = 0
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        pending.append(batch)
+        count += batch.num_rows
+        if count >= rows:
+            yield pa.Table.from_batches(pending)
+            pending, count = [], 0
+    if pending:
+        yield pa.Table.from_batches(pending)
+
 
 def _keyed(rows: RowPart, classes: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                         np.ndarray | None, np.ndarray | None,
@@ -272,9 +287,11 @@ def _with_keys(schema: pa.Schema, types: list[pa.DataType]) -> pa.Schema:
 class KeyedRuns:
     """A range's pooled chunks, merged as they come (memory: its distinct (key, score) pairs).
 
-    The merge rule of :class:`~.executor.PooledRuns` (timsort's run stack):
-    at most ~log2(rows / chunk) runs are held; pooling commutes, so the
-    result is the keyed table of all the range's rows.
+    Pooled runs are merged pairwise whenever the newest is at least half
+    the size of the one before it (the merge rule of timsort's run stack),
+    so at most ~log2(rows / chunk) runs are held and every pooled row takes
+    part in O(log) merges; pooling commutes (docs/design.md), so the result
+    is the keyed table of all the range's rows.
     """
 
     def __init__(self) -> None:
@@ -521,8 +538,11 @@ class SparkKeyedRanges:
 
             name = str(spec.score_col)
             numeric = column_kind(fields_of(self.rows_df)[name]) == "number"
-            score = F.col(quote(name)) if numeric else F.expr(
-                f"try_cast({quote(name)} AS DOUBLE)")
+            if spec.score_index is not None:  # (a VectorUDT is an array here: input_rows)
+                score = F.col(quote(name)).getItem(int(spec.score_index))
+            else:
+                score = F.col(quote(name)) if numeric else F.expr(
+                    f"try_cast({quote(name)} AS DOUBLE)")
             # Equal bounds collapse: a hot share h of the rows takes ~h of Spark's
             # row-quantile bounds, so ask for k / (1 - h) to keep k for the rest.
             self.k = max(1, int(math.ceil(self.k / max(1.0 - hot_share, 0.05)))) \

@@ -1,23 +1,20 @@
-"""Validation and preparation of a Spark DataFrame's columns, in Spark SQL.
+"""A Spark DataFrame's columns in Spark SQL: their kind, vectors and vector lengths.
 
-Every column becomes a double (``try_cast``, so text gives null and a flag
-instead of an error under ANSI mode), and the validation rules of
-:mod:`distcal.core.validate` become SQL predicates, so that Spark counts the
-same problems with the same words as the local engine. With the map-side
-combine, one ``groupBy(score)`` sums weights, positives and the count of
-every problem per distinct score.
+Rows are checked in the Python workers by :func:`distcal.core.rows.read_rows`
+(the same rules and words on every engine); what stays in the JVM is the
+schema: a column's kind, quoting, and reading vectors (arrays and pyspark.ml
+``VectorUDT``) and counting their lengths without a Python worker.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from ...core.validate import check_vector_lengths, rules
+from ...core.validate import check_vector_lengths
 from ...errors import VECTORS_EXPECTED, column_not_found, column_type
 
-__all__ = ["column_kind", "quote", "check_schema", "prepared", "problem_flags", "combined",
-           "any_problem", "vector_element", "with_vector_element", "is_vector_udt",
-           "vector_array", "vector_length_counts", "common_length"]
+__all__ = ["column_kind", "quote", "vector_element", "is_vector_udt", "vector_array",
+           "vector_length_counts", "common_length"]
 
 
 def column_kind(dtype: Any) -> str:
@@ -32,124 +29,6 @@ def column_kind(dtype: Any) -> str:
 
 def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
-
-
-def check_schema(df: Any, columns: dict[str, str]) -> dict[str, str]:
-    fields = {f.name: f.dataType for f in df.schema.fields}
-    kinds = {}
-    for role, name in columns.items():
-        if name not in fields:
-            raise column_not_found(name, role, fields)
-        kinds[role] = column_kind(fields[name])
-        if kinds[role] == "other":
-            raise column_type(name, role, fields[name].simpleString())
-    return kinds
-
-
-def prepared(df: Any, columns: dict[str, str], kinds: dict[str, str],
-             extra: tuple[Any, ...] = ()) -> Any:
-    """One double column per role (null for null/text) and a text flag per text column.
-
-    ``extra`` columns (e.g. segment keys) are selected as they are, after those.
-
-    Integer and boolean labels travel as 4-byte floats (exact for 0/1, and
-    any integer beyond that is outside [0, 1] either way): a quarter less to
-    shuffle and to hand to Python.
-    """
-    from pyspark.sql import functions as F
-    from pyspark.sql import types as T
-
-    fields = {f.name: f.dataType for f in df.schema.fields}
-    cols = []
-    for role, name in columns.items():
-        small = role == "label" and isinstance(fields[name], (T.IntegralType, T.BooleanType))
-        cols.append(F.expr(f"try_cast({quote(name)} AS {'FLOAT' if small else 'DOUBLE'})")
-                    .alias(role))
-        if kinds[role] == "text":
-            cols.append(F.expr(f"{quote(name)} IS NOT NULL AND try_cast({quote(name)} AS DOUBLE) "
-                               "IS NULL").alias(f"_text_{role}"))
-    return df.select(*cols, *extra)
-
-
-def problem_flags(columns: dict[str, str], kinds: dict[str, str],
-                   finite_scores: bool) -> list[tuple[str, str, Any]]:
-    """The validation rules as Spark SQL predicates over the prepared columns."""
-    from pyspark.sql import functions as F
-
-    out = []
-    for role in columns:
-        v = F.col(role)
-        text = F.col(f"_text_{role}") if kinds[role] == "text" else F.lit(False)
-        for problem, kind in rules(role, finite_scores):
-            if kind == "text":
-                if kinds[role] != "text":
-                    continue
-                cond = text
-            elif kind == "null":
-                cond = (v.isNull() | F.isnan(v)) & ~text
-            elif kind == "inf":
-                cond = F.abs(v) == float("inf")
-            elif kind == "range01":
-                cond = (v < 0.0) | (v > 1.0)
-            else:  # negative
-                cond = v < 0.0
-            out.append((role, problem, F.coalesce(cond, F.lit(False))))
-    return out
-
-
-def combined(rows: Any, columns: dict[str, str], kinds: dict[str, str],
-             finite_scores: bool, score_role: str, label_role: str,
-             hot: list[float] | None = None) -> tuple[Any, list[Any]]:
-    """Map-side combine: one row per distinct score with sums and problem counts.
-
-    With ``hot`` (a few scores that hold many rows each), only the rows with
-    those scores are grouped; every other row becomes a group of one with the
-    same columns (no shuffle for a groupBy that would not shrink it). Either
-    way the executors see rows of (score, sums, counts) and pool equal scores.
-    """
-    from pyspark.sql import functions as F
-
-    flags = problem_flags(columns, kinds, finite_scores)
-    bad = any_problem(flags)
-    w = F.col("weight") if "weight" in columns else F.lit(1.0)
-    y = F.col(label_role)
-    live = ~bad & (w > 0)
-
-    def s(expr: Any) -> Any:
-        return F.when(live, expr).otherwise(F.lit(0.0))
-
-    def count(cond: Any) -> Any:
-        return F.when(cond, 1).otherwise(0)
-
-    # (name, the row's value, a count?): summed per distinct score.
-    terms = [("W", s(w), False), ("Y", s(w * y), False), ("n", count(live), True),
-             ("ysum", s(y), False),
-             ("nonbinary", count(live & (y != 0.0) & (y != 1.0)), True),
-             ("wyy", s(w * y * y), False), ("rows", F.lit(1), True),
-             ("invalid", count(bad), True)]
-    terms += [(f"_p{i}", count(cond), True) for i, (_, _, cond) in enumerate(flags)]
-    aggs = [F.sum(e).cast("long" if is_count else "double").alias(name)
-            for name, e, is_count in terms]
-    keys = [(role, problem) for role, problem, _ in flags]
-    if not hot:
-        # NaN and null scores form groups of their own (all invalid rows).
-        return rows.groupBy(F.col(score_role).alias("s")).agg(*aggs), keys
-    is_hot = F.coalesce(F.col(score_role).isin(*hot), F.lit(False))
-    grouped = rows.where(is_hot).groupBy(F.col(score_role).alias("s")).agg(*aggs)
-    singles = rows.where(~is_hot).select(
-        F.col(score_role).alias("s"),
-        *[e.cast("long" if is_count else "double").alias(name) for name, e, is_count in terms])
-    return grouped.unionByName(singles), keys
-
-
-def any_problem(flags: list[tuple[str, str, Any]]) -> Any:
-    """One boolean column: the row has at least one of the problems."""
-    from pyspark.sql import functions as F
-
-    bad = F.lit(False)
-    for _, _, cond in flags:
-        bad = bad | cond
-    return bad
 
 
 def vector_element(df: Any, name: str, index: int, role: str = "score") -> Any:
@@ -174,17 +53,6 @@ def vector_element(df: Any, name: str, index: int, role: str = "score") -> Any:
 
     # get() is null beyond the end (arr[i] raises under ANSI mode); none are, after the check.
     return F.get(arr, index)
-
-
-def with_vector_element(df: Any, name: str, index: int | None, role: str = "score") -> Any:
-    """``df`` with column ``name`` replaced by element ``index`` of its vectors (None: as is).
-
-    Keeping the column's name keeps every later message about the rows
-    (nulls, ranges) in the user's words.
-    """
-    if index is None:
-        return df
-    return df.withColumn(name, vector_element(df, name, index, role))
 
 
 def is_vector_udt(dtype: Any) -> bool:
