@@ -933,6 +933,15 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
             if not isinstance(values, list) or len(values) != len(segments):
                 raise bad(f"segments.{f} does not match the segments table")
             segments[f] = np.asarray(values, dtype=dtype)
+        # The key types are part of the model: the segments table and the maps must
+        # name the same segments with keys of the same kind (1 is not "1").
+        def typed(key: tuple[Any, ...]) -> tuple[Any, ...]:
+            return (*map(key_kind, key), *key)
+
+        mapped = {typed(key[0]) for key in maps if key[0] is not GLOBAL}
+        if mapped != {typed(k) for k, fb in zip(seg_keys, segments["fallback"]) if not fb}:
+            raise bad("the segments table and the maps disagree on the segments or the types "
+                      "of their keys")
     msw = meta["min_segment_weight"]
     if isinstance(msw, bool) or not isinstance(msw, (int, float)) or msw < 0:
         raise bad("min_segment_weight must be a number >= 0")
