@@ -375,7 +375,8 @@ class KeyedModel:
     def check_column_types(self, types: dict[str, Any]) -> None:
         """:meth:`check_key_types` from the declared types of the ``by`` columns (pandas,
         Arrow or Spark types, by column name), before any row is read; a type that does
-        not fix the kind (pandas' object) is left to the values."""
+        not fix the kind (pandas' object) is left to the values. For an engine that
+        applies the model without :meth:`predict` (Spark's segmented transform)."""
         for b, want in zip(self.by, self._model_kinds()):
             got = type_kind(types[b]) if b in types else None
             if got is not None and want and got not in want:
@@ -385,13 +386,10 @@ class KeyedModel:
                     f"{_kinds_text(sorted(want))}, so no row would match a fitted segment; "
                     "cast the column to the model's type")
 
-    def _global_counts(self, codes: np.ndarray, keys: list[tuple[Any, ...]],
-                       rows: np.ndarray | None = None) -> dict[str, int]:
-        """Rows served by the global maps, by reason (:meth:`global_rows`); ``rows``:
-        how many rows each code stands for (default one)."""
-        rows = np.ones(codes.shape[0], dtype=np.int64) if rows is None else rows
+    def _global_counts(self, codes: np.ndarray, keys: list[tuple[Any, ...]]) -> dict[str, int]:
+        """Rows served by the global maps, by reason (:meth:`global_rows`)."""
         valid = codes >= 0
-        per_key = np.bincount(codes[valid], weights=rows[valid], minlength=len(keys))
+        per_key = np.bincount(codes[valid], minlength=len(keys))
         seen = set(self._segment_keys())
         first = self._classes_keyed()[0]
         unseen = fallback = 0
@@ -400,7 +398,7 @@ class KeyedModel:
                 unseen += int(n)
             elif (key, first) not in self._maps:
                 fallback += int(n)
-        return {"null_key": int(rows[~valid].sum()), "unseen_key": unseen,
+        return {"null_key": int(np.count_nonzero(~valid)), "unseen_key": unseen,
                 "fallback_segment": fallback}
 
     def global_rows(self, data: Any) -> dict[str, int]:
@@ -409,43 +407,21 @@ class KeyedModel:
         ``{"null_key": ..., "unseen_key": ..., "fallback_segment": ...,
         "total": ...}``: rows whose key is null (in any ``by`` column), rows
         whose key no fitted segment has, rows of segments that fall back
-        (less weight than ``min_segment_weight``). One pass over the ``by``
-        columns only (a pandas DataFrame, a pyarrow Table, a Parquet path,
-        a Spark or Dask DataFrame: a job on the cluster; what reaches this
-        process is one count per distinct key). Keys of another type than
-        the model's are a :class:`~distcal.DataError`, as in
-        :meth:`transform`. ``transform`` of pandas or Arrow data logs these
-        counts at INFO (a pandas result also holds them in
-        ``.attrs["global_rows"]``); Spark and Dask transforms are lazy:
-        call this for the count.
+        (less weight than ``min_segment_weight``). ``data``: a pandas
+        DataFrame, a pyarrow Table or a Parquet path (only the ``by``
+        columns are read). Keys of another type than the model's are a
+        :class:`~distcal.DataError`, as in :meth:`transform`, which logs
+        these counts at INFO for local data (a pandas result also holds
+        them in ``.attrs["global_rows"]``). Spark and Dask transforms are
+        lazy: their rows are counted where they are predicted, on the
+        workers, and not reported.
         """
-        from .engines import engine_of
-
         if not self.by:
             raise AttributeError("a model fitted without by= has no segments")
-        kind = engine_of(data)
-        if kind == "spark":
-            from .engines.spark.schema import quote
-
-            fields = {f.name: f.dataType for f in data.schema.fields}
-            self._require(fields)
-            self.check_column_types(fields)
-            rows = data.groupBy(*[quote(b) for b in self.by]).count().collect()
-            keys = pd.DataFrame([tuple(r)[:-1] for r in rows], columns=self.by)
-            weights = np.asarray([r[-1] for r in rows], dtype=np.int64)
-        elif kind == "dask":
-            self._require(data.columns)
-            self.check_column_types(dict(data.dtypes))
-            sizes = data[self.by].groupby(self.by, dropna=False).size().compute()
-            keys = sizes.index.to_frame(index=False)
-            weights = sizes.to_numpy(np.int64)
-        else:
-            keys = _local_keys(data, self.by)
-            self._require(keys.columns)
-            weights = np.ones(len(keys), dtype=np.int64)
+        keys = _local_keys(data, self.by)
         codes, distinct = factorize_keys([keys[b] for b in self.by])
         self.check_key_types(distinct, codes)
-        out = self._global_counts(codes, distinct, weights)
+        out = self._global_counts(codes, distinct)
         out["total"] = sum(out.values())
         return out
 
@@ -527,6 +503,14 @@ class KeyedModel:
         pandas out; pyarrow in, pyarrow out (``list<double>`` for vectors);
         a Parquet path in, pandas out; Spark and Dask frames are
         transformed by their engines, lazily.
+
+        ``by`` keys of another type than the model's (:func:`key_kind`)
+        are a :class:`~distcal.DataError` (Spark and Dask: from the
+        columns' types, before any job). The rows the global maps serve
+        (null keys, keys not seen in fitting, segments that fall back) are
+        logged at INFO for local data, and a pandas result holds their
+        counts in ``.attrs["global_rows"]`` (:meth:`global_rows` counts
+        them for any data).
         """
         from .engines import engine_of, get_engine
 
@@ -537,19 +521,16 @@ class KeyedModel:
             score_col = None
         inputs = list(dict.fromkeys([*(score_cols or [str(score_col)]), *self.by]))
 
-        where = engine_of(data)
-        if self.by and where != "local":  # the declared key types, before any job
-            schema = data.schema.fields if where == "spark" else None
-            self.check_column_types({f.name: f.dataType for f in schema} if schema is not None
-                                    else dict(data.dtypes))
-        counts: dict[str, int] | None = {} if self.by and where == "local" else None
+        counts: dict[str, int] = {}
 
         def predict(part: Any) -> np.ndarray:
             return self.predict_part(part, score_col, score_cols, counts)
 
-        out = get_engine(where).transform_rows(data, inputs, output_col, predict,
-                                               vector=self.n_classes >= 2, model=self)
-        if counts is not None:  # local data: transformed by now, every row counted
+        out = get_engine(engine_of(data)).transform_rows(data, inputs, output_col, predict,
+                                                         vector=self.n_classes >= 2, model=self)
+        # Local data is transformed by now, every row counted here; Spark and Dask
+        # frames are lazy (their rows are predicted on the workers, later).
+        if self.by and isinstance(out, (pd.DataFrame, pa.Table)):
             counts = {r: counts.get(r, 0) for r in ("null_key", "unseen_key",
                                                     "fallback_segment")}
             counts["total"] = sum(counts.values())

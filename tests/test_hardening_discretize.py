@@ -20,12 +20,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from test_hardening_badinput import snapshot
 
 import distcal
 from distcal.discretize import MAX_CLASSES
 from distcal.errors import ParameterError
-
-from test_hardening_badinput import snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
 
