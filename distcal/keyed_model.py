@@ -425,12 +425,6 @@ class KeyedModel:
         out["total"] = sum(out.values())
         return out
 
-    def _require(self, names: Any) -> None:
-        names = list(map(str, names))
-        for b in self.by:
-            if b not in names:
-                raise column_not_found(b, "segment", names)
-
     def key_codes(self, segments: Any, n: int) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
         """Codes of the rows' segment keys (-1: null) and the key of each code."""
         if isinstance(segments, pd.DataFrame):
@@ -505,12 +499,12 @@ class KeyedModel:
         transformed by their engines, lazily.
 
         ``by`` keys of another type than the model's (:func:`key_kind`)
-        are a :class:`~distcal.DataError` (Spark and Dask: from the
-        columns' types, before any job). The rows the global maps serve
-        (null keys, keys not seen in fitting, segments that fall back) are
-        logged at INFO for local data, and a pandas result holds their
-        counts in ``.attrs["global_rows"]`` (:meth:`global_rows` counts
-        them for any data).
+        are a :class:`~distcal.DataError`, raised where the rows are
+        predicted (Dask: when computed; Spark's segmented transform: from
+        the columns' types, before any job). For local data the rows the
+        global maps serve (null keys, keys not seen in fitting, segments
+        that fall back) are logged at INFO, and a pandas result holds
+        their counts in ``.attrs["global_rows"]`` (:meth:`global_rows`).
         """
         from .engines import engine_of, get_engine
 
