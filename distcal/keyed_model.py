@@ -13,7 +13,12 @@ A fit is a set of keyed problems (:mod:`distcal.core.keyed`); its model is
   p = softmax(beta * logits) (:mod:`distcal.core.temperature`);
 * segments: each row uses its segment's maps; a segment that fell back
   (less weight than ``min_segment_weight``), a segment not seen in fitting
-  and a null key use the global maps.
+  and a null key use the global maps. The type of the keys is part of
+  the model (:func:`key_kind`): keys of another type are a
+  :class:`~distcal.DataError`, not rows silently given the global maps;
+  how many rows the global maps served is logged (INFO) and counted
+  (:meth:`KeyedModel.global_rows`, ``.attrs["global_rows"]`` of a pandas
+  ``transform``).
 
 :class:`KeyedModel` is that model. Its views ``segment(key)`` and
 ``global_model`` are the model of one segment (a multiclass model, or the
@@ -26,6 +31,8 @@ JSON) and ``blocks.parquet`` (every map's blocks, by map row); no pickle.
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import json
 import math
 import os
@@ -44,6 +51,7 @@ from .core.multiclass import normalise_ovr, to_logits
 from .core.temperature import softmax_predict
 from .core.validate import as_scores
 from .errors import DataError, ModelError, column_not_found
+from .logs import log
 from .model import (
     _BLOCK_COLUMNS,
     CalibrationModel,
@@ -54,13 +62,15 @@ from .model import (
     blocks_from_table,
     build_or_damaged,
     check_model,
+    parse_model_json,
     read_checked_meta,
     read_table_file,
 )
 from .storage import filesystem_for, publish_dir
 
 __all__ = ["KeyedModel", "MulticlassCalibrationModel", "SegmentedCalibrationModel",
-           "TemperatureMap", "FORMAT", "FORMAT_VERSION", "load_keyed", "class_columns"]
+           "TemperatureMap", "FORMAT", "FORMAT_VERSION", "load_keyed", "class_columns",
+           "key_kind"]
 
 FORMAT = "distcal-keyed-model"
 FORMAT_VERSION = 2
@@ -307,7 +317,17 @@ class KeyedModel:
             raise TypeError(f"a model fitted by {self.by} needs each score's segment: "
                             "predict(scores, segments=keys); model.global_model.predict(scores) "
                             "applies the global map")
+        return self._predict_segments(s, segments, None)
+
+    def _predict_segments(self, s: np.ndarray, segments: Any,
+                          counts: dict[str, int] | None) -> np.ndarray:
+        """:meth:`predict` with segments; adds the rows served by the global maps to
+        ``counts`` (:meth:`global_rows`' keys) when given."""
         codes, keys = self.key_codes(segments, s.shape[0])
+        self.check_key_types(keys, codes)
+        if counts is not None:
+            for reason, k in self._global_counts(codes, keys).items():
+                counts[reason] = counts.get(reason, 0) + k
         out = np.empty((s.shape[0], self.n_classes) if self.n_classes >= 2 else s.shape[0])
         first = self._classes_keyed()[0]
         fitted = [k if (k, first) in self._maps else GLOBAL for k in keys]
@@ -320,6 +340,89 @@ class KeyedModel:
             idx = np.concatenate(parts)
             if idx.shape[0]:
                 out[idx] = self._predict_maps(seg, s[idx])
+        return out
+
+    # -- segment keys: their types, and the rows the global maps serve ----------
+    def _model_kinds(self) -> list[set[str]]:
+        """Per ``by`` column, the kinds (:func:`key_kind`) of the fitted segments' keys."""
+        return [{k for k in map(key_kind, self._segments[b].tolist()) if k is not None}
+                for b in self.by]
+
+    def check_key_types(self, keys: list[tuple[Any, ...]], codes: np.ndarray | None = None
+                        ) -> None:
+        """Refuse keys whose type is not the type of the model's keys (:func:`key_kind`).
+
+        ``keys``: distinct key tuples of the rows (``codes``: each row's
+        index in ``keys``, -1 for null; to count the rows in the message).
+        A :class:`~distcal.DataError` naming the column, both types and the
+        rows, e.g. ``column 'g' (segment): 300 rows hold strings; the
+        model's keys of 'g' are numbers``.
+        """
+        for j, (b, want) in enumerate(zip(self.by, self._model_kinds())):
+            if not want:
+                continue
+            bad = [i for i, k in enumerate(keys) if key_kind(k[j]) not in (None, *want)]
+            if not bad:
+                continue
+            got = sorted({str(key_kind(keys[i][j])) for i in bad})
+            n = None if codes is None else int(np.isin(codes, np.asarray(bad)).sum())
+            rows = "" if n is None else f"{n} row{' holds' if n == 1 else 's hold'} "
+            raise DataError(
+                f"column '{b}' (segment): {rows or 'keys are '}{_kinds_text(got)}; the model's "
+                f"keys of '{b}' are {_kinds_text(sorted(want))}, so no row would match a "
+                "fitted segment; cast the column to the model's type")
+
+    def check_column_types(self, types: dict[str, Any]) -> None:
+        """:meth:`check_key_types` from the declared types of the ``by`` columns (pandas,
+        Arrow or Spark types, by column name), before any row is read; a type that does
+        not fix the kind (pandas' object) is left to the values. For an engine that
+        applies the model without :meth:`predict` (Spark's segmented transform)."""
+        for b, want in zip(self.by, self._model_kinds()):
+            got = type_kind(types[b]) if b in types else None
+            if got is not None and want and got not in want:
+                raise DataError(
+                    f"column '{b}' (segment) has type {_type_name(types[b])}, which holds "
+                    f"{_kinds_text([got])}; the model's keys of '{b}' are "
+                    f"{_kinds_text(sorted(want))}, so no row would match a fitted segment; "
+                    "cast the column to the model's type")
+
+    def _global_counts(self, codes: np.ndarray, keys: list[tuple[Any, ...]]) -> dict[str, int]:
+        """Rows served by the global maps, by reason (:meth:`global_rows`)."""
+        valid = codes >= 0
+        per_key = np.bincount(codes[valid], minlength=len(keys))
+        seen = set(self._segment_keys())
+        first = self._classes_keyed()[0]
+        unseen = fallback = 0
+        for key, n in zip(keys, per_key.tolist()):
+            if key not in seen:
+                unseen += int(n)
+            elif (key, first) not in self._maps:
+                fallback += int(n)
+        return {"null_key": int(np.count_nonzero(~valid)), "unseen_key": unseen,
+                "fallback_segment": fallback}
+
+    def global_rows(self, data: Any) -> dict[str, int]:
+        """How many rows of ``data`` the global maps serve, by reason, and in all.
+
+        ``{"null_key": ..., "unseen_key": ..., "fallback_segment": ...,
+        "total": ...}``: rows whose key is null (in any ``by`` column), rows
+        whose key no fitted segment has, rows of segments that fall back
+        (less weight than ``min_segment_weight``). ``data``: a pandas
+        DataFrame, a pyarrow Table or a Parquet path (only the ``by``
+        columns are read). Keys of another type than the model's are a
+        :class:`~distcal.DataError`, as in :meth:`transform`, which logs
+        these counts at INFO for local data (a pandas result also holds
+        them in ``.attrs["global_rows"]``). Spark and Dask transforms are
+        lazy: their rows are counted where they are predicted, on the
+        workers, and not reported.
+        """
+        if not self.by:
+            raise AttributeError("a model fitted without by= has no segments")
+        keys = _local_keys(data, self.by)
+        codes, distinct = factorize_keys([keys[b] for b in self.by])
+        self.check_key_types(distinct, codes)
+        out = self._global_counts(codes, distinct)
+        out["total"] = sum(out.values())
         return out
 
     def key_codes(self, segments: Any, n: int) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
@@ -347,8 +450,10 @@ class KeyedModel:
         return factorize_keys(cols)
 
     def predict_part(self, part: pd.DataFrame | pa.Table, score_col: str | None,
-                     score_cols: list[str] | None) -> np.ndarray:
-        """Predictions for one part of a frame holding the score and ``by`` columns."""
+                     score_cols: list[str] | None,
+                     counts: dict[str, int] | None = None) -> np.ndarray:
+        """Predictions for one part of a frame holding the score and ``by`` columns
+        (``counts``: as :meth:`_predict_segments`)."""
         from .core.rows import Problems, read_scores
 
         n = len(part) if isinstance(part, pd.DataFrame) else part.num_rows
@@ -379,7 +484,7 @@ class KeyedModel:
             return self.predict(s)
         keys = part[self.by] if isinstance(part, pd.DataFrame) else \
             part.select(self.by).to_pandas(integer_object_nulls=True, date_as_object=True)
-        return self.predict(s, segments=keys)
+        return self._predict_segments(self._scores(s), keys, counts)
 
     def transform(self, data: Any, score_col: str | None = None,
                   score_cols: list[str] | None = None,
@@ -392,6 +497,14 @@ class KeyedModel:
         pandas out; pyarrow in, pyarrow out (``list<double>`` for vectors);
         a Parquet path in, pandas out; Spark and Dask frames are
         transformed by their engines, lazily.
+
+        ``by`` keys of another type than the model's (:func:`key_kind`)
+        are a :class:`~distcal.DataError`, raised where the rows are
+        predicted (Dask: when computed; Spark's segmented transform: from
+        the columns' types, before any job). For local data the rows the
+        global maps serve (null keys, keys not seen in fitting, segments
+        that fall back) are logged at INFO, and a pandas result holds
+        their counts in ``.attrs["global_rows"]`` (:meth:`global_rows`).
         """
         from .engines import engine_of, get_engine
 
@@ -402,12 +515,26 @@ class KeyedModel:
             score_col = None
         inputs = list(dict.fromkeys([*(score_cols or [str(score_col)]), *self.by]))
 
-        def predict(part: Any) -> np.ndarray:
-            return self.predict_part(part, score_col, score_cols)
+        counts: dict[str, int] = {}
 
-        return get_engine(engine_of(data)).transform_rows(data, inputs, output_col, predict,
-                                                          vector=self.n_classes >= 2,
-                                                          model=self)
+        def predict(part: Any) -> np.ndarray:
+            return self.predict_part(part, score_col, score_cols, counts)
+
+        out = get_engine(engine_of(data)).transform_rows(data, inputs, output_col, predict,
+                                                         vector=self.n_classes >= 2, model=self)
+        # Local data is transformed by now, every row counted here; Spark and Dask
+        # frames are lazy (their rows are predicted on the workers, later).
+        if self.by and isinstance(out, (pd.DataFrame, pa.Table)):
+            counts = {r: counts.get(r, 0) for r in ("null_key", "unseen_key",
+                                                    "fallback_segment")}
+            counts["total"] = sum(counts.values())
+            log.info("transform: %d of %d rows used the global map (%d null keys, %d keys "
+                     "not seen in fitting, %d rows of segments that fall back)",
+                     counts["total"], len(out), counts["null_key"], counts["unseen_key"],
+                     counts["fallback_segment"])
+            if isinstance(out, pd.DataFrame):
+                out.attrs["global_rows"] = counts
+        return out
 
     # -- inspection -----------------------------------------------------
     def describe(self) -> str:
@@ -555,6 +682,110 @@ def class_columns(columns: dict[str, Any], key: Key) -> dict[str, Any]:
     return {"score": name, "label": columns["label"], "weight": columns["weight"]}
 
 
+# -- the type of a segment key --------------------------------------------------
+# A key of another type never equals a fitted key (1 != "1", True is not the
+# string "True"), so rows whose keys changed type (a CSV read as text, a cast
+# upstream) would all silently take the global maps. Such keys are refused
+# (DataError) rather than cast: "01", "1.0" and " 1" would each need a rule,
+# and a cast that guesses is the silent wrong answer again. Integers and
+# floats are one kind, compared by value as Python's == does (2.0 is the key
+# 2, 2.5 matches no integer key): pandas holds an integer column with nulls as
+# float64. Booleans are not numbers here (True == 1 in Python).
+_KIND_TEXT = {"number": "numbers", "string": "strings", "bool": "booleans", "date": "dates",
+              "timestamp": "timestamps", "binary": "bytes"}
+
+
+def key_kind(value: Any) -> str | None:
+    """The kind of one segment key: "number", "string", "bool", "date", "timestamp",
+    "binary", another type's name, or None for a null (None, NaN, NaT)."""
+    if value is None or value is pd.NaT:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return "bool"
+    if isinstance(value, (int, float, np.integer, np.floating, decimal.Decimal)):
+        return None if isinstance(value, (float, np.floating)) and math.isnan(value) \
+            else "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (datetime.datetime, np.datetime64)):
+        return "timestamp"
+    if isinstance(value, datetime.date):
+        return "date"
+    if isinstance(value, (bytes, bytearray)):
+        return "binary"
+    return type(value).__name__
+
+
+def type_kind(dtype: Any) -> str | None:
+    """The kind of the keys a column of type ``dtype`` holds (a pyarrow, numpy/pandas or
+    Spark type), or None when the type does not fix it (pandas' object, null)."""
+    if isinstance(dtype, pa.DataType):
+        t = pa.types
+        if t.is_dictionary(dtype):
+            return type_kind(dtype.value_type)
+        return ("bool" if t.is_boolean(dtype) else
+                "number" if t.is_integer(dtype) or t.is_floating(dtype) or t.is_decimal(dtype)
+                else "string" if t.is_string(dtype) or t.is_large_string(dtype)
+                else "date" if t.is_date(dtype) else "timestamp" if t.is_timestamp(dtype)
+                else "binary" if t.is_binary(dtype) or t.is_large_binary(dtype)
+                else None if t.is_null(dtype) else str(dtype))
+    name = getattr(dtype, "typeName", None)
+    if callable(name) and type(dtype).__module__.startswith("pyspark."):
+        spark = {"boolean": "bool", "byte": "number", "short": "number", "integer": "number",
+                 "long": "number", "float": "number", "double": "number", "decimal": "number",
+                 "string": "string", "varchar": "string", "char": "string", "date": "date",
+                 "timestamp": "timestamp", "timestamp_ntz": "timestamp", "binary": "binary",
+                 "null": None}
+        return spark.get(name(), name())
+    try:
+        dt = pd.api.types.pandas_dtype(dtype)
+    except TypeError:
+        return None
+    if pd.api.types.is_bool_dtype(dt):
+        return "bool"
+    if pd.api.types.is_numeric_dtype(dt):
+        return "number"
+    if pd.api.types.is_datetime64_any_dtype(dt):
+        return "timestamp"
+    if pd.api.types.is_string_dtype(dt) and dt != np.dtype(object):
+        return "string"
+    return None  # object, category: the values tell
+
+
+def _kinds_text(kinds: list[str]) -> str:
+    return " and ".join(_KIND_TEXT.get(k, f"values of type {k}") for k in kinds)
+
+
+def _type_name(dtype: Any) -> str:
+    simple = getattr(dtype, "simpleString", None)
+    return str(simple()) if callable(simple) else str(dtype)
+
+
+def _local_keys(data: Any, by: list[str]) -> pd.DataFrame:
+    """The ``by`` columns of local data (pandas, Arrow, a Parquet path) as pandas."""
+    from .tables import is_path, open_dataset
+
+    if is_path(data):
+        dataset = open_dataset(data)
+        for b in by:
+            if b not in dataset.schema.names:
+                raise column_not_found(b, "segment", dataset.schema.names)
+        data = dataset.to_table(columns=by)
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    if isinstance(data, pa.Table):
+        for b in by:
+            if b not in data.schema.names:
+                raise column_not_found(b, "segment", data.schema.names)
+        return data.select(by).to_pandas(integer_object_nulls=True, date_as_object=True)
+    if isinstance(data, pd.DataFrame):
+        for b in by:
+            if b not in data.columns:
+                raise column_not_found(b, "segment", map(str, data.columns))
+        return data[by]
+    raise TypeError(f"cannot read data of type {type(data).__name__}")
+
+
 # The names of distcal 0.1's multiclass and segmented models: one class now.
 MulticlassCalibrationModel = KeyedModel
 SegmentedCalibrationModel = KeyedModel
@@ -579,10 +810,6 @@ def load_keyed(root: Path) -> KeyedModel:
     """
     meta = read_checked_meta(root, FORMAT, FORMAT_VERSION, "keyed ")
     return build_or_damaged(root, lambda: _from_meta(root, meta))
-
-
-def _reject(name: str) -> Any:
-    raise ValueError(f"{name} is not a finite number")
 
 
 def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
@@ -631,7 +858,8 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
         if key in maps:
             raise bad(f"the key {key_text(by, key)} appears twice")
         where = key_text(by, key)
-        params = json.loads(maps_t.column("params")[i].as_py(), parse_constant=_reject)
+        params = parse_model_json(maps_t.column("params")[i].as_py(), root / MAPS_FILE,
+                                  f"params of {where}: ")
         n_rows, weight = maps_t.column("n_rows")[i].as_py(), maps_t.column("weight")[i].as_py()
         nb = maps_t.column("blocks")[i].as_py()
         if method == "temperature":
@@ -680,6 +908,15 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
             if not isinstance(values, list) or len(values) != len(segments):
                 raise bad(f"segments.{f} does not match the segments table")
             segments[f] = np.asarray(values, dtype=dtype)
+        # The key types are part of the model: the segments table and the maps must
+        # name the same segments with keys of the same kind (1 is not "1").
+        def typed(key: tuple[Any, ...]) -> tuple[Any, ...]:
+            return (*map(key_kind, key), *key)
+
+        mapped = {typed(key[0]) for key in maps if key[0] is not GLOBAL}
+        if mapped != {typed(k) for k, fb in zip(seg_keys, segments["fallback"]) if not fb}:
+            raise bad("the segments table and the maps disagree on the segments or the types "
+                      "of their keys")
     msw = meta["min_segment_weight"]
     if isinstance(msw, bool) or not isinstance(msw, (int, float)) or msw < 0:
         raise bad("min_segment_weight must be a number >= 0")

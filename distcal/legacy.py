@@ -12,7 +12,6 @@ input: every rule of :func:`distcal.load` applies.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -32,6 +31,7 @@ from .model import (
     blocks_from_table,
     build_or_damaged,
     check_model,
+    parse_model_json,
     read_checked_meta,
     read_model_json,
     read_table_file,
@@ -254,7 +254,7 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
                 raise bad(f"{where} falls back but has a map")
             models[key] = None
             continue
-        p = json.loads(seg_params[i], parse_constant=_reject)
+        p = parse_model_json(seg_params[i], root / SEGMENTS_FILE, f"params of {where}: ")
         b = blocks_of(i, n_blocks[i], where)
         used += 0 if b is None else len(b)
         parts = {"n_rows": n_rows[i], "weight_total": weight[i], "dropped_rows": 0}
@@ -278,8 +278,4 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
                       min_segment_weight=float(msw), n_rows=glob.n_rows,
                       weight_total=glob.weight_total, dropped_rows=glob.dropped_rows,
                       columns=columns)
-
-
-def _reject(name: str) -> Any:
-    raise ValueError(f"{name} is not a finite number")
 

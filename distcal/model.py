@@ -46,7 +46,7 @@ from .errors import ModelError, sums_overflow
 from .storage import filesystem_for, publish_dir
 
 __all__ = ["CalibrationModel", "load_dir", "check_model", "read_model_json", "read_plain_file",
-           "read_table_file", "blocks_from_table"]
+           "read_table_file", "blocks_from_table", "parse_model_json"]
 
 FORMAT = "distcal-model"
 FORMAT_VERSION = 1
@@ -467,12 +467,38 @@ def read_plain_file(root: Path, name: Any, limit: int, what: str = "file") -> by
         os.close(fd)
 
 
+def parse_model_json(raw: Any, where: str | os.PathLike[str], what: str = "",
+                     limit: int = MAX_JSON_BYTES) -> Any:
+    """One JSON document read from a model directory, or :class:`ModelError` naming ``where``.
+
+    The one parser of every JSON a model directory holds (each format's
+    model.json, the parameters of each map in maps.parquet or in a 0.1
+    segments.parquet): at most ``limit`` bytes, UTF-8, only finite numbers
+    (no ``NaN``/``Infinity``, no float beyond the range of a double), at
+    most :data:`MAX_JSON_DEPTH` levels. Python's parser recurses once per
+    level, so a deeper document ends it with ``RecursionError``; that,
+    like every other failure, is a ``ModelError`` ("nested too deeply").
+    ``what`` names the document inside the file ("params of segment g=1: ").
+    """
+    if not isinstance(raw, (bytes, str)):
+        raise ModelError(f"'{where}' is damaged: {what}not JSON text")
+    if len(raw) > limit:
+        raise ModelError(f"'{where}' is damaged: {what}larger than {limit} bytes")
+    try:
+        text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
+        doc = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+    except (ValueError, TypeError, RecursionError, MemoryError) as exc:  # UnicodeDecodeError too
+        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
+        raise ModelError(f"'{where}' is damaged: {what}{why}") from exc
+    if _depth(doc) > MAX_JSON_DEPTH:
+        raise ModelError(f"'{where}' is damaged: {what}nested too deeply")
+    return doc
+
+
 def read_model_json(root: Path) -> dict[str, Any]:
     """The parsed ``model.json`` of ``root``, or :class:`ModelError`.
 
-    Only finite numbers (no ``NaN``/``Infinity``, no float beyond the range
-    of a double), at most :data:`MAX_JSON_BYTES` and :data:`MAX_JSON_DEPTH`
-    levels, an object at the top.
+    Read as :func:`parse_model_json` says; an object at the top.
     """
     if not root.is_dir():
         raise ModelError(f"model directory '{root}' does not exist")
@@ -480,14 +506,7 @@ def read_model_json(root: Path) -> dict[str, Any]:
     if not os.path.lexists(meta_path):
         raise ModelError(f"'{root}' is not a distcal model (no model.json)")
     raw = read_plain_file(root, "model.json", MAX_JSON_BYTES, "metadata file")
-    try:
-        meta = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant,
-                          parse_float=_finite_float)
-    except (ValueError, RecursionError, MemoryError) as exc:  # UnicodeDecodeError too
-        why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
-        raise ModelError(f"'{meta_path}' is damaged: {why}") from exc
-    if _depth(meta) > MAX_JSON_DEPTH:
-        raise ModelError(f"'{meta_path}' is damaged: nested too deeply")
+    meta = parse_model_json(raw, meta_path)
     if not isinstance(meta, dict):
         raise ModelError(f"'{root}' is not a distcal model")
     return meta
@@ -536,7 +555,11 @@ def read_table_file(root: Path, info: Any, expected_file: str) -> pa.Table:
     if hashlib.sha256(data).hexdigest() != info.get("sha256"):
         raise ModelError(f"'{root / expected_file}' is missing or damaged (checksum mismatch)")
     try:
-        table = pq.read_table(pa.BufferReader(data))
+        # One thread, this one: a model's tables are small, and a read on Arrow's
+        # thread pools leaves native threads alive that the interpreter's exit
+        # can abort on ("terminate called without an active exception", Arrow
+        # issue 34314; about 1 run in 40 after loading a segmented model).
+        table = pq.ParquetFile(pa.BufferReader(data)).read(use_threads=False)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise ModelError(f"'{root / expected_file}' is damaged: {exc}") from exc
     rows = info.get("rows")

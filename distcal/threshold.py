@@ -56,12 +56,64 @@ class ThresholdResult:
     segments: pd.DataFrame | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields as a dict; ``segments`` (when present) as a list of row dicts."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "segments"}
+        """The fields as standard JSON holds them: ``json.dumps(result.to_dict(),
+        allow_nan=False)`` works, and any JSON parser reads the text back.
+
+        As the command line's JSON line: a non-finite number (``threshold``
+        +inf when no threshold beats the rule ``predict_none`` says, ``tp``
+        ... ``fn`` NaN with a per-row loss) is None, and the dict holding it
+        gains ``"why_null": {field: reason}``; numpy scalars are Python
+        numbers. ``segments`` (when present) is a list of row dicts made
+        the same way, whose segment keys that are ±inf or NaN are the
+        strings "Infinity", "-Infinity", "NaN" (None is the null key);
+        other keys JSON cannot hold (dates) are their text.
+        """
+        out = _json_record({f.name: getattr(self, f.name) for f in fields(self)
+                            if f.name != "segments"})
         if self.segments is not None:
-            out["segments"] = [{str(k): _plain(v) for k, v in row.items()}
-                               for row in self.segments.to_dict(orient="records")]
+            keys = [c for c in self.segments.columns if c not in _SEGMENT_FIELDS]
+            out["segments"] = [
+                _json_record({str(k): _key_value(v) if k in keys else v
+                              for k, v in row.items()})
+                for row in self.segments.to_dict(orient="records")]
         return out
+
+
+# The columns of ThresholdResult.segments besides the by columns (the keys).
+_SEGMENT_FIELDS = ("n_rows", "weight", "threshold", "cost", "fp", "fn", "tp", "tn",
+                   "predict_none")
+# Why a field of to_dict() is None, where it is expected (else the generic reason).
+_WHY_NULL = {
+    ("threshold", "inf"): "+inf: no score threshold beats the rule printed by predict_none "
+                          "(true: no row positive; false: only rows scored +inf)",
+    ("threshold", "-inf"): "-inf: every row is predicted positive",
+    **{(f, "nan"): "undefined: a per-row loss (loss_col) has no labels"
+       for f in ("tp", "fp", "tn", "fn")}}
+
+
+def _json_record(record: dict[str, Any]) -> dict[str, Any]:
+    """One dict of to_dict(): non-finite numbers None with their reason in "why_null"."""
+    out: dict[str, Any] = {}
+    why: dict[str, str] = {}
+    for k, v in record.items():
+        v = _plain(v)
+        if isinstance(v, float) and not math.isfinite(v):
+            kind = "nan" if math.isnan(v) else "inf" if v > 0 else "-inf"
+            why[k] = _WHY_NULL.get((k, kind), {"nan": "not a number (NaN)", "inf": "+infinity",
+                                               "-inf": "-infinity"}[kind])
+            v = None
+        out[k] = v
+    if why:
+        out["why_null"] = why
+    return out
+
+
+def _key_value(v: Any) -> Any:
+    """A segment key as JSON holds it: ±inf and NaN as text (None is the null key)."""
+    v = _plain(v)
+    if isinstance(v, float) and not math.isfinite(v):
+        return "NaN" if math.isnan(v) else "Infinity" if v > 0 else "-Infinity"
+    return v
 
 
 def _plain(v: Any) -> Any:

@@ -225,7 +225,7 @@ def cmd_discretize(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
         io.check_paths(opts, outputs=[opts["output"]])
         io.refuse_existing(opts["output"], opts["overwrite"], kind=PARQUET)
     table = discretize(io.read(opts), score_col=opts["score_col"], label_col=opts["label_col"],
-                       engine=io.engine)
+                       engine=io.engine, max_classes=opts["max_classes"])
     if opts.get("output"):
         io.write_table(table, opts["output"], opts["overwrite"])
     return {"cost": table.attrs["cost"], "exact": table.attrs["exact"],

@@ -102,6 +102,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("label-col", str, f"class label column: any labels, numbers or strings, each "
            f"value a class (default: {DEFAULTS.label_col})", commands=("discretize",),
            default=DEFAULTS.label_col),
+    Option("max-classes", int, "most distinct labels discretize accepts: more is refused "
+           "(exit 2) before any count is made; each class is a count column of the output "
+           "(default: 100)", commands=("discretize",), default=100),
     # Not for discretize: MODL counts rows (unit weights), and a weight column
     # it would ignore must not be accepted.
     Option("weight-col", str, "row weight column (default: none, every weight 1)",

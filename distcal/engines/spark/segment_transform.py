@@ -179,6 +179,7 @@ def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) ->
     for name in model.by:
         if name not in fields:
             raise column_not_found(name, "segment", fields)
+    model.check_column_types(fields)  # keys of another type would match no segment
     if output_col in fields:
         raise output_column_exists(output_col)
     names = [f.name for f in df.schema.fields]

@@ -1,0 +1,198 @@
+"""Issue 34: the type of a segment key is part of a segmented model (docs/robustness.md).
+
+Keys of another kind than the model's (text where it has integers, booleans
+where it has numbers, dates where it has text...) are a DataError naming
+the column, both types and the rows, on every engine, instead of every row
+silently taking the global map. Integers and floats are one kind, compared
+by value. And the rows that do take the global map (null keys, keys not
+seen in fitting, segments that fall back) are counted:
+``model.global_rows(data)`` (local data), the INFO log and
+``.attrs["global_rows"]`` of a pandas transform.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+import distcal
+
+N = 600
+DAYS = [datetime.date(2024, 1, d) for d in (1, 2, 3)]
+KEYS = {"int": [1, 2, 3], "str": ["a", "b", "c"], "float": [0.5, 1.5, 2.5],
+        "bool": [True, False, True], "date": DAYS}
+
+
+def _rows(keys: list, n: int = N, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    s = rng.random(n)
+    return pd.DataFrame({"score": s, "label": (rng.random(n) < s).astype(np.int64),
+                         "g": pd.Series([keys[i % len(keys)] for i in range(n)],
+                                        dtype=object if isinstance(keys[0], (str, datetime.date))
+                                        else None)})
+
+
+@pytest.fixture(scope="module")
+def fitted() -> dict[str, distcal.KeyedModel]:
+    out = {}
+    for kind, keys in KEYS.items():
+        if kind == "bool":
+            keys = [True, False]
+        out[kind] = distcal.fit(_rows(keys), by="g")
+    return out
+
+
+def _as(kind: str) -> list:
+    return {"int": [1, 2, 3], "str": ["1", "2", "3"], "float": [1.0, 2.0, 3.0],
+            "bool": [True, False, True], "date": DAYS,
+            "timestamp": list(pd.to_datetime(["2024-01-01", "2024-01-02", "2024-01-03"]))}[kind]
+
+
+MISMATCHES = [
+    ("int", "str", "strings", "numbers"),
+    ("int", "bool", "booleans", "numbers"),
+    ("int", "date", "dates", "numbers"),
+    ("str", "int", "numbers", "strings"),
+    ("str", "float", "numbers", "strings"),
+    ("float", "str", "strings", "numbers"),
+    ("bool", "int", "numbers", "booleans"),
+    ("bool", "str", "strings", "booleans"),
+    ("date", "str", "strings", "dates"),
+    ("date", "timestamp", "timestamps", "dates"),
+    ("date", "int", "numbers", "dates"),
+]
+
+
+@pytest.mark.parametrize("model_kind,data_kind,got,want", MISMATCHES,
+                         ids=[f"{m[0]}-model-{m[1]}-data" for m in MISMATCHES])
+def test_local_transform_refuses_keys_of_another_type(fitted, model_kind, data_kind, got, want):
+    model = fitted[model_kind]
+    df = _rows(_as(data_kind), seed=1)
+    with pytest.raises(distcal.DataError) as info:
+        model.transform(df)
+    msg = str(info.value)
+    assert msg.startswith("column 'g' (segment): ") and "\n" not in msg
+    assert f"{N} rows hold {got}; the model's keys of 'g' are {want}" in msg
+    with pytest.raises(distcal.DataError, match=f"hold {got}"):  # Arrow in, same rule
+        model.transform(pa.Table.from_pandas(df, preserve_index=False))
+    with pytest.raises(distcal.DataError, match=f"hold {got}"):  # and predict
+        model.predict(df.score.to_numpy(), segments=df.g)
+
+
+def test_only_the_rows_of_the_wrong_type_are_counted(fitted):
+    df = _rows([1, 2, "3"], seed=2)
+    with pytest.raises(distcal.DataError, match=r"column 'g' \(segment\): 200 rows hold strings"):
+        fitted["int"].transform(df)
+
+
+@pytest.mark.parametrize("kind", sorted(KEYS))
+def test_keys_of_the_model_s_type_use_their_segments(fitted, kind):
+    model = fitted[kind]
+    keys = [True, False] if kind == "bool" else KEYS[kind]
+    df = _rows(keys, seed=3)
+    out = model.transform(df)
+    want = np.concatenate([model.segment(k).predict(df.score[df.g == k].to_numpy())
+                           for k in keys])
+    got = np.concatenate([out.calibrated[df.g == k].to_numpy() for k in keys])
+    np.testing.assert_allclose(got, want, rtol=1e-12)
+    assert out.attrs["global_rows"]["total"] == 0
+
+
+def test_integers_and_floats_are_one_kind_compared_by_value(fitted):
+    model = fitted["int"]
+    ints = _rows([1, 2, 3], seed=4)
+    floats = ints.assign(g=ints.g.astype(float))  # as pandas holds ints with nulls
+    np.testing.assert_array_equal(model.transform(floats).calibrated,
+                                  model.transform(ints).calibrated)
+    halves = ints.assign(g=ints.g + 0.5)  # 1.5 is no integer key: the global map, counted
+    out = model.transform(halves)
+    assert out.attrs["global_rows"] == {"null_key": 0, "unseen_key": N, "fallback_segment": 0,
+                                        "total": N}
+
+
+def test_rows_served_by_the_global_map_are_logged_and_counted(caplog):
+    df = _rows(["a", "b", "c"], seed=5)
+    df = pd.concat([df, _rows(["small"], n=10, seed=6)], ignore_index=True)
+    model = distcal.fit(df, by="g", min_segment_weight=50)  # "small" falls back
+    probe = _rows(["a", None, "zz", "small", "b"], n=500, seed=7)
+    with caplog.at_level(logging.INFO, logger="distcal"):
+        out = model.transform(probe)
+    want = {"null_key": 100, "unseen_key": 100, "fallback_segment": 100, "total": 300}
+    assert out.attrs["global_rows"] == want
+    assert "transform: 300 of 500 rows used the global map (100 null keys, 100 keys not seen " \
+           "in fitting, 100 rows of segments that fall back)" in caplog.text
+    assert model.global_rows(probe) == want
+    assert model.global_rows(pa.Table.from_pandas(probe, preserve_index=False)) == want
+    glob = model.global_model.predict(probe.score.to_numpy())
+    used = probe.g.isna() | probe.g.isin(["zz", "small"])
+    np.testing.assert_array_equal(out.calibrated[used], glob[used.to_numpy()])
+
+
+def test_global_rows_of_a_parquet_path_and_its_refusals(fitted, tmp_path):
+    _rows([1, 2, 9], seed=8).to_parquet(tmp_path / "in.parquet")
+    assert fitted["int"].global_rows(tmp_path / "in.parquet")["unseen_key"] == 200
+    with pytest.raises(distcal.DataError, match="column 'g' \\(segment\\): 600 rows hold "
+                                                "numbers; the model's keys of 'g' are strings"):
+        fitted["str"].global_rows(tmp_path / "in.parquet")
+    with pytest.raises(distcal.DataError, match="column 'g' \\(segment\\) not found"):
+        fitted["str"].global_rows(pd.DataFrame({"h": [1]}))
+
+
+def test_a_saved_model_keeps_its_key_types(fitted, tmp_path):
+    for kind in ("int", "date", "bool"):
+        fitted[kind].save(tmp_path / kind)
+        back = distcal.load(tmp_path / kind)
+        with pytest.raises(distcal.DataError, match="rows hold strings"):
+            back.transform(_rows(["1", "2"], seed=9))
+
+
+def test_dask_transform_checks_key_types(fitted, client):
+    """Dask predicts each partition with the model: the keys' values are checked there."""
+    import dask.dataframe as dd
+
+    model = fitted["int"]
+    text = dd.from_pandas(_rows(_as("str"), seed=10), npartitions=3)
+    with pytest.raises(distcal.DataError, match=r"column 'g' \(segment\): 200 rows hold "
+                                                r"strings; the model's keys of 'g' are numbers"):
+        model.transform(text).compute()
+    with pytest.raises(distcal.DataError, match="rows hold booleans"):
+        model.transform(dd.from_pandas(_rows(_as("bool"), seed=10), npartitions=3)).compute()
+    stamps = _rows(_as("timestamp"), seed=10)
+    stamps["g"] = pd.to_datetime(stamps.g)
+    with pytest.raises(distcal.DataError, match=r"rows hold timestamps; the model's keys of 'g' "
+                                                r"are dates"):
+        fitted["date"].transform(dd.from_pandas(stamps, npartitions=3)).compute()
+    probe = _rows([1, 2, 7, None], seed=11)
+    ddf = dd.from_pandas(probe, npartitions=3)
+    np.testing.assert_allclose(model.transform(ddf).compute().calibrated.to_numpy(),
+                               model.transform(probe).calibrated.to_numpy(), rtol=1e-12)
+    with pytest.raises(TypeError, match="cannot read data of type"):
+        model.global_rows(ddf)  # lazy frames: not counted here (documented)
+
+
+def test_spark_transform_checks_key_types(fitted, spark):
+    model = fitted["int"]
+    text = spark.createDataFrame(_rows(_as("str"), seed=12))
+    with pytest.raises(distcal.DataError, match=r"column 'g' \(segment\) has type string, "
+                                                r"which holds strings; the model's keys of 'g' "
+                                                r"are numbers"):
+        model.transform(text)
+    with pytest.raises(distcal.DataError, match="has type boolean, which holds booleans"):
+        model.transform(spark.createDataFrame(_rows(_as("bool"), seed=12)))
+    with pytest.raises(distcal.DataError, match="has type string, which holds strings; the "
+                                                "model's keys of 'g' are dates"):
+        fitted["date"].transform(spark.createDataFrame(_rows(["2024-01-01"], seed=12)))
+    probe = _rows([1, 2, 7, None], seed=13)
+    sdf = spark.createDataFrame(probe.assign(g=probe.g.astype("Int64")))
+    got = model.transform(sdf).toPandas()
+    np.testing.assert_allclose(got.calibrated.to_numpy(),
+                               model.transform(probe).calibrated.to_numpy(), rtol=1e-12)
+    dates = _rows(DAYS, seed=14)
+    np.testing.assert_allclose(
+        fitted["date"].transform(spark.createDataFrame(dates)).toPandas().calibrated,
+        fitted["date"].transform(dates).calibrated, rtol=1e-12)
