@@ -14,11 +14,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from distcal.core.keyed import KeySpec
-from distcal.engines.spark.keyed import SparkKeyedRanges
 from sklearn.isotonic import IsotonicRegression
 
 import distcal
+from distcal.core.keyed import KeySpec
+from distcal.engines.spark.keyed import SparkKeyedRanges
 
 N = 20_000
 
