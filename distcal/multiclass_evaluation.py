@@ -5,14 +5,12 @@ class (``prob_cols``); the labels are class indices 0..K-1. The rows are
 checked as for a multiclass fit (the same problems and words, plus
 probabilities outside [0, 1]); then every partition computes the sums of
 :func:`distcal.core.multiclass_metrics.multiclass_sums` where it lives
-(the local engine: one table; Dask: each partition; Spark: one
-``mapInArrow``), and the driver adds them up.
+(the engine's ``map_rows``: the local engine's batches, Dask's partitions,
+Spark's ``mapInArrow``), and the driver adds them up.
 
 :func:`evaluate_many_multiclass` compares several multiclass predictions
-(each a vector column or a list of per-class columns) over the same rows:
-a row with a problem in any of them counts as invalid for all. The local
-engine reads the input once and checks and sums every prediction in that
-one pass; Spark and Dask make one pass per prediction.
+(each a vector column or a list of per-class columns) over the same rows
+(a row invalid in any of them is left out of all), one pass per prediction.
 """
 
 from __future__ import annotations
@@ -24,7 +22,6 @@ import numpy as np
 import pandas as pd
 
 from .core.multiclass_metrics import add_sums, metrics_from_sums, multiclass_sums
-from .errors import DataError
 
 __all__ = ["MulticlassEvaluationReport", "evaluate_multiclass", "evaluate_many_multiclass",
            "prediction_name"]
@@ -140,13 +137,14 @@ class _Sums:
 
 def evaluate_multiclass(data: Any, engine: str, prob_col: str | None,
                         prob_cols: list[str] | None, label_col: str, weight_col: str | None,
-                        n_bins: int, on_invalid: str,
-                        engine_opts: dict[str, Any]) -> MulticlassEvaluationReport:
+                        n_bins: int, on_invalid: str, engine_opts: dict[str, Any],
+                        others: tuple[Any, ...] = ()) -> MulticlassEvaluationReport:
     """The report of :class:`MulticlassEvaluationReport` on any engine (module docstring).
 
     One pass over the rows (the engine's ``map_rows`` of the keyed pass,
     which reads and checks them as every engine does); each part's sums
-    are added on the driver.
+    are added on the driver. ``others``: other predictions (vector columns
+    or tuples of per-class columns) whose invalid rows are left out too.
     """
     from .core.keyed import KeySpec
     from .core.rows import check_score_args
@@ -157,7 +155,7 @@ def evaluate_multiclass(data: Any, engine: str, prob_col: str | None,
     cols = check_score_args(None if prob_cols is not None else prob_col, prob_cols)
     spec = KeySpec(score_col=None if cols is not None else prob_col, label_col=label_col,
                    weight_col=weight_col, score_cols=None if cols is None else tuple(cols),
-                   multiclass=True, per_class=False, probabilities=True)
+                   multiclass=True, per_class=False, probabilities=True, check_cols=others)
     with get_engine(engine).open_keyed(data, spec, on_invalid=on_invalid,
                                        **engine_opts) as rows:
         parts = rows.map_rows(_Sums(n_bins))
@@ -182,82 +180,14 @@ def evaluate_many_multiclass(data: Any, engine: str,
                              ) -> dict[str, MulticlassEvaluationReport]:
     """One report per prediction ``(prob_col, None)`` or ``(None, prob_cols)``, same rows.
 
-    The local engine reads and checks the rows once for all predictions and
-    computes every prediction's sums in that pass; a row with a problem in
-    any prediction is left out of every report. Spark and Dask make one
-    pass per prediction, which checks that prediction only: they describe
-    the same rows when no row is invalid (``on_invalid="raise"`` fails on
-    any), so with several predictions a dropped row there is refused
-    (:func:`_check_same_rows`) rather than risking reports over different
-    rows.
+    One pass per prediction, each checking every prediction's columns: a
+    row with a problem in any prediction is left out of every report.
     """
-    if engine == "local":
-        return _local_many(data, predictions, label_col, weight_col, n_bins, on_invalid)
-    out = {prediction_name(c, cs): evaluate_multiclass(data, engine, c, cs, label_col,
-                                                       weight_col, n_bins, on_invalid,
-                                                       engine_opts)
-           for c, cs in predictions}
-    _check_same_rows(out)
-    return out
-
-
-def _check_same_rows(reports: dict[str, MulticlassEvaluationReport]) -> None:
-    """Cluster engines, several predictions: no dropped row (each pass checks its own)."""
-    if len(reports) > 1 and any(r.dropped_rows for r in reports.values()):
-        counts = ", ".join(f"'{name}': {r.dropped_rows}" for name, r in reports.items())
-        raise DataError(f"invalid rows dropped per prediction ({counts}): on Spark and Dask "
-                        "each multiclass prediction is checked in its own pass, so the "
-                        "reports could describe different rows; filter the invalid rows out "
-                        "first, or evaluate the predictions one at a time")
-
-
-def _local_many(data: Any, predictions: list[tuple[str | None, list[str] | None]],
-                label_col: str, weight_col: str | None, n_bins: int, on_invalid: str
-                ) -> dict[str, MulticlassEvaluationReport]:
-    """Every prediction's sums from one read of a local input (see the module docstring)."""
-    from .core.rows import (
-        check_score_args,
-        fit_rows,
-        open_input,
-        problems_message,
-        score_names,
-    )
-
-    if on_invalid not in ("raise", "drop"):
-        raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
-    checked = [(c, check_score_args(c, cs)) for c, cs in predictions]
-    names = [n for c, cs in checked for n in score_names(c, cs)] + [label_col]
-    if weight_col is not None:
-        names.append(weight_col)
-    table = open_input(data, list(dict.fromkeys(names)))
-    rows = [fit_rows(table, "evaluate", c, cs, label_col, weight_col) for c, cs in checked]
-    bad = np.zeros(len(rows[0][1]), dtype=bool)
-    items: dict[tuple[str, str], int] = {}
-    for *_, problems in rows:
-        bad |= problems.bad
-        for column, problem, count in problems.items:  # label and weight: once
-            items.setdefault((column, problem), count)
-    dropped = int(np.count_nonzero(bad))
-    if dropped and on_invalid == "raise":
-        raise DataError(problems_message([(c, p, n) for (c, p), n in items.items()])
-                        + " (pass on_invalid='drop' to drop such rows)")
-    keep = ~bad
-    weights = rows[0][2]
-    if weights is not None:
-        with np.errstate(invalid="ignore"):
-            keep &= weights > 0
-    if not keep.any():
-        raise DataError("no rows to evaluate (after dropping invalid and zero-weight rows)")
-    out: dict[str, MulticlassEvaluationReport] = {}
-    for (c, cs), (scores, labels, w, k, _) in zip(checked, rows):
-        s = scores[keep]
-        s = _two_columns(s) if s.shape[1] == 1 else s
-        sums = multiclass_sums(s, labels[keep].astype(np.intp),
-                               None if w is None else w[keep], n_bins)
-        out[prediction_name(c, cs)] = MulticlassEvaluationReport(
-            n_classes=k, dropped_rows=dropped, n_bins=n_bins, prob_col=prediction_name(c, cs),
-            prob_cols=cs, **metrics_from_sums(sums))
-    return out
+    entries = [c if cs is None else tuple(cs) for c, cs in predictions]
+    return {prediction_name(c, cs): evaluate_multiclass(
+        data, engine, c, cs, label_col, weight_col, n_bins, on_invalid, engine_opts,
+        others=tuple(e for j, e in enumerate(entries) if j != i))
+        for i, (c, cs) in enumerate(predictions)}
 
 
 def _two_columns(s: np.ndarray) -> np.ndarray:

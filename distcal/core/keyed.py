@@ -76,7 +76,9 @@ class KeySpec:
     probabilities: bool = False  # scores are probabilities to evaluate: each in [0, 1]
     target: str = "label"  # "loss": label_col holds a per-row loss (any finite number)
     score_index: int | None = None  # a binary score: element of the vectors of score_col
-    check_cols: tuple[str, ...] = ()  # other probability columns a valid row must pass
+    # other predictions a valid row must pass: columns (multiclass: a vector column, or a
+    # tuple of per-class columns)
+    check_cols: tuple[str | tuple[str, ...], ...] = ()
 
     @property
     def columns(self) -> list[str]:
@@ -85,7 +87,8 @@ class KeySpec:
         cols.append(self.label_col)
         if self.weight_col is not None:
             cols.append(self.weight_col)
-        return list(dict.fromkeys([*cols, *self.check_cols, *self.by]))
+        checked = [c for e in self.check_cols for c in ((e,) if isinstance(e, str) else e)]
+        return list(dict.fromkeys([*cols, *checked, *self.by]))
 
     def classes(self, n_classes: int) -> list[int | None]:
         """The class part of the keys for K = ``n_classes`` (0: a binary score)."""

@@ -309,6 +309,24 @@ def read_fit_input(data: Any, method: str, score_col: str | None, score_cols: An
     return scores, labels.astype(np.intp), weights, k, dropped, score_cols
 
 
+def _checked_scores(table: pd.DataFrame | pa.Table, method: str, score_col: str | None,
+                    score_cols: list[str] | None, problems: Problems,
+                    length: int | None) -> np.ndarray:
+    """:func:`read_scores`, and for ``method="evaluate"`` each probability in [0, 1]."""
+    scores = read_scores(table, score_col, score_cols, problems,
+                         finite=method not in ("isotonic", "evaluate"), length=length)
+    if method == "evaluate":
+        with np.errstate(invalid="ignore"):
+            outside = (scores < 0) | (scores > 1)
+        if score_cols is not None:
+            for j, c in enumerate(score_cols):
+                problems.add(c, "are outside [0, 1]", outside[:, j])
+        else:
+            problems.add(str(score_col), "contain values outside [0, 1]",
+                         np.asarray(outside.any(axis=1)))
+    return scores
+
+
 def fit_rows(table: pd.DataFrame | pa.Table, method: str, score_col: str | None,
              score_cols: list[str] | None, label_col: str, weight_col: str | None,
              length: int | None = None
@@ -323,17 +341,7 @@ def fit_rows(table: pd.DataFrame | pa.Table, method: str, score_col: str | None,
     """
     n = len(table) if isinstance(table, pd.DataFrame) else table.num_rows
     problems = Problems(n)
-    scores = read_scores(table, score_col, score_cols, problems,
-                          finite=method not in ("isotonic", "evaluate"), length=length)
-    if method == "evaluate":  # probabilities to evaluate: each in [0, 1]
-        with np.errstate(invalid="ignore"):
-            outside = (scores < 0) | (scores > 1)
-        if score_cols is not None:
-            for j, c in enumerate(score_cols):
-                problems.add(c, "are outside [0, 1]", outside[:, j])
-        else:
-            problems.add(str(score_col), "contain values outside [0, 1]",
-                         np.asarray(outside.any(axis=1)))
+    scores = _checked_scores(table, method, score_col, score_cols, problems, length)
     k = _n_classes(scores.shape[1])
     if k < 2:
         raise DataError(f"column '{score_col}': no vectors to calibrate (need K >= 2 entries)")
@@ -464,6 +472,9 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
             None if spec.score_cols is not None else spec.score_col,
             None if spec.score_cols is None else list(spec.score_cols), spec.label_col,
             spec.weight_col, length=n_classes)
+        for entry in spec.check_cols:  # other predictions: checked, not used
+            _checked_scores(table, "evaluate", entry if isinstance(entry, str) else None,
+                            None if isinstance(entry, str) else list(entry), problems, None)
     else:
         problems = Problems(n)
         # The rules of each column's role: a score, or a probability to evaluate;
