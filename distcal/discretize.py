@@ -1,24 +1,22 @@
 """``distcal.discretize``: MODL supervised discretisation of a score for any class labels.
 
-The table of class counts per distinct score comes from the engine (one
-``groupBy(score).pivot(label)`` on Spark, a grouped count per partition on
-Dask, a count in this process locally); each contiguous score range
-pre-merges the rows no MODL optimum ever cuts apart (adjacent scores pure in
-the same class), and the driver finds the partition on the concatenation
+The table of class counts per distinct score comes from the engine's keyed
+pass, one key per class (every engine the same way); each contiguous score
+range pre-merges the rows no MODL optimum ever cuts apart (adjacent scores
+pure in the same class), or groups them beyond ``max_groups``, and the
+driver finds the partition on the concatenation
 (:mod:`distcal.core.discretize`, docs/modl.md).
 """
 
 from __future__ import annotations
 
-import functools
-import pickle
-from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from .core.discretize import MAX_GROUPS, RangeCounts, modl_from_counts
+from .core.keyed import KeyedTable, KeySpec, split_global
 from .core.modl import (
     RangeGroups,
     group_range,
@@ -28,10 +26,9 @@ from .core.modl import (
     range_summary,
 )
 from .defaults import DEFAULTS
-from .engines import resolve_engine
-from .errors import DataError, ParameterError, column_not_found
+from .engines import get_engine, resolve_engine
+from .errors import DataError, ParameterError
 from .params import check_max_groups
-from .tables import is_path, open_dataset
 
 __all__ = ["discretize", "MAX_CLASSES", "OWN_COLUMNS"]
 
@@ -51,6 +48,12 @@ def check_max_classes(value: Any) -> int:
     return int(value)
 
 
+def _too_many(label_col: str, count: int, max_classes: int, capped: bool) -> DataError:
+    return DataError(f"column '{label_col}' (label) has {'at least ' if capped else ''}{count} "
+                     f"distinct classes, more than max_classes={max_classes}; discretize "
+                     "counts each class in its own column (raise max_classes to allow more)")
+
+
 def _check_classes(classes: Any, label_col: str, max_classes: int, capped: bool = False
                    ) -> list[Any]:
     """The distinct labels, sorted, once they can name the output's count columns.
@@ -62,10 +65,7 @@ def _check_classes(classes: Any, label_col: str, max_classes: int, capped: bool 
     """
     classes = list(classes)
     if len(classes) > max_classes:
-        count = f"at least {len(classes)}" if capped else str(len(classes))
-        raise DataError(f"column '{label_col}' (label) has {count} distinct classes, "
-                        f"more than max_classes={max_classes}; discretize "
-                        "counts each class in its own column (raise max_classes to allow more)")
+        raise _too_many(label_col, len(classes), max_classes, capped)
     texts: dict[str, list[Any]] = {}
     for c in classes:
         texts.setdefault(str(c), []).append(c)
@@ -86,163 +86,89 @@ def _check_classes(classes: Any, label_col: str, max_classes: int, capped: bool 
     return sorted(classes, key=lambda c: (isinstance(c, str), c))
 
 
-def _counts_table(score: np.ndarray, label: np.ndarray, classes: list[Any]
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct scores (ascending) and their class counts (V, J)."""
-    values, inverse = np.unique(score, return_inverse=True)
-    codes = pd.Categorical(label, categories=classes).codes
-    counts = np.zeros((values.shape[0], len(classes)), dtype=np.int64)
-    np.add.at(counts, (inverse, codes), 1)
-    return values, counts
+def _class_counts(part: KeyedTable, classes: list[Any] | None) -> tuple[np.ndarray, np.ndarray,
+                                                                        list[Any]]:
+    """A range's distinct scores (ascending) and their class counts (V, J).
 
-
-def _check_rows(score: np.ndarray, label: pd.Series, score_col: str, label_col: str) -> None:
-    k = int(np.count_nonzero(np.isnan(score)))
-    if k:
-        raise DataError(f"column '{score_col}': {k} row{'s' if k > 1 else ''} "
-                        f"{'are' if k > 1 else 'is'} null or NaN")
-    k = int(label.isna().sum())
-    if k:
-        raise DataError(f"column '{label_col}': {k} row{'s' if k > 1 else ''} "
-                        f"{'are' if k > 1 else 'is'} null")
-    if score.shape[0] == 0:
-        raise DataError("no rows to discretise")
-
-
-def _local_columns(data: Any, score_col: str, label_col: str) -> tuple[np.ndarray, pd.Series]:
-    if is_path(data):
-        dataset = open_dataset(data)
-        for c, role in ((score_col, "score"), (label_col, "label")):
-            if c not in dataset.schema.names:
-                raise column_not_found(c, role, dataset.schema.names)
-        data = dataset.to_table(columns=[score_col, label_col]).to_pandas()
-    if hasattr(data, "to_pandas") and not isinstance(data, pd.DataFrame):
-        data = data.to_pandas()
-    if not isinstance(data, pd.DataFrame):
-        raise TypeError(f"cannot read data of type {type(data).__name__}")
-    for c, role in ((score_col, "score"), (label_col, "label")):
-        if c not in data.columns:
-            raise column_not_found(c, role, map(str, data.columns))
-    score = pd.to_numeric(data[score_col], errors="coerce").to_numpy(np.float64, na_value=np.nan)
-    return score, data[label_col]
-
-
-def _local(data: Any, score_col: str, label_col: str, max_classes: int
-           ) -> tuple[list[Any], list[RangeCounts]]:
-    score, label = _local_columns(data, score_col, label_col)
-    _check_rows(score, label, score_col, label_col)
-    classes = _check_classes(pd.unique(label).tolist(), label_col, max_classes)
-    values, counts = _counts_table(score, label.to_numpy(), classes)
-    return classes, [premerge_range(counts, values)]
-
-
-def _first_distinct(labels: pd.Series, limit: int) -> pd.Series:
-    return pd.Series(pd.unique(labels.dropna()))[:limit]
-
-
-def _dask(data: Any, score_col: str, label_col: str, max_classes: int
-          ) -> tuple[list[Any], list[RangeCounts]]:
-    for c, role in ((score_col, "score"), (label_col, "label")):
-        if c not in data.columns:
-            raise column_not_found(c, role, data.columns)
-    # The classes first, at most max_classes + 1 per partition: too many stop here.
-    firsts = data[label_col].map_partitions(_first_distinct, max_classes + 1,
-                                            meta=data[label_col]._meta).compute()
-    found = pd.unique(firsts)
-    _check_classes(found[:max_classes + 1].tolist(), label_col, max_classes,
-                   capped=len(found) > max_classes)
-    # One row per (score, class) with its count: distinct-sized, not row-sized.
-    grouped = data[[score_col, label_col]].groupby([score_col, label_col],
-                                                   dropna=False).size().compute()
-    frame = grouped.reset_index(name="n")
-    score = frame[score_col].to_numpy(np.float64)
-    _check_rows(score, frame[label_col], score_col, label_col)
-    classes = _check_classes(pd.unique(frame[label_col]).tolist(), label_col, max_classes)
-    values, inverse = np.unique(score, return_inverse=True)
-    codes = pd.Categorical(frame[label_col], categories=classes).codes
-    counts = np.zeros((values.shape[0], len(classes)), dtype=np.int64)
-    np.add.at(counts, (inverse, codes), frame["n"].to_numpy(np.int64))
-    return classes, [premerge_range(counts, values)]
-
-
-def _spark_range(step: Any, batches: Iterator[Any]) -> Iterator[Any]:
-    """One range partition of (score, count per class) rows: ``step(counts, scores)``, pickled."""
-    import pyarrow as pa
-    from pyspark import TaskContext
-
-    tables = [b for b in batches if b.num_rows]
-    ctx = TaskContext.get()
-    pid = ctx.partitionId() if ctx is not None else 0
-    part = None
-    if tables:
-        t = pa.Table.from_batches(tables)
-        s = t.column(0).to_numpy(zero_copy_only=False).astype(np.float64)
-        c = np.column_stack([t.column(i).to_numpy(zero_copy_only=False).astype(np.int64)
-                             for i in range(1, t.num_columns)])
-        order = np.argsort(s, kind="stable")
-        part = step(c[order], s[order])
-    yield pa.RecordBatch.from_pydict({"pid": [pid], "payload": [pickle.dumps(part)]},
-                                     schema=pa.schema([("pid", pa.int64()),
-                                                       ("payload", pa.binary())]))
-
-
-def _summary(counts: np.ndarray, scores: np.ndarray) -> tuple[float, np.ndarray]:
-    return float(scores[0]), range_summary(counts)
-
-
-def _grouped(plan: dict[float, RangeGroups], counts: np.ndarray, scores: np.ndarray) -> Any:
-    return group_range(counts, plan[float(scores[0])], scores)
-
-
-def _spark(data: Any, score_col: str, label_col: str, max_groups: int, max_classes: int
-           ) -> tuple[list[Any], list[RangeCounts], int | None]:
-    """Class counts per range, pre-merged or, beyond ``max_groups`` rows, grouped on the executors.
-
-    Two passes over the range-partitioned counts (persisted between them):
-    five integers per range, from which the driver plans the groups
-    (:func:`~distcal.core.modl.plan_groups`), then each range's rows.
+    The keys of the range are all rows (the global key: every distinct
+    score) and one per class (its rows' scores). ``classes``: the column
+    order (None: the classes present, in the range's order).
     """
-    from pyspark.sql import functions as F
+    table, _, per_class = split_global(part)
+    present = [k[0] for k in per_class.keys]
+    order = present if classes is None else classes
+    column = {c: j for j, c in enumerate(order)}
+    counts = np.zeros((len(table), len(order)), dtype=np.int64)
+    for i, c in enumerate(present):
+        t = per_class.key_table(i)
+        counts[np.searchsorted(table.score, t.score), column[c]] = t.count
+    return table.score, counts, present
 
-    from .engines.spark.schema import quote
-    from .engines.spark.session import default_ranges, on_executors
 
-    fields = [f.name for f in data.schema.fields]
-    for c, role in ((score_col, "score"), (label_col, "label")):
-        if c not in fields:
-            raise column_not_found(c, role, fields)
-    s = F.col(quote(score_col)).cast("double")
-    bad = data.where(s.isNull() | F.isnan(s) | F.col(quote(label_col)).isNull()).count()
-    if bad:
-        raise DataError(f"columns '{score_col}'/'{label_col}': {bad} rows have a null or NaN "
-                        "score or a null label")
-    # At most max_classes + 1 labels reach the driver: too many stop here.
-    first = data.select(quote(label_col)).distinct().limit(max_classes + 1).collect()
-    classes = _check_classes([r[0] for r in first], label_col, max_classes,
-                             capped=len(first) > max_classes)
-    pivot = (data.select(s.alias("s"), F.col(quote(label_col)).alias("y"))
-             .groupBy("s").pivot("y", classes).count().na.fill(0))
-    # Renamed by position: a class named "s" would otherwise be a second column "s".
-    pivot = pivot.toDF("s", *[f"c{j}" for j in range(len(classes))])
-    # Persisted: both passes must see the same ranges.
-    ranged = pivot.repartitionByRange(default_ranges(data), "s").persist()
+class _Summary:
+    """Pass 1 of a range: its first score, its classes and :func:`range_summary` (classes
+    numbered in the range's own order: the driver renumbers them); no summary (None) for
+    more than ``max_classes`` classes, whose count table is never built."""
 
-    def run(step: Any) -> list[Any]:
-        rows = on_executors(lambda: ranged.mapInArrow(
-            lambda it: _spark_range(step, it), "pid long, payload binary").collect())
-        parts = [pickle.loads(r["payload"]) for r in sorted(rows, key=lambda r: r["pid"])]
-        return [p for p in parts if p is not None]
+    def __init__(self, max_classes: int):
+        self.max_classes = max_classes
 
-    try:
-        summaries = run(_summary)
-        plan = plan_groups([x for _, x in summaries], max_groups)
+    def __call__(self, part: KeyedTable) -> tuple[float, list[Any], Any]:
+        n_classes = len(part.keys) - 1  # every key but the global one
+        if n_classes > self.max_classes:  # the first max_classes + 1 and the count
+            return (float(part.table.score.min()),
+                    [k[0][0] for k in part.keys if k[0] is not None][:self.max_classes + 1],
+                    n_classes)
+        scores, counts, present = _class_counts(part, None)
+        return float(scores[0]), present, range_summary(counts)
+
+
+class _Rows:
+    """Pass 2 of a range: its counts in the classes' order, pre-merged or grouped."""
+
+    def __init__(self, classes: list[Any], plan: dict[float, RangeGroups] | None):
+        self.classes, self.plan = classes, plan
+
+    def __call__(self, part: KeyedTable) -> Any:
+        scores, counts, _ = _class_counts(part, self.classes)
+        if self.plan is None:
+            return premerge_range(counts, scores)
+        return group_range(counts, self.plan[float(scores[0])], scores)
+
+
+def _class_tables(data: Any, engine: str, score_col: str, label_col: str, max_groups: int,
+                  max_classes: int) -> tuple[list[Any], list[RangeCounts], int | None]:
+    """The classes and the ranges' count tables, pre-merged or grouped (two keyed passes).
+
+    The keyed rows have one key per class (:class:`~distcal.core.keyed.KeySpec`,
+    ``target="classes"``) and the global key; the first pass brings each
+    range's classes and five integers, from which the driver checks the
+    classes and plans the groups (:func:`~distcal.core.modl.plan_groups`);
+    the second each range's rows.
+    """
+    spec = KeySpec(score_col=score_col, label_col=label_col, target="classes")
+    with get_engine(engine).open_keyed(data, spec, on_invalid="raise", passes=2) as keyed:
+        first = keyed.map(_Summary(max_classes))
+        found = list(dict.fromkeys(c for _, present, _ in first for c in present))
+        over = [s for _, _, s in first if isinstance(s, int)]
+        if over:  # too many classes: exact when one range holds them all
+            count = max(len(found), *over)
+            raise _too_many(label_col, count, max_classes, capped=len(first) > 1)
+        classes = _check_classes(found, label_col, max_classes)
+        number = {c: j for j, c in enumerate(classes)}
+        summaries = []
+        for _, present, summary in first:  # the pure classes renumbered in the common order
+            summary = summary.copy()
+            for at in (2, 3):
+                if summary[at] >= 0:
+                    summary[at] = number[present[summary[at]]]
+            summaries.append(summary)
+        plan = plan_groups(summaries, max_groups)
         if plan is None:
-            return classes, run(premerge_range), None
-        by_first = {f: g for (f, _), g in zip(summaries, plan)}
-        table = join_groups(run(functools.partial(_grouped, by_first)))
+            return classes, keyed.map(_Rows(classes, None)), None
+        table = join_groups(keyed.map(_Rows(classes, {f: g for (f, _, _), g
+                                                       in zip(first, plan)})))
         return classes, [table], int(table[0].shape[0])
-    finally:
-        ranged.unpersist()
 
 
 def discretize(data: Any, score_col: str = DEFAULTS.score_col,
@@ -284,9 +210,9 @@ def discretize(data: Any, score_col: str = DEFAULTS.score_col,
         Most distinct labels (default 100): more is a
         :class:`~distcal.DataError` naming the label column, the count and
         the limit, raised once the labels are counted, before the count
-        table (one integer per distinct score and class) is built. Spark
-        and Dask bring at most ``max_classes + 1`` labels to the driver to
-        decide.
+        table (one integer per distinct score and class) is built: each
+        score range sends at most ``max_classes + 1`` labels to the driver
+        to decide ("at least" when the count spans several ranges).
 
     Returns
     -------
@@ -309,19 +235,8 @@ def discretize(data: Any, score_col: str = DEFAULTS.score_col,
     """
     max_groups = check_max_groups(max_groups)
     max_classes = check_max_classes(max_classes)
-    name = resolve_engine(data, engine)
-    groups = None
-    if name == "spark":
-        from .engines.spark.session import as_spark
-
-        classes, parts, groups = _spark(as_spark(data), score_col, label_col, max_groups,
-                                        max_classes)
-    elif name == "dask":
-        from .engines.dask import as_dask
-
-        classes, parts = _dask(as_dask(data), score_col, label_col, max_classes)
-    else:
-        classes, parts = _local(data, score_col, label_col, max_classes)
+    classes, parts, groups = _class_tables(data, resolve_engine(data, engine), score_col,
+                                           label_col, max_groups, max_classes)
     smin, smax, counts, cost, exact, groups = modl_from_counts(parts, exact_max, max_groups,
                                                                groups)
     out = pd.concat([pd.DataFrame({"score_min": smin, "score_max": smax,

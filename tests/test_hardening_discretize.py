@@ -118,7 +118,7 @@ def test_many_classes_are_refused_before_the_count_table(monkeypatch):
     def never(*a, **k):
         raise AssertionError("the count table was built")
 
-    monkeypatch.setattr(mod, "_counts_table", never)
+    monkeypatch.setattr(mod, "_class_counts", never)
     rng = np.random.default_rng(2)
     df = pd.DataFrame({"score": rng.random(200_000), "label": rng.integers(0, 1000, 200_000)})
     with pytest.raises(distcal.DataError, match="has 1000 distinct classes"):
@@ -137,8 +137,8 @@ def test_dask_refuses_too_many_classes_from_a_bounded_sample(client):
     rng = np.random.default_rng(3)
     df = pd.DataFrame({"score": rng.random(3000), "label": rng.integers(0, 300, 3000)})
     ddf = dd.from_pandas(df, npartitions=4)
-    with pytest.raises(distcal.DataError, match=r"has at least 51 distinct classes, more than "
-                                                r"max_classes=50"):
+    with pytest.raises(distcal.DataError, match=r"has (at least )?\d+ distinct classes, more "
+                                                r"than max_classes=50"):
         distcal.discretize(ddf, max_classes=50)
     with pytest.raises(distcal.DataError, match="class label 'n'"):
         distcal.discretize(dd.from_pandas(_frame(["n", "y"]), npartitions=2))
@@ -151,8 +151,8 @@ def test_dask_refuses_too_many_classes_from_a_bounded_sample(client):
 def test_spark_refuses_too_many_classes_and_colliding_labels(spark):
     rng = np.random.default_rng(4)
     df = pd.DataFrame({"score": rng.random(3000), "label": rng.integers(0, 300, 3000)})
-    with pytest.raises(distcal.DataError, match=r"has at least 51 distinct classes, more than "
-                                                r"max_classes=50"):
+    with pytest.raises(distcal.DataError, match=r"has (at least )?\d+ distinct classes, more "
+                                                r"than max_classes=50"):
         distcal.discretize(spark.createDataFrame(df), max_classes=50)
     with pytest.raises(distcal.DataError, match=r"class labels 'n', 'score_min' would name"):
         distcal.discretize(spark.createDataFrame(_frame(["n", "score_min", "y"])))

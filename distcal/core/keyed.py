@@ -74,7 +74,9 @@ class KeySpec:
     multiclass: bool = False
     per_class: bool = True
     probabilities: bool = False  # scores are probabilities to evaluate: each in [0, 1]
-    target: str = "label"  # "loss": label_col holds a per-row loss (any finite number)
+    # "loss": label_col holds a per-row loss (any finite number); "classes": class labels of
+    # any type, each a key of its own (the rows' counts per class: discretize)
+    target: str = "label"
     score_index: int | None = None  # a binary score: element of the vectors of score_col
     # other predictions a valid row must pass: columns (multiclass: a vector column, or a
     # tuple of per-class columns)

@@ -483,9 +483,10 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
                  "label": spec.target, "weight": "weight"}
         # Problems in message order: the score, the columns checked with it
         # (``check_cols``: read, checked, not used), the label, the weight.
+        classes = spec.target == "classes"  # labels of any type: the rows' segments
         cols = [("score", spec.score_col), *((None, c) for c in spec.check_cols),
-                ("label", spec.label_col), ("weight", spec.weight_col)]
-        values: dict[str, np.ndarray] = {}
+                ("label", None if classes else spec.label_col), ("weight", spec.weight_col)]
+        values: dict[str, np.ndarray] = {"label": np.zeros(n)}
         for part, name in cols:
             if name is None:
                 continue
@@ -508,12 +509,16 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
         with np.errstate(invalid="ignore"):
             keep &= weight > 0
     segments = None
-    if spec.by:
+    by = (spec.label_col,) if spec.target == "classes" else spec.by
+    if by:
         from .keyed import factorize_keys
 
         cols_by = [table[b] if isinstance(table, pd.DataFrame) else table.column(b)
-                   for b in spec.by]
+                   for b in by]
         codes, keys = factorize_keys(cols_by)
+        if spec.target == "classes":  # a class per row: a null label is a problem
+            problems.add(spec.label_col, "are null", codes < 0)
+            keep &= codes >= 0
         segments = (codes[keep], keys)
     rows = RowPart(score[keep], label[keep], None if weight is None else weight[keep], segments)
     stats = {"items": problems.items, "rows": n, "invalid": int(problems.bad.sum()),
