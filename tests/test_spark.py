@@ -15,11 +15,10 @@ def both(spark, df, partitions=4):
 
 
 @pytest.mark.parametrize("partitions", [1, 4, 13, 40])
-@pytest.mark.parametrize("combine", [True, False])
-def test_isotonic_equals_local(spark, partitions, combine):
+def test_isotonic_equals_local(spark, partitions):
     df = make_scores(30_000, seed=partitions, weights=True)
     sdf, _ = both(spark, df, partitions)
-    model = distcal.fit(sdf, weight_col="w", combine=combine)
+    model = distcal.fit(sdf, weight_col="w")
     local = distcal.fit(df, weight_col="w")
     assert model == local
     q = np.linspace(-0.1, 1.1, 1201)
@@ -158,8 +157,7 @@ def test_edge_partitions_and_values(spark):
     assert len(m.blocks) == 1 and m.blocks.prob.iloc[0] == 0.25
 
 
-@pytest.mark.parametrize("combine", [True, False])
-def test_bad_input_same_errors(spark, combine):
+def test_bad_input_same_errors(spark):
     cases = [
         pd.DataFrame({"score": [0.1, None, 0.3, float("nan")], "label": [0, 1, 0, 1]}),
         pd.DataFrame({"score": [0.1, 0.2, 0.3, 0.4], "label": [0.0, 2.0, None, 1.0]}),
@@ -169,15 +167,15 @@ def test_bad_input_same_errors(spark, combine):
     ]
     for df in cases:
         kw = {"weight_col": "w"} if "w" in df else {}
-        local, remote = _errors(spark, df, combine, kw)
+        local, remote = _errors(spark, df, kw)
         assert local == remote
 
 
-def _errors(spark, df, combine, kw):
+def _errors(spark, df, kw):
     with pytest.raises(distcal.DataError) as local:
         distcal.fit(df, **kw)
     with pytest.raises(distcal.DataError) as remote:
-        distcal.fit(spark.createDataFrame(df), combine=combine, **kw)
+        distcal.fit(spark.createDataFrame(df), **kw)
     return str(local.value), str(remote.value)
 
 
@@ -275,3 +273,10 @@ def test_forced_engine_on_local_data(spark, tmp_path):
     assert distcal.fit(str(tmp_path / "s.parquet"), engine="spark") == distcal.fit(df)
     with pytest.raises(TypeError, match="collect"):
         distcal.fit(spark.createDataFrame(df), engine="local")
+
+
+def test_combine_is_ignored_with_a_warning(spark):
+    df = make_scores(2_000, seed=3)
+    with pytest.warns(FutureWarning, match="combine is ignored"):
+        model = distcal.fit(spark.createDataFrame(df), combine=True)
+    assert model == distcal.fit(df)

@@ -34,7 +34,7 @@ def test_vector_and_array_columns_equal_local(spark, predictions):
     ref = distcal.fit(plain, score_col="probability")
     assert distcal.fit(pred, score_col="probability", score_index=1) == ref
     arrays = pred.select(vector_to_array("probability").alias("probability"), "label")
-    assert distcal.fit(arrays, score_col="probability", score_index=1, combine=False) == ref
+    assert distcal.fit(arrays, score_col="probability", score_index=1) == ref
     got = distcal.optimal_threshold(pred, score_col="probability", score_index=1, cost_fn=3)
     assert got == distcal.optimal_threshold(plain, score_col="probability", cost_fn=3)
     # transform in the JVM keeps the vector column

@@ -58,11 +58,18 @@ class SparkEngine:
         score) pairs, 200k by default: the ranges are the estimated distinct
         pairs over it, at least :func:`.session.default_ranges`),
         ``n_ranges`` (a fixed number of ranges), ``sample_rows`` (keyed rows
-        sampled for the bounds). ``combine`` is accepted and ignored.
+        sampled for the bounds). ``combine`` (the map-side combine of 0.1)
+        is ignored with a ``FutureWarning``: each range is pooled as it
+        streams in.
         """
+        import warnings
+
         from .keyed import SparkKeyedRanges
 
-        opts.pop("combine", None)
+        if opts.pop("combine", None) is not None:
+            warnings.warn("combine is ignored since distcal 0.2 (each range is pooled as its "
+                          "rows stream in) and will be refused in a later version",
+                          FutureWarning, stacklevel=4)
         return SparkKeyedRanges(as_spark(data), spec, on_invalid=on_invalid,
                                 finite_scores=finite_scores, passes=passes, **opts)
 
