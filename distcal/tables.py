@@ -30,7 +30,7 @@ from .errors import VECTORS_EXPECTED, DataError, column_not_found, column_type
 from .logs import progress
 from .storage import check_regular_input
 
-__all__ = ["ColumnSource", "open_source", "open_dataset", "iter_tables", "is_path", "read_table",
+__all__ = ["ColumnSource", "open_dataset", "iter_tables", "is_path", "read_table",
            "arrow_kind", "arrow_to_float", "is_vector_column", "vector_element"]
 
 Batch = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]
@@ -256,11 +256,6 @@ def iter_tables(dataset: ds.Dataset, columns: list[str],
             table = part.to_table(schema=dataset.schema, columns=columns)
             for start in range(0, table.num_rows, batch_rows):
                 yield table.slice(start, batch_rows)
-
-
-def open_source(data: object, columns: dict[str, str | None],
-                indexes: dict[str, int] | None = None) -> ColumnSource:
-    return ColumnSource(data, {k: v for k, v in columns.items() if v is not None}, indexes)
 
 
 def read_table(path: str | os.PathLike) -> pa.Table:

@@ -1,7 +1,7 @@
 """The fast local multiclass paths against independent oracles.
 
-* One-vs-rest pooling by value sorts (``pool_one_vs_rest``) against a
-  brute-force table built with Python dicts, and the one-vs-rest models on
+* Keyed pooling of one-vs-rest rows (``pool_keyed``, two keys: 0/1 labels,
+  unit weights) against a brute-force table built with Python dicts, and the one-vs-rest models on
   heavily tied scores against scikit-learn's IsotonicRegression per class.
 * Temperature scaling from any start (the subsample start, the stopping
   rule on the estimated error left) against scipy's root of the gradient.
@@ -26,7 +26,7 @@ from sklearn.isotonic import IsotonicRegression
 
 from distcal import fit as fit_multiclass
 from distcal.core.distinct import pool_ties
-from distcal.core.multiclass import pool_one_vs_rest
+from distcal.core.keyed import pool_keyed
 from distcal.core.rows import Problems, read_scores
 from distcal.core.temperature import (
     BETA_MAX,
@@ -55,10 +55,15 @@ def _brute_table(scores, positive):
                           st.floats(-4, 4, allow_nan=False, width=16)),
                 min_size=1, max_size=60),
        st.data())
-def test_pool_one_vs_rest_is_the_distinct_table(scores, data):
+def test_keyed_pooling_of_one_vs_rest_rows_is_the_distinct_table(scores, data):
     s = np.array(scores, dtype=np.float64)
     positive = np.array(sorted(data.draw(st.sets(st.integers(0, len(s) - 1)))), dtype=np.intp)
-    got = pool_one_vs_rest(s, positive)
+    y = np.zeros(len(s))
+    y[positive] = 1.0
+    # class 1's rows (key 1) and class 0's (key 0: labels flipped), as one-vs-rest makes them
+    keyed = pool_keyed(np.repeat([0, 1], len(s)), [(None, 0), (None, 1)], np.tile(s, 2),
+                       np.concatenate([1.0 - y, y]), None)
+    got = keyed.key_table(keyed.keys.index((None, 1)))
     want = _brute_table(scores, positive)
     assert got.score.tolist() == [v for v, _ in want]
     assert not np.signbit(got.score[got.score == 0]).any()  # -0.0 reported as 0.0
@@ -67,8 +72,6 @@ def test_pool_one_vs_rest_is_the_distinct_table(scores, data):
     assert got.weight.tolist() == [float(c) for _, (c, _) in want]
     assert got.label_sum.tolist() == got.positives.tolist() and got.binary
     # and the general pooling builds the same table, bit for bit
-    y = np.zeros(len(s))
-    y[positive] = 1.0
     ref = pool_ties(s, y, path="argsort")
     for f in ("score", "weight", "positives", "count", "label_sum"):
         a, b = getattr(got, f), getattr(ref, f)

@@ -18,7 +18,7 @@ from .distinct import DistinctTable
 from .plans import run_plan
 from .ranges import MapRanges, as_map_ranges
 
-__all__ = ["ordered_quantiles", "quantiles_plan", "bin_edges", "edges_plan", "bin_ids",
+__all__ = ["quantiles_plan", "bin_edges", "edges_plan", "bin_ids",
            "uniform_edges"]
 
 
@@ -50,21 +50,6 @@ def uniform_edges(lo: float, hi: float, n_bins: int) -> np.ndarray:
     edges: np.ndarray = lo * (1.0 - t) + hi * t
     edges[0], edges[-1] = lo, hi
     return np.maximum.accumulate(edges)
-
-
-def ordered_quantiles(map_ranges: MapRanges, q: np.ndarray,
-                      stats: list[tuple[float, float, float, float, int]] | None = None
-                      ) -> np.ndarray:
-    """Weighted quantiles at ``q`` of the distinct values of ascending ranges.
-
-    Generalises ``np.percentile(..., method="linear")``: with cumulative
-    weight C_i, value i occupies the positions [C_{i-1}, C_i - 1] of the
-    weight-repeated sample, the function is linear between neighbouring
-    values, and quantile q sits at position q (W - 1). For integer weights
-    this is exactly ``np.percentile`` of the rows repeated by weight; for
-    unit weights, of the rows themselves (:func:`quantiles_plan`).
-    """
-    return run_plan(quantiles_plan(q, stats), map_ranges)
 
 
 def quantiles_plan(q: np.ndarray, stats: list[tuple[float, float, float, float, int]] | None = None

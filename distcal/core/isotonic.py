@@ -31,9 +31,8 @@ from ..errors import sums_overflow
 from .distinct import DistinctTable
 from .ranges import MapRanges, as_map_ranges
 
-__all__ = ["Blocks", "pav_blocks", "merge_blocks", "clip_blocks", "spearman_increasing",
-           "combine_spearman", "fit_isotonic", "isotonic_part", "isotonic_from_parts",
-           "isotonic_plan"]
+__all__ = ["Blocks", "pav_blocks", "merge_blocks", "clip_blocks", "combine_spearman",
+           "fit_isotonic", "isotonic_part", "isotonic_from_parts", "isotonic_plan"]
 
 
 @dataclass(frozen=True)
@@ -190,11 +189,6 @@ def combine_spearman(partials: list[tuple[int, int, int] | None]) -> bool | None
         n1 += p
         n0 += n
     return two_u - n1 * n0 >= 0
-
-
-def spearman_increasing(data: DistinctTable | MapRanges) -> bool | None:
-    """Sign of Spearman's rho of score and 0/1 label; None when labels are not all 0/1."""
-    return combine_spearman(as_map_ranges(data)(_spearman_partial))
 
 
 def isotonic_part(table: DistinctTable, increasing: bool | str = True) -> tuple[Any, ...]:

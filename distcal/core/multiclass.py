@@ -21,10 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .distinct import DistinctTable
-
 __all__ = ["looks_like_probabilities", "to_logits", "normalise_ovr", "label_problems",
-           "pool_one_vs_rest", "EPS"]
+           "EPS"]
 
 EPS = 1e-12
 
@@ -123,36 +121,3 @@ def label_problems(labels: np.ndarray, n_classes: int,
             ("are not whole numbers (class indices)", fraction),
             (f"are outside the class indices 0..{n_classes - 1}", outside)]
 
-
-def pool_one_vs_rest(scores: np.ndarray, positive: np.ndarray) -> DistinctTable:
-    """The distinct-score table of one class, unit weights: the rows ``positive`` have label 1.
-
-    ``scores``: float64 (n,), no NaN (±inf allowed); ``positive``: the
-    indices of the rows whose label is the class. Equal to
-    ``pool_ties(scores, labels)`` with ``labels`` 1 on those rows and 0
-    elsewhere (-0.0 pooled with 0.0 and reported as 0.0), without an
-    argsort: the scores are sorted as values, equal neighbours give the
-    counts, and every positive row's score is located among the distinct
-    scores (``searchsorted``; it is one of them) to count positives.
-
-    Examples
-    --------
-    >>> t = pool_one_vs_rest(np.array([0.3, -1.0, 0.3, 2.0]), np.array([0, 3]))
-    >>> t.score.tolist(), t.count.tolist(), t.positives.tolist()
-    ([-1.0, 0.3, 2.0], [1, 2, 1], [0.0, 1.0, 1.0])
-    """
-    s = np.sort(np.asarray(scores, dtype=np.float64))
-    s += 0.0  # -0.0 -> 0.0 (sorting kept equal values together)
-    n = s.shape[0]
-    if n == 0:
-        return DistinctTable.empty()
-    new = np.empty(n, dtype=bool)
-    new[0] = True
-    np.not_equal(s[1:], s[:-1], out=new[1:])
-    starts = np.flatnonzero(new)
-    value = s if starts.shape[0] == n else s[starts]
-    count = np.diff(np.append(starts, n))
-    pos_scores = np.sort(np.asarray(scores, dtype=np.float64)[positive])
-    at = np.searchsorted(value, pos_scores + 0.0)
-    positives = np.bincount(at, minlength=value.shape[0]).astype(np.float64)
-    return DistinctTable(value, count.astype(np.float64), positives, count, positives, True)

@@ -27,8 +27,6 @@ from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import numpy as np
-
 from .keyed import Key, KeyedTable
 
 __all__ = ["Plan", "run_plan", "run_plans", "KeyFailed", "KeyCounts", "split_keyed"]
@@ -152,8 +150,3 @@ def _advance(key: Key, plan: Plan[Any], parts: list[Any], plans: dict[Key, Plan[
     except (ValueError, ArithmeticError) as exc:
         raise KeyFailed(key, exc) from exc
 
-
-def sum_parts(parts: list[Any]) -> np.ndarray:
-    """The element-wise sum of the parts' arrays (a pass's usual reduction)."""
-    total: np.ndarray = np.sum(np.asarray(parts, dtype=np.float64), axis=0)
-    return total

@@ -10,7 +10,6 @@ is the most common vector length.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,14 +17,13 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 
 from ..errors import DataError, column_type
 from .multiclass import label_problems
 from .validate import is_real_dtype
 
 __all__ = ["fit_rows", "vector_lengths", "problems_message", "Problems", "read_scores",
-           "open_input", "check_score_args", "score_names", "read_fit_input", "RowPart",
+           "check_score_args", "score_names", "RowPart",
            "read_rows", "add_up_rows", "RowTotals", "check_columns", "merge_stats"]
 
 # ---------------------------------------------------------------------------
@@ -62,34 +60,6 @@ def problems_message(items: list[tuple[str, str, int]]) -> str:
                     break
         parts.append(f"column '{column}': {k} {'row' if k == 1 else 'rows'} {problem}")
     return "; ".join(parts)
-
-
-def open_input(data: Any, names: list[str]) -> pd.DataFrame | pa.Table:
-    if isinstance(data, (pd.DataFrame, pa.Table)):
-        have = list(map(str, data.columns)) if isinstance(data, pd.DataFrame) \
-            else data.schema.names
-        for c in names:
-            if c not in have:
-                raise DataError(f"column '{c}' not found; the input has columns {have}")
-        return data
-    if isinstance(data, pa.RecordBatch):
-        return open_input(pa.Table.from_batches([data]), names)
-    if isinstance(data, (str, os.PathLike)):
-        p = os.fspath(data)
-        if "://" not in p and not os.path.exists(p):
-            raise DataError(f"input '{p}' does not exist")
-        try:
-            dataset = ds.dataset(p, format="parquet", partitioning="hive")
-        except (pa.ArrowInvalid, OSError) as exc:
-            raise DataError(f"input '{p}' is not a readable Parquet file or dataset: "
-                            f"{exc}") from exc
-        missing = [c for c in names if c not in dataset.schema.names]
-        if missing:
-            raise DataError(f"column '{missing[0]}' not found; the input has columns "
-                            f"{dataset.schema.names}")
-        return dataset.to_table(columns=list(dict.fromkeys(names)))
-    raise TypeError(f"cannot read data of type {type(data).__name__}: pass a pandas DataFrame, "
-                    "a pyarrow Table, a Parquet path, a Spark or a Dask DataFrame")
 
 
 def _column_to_float(data: pd.DataFrame | pa.Table, name: str, role: str | None = None
@@ -277,36 +247,6 @@ def read_scores(data: pd.DataFrame | pa.Table, score_col: str | None,
 
 def _n_classes(n_cols: int) -> int:
     return 2 if n_cols == 1 else n_cols
-
-
-def read_fit_input(data: Any, method: str, score_col: str | None, score_cols: Any,
-                   label_col: str, weight_col: str | None, on_invalid: str) -> tuple[
-        np.ndarray, np.ndarray, np.ndarray | None, int, int, list[str] | None]:
-    """The valid rows of a local input: scores (n, K'), labels (intp), weights, K, the count
-    of dropped rows, and the checked ``score_cols`` (``method="evaluate"``: probabilities)."""
-    if on_invalid not in ("raise", "drop"):
-        raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
-    score_cols = check_score_args(score_col, score_cols)
-    names = score_names(score_col, score_cols) + [label_col]
-    if weight_col is not None:
-        names.append(weight_col)
-    table = open_input(data, names)
-    scores, labels, weights, k, problems = fit_rows(table, method, score_col, score_cols,
-                                                    label_col, weight_col)
-    dropped = int(np.count_nonzero(problems.bad))
-    if dropped and on_invalid == "raise":
-        raise DataError(problems.message() + " (pass on_invalid='drop' to drop such rows)")
-    keep = ~problems.bad
-    if weights is not None:
-        with np.errstate(invalid="ignore"):
-            keep &= weights > 0
-    if not keep.all():
-        scores, labels = scores[keep], labels[keep]
-        weights = None if weights is None else weights[keep]
-    if labels.shape[0] == 0:
-        what = "evaluate" if method == "evaluate" else "calibrate"
-        raise DataError(f"no rows to {what} (after dropping invalid and zero-weight rows)")
-    return scores, labels.astype(np.intp), weights, k, dropped, score_cols
 
 
 def _checked_scores(table: pd.DataFrame | pa.Table, method: str, score_col: str | None,
