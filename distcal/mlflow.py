@@ -89,7 +89,7 @@ def example_input(model: Any, rows: int = 5) -> pd.DataFrame:
         if finite.shape[0]:
             lo, hi = float(finite.min()), float(finite.max())
     s = np.linspace(lo, hi, rows)
-    frame = {c: s for c in _score_columns(model)}
+    frame: dict[str, Any] = {c: s for c in _score_columns(model)}
     if _is_keyed(model) and model.by:
         seg = model.segments
         first = seg.iloc[0] if len(seg) else None

@@ -1,8 +1,9 @@
-"""Export a calibration model to where the classifier runs: SQL, ONNX (MLflow: :mod:`distcal.mlflow`).
+"""Export a calibration model to where the classifier runs: SQL and ONNX.
 
 * :func:`~distcal.export.sql.to_sql`: one SQL expression per output for
   Spark SQL, DuckDB, PostgreSQL, BigQuery and Snowflake;
-* :func:`~distcal.export.onnx_graph.to_onnx`: an ``onnx.ModelProto``.
+* :func:`~distcal.export.onnx_graph.to_onnx`: an ``onnx.ModelProto``;
+* MLflow: :mod:`distcal.mlflow`.
 
 Both reproduce ``model.predict`` (docs/export.md): they are built from
 the same leaves (:mod:`distcal.export.pieces`) and the same double
