@@ -51,6 +51,11 @@ __all__ = ["DIALECTS", "to_sql", "ovr_normalise_sql"]
 DIALECTS = ("spark", "duckdb", "postgres", "bigquery", "snowflake")
 # NaN = NaN is true in these two and they have no ISNAN function.
 _NAN_BY_EQUALITY = {"postgres": True, "snowflake": True}
+# PostgreSQL raises "value out of range: underflow" when a product of two non-zero
+# doubles rounds to 0 (e.g. a slope times the distance 5e-324 from a knot at 0): there,
+# c * x is written as 0 when |c x| < 1e-300, a difference below 1e-300 from predict.
+_UNDERFLOW_RAISES = {"postgres": True}
+TINY = 1e-300
 EXP_LIMIT = 708.0  # exp(+-708) is a normal double; PostgreSQL raises on overflow/underflow
 LOGIT_EPS = 1e-12  # scikit-learn's log(p + 1e-12) for probabilities (distcal.core.multiclass)
 
@@ -125,6 +130,15 @@ class _Writer:
             return self.num(float(v))
         return str(exp.Literal.string(str(v)).sql(dialect=self.dialect))
 
+    def times(self, c: float, x: str) -> str:
+        """``c * x`` for the constant c (see _UNDERFLOW_RAISES)."""
+        c = float(c)
+        if not _UNDERFLOW_RAISES.get(self.dialect, False) or c == 0.0 or not math.isfinite(c):
+            return f"{self.num(c)} * {x}"
+        with np.errstate(over="ignore"):
+            limit = float(np.float64(TINY) / abs(c))
+        return f"CASE WHEN ABS({x}) < {self.num(limit)} THEN 0.0e0 ELSE {self.num(c)} * {x} END"
+
     def double(self, sql: str) -> str:
         return f"CAST({sql} AS {self.double_type})"
 
@@ -134,7 +148,7 @@ class _Writer:
 def _leaf(pw: Piecewise, i: int, s: str, w: _Writer) -> str:
     if pw.constant[i]:
         return w.num(pw.y0[i])
-    return f"{w.num(pw.slope[i])} * ({s} - {w.num(pw.x0[i])}) + {w.num(pw.y0[i])}"
+    return f"{w.times(pw.slope[i], f'({s} - {w.num(pw.x0[i])})')} + {w.num(pw.y0[i])}"
 
 
 def _search(pw: Piecewise, s: str, w: _Writer) -> str:
@@ -167,7 +181,7 @@ def _search(pw: Piecewise, s: str, w: _Writer) -> str:
 
 def _sigmoid(model: Any, s: str, w: _Writer) -> str:
     a, b = float(model.params["a"]), float(model.params["b"])
-    z = f"({w.num(a)} * {s} + {w.num(b)})"
+    z = f"({w.times(a, s)} + {w.num(b)})"
     return (f"CASE WHEN {s} IS NULL THEN NULL WHEN {w.is_nan(z)} THEN {w.nan} "
             f"WHEN {z} > {w.num(EXP_LIMIT)} THEN 0.0e0 WHEN {z} < {w.num(-EXP_LIMIT)} THEN 1.0e0 "
             f"ELSE 1.0e0 / (1.0e0 + EXP({z})) END")
@@ -225,7 +239,7 @@ def _temperature(model: Any, scores: list[str], w: _Writer) -> list[str]:
         logits = [f"LN({s} + {w.num(LOGIT_EPS)})" for s in scores]
     else:
         logits = list(scores)
-    a = [f"({w.num(beta)} * {z})" for z in logits]
+    a = [f"({w.times(beta, z)})" for z in logits]
     m = "GREATEST(" + ", ".join(a) + ")"
     # exp(d) for d = beta z - m <= 0; below -708 its value (< 3.3e-308) is taken as 0.
     e = [f"CASE WHEN {ai} - {m} < {w.num(-EXP_LIMIT)} THEN 0.0e0 ELSE EXP({ai} - {m}) END"
