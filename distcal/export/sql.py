@@ -56,6 +56,12 @@ _NAN_BY_EQUALITY = {"postgres": True, "snowflake": True}
 # c * x is written as 0 when |c x| < 1e-300, a difference below 1e-300 from predict.
 _UNDERFLOW_RAISES = {"postgres": True}
 TINY = 1e-300
+# Spark's analyser computes the type of a nested CASE (or IF) from both branches, again at
+# every level: its work grows as 4^depth (seconds at depth 8, out of memory at 14), and a
+# large generated method exceeds the JVM's 64 KB. There the search is a loop instead:
+# aggregate() over the halving steps, reading the thresholds from one array literal.
+_SEARCH_BY_ARRAY = {"spark": True}
+_I, _D = "__distcal_i", "__distcal_d"  # lambda variables: never a user column
 EXP_LIMIT = 708.0  # exp(+-708) is a normal double; PostgreSQL raises on overflow/underflow
 LOGIT_EPS = 1e-12  # scikit-learn's log(p + 1e-12) for probabilities (distcal.core.multiclass)
 
@@ -179,6 +185,36 @@ def _search(pw: Piecewise, s: str, w: _Writer) -> str:
     return "".join(out)
 
 
+def _array_search(pw: Piecewise, s: str, w: _Writer) -> str:
+    """The branchless binary search of :mod:`distcal.export.onnx_graph`, as Spark SQL.
+
+    ``aggregate(array(2^(r-1), ..., 2, 1), 0, (i, d) -> IF(T[i + d - 1] <= s, i + d, i),
+    i -> leaf i)``: T padded with NaN to 2^r - 1 entries (NaN <= s and NaN < s are
+    false for every number s; NaN scores never get here), r = bit_length(m).
+    """
+    m = pw.thresholds.shape[0]
+    rounds = m.bit_length()
+
+    def array(values: Any) -> str:
+        return "array(" + ", ".join(values) + ")"
+
+    y = array(w.num(v) for v in pw.y0)
+    if pw.constant.all():
+        leaf = f"{y}[{_I}]"
+    else:
+        leaf = (f"IF({array('true' if c else 'false' for c in pw.constant)}[{_I}], {y}[{_I}], "
+                f"{array(w.num(v) for v in pw.slope)}[{_I}] * ({s} - "
+                f"{array(w.num(v) for v in pw.x0)}[{_I}]) + {y}[{_I}])")
+    if rounds == 0:
+        return leaf.replace(f"[{_I}]", "[0]")
+    padded = np.full((1 << rounds) - 1, np.nan)
+    padded[:m] = pw.thresholds
+    op = "<=" if pw.right else "<"
+    steps = array(str(1 << r) for r in reversed(range(rounds)))
+    return (f"aggregate({steps}, 0, ({_I}, {_D}) -> IF({array(w.num(t) for t in padded)}"
+            f"[{_I} + {_D} - 1] {op} {s}, {_I} + {_D}, {_I}), {_I} -> {leaf})")
+
+
 def _sigmoid(model: Any, s: str, w: _Writer) -> str:
     a, b = float(model.params["a"]), float(model.params["b"])
     z = f"({w.times(a, s)} + {w.num(b)})"
@@ -197,7 +233,8 @@ def binary_sql(model: Any, s: str, w: _Writer) -> str:
         parts.append(f" WHEN {s} = {w.neg_inf} THEN {w.num(pw.at_neg_inf)}")
     if pw.at_pos_inf is not None:
         parts.append(f" WHEN {s} = {w.inf} THEN {w.num(pw.at_pos_inf)}")
-    parts.append(f" ELSE {_search(pw, s, w)} END")
+    search = _array_search if _SEARCH_BY_ARRAY.get(w.dialect, False) else _search
+    parts.append(f" ELSE {search(pw, s, w)} END")
     return w.double("".join(parts))
 
 
