@@ -23,13 +23,12 @@ import pandas as pd
 import pyarrow as pa
 import pytest
 import sqlglot
+from conftest import make_scores
 
 import distcal
 import distcal.mlflow as dmlflow
 from distcal.cli.main import main as cli_main
 from distcal.export.pieces import piecewise
-
-from conftest import make_scores
 
 BINARY = {
     "step": {"interpolation": "step"},
@@ -207,7 +206,7 @@ def test_sql_binary_methods(engine, run_sql, binary_models, probes):
     scores = [*probes.tolist(), float("nan"), None]
     exprs = [m.to_sql("score", dialect=engine) for m in binary_models.values()]
     result = run_sql(exprs, {"score": scores})
-    for i, (name, model) in enumerate(binary_models.items()):
+    for i, model in enumerate(binary_models.values()):
         want = _expected(model, [np.nan if s is None else s for s in scores])
         _assert_close(_columns(result, i), want, null_rows=[len(scores) - 1])
 
@@ -215,7 +214,7 @@ def test_sql_binary_methods(engine, run_sql, binary_models, probes):
 def test_sql_is_a_binary_search_and_round_trips(binary_models):
     """Depth log2(blocks), literals that read back as the same doubles, sqlglot parses all."""
     model = binary_models["linear"]
-    sql = model.to_sql("score", dialect="duckdb")
+    sql = model.to_sql("score", dialect="postgres")
     depth = max_depth = 0
     for token in sql.split():
         depth += token == "CASE"
@@ -227,9 +226,13 @@ def test_sql_is_a_binary_search_and_round_trips(binary_models):
         text = model.to_sql("score", dialect=dialect)
         tree = sqlglot.parse_one(text, read=dialect)
         assert sqlglot.parse_one(tree.sql(dialect=dialect), read=dialect) == tree
-        numbers = [-float(lit.this) if isinstance(lit.parent, sqlglot.exp.Neg)
-                   else float(lit.this) for lit in tree.find_all(sqlglot.exp.Literal)
-                   if lit.is_number and "e" in lit.this]  # doubles (not Spark's steps)
+        numbers = []  # double literals, and the values of Spark's and DuckDB's arrays
+        for lit in tree.find_all(sqlglot.exp.Literal):
+            if lit.is_number and "e" in lit.this:  # not Spark's loop steps
+                numbers.append(-float(lit.this) if isinstance(lit.parent, sqlglot.exp.Neg)
+                               else float(lit.this))
+            elif lit.is_string and lit.this != "," and "," in lit.this and "true" not in lit.this:
+                numbers += [float(v) for v in lit.this.split(",") if v != "NaN"]
         pw = piecewise(model)
         exact = {*pw.thresholds.tolist(), *pw.x0.tolist(), *pw.y0.tolist(),
                  *pw.slope.tolist(), 0.0, 1.0}

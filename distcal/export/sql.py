@@ -56,11 +56,22 @@ _NAN_BY_EQUALITY = {"postgres": True, "snowflake": True}
 # c * x is written as 0 when |c x| < 1e-300, a difference below 1e-300 from predict.
 _UNDERFLOW_RAISES = {"postgres": True}
 TINY = 1e-300
-# Spark's analyser computes the type of a nested CASE (or IF) from both branches, again at
-# every level: its work grows as 4^depth (seconds at depth 8, out of memory at 14), and a
-# large generated method exceeds the JVM's 64 KB. There the search is a loop instead:
-# aggregate() over the halving steps, reading the thresholds from one array literal.
-_SEARCH_BY_ARRAY = {"spark": True}
+# Nested CASE costs these engines more than the search itself: Spark's analyser
+# computes the type of a nested CASE (or IF) from both branches, again at every level
+# (work growing as 4^depth: seconds at depth 8, out of memory at 14), and DuckDB plans a
+# 100,000-block tree in about 40 s. There the search is a loop over the halving steps
+# reading the thresholds from one array, itself a single string literal split and cast
+# (the parser sees one token, not 200,000 numbers; the cast reads each repr exactly).
+# Per dialect: the array of a string, the index of the first element, the loop.
+_ARRAY_SEARCH: dict[str, tuple[str, int, str]] = {
+    "spark": ("CAST(split('{values}', ',') AS ARRAY<{type}>)", 0,
+              "aggregate(array({steps}), 0, ({i}, {d}) -> IF({t}[{i} + {d} - 1] {op} {s}, "
+              "{i} + {d}, {i}), {i} -> {leaf})"),
+    "duckdb": ("CAST(string_split('{values}', ',') AS {type}[])", 1,
+               "list_transform([list_reduce([{steps}], lambda {i}, {d}: CASE WHEN "
+               "{t}[{i} + {d}] {op} {s} THEN {i} + {d} ELSE {i} END, 0)], "
+               "lambda {i}: {leaf})[1]"),
+}
 _I, _D = "__distcal_i", "__distcal_d"  # lambda variables: never a user column
 EXP_LIMIT = 708.0  # exp(+-708) is a normal double; PostgreSQL raises on overflow/underflow
 LOGIT_EPS = 1e-12  # scikit-learn's log(p + 1e-12) for probabilities (distcal.core.multiclass)
@@ -186,33 +197,40 @@ def _search(pw: Piecewise, s: str, w: _Writer) -> str:
 
 
 def _array_search(pw: Piecewise, s: str, w: _Writer) -> str:
-    """The branchless binary search of :mod:`distcal.export.onnx_graph`, as Spark SQL.
+    """The branchless binary search of :mod:`distcal.export.onnx_graph`, as SQL.
 
-    ``aggregate(array(2^(r-1), ..., 2, 1), 0, (i, d) -> IF(T[i + d - 1] <= s, i + d, i),
-    i -> leaf i)``: T padded with NaN to 2^r - 1 entries (NaN <= s and NaN < s are
-    false for every number s; NaN scores never get here), r = bit_length(m).
+    i = 0, then for d = 2^(r-1), ..., 2, 1: i += d where T[i + d - 1] <= s (0-based),
+    T the thresholds padded with NaN to 2^r - 1 entries (NaN <= s and NaN < s are
+    false for every number s; NaN scores never get here), r = bit_length(m); then
+    leaf i. ``aggregate`` (Spark) or ``list_reduce`` (DuckDB) runs the loop.
     """
+    array_of, base, loop = _ARRAY_SEARCH[w.dialect]
+
+    def array(values: Any, kind: str = "DOUBLE") -> str:
+        return array_of.format(values=",".join(values), type=kind)
+
+    def number(x: float) -> str:
+        return "NaN" if math.isnan(x) else repr(float(x))
+
+    def at(arr: str) -> str:
+        return f"{arr}[{_I}{' + 1' if base else ''}]"
+
     m = pw.thresholds.shape[0]
     rounds = m.bit_length()
-
-    def array(values: Any) -> str:
-        return "array(" + ", ".join(values) + ")"
-
-    y = array(w.num(v) for v in pw.y0)
+    if rounds == 0:  # no threshold: one leaf, a constant
+        return w.num(pw.y0[0])
+    y = at(array(number(v) for v in pw.y0))
     if pw.constant.all():
-        leaf = f"{y}[{_I}]"
+        leaf = y
     else:
-        leaf = (f"IF({array('true' if c else 'false' for c in pw.constant)}[{_I}], {y}[{_I}], "
-                f"{array(w.num(v) for v in pw.slope)}[{_I}] * ({s} - "
-                f"{array(w.num(v) for v in pw.x0)}[{_I}]) + {y}[{_I}])")
-    if rounds == 0:
-        return leaf.replace(f"[{_I}]", "[0]")
+        leaf = (f"CASE WHEN {at(array(('true' if c else 'false' for c in pw.constant), 'BOOLEAN'))}"
+                f" THEN {y} ELSE {at(array(number(v) for v in pw.slope))} * ({s} - "
+                f"{at(array(number(v) for v in pw.x0))}) + {y} END")
     padded = np.full((1 << rounds) - 1, np.nan)
     padded[:m] = pw.thresholds
-    op = "<=" if pw.right else "<"
-    steps = array(str(1 << r) for r in reversed(range(rounds)))
-    return (f"aggregate({steps}, 0, ({_I}, {_D}) -> IF({array(w.num(t) for t in padded)}"
-            f"[{_I} + {_D} - 1] {op} {s}, {_I} + {_D}, {_I}), {_I} -> {leaf})")
+    return loop.format(steps=", ".join(str(1 << r) for r in reversed(range(rounds))),
+                       i=_I, d=_D, t=array(number(t) for t in padded),
+                       op="<=" if pw.right else "<", s=s, leaf=leaf)
 
 
 def _sigmoid(model: Any, s: str, w: _Writer) -> str:
@@ -233,7 +251,7 @@ def binary_sql(model: Any, s: str, w: _Writer) -> str:
         parts.append(f" WHEN {s} = {w.neg_inf} THEN {w.num(pw.at_neg_inf)}")
     if pw.at_pos_inf is not None:
         parts.append(f" WHEN {s} = {w.inf} THEN {w.num(pw.at_pos_inf)}")
-    search = _array_search if _SEARCH_BY_ARRAY.get(w.dialect, False) else _search
+    search = _array_search if w.dialect in _ARRAY_SEARCH else _search
     parts.append(f" ELSE {search(pw, s, w)} END")
     return w.double("".join(parts))
 
