@@ -242,6 +242,19 @@ def test_sql_is_a_binary_search_and_round_trips(binary_models):
         assert {x for x in numbers if not 0 < abs(x) < 1e-290} <= exact
 
 
+@pytest.mark.parametrize("engine", ["duckdb", "spark", "postgres"])
+def test_sql_many_blocks(engine, run_sql):
+    """3,000 blocks, 6,000 knots: DuckDB's CASE over slices of loops, Spark's one loop."""
+    rng = np.random.default_rng(2)
+    score = np.cumsum(rng.uniform(0.5, 1.5, 3000))
+    rate = np.sort(rng.uniform(0.0, 1.0, 3000))
+    model = distcal.fit(pd.DataFrame({"score": score, "label": rate}))
+    assert len(model.blocks) > 2900
+    s = np.concatenate([score, score + 0.25, [-1.0, score[-1] + 1.0]])
+    _assert_close(_columns(run_sql([model.to_sql("score", dialect=engine)],
+                                   {"score": s.tolist()}), 0), model.predict(s))
+
+
 def _segment_data(n: int = 4000) -> pd.DataFrame:
     df = make_scores(n, seed=11)
     rng = np.random.default_rng(3)

@@ -7,7 +7,8 @@ Spark SQL, DuckDB, PostgreSQL, BigQuery or Snowflake:
   :mod:`distcal.export.pieces` written as nested ``CASE WHEN s >= t THEN
   ... ELSE ... END``, a binary search of depth ceil(log2(leaves)), so 100,000
   blocks cost about 18 comparisons per row, not a 100,000-arm CASE. Runs of
-  equal constant leaves collapse into one. Linear leaves are
+  equal constant leaves collapse into one. Spark and DuckDB run the same
+  search as a loop over an array of thresholds instead (see _ARRAY_SEARCH). Linear leaves are
   ``slope * (s - x) + y`` with slope, x and y computed by numpy as
   ``np.interp`` computes them: the same double operations, the same result.
 * sigmoid: ``1 / (1 + EXP(a * s + b))``; where ``|a s + b| > 708`` the
@@ -63,6 +64,12 @@ TINY = 1e-300
 # reading the thresholds from one array, itself a single string literal split and cast
 # (the parser sees one token, not 200,000 numbers; the cast reads each repr exactly).
 # Per dialect: the array of a string, the index of the first element, the loop.
+# DuckDB's cost per row grows with the size of the arrays a lambda captures (1e6
+# rows: 0.2 s with 1,000 blocks, 22 s with one loop over 100,000), so its search is a
+# nested CASE down to slices of at most 4,096 leaves, each a loop over its own arrays
+# (8 s; slices of 256: 18 s, of 64: 38 s, 4,096 to 32,768 alike). Spark keeps one
+# loop (no CASE at all: its analyser is what nested CASE costs there).
+_ARRAY_SLICE = {"spark": 0, "duckdb": 4096}
 _ARRAY_SEARCH: dict[str, tuple[str, int, str]] = {
     "spark": ("CAST(split('{values}', ',') AS ARRAY<{type}>)", 0,
               "aggregate(array({steps}), 0, ({i}, {d}) -> IF({t}[{i} + {d} - 1] {op} {s}, "
@@ -168,8 +175,18 @@ def _leaf(pw: Piecewise, i: int, s: str, w: _Writer) -> str:
     return f"{w.times(pw.slope[i], f'({s} - {w.num(pw.x0[i])})')} + {w.num(pw.y0[i])}"
 
 
-def _search(pw: Piecewise, s: str, w: _Writer) -> str:
-    """The nested CASE over the thresholds: depth ceil(log2(leaves))."""
+def _slice(pw: Piecewise, lo: int, hi: int) -> Piecewise:
+    """Leaves lo..hi and the thresholds between them."""
+    return Piecewise(pw.thresholds[lo:hi], pw.right, pw.constant[lo:hi + 1],
+                     pw.slope[lo:hi + 1], pw.x0[lo:hi + 1], pw.y0[lo:hi + 1])
+
+
+def _search(pw: Piecewise, s: str, w: _Writer, slice_leaves: int = 0) -> str:
+    """The nested CASE over the thresholds: depth ceil(log2(leaves)).
+
+    With ``slice_leaves``, a range of at most that many leaves is searched by
+    :func:`_array_search` instead of further CASEs.
+    """
     n = pw.n_leaves
     # Run ids: leaves lo..hi are one constant when their ids are equal.
     same = np.zeros(n, dtype=bool)
@@ -177,13 +194,17 @@ def _search(pw: Piecewise, s: str, w: _Writer) -> str:
         same[1:] = pw.constant[1:] & pw.constant[:-1] & (pw.y0[1:] == pw.y0[:-1])
     run = np.cumsum(~same)
     op = ">=" if pw.right else ">"
-    leaves = [_leaf(pw, i, s, w) for i in range(n)]
+    leaves = [_leaf(pw, i, s, w) for i in range(n)] if not slice_leaves else \
+        [_leaf(pw, i, s, w) if pw.constant[i] else "" for i in range(n)]
     thresholds = [w.num(t) for t in pw.thresholds]
     out: list[str] = []
 
     def node(lo: int, hi: int) -> None:  # recursion depth log2(n)
         if run[lo] == run[hi]:
             out.append(leaves[lo])
+            return
+        if hi - lo < slice_leaves:
+            out.append(_array_search(_slice(pw, lo, hi), s, w))
             return
         mid = (lo + hi + 1) // 2  # leaf index >= mid  <=>  t[mid - 1] (op) s
         out.append(f"CASE WHEN {s} {op} {thresholds[mid - 1]} THEN ")
@@ -251,8 +272,10 @@ def binary_sql(model: Any, s: str, w: _Writer) -> str:
         parts.append(f" WHEN {s} = {w.neg_inf} THEN {w.num(pw.at_neg_inf)}")
     if pw.at_pos_inf is not None:
         parts.append(f" WHEN {s} = {w.inf} THEN {w.num(pw.at_pos_inf)}")
-    search = _array_search if w.dialect in _ARRAY_SEARCH else _search
-    parts.append(f" ELSE {search(pw, s, w)} END")
+    chunk = _ARRAY_SLICE.get(w.dialect)
+    search = _search(pw, s, w) if chunk is None else _array_search(pw, s, w) if chunk == 0 \
+        else _search(pw, s, w, chunk)
+    parts.append(f" ELSE {search} END")
     return w.double("".join(parts))
 
 
