@@ -90,6 +90,9 @@ def example_input(model: Any, rows: int = 5) -> pd.DataFrame:
             lo, hi = float(finite.min()), float(finite.max())
     s = np.linspace(lo, hi, rows)
     frame: dict[str, Any] = {c: s for c in _score_columns(model)}
+    if _is_keyed(model) and model.n_classes >= 2 and not model.columns.get("scores"):
+        # one vector column of K scores per row
+        frame = {c: [np.full(model.n_classes, v) for v in s] for c in frame}
     if _is_keyed(model) and model.by:
         seg = model.segments
         first = seg.iloc[0] if len(seg) else None

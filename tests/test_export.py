@@ -449,6 +449,9 @@ def test_mlflow_pyfunc_and_round_trip(tracking, segment_models, class_models):
     multi, cols = class_models["isotonic"]
     dfm = _class_data(300)
     cases.append((multi, dfm, multi.predict(dfm[cols].to_numpy())))
+    vectors = pd.DataFrame({"probs": list(dfm[cols].to_numpy()), "label": dfm["label"]})
+    by_vector = distcal.fit(vectors, score_col="probs", method="sigmoid")
+    cases.append((by_vector, vectors, by_vector.predict(dfm[cols].to_numpy())))
     for i, (model, frame, want) in enumerate(cases):
         path = tracking / f"saved{i}"
         dmlflow.save_model(model, path)
