@@ -35,12 +35,16 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 # Debian's chromium and its driver for the report's browser test (browser
-# downloads from elsewhere are not reachable; apt is). Skipped when present.
+# downloads from elsewhere are not reachable; apt is), and Debian's PostgreSQL
+# server, whose initdb/pg_ctl tests/test_export.py runs to execute exported SQL.
+# Skipped when present.
 system-deps:
-	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ]; then \
+	@if [ ! -x /usr/bin/chromium ] || [ ! -x /usr/bin/chromedriver ] || \
+	    ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then \
 	    SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
 	    $$SUDO apt-get update -qq && \
-	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver; \
+	    $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver \
+	        postgresql; \
 	fi
 
 # The project's venv (then lint), Airflow's venv and the browser are independent

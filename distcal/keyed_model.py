@@ -599,6 +599,34 @@ class KeyedModel:
 
     __hash__ = None  # type: ignore[assignment]
 
+    # -- export (docs/export.md) ------------------------------------------
+    def to_sql(self, score: Any = None, dialect: str = "spark",
+               segments: Any = None) -> Any:
+        """SQL expression(s) of the calibrated probabilities (:func:`distcal.export.to_sql`).
+
+        ``score``: a SQL expression of the score (binary), or a list of K
+        expressions, one per class (multiclass; default: the fit's
+        ``score_cols``). Returns one string (binary) or a list of K strings,
+        p_0 ... p_{K-1}. ``segments``: SQL expressions of the keys, in the
+        order of ``by`` (default: the ``by`` column names); segments that fell
+        back, unseen keys and null keys get the global map.
+        """
+        from .export.sql import to_sql
+
+        if score is None:
+            score = self.columns.get("scores") or self.columns.get("score") or "score"
+        return to_sql(self, score, dialect, segments)
+
+    def to_onnx(self) -> Any:
+        """An ``onnx.ModelProto`` (input "score" [N] or [N, K], output "probability").
+
+        Not for models fitted with ``by=`` (an ONNX graph has no key input):
+        export ``segment(key)`` or ``global_model``.
+        """
+        from .export.onnx_graph import to_onnx
+
+        return to_onnx(self)
+
     # -- persistence ----------------------------------------------------
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
         """Write one model directory: model.json, maps.parquet and blocks.parquet.

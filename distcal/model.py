@@ -295,6 +295,38 @@ class CalibrationModel:
         return get_engine(engine_of(data)).transform(self, data, score_col, output_col,
                                                      score_index=check_score_index(score_index))
 
+    # -- export ---------------------------------------------------------
+    def to_sql(self, score: str = DEFAULTS.score_col, dialect: str = "spark") -> str:
+        """A SQL expression of the calibrated probability of ``score`` (docs/export.md).
+
+        ``score`` is a SQL expression in ``dialect`` ("spark", "duckdb",
+        "postgres", "bigquery", "snowflake"), usually a column name. The
+        expression equals :meth:`predict` (a binary search written as
+        nested ``CASE``, the same double operations); NULL in gives NULL.
+
+        Examples
+        --------
+        >>> import pandas as pd, distcal
+        >>> df = pd.DataFrame({"score": [.1, .3, .5, .7, .9], "label": [0, 1, 0, 1, 1]})
+        >>> import duckdb
+        >>> sql = distcal.fit(df, interpolation="step").to_sql("s", dialect="duckdb")
+        >>> duckdb.sql(f"SELECT {sql} AS p FROM (VALUES (0.2), (0.8), (NULL)) t(s)").fetchall()
+        [(0.0,), (1.0,), (None,)]
+        """
+        from .export.sql import to_sql
+
+        out: str = to_sql(self, score, dialect)  # type: ignore[assignment]
+        return out
+
+    def to_onnx(self) -> Any:
+        """An ``onnx.ModelProto``: double input "score" [N], double output "probability" [N].
+
+        onnxruntime gives :meth:`predict` to 1e-12 (docs/export.md).
+        """
+        from .export.onnx_graph import to_onnx
+
+        return to_onnx(self)
+
     # -- persistence ----------------------------------------------------
     def _metadata(self) -> dict[str, Any]:
         return {"format": FORMAT, "format_version": FORMAT_VERSION,

@@ -1,4 +1,4 @@
-"""The four subcommands, written once against the :class:`~.backend.Backend` interface.
+"""The subcommands, written once against the :class:`~.backend.Backend` interface.
 
 Each takes the resolved options (command line over config file over
 defaults) and a backend that knows where data comes from and where outputs
@@ -21,7 +21,7 @@ from .backend import Backend, score_columns
 from .jsonline import key_value
 
 __all__ = ["COMMANDS", "cmd_fit", "cmd_apply", "cmd_evaluate", "cmd_threshold",
-           "cmd_discretize"]
+           "cmd_discretize", "cmd_export"]
 
 
 def _require(opts: dict[str, Any], *names: str) -> None:
@@ -234,5 +234,49 @@ def cmd_discretize(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
             **({"output": str(opts["output"])} if opts.get("output") else {})}
 
 
+def cmd_export(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
+    """The model as SQL (one expression a line: p, or p_0 ... p_{K-1}), ONNX or MLflow.
+
+    The output is published like every other (written aside, committed
+    atomically) and never replaces an existing path, nor the model it reads.
+    """
+    from pathlib import Path
+
+    from ..storage import publish_dir
+
+    _require(opts, "model", "format", "output")
+    out, fmt = str(opts["output"]), opts["format"]
+    io.check_paths(opts, outputs=[out])
+    if io.filesystem(out).exists(out):
+        raise UsageError(f"output '{out}' exists; export never replaces a path (remove it "
+                         "first)")
+    model = io.load_model(opts["model"])
+    result: dict[str, Any] = {"output": out, "format": fmt, "method": model.method}
+
+    def write(tmp: Path) -> None:
+        if fmt == "sql":
+            score: Any = opts.get("score_col")
+            if opts.get("score_cols"):
+                score = score_columns(opts["score_cols"])
+            elif score is None and not isinstance(model, KeyedModel):
+                score = model.columns.get("score") or DEFAULTS.score_col
+            try:
+                exprs = model.to_sql(score=score, dialect=opts["dialect"])
+            except ValueError as exc:  # a score expression that is no SQL, a wrong count
+                raise UsageError(str(exc)) from exc
+            lines = [exprs] if isinstance(exprs, str) else list(exprs)
+            tmp.write_text("".join(e + "\n" for e in lines))
+            result.update(dialect=opts["dialect"], expressions=len(lines))
+        elif fmt == "onnx":
+            tmp.write_bytes(model.to_onnx().SerializeToString())
+        else:
+            from ..mlflow import write_model_dir
+
+            write_model_dir(model, tmp)
+
+    publish_dir(io.filesystem(out), out, write)
+    return result
+
+
 COMMANDS = {"fit": cmd_fit, "apply": cmd_apply, "evaluate": cmd_evaluate,
-            "threshold": cmd_threshold, "discretize": cmd_discretize}
+            "threshold": cmd_threshold, "discretize": cmd_discretize, "export": cmd_export}

@@ -16,14 +16,17 @@ from typing import Any
 from ..defaults import DEFAULTS, INTERPOLATIONS, METHODS, STRATEGIES
 from ..engines import ENGINES
 from ..errors import UsageError
+from ..export.sql import DIALECTS
 from ..storage import read_regular_file
 
 __all__ = ["Option", "OPTIONS", "COMMANDS", "add_options", "load_config", "resolve_options"]
 
-COMMANDS = ("fit", "apply", "evaluate", "threshold", "discretize")
-ALL = COMMANDS
+COMMANDS = ("fit", "apply", "evaluate", "threshold", "discretize", "export")
+ALL = COMMANDS[:-1]  # the commands that read data (export reads a model only)
 CLI, SPARK_JOB, DASK_JOB = "distcal", "spark", "dask"
 EVERYWHERE = (CLI, SPARK_JOB, DASK_JOB)
+
+EXPORT_FORMATS = ("sql", "onnx", "mlflow")
 
 # A config file larger than this is refused: options fit in a few lines.
 MAX_CONFIG_BYTES = 1 << 20
@@ -53,7 +56,7 @@ def _d(value: Any) -> str:
 
 OPTIONS: tuple[Option, ...] = (
     Option("config", str, "YAML file of option defaults (keys: long option names); the "
-           "command line wins (default: none)"),
+           "command line wins (default: none)", commands=COMMANDS),
     Option("engine", str, f"where to run (default: {DEFAULTS.cli_engine})", choices=ENGINES,
            entry_points=(CLI,), default=DEFAULTS.cli_engine),
     Option("input", str, "input: a Parquet file or dataset directory, any path the engine "
@@ -72,7 +75,19 @@ OPTIONS: tuple[Option, ...] = (
            commands=("evaluate",)),
     Option("output-table", str, "write this catalog table instead of --output (default: none)",
            commands=("apply",), entry_points=(SPARK_JOB,)),
-    Option("model", str, "model directory written by 'fit' (required)", commands=("apply",)),
+    Option("model", str, "model directory written by 'fit' (required)",
+           commands=("apply", "export")),
+    Option("format", str, "what to write: sql (a SQL expression, one line per output), onnx "
+           "(an ONNX model file), mlflow (an MLflow model directory) (required)",
+           commands=("export",), choices=EXPORT_FORMATS),
+    Option("dialect", str, "SQL dialect of --format sql (default: spark)", commands=("export",),
+           choices=DIALECTS, default="spark"),
+    Option("output", str, "file (sql, onnx) or directory (mlflow) to write; an existing path "
+           "is never replaced (required)", commands=("export",)),
+    Option("score-col", str, "--format sql: SQL expression of the score, usually a column "
+           "(default: the fit's score column)", commands=("export",)),
+    Option("score-cols", str, "--format sql, multiclass: the K per-class score expressions, "
+           "comma-separated (default: the fit's score columns)", commands=("export",)),
     Option("method", str, f"calibration method; temperature is for multiclass scores (default: "
            f"{DEFAULTS.method})", commands=("fit",),
            choices=(*METHODS, "temperature"), default=DEFAULTS.method),

@@ -15,6 +15,7 @@ _HELP = {
     "evaluate": "metrics, plots and an HTML report",
     "threshold": "print the cost-optimal threshold as JSON",
     "discretize": "MODL's Bayes-optimal intervals of the score for any class labels",
+    "export": "write a model as SQL, ONNX or an MLflow model (docs/export.md)",
 }
 
 

@@ -1,0 +1,518 @@
+"""Exports reproduce ``model.predict``: SQL run by DuckDB, Spark SQL and PostgreSQL
+(BigQuery and Snowflake parsed by sqlglot and run through DuckDB), ONNX run by
+onnxruntime, MLflow's pyfunc and spark_udf, and the command line.
+
+Every engine is real: DuckDB and onnxruntime in process, the shared Spark
+session, a throwaway PostgreSQL cluster started here with initdb/pg_ctl.
+Scores probe every knot, its neighbouring doubles, the range, beyond it,
++-inf, NaN and NULL.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pytest
+import sqlglot
+from conftest import make_scores
+
+import distcal
+import distcal.mlflow as dmlflow
+from distcal.cli.main import main as cli_main
+from distcal.export.pieces import piecewise
+
+BINARY = {
+    "step": {"interpolation": "step"},
+    "linear": {},
+    "centered": {"interpolation": "centered"},
+    "clipped": {"y_min": 0.1, "y_max": 0.9},
+    "decreasing": {"increasing": False},
+    "infinite-scores": {},
+    "sigmoid": {"method": "sigmoid"},
+    "histogram": {"method": "histogram", "n_bins": 12},
+    "histogram-quantile": {"method": "histogram", "n_bins": 8, "strategy": "quantile"},
+    "modl": {"method": "modl"},
+}
+TOL = 1e-9
+
+
+def _binary_data(name: str) -> pd.DataFrame:
+    df = make_scores(3000, seed=len(name), negative=name in ("sigmoid", "linear"))
+    if name == "decreasing":
+        df["score"] = -df["score"]
+    if name == "infinite-scores":  # blocks of only -inf / +inf: no finite knot at the ends
+        extra = pd.DataFrame({"score": [-np.inf] * 20 + [np.inf] * 20,
+                              "label": [0] * 20 + [1] * 20})
+        df = pd.concat([df, extra], ignore_index=True)
+    return df
+
+
+@pytest.fixture(scope="module")
+def binary_models() -> dict[str, distcal.CalibrationModel]:
+    return {name: distcal.fit(_binary_data(name), **kw) for name, kw in BINARY.items()}
+
+
+def _knots(model) -> np.ndarray:
+    pw = piecewise(model)
+    if pw is None:
+        return np.array([0.0])
+    return np.concatenate([pw.thresholds, pw.x0])
+
+
+@pytest.fixture(scope="module")
+def probes(binary_models) -> np.ndarray:
+    """Every knot of every model, its neighbouring doubles, a spread, the extremes."""
+    knots = np.concatenate([_knots(m) for m in binary_models.values()])
+    knots = knots[np.isfinite(knots)]
+    rng = np.random.default_rng(7)
+    return np.unique(np.concatenate([
+        knots, np.nextafter(knots, -np.inf), np.nextafter(knots, np.inf),
+        rng.uniform(-6.0, 6.0, 300), [-1e300, 1e300, -np.inf, np.inf, 0.0, -0.0]]))
+
+
+def _expected(model, scores, **kw) -> list:
+    return model.predict(np.asarray(scores, dtype=np.float64), **kw)
+
+
+def _assert_close(got: list, want: np.ndarray, null_rows=()) -> None:
+    """SQL NULL where the score was NULL; NaN where predict gives NaN; else to 1e-9."""
+    got_a = np.array([np.nan if g is None else g for g in got], dtype=np.float64)
+    nulls = np.array([g is None for g in got])
+    assert list(np.flatnonzero(nulls)) == sorted(null_rows)
+    want = np.array(want, dtype=np.float64)
+    want_nan = np.isnan(want)
+    want_nan[list(null_rows)] = True
+    np.testing.assert_array_equal(np.isnan(got_a), want_nan)
+    ok = ~want_nan
+    assert np.max(np.abs(got_a[ok] - want[ok]), initial=0.0) <= TOL
+
+
+# -- engines -----------------------------------------------------------------------------
+
+def run_duckdb(exprs: list[str], columns: dict[str, list]) -> list[list]:
+    """One row per input row, one value per expression."""
+    con = duckdb.connect()
+    table = pa.table({c: pa.array(v, type=pa.string() if isinstance(_first(v), str)
+                                  else pa.int64() if isinstance(_first(v), (int, np.integer))
+                                  and not isinstance(_first(v), bool) else pa.float64())
+                      for c, v in columns.items()})
+    con.register("t", table)
+    select = ", ".join(f"{e} AS p{i}" for i, e in enumerate(exprs))
+    return [list(r) for r in con.execute(f"SELECT {select} FROM t").fetchall()]
+
+
+def _first(values: list):
+    return next((v for v in values if v is not None), 0.0)
+
+
+def run_spark(spark, exprs: list[str], columns: dict[str, list]) -> list[list]:
+    types = {c: "string" if isinstance(_first(v), str) else "bigint"
+             if isinstance(_first(v), (int, np.integer)) else "double" for c, v in columns.items()}
+    rows = list(zip(*[[None if x is None else (float(x) if types[c] == "double" else x)
+                       for x in v] for c, v in columns.items()]))
+    df = spark.createDataFrame(rows, ", ".join(f"{c} {t}" for c, t in types.items()))
+    df = df.coalesce(1)  # keep the row order
+    return [list(r) for r in df.selectExpr(*[f"{e} AS p{i}" for i, e in enumerate(exprs)])
+            .collect()]
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    """A throwaway PostgreSQL cluster (Debian's server) on a Unix socket in a temp dir.
+
+    initdb refuses to run as root: as root, the cluster belongs to the
+    ``postgres`` user the Debian package creates.
+    """
+    import psycopg
+
+    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+    bindir = Path(bins[-1]) if bins else Path(shutil.which("initdb") or "initdb").parent
+    root = Path(tempfile.mkdtemp(prefix="distcal-pg-"))
+    run_as: list[str] = []
+    if os.getuid() == 0:
+        import pwd
+
+        user = pwd.getpwnam("postgres")
+        os.chown(root, user.pw_uid, user.pw_gid)
+        run_as = ["runuser", "-u", "postgres", "--"]
+    data = root / "data"
+    subprocess.run([*run_as, str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U",
+                    "distcal", "--no-sync", "-E", "UTF8"], check=True, capture_output=True)
+    subprocess.run([*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-w", "-l",
+                    str(root / "log"), "-o", f"-k {root} -c listen_addresses='' -p 5433 "
+                    "-c fsync=off", "start"], check=True, capture_output=True)
+    try:
+        with psycopg.connect(host=str(root), port=5433, user="distcal", dbname="postgres",
+                             autocommit=True) as conn:
+            yield conn
+    finally:
+        subprocess.run([*run_as, str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate",
+                        "stop"], capture_output=True)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def run_postgres(conn, exprs: list[str], columns: dict[str, list]) -> list[list]:
+    types = {c: "text" if isinstance(_first(v), str) else "int8"
+             if isinstance(_first(v), (int, np.integer)) else "float8" for c, v in columns.items()}
+    arrays = ", ".join(f"%s::{t}[]" for t in types.values())
+    select = ", ".join(f"{e} AS p{i}" for i, e in enumerate(exprs))
+    sql = f"SELECT {select} FROM unnest({arrays}) AS t({', '.join(types)})"
+    values = [[None if x is None else (float(x) if types[c] == "float8" else
+                                       int(x) if types[c] == "int8" else x) for x in v]
+              for c, v in columns.items()]
+    return [list(r) for r in conn.execute(sql, values).fetchall()]
+
+
+ENGINES = ["duckdb", "spark", "postgres", "bigquery", "snowflake"]
+
+
+@pytest.fixture
+def run_sql(request):
+    """``run(model_exprs_of(dialect), columns)`` on the engine of the test's ``engine``."""
+    engine = request.node.callspec.params["engine"]
+    if engine == "spark":
+        spark = request.getfixturevalue("spark")
+        return lambda exprs, cols: run_spark(spark, exprs, cols)
+    if engine == "postgres":
+        conn = request.getfixturevalue("postgres")
+        return lambda exprs, cols: run_postgres(conn, exprs, cols)
+    if engine == "duckdb":
+        return run_duckdb
+
+    def through_duckdb(exprs, cols):  # BigQuery / Snowflake: parsed, transpiled, run
+        return run_duckdb([sqlglot.transpile(e, read=engine, write="duckdb")[0]
+                           for e in exprs], cols)
+
+    return through_duckdb
+
+
+def _columns(result: list[list], i: int) -> list:
+    return [row[i] for row in result]
+
+
+# -- SQL ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sql_binary_methods(engine, run_sql, binary_models, probes):
+    scores = [*probes.tolist(), float("nan"), None]
+    exprs = [m.to_sql("score", dialect=engine) for m in binary_models.values()]
+    result = run_sql(exprs, {"score": scores})
+    for i, model in enumerate(binary_models.values()):
+        want = _expected(model, [np.nan if s is None else s for s in scores])
+        _assert_close(_columns(result, i), want, null_rows=[len(scores) - 1])
+
+
+def test_sql_is_a_binary_search_and_round_trips(binary_models):
+    """Depth log2(blocks), literals that read back as the same doubles, sqlglot parses all."""
+    model = binary_models["linear"]
+    sql = model.to_sql("score", dialect="postgres")
+    depth = max_depth = 0
+    for token in sql.split():
+        depth += token == "CASE"
+        depth -= token == "END"
+        max_depth = max(max_depth, depth)
+    n = len(model.blocks)
+    assert max_depth <= 2 + int(np.ceil(np.log2(2 * n + 1)))
+    for dialect in ENGINES:
+        text = model.to_sql("score", dialect=dialect)
+        tree = sqlglot.parse_one(text, read=dialect)
+        assert sqlglot.parse_one(tree.sql(dialect=dialect), read=dialect) == tree
+        numbers = []  # double literals, and the values of Spark's and DuckDB's arrays
+        for lit in tree.find_all(sqlglot.exp.Literal):
+            if lit.is_number and "e" in lit.this:  # not Spark's loop steps
+                numbers.append(-float(lit.this) if isinstance(lit.parent, sqlglot.exp.Neg)
+                               else float(lit.this))
+            elif lit.is_string and lit.this != "," and "," in lit.this and "true" not in lit.this:
+                numbers += [float(v) for v in lit.this.split(",") if v != "NaN"]
+        pw = piecewise(model)
+        exact = {*pw.thresholds.tolist(), *pw.x0.tolist(), *pw.y0.tolist(),
+                 *pw.slope.tolist(), 0.0, 1.0}
+        # every literal reads back as exactly one of the model's doubles (PostgreSQL
+        # adds the bounds of its underflow guards, below 1e-290)
+        assert len(numbers) > 3 * n
+        assert {x for x in numbers if not 0 < abs(x) < 1e-290} <= exact
+
+
+@pytest.mark.parametrize("engine", ["duckdb", "spark", "postgres"])
+def test_sql_many_blocks(engine, run_sql):
+    """3,000 blocks, 6,000 knots: DuckDB's CASE over slices of loops, Spark's one loop."""
+    rng = np.random.default_rng(2)
+    score = np.cumsum(rng.uniform(0.5, 1.5, 3000))
+    rate = np.sort(rng.uniform(0.0, 1.0, 3000))
+    model = distcal.fit(pd.DataFrame({"score": score, "label": rate}))
+    assert len(model.blocks) > 2900
+    s = np.concatenate([score, score + 0.25, [-1.0, score[-1] + 1.0]])
+    _assert_close(_columns(run_sql([model.to_sql("score", dialect=engine)],
+                                   {"score": s.tolist()}), 0), model.predict(s))
+
+
+def _segment_data(n: int = 4000) -> pd.DataFrame:
+    df = make_scores(n, seed=11)
+    rng = np.random.default_rng(3)
+    df["seg"] = rng.choice(["fr", "de", "it's"], n, p=[0.5, 0.45, 0.05])
+    df["n"] = rng.integers(0, 3, n)
+    df.loc[df.index[:50], "seg"] = None  # null keys form no segment
+    return df
+
+
+@pytest.fixture(scope="module")
+def segment_models():
+    df = _segment_data()
+    return {"string": distcal.fit(df, by="seg", min_segment_weight=300.0),
+            "string-int": distcal.fit(df, by=["seg", "n"], interpolation="step"),
+            "sigmoid": distcal.fit(df, by="n", method="sigmoid")}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sql_segments(engine, run_sql, segment_models, probes):
+    """Each key's map, the global one for fallbacks, unseen keys and null keys."""
+    assert segment_models["string"].segments["fallback"].sum() == 1  # "it's"
+    scores = probes[::3].tolist()
+    segs = ["fr", "de", "it's", "zz", None]
+    seg = [segs[i % len(segs)] for i in range(len(scores))]
+    n = [i % 4 for i in range(len(scores))]  # 3 is unseen
+    cols = {"score": scores, "seg": seg, "n": n}
+    exprs = [m.to_sql("score", dialect=engine) for m in segment_models.values()]
+    result = run_sql(exprs, cols)
+    keys = pd.DataFrame({"seg": seg, "n": n})
+    for i, model in enumerate(segment_models.values()):
+        want = model.predict(np.array(scores), segments=keys[model.by])
+        _assert_close(_columns(result, i), want)
+
+
+def _class_data(n: int = 3000, k: int = 3, seed: int = 5, decimals: int | None = 2
+                ) -> pd.DataFrame:
+    """Per-class scores s0..s{k-1} (Dirichlet rows, rounded: ties), labels drawn from them."""
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.ones(k), n)
+    y = (rng.random(n)[:, None] > np.cumsum(p, axis=1)).sum(axis=1)
+    if decimals is not None:
+        p = np.round(p, decimals)
+    df = pd.DataFrame({f"s{j}": p[:, j] for j in range(k)})
+    df["label"] = y
+    df["seg"] = rng.choice(["a", "b"], n)
+    return df
+
+
+@pytest.fixture(scope="module")
+def class_models():
+    # few rows, few blocks: Spark's analyser takes seconds per large expression
+    df3, df2 = _class_data(800), _class_data(800, k=2, seed=6)
+    logits = df3.assign(**{f"s{j}": np.log(df3[f"s{j}"] + 0.05) * 3 for j in range(3)})
+    cols3 = ["s0", "s1", "s2"]
+    return {
+        "isotonic": (distcal.fit(df3, score_cols=cols3), cols3),
+        "sigmoid": (distcal.fit(df3, score_cols=cols3, method="sigmoid"), cols3),
+        "histogram": (distcal.fit(df3, score_cols=cols3, method="histogram"), cols3),
+        "k2": (distcal.fit(df2, score_cols=["s0", "s1"]), ["s0", "s1"]),
+        "temperature": (distcal.fit(logits, score_cols=cols3, method="temperature"), cols3),
+        "segments": (distcal.fit(df3, score_cols=cols3, by="seg"), cols3),
+    }
+
+
+def _class_probes(k: int) -> np.ndarray:
+    rng = np.random.default_rng(9)
+    s = np.round(rng.dirichlet(np.ones(k), 200), 2)
+    s = np.vstack([s, np.full((3, k), -1.0), np.full((2, k), 2.0)])  # all below / above
+    s[5, 0] = np.nan
+    return s
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sql_one_vs_rest_and_temperature(engine, run_sql, class_models):
+    """A list of K expressions, p_k = q_k / sum(q), 1/K for all-zero rows (one query)."""
+    frame: dict[str, list] = {}
+    exprs, wanted = [], []
+    for name, (model, cols) in class_models.items():
+        s = _class_probes(len(cols))
+        if name == "temperature":
+            s = np.log(np.abs(s) + 0.05) * 3
+        names = [f"{name}_{c}" for c in cols]  # each model reads its own columns
+        frame.update({c: s[:, j].tolist() for j, c in enumerate(names)})
+        out = model.to_sql(names, dialect=engine)
+        assert isinstance(out, list) and len(out) == model.n_classes
+        exprs += out
+        seg = ["a", "b", "c"] * (s.shape[0] // 3) + ["a"] * (s.shape[0] % 3)
+        wanted.append(model.predict(s, **({"segments": seg} if model.by else {})))
+    frame["seg"] = seg
+    result = run_sql(exprs, frame)
+    want = np.hstack(wanted)
+    for k in range(want.shape[1]):
+        _assert_close(_columns(result, k), want[:, k])
+    assert any(np.any(np.all(w == 1.0 / w.shape[1], axis=1)) for w in wanted)  # all-zero rows
+
+
+def test_sql_temperature_of_probabilities():
+    df = _class_data(decimals=None)
+    model = distcal.fit(df, score_cols=["s0", "s1", "s2"], method="temperature")
+    assert model.params["input_"] == "probabilities"
+    s = _class_probes(3)[:200]
+    s = s[~np.isnan(s).any(axis=1)]
+    s = s / s.sum(axis=1, keepdims=True)
+    exprs = model.to_sql(["s0", "s1", "s2"], dialect="duckdb")
+    result = run_duckdb(exprs, {f"s{j}": s[:, j].tolist() for j in range(3)})
+    want = model.predict(s)
+    for k in range(3):
+        _assert_close(_columns(result, k), want[:, k])
+
+
+def test_sql_refuses_what_it_cannot_write(binary_models, class_models):
+    model = binary_models["linear"]
+    with pytest.raises(ValueError, match="dialect"):
+        model.to_sql(dialect="oracle")
+    with pytest.raises(ValueError, match="not a spark SQL expression"):
+        model.to_sql("score +")
+    with pytest.raises(ValueError, match="3 expressions"):
+        class_models["isotonic"][0].to_sql(["s0", "s1"])
+    normalised = distcal.export.ovr_normalise_sql(["q0", "q1", "q2"], dialect="duckdb")
+    out = run_duckdb(normalised, {"q0": [0.2, 0.0], "q1": [0.6, 0.0], "q2": [0.2, 0.0]})
+    np.testing.assert_allclose(out, [[0.2, 0.6, 0.2], [1 / 3, 1 / 3, 1 / 3]])
+
+
+# -- ONNX --------------------------------------------------------------------------------
+
+def _onnx_run(model, scores: np.ndarray) -> np.ndarray:
+    import onnxruntime as ort
+
+    proto = model.to_onnx()
+    assert [i.name for i in proto.graph.input] == ["score"]
+    assert [o.name for o in proto.graph.output] == ["probability"]
+    session = ort.InferenceSession(proto.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    return session.run(["probability"], {"score": scores})[0]
+
+
+def test_onnx_binary_methods(binary_models, probes):
+    scores = np.concatenate([probes, [np.nan]])
+    for name, model in binary_models.items():
+        got = _onnx_run(model, scores)
+        want = model.predict(scores)
+        assert got.dtype == np.float64 and got.shape == scores.shape
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
+        ok = ~np.isnan(want)
+        assert np.max(np.abs(got[ok] - want[ok])) <= 1e-12, name
+
+
+def test_onnx_multiclass(class_models):
+    for name, (model, cols) in class_models.items():
+        if model.by:
+            with pytest.raises(ValueError, match="segment"):
+                model.to_onnx()
+            model = model.segment("a")
+        s = _class_probes(len(cols))
+        if name == "temperature":
+            s = np.log(np.abs(s) + 0.05) * 3
+        got, want = _onnx_run(model, s), model.predict(s)
+        assert got.shape == want.shape
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)
+        ok = ~np.isnan(want)
+        assert np.max(np.abs(got[ok] - want[ok])) <= 1e-12, name
+    # temperature on probabilities: the batch rule of predict (log(p + 1e-12))
+    model = distcal.fit(_class_data(decimals=None), score_cols=["s0", "s1", "s2"],
+                        method="temperature")
+    p = np.random.default_rng(1).dirichlet(np.ones(3), 50)
+    for batch in (p, np.vstack([p, [[3.0, -1.0, 0.5]]])):  # probabilities, then logits
+        np.testing.assert_allclose(_onnx_run(model, batch), model.predict(batch), rtol=0,
+                                   atol=1e-12)
+
+
+# -- MLflow ------------------------------------------------------------------------------
+
+@pytest.fixture
+def tracking(tmp_path, monkeypatch):
+    """A local tracking directory (MLflow 3 wants its file store opted into)."""
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    mlflow.set_tracking_uri(f"file:{tmp_path / 'mlruns'}")
+    yield tmp_path
+    mlflow.set_tracking_uri(None)
+
+
+def test_mlflow_pyfunc_and_round_trip(tracking, segment_models, class_models):
+    import mlflow
+
+    binary = distcal.fit(make_scores(2000, seed=2))
+    df = _segment_data(500)
+    cases = [(binary, df, binary.predict(df["score"].to_numpy())),
+             (segment_models["string"], df,
+              segment_models["string"].predict(df["score"].to_numpy(), segments=df["seg"]))]
+    multi, cols = class_models["isotonic"]
+    dfm = _class_data(300)
+    cases.append((multi, dfm, multi.predict(dfm[cols].to_numpy())))
+    vectors = pd.DataFrame({"probs": list(dfm[cols].to_numpy()), "label": dfm["label"]})
+    by_vector = distcal.fit(vectors, score_col="probs", method="sigmoid")
+    cases.append((by_vector, vectors, by_vector.predict(dfm[cols].to_numpy())))
+    for i, (model, frame, want) in enumerate(cases):
+        path = tracking / f"saved{i}"
+        dmlflow.save_model(model, path)
+        got = mlflow.pyfunc.load_model(str(path)).predict(frame)
+        np.testing.assert_array_equal(np.asarray(got), want)
+        assert dmlflow.load_model(str(path)) == model
+        with pytest.raises(Exception, match="exists"):
+            dmlflow.save_model(model, path)
+    with mlflow.start_run():
+        info = dmlflow.log_model(segment_models["string"], "calibrator")
+    loaded = mlflow.pyfunc.load_model(info.model_uri)
+    assert loaded.metadata.get_input_schema().input_names() == ["score", "seg"]
+    np.testing.assert_array_equal(np.asarray(loaded.predict(df)), cases[1][2])
+    assert dmlflow.load_model(info.model_uri) == segment_models["string"]
+
+
+def test_mlflow_spark_udf(tracking, spark, segment_models):
+    import mlflow
+
+    model = segment_models["string"]
+    with mlflow.start_run():
+        info = dmlflow.log_model(model, "calibrator")
+    udf = mlflow.pyfunc.spark_udf(spark, info.model_uri, result_type="double",
+                                  env_manager="local")
+    df = _segment_data(600)[["score", "seg"]]
+    sdf = spark.createDataFrame(df).coalesce(1)
+    got = np.array([r.p for r in sdf.withColumn("p", udf("score", "seg")).collect()])
+    np.testing.assert_allclose(got, model.predict(df["score"].to_numpy(), segments=df["seg"]),
+                               rtol=0, atol=1e-12)
+
+
+# -- command line ------------------------------------------------------------------------
+
+def test_cli_export_each_format(tmp_path, capsys):
+    import mlflow
+    import onnxruntime as ort
+
+    df = make_scores(1500, seed=4)
+    df.to_parquet(tmp_path / "in.parquet")
+    assert cli_main(["fit", "--input", str(tmp_path / "in.parquet"), "--output",
+                     str(tmp_path / "model"), "-q"]) == 0
+    model = distcal.load(tmp_path / "model")
+    s = np.linspace(-0.5, 1.5, 101)
+    for fmt, extra in (("sql", ["--dialect", "duckdb"]), ("onnx", []), ("mlflow", [])):
+        out = tmp_path / f"out-{fmt}"
+        assert cli_main(["export", "--model", str(tmp_path / "model"), "--format", fmt,
+                         "--output", str(out), *extra]) == 0
+        if fmt == "sql":
+            (expr,) = out.read_text().splitlines()
+            got = np.array(_columns(run_duckdb([expr], {"score": s.tolist()}), 0))
+        elif fmt == "onnx":
+            got = ort.InferenceSession(out.read_bytes()).run(None, {"score": s})[0]
+        else:
+            got = mlflow.pyfunc.load_model(str(out)).predict(pd.DataFrame({"score": s}))
+        np.testing.assert_allclose(np.asarray(got, dtype=float), model.predict(s), rtol=0,
+                                   atol=1e-12)
+        # never replaces an output, never writes into the model it reads
+        assert cli_main(["export", "--model", str(tmp_path / "model"), "--format", fmt,
+                         "--output", str(out), *extra]) == 2
+    assert cli_main(["export", "--model", str(tmp_path / "model"), "--format", "sql",
+                     "--output", str(tmp_path / "model" / "x.sql")]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "in.parquet", "model", "out-mlflow", "out-onnx", "out-sql"]
+    capsys.readouterr()
