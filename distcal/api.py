@@ -119,7 +119,8 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
 def _fit_keyed(data: Any, engine: str, method: str, score_col: str, score_cols: Any,
                label_col: str, weight_col: str | None, by: Any, min_segment_weight: Any,
                multiclass: bool, on_invalid: str, method_params: dict[str, Any], *,
-               score_index: int | None = None, ride: Any = None) -> tuple[Any, list[Any]]:
+               score_index: int | None = None, ride: Any = None,
+               caller: str = "fit") -> tuple[Any, list[Any]]:
     """Every fit: one keyed pass (:mod:`distcal.keyed_fit`); ``ride``: see ``fit_keyed``."""
     from .core.keyed import KeySpec
     from .core.rows import check_score_args
@@ -140,11 +141,11 @@ def _fit_keyed(data: Any, engine: str, method: str, score_col: str, score_cols: 
     if method == "temperature":
         unknown = set(method_params) - set(impl.options)
         if unknown:
-            raise unexpected_arguments("fit", unknown)
+            raise unexpected_arguments(caller, unknown)
         params: dict[str, Any] = {}
         engine_opts = dict(method_params)
     else:
-        given, engine_opts = split_engine_options("fit", method, method_params, impl.options)
+        given, engine_opts = split_engine_options(caller, method, method_params, impl.options)
         params = checks.method_params(method, given)
     if method == "modl" and weight_col is not None:
         raise DataError(f"column '{weight_col}' (weight): MODL counts rows; it takes no "
@@ -206,7 +207,7 @@ def fit_and_threshold(data: Any, method: str = DEFAULTS.method,
     assert c_fp is not None and c_fn is not None
     model, parts = _fit_keyed(data, name, method, score_col, None, label_col, weight_col, None,
                               0.0, False, on_invalid, method_params, score_index=score_index,
-                              ride=_ThresholdSummary(c_fp, c_fn))
+                              ride=_ThresholdSummary(c_fp, c_fn), caller="fit_and_threshold")
     seg = EMPTY
     for part in parts:
         seg = merge_segments(seg, part)

@@ -17,14 +17,21 @@ from collections.abc import Iterator
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
+from .core.columns import (
+    _pandas_kind,
+    _pandas_to_float,
+    _pandas_vector_kind,
+    _vector_kind,
+    arrow_kind,
+    arrow_to_float,
+    is_list_type,
+    vector_element,
+)
 from .core.validate import (
     check_unique_columns,
     check_vector_lengths,
-    is_real_dtype,
-    is_vector_series,
 )
 from .errors import VECTORS_EXPECTED, DataError, column_not_found, column_type
 from .logs import progress
@@ -38,90 +45,6 @@ Batch = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]
 
 def is_path(data: object) -> bool:
     return isinstance(data, (str, os.PathLike))
-
-
-def arrow_kind(t: pa.DataType) -> str:
-    if pa.types.is_dictionary(t):
-        return arrow_kind(t.value_type)
-    if (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
-            or pa.types.is_decimal(t) or pa.types.is_null(t)):
-        return "number"
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        return "text"
-    return "other"
-
-
-def _coerce_text(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    numbers = pd.to_numeric(values, errors="coerce")
-    out = numbers.to_numpy(dtype=np.float64, na_value=np.nan)
-    text = values.notna().to_numpy() & np.isnan(out)
-    return out, text
-
-
-def arrow_to_float(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
-    if pa.types.is_dictionary(col.type):
-        col = pc.cast(col, col.type.value_type)
-    if arrow_kind(col.type) == "text":
-        return _coerce_text(pd.Series(col.to_pandas(), dtype=object))
-    # safe=False: integers beyond 2^53 round (and fail the label/score checks, not Arrow).
-    return pc.cast(col, pa.float64(), safe=False).to_numpy(zero_copy_only=False), None
-
-
-def _pandas_to_float(s: pd.Series) -> tuple[np.ndarray, np.ndarray | None]:
-    dt = s.dtype
-    if pd.api.types.is_bool_dtype(dt) or pd.api.types.is_numeric_dtype(dt):
-        return s.to_numpy(dtype=np.float64, na_value=np.nan), None
-    return _coerce_text(s.astype(object))
-
-
-def _pandas_kind(s: pd.Series) -> str:
-    dt = s.dtype
-    if is_real_dtype(dt):  # not complex, not dates or durations
-        return "number"
-    if pd.api.types.is_object_dtype(dt) or pd.api.types.is_string_dtype(dt):
-        return "other" if is_vector_series(s) else "text"  # vectors are not text
-    return "other"
-
-
-def _vector_kind(t: pa.DataType) -> str:
-    return "number" if _is_list_type(t) and arrow_kind(t.value_type) == "number" else "other"
-
-
-def _pandas_vector_kind(s: pd.Series) -> str:
-    if isinstance(s.dtype, pd.ArrowDtype):
-        return _vector_kind(s.dtype.pyarrow_dtype)
-    return "number" if s.dtype == object else "other"
-
-
-def vector_element(col: pa.ChunkedArray | pa.Array | pd.Series, index: int,
-                   name: str = "", role: str = "score") -> tuple[np.ndarray, Counter[int]]:
-    """Element ``index`` of every vector of ``col`` as float64, and the vector lengths.
-
-    ``col`` is a pyarrow list, large list or fixed-size list column, or a
-    pandas column of lists or numpy arrays. Null vectors, null elements and
-    vectors too short for ``index`` give NaN; the returned counter counts
-    the non-null vectors by length, for
-    :func:`~distcal.core.validate.check_vector_lengths` once the whole input
-    has been seen.
-    """
-    if isinstance(col, pd.Series):
-        try:
-            col = (pa.array(col) if isinstance(col.dtype, pd.ArrowDtype)
-                   else pa.array(col.astype(object), from_pandas=True))
-        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-            raise column_type(name, role, "mixed values", VECTORS_EXPECTED) from exc
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()
-    if _vector_kind(col.type) != "number":
-        raise column_type(name, role, str(col.type), VECTORS_EXPECTED)
-    lengths = pc.fill_null(pc.list_value_length(col), -1).to_numpy(zero_copy_only=False)
-    out = np.full(len(col), np.nan)
-    inside = lengths > index
-    if inside.any():
-        element = pc.list_element(col.filter(pa.array(inside)), index)
-        out[inside] = arrow_to_float(element)[0]
-    sizes, counts = np.unique(lengths[lengths >= 0], return_counts=True)
-    return out, Counter(dict(zip(sizes.tolist(), counts.tolist())))
 
 
 class ColumnSource:
@@ -263,11 +186,6 @@ def read_table(path: str | os.PathLike) -> pa.Table:
     return open_dataset(path).to_table()
 
 
-def _is_list_type(t: pa.DataType) -> bool:
-    return bool(pa.types.is_list(t) or pa.types.is_large_list(t)
-                or pa.types.is_fixed_size_list(t))
-
-
 def is_vector_column(data: object, name: str) -> bool:
     """Whether column ``name`` of local ``data`` holds a vector (list/array) per row.
 
@@ -281,15 +199,15 @@ def is_vector_column(data: object, name: str) -> bool:
             return False
         dtype = data[name].dtype
         if isinstance(dtype, pd.ArrowDtype):  # pandas' Arrow-backed list columns
-            return _is_list_type(dtype.pyarrow_dtype)
+            return is_list_type(dtype.pyarrow_dtype)
         if not pd.api.types.is_object_dtype(dtype):
             return False
         first = data[name].first_valid_index()
         return first is not None and isinstance(data[name][first], (list, tuple, np.ndarray))
     if isinstance(data, (pa.Table, pa.RecordBatch)):
         check_unique_columns(data.schema.names, [name])
-        return name in data.schema.names and _is_list_type(data.schema.field(name).type)
+        return name in data.schema.names and is_list_type(data.schema.field(name).type)
     if is_path(data):
         schema = open_dataset(data).schema  # type: ignore[arg-type]
-        return name in schema.names and _is_list_type(schema.field(name).type)
+        return name in schema.names and is_list_type(schema.field(name).type)
     return False

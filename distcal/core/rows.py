@@ -431,7 +431,7 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
             if name is None:
                 continue
             if part == "score" and spec.score_index is not None:
-                from ..tables import vector_element
+                from .columns import vector_element
 
                 column = table[name] if isinstance(table, pd.DataFrame) else table.column(name)
                 v, counted = vector_element(column, spec.score_index, name, roles["score"])

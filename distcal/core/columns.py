@@ -1,0 +1,110 @@
+"""Reading one column of a batch as float64: numbers, text among numbers, vector elements.
+
+Shared by every reader of the user's columns (:mod:`distcal.core.rows`,
+:mod:`distcal.tables`): null is NaN, text in a numeric column is a row
+problem, and an element of a vector column is read with the vectors'
+lengths counted for :func:`~distcal.core.validate.check_vector_lengths`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import VECTORS_EXPECTED, column_type
+from .validate import is_real_dtype, is_vector_series
+
+__all__ = ["arrow_kind", "arrow_to_float", "vector_element", "is_list_type"]
+
+
+def arrow_kind(t: pa.DataType) -> str:
+    if pa.types.is_dictionary(t):
+        return arrow_kind(t.value_type)
+    if (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
+            or pa.types.is_decimal(t) or pa.types.is_null(t)):
+        return "number"
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        return "text"
+    return "other"
+
+
+def _coerce_text(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    numbers = pd.to_numeric(values, errors="coerce")
+    out = numbers.to_numpy(dtype=np.float64, na_value=np.nan)
+    text = values.notna().to_numpy() & np.isnan(out)
+    return out, text
+
+
+def arrow_to_float(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
+    if pa.types.is_dictionary(col.type):
+        col = pc.cast(col, col.type.value_type)
+    if arrow_kind(col.type) == "text":
+        return _coerce_text(pd.Series(col.to_pandas(), dtype=object))
+    # safe=False: integers beyond 2^53 round (and fail the label/score checks, not Arrow).
+    return pc.cast(col, pa.float64(), safe=False).to_numpy(zero_copy_only=False), None
+
+
+def _pandas_to_float(s: pd.Series) -> tuple[np.ndarray, np.ndarray | None]:
+    dt = s.dtype
+    if pd.api.types.is_bool_dtype(dt) or pd.api.types.is_numeric_dtype(dt):
+        return s.to_numpy(dtype=np.float64, na_value=np.nan), None
+    return _coerce_text(s.astype(object))
+
+
+def _pandas_kind(s: pd.Series) -> str:
+    dt = s.dtype
+    if is_real_dtype(dt):  # not complex, not dates or durations
+        return "number"
+    if pd.api.types.is_object_dtype(dt) or pd.api.types.is_string_dtype(dt):
+        return "other" if is_vector_series(s) else "text"  # vectors are not text
+    return "other"
+
+
+def _vector_kind(t: pa.DataType) -> str:
+    return "number" if is_list_type(t) and arrow_kind(t.value_type) == "number" else "other"
+
+
+def _pandas_vector_kind(s: pd.Series) -> str:
+    if isinstance(s.dtype, pd.ArrowDtype):
+        return _vector_kind(s.dtype.pyarrow_dtype)
+    return "number" if s.dtype == object else "other"
+
+
+def vector_element(col: pa.ChunkedArray | pa.Array | pd.Series, index: int,
+                   name: str = "", role: str = "score") -> tuple[np.ndarray, Counter[int]]:
+    """Element ``index`` of every vector of ``col`` as float64, and the vector lengths.
+
+    ``col`` is a pyarrow list, large list or fixed-size list column, or a
+    pandas column of lists or numpy arrays. Null vectors, null elements and
+    vectors too short for ``index`` give NaN; the returned counter counts
+    the non-null vectors by length, for
+    :func:`~distcal.core.validate.check_vector_lengths` once the whole input
+    has been seen.
+    """
+    if isinstance(col, pd.Series):
+        try:
+            col = (pa.array(col) if isinstance(col.dtype, pd.ArrowDtype)
+                   else pa.array(col.astype(object), from_pandas=True))
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise column_type(name, role, "mixed values", VECTORS_EXPECTED) from exc
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if _vector_kind(col.type) != "number":
+        raise column_type(name, role, str(col.type), VECTORS_EXPECTED)
+    lengths = pc.fill_null(pc.list_value_length(col), -1).to_numpy(zero_copy_only=False)
+    out = np.full(len(col), np.nan)
+    inside = lengths > index
+    if inside.any():
+        element = pc.list_element(col.filter(pa.array(inside)), index)
+        out[inside] = arrow_to_float(element)[0]
+    sizes, counts = np.unique(lengths[lengths >= 0], return_counts=True)
+    return out, Counter(dict(zip(sizes.tolist(), counts.tolist())))
+
+
+def is_list_type(t: pa.DataType) -> bool:
+    return bool(pa.types.is_list(t) or pa.types.is_large_list(t)
+                or pa.types.is_fixed_size_list(t))
