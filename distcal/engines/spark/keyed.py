@@ -73,7 +73,7 @@ from ...core.keyed import (
 )
 from ...core.rows import RowPart, RowTotals, add_up_rows, merge_stats, read_rows
 from ...core.rows import check_columns as check_rows_columns
-from ...errors import DataError
+from ...errors import DataError, column_type
 from ...logs import log, phase
 from .schema import common_length, is_vector_udt, vector_array, vector_length_counts
 from .session import default_ranges, with_arrow_batches
@@ -447,6 +447,23 @@ def check_columns(df: Any, spec: KeySpec) -> None:
     check_rows_columns([f.name for f in df.schema.fields], spec)
 
 
+def check_types(df: Any, spec: KeySpec) -> None:
+    """A binary spec's columns of types Arrow cannot read as numbers (e.g. "date"), refused
+    from the schema in Spark's words, before any job; a vector score only at score_index."""
+    from .schema import column_kind
+
+    fields = fields_of(df)
+    checked = [] if spec.score_index is not None else \
+        [(str(spec.score_col), "prob" if spec.probabilities else "score")]
+    if spec.target != "classes":  # discretize's labels are of any type
+        checked.append((spec.label_col, spec.target))
+    if spec.weight_col is not None:
+        checked.append((spec.weight_col, "weight"))
+    for col, role in checked:
+        if column_kind(fields[col]) == "other":
+            raise column_type(col, role, fields[col].simpleString())
+
+
 def count_classes(df: Any, spec: KeySpec) -> int:
     """K of a multiclass spec, counted over the input for a vector column (0: binary)."""
     if not spec.multiclass:
@@ -498,6 +515,8 @@ class SparkKeyedRanges:
         if on_invalid not in ("raise", "drop"):
             raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
         check_columns(df, spec)
+        if not spec.multiclass:
+            check_types(df, spec)
         self.spec, self.on_invalid, self.finite_scores = spec, on_invalid, finite_scores
         self.passes, self.chunk_rows = passes, chunk_rows
         self.n_classes = count_classes(df, spec)
