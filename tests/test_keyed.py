@@ -228,3 +228,28 @@ def test_command_line_fits_and_applies_multiclass_by_segment(tmp_path, scores):
     out = pd.read_parquet(tmp_path / "out.parquet")
     np.testing.assert_allclose(np.stack(out["calibrated"].to_numpy()),
                                api.predict(df[COLS].to_numpy(), segments=df.g), rtol=1e-9)
+
+
+def test_isotonic_auto_with_fractional_labels_decides_per_key(engine):
+    """increasing="auto" with rates as labels: each segment's direction is the sign of its
+    own Spearman's rho (scipy), and its map scikit-learn's IsotonicRegression("auto")."""
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(12)
+    n = 1500
+    g = rng.integers(0, 3, n)
+    s = np.round(rng.random(n), 3)
+    trend = np.where(g == 1, 1.0 - s, s)  # segment 1 decreasing, the others increasing
+    y = np.clip(trend + rng.normal(0, 0.3, n), 0, 1).round(2)
+    df = pd.DataFrame({"score": s, "label": y, "g": g})
+    model = distcal.fit(engine(df), increasing="auto", by="g")
+    q = np.linspace(0, 1, 101)
+    for key in (0, 1, 2):
+        rows = df[df.g == key]
+        seg = model.segment((key,))
+        assert seg.params["increasing_"] == bool(spearmanr(rows.score, rows.label)[0] >= 0)
+        iso = IsotonicRegression(increasing="auto", out_of_bounds="clip").fit(rows.score,
+                                                                                rows.label)
+        np.testing.assert_allclose(seg.predict(q), iso.predict(q), atol=1e-12)
+    assert model.segment((1,)).params["increasing_"] is False
+    assert model.global_model.params["increasing_"] == bool(spearmanr(s, y)[0] >= 0)
