@@ -73,7 +73,7 @@ from ...core.keyed import (
 )
 from ...core.rows import RowPart, RowTotals, add_up_rows, merge_stats, read_rows
 from ...core.rows import check_columns as check_rows_columns
-from ...errors import DataError, column_type
+from ...errors import VECTORS_EXPECTED, DataError, column_type
 from ...logs import log, phase
 from .schema import common_length, is_vector_udt, vector_array, vector_length_counts
 from .session import default_ranges, with_arrow_batches
@@ -453,8 +453,10 @@ def check_types(df: Any, spec: KeySpec) -> None:
     from .schema import column_kind
 
     fields = fields_of(df)
-    checked = [] if spec.score_index is not None else \
-        [(str(spec.score_col), "prob" if spec.probabilities else "score")]
+    name, role = str(spec.score_col), "prob" if spec.probabilities else "score"
+    if spec.score_index is not None and vector_array(df, name) is None:
+        raise column_type(name, role, fields[name].simpleString(), VECTORS_EXPECTED)
+    checked = [] if spec.score_index is not None else [(name, role)]
     if spec.target != "classes":  # discretize's labels are of any type
         checked.append((spec.label_col, spec.target))
     if spec.weight_col is not None:
