@@ -54,7 +54,7 @@ CHILD = textwrap.dedent("""
 
     def vmdata(batches):
         import numpy, pandas, pyarrow, scipy.optimize  # what the executors import
-        import distcal.engines.spark.executor  # noqa: F401
+        import distcal.engines.spark.keyed  # noqa: F401
         for _ in batches:
             pass
         status = open("/proc/self/status").read()

@@ -560,7 +560,7 @@ class SparkKeyedRanges:
             name = str(spec.score_col)
             numeric = column_kind(fields_of(self.rows_df)[name]) == "number"
             if spec.score_index is not None:  # (a VectorUDT is an array here: input_rows)
-                score = F.col(quote(name)).getItem(int(spec.score_index))
+                score = F.get(F.col(quote(name)), int(spec.score_index))  # NULL beyond
             else:
                 score = F.col(quote(name)) if numeric else F.expr(
                     f"try_cast({quote(name)} AS DOUBLE)")
