@@ -182,10 +182,12 @@ def _provenance(reports: list[EvaluationReport], given: dict[str, Any] | None,
     prov.update(given or {})
     model_dir = prov.get("model_dir")
     if model_dir and not prov.get("model_checksum"):
-        meta = Path(model_dir) / "model.json"
-        try:
-            prov["model_checksum"] = json.loads(meta.read_text()).get("checksum")
-        except (OSError, ValueError, AttributeError):
+        from .errors import ModelError
+        from .model import read_model_json
+
+        try:  # the model directory's one reader: regular files, capped, depth-limited
+            prov["model_checksum"] = read_model_json(Path(model_dir)).get("checksum")
+        except (ModelError, OSError):
             pass
     return {k: _jsonable(v) if not isinstance(v, (str, os.PathLike)) else str(v)
             for k, v in prov.items() if v is not None}

@@ -262,3 +262,24 @@ def test_model_tables_are_read_without_starting_threads(models):
     assert r.returncode == 0, r.stderr
     before, after = map(int, r.stdout.split())
     assert after == before
+
+
+@pytest.mark.parametrize("content", ["[" * 5000 + "]" * 5000, '{"checksum": NaN}', "fifo"])
+def test_a_report_reads_the_model_json_of_its_provenance_with_the_same_limits(tmp_path,
+                                                                               content):
+    """The report's provenance names the model's checksum; a tampered model.json (deep,
+    non-standard, a FIFO) leaves it out instead of failing or blocking."""
+    import pandas as pd
+
+    from distcal.report import build_document
+
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    if content == "fifo":
+        os.mkfifo(model_dir / "model.json")
+    else:
+        (model_dir / "model.json").write_text(content)
+    rep = distcal.evaluate(pd.DataFrame({"prob": [0.1, 0.4, 0.8, 0.9],
+                                         "label": [0, 1, 0, 1]}))
+    doc = build_document(rep, provenance={"model_dir": str(model_dir)})["json"]
+    assert "model_checksum" not in doc["provenance"]
