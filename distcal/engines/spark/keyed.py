@@ -531,19 +531,26 @@ class SparkKeyedRanges:
         # The sample: the range count and bounds.
         total = self.rows_df.count()
         per_row = len(self.classes) * (2 if spec.by else 1)
-        fraction = min(1.0, sample_rows / max(total * per_row, 1))
-        sample = self.rows_df if fraction >= 1.0 else self.rows_df.sample(
-            fraction=fraction, seed=20261203)
-        runner = sample_runner(spec, finite_scores, self.length, self.classes)
-        with phase("spark: sampling the keyed rows for the range bounds"):
-            got = with_arrow_batches(self.spark, lambda: sample.mapInArrow(
-                runner, RESULT_SCHEMA).collect())
-        parts = [pickle.loads(r["payload"]) for r in got]
-        s = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
-        h = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.uint64)
-        self.bounds, self.distinct_estimate, hot_share = ranges_for(
-            s, h, fraction, range_rows, default_ranges(df), n_ranges)
-        self.k = self.bounds.shape[0] + 1
+        hot_share = 0.0
+        if not spec.multiclass and n_ranges is None and total * per_row <= range_rows:
+            # All the keyed rows fit one range's budget: no sample (a binary score's
+            # ranges come from Spark's own partitioner), the least number of ranges.
+            self.bounds, self.distinct_estimate = np.zeros(0), float(total * per_row)
+            self.k = default_ranges(df)
+        else:
+            fraction = min(1.0, sample_rows / max(total * per_row, 1))
+            sample = self.rows_df if fraction >= 1.0 else self.rows_df.sample(
+                fraction=fraction, seed=20261203)
+            runner = sample_runner(spec, finite_scores, self.length, self.classes)
+            with phase("spark: sampling the keyed rows for the range bounds"):
+                got = with_arrow_batches(self.spark, lambda: sample.mapInArrow(
+                    runner, RESULT_SCHEMA).collect())
+            parts = [pickle.loads(r["payload"]) for r in got]
+            s = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
+            h = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.uint64)
+            self.bounds, self.distinct_estimate, hot_share = ranges_for(
+                s, h, fraction, range_rows, default_ranges(df), n_ranges)
+            self.k = self.bounds.shape[0] + 1
         self.persisted: list[Any] = []
         self.rows_persisted = False
         self.checked = False
