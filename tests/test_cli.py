@@ -241,3 +241,26 @@ def test_evaluate_writes_a_multiclass_report(tmp_path, capsys):
                  "--label-col", "y", "--output", str(tmp_path / "rep2")]) == 2
     assert "--prob-cols must be two or more" in capsys.readouterr().err
     assert not (tmp_path / "rep2").exists()
+
+
+
+# Two in-process runs, each under its own pytest capture (closed when its test ends): the
+# distcal logger must write to the stderr of the run at hand, never to a stream an earlier
+# run had (as a notebook's earlier cell).
+def test_in_process_run_under_a_capture(tmp_path, capsys):
+    from distcal.cli.main import main
+
+    make_scores(500, seed=9).to_parquet(tmp_path / "in.parquet")
+    assert main(["fit", "--input", str(tmp_path / "in.parquet"), "--output",
+                 str(tmp_path / "m"), "-v"]) == 0
+    assert "distcal INFO" in capsys.readouterr().err
+
+
+def test_in_process_run_after_an_earlier_capture_closed(tmp_path, capsys):
+    from distcal.cli.main import main
+
+    make_scores(500, seed=9).to_parquet(tmp_path / "in.parquet")
+    for flag, out in (("-q", "m1"), ("-v", "m2")):
+        assert main(["fit", "--input", str(tmp_path / "in.parquet"), "--output",
+                     str(tmp_path / out), flag]) == 0, capsys.readouterr().err
+    assert "distcal INFO" in capsys.readouterr().err

@@ -45,13 +45,30 @@ _USER_ERRORS = (UsageError, DataError, ModelError, ParameterError, OutputExistsE
                 OutputPathError, EngineSetupError)
 
 
+class _CurrentStderr(logging.StreamHandler):
+    """A handler writing to whatever ``sys.stderr`` is when a record is emitted.
+
+    A handler that kept the stream of its first run would write to (and
+    flush) a stream closed since: ``-q``'s redirect of stderr, or the
+    capture of an earlier caller of :func:`run` in the same process.
+    """
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: TextIO) -> None:
+        pass
+
+
 def _configure_logging(verbose: int, quiet: bool) -> None:
     level = logging.ERROR if quiet else (logging.DEBUG if verbose > 1 else
                                          logging.INFO if verbose else logging.WARNING)
     log = logging.getLogger("distcal")
     log.setLevel(level)
     if not any(getattr(h, "_distcal_cli", False) for h in log.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _CurrentStderr()
         handler.setFormatter(logging.Formatter("%(asctime)s distcal %(levelname)s %(message)s",
                                                "%H:%M:%S"))
         handler._distcal_cli = True  # type: ignore[attr-defined]
@@ -100,19 +117,13 @@ def _silence_children() -> Callable[[], None]:
     os.close(null)
     saved_stderr = sys.stderr
     ours = open(real, "w", buffering=1, closefd=False)  # noqa: SIM115 (closed below)
-    sys.stderr = ours
-    handlers = [h for h in logging.getLogger("distcal").handlers
-                if getattr(h, "_distcal_cli", False) and isinstance(h, logging.StreamHandler)]
-    for h in handlers:
-        h.setStream(ours)
+    sys.stderr = ours  # the distcal logger's handler writes to sys.stderr as it is
 
     def restore() -> None:
         ours.flush()
         os.dup2(real, 2)
         os.close(real)
         sys.stderr = saved_stderr
-        for h in handlers:
-            h.setStream(saved_stderr)
         ours.close()
 
     return restore
