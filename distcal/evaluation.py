@@ -432,17 +432,16 @@ def evaluate_many(data: Any, prob_cols: list[Any], label_col: str = DEFAULTS.lab
     """:func:`evaluate` for several probability columns (e.g. raw and calibrated).
 
     A row with a problem in any of the columns counts as invalid for all,
-    so the reports describe the same rows. The local engine reads the input
-    once for all columns; Spark and Dask keep the selected columns in
-    memory and range-partition them once per column (each column orders
-    the rows differently).
+    so the reports describe the same rows. Each column has its own keyed
+    pass over the input (each orders the rows differently), which checks
+    every column.
 
     Multiclass predictions (several models compared): each entry of
     ``prob_cols`` is a vector/array column of K probabilities, or a list of
     K per-class columns; labels are class indices 0..K-1 and every report
     is a :class:`~distcal.multiclass_evaluation.MulticlassEvaluationReport`
     (see :func:`~distcal.multiclass_evaluation.evaluate_many_multiclass`:
-    one read of a local input for all of them). Binary and multiclass
+    the same rows for all of them). Binary and multiclass
     predictions cannot be mixed.
 
     Returns
