@@ -128,7 +128,8 @@ class KeyedStore:
             self._pending, self._pending_rows = [], 0
         keys = list(self.keys)
         total = sum(r["score"].shape[0] for r in self._runs)
-        n_ranges = max(1, -(-2 * total // self.memory_rows))  # twice as many: slack for skew
+        # four times as many: slack for skew, and a range read back within a quarter budget
+        n_ranges = max(1, -(-4 * total // self.memory_rows))
         per_run = max(1, 64 * n_ranges // len(self._runs))
         samples = np.sort(np.concatenate([
             np.asarray(r["score"][np.linspace(0, r["score"].shape[0] - 1, per_run)
