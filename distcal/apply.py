@@ -12,12 +12,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .core.columns import arrow_kind, arrow_to_float, vector_element
 from .core.validate import check_vector_lengths
 from .errors import VECTORS_EXPECTED, column_not_found, column_type, output_column_exists
 from .keyed_model import KeyedModel
 from .model import CalibrationModel
 from .storage import local_publishing
-from .tables import arrow_kind, arrow_to_float, iter_tables, open_dataset, vector_element
+from .tables import iter_tables, open_dataset
 
 __all__ = ["apply_to_parquet"]
 
