@@ -298,3 +298,28 @@ def test_venn_abers_interval_is_ordered_and_monotone(data):
     assert np.all((p0 >= 0) & (p1 <= 1))
     want = ivap_oracle(df.score.to_numpy(), df.label.to_numpy(), df.w.to_numpy(), q[::4])
     np.testing.assert_allclose(np.stack([p0[::4], p1[::4]]), want, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["beta", "venn_abers"])
+def test_transform_equals_predict_on_every_engine(engine, method):
+    df = rows(1500)
+    model = distcal.fit(df, method=method, weight_col="w")
+    segmented = distcal.fit(df, method=method, weight_col="w", by="g")
+    new = pd.DataFrame({"score": np.concatenate([PROBE, probe_scores(df.score.to_numpy())]),
+                        "g": "x"})
+    new.loc[::3, "g"] = "z"
+    new.loc[::5, "g"] = "unseen"
+    for m, want in ((model, model.predict(new.score)),
+                    (segmented, segmented.predict(new.score, segments=new.g))):
+        out = m.transform(engine(new), score_col="score", output_col="p")
+        got = out if isinstance(out, pd.DataFrame) else (
+            out.toPandas() if engine.name == "spark" else out.compute())
+        got = got.sort_values("score", kind="stable")
+        order = np.argsort(new.score.to_numpy(), kind="stable")
+        # the same rows (Spark and Dask may reorder): compare as sorted by score and key
+        a = pd.DataFrame({"score": new.score, "g": new.g, "p": want}).sort_values(
+            ["score", "g"], kind="stable").reset_index(drop=True)
+        b = got[["score", "g", "p"]].sort_values(["score", "g"], kind="stable").reset_index(
+            drop=True)
+        assert len(order) == len(b)
+        np.testing.assert_allclose(b.p.to_numpy(), a.p.to_numpy(), rtol=1e-12, atol=1e-15)

@@ -80,14 +80,16 @@ class SparkEngine:
 
         A binary model by segment (``model.by``, one score) is applied inside
         the JVM (:mod:`.segment_transform`: broadcast joins and Bucketizers,
-        no Python worker); anything else by ``predict`` in one ``mapInArrow``.
+        no Python worker), except Venn-Abers'; anything else by ``predict`` in one
+        ``mapInArrow``.
         """
         import pyarrow as pa
 
         from ..frames import engine_of
         from .transform_rows import transform_rows
 
-        if model is not None and getattr(model, "by", None) and model.n_classes < 2:
+        if model is not None and getattr(model, "by", None) and model.n_classes < 2 \
+                and model.method != "venn_abers":  # (its steps: by predict, below)
             from .segment_transform import transform_segmented
 
             out = transform_segmented(model, as_spark(data), columns[0], output_col)

@@ -27,7 +27,7 @@ import numpy as np
 
 from ...errors import column_not_found, column_type, output_column_exists
 from .schema import column_kind, quote
-from .transform import _bucketize
+from .transform import _bucketize, beta_column
 
 __all__ = ["transform_segmented", "pieces"]
 
@@ -85,7 +85,7 @@ def _segment_maps(model: Any) -> tuple[list[tuple[Any, ...]], list[Any]]:
 
 def _key_table(spark: Any, keys: list[tuple[Any, ...]], key_types: list[Any], cols: list[str],
                values: list[Any]) -> Any:
-    """(key..., g, two per-segment doubles) as a Spark table, sent as one Arrow batch.
+    """(key..., g, per-segment doubles) as a Spark table, sent as one Arrow batch.
 
     ``cols`` names the columns. Built with Arrow it is a local relation: a
     list of rows would be a Python RDD, run by Python workers when broadcast.
@@ -102,7 +102,7 @@ def _key_table(spark: Any, keys: list[tuple[Any, ...]], key_types: list[Any], co
     # as Spark's own key column has it; pandas' conversion would make it null).
     arrays = [pa.array([k[i] for k in keys]) for i in range(nk)]
     arrays.append(pa.array(np.arange(len(keys), dtype=np.int32)))
-    arrays += [pa.array([v[i] for v in values], pa.float64()) for i in range(2)]
+    arrays += [pa.array([v[i] for v in values], pa.float64()) for i in range(len(cols) - nk - 1)]
     return spark.createDataFrame(pa.table(arrays, names=cols), schema)
 
 
@@ -185,22 +185,25 @@ def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) ->
     names = [f.name for f in df.schema.fields]
     spark = df.sparkSession
     sigmoid = model.method == "sigmoid"
+    beta = model.method == "beta"  # per segment (a, b, c), as sigmoid's (a, b)
     nk = len(model.by)
-    (cs, cg, ce0, ce1, cj, cz, cb, cp, cx0, cy0, csl, *ck) = _fresh_names(
-        ["_s", "_g", "_e0", "_e1", "_j", "_z", "_b", "_p", "_x0", "_y0", "_sl"]
+    (cs, cg, ce0, ce1, ce2, cj, cz, cb, cp, cx0, cy0, csl, *ck) = _fresh_names(
+        ["_s", "_g", "_e0", "_e1", "_e2", "_j", "_z", "_b", "_p", "_x0", "_y0", "_sl"]
         + [f"_k{i}" for i in range(nk)], set(names))
+    consts = (ce0, ce1, ce2) if beta else (ce0, ce1)
     keys, maps = _segment_maps(model)
     glob = model.global_model
     # Per segment: Platt's (a, b), or the values at s = -inf / +inf of a map
     # whose end block has no finite knot (null: the end piece's value).
-    if sigmoid:
-        vals = [(float(m.params["a"]), float(m.params["b"])) for m in maps]
-        gvals = (float(glob.params["a"]), float(glob.params["b"]))
+    if sigmoid or beta:
+        names_ = ("a", "b", "c") if beta else ("a", "b")
+        vals = [tuple(float(m.params[k]) for k in names_) for m in maps]
+        gvals = tuple(float(glob.params[k]) for k in names_)
     else:
         parts = [pieces(m) for m in [*maps, glob]]
         vals = [(p["lo_p"], p["hi_p"]) for p in parts[:-1]]
         gvals = (parts[-1]["lo_p"], parts[-1]["hi_p"])
-    table = _key_table(spark, keys, [fields[b] for b in model.by], [*ck, cg, ce0, ce1], vals)
+    table = _key_table(spark, keys, [fields[b] for b in model.by], [*ck, cg, *consts], vals)
     cond = None
     for j, name in enumerate(model.by):
         eq = df[quote(name)] == table[ck[j]]
@@ -212,10 +215,12 @@ def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) ->
                            F.col(quote(score_col)).cast("double").alias(cs),
                            F.coalesce(table[cg], F.lit(len(maps))).alias(cg),
                            *[F.coalesce(table[c], F.lit(v).cast("double")).alias(c)
-                             for c, v in zip((ce0, ce1), gvals)])
+                             for c, v in zip(consts, gvals)])
     sv, e0, e1 = F.col(cs), F.col(ce0), F.col(ce1)
     if sigmoid:
         p = F.lit(1.0) / (F.lit(1.0) + F.exp(sv * e0 + e1))
+    elif beta:
+        p = beta_column(sv, e0, e1, F.col(ce2))
     else:
         lay = _piece_layout(parts)
         if lay["union"].shape[0]:
