@@ -323,3 +323,79 @@ def test_transform_equals_predict_on_every_engine(engine, method):
             drop=True)
         assert len(order) == len(b)
         np.testing.assert_allclose(b.p.to_numpy(), a.p.to_numpy(), rtol=1e-12, atol=1e-15)
+
+
+# -- the scikit-learn estimator and the pyspark.ml stage ---------------------------
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_cross_venn_abers_equals_per_fold_brute_force(k):
+    from sklearn.base import clone
+    from sklearn.datasets import make_classification
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold
+
+    from distcal.sklearn import CalibratedClassifier
+
+    X, y = make_classification(600, n_features=6, n_informative=4, n_classes=k,
+                               random_state=k)
+    X_new = X[:12] + 0.3
+    base = LogisticRegression(max_iter=500)
+    cal = CalibratedClassifier(base, method="venn_abers", cv=3).fit(X, y)
+    p0s, p1s = [], []
+    for train, test in StratifiedKFold(3).split(X, y):
+        est = clone(base).fit(X[train], y[train])
+        s, s_new = est.decision_function(X[test]), est.decision_function(X_new)
+        if k == 2:
+            s, s_new = s[:, None], s_new[:, None]
+        p0, p1 = np.zeros((12, k)), np.zeros((12, k))
+        for c in ([1] if k == 2 else range(k)):
+            col = -1 if k == 2 else c
+            o = ivap_oracle(s[:, col], (y[test] == c).astype(float), np.ones(len(test)),
+                            s_new[:, col])
+            p0[:, c], p1[:, c] = o
+        if k == 2:
+            p0[:, 0], p1[:, 0] = 1 - p1[:, 1], 1 - p0[:, 1]
+        p0s.append(p0)
+        p1s.append(p1)
+    p0s, p1s = np.stack(p0s), np.stack(p1s)
+    g1 = np.exp(np.log(p1s).mean(0))
+    g0 = np.exp(np.log(1 - p0s).mean(0))
+    p = g1 / (g0 + g1)
+    if k == 2:
+        p[:, 0] = 1 - p[:, 1]
+    else:
+        p = p / p.sum(1, keepdims=True)
+    np.testing.assert_allclose(cal.predict_proba(X_new), p, rtol=1e-9, atol=1e-12)
+    lo, hi = cal.predict_interval(X_new)
+    np.testing.assert_allclose(lo, p0s.mean(0), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(hi, p1s.mean(0), rtol=1e-9, atol=1e-12)
+    assert np.all(lo <= hi)
+
+
+def test_sklearn_beta_calibrates_predict_proba_against_the_oracle():
+    from sklearn.datasets import make_classification
+    from sklearn.naive_bayes import GaussianNB
+
+    from distcal.sklearn import CalibratedClassifier
+
+    X, y = make_classification(2000, n_features=5, random_state=1)
+    clf = GaussianNB().fit(X[:1000], y[:1000])
+    cal = CalibratedClassifier(clf, method="beta").fit(X[1000:], y[1000:])
+    s = clf.predict_proba(X[1000:])[:, 1]
+    th = beta_oracle(s, y[1000:].astype(float), np.ones(1000))
+    want = beta_map(th, clf.predict_proba(X[:50])[:, 1])
+    np.testing.assert_allclose(cal.predict_proba(X[:50])[:, 1], want, rtol=1e-7, atol=1e-9)
+
+
+def test_pyspark_ml_calibrator_takes_beta_and_venn_abers(spark, tmp_path):
+    from distcal.spark.ml import Calibrator, CalibratorModel
+
+    df = rows(1000)
+    sdf = spark.createDataFrame(df)
+    for method in ("beta", "venn_abers"):
+        fitted = Calibrator(method=method, weightCol="w", outputCol="p").fit(sdf)
+        fitted.write().overwrite().save(str(tmp_path / method))
+        back = CalibratorModel.load(str(tmp_path / method))
+        got = back.transform(sdf).select("score", "p").toPandas().sort_values("score")
+        want = distcal.fit(df, method=method, weight_col="w").predict(got.score)
+        np.testing.assert_allclose(got.p, want, rtol=1e-12)
