@@ -399,3 +399,23 @@ def test_pyspark_ml_calibrator_takes_beta_and_venn_abers(spark, tmp_path):
         got = back.transform(sdf).select("score", "p").toPandas().sort_values("score")
         want = distcal.fit(df, method=method, weight_col="w").predict(got.score)
         np.testing.assert_allclose(got.p, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["beta", "venn_abers"])
+def test_command_line_fits_and_applies(tmp_path, capsys, method):
+    import json
+
+    from distcal.cli.main import main as cli_main
+
+    df = rows(800)
+    df.to_parquet(tmp_path / "in.parquet")
+    assert cli_main(["fit", "--input", str(tmp_path / "in.parquet"), "--output",
+                     str(tmp_path / "model"), "--method", method, "--weight-col", "w"]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["method"] == method
+    assert cli_main(["apply", "--model", str(tmp_path / "model"), "--input",
+                     str(tmp_path / "in.parquet"), "--output", str(tmp_path / "out.parquet"),
+                     "--output-col", "p"]) == 0
+    out = pd.read_parquet(tmp_path / "out.parquet")
+    want = distcal.fit(df, method=method, weight_col="w").predict(out.score)
+    np.testing.assert_allclose(out.p, want, rtol=1e-12)
