@@ -23,10 +23,11 @@ the optimum has a < 0, refit with a = 0 (the map is then monotone
 increasing in s only through b); otherwise, if b < 0, refit with b = 0.
 As in ``betacal``, the refitted parameter is not checked again.
 
-L is convex. Newton's method with a backtracking line search stops after a
-Newton step below 1e-10 relative (the error left is its square), a rule on
-the step and not on the loss, so that every engine stops at the same point
-to rounding. A singular Hessian (fewer than three distinct scores: the
+L is convex. Newton's method with a backtracking line search (each pass
+gives L with the derivatives, so a step is checked by the pass that
+computes the next) stops after a Newton step below 1e-10 relative (the
+error left is its square), a rule on the step and not on the loss, so that
+every engine stops at the same point to rounding. A singular Hessian (fewer than three distinct scores: the
 optimum is then a line or a plane of parameters, all giving the same
 predictions at the fitted scores) takes the least-squares (minimum-norm)
 Newton step.
@@ -82,30 +83,39 @@ class _Totals:
 
 
 class _Sums:
-    """Gradient and Hessian of L (or L itself) at ``coef`` over one range's table.
+    """L, its gradient and its Hessian at ``coef`` over one range's table (one pass).
 
     ``active``: which of (a, b) are free (the intercept c always is);
-    weights are multiplied by ``w_scale`` (a power of two: exact).
+    weights are multiplied by ``w_scale`` (a power of two: exact). L per
+    score is W softplus(z) - Y z (= Y softplus(-z) + (W - Y) softplus(z)).
     """
 
     def __init__(self, coef: tuple[float, float, float], active: tuple[bool, bool],
-                 w_scale: float, loss: bool):
-        self.coef, self.active, self.w_scale, self.loss = coef, active, w_scale, loss
+                 w_scale: float):
+        self.coef, self.active, self.w_scale = coef, active, w_scale
 
     def __call__(self, t: DistinctTable) -> np.ndarray:
         a, b, c = self.coef
         x1, x2 = beta_features(t.score)
         z = a * x1 + b * x2 + c
         w, y = t.weight * self.w_scale, t.positives * self.w_scale
-        if self.loss:
-            return np.array([np.sum(y * np.logaddexp(0.0, -z)
-                                    + (w - y) * np.logaddexp(0.0, z))])
+        loss = np.dot(w, np.logaddexp(0.0, z)) - np.dot(y, z)
         p = expit(z)
         r = w * p - y
         h = w * p * (1.0 - p)
-        cols = [x for x, on in zip((x1, x2), self.active) if on] + [np.ones_like(z)]
-        x = np.stack(cols, axis=1)
-        return np.concatenate([x.T @ r, ((x * h[:, None]).T @ x).ravel()])
+        cols = [x for x, on in zip((x1, x2), self.active) if on]
+        hx = [h * x for x in cols]
+        m = len(cols) + 1
+        out = np.empty(1 + m + m * m)
+        out[0] = loss
+        out[1:1 + m] = [*(np.dot(r, x) for x in cols), r.sum()]
+        hess = out[1 + m:].reshape(m, m)
+        for i in range(m - 1):
+            for j in range(i, m - 1):
+                hess[i, j] = hess[j, i] = np.dot(hx[i], cols[j])
+            hess[i, m - 1] = hess[m - 1, i] = hx[i].sum()
+        hess[m - 1, m - 1] = h.sum()
+        return out
 
 
 def _add(parts: list[Any]) -> np.ndarray:
@@ -115,7 +125,13 @@ def _add(parts: list[Any]) -> np.ndarray:
 
 def _newton(active: tuple[bool, bool], w_scale: float, max_iter: int
             ) -> Generator[Any, list[Any], tuple[float, float, float]]:
-    """The minimiser of L with the free parameters ``active`` (+ c), by Newton passes."""
+    """The minimiser of L with the free parameters ``active`` (+ c), by Newton passes.
+
+    Each pass gives L, the gradient and the Hessian at one point, so a step
+    is checked by the pass that computes the next one: a step that does not
+    lower L is halved (backtracking), except in the quadratic region, where
+    L cannot tell steps apart from rounding any more.
+    """
     m = sum(active) + 1
 
     def full(theta: np.ndarray) -> tuple[float, float, float]:
@@ -123,13 +139,15 @@ def _newton(active: tuple[bool, bool], w_scale: float, max_iter: int
         return (next(it) if active[0] else 0.0, next(it) if active[1] else 0.0,
                 float(theta[-1]))
 
-    theta = np.array([1.0] * (m - 1) + [0.0])  # a = b = 1, c = 0: the identity map
-    current: float | None = None
-    for _ in range(max_iter):
-        sums = _add((yield _Sums(full(theta), active, w_scale, False)))
-        g, h = sums[:m], sums[m:].reshape(m, m)
-        if not (np.all(np.isfinite(g)) and np.all(np.isfinite(h))):
+    def at(theta: np.ndarray) -> Generator[Any, list[Any], tuple[float, np.ndarray, np.ndarray]]:
+        sums = _add((yield _Sums(full(theta), active, w_scale)))
+        if not np.all(np.isfinite(sums)):
             raise sums_overflow()
+        return float(sums[0]), sums[1:1 + m], sums[1 + m:].reshape(m, m)
+
+    theta = np.array([1.0] * (m - 1) + [0.0])  # a = b = 1, c = 0: the identity map
+    loss, g, h = yield from at(theta)
+    for _ in range(max_iter):
         step = -np.linalg.lstsq(h, g, rcond=None)[0]
         size, scale = float(np.abs(step).sum()), 1.0 + float(np.abs(theta).sum())
         # Stop on the step, not on the loss (module docstring): after a Newton
@@ -137,25 +155,16 @@ def _newton(active: tuple[bool, bool], w_scale: float, max_iter: int
         if size <= 1e-10 * scale:
             theta = theta + step
             break
-        if size <= 1e-4 * scale:  # quadratic region: full Newton steps
-            theta, current = theta + step, None
-            continue
-        if current is None:
-            current = float(_add((yield _Sums(full(theta), active, w_scale, True)))[0])
         lam = 1.0
         while True:
-            new_theta = theta + lam * step
-            new = float(_add((yield _Sums(full(new_theta), active, w_scale, True)))[0])
-            if new <= current:
+            cand = theta + lam * step
+            c_loss, c_g, c_h = yield from at(cand)
+            if c_loss <= loss or size <= 1e-4 * scale:  # quadratic region: full steps
                 break
             lam *= 0.5
             if lam < 1e-12:  # no descent left: optimal to rounding
-                new_theta, new = theta, current
-                break
-        moved = float(np.abs(new_theta - theta).sum())
-        theta, current = new_theta, new
-        if moved <= 1e-15 * (1.0 + float(np.abs(theta).sum())):
-            break
+                return full(theta)
+        theta, loss, g, h = cand, c_loss, c_g, c_h
     else:
         log.warning("beta calibration: no convergence in %d Newton passes (scores that "
                     "separate the classes have no finite optimum); the last step's "
