@@ -27,10 +27,10 @@ L is convex. Newton's method with a backtracking line search (each pass
 gives L with the derivatives, so a step is checked by the pass that
 computes the next) stops after a Newton step below 1e-10 relative (the
 error left is its square), a rule on the step and not on the loss, so that
-every engine stops at the same point to rounding. A singular Hessian (fewer than three distinct scores: the
-optimum is then a line or a plane of parameters, all giving the same
-predictions at the fitted scores) takes the least-squares (minimum-norm)
-Newton step.
+every engine stops at the same point to rounding. A singular Hessian
+(fewer than three distinct scores: the optimum is then a line or a plane
+of parameters, all giving the same predictions at the fitted scores)
+takes the least-squares (minimum-norm) Newton step.
 
 Rows whose labels are all 0 (or all 1) have no minimiser (the loss falls
 towards 0 as c -> -inf), and neither do scores that separate the classes;
