@@ -322,6 +322,30 @@ class KeyedModel:
                             "applies the global map")
         return self._predict_segments(s, segments, None)
 
+    def predict_interval(self, scores: Any, segments: Any = None
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """The Venn-Abers interval (p0, p1) of each score, by its segment's map (a binary
+        Venn-Abers model with ``by``; null, unseen and fallen-back keys: the global map)."""
+        if self.method != "venn_abers" or self.n_classes >= 2:
+            raise AttributeError("predict_interval is for a Venn-Abers model of a binary "
+                                 "score (multiclass: model.class_model(k).predict_interval)")
+        s = self._scores(scores)
+        if not self.by:
+            out: tuple[np.ndarray, np.ndarray] = \
+                self._maps[(GLOBAL, None)].predict_interval(s)
+            return out
+        if segments is None:
+            raise TypeError(f"a model fitted by {self.by} needs each score's segment")
+        codes, keys = self.key_codes(segments, s.shape[0])
+        self.check_key_types(keys, codes)
+        p0, p1 = np.empty(s.shape[0]), np.empty(s.shape[0])
+        fitted = [k if (k, None) in self._maps else GLOBAL for k in keys]
+        for c, seg in [(-1, GLOBAL), *enumerate(fitted)]:
+            idx = np.flatnonzero(codes == c)
+            if idx.shape[0]:
+                p0[idx], p1[idx] = self._maps[(seg, None)].predict_interval(s[idx])
+        return p0, p1
+
     def _predict_segments(self, s: np.ndarray, segments: Any,
                           counts: dict[str, int] | None) -> np.ndarray:
         """:meth:`predict` with segments; adds the rows served by the global maps to

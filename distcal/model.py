@@ -48,7 +48,7 @@ from .core.sigmoid import sigmoid_predict
 from .core.validate import as_scores
 from .core.venn_abers import Steps
 from .defaults import DEFAULTS
-from .errors import ModelError, sums_overflow
+from .errors import DataError, ModelError, ParameterError, sums_overflow
 from .storage import filesystem_for, publish_dir
 
 __all__ = ["CalibrationModel", "load_dir", "check_model", "read_model_json", "read_plain_file",
@@ -317,12 +317,15 @@ class CalibrationModel:
 
     def transform(self, data: Any, score_col: str = DEFAULTS.score_col,
                   output_col: str = DEFAULTS.output_col, *,
-                  score_index: int | None = None) -> Any:
+                  score_index: int | None = None,
+                  interval_cols: tuple[str, str] | None = None) -> Any:
         """``data`` with ``output_col`` = ``predict(score_col)`` added.
 
         With ``score_index``, ``score_col`` holds vectors and the score is
         that element of each (as in :func:`distcal.fit`); the vector column
-        is kept.
+        is kept. ``interval_cols=("p0", "p1")`` (a Venn-Abers model, a
+        column of numbers) adds the interval of :meth:`predict_interval`
+        as two more columns, computed by ``predict`` on the workers.
 
         pandas in, pandas out; pyarrow in, pyarrow out; a Parquet path in,
         pandas out; Spark and Dask frames are transformed lazily by their
@@ -340,8 +343,20 @@ class CalibrationModel:
         from .engines import engine_of, get_engine
         from .params import check_score_index
 
-        return get_engine(engine_of(data)).transform(self, data, score_col, output_col,
-                                                     score_index=check_score_index(score_index))
+        if interval_cols is not None:
+            names = list(interval_cols) if isinstance(interval_cols, (list, tuple)) else []
+            if self._steps is None or score_index is not None or len(names) != 2 or \
+                    not all(isinstance(n, str) and n for n in names) or \
+                    len({*names, output_col}) != 3:
+                raise ParameterError(
+                    "interval_cols takes two new column names, for a Venn-Abers model of a "
+                    f"column of numbers; got {interval_cols!r} for a {self.method} model")
+        out = get_engine(engine_of(data)).transform(self, data, score_col, output_col,
+                                                    score_index=check_score_index(score_index))
+        for j, name in enumerate(interval_cols or ()):
+            out = get_engine(engine_of(out)).transform_rows(
+                out, [score_col], name, _IntervalPart(self._steps, score_col, j), vector=False)
+        return out
 
     # -- export ---------------------------------------------------------
     def to_sql(self, score: str = DEFAULTS.score_col, dialect: str = "spark") -> str:
@@ -415,6 +430,23 @@ class CalibrationModel:
         with open(tmp / "model.json", "w") as fh:
             json.dump(meta, fh, indent=2, sort_keys=True, allow_nan=False)
             fh.write("\n")
+
+
+class _IntervalPart:
+    """p0 (``j = 0``) or p1 of the scores of one part of a frame (shipped to the workers)."""
+
+    def __init__(self, steps: Any, score_col: str, j: int):
+        self.steps, self.score_col, self.j = steps, score_col, j
+
+    def __call__(self, part: Any) -> np.ndarray:
+        from .core.rows import _column_to_float
+
+        s, text = _column_to_float(part, self.score_col)
+        if text.any():
+            raise DataError(f"column '{self.score_col}': {int(text.sum())} rows are text, "
+                            "not numbers")
+        out: np.ndarray = self.steps.interval(s)[self.j]
+        return out
 
 
 def _refuse_overflow(method: str, params: dict[str, Any], blocks: Blocks | None,

@@ -419,3 +419,31 @@ def test_command_line_fits_and_applies(tmp_path, capsys, method):
     out = pd.read_parquet(tmp_path / "out.parquet")
     want = distcal.fit(df, method=method, weight_col="w").predict(out.score)
     np.testing.assert_allclose(out.p, want, rtol=1e-12)
+
+
+def test_transform_adds_the_venn_abers_interval_on_every_engine(engine):
+    df = rows(800)
+    model = distcal.fit(df, method="venn_abers", weight_col="w")
+    new = pd.DataFrame({"score": probe_scores(df.score.to_numpy())})
+    out = model.transform(engine(new), output_col="p", interval_cols=("p0", "p1"))
+    got = out if isinstance(out, pd.DataFrame) else (
+        out.toPandas() if engine.name == "spark" else out.compute())
+    got = got.sort_values("score").reset_index(drop=True)
+    p0, p1 = model.predict_interval(got.score)
+    np.testing.assert_array_equal(got.p0, p0)
+    np.testing.assert_array_equal(got.p1, p1)
+    np.testing.assert_allclose(got.p, model.predict(got.score), rtol=1e-12)
+    with pytest.raises(ValueError, match="interval_cols"):
+        distcal.fit(df, method="beta").transform(new, interval_cols=("p0", "p1"))
+
+
+def test_venn_abers_interval_by_segment():
+    df = rows(900, weights=False)
+    model = distcal.fit(df, method="venn_abers", by="g")
+    q = np.array([0.1, 0.3, 0.5, 0.7])
+    keys = ["x", "y", "unseen", None]
+    p0, p1 = model.predict_interval(q, segments=keys)
+    for i, k in enumerate(keys):
+        m = model.segment(k) if k in ("x", "y") else model.global_model
+        want = m.predict_interval(q[i:i + 1])
+        assert (p0[i], p1[i]) == (want[0][0], want[1][0])
