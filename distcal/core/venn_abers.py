@@ -102,18 +102,17 @@ class Steps:
         return out
 
 
-def _scan(w: np.ndarray, y: np.ndarray, reverse: bool
-          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _scan(w: np.ndarray, y: np.ndarray, reverse: bool) -> np.ndarray:
     """PAV of every prefix (``reverse``: every suffix) as a persistent stack.
 
-    Record i: the far end of the block that PAV of items 0..i (of i..n-1)
-    ends (starts) with, and that block's weight and label sums. The block
-    below it is record ``far[i] - 1`` (above it, ``far[i] + 1``).
+    Record i (row i of the result): the far end of the block that PAV of
+    items 0..i (of i..n-1) ends (starts) with, that block's weight, label
+    sum and mean. The block below it is record ``far - 1`` (above it,
+    ``far + 1``). One row per record: a walk down the stack touches one
+    cache line per block, which is what the cost of :func:`_values` is.
     """
     n = w.shape[0]
-    far = np.empty(n, dtype=np.int64)
-    bw = np.empty(n, dtype=np.float64)
-    by = np.empty(n, dtype=np.float64)
+    rec = np.empty((n, 4), dtype=np.float64)
     for k in range(n):
         i = n - 1 - k if reverse else k
         cw = w[i]
@@ -123,28 +122,28 @@ def _scan(w: np.ndarray, y: np.ndarray, reverse: bool
         # Increasing fit: pool the stack's top while its mean is >= the new
         # block's (scanning leftwards, the front's while it is <=).
         while 0 <= top < n:
-            m = by[top] / bw[top]
+            m = rec[top, 3]
             if (m <= cy / cw) if reverse else (m >= cy / cw):
-                cw += bw[top]
-                cy += by[top]
-                end = far[top]
-                top = far[top] + 1 if reverse else far[top] - 1
+                cw += rec[top, 1]
+                cy += rec[top, 2]
+                end = int(rec[top, 0])
+                top = end + 1 if reverse else end - 1
             else:
                 break
-        far[i] = end
-        bw[i] = cw
-        by[i] = cy
-    return far, bw, by
+        rec[i, 0] = end
+        rec[i, 1] = cw
+        rec[i, 2] = cy
+        rec[i, 3] = cy / cw
+    return rec
 
 
-def _values(w: np.ndarray, y: np.ndarray, m_left: int, n: int,
-            start: np.ndarray, lw: np.ndarray, ly: np.ndarray,
-            end: np.ndarray, rw: np.ndarray, ry: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _values(w: np.ndarray, y: np.ndarray, m_left: int, n: int, left_rec: np.ndarray,
+            right_rec: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """P0, P1 of the ``n`` scores at items ``m_left .. m_left + n - 1`` of (w, y).
 
-    (start, lw, ly) and (end, rw, ry): :func:`_scan` forwards and backwards.
-    Items before the scores are the left carry's blocks, after them the
-    right carry's (a block of a valid pooling behaves as one row).
+    ``left_rec``, ``right_rec``: :func:`_scan` forwards and backwards. Items
+    before the scores are the left carry's blocks, after them the right
+    carry's (a block of a valid pooling behaves as one row).
     """
     total = w.shape[0]
     p0 = np.empty(n, dtype=np.float64)
@@ -157,14 +156,14 @@ def _values(w: np.ndarray, y: np.ndarray, m_left: int, n: int,
             left = i - 1
             right = i + 1
             while True:
-                if left >= 0 and ly[left] / lw[left] >= cy / cw:
-                    cw += lw[left]
-                    cy += ly[left]
-                    left = start[left] - 1
-                elif right < total and ry[right] / rw[right] <= cy / cw:
-                    cw += rw[right]
-                    cy += ry[right]
-                    right = end[right] + 1
+                if left >= 0 and left_rec[left, 3] >= cy / cw:
+                    cw += left_rec[left, 1]
+                    cy += left_rec[left, 2]
+                    left = int(left_rec[left, 0]) - 1
+                elif right < total and right_rec[right, 3] <= cy / cw:
+                    cw += right_rec[right, 1]
+                    cy += right_rec[right, 2]
+                    right = int(right_rec[right, 0]) + 1
                 else:
                     break
             if label == 0:
@@ -209,9 +208,7 @@ def venn_abers_values(table: DistinctTable, left: Blocks | None = None,
         raise sums_overflow()
     # Scores a Python loop handles faster than numba's import and compilation (~1 s).
     scan, values = _kernels() if w.shape[0] > 20_000 else (_scan, _values)
-    start, lw, ly = scan(w, y, False)
-    end, rw, ry = scan(w, y, True)
-    p0, p1 = values(w, y, m_left, len(table), start, lw, ly, end, rw, ry)
+    p0, p1 = values(w, y, m_left, len(table), scan(w, y, False), scan(w, y, True))
     return p0, p1
 
 
