@@ -29,15 +29,17 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
     ----------
     data : pandas.DataFrame, pyarrow.Table, str or path, Spark or Dask DataFrame
         The rows; a path names a Parquet file or dataset directory.
-    method : {"isotonic", "sigmoid", "histogram", "modl", "temperature"}
+    method : {"isotonic", "sigmoid", "histogram", "modl", "beta", "venn_abers", "temperature"}
         Isotonic regression (Pool Adjacent Violators, parameters
         ``increasing=True|False|"auto"``,
         ``interpolation="linear"|"step"|"centered"``, ``y_min``, ``y_max``),
         Platt's sigmoid, histogram binning (``n_bins=10``,
-        ``strategy="uniform"|"quantile"``), or MODL's Bayes-optimal bins
+        ``strategy="uniform"|"quantile"``), MODL's Bayes-optimal bins
         (0/1 labels, unit weights, ``max_groups=100_000``;
-        ``params["cost"]``, ``params["groups"]``: docs/modl.md).
-        "temperature" is for multiclass scores only.
+        ``params["cost"]``, ``params["groups"]``: docs/modl.md), beta
+        calibration (scores in [0, 1]; ``params`` a, b, c) or the inductive
+        Venn-Abers predictor (0/1 labels; ``model.predict_interval``):
+        docs/methods.md. "temperature" is for multiclass scores only.
     score_col, label_col, weight_col : str
         Column names; labels are 0/1 or rates in [0, 1]; weights finite and
         >= 0 (None: all 1). A ``score_col`` of vectors (lists or arrays of K

@@ -39,9 +39,9 @@ class _Defaults:
 
 DEFAULTS = _Defaults()
 
-METHODS = ("isotonic", "sigmoid", "histogram", "modl")
+METHODS = ("isotonic", "sigmoid", "histogram", "modl", "beta", "venn_abers")
 # Methods of multiclass calibration (one-vs-rest with a binary method, or temperature).
-MULTICLASS_METHODS = ("isotonic", "sigmoid", "histogram", "temperature")
+MULTICLASS_METHODS = ("isotonic", "sigmoid", "histogram", "beta", "venn_abers", "temperature")
 INTERPOLATIONS = ("linear", "step", "centered")
 STRATEGIES = ("uniform", "quantile")
 
@@ -53,4 +53,6 @@ METHOD_PARAMS: MappingProxyType[str, MappingProxyType[str, Any]] = MappingProxyT
     "histogram": MappingProxyType({"n_bins": DEFAULTS.n_bins, "strategy": DEFAULTS.strategy}),
     "modl": MappingProxyType({"max_groups": 100_000}),
     "temperature": MappingProxyType({}),
+    "beta": MappingProxyType({}),
+    "venn_abers": MappingProxyType({}),
 })

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .core.beta import beta_plan
 from .core.discretize import modl_plan
 from .core.histogram import histogram_plan
 from .core.isotonic import clip_blocks, isotonic_plan
@@ -35,6 +36,7 @@ from .core.rows import RowPart
 from .core.segment_pav import KeyedPav, merge_keyed_pav, take_blocks
 from .core.sigmoid import sigmoid_plan
 from .core.temperature import temperature_plan
+from .core.venn_abers import venn_abers_plan
 from .errors import DataError, ParameterError, sums_overflow
 from .keyed_model import KeyedModel, TemperatureMap, class_columns
 from .logs import log, phase
@@ -63,10 +65,13 @@ def check_by(by: Any, columns: dict[str, str | None], min_segment_weight: Any) -
     return list(names)
 
 
-def _method_plan(method: str, params: dict[str, Any], directions: Callable[[Key], bool]
+def _method_plan(method: str, params: dict[str, Any], directions: Callable[[Key], bool],
+                 score_name: Callable[[Key | None], str | None] = lambda key: None,
+                 label_name: str | None = None
                  ) -> Callable[[Key | None], Generator[Any, Any, Any]]:
     """The plan of ``method`` for a key; ``directions(key)``: the sign of Spearman's rho
-    of the key's rows (isotonic "auto" with labels that are not all 0/1)."""
+    of the key's rows (isotonic "auto" with labels that are not all 0/1);
+    ``score_name(key)`` and ``label_name``: the key's columns, for messages."""
     if method == "isotonic":
         def isotonic(key: Key | None) -> Generator[Any, Any, Any]:
             return isotonic_plan(params["increasing"], params["y_min"], params["y_max"],
@@ -78,6 +83,10 @@ def _method_plan(method: str, params: dict[str, Any], directions: Callable[[Key]
         return lambda key: histogram_plan(params["n_bins"], params["strategy"])
     if method == "modl":
         return lambda key: modl_plan(max_groups=params["max_groups"])
+    if method == "beta":
+        return lambda key: beta_plan(score_name(key))
+    if method == "venn_abers":
+        return lambda key: venn_abers_plan(label_name)
     return lambda key: temperature_plan()
 
 
@@ -149,6 +158,11 @@ def _map_from(method: str, params: dict[str, Any], result: Any, counts: KeyCount
         fitted["increasing_"] = direction
     elif method == "sigmoid":
         fitted.update(a=result[0], b=result[1])
+    elif method == "beta":
+        fitted.update(a=result[0], b=result[1], c=result[2])
+    elif method == "venn_abers":
+        return CalibrationModel(method, fitted, n_rows=counts.n_rows,
+                                weight_total=counts.weight, columns=columns, steps=result)
     elif method == "histogram":
         edges, bin_prob, blocks = result
         fitted.update(edges=edges.tolist(), bin_prob=bin_prob.tolist())
@@ -184,7 +198,7 @@ def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str
     """
     by = list(spec.by)
     binary = not by and not spec.multiclass
-    finite = method in ("sigmoid", "histogram", "temperature")
+    finite = method in ("sigmoid", "histogram", "temperature", "beta")
     # One key: its plan (per-range PAV merged in order); many: every key's PAV at once.
     iso_fixed = method == "isotonic" and params["increasing"] != "auto" and not binary
     passes = 1 if method == "isotonic" and params["increasing"] != "auto" else 4
@@ -208,7 +222,9 @@ def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str
             return [b[0] for b in both]
 
         columns = _columns(spec, ranges.n_classes)
-        plan = _method_plan(method, params, _RowDirections(ranges.map_rows, bool(by), counts))
+        plan = _method_plan(method, params, _RowDirections(ranges.map_rows, bool(by), counts),
+                            lambda key: None if key is None
+                            else class_columns(columns, key).get("score"), spec.label_col)
         what = "by " + ", ".join(by) if by else "multiclass" if spec.multiclass else "binary"
         with phase("fit %s: %s", what, method):
             try:

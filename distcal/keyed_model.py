@@ -65,6 +65,8 @@ from .model import (
     parse_model_json,
     read_checked_meta,
     read_table_file,
+    steps_from_table,
+    steps_table,
 )
 from .storage import filesystem_for, publish_dir
 
@@ -76,7 +78,8 @@ FORMAT = "distcal-keyed-model"
 FORMAT_VERSION = 2
 MAPS_FILE = "maps.parquet"
 BLOCKS_FILE = "blocks.parquet"
-ONE_VS_REST = ("isotonic", "sigmoid", "histogram", "modl")
+ONE_VS_REST = ("isotonic", "sigmoid", "histogram", "modl", "beta", "venn_abers")
+STEPS_FILE = "steps.parquet"  # Venn-Abers maps' step functions, by map row
 
 
 @dataclass(frozen=True)
@@ -318,6 +321,30 @@ class KeyedModel:
                             "predict(scores, segments=keys); model.global_model.predict(scores) "
                             "applies the global map")
         return self._predict_segments(s, segments, None)
+
+    def predict_interval(self, scores: Any, segments: Any = None
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """The Venn-Abers interval (p0, p1) of each score, by its segment's map (a binary
+        Venn-Abers model with ``by``; null, unseen and fallen-back keys: the global map)."""
+        if self.method != "venn_abers" or self.n_classes >= 2:
+            raise AttributeError("predict_interval is for a Venn-Abers model of a binary "
+                                 "score (multiclass: model.class_model(k).predict_interval)")
+        s = self._scores(scores)
+        if not self.by:
+            out: tuple[np.ndarray, np.ndarray] = \
+                self._maps[(GLOBAL, None)].predict_interval(s)
+            return out
+        if segments is None:
+            raise TypeError(f"a model fitted by {self.by} needs each score's segment")
+        codes, keys = self.key_codes(segments, s.shape[0])
+        self.check_key_types(keys, codes)
+        p0, p1 = np.empty(s.shape[0]), np.empty(s.shape[0])
+        fitted = [k if (k, None) in self._maps else GLOBAL for k in keys]
+        for c, seg in [(-1, GLOBAL), *enumerate(fitted)]:
+            idx = np.flatnonzero(codes == c)
+            if idx.shape[0]:
+                p0[idx], p1[idx] = self._maps[(seg, None)].predict_interval(s[idx])
+        return p0, p1
 
     def _predict_segments(self, s: np.ndarray, segments: Any,
                           counts: dict[str, int] | None) -> np.ndarray:
@@ -641,7 +668,7 @@ class KeyedModel:
         keys = list(self._maps)
         rows: dict[str, list[Any]] = {b: [] for b in self.by}
         rows.update({"class": [], "n_rows": [], "weight": [], "params": [], "blocks": []})
-        block_parts = []
+        block_parts, step_parts = [], []
         for i, key in enumerate(keys):
             segment, cls = key
             m = self._maps[key]
@@ -653,6 +680,11 @@ class KeyedModel:
             rows["params"].append(json.dumps(m.params, sort_keys=True, allow_nan=False))
             blocks = getattr(m, "_blocks", None)
             rows["blocks"].append(-1 if blocks is None else len(blocks))
+            steps = getattr(m, "_steps", None)
+            if steps is not None:
+                table = steps_table(steps)
+                step_parts.append(table.append_column(
+                    "map", pa.array(np.full(table.num_rows, i, dtype=np.int64))))
             if blocks is not None:
                 cols = {"map": pa.array(np.full(len(blocks), i, dtype=np.int64))}
                 cols.update({f: pa.array(np.asarray(getattr(blocks, f), dtype=np.float64))
@@ -684,6 +716,8 @@ class KeyedModel:
                            pa.table({b: _arrow_column(seg[b].tolist(), b) for b in self.by})))
         if block_parts:
             tables.append(("blocks", BLOCKS_FILE, pa.concat_tables(block_parts)))
+        if step_parts:
+            tables.append(("steps", STEPS_FILE, pa.concat_tables(step_parts)))
         for name, file, table in tables:
             pq.write_table(table, tmp / file)
             meta["tables"][name] = {"file": file, "rows": table.num_rows,
@@ -850,7 +884,7 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
     if isinstance(k, bool) or not isinstance(k, int) or not (k == 0 or 2 <= k <= 1_000_000):
         raise bad("n_classes must be 0 or an integer >= 2")
     tables = meta["tables"]
-    if not isinstance(tables, dict) or set(tables) - {"maps", "blocks", "segments"} \
+    if not isinstance(tables, dict) or set(tables) - {"maps", "blocks", "segments", "steps"} \
             or "maps" not in tables:
         raise bad("unexpected tables in model.json")
     maps_t = read_table_file(root, tables["maps"], MAPS_FILE)
@@ -861,6 +895,13 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
     if blocks_t is not None and set(blocks_t.schema.names) != {"map", *_BLOCK_COLUMNS,
                                                                "score_mean"}:
         raise ModelError(f"'{root / BLOCKS_FILE}' does not hold the expected blocks")
+    steps_t = read_table_file(root, tables["steps"], STEPS_FILE) if "steps" in tables \
+        else None
+    if steps_t is not None and set(steps_t.schema.names) != {"map", "kind", "score", "prob"}:
+        raise ModelError(f"'{root / STEPS_FILE}' does not hold the expected steps")
+    step_owner = (np.zeros(0, dtype=np.int64) if steps_t is None
+                  else steps_t.column("map").to_numpy().astype(np.int64))
+    step_order = np.argsort(step_owner, kind="stable")
     owner = (np.zeros(0, dtype=np.int64) if blocks_t is None
              else blocks_t.column("map").to_numpy().astype(np.int64))
     order = np.argsort(owner, kind="stable")
@@ -869,7 +910,7 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
     maps: dict[Key, Any] = {}
     seg_values = [maps_t.column(b).to_pylist() for b in by]
     classes = maps_t.column("class").to_pylist()
-    used = 0
+    used = used_steps = 0
     for i in range(maps_t.num_rows):
         values: Any = tuple(col[i] for col in seg_values)
         segment: Any
@@ -907,15 +948,26 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
                 part = part.drop_columns(["score_mean"])
             blocks = blocks_from_table(part, f"'{root / BLOCKS_FILE}' ({where})", keys=("map",))
             used += nb
+        steps = None
+        if method == "venn_abers":
+            lo, hi = np.searchsorted(step_owner[step_order], [i, i + 1])
+            if steps_t is None or hi == lo:
+                raise bad(f"{where} has no Venn-Abers steps")
+            steps = steps_from_table(steps_t.take(pa.array(step_order[lo:hi])),
+                                     f"'{root / STEPS_FILE}' ({where})", keys=("map",))
+            used_steps += hi - lo
         counts = {"n_rows": n_rows, "weight_total": weight, "dropped_rows": 0}
         try:
-            check_model(method, params, blocks, columns=class_columns(columns, key), **counts)
+            check_model(method, params, blocks, columns=class_columns(columns, key),
+                        steps=steps, **counts)
         except ValueError as exc:
             raise bad(f"{where}: {exc}") from exc
         maps[key] = CalibrationModel(method, params, blocks, columns=class_columns(columns, key),
-                                     **counts)
+                                     steps=steps, **counts)
     if used != owner.shape[0]:
         raise bad("the blocks table has blocks of no map")
+    if used_steps != step_owner.shape[0]:
+        raise bad("the steps table has steps of no map")
     segments = None
     if by:
         seg_t = read_table_file(root, tables.get("segments"), "segments.parquet")

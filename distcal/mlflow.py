@@ -82,7 +82,7 @@ def example_input(model: Any, rows: int = 5) -> pd.DataFrame:
     glob = model.global_model if _is_keyed(model) and model.by else model
     base = glob.class_model(glob.n_classes - 1) if _is_keyed(glob) and glob.method != \
         "temperature" else glob
-    if not _is_keyed(base) and base.method != "sigmoid":
+    if not _is_keyed(base) and base.method not in ("sigmoid", "beta", "venn_abers"):
         b = base.blocks
         finite = np.concatenate([b["score_min"], b["score_max"]])
         finite = finite[np.isfinite(finite)]

@@ -16,6 +16,10 @@ Prediction, for a score s:
   (AI::Calibrate's ``score_prob``, except below the range).
 * sigmoid: p(s) = 1 / (1 + exp(a s + b)).
 * histogram: the rate of the bin ``searchsorted(edges[1:-1], s)``.
+* beta: p(s) = 1 / (1 + 1 / (exp(c) s^a / (1 - s)^b)), s clipped to
+  [1e-12, 1 - 1e-12] (:mod:`distcal.core.beta`).
+* venn_abers: p1 / (1 - p0 + p1) of the interval (p0, p1) that
+  :meth:`CalibrationModel.predict_interval` gives (:mod:`distcal.core.venn_abers`).
 
 NaN in gives NaN out.
 """
@@ -37,16 +41,19 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .core.beta import beta_predict
 from .core.bins import bin_ids
 from .core.isotonic import Blocks
 from .core.sigmoid import sigmoid_predict
 from .core.validate import as_scores
+from .core.venn_abers import Steps
 from .defaults import DEFAULTS
-from .errors import ModelError, sums_overflow
+from .errors import ModelError, ParameterError, sums_overflow
 from .storage import filesystem_for, publish_dir
 
 __all__ = ["CalibrationModel", "load_dir", "check_model", "read_model_json", "read_plain_file",
-           "read_table_file", "blocks_from_table", "parse_model_json"]
+           "read_table_file", "blocks_from_table", "parse_model_json", "steps_table",
+           "steps_from_table", "check_steps"]
 
 FORMAT = "distcal-model"
 FORMAT_VERSION = 1
@@ -85,12 +92,15 @@ class CalibrationModel:
 
     def __init__(self, method: str, params: dict[str, Any], blocks: Blocks | None = None,
                  *, n_rows: int = 0, weight_total: float = 0.0, dropped_rows: int = 0,
-                 columns: dict[str, str | None] | None = None):
-        if method not in ("isotonic", "sigmoid", "histogram", "modl"):
+                 columns: dict[str, str | None] | None = None, steps: Steps | None = None):
+        if method not in ("isotonic", "sigmoid", "histogram", "modl", "beta", "venn_abers"):
             raise ValueError(f"unknown method {method!r}")
+        if (steps is not None) != (method == "venn_abers"):
+            raise ValueError("a venn_abers model, and only one, has steps")
         self.method = method
         self.params = dict(params)
         self._blocks = blocks
+        self._steps = steps
         self.n_rows = int(n_rows)
         self.weight_total = float(weight_total)
         self.dropped_rows = int(dropped_rows)
@@ -130,6 +140,12 @@ class CalibrationModel:
         0.700 > SCORE >= 0.300     prob = 0.500
         0.300 > SCORE >= 0.100     prob = 0.000
         """
+        if self.method == "beta":
+            a, b, c = (self.params[k] for k in "abc")
+            return f"p(s) = 1 / (1 + 1 / (exp({c:.6g}) * s^{a:.6g} / (1 - s)^{b:.6g}))"
+        if self._steps is not None:
+            return (f"Venn-Abers predictor: p0 steps at {self._steps.x0.shape[0]} scores, "
+                    f"p1 steps at {self._steps.x1.shape[0]} scores; p = p1 / (1 - p0 + p1)")
         if self._blocks is None:
             a, b = self.params["a"], self.params["b"]
             return f"p(s) = 1 / (1 + exp({a:.6g} * s + {b:+.6g}))"
@@ -152,7 +168,9 @@ class CalibrationModel:
 
     def __repr__(self) -> str:
         extra = (f"blocks={len(self._blocks)}" if self._blocks is not None
-                 else f"a={self.params['a']:.6g}, b={self.params['b']:.6g}")
+                 else f"steps={self._steps.x0.shape[0]}+{self._steps.x1.shape[0]}"
+                 if self._steps is not None
+                 else ", ".join(f"{k}={self.params[k]:.6g}" for k in "abc" if k in self.params))
         return (f"CalibrationModel(method={self.method!r}, n_rows={self.n_rows}, "
                 f"weight_total={self.weight_total:g}, {extra})")
 
@@ -172,6 +190,12 @@ class CalibrationModel:
         if not (_close(self.params, other.params) and _close(self.weight_total,
                                                               other.weight_total)):
             return False
+        if self._steps is not None or other._steps is not None:
+            x, y = self._steps, other._steps
+            # Step thresholds are data values: exact; step values are sums' ratios.
+            return (x is not None and y is not None and np.array_equal(x.x0, y.x0)
+                    and np.array_equal(x.x1, y.x1) and _close(x.v0, y.v0)
+                    and _close(x.v1, y.v1))
         if (self._blocks is None) != (other._blocks is None):
             return False
         if self._blocks is None or other._blocks is None:
@@ -195,6 +219,10 @@ class CalibrationModel:
         s = as_scores(scores)  # real numbers only; a scalar gives one value
         if self.method == "sigmoid":
             return sigmoid_predict(self.params["a"], self.params["b"], s)
+        if self.method == "beta":
+            return beta_predict(self.params["a"], self.params["b"], self.params["c"], s)
+        if self._steps is not None:
+            return self._steps.predict(s)
         interpolation = self.params.get("interpolation", "linear")
         if self.method == "isotonic" and interpolation in ("linear", "centered"):
             return self._predict_linear(s)  # np.interp keeps NaN
@@ -209,6 +237,26 @@ class CalibrationModel:
         if nan.any():
             out = np.where(nan, np.nan, out)
         return out
+
+    def predict_interval(self, scores: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The Venn-Abers interval (p0, p1) at ``scores``, p0 <= p1 (venn_abers only).
+
+        p0 (p1): the isotonic fit at s of the calibration rows plus the row
+        (s, 0) (plus (s, 1)) of weight 1 (:mod:`distcal.core.venn_abers`).
+        NaN in gives NaN out.
+
+        Examples
+        --------
+        >>> import pandas as pd, distcal
+        >>> df = pd.DataFrame({"score": [.1, .3, .5, .7, .9], "label": [0, 1, 0, 1, 1]})
+        >>> p0, p1 = distcal.fit(df, method="venn_abers").predict_interval([0.2, 0.8])
+        >>> p0.tolist(), p1.tolist()
+        ([0.0, 0.5], [0.6666666666666666, 1.0])
+        """
+        if self._steps is None:
+            raise AttributeError(f"a {self.method} model has no interval; fit "
+                                 "method='venn_abers'")
+        return self._steps.interval(as_scores(scores))
 
     def _fitted_blocks(self) -> Blocks:
         if self._blocks is None:
@@ -269,12 +317,15 @@ class CalibrationModel:
 
     def transform(self, data: Any, score_col: str = DEFAULTS.score_col,
                   output_col: str = DEFAULTS.output_col, *,
-                  score_index: int | None = None) -> Any:
+                  score_index: int | None = None,
+                  interval_cols: tuple[str, str] | None = None) -> Any:
         """``data`` with ``output_col`` = ``predict(score_col)`` added.
 
         With ``score_index``, ``score_col`` holds vectors and the score is
         that element of each (as in :func:`distcal.fit`); the vector column
-        is kept.
+        is kept. ``interval_cols=("p0", "p1")`` (a Venn-Abers model, a
+        column of numbers) adds the interval of :meth:`predict_interval`
+        as two more columns, computed by ``predict`` on the workers.
 
         pandas in, pandas out; pyarrow in, pyarrow out; a Parquet path in,
         pandas out; Spark and Dask frames are transformed lazily by their
@@ -293,14 +344,27 @@ class CalibrationModel:
         from .engines import engine_of, get_engine
         from .params import check_score_index
 
+        if interval_cols is not None:
+            names = list(interval_cols) if isinstance(interval_cols, (list, tuple)) else []
+            if self._steps is None or score_index is not None or len(names) != 2 or \
+                    not all(isinstance(n, str) and n for n in names) or \
+                    len({*names, output_col}) != 3:
+                raise ParameterError(
+                    "interval_cols takes two new column names, for a Venn-Abers model of a "
+                    f"column of numbers; got {interval_cols!r} for a {self.method} model")
         index = check_score_index(score_index)
 
         def predict(part: Any) -> np.ndarray:
             return self.predict(read_score(part, score_col, index))
 
-        return get_engine(engine_of(data)).transform_rows(
+        out = get_engine(engine_of(data)).transform_rows(
             data, {score_col: "score"}, output_col, predict, vector=False, model=self,
             score_index=index)
+        for j, name in enumerate(interval_cols or ()):
+            out = get_engine(engine_of(out)).transform_rows(
+                out, {score_col: "score"}, name, _IntervalPart(self._steps, score_col, j),
+                vector=False)
+        return out
 
     # -- export ---------------------------------------------------------
     def to_sql(self, score: str = DEFAULTS.score_col, dialect: str = "spark") -> str:
@@ -365,10 +429,28 @@ class CalibrationModel:
             pq.write_table(table, tmp / "blocks.parquet")
             meta["tables"]["blocks"] = {"file": "blocks.parquet", "rows": table.num_rows,
                                         "sha256": _sha256(tmp / "blocks.parquet")}
+        if self._steps is not None:
+            table = steps_table(self._steps)
+            pq.write_table(table, tmp / STEPS_FILE)
+            meta["tables"]["steps"] = {"file": STEPS_FILE, "rows": table.num_rows,
+                                       "sha256": _sha256(tmp / STEPS_FILE)}
         meta["checksum"] = _json_checksum(meta)
         with open(tmp / "model.json", "w") as fh:
             json.dump(meta, fh, indent=2, sort_keys=True, allow_nan=False)
             fh.write("\n")
+
+
+class _IntervalPart:
+    """p0 (``j = 0``) or p1 of the scores of one part of a frame (shipped to the workers)."""
+
+    def __init__(self, steps: Any, score_col: str, j: int):
+        self.steps, self.score_col, self.j = steps, score_col, j
+
+    def __call__(self, part: Any) -> np.ndarray:
+        from .core.rows import read_score
+
+        out: np.ndarray = self.steps.interval(read_score(part, self.score_col))[self.j]
+        return out
 
 
 def _refuse_overflow(method: str, params: dict[str, Any], blocks: Blocks | None,
@@ -385,9 +467,10 @@ def _refuse_overflow(method: str, params: dict[str, Any], blocks: Blocks | None,
             bad = bad or not (np.all(np.isfinite(blocks.weight))
                               and np.all(np.isfinite(blocks.positives))
                               and not np.any(np.isnan(blocks.prob)))
-    if method == "sigmoid":
+    if method in ("sigmoid", "beta"):
         bad = bad or not all(isinstance(params.get(k), (int, float))
-                             and math.isfinite(params[k]) for k in ("a", "b"))
+                             and math.isfinite(params[k])
+                             for k in (("a", "b") if method == "sigmoid" else ("a", "b", "c")))
     elif method == "histogram" and "bin_prob" in params:
         bad = bad or not np.all(np.isfinite(np.asarray(params["bin_prob"], dtype=np.float64)))
     if bad:
@@ -434,6 +517,7 @@ MAX_TABLE_BYTES = 1 << 30
 # model.json nests three levels; anything much deeper is not a model.
 MAX_JSON_DEPTH = 32
 BLOCKS_FILE = "blocks.parquet"
+STEPS_FILE = "steps.parquet"
 
 
 def _reject_constant(name: str) -> Any:
@@ -642,7 +726,8 @@ def _is_count(v: Any) -> bool:
 
 
 def check_model(method: Any, params: Any, blocks: Blocks | None, *, n_rows: Any = 0,
-                weight_total: Any = 0.0, dropped_rows: Any = 0, columns: Any = None) -> None:
+                weight_total: Any = 0.0, dropped_rows: Any = 0, columns: Any = None,
+                steps: Steps | None = None) -> None:
     """Raise ``ValueError`` naming what is inconsistent in a binary model's parts.
 
     Every parameter a method's prediction uses, of the right type; finite,
@@ -663,6 +748,22 @@ def check_model(method: Any, params: Any, blocks: Blocks | None, *, n_rows: Any 
             isinstance(k, str) and (v is None or isinstance(v, str))
             for k, v in columns.items())):
         raise ValueError("columns must map roles to column names")
+    if (steps is not None) != (method == "venn_abers"):
+        raise ValueError("a venn_abers model, and only one, has a steps table")
+    if method == "venn_abers":
+        if blocks is not None:
+            raise ValueError("a venn_abers model has no blocks table")
+        assert steps is not None
+        check_steps(steps)
+        return
+    if method == "beta":
+        if blocks is not None:
+            raise ValueError("a beta model has no blocks table")
+        for k in ("a", "b", "c"):
+            if not _is_number(params.get(k)):
+                raise ValueError(f"beta parameter {k} must be a finite number, got "
+                                 f"{params.get(k)!r}")
+        return
     if method == "sigmoid":
         if blocks is not None:
             raise ValueError("a sigmoid model has no blocks table")
@@ -751,6 +852,54 @@ def _check_blocks(method: str, b: Blocks) -> None:
             raise ValueError("block score_mean must lie in [score_min, score_max]")
 
 
+def steps_table(steps: Steps) -> pa.Table:
+    """The Venn-Abers steps as one table: ``kind`` (0: p0, 1: p1), ``score``, ``prob``."""
+    kind = np.concatenate([np.zeros(steps.x0.shape[0], np.int8),
+                           np.ones(steps.x1.shape[0], np.int8)])
+    return pa.table({"kind": pa.array(kind, pa.int8()),
+                     "score": pa.array(np.concatenate([steps.x0, steps.x1]), pa.float64()),
+                     "prob": pa.array(np.concatenate([steps.v0, steps.v1]), pa.float64())})
+
+
+def steps_from_table(table: pa.Table, where: str, keys: tuple[str, ...] = ()) -> Steps:
+    """:class:`~distcal.core.venn_abers.Steps` from a :func:`steps_table` table (unchecked)."""
+    if set(table.schema.names) - set(keys) != {"kind", "score", "prob"} or not (
+            pa.types.is_integer(table.schema.field("kind").type)
+            and pa.types.is_floating(table.schema.field("score").type)
+            and pa.types.is_floating(table.schema.field("prob").type)):
+        raise ModelError(f"{where} does not hold the expected Venn-Abers steps")
+    kind = np.asarray(table.column("kind").to_numpy(), dtype=np.int64)
+    x = np.asarray(table.column("score").to_numpy(), dtype=np.float64)
+    v = np.asarray(table.column("prob").to_numpy(), dtype=np.float64)
+    if not np.all((kind == 0) | (kind == 1)):
+        raise ModelError(f"{where} has steps of an unknown kind")
+    return Steps(x[kind == 0], v[kind == 0], x[kind == 1], v[kind == 1])
+
+
+def check_steps(steps: Steps) -> None:
+    """Raise ``ValueError`` unless the steps make a Venn-Abers predictor.
+
+    Thresholds strictly ascending, not NaN, the same first score for p0 and
+    last for p1 (the fitted range); values in [0, 1], non-decreasing, and
+    p0 <= p1 at every threshold.
+    """
+    for x, v, name in ((steps.x0, steps.v0, "p0"), (steps.x1, steps.v1, "p1")):
+        if x.shape[0] == 0 or x.shape != v.shape:
+            raise ValueError(f"the {name} steps are empty or of unequal lengths")
+        if np.any(np.isnan(x)) or np.any(np.diff(x) <= 0):
+            raise ValueError(f"the {name} step scores are not strictly ascending")
+        if not np.all((v >= 0.0) & (v <= 1.0)) or np.any(np.diff(v) < 0):
+            raise ValueError(f"the {name} step values are not non-decreasing in [0, 1]")
+    if steps.x1[0] < steps.x0[0]:
+        raise ValueError("the p1 steps begin below the fitted scores")
+    if steps.x1[-1] < steps.x0[-1]:
+        raise ValueError("the p0 steps end above the fitted scores")
+    at = np.concatenate([steps.x0, steps.x1])
+    p0, p1 = steps.interval(at)
+    if np.any(p0 > p1):
+        raise ValueError("p0 exceeds p1 at some score")
+
+
 def load_dir(root: Path) -> CalibrationModel:
     """Read the binary model directory ``root`` of this machine (see :func:`distcal.load`).
 
@@ -767,12 +916,15 @@ def load_dir(root: Path) -> CalibrationModel:
 
 def _binary_from_meta(root: Path, meta: dict[str, Any]) -> CalibrationModel:
     tables = meta["tables"]
-    if not isinstance(tables, dict) or set(tables) - {"blocks"}:
+    if not isinstance(tables, dict) or set(tables) - {"blocks", "steps"}:
         raise ModelError(f"'{root}' is damaged: unexpected tables in model.json")
-    blocks = None
+    blocks = steps = None
     if "blocks" in tables:
         blocks = blocks_from_table(read_table_file(root, tables["blocks"], BLOCKS_FILE),
                                    f"'{root / BLOCKS_FILE}'")
+    if "steps" in tables:
+        steps = steps_from_table(read_table_file(root, tables["steps"], STEPS_FILE),
+                                 f"'{root / STEPS_FILE}'")
     parts = {k: meta[k] for k in ("n_rows", "weight_total", "dropped_rows", "columns")}
-    check_model(meta["method"], meta["params"], blocks, **parts)
-    return CalibrationModel(meta["method"], meta["params"], blocks, **parts)
+    check_model(meta["method"], meta["params"], blocks, steps=steps, **parts)
+    return CalibrationModel(meta["method"], meta["params"], blocks, steps=steps, **parts)

@@ -186,6 +186,10 @@ def plot_calibration_map(model: Any, ax: Any = None, *, confidence: float = 0.95
         a, b = model.params["a"], model.params["b"]
         ax.text(0.02, 0.95, f"p(s) = 1 / (1 + exp({a:.4g} s {b:+.4g}))",
                 transform=ax.transAxes, va="top", fontsize=8)
+    elif model.method == "venn_abers":
+        p0, p1 = model.predict_interval(grid)
+        ax.fill_between(grid, p0, p1, step="mid", color="C1", alpha=0.3, lw=0,
+                        label="Venn-Abers interval (p0, p1)")
     ax.set(xlabel="score", ylabel="calibrated probability", ylim=(0, 1),
            title="Calibration map")
     ax.legend(loc="lower right", fontsize=7)

@@ -8,6 +8,15 @@ normalisation and temperature rule, the same folds, and so the same
 probabilities (isotonic to rounding; sigmoid and temperature to the
 tolerance of scikit-learn's optimisers, distcal's fits are converged to
 rounding).
+
+Two methods scikit-learn does not have: "beta" (beta calibration, which
+maps probabilities: it calibrates ``predict_proba`` whenever the
+classifier has it) and "venn_abers". With ``cv`` set and
+``ensemble=True``, "venn_abers" is the cross Venn-Abers predictor (Vovk,
+Petej & Fedorova 2015): per class, the folds' intervals (p0, p1) merge as
+p = GM(p1) / (GM(1 - p0) + GM(p1)), geometric means over the folds, then
+the one-vs-rest normalisation; :meth:`CalibratedClassifier.predict_interval`
+gives the arithmetic means of p0 and p1 over the folds.
 """
 
 from __future__ import annotations
@@ -27,13 +36,16 @@ from sklearn.utils.validation import check_is_fitted, column_or_1d
 from .keyed_model import KeyedModel as MulticlassCalibrationModel
 from .params import check_bool
 
-METHODS = ("isotonic", "sigmoid", "histogram", "temperature")
+METHODS = ("isotonic", "sigmoid", "histogram", "beta", "venn_abers", "temperature")
 
 __all__ = ["CalibratedClassifier"]
 
 
-def _response_method(estimator: Any) -> str:
-    for name in ("decision_function", "predict_proba"):
+def _response_method(estimator: Any, method: str) -> str:
+    # Beta calibration maps probabilities (scores in [0, 1]): predict_proba first.
+    order = ("predict_proba", "decision_function") if method == "beta" \
+        else ("decision_function", "predict_proba")
+    for name in order:
         if hasattr(estimator, name):
             return name
     raise TypeError(f"{type(estimator).__name__} has neither decision_function nor "
@@ -73,7 +85,7 @@ def _few(values: list[Any], n: int = 10) -> str:
 
 class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
     """Probability calibration of a classifier by distcal (isotonic, sigmoid, histogram,
-    temperature).
+    beta, Venn-Abers, temperature).
 
     Parameters
     ----------
@@ -84,8 +96,11 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         ``sklearn.frozen.FrozenEstimator`` where it will be cloned (e.g.
         inside ``cross_val_score``). With ``cv`` set: an unfitted
         classifier, cloned and fitted per fold.
-    method : {"isotonic", "sigmoid", "histogram", "temperature"}
+    method : {"isotonic", "sigmoid", "histogram", "beta", "venn_abers", "temperature"}
         One-vs-rest with a binary distcal method, or temperature scaling.
+        "beta" calibrates ``predict_proba`` (it maps probabilities);
+        "venn_abers" with ``cv`` is the cross Venn-Abers predictor (module
+        docstring).
     params : dict, optional
         Method parameters for :func:`distcal.fit`, e.g. ``{"interpolation": "step"}``.
     cv : None, int, or a cross-validation splitter
@@ -213,7 +228,7 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             if sample_weight.shape[0] != y.shape[0]:
                 raise ValueError(f"sample_weight has {sample_weight.shape[0]} entries for "
                                  f"{y.shape[0]} samples")
-        self.response_method_ = _response_method(self.estimator)
+        self.response_method_ = _response_method(self.estimator, self.method)
 
         if self.cv is None:
             check_is_fitted(self.estimator)
@@ -267,12 +282,47 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             self.calibration_model_ = model
             self._models = [model]
 
+    def _intervals(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Every model's Venn-Abers (p0, p1) per class: two (folds, n, classes) arrays.
+
+        K = 2: only class 1 is calibrated; class 0's interval is (1 - p1, 1 - p0).
+        """
+        p0s, p1s = [], []
+        for est, model in zip(self.estimators_, self._models):
+            s = self._scores(est, X)
+            k = len(self.classes_)
+            p0, p1 = np.empty((s.shape[0], k)), np.empty((s.shape[0], k))
+            for c in ([1] if k == 2 else range(k)):
+                p0[:, c], p1[:, c] = model.class_model(c).predict_interval(s[:, -1 if k == 2
+                                                                              else c])
+            if k == 2:
+                p0[:, 0], p1[:, 0] = 1.0 - p1[:, 1], 1.0 - p0[:, 1]
+            p0s.append(p0)
+            p1s.append(p1)
+        return np.stack(p0s), np.stack(p1s)
+
+    def predict_interval(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The Venn-Abers intervals (p0, p1), each (n_samples, n_classes) (venn_abers only).
+
+        Per class, the arithmetic means over the fold models of p0 and of p1
+        (one model without cross-fitting), before any normalisation.
+        """
+        check_is_fitted(self, "classes_")
+        if self.method != "venn_abers":
+            raise AttributeError(f"predict_interval is for method='venn_abers', not "
+                                 f"{self.method!r}")
+        p0, p1 = self._intervals(X)
+        return p0.mean(axis=0), p1.mean(axis=0)
+
     def predict_proba(self, X: Any) -> np.ndarray:
         """Calibrated probabilities, shape (n_samples, n_classes), columns as ``classes_``.
 
-        With several (fold) models, the mean of their probabilities.
+        With several (fold) models, the mean of their probabilities; for
+        "venn_abers", the cross Venn-Abers merge (module docstring).
         """
         check_is_fitted(self, "classes_")
+        if self.method == "venn_abers" and len(self._models) > 1:
+            return self._cross_venn_abers(X)
         total: np.ndarray | None = None
         for est, model in zip(self.estimators_, self._models):
             p = model.predict(self._scores(est, X))
@@ -281,6 +331,26 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             raise ValueError("the calibrated classifier holds no calibration models")
         mean: np.ndarray = total / len(self._models)
         return mean
+
+    def _cross_venn_abers(self, X: Any) -> np.ndarray:
+        """p = GM(p1) / (GM(1 - p0) + GM(p1)) per class over the folds, then normalised.
+
+        Where both geometric means are 0 (one fold is sure of 0, another of
+        1) the class gets 1/2.
+        """
+        p0, p1 = self._intervals(X)
+        with np.errstate(divide="ignore"):
+            g1 = np.exp(np.mean(np.log(p1), axis=0))
+            g0 = np.exp(np.mean(np.log(1.0 - p0), axis=0))
+        den = g0 + g1
+        p = np.where(den > 0, g1 / np.where(den > 0, den, 1.0), 0.5)
+        k = len(self.classes_)
+        if k == 2:
+            p[:, 0] = 1.0 - p[:, 1]
+            return p
+        total = p.sum(axis=1, keepdims=True)
+        out: np.ndarray = np.where(total > 0, p / np.where(total > 0, total, 1.0), 1.0 / k)
+        return out
 
     def predict(self, X: Any) -> np.ndarray:
         """The class of highest calibrated probability."""

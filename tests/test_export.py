@@ -41,6 +41,7 @@ BINARY = {
     "histogram": {"method": "histogram", "n_bins": 12},
     "histogram-quantile": {"method": "histogram", "n_bins": 8, "strategy": "quantile"},
     "modl": {"method": "modl"},
+    "beta": {"method": "beta"},
 }
 TOL = 1e-9
 
@@ -269,7 +270,8 @@ def segment_models():
     df = _segment_data()
     return {"string": distcal.fit(df, by="seg", min_segment_weight=300.0),
             "string-int": distcal.fit(df, by=["seg", "n"], interpolation="step"),
-            "sigmoid": distcal.fit(df, by="n", method="sigmoid")}
+            "sigmoid": distcal.fit(df, by="n", method="sigmoid"),
+            "beta": distcal.fit(df, by="n", method="beta")}
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -312,6 +314,7 @@ def class_models():
     return {
         "isotonic": (distcal.fit(df3, score_cols=cols3), cols3),
         "sigmoid": (distcal.fit(df3, score_cols=cols3, method="sigmoid"), cols3),
+        "beta": (distcal.fit(df3, score_cols=cols3, method="beta"), cols3),
         "histogram": (distcal.fit(df3, score_cols=cols3, method="histogram"), cols3),
         "k2": (distcal.fit(df2, score_cols=["s0", "s1"]), ["s0", "s1"]),
         "temperature": (distcal.fit(logits, score_cols=cols3, method="temperature"), cols3),

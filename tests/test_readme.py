@@ -91,3 +91,7 @@ def test_readme_modl_example_prints_its_tables(tmp_path):
 def test_readme_centered_example_prints_its_table(tmp_path):
     assert_example_prints_its_output('interpolation in ("step"', "centered           AUC",
                                      tmp_path)
+
+
+def test_readme_methods_example_prints_its_table(tmp_path):
+    assert_example_prints_its_output('method="venn_abers"', "{'a': 2.05", tmp_path)

@@ -86,6 +86,10 @@ def cmd_fit(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
         return out
     if model.method == "sigmoid":
         out.update(a=glob.params["a"], b=glob.params["b"])
+    elif model.method == "beta":
+        out.update(a=glob.params["a"], b=glob.params["b"], c=glob.params["c"])
+    elif model.method == "venn_abers":
+        out["steps"] = len(glob._steps.x0) + len(glob._steps.x1)
     else:
         out["blocks"] = len(glob.blocks)
     if model.method == "modl":
@@ -116,7 +120,8 @@ def cmd_apply(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
         # Before and after: the raw score too when the model was fitted on
         # scores in [0, 1] (probabilities, not logits).
         cols = [opts["output_col"]]
-        if model.method != "sigmoid" and opts.get("score_index") is None:
+        if model.method not in ("sigmoid", "beta", "venn_abers") \
+                and opts.get("score_index") is None:
             b = getattr(model, "global_model", model).blocks
             if b.score_min.min() >= 0.0 and b.score_max.max() <= 1.0:
                 cols.insert(0, opts["score_col"])

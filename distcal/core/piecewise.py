@@ -92,10 +92,13 @@ def _constants(thresholds: np.ndarray, right: bool, values: np.ndarray) -> Piece
 
 
 def piecewise(model: Any) -> Piecewise | None:
-    """The :class:`Piecewise` form of a binary model; None for sigmoid (a formula)."""
+    """The :class:`Piecewise` form of a binary model; None for sigmoid and beta (formulas)."""
     method = model.method
-    if method == "sigmoid":
+    if method in ("sigmoid", "beta"):
         return None
+    if method == "venn_abers":
+        raise ValueError("a Venn-Abers model is not exported in this version (its two step "
+                         "functions and their ratio); use transform or predict")
     if method == "histogram":
         edges = np.asarray(model.params["edges"], dtype=np.float64)
         return _constants(edges[1:-1], False, np.asarray(model.params["bin_prob"]))

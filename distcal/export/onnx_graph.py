@@ -4,7 +4,7 @@ Input ``score``: double [N] (binary) or [N, K] (multiclass); output
 ``probability``: double [N] or [N, K]; equal to ``model.predict`` to 1e-12
 under onnxruntime (in practice to the last bit for blocks and bins).
 
-Blocks and bins (:mod:`distcal.export.pieces`): the leaf index
+Blocks and bins (:mod:`distcal.core.piecewise`): the leaf index
 i(s) = #{t_j <= s} (or < s) is found by a branchless binary search in
 ceil(log2(leaves)) rounds of ``Gather`` + ``LessOrEqual`` + ``Where`` on an
 int64 position per score. The thresholds are padded with NaN to 2^r - 1
@@ -96,6 +96,8 @@ def _tensor(array: np.ndarray) -> Any:
 
 def _binary(g: _Graph, model: Any, s: str) -> str:
     """double [N]: one binary map applied to the scores ``s`` (double [N])."""
+    if model.method == "beta":
+        return _beta(g, model, s)
     pw = piecewise(model)
     if pw is None:  # sigmoid
         one = g.const(1.0, "one")
@@ -119,6 +121,21 @@ def _binary(g: _Graph, model: Any, s: str) -> str:
         out = g.op("Where", [g.op("IsInf", [s], detect_negative=0),
                              g.const(pw.at_pos_inf, "at_pos_inf"), out])
     return g.op("Where", [g.op("IsNaN", [s]), g.const(np.nan, "nan"), out], "map")
+
+
+def _beta(g: _Graph, model: Any, s: str) -> str:
+    """Beta calibration: expit(a ln x - b ln(1 - x) + c), x = s clipped (NaN: NaN)."""
+    from ..core.beta import CLIP
+
+    one = g.const(1.0, "one")
+    x = g.op("Max", [g.op("Min", [s, g.const(1.0 - CLIP, "hi")]), g.const(CLIP, "lo")])
+    z = g.op("Add", [g.op("Sub", [g.op("Mul", [g.const(float(model.params["a"]), "a"),
+                                               g.op("Log", [x])]),
+                                  g.op("Mul", [g.const(float(model.params["b"]), "b"),
+                                               g.op("Log", [g.op("Sub", [one, x])])])]),
+                     g.const(float(model.params["c"]), "c")])
+    p = g.op("Div", [one, g.op("Add", [one, g.op("Exp", [g.op("Neg", [z])])])], "beta")
+    return g.op("Where", [g.op("IsNaN", [s]), g.const(np.nan, "nan"), p], "map")
 
 
 def _column(g: _Graph, scores: str, k: int) -> str:

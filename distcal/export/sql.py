@@ -4,7 +4,7 @@ The expression computes ``model.predict`` from a score expression, in
 Spark SQL, DuckDB, PostgreSQL, BigQuery or Snowflake:
 
 * blocks and bins (isotonic, histogram, MODL): the search of
-  :mod:`distcal.export.pieces` written as nested ``CASE WHEN s >= t THEN
+  :mod:`distcal.core.piecewise` written as nested ``CASE WHEN s >= t THEN
   ... ELSE ... END``, a binary search of depth ceil(log2(leaves)), so 100,000
   blocks cost about 18 comparisons per row, not a 100,000-arm CASE. Runs of
   equal constant leaves collapse into one. Spark and DuckDB run the same
@@ -14,6 +14,9 @@ Spark SQL, DuckDB, PostgreSQL, BigQuery or Snowflake:
 * sigmoid: ``1 / (1 + EXP(a * s + b))``; where ``|a s + b| > 708`` the
   value is 0 or 1 (the exact value is below 3.3e-308 from it), which keeps
   PostgreSQL's EXP from raising its overflow and underflow errors.
+* beta: ``1 / (1 + EXP(-z))``, z = a LN(x) - b LN(1 - x) + c with x the
+  score clipped to [1e-12, 1 - 1e-12] by ``CASE`` (a NaN score is caught
+  first); 0 or 1 where ``|z| > 708``, as for sigmoid.
 * segments (``by``): ``CASE WHEN key = v THEN <map of v> ... ELSE <global>
   END``; segments that fell back, unseen keys and null keys take the global
   map, as ``predict`` does.
@@ -262,8 +265,22 @@ def _sigmoid(model: Any, s: str, w: _Writer) -> str:
             f"ELSE 1.0e0 / (1.0e0 + EXP({z})) END")
 
 
+def _beta(model: Any, s: str, w: _Writer) -> str:
+    from ..core.beta import CLIP
+
+    a, b, c = (float(model.params[k]) for k in "abc")
+    lo, hi = w.num(CLIP), w.num(1.0 - CLIP)
+    x = f"(CASE WHEN {s} < {lo} THEN {lo} WHEN {s} > {hi} THEN {hi} ELSE {s} END)"
+    z = f"({w.times(a, f'LN({x})')} - {w.times(b, f'LN(1.0e0 - {x})')} + {w.num(c)})"
+    return (f"CASE WHEN {s} IS NULL THEN NULL WHEN {w.is_nan(s)} THEN {w.nan} "
+            f"WHEN {z} > {w.num(EXP_LIMIT)} THEN 1.0e0 WHEN {z} < {w.num(-EXP_LIMIT)} THEN 0.0e0 "
+            f"ELSE 1.0e0 / (1.0e0 + EXP(-{z})) END")
+
+
 def binary_sql(model: Any, s: str, w: _Writer) -> str:
     """One binary CalibrationModel applied to the (already rendered) score ``s``."""
+    if model.method == "beta":
+        return w.double(_beta(model, s, w))
     pw = piecewise(model)
     if pw is None:
         return w.double(_sigmoid(model, s, w))

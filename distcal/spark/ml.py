@@ -52,7 +52,7 @@ class _CalibratorParams(Params):
     labelCol = _p("labelCol", "column of 0/1 labels (or rates in [0, 1])")
     weightCol = _p("weightCol", "column of row weights (unset: all 1)")
     outputCol = _p("outputCol", "column for the calibrated probability")
-    method = _p("method", "isotonic | sigmoid | histogram | modl")
+    method = _p("method", "isotonic | sigmoid | histogram | modl | beta | venn_abers")
     increasing = _p("increasing", "isotonic: true | false | auto")
     interpolation = _p("interpolation", "isotonic: linear | step")
     yMin = _p("yMin", "isotonic: lower bound of the fitted values", TypeConverters.toFloat)

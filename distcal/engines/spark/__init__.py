@@ -74,7 +74,7 @@ class SparkEngine:
 
         A binary map, or binary maps by segment (``model.by``), is applied
         inside the JVM (:mod:`.transform`: Bucketizers, constant arrays and
-        broadcast joins, no Python worker);
+        broadcast joins, no Python worker), except Venn-Abers' by segment;
         anything else by ``predict`` in one ``mapInArrow``.
         """
         import pyarrow as pa
@@ -87,7 +87,8 @@ class SparkEngine:
             from .transform import transform
 
             out = transform(model, df, score_col, output_col, score_index)
-        elif model is not None and model.by and model.n_classes < 2:
+        elif model is not None and model.by and model.n_classes < 2 \
+                and model.method != "venn_abers":  # (its steps: by predict, below)
             from .transform import transform_segmented
 
             out = transform_segmented(model, df, score_col, output_col)

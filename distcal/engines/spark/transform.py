@@ -1,6 +1,8 @@
 """Applying binary maps to a Spark DataFrame inside the JVM (no Python worker).
 
-Platt's sigmoid is one SQL expression. Every other map is piecewise
+Platt's sigmoid and beta calibration are one SQL expression each, a
+Venn-Abers predictor two Bucketizers over its two step functions
+(:func:`_transform_venn_abers`). Every other map is piecewise
 (:mod:`distcal.core.piecewise`): sorted split points and, for the piece
 ``b`` = number of split points <= s, a line ``y0 + slope * (s - x0)`` (a
 constant where the slope is 0), with the values at s = -inf / +inf of an
@@ -126,6 +128,11 @@ def transform(model: Any, df: Any, score_col: str, output_col: str,
         a, b = float(model.params["a"]), float(model.params["b"])
         return df.select(*keep, (F.lit(1.0) / (F.lit(1.0) + F.exp(s * F.lit(a) + F.lit(b))))
                          .alias(output_col))
+    if model.method == "beta":
+        return df.select(*keep, beta_column(s, *(float(model.params[k]) for k in "abc"))
+                         .alias(output_col))
+    if model.method == "venn_abers":
+        return _transform_venn_abers(model, df, s, keep, output_col)
     pw = _form(model)
     u, x0, y0, sl = _pieces(pw)
     cs, cb = _fresh_names(["_s", "_b"], set(names))
@@ -140,6 +147,74 @@ def transform(model: Any, df: Any, score_col: str, output_col: str,
         p = _line(cx0, cy0, csl, sv)
     ends = [None if v is None else F.lit(v) for v in (pw.at_neg_inf, pw.at_pos_inf)]
     return staged.select(*keep, _value(p, sv, *ends).alias(output_col))
+
+
+def beta_column(s: Any, a: Any, b: Any, c: Any) -> Any:
+    """Beta calibration of the score column ``s`` (:func:`distcal.core.beta.beta_predict`).
+
+    ``a``, ``b``, ``c``: numbers or columns. Clipped to [1e-12, 1 - 1e-12]
+    after the null and NaN tests (greatest() skips nulls, and Spark orders NaN
+    above every number, so least() would turn it into 1 - 1e-12).
+    """
+    from pyspark.sql import functions as F
+
+    from ...core.beta import CLIP
+
+    def lit(v: Any) -> Any:
+        return F.lit(v) if isinstance(v, float) else v
+
+    clipped = F.least(F.greatest(s, F.lit(CLIP)), F.lit(1.0 - CLIP))
+    z = lit(a) * F.log(clipped) - lit(b) * F.log(F.lit(1.0) - clipped) + lit(c)
+    return (F.when(s.isNull(), F.lit(None).cast("double"))
+            .when(F.isnan(s), F.lit(float("nan")))
+            .otherwise(F.lit(1.0) / (F.lit(1.0) + F.exp(-z))))
+
+
+def _transform_venn_abers(model: Any, df: Any, s: Any, keep: list, output_col: str) -> Any:
+    """p1 / (1 - p0 + p1) in the JVM: one Bucketizer per step function.
+
+    p0 = v0[#{x0 <= s} - 1] (0 below), Bucketizer's bucket on s; p1 =
+    v1[#{x1 < s}] (1 above), the bucket of -s among -x1 (``#{x1 < s} = m -
+    #{-x1 <= -s}``). Infinite thresholds (infinite calibration scores)
+    become explicit cases: Bucketizer's splits are finite between -inf and inf.
+    """
+    from pyspark.sql import functions as F
+
+    st = model._steps
+    x0, v0, below0, inf0 = st.x0, st.v0, 0.0, None
+    if x0[0] == -np.inf:  # every score is >= -inf: the lowest step applies below
+        x0, v0, below0 = x0[1:], v0[1:], float(v0[0])
+    if x0.shape[0] and x0[-1] == np.inf:  # only s = +inf reaches it
+        x0, v0, inf0 = x0[:-1], v0[:-1], float(v0[-1])
+    x1, v1, above1, neg1 = st.x1, st.v1, 1.0, None
+    if x1[-1] == np.inf:
+        x1, v1, above1 = x1[:-1], v1[:-1], float(v1[-1])
+    if x1.shape[0] and x1[0] == -np.inf:
+        x1, v1, neg1 = x1[1:], v1[1:], float(v1[0])
+    spark = df.sparkSession
+    base = df.select(*keep, s.alias("_s")).withColumn("_neg", -F.col("_s"))
+    sv = F.col("_s")
+
+    def lookup(splits: np.ndarray, col: str, out: str, values: list[float], base: Any,
+               offset: Any) -> tuple[Any, Any]:
+        if splits.shape[0] == 0:  # one value for every score
+            return base, F.lit(values[0])
+        base = _bucketize(base, [-np.inf, *splits.tolist(), np.inf], col, out)
+        return base, F.try_element_at(_const_array(spark, values), offset(F.col(out)))
+
+    m1 = x1.shape[0]
+    base, p0 = lookup(x0, "_s", "_b0", [below0, *v0.tolist()],
+                      base, lambda b: b.cast("int") + F.lit(1))
+    base, p1 = lookup(-x1[::-1], "_neg", "_b1", [*v1.tolist(), above1], base,
+                      lambda b: F.lit(m1 + 1) - b.cast("int"))
+    if inf0 is not None:
+        p0 = F.when(sv == float("inf"), F.lit(inf0)).otherwise(p0)
+    if neg1 is not None:
+        p1 = F.when(sv == float("-inf"), F.lit(neg1)).otherwise(p1)
+    p = p1 / (F.lit(1.0) - p0 + p1)
+    p = (F.when(sv.isNull(), F.lit(None).cast("double"))
+         .when(F.isnan(sv), F.lit(float("nan"))).otherwise(p))
+    return base.select(*keep, p.alias(output_col))
 
 
 def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) -> Any:
@@ -159,21 +234,24 @@ def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) ->
     names = list(fields)
     spark = df.sparkSession
     sigmoid = model.method == "sigmoid"
+    beta = model.method == "beta"  # per segment (a, b, c), as sigmoid's (a, b)
     nk = len(model.by)
-    (cs, cg, ce0, ce1, cj, cz, cb, cp, cx0, cy0, csl, *ck) = _fresh_names(
-        ["_s", "_g", "_e0", "_e1", "_j", "_z", "_b", "_p", "_x0", "_y0", "_sl"]
+    (cs, cg, ce0, ce1, ce2, cj, cz, cb, cp, cx0, cy0, csl, *ck) = _fresh_names(
+        ["_s", "_g", "_e0", "_e1", "_e2", "_j", "_z", "_b", "_p", "_x0", "_y0", "_sl"]
         + [f"_k{i}" for i in range(nk)], set(names))
+    consts = (ce0, ce1, ce2) if beta else (ce0, ce1)
     seg = model.segments
     keys = list(seg.loc[~seg["fallback"], model.by].itertuples(index=False, name=None))
     maps = [model.segment(tuple(k)) for k in keys] + [model.global_model]
-    # Per map: Platt's (a, b), or the values at s = -inf / +inf (null: the end piece's).
-    ends: list[tuple[float | None, float | None]]
-    if sigmoid:
-        ends = [(float(m.params["a"]), float(m.params["b"])) for m in maps]
+    # Per map: Platt's (a, b), beta's (a, b, c), or the values at s = -inf / +inf
+    # (null: the end piece's).
+    ends: list[tuple[float | None, ...]]
+    if sigmoid or beta:
+        ends = [tuple(float(m.params[k]) for k in ("abc" if beta else "ab")) for m in maps]
     else:
         forms = [_form(m) for m in maps]
         ends = [(pw.at_neg_inf, pw.at_pos_inf) for pw in forms]
-    table = _key_table(spark, keys, [fields[b] for b in model.by], [*ck, cg, ce0, ce1], ends)
+    table = _key_table(spark, keys, [fields[b] for b in model.by], [*ck, cg, *consts], ends)
     cond = None
     for j, name in enumerate(model.by):
         eq = df[quote(name)] == table[ck[j]]
@@ -185,11 +263,13 @@ def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) ->
                            F.col(quote(score_col)).cast("double").alias(cs),
                            F.coalesce(table[cg], F.lit(len(keys))).alias(cg),
                            *[F.coalesce(table[c], F.lit(v).cast("double")).alias(c)
-                             for c, v in zip((ce0, ce1), ends[-1])])
+                             for c, v in zip(consts, ends[-1])])
     sv, e0, e1 = F.col(cs), F.col(ce0), F.col(ce1)
-    if sigmoid:
-        return staged.select(*[F.col(quote(n)) for n in names], _value(
-            F.lit(1.0) / (F.lit(1.0) + F.exp(sv * e0 + e1)), sv, None, None).alias(output_col))
+    if sigmoid or beta:
+        p = beta_column(sv, e0, e1, F.col(ce2)) if beta else \
+            F.lit(1.0) / (F.lit(1.0) + F.exp(sv * e0 + e1))
+        return staged.select(*[F.col(quote(n)) for n in names],
+                             _value(p, sv, None, None).alias(output_col))
     lay = _piece_layout([_pieces(pw) for pw in forms])
     if lay["union"].shape[0]:
         staged = _bucketize(staged, [-np.inf, *lay["union"].tolist(), np.inf], cs, cj)
@@ -223,7 +303,7 @@ def _piece_layout(pieces: list[tuple[np.ndarray, ...]]) -> dict[str, Any]:
 
 def _key_table(spark: Any, keys: list[tuple[Any, ...]], key_types: list[Any], cols: list[str],
                values: list[Any]) -> Any:
-    """(key..., g, two per-segment doubles) as a Spark table, sent as one Arrow batch.
+    """(key..., g, per-segment doubles) as a Spark table, sent as one Arrow batch.
 
     ``cols`` names the columns. Built with Arrow it is a local relation: a
     list of rows would be a Python RDD, run by Python workers when broadcast.
@@ -240,7 +320,8 @@ def _key_table(spark: Any, keys: list[tuple[Any, ...]], key_types: list[Any], co
     # as Spark's own key column has it; pandas' conversion would make it null).
     arrays = [pa.array([k[i] for k in keys]) for i in range(nk)]
     arrays.append(pa.array(np.arange(len(keys), dtype=np.int32)))
-    arrays += [pa.array([v[i] for v in values[:len(keys)]], pa.float64()) for i in range(2)]
+    arrays += [pa.array([v[i] for v in values[:len(keys)]], pa.float64())
+               for i in range(len(cols) - nk - 1)]
     return spark.createDataFrame(pa.table(arrays, names=cols), schema)
 
 

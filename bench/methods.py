@@ -1,0 +1,81 @@
+"""Beta calibration and Venn-Abers fits against their anchors, in one run.
+
+Usage: python bench/methods.py N [--repeat R] [--spark]
+
+On the same N rows (scores drawn from Beta(2, 3), distinct or rounded to 4
+decimals; 0/1 labels drawn from a beta-calibration curve; unit weights),
+the median of R fits of:
+
+* Venn-Abers (``method="venn_abers"``) against the isotonic fit
+  (``method="isotonic"``) of the same rows: target <= 2x;
+* beta calibration (``method="beta"``) against Platt's sigmoid
+  (``method="sigmoid"``): target <= 1.5x.
+
+Local: from a pandas frame. With ``--spark`` also on Spark local[2], each
+fit timed from ``spark.read.parquet`` of the same rows written once.
+Prints one line per fit and the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from common import spark_session, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import distcal  # noqa: E402
+
+PAIRS = (("isotonic", "venn_abers", 2.0), ("sigmoid", "beta", 1.5))
+
+
+def make_rows(n: int, decimals: int | None, seed: int = 0) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    s = rng.beta(2.0, 3.0, n)
+    if decimals is not None:
+        s = np.round(s, decimals)
+    c = np.clip(s, 1e-12, 1 - 1e-12)
+    p = 1.0 / (1.0 + np.exp(-(2.0 * np.log(c) - 0.5 * np.log(1 - c) - 0.5)))
+    return pd.DataFrame({"score": s, "label": (rng.random(n) < p).astype(np.int64)})
+
+
+def run(label: str, fit: object, repeat: int) -> None:
+    times = {}
+    for anchor, ours, target in PAIRS:
+        for method in (anchor, ours):
+            times[method] = timed(lambda m=method: fit(m), repeat)  # type: ignore[operator]
+            print(f"{label:<14} {method:<11} {times[method]:8.3f} s", flush=True)
+        ratio = times[ours] / times[anchor]
+        print(f"{label:<14} {ours} / {anchor} = {ratio:.2f}x (target <= {target}x)", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("n", type=float)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--spark", action="store_true")
+    args = ap.parse_args()
+    n = int(args.n)
+    print(f"# methods, N = {n:.0e}, median of {args.repeat}")
+    for name, decimals in (("cont", None), ("ties", 4)):
+        df = make_rows(n, decimals)
+        distcal.fit(df.head(50_000), method="venn_abers")  # compile the numba loop once
+        run(f"local/{name}", lambda m, df=df: distcal.fit(df, method=m), args.repeat)
+        if args.spark:
+            spark = spark_session("distcal-bench-methods")
+            with tempfile.TemporaryDirectory() as tmp:
+                path = str(Path(tmp) / "rows.parquet")
+                df.to_parquet(path)
+                run(f"spark/{name}",
+                    lambda m, path=path: distcal.fit(spark.read.parquet(path), method=m),
+                    args.repeat)
+
+
+if __name__ == "__main__":
+    main()

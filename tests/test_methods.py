@@ -1,0 +1,449 @@
+"""Beta calibration and Venn-Abers predictors, on every engine.
+
+Oracles (none of them our code):
+* beta: the unpenalised weighted log-loss optimum on (ln s, -ln(1 - s)) by
+  scipy's trust-region Newton with exact derivatives, then the refit rule
+  of betacal's "abm" (a < 0: refit with a = 0; else b < 0: refit with b = 0);
+  the ``betacal`` package as a loose cross-check (its LogisticRegression
+  has a tiny L2 penalty and stops at a gradient of 1e-4; it clips at the
+  machine epsilon, we at 1e-12).
+* Venn-Abers: scikit-learn's IsotonicRegression refitted for every test
+  score on the calibration rows plus (s, 0), resp. (s, 1) with weight 1;
+  the ``venn_abers`` package (unweighted rows, the same step conventions:
+  p0 from the largest calibration score <= s, p1 from the smallest >= s).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.optimize import minimize
+from sklearn.isotonic import IsotonicRegression
+
+import distcal
+from distcal import DataError, ModelError
+
+# Several score ranges on every engine: the distributed passes are what is tested.
+RANGES = {"local": {"memory_rows": 300, "batch_rows": 250}, "spark": {"n_ranges": 5},
+          "dask": {"n_ranges": 5}}
+
+
+class Engine:
+    """The same rows as the engine's input (local: a Parquet file of small row groups)."""
+
+    def __init__(self, name, tmp_path, request):
+        self.name, self.tmp, self.opts, self.n = name, tmp_path, RANGES[name], 0
+        if name == "spark":
+            self.spark = request.getfixturevalue("spark")
+        if name == "dask":
+            request.getfixturevalue("client")
+
+    def __call__(self, df):
+        if self.name == "spark":
+            return self.spark.createDataFrame(df)
+        if self.name == "dask":
+            import dask.dataframe as dd
+
+            return dd.from_pandas(df, npartitions=3)
+        self.n += 1
+        path = self.tmp / f"in{self.n}.parquet"
+        pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path,
+                       row_group_size=250)
+        return str(path)
+
+
+@pytest.fixture(params=["local", "dask", "spark"])
+def engine(request, tmp_path):
+    return Engine(request.param, tmp_path, request)
+
+
+def rows(n=3000, seed=0, weights=True, ties=True, a=1.8, b=0.7, c=-0.3):
+    """Scores in [0, 1] with labels drawn from a beta map (a, b, c), weights, ties."""
+    rng = np.random.default_rng(seed)
+    s = rng.beta(2.0, 3.0, n)
+    if ties:
+        s = np.round(s, 3)
+    s[:3] = [0.0, 1.0, 0.5]
+    p = 1.0 / (1.0 + np.exp(-(a * np.log(np.clip(s, 1e-12, 1 - 1e-12))
+                              - b * np.log(1 - np.clip(s, 1e-12, 1 - 1e-12)) + c)))
+    df = pd.DataFrame({"score": s, "label": (rng.random(n) < p).astype(np.int64)})
+    if weights:
+        df["w"] = rng.choice([0.5, 1.0, 2.0, 3.0], n)
+    df["g"] = rng.choice(["x", "y", "z"], n, p=[0.5, 0.3, 0.2])
+    return df
+
+
+# -- beta --------------------------------------------------------------------------
+
+def beta_oracle(s, y, w):
+    """The weighted log-loss optimum on (ln s, -ln(1 - s)), then betacal's refit rule."""
+    s = np.clip(s, 1e-12, 1 - 1e-12)
+    x = np.stack([np.log(s), -np.log(1 - s), np.ones_like(s)], axis=1)
+
+    def fit(cols):
+        xx = x[:, cols]
+
+        def f(th):
+            z = xx @ th
+            return np.sum(w * (y * np.logaddexp(0, -z) + (1 - y) * np.logaddexp(0, z)))
+
+        def g(th):
+            p = 1 / (1 + np.exp(-(xx @ th)))
+            return xx.T @ (w * (p - y))
+
+        def h(th):
+            p = 1 / (1 + np.exp(-(xx @ th)))
+            return (xx * (w * p * (1 - p))[:, None]).T @ xx
+
+        r = minimize(f, np.zeros(len(cols)), jac=g, hess=h, method="trust-exact",
+                     options={"gtol": 1e-11})
+        out = np.zeros(3)
+        out[cols] = r.x
+        return out
+
+    th = fit([0, 1, 2])
+    if th[0] < 0:
+        th = fit([1, 2])
+    elif th[1] < 0:
+        th = fit([0, 2])
+    return th
+
+
+def beta_map(th, s):
+    s = np.clip(s, 1e-12, 1 - 1e-12)
+    return 1 / (1 + 1 / (np.exp(th[2]) * s ** th[0] / (1 - s) ** th[1]))
+
+
+PROBE = np.array([0.0, 1e-15, 0.001, 0.2, 0.5, 0.77, 0.999, 1.0, 1.5, -0.5, np.nan])
+
+
+@pytest.mark.parametrize("abc", [(1.8, 0.7, -0.3), (-0.6, 1.5, 0.2), (1.2, -0.5, 0.1)],
+                         ids=["free", "a<0 refit", "b<0 refit"])
+def test_beta_equals_the_exact_optimum_with_the_refit_rule(engine, abc):
+    df = rows(a=abc[0], b=abc[1], c=abc[2])
+    model = distcal.fit(engine(df), method="beta", weight_col="w", **engine.opts)
+    want = beta_oracle(df.score.to_numpy(), df.label.to_numpy(), df.w.to_numpy())
+    got = np.array([model.params[k] for k in "abc"])
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert (got[0] == 0.0) == (want[0] == 0.0) and (got[1] == 0.0) == (want[1] == 0.0)
+    np.testing.assert_allclose(model.predict(PROBE), beta_map(want, PROBE), rtol=1e-7,
+                               atol=1e-9)
+    assert np.isnan(model.predict(PROBE)[-1])
+    assert model == distcal.fit(df, method="beta", weight_col="w")  # every engine: 1e-9
+    assert model.n_rows == len(df) and model.weight_total == pytest.approx(df.w.sum())
+
+
+def test_beta_matches_betacal_loosely():
+    from betacal import BetaCalibration
+
+    df = rows(5000, weights=False, ties=False)
+    model = distcal.fit(df, method="beta")
+    ref = BetaCalibration(parameters="abm").fit(df.score.to_numpy(), df.label.to_numpy())
+    q = np.linspace(0.01, 0.99, 99)
+    np.testing.assert_allclose(model.predict(q), ref.predict(q), atol=2e-3)
+
+
+def test_beta_by_segment_and_one_vs_rest_equal_the_oracle_per_group(engine, tmp_path):
+    df = rows(4000)
+    model = distcal.fit(engine(df), method="beta", weight_col="w", by="g", **engine.opts)
+    for g in "xyz":
+        part = df[df.g == g]
+        want = beta_oracle(part.score.to_numpy(), part.label.to_numpy(), part.w.to_numpy())
+        np.testing.assert_allclose(model.predict(PROBE[:-1], segments=[g] * 10),
+                                   beta_map(want, PROBE[:-1]), rtol=1e-7, atol=1e-9)
+    model.save(tmp_path / "m")
+    assert distcal.load(tmp_path / "m") == model == distcal.fit(df, method="beta",
+                                                                weight_col="w", by="g")
+    # One-vs-rest over K = 3 classes (scores of each class in [0, 1]).
+    rng = np.random.default_rng(5)
+    raw = rng.dirichlet([2, 2, 2], 3000)
+    y = np.array([rng.choice(3, p=p) for p in raw])
+    mc = pd.DataFrame({f"s{k}": np.round(raw[:, k], 3) for k in range(3)})
+    mc["y"] = y
+    cols = [f"s{k}" for k in range(3)]
+    model = distcal.fit(engine(mc), method="beta", score_cols=cols, label_col="y",
+                        **engine.opts)
+    q = np.array([[0.2, 0.3, 0.5], [0.9, 0.05, 0.05]])
+    per = np.stack([beta_map(beta_oracle(mc[f"s{k}"].to_numpy(), (y == k).astype(float),
+                                         np.ones(len(y))), q[:, k]) for k in range(3)], 1)
+    np.testing.assert_allclose(model.predict(q), per / per.sum(1, keepdims=True), rtol=1e-7)
+
+
+def test_beta_refuses_scores_outside_the_unit_interval_and_one_class(engine):
+    df = rows(500)
+    df.loc[:6, "score"] = 1.5
+    with pytest.raises(DataError, match=r"column 'score' \(score\): 7 rows are outside"):
+        distcal.fit(engine(df), method="beta", **engine.opts)
+    df = rows(500)
+    df["label"] = 0
+    with pytest.raises(DataError, match="every label is 0"):
+        distcal.fit(engine(df), method="beta", **engine.opts)
+
+
+# -- Venn-Abers ------------------------------------------------------------------
+
+def ivap_oracle(s, y, w, tests):
+    """p0, p1 by refitting scikit-learn's isotonic regression for every test score."""
+    out = np.zeros((2, len(tests)))
+    for i, t in enumerate(tests):
+        for label in (0, 1):
+            ir = IsotonicRegression(out_of_bounds="clip")
+            ir.fit(np.append(s, t), np.append(y, label), sample_weight=np.append(w, 1.0))
+            out[label, i] = ir.predict([t])[0]
+    return out
+
+
+def probe_scores(s):
+    """Calibration scores themselves, points between them, outside the range."""
+    u = np.unique(s)
+    mid = (u[:-1] + u[1:]) / 2
+    return np.concatenate([u[::7], mid[::11], [u[0] - 1.0, u[-1] + 1.0, -np.inf, np.inf]])
+
+
+def test_venn_abers_equals_brute_force_isotonic_per_test_score(engine, tmp_path):
+    df = rows(1500, a=1.0, b=1.0, c=0.0)
+    df["score"] = df.score * 6 - 3  # any real scores
+    model = distcal.fit(engine(df), method="venn_abers", weight_col="w", **engine.opts)
+    tests = probe_scores(df.score.to_numpy())
+    want = ivap_oracle(df.score.to_numpy(), df.label.to_numpy(), df.w.to_numpy(),
+                       tests[np.isfinite(tests)])
+    p0, p1 = model.predict_interval(tests)
+    fin = np.isfinite(tests)
+    np.testing.assert_allclose(p0[fin], want[0], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(p1[fin], want[1], rtol=1e-9, atol=1e-12)
+    assert p0[tests == -np.inf] == 0.0 and p1[tests == np.inf] == 1.0
+    np.testing.assert_allclose(model.predict(tests), p1 / (1 - p0 + p1), rtol=1e-15)
+    assert np.isnan(model.predict([np.nan])[0])
+    assert model == distcal.fit(df, method="venn_abers", weight_col="w")  # every engine
+    model.save(tmp_path / "m")
+    assert distcal.load(tmp_path / "m") == model
+
+
+def test_venn_abers_by_segment_equals_the_oracle_per_group(engine, tmp_path):
+    df = rows(1200, weights=False)
+    model = distcal.fit(engine(df), method="venn_abers", by="g", **engine.opts)
+    for g in "xyz":
+        part = df[df.g == g]
+        tests = probe_scores(part.score.to_numpy())[:-2]
+        want = ivap_oracle(part.score.to_numpy(), part.label.to_numpy(),
+                           np.ones(len(part)), tests)
+        p0, p1 = model.segment(g).predict_interval(tests)
+        np.testing.assert_allclose(np.stack([p0, p1]), want, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(model.predict(tests, segments=[g] * len(tests)),
+                                   want[1] / (1 - want[0] + want[1]), rtol=1e-9)
+    model.save(tmp_path / "m")
+    assert distcal.load(tmp_path / "m") == model == distcal.fit(df, method="venn_abers",
+                                                                by="g")
+
+
+def test_venn_abers_equals_the_venn_abers_package():
+    from venn_abers import calc_p0p1, calc_probs
+
+    df = rows(3000, weights=False)
+    model = distcal.fit(df, method="venn_abers")
+    cal = np.stack([1 - df.score, df.score], axis=1)
+    p0, p1, c = calc_p0p1(cal, df.label.to_numpy())
+    tests = probe_scores(df.score.to_numpy())[:-2]
+    prob, interval = calc_probs(p0, p1, c, np.stack([1 - tests, tests], axis=1))
+    got0, got1 = model.predict_interval(tests)
+    np.testing.assert_allclose(got0, interval[:, 0], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(got1, interval[:, 1], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(model.predict(tests), prob[:, 1], rtol=1e-9)
+
+
+def test_venn_abers_refuses_labels_that_are_not_0_or_1(engine):
+    df = rows(400, weights=False)
+    df["label"] = df.label.astype(float)
+    df.loc[:4, "label"] = 0.5
+    n = int(df.score.isin(df.score[:5]).sum())  # the rows at the scores holding them
+    with pytest.raises(DataError, match=rf"column 'label' \(label\): labels other than 0 "
+                                        rf"and 1 \(among the {n} rows"):
+        distcal.fit(engine(df), method="venn_abers", **engine.opts)
+
+
+def test_venn_abers_damaged_steps_are_a_model_error(tmp_path):
+    model = distcal.fit(rows(300), method="venn_abers")
+    model.save(tmp_path / "m")
+    table = pq.read_table(tmp_path / "m" / "steps.parquet")
+    prob = table.column("prob").to_numpy().copy()
+    prob[0] = 1.5
+    import hashlib
+    import json
+
+    pq.write_table(table.set_column(2, "prob", pa.array(prob)), tmp_path / "m" / "steps.parquet")
+    meta = json.loads((tmp_path / "m" / "model.json").read_text())
+    meta["tables"]["steps"]["sha256"] = hashlib.sha256(
+        (tmp_path / "m" / "steps.parquet").read_bytes()).hexdigest()
+    body = {k: v for k, v in meta.items() if k != "checksum"}
+    meta["checksum"] = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+    (tmp_path / "m" / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(ModelError, match="step values"):
+        distcal.load(tmp_path / "m")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 12), st.integers(0, 1), st.sampled_from([0.5, 1, 3])),
+                min_size=1, max_size=40))
+def test_venn_abers_interval_is_ordered_and_monotone(data):
+    df = pd.DataFrame(data, columns=["score", "label", "w"]).astype(float)
+    model = distcal.fit(df, method="venn_abers", weight_col="w")
+    q = np.linspace(-1, 13, 57)
+    p0, p1 = model.predict_interval(q)
+    assert np.all(p0 <= p1) and np.all(np.diff(p0) >= 0) and np.all(np.diff(p1) >= 0)
+    assert np.all((p0 >= 0) & (p1 <= 1))
+    want = ivap_oracle(df.score.to_numpy(), df.label.to_numpy(), df.w.to_numpy(), q[::4])
+    np.testing.assert_allclose(np.stack([p0[::4], p1[::4]]), want, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["beta", "venn_abers"])
+def test_transform_equals_predict_on_every_engine(engine, method):
+    df = rows(1500)
+    model = distcal.fit(df, method=method, weight_col="w")
+    segmented = distcal.fit(df, method=method, weight_col="w", by="g")
+    new = pd.DataFrame({"score": np.concatenate([PROBE, probe_scores(df.score.to_numpy())]),
+                        "g": "x"})
+    new.loc[::3, "g"] = "z"
+    new.loc[::5, "g"] = "unseen"
+    for m, want in ((model, model.predict(new.score)),
+                    (segmented, segmented.predict(new.score, segments=new.g))):
+        out = m.transform(engine(new), score_col="score", output_col="p")
+        got = out if isinstance(out, pd.DataFrame) else (
+            out.toPandas() if engine.name == "spark" else out.compute())
+        got = got.sort_values("score", kind="stable")
+        order = np.argsort(new.score.to_numpy(), kind="stable")
+        # the same rows (Spark and Dask may reorder): compare as sorted by score and key
+        a = pd.DataFrame({"score": new.score, "g": new.g, "p": want}).sort_values(
+            ["score", "g"], kind="stable").reset_index(drop=True)
+        b = got[["score", "g", "p"]].sort_values(["score", "g"], kind="stable").reset_index(
+            drop=True)
+        assert len(order) == len(b)
+        np.testing.assert_allclose(b.p.to_numpy(), a.p.to_numpy(), rtol=1e-12, atol=1e-15)
+
+
+# -- the scikit-learn estimator and the pyspark.ml stage ---------------------------
+
+@pytest.mark.parametrize("k", [2, 3])
+def test_cross_venn_abers_equals_per_fold_brute_force(k):
+    from sklearn.base import clone
+    from sklearn.datasets import make_classification
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold
+
+    from distcal.sklearn import CalibratedClassifier
+
+    X, y = make_classification(600, n_features=6, n_informative=4, n_classes=k,
+                               random_state=k)
+    X_new = X[:12] + 0.3
+    base = LogisticRegression(max_iter=500)
+    cal = CalibratedClassifier(base, method="venn_abers", cv=3).fit(X, y)
+    p0s, p1s = [], []
+    for train, test in StratifiedKFold(3).split(X, y):
+        est = clone(base).fit(X[train], y[train])
+        s, s_new = est.decision_function(X[test]), est.decision_function(X_new)
+        if k == 2:
+            s, s_new = s[:, None], s_new[:, None]
+        p0, p1 = np.zeros((12, k)), np.zeros((12, k))
+        for c in ([1] if k == 2 else range(k)):
+            col = -1 if k == 2 else c
+            o = ivap_oracle(s[:, col], (y[test] == c).astype(float), np.ones(len(test)),
+                            s_new[:, col])
+            p0[:, c], p1[:, c] = o
+        if k == 2:
+            p0[:, 0], p1[:, 0] = 1 - p1[:, 1], 1 - p0[:, 1]
+        p0s.append(p0)
+        p1s.append(p1)
+    p0s, p1s = np.stack(p0s), np.stack(p1s)
+    g1 = np.exp(np.log(p1s).mean(0))
+    g0 = np.exp(np.log(1 - p0s).mean(0))
+    p = g1 / (g0 + g1)
+    if k == 2:
+        p[:, 0] = 1 - p[:, 1]
+    else:
+        p = p / p.sum(1, keepdims=True)
+    np.testing.assert_allclose(cal.predict_proba(X_new), p, rtol=1e-9, atol=1e-12)
+    lo, hi = cal.predict_interval(X_new)
+    np.testing.assert_allclose(lo, p0s.mean(0), rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(hi, p1s.mean(0), rtol=1e-9, atol=1e-12)
+    assert np.all(lo <= hi)
+
+
+def test_sklearn_beta_calibrates_predict_proba_against_the_oracle():
+    from sklearn.datasets import make_classification
+    from sklearn.naive_bayes import GaussianNB
+
+    from distcal.sklearn import CalibratedClassifier
+
+    X, y = make_classification(2000, n_features=5, random_state=1)
+    clf = GaussianNB().fit(X[:1000], y[:1000])
+    cal = CalibratedClassifier(clf, method="beta").fit(X[1000:], y[1000:])
+    s = clf.predict_proba(X[1000:])[:, 1]
+    th = beta_oracle(s, y[1000:].astype(float), np.ones(1000))
+    want = beta_map(th, clf.predict_proba(X[:50])[:, 1])
+    np.testing.assert_allclose(cal.predict_proba(X[:50])[:, 1], want, rtol=1e-7, atol=1e-9)
+
+
+def test_pyspark_ml_calibrator_takes_beta_and_venn_abers(spark, tmp_path):
+    from distcal.spark.ml import Calibrator, CalibratorModel
+
+    df = rows(1000)
+    sdf = spark.createDataFrame(df)
+    for method in ("beta", "venn_abers"):
+        fitted = Calibrator(method=method, weightCol="w", outputCol="p").fit(sdf)
+        fitted.write().overwrite().save(str(tmp_path / method))
+        back = CalibratorModel.load(str(tmp_path / method))
+        got = back.transform(sdf).select("score", "p").toPandas().sort_values("score")
+        want = distcal.fit(df, method=method, weight_col="w").predict(got.score)
+        np.testing.assert_allclose(got.p, want, rtol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["beta", "venn_abers"])
+def test_command_line_fits_and_applies(tmp_path, capsys, method):
+    import json
+
+    from distcal.cli.main import main as cli_main
+
+    df = rows(800)
+    df.to_parquet(tmp_path / "in.parquet")
+    assert cli_main(["fit", "--input", str(tmp_path / "in.parquet"), "--output",
+                     str(tmp_path / "model"), "--method", method, "--weight-col", "w"]) == 0
+    line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert line["method"] == method
+    assert cli_main(["apply", "--model", str(tmp_path / "model"), "--input",
+                     str(tmp_path / "in.parquet"), "--output", str(tmp_path / "out.parquet"),
+                     "--output-col", "p"]) == 0
+    out = pd.read_parquet(tmp_path / "out.parquet")
+    want = distcal.fit(df, method=method, weight_col="w").predict(out.score)
+    np.testing.assert_allclose(out.p, want, rtol=1e-12)
+
+
+def test_transform_adds_the_venn_abers_interval_on_every_engine(engine):
+    df = rows(800)
+    model = distcal.fit(df, method="venn_abers", weight_col="w")
+    new = pd.DataFrame({"score": probe_scores(df.score.to_numpy())})
+    out = model.transform(engine(new), output_col="p", interval_cols=("p0", "p1"))
+    got = out if isinstance(out, pd.DataFrame) else (
+        out.toPandas() if engine.name == "spark" else out.compute())
+    got = got.sort_values("score").reset_index(drop=True)
+    p0, p1 = model.predict_interval(got.score)
+    np.testing.assert_array_equal(got.p0, p0)
+    np.testing.assert_array_equal(got.p1, p1)
+    np.testing.assert_allclose(got.p, model.predict(got.score), rtol=1e-12)
+    with pytest.raises(ValueError, match="interval_cols"):
+        distcal.fit(df, method="beta").transform(new, interval_cols=("p0", "p1"))
+
+
+def test_venn_abers_interval_by_segment():
+    df = rows(900, weights=False)
+    model = distcal.fit(df, method="venn_abers", by="g")
+    q = np.array([0.1, 0.3, 0.5, 0.7])
+    keys = ["x", "y", "unseen", None]
+    p0, p1 = model.predict_interval(q, segments=keys)
+    for i, k in enumerate(keys):
+        m = model.segment(k) if k in ("x", "y") else model.global_model
+        want = m.predict_interval(q[i:i + 1])
+        assert (p0[i], p1[i]) == (want[0][0], want[1][0])
