@@ -117,7 +117,7 @@ def _read(pdf: pd.DataFrame, spec: KeySpec, finite_scores: bool, length: int | N
 def _read_pool(pdf: pd.DataFrame, spec: KeySpec, finite_scores: bool, length: int | None,
                classes: list[int | None]) -> tuple[KeyedTable, dict[str, Any]]:
     rows, stats = read_rows(pdf, spec, finite_scores=finite_scores, n_classes=length)
-    return pool_rows(rows, classes, spec.probabilities), stats
+    return pool_rows(rows, classes, spec.pool_squares), stats
 
 
 def _stats_and_size(pair: tuple[Any, dict[str, Any]]) -> tuple[dict[str, Any], int]:
