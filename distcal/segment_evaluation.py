@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 
 from .core.bins import bin_edges
-from .core.distinct import DistinctTable
 from .core.calibration_tests import calibration_test_partials
+from .core.distinct import DistinctTable
 from .core.keyed import GLOBAL, KeyedTable, KeySpec, global_ww, split_global
 from .core.segment_metrics import SegmentEvalPartials, combine_segment_partials, segment_partials
 from .core.threshold import EMPTY, SegmentSummary, merge_segments

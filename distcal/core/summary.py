@@ -66,6 +66,7 @@ def keyed_from_arrow(table: pa.Table | pa.RecordBatch, n_by: int) -> KeyedTable:
 def arrow_from_keyed(kt: KeyedTable, n_by: int) -> pa.Table:
     """The summary table of a keyed table that pooled the sums of w y^2 and w^2."""
     assert kt.wyy is not None and kt.ww is not None, "a summary pools w y^2 and w^2"
+    kt = _canonical(kt)
     per_key = np.diff(kt.starts)
     codes = pa.array(np.repeat(np.arange(len(kt.keys)), per_key))
     cols: dict[str, Any] = {}
@@ -78,6 +79,33 @@ def arrow_from_keyed(kt: KeyedTable, n_by: int) -> pa.Table:
                  "wyy": kt.wyy, "ww": kt.ww, "count": t.count.astype(np.int64),
                  "label_sum": t.label_sum, "nonbinary": np.repeat(~kt.binary, per_key)})
     return pa.table(cols)
+
+
+def _canonical(kt: KeyedTable) -> KeyedTable:
+    """The keys in one order whatever the engine: all rows first, then the segments sorted
+    (by their text where values of mixed types do not sort)."""
+    segs = [k[0] for k in kt.keys]
+    order = sorted(range(len(segs)), key=lambda i: (segs[i] is not GLOBAL, segs[i] or ()))\
+        if _sortable(segs) else sorted(range(len(segs)), key=lambda i: (
+            segs[i] is not GLOBAL, repr(segs[i])))
+    if order == list(range(len(segs))):
+        return kt
+    rows = np.concatenate([np.arange(kt.starts[i], kt.starts[i + 1]) for i in order])
+    sizes = np.diff(kt.starts)[order]
+    t = kt.table
+    assert kt.wyy is not None and kt.ww is not None
+    return KeyedTable([kt.keys[i] for i in order], np.concatenate(([0], np.cumsum(sizes))),
+                      type(t)(t.score[rows], t.weight[rows], t.positives[rows], t.count[rows],
+                              t.label_sum[rows], t.binary),
+                      kt.binary[order], kt.wyy[rows], kt.ww[rows])
+
+
+def _sortable(segs: list[Any]) -> bool:
+    try:
+        sorted(s for s in segs if s is not GLOBAL)
+    except TypeError:
+        return False
+    return True
 
 
 def round_keyed(kt: KeyedTable, decimals: int | None) -> KeyedTable:
@@ -167,8 +195,9 @@ class SummarySource:
             for batch in reader.iter_batches(batch_size=batch_rows):
                 yield pa.Table.from_batches([batch])
 
-    def check(self, kt: KeyedTable, spec: KeySpec, finite_scores: bool) -> None:
-        """The ``DataError`` a fit or evaluation of the summarised rows would raise.
+    def problems(self, kt: KeyedTable, spec: KeySpec, finite_scores: bool) -> dict[str, int]:
+        """The rows of a part of the summaries that a fit or evaluation of the summarised
+        rows would refuse, by problem (added up over the parts, :meth:`raise_problems`).
 
         Counted over the key of all rows (every row is in it once):
         infinite scores for methods that need finite ones, and scores outside
@@ -176,18 +205,25 @@ class SummarySource:
         """
         g = [i for i, k in enumerate(kt.keys) if k[0] is GLOBAL]
         if not g:
-            return
+            return {}
         sl = slice(int(kt.starts[g[0]]), int(kt.starts[g[0] + 1]))
         s, n = kt.table.score[sl], kt.table.count[sl]
-        items = []
-        name = str(self.columns["score"])
+        out = {}
         if finite_scores:
-            items.append((name, "are infinite (this method needs finite scores)",
-                          int(n[np.isinf(s)].sum())))
-        if spec.probabilities:  # evaluated as probabilities
-            items.append((name, "are outside [0, 1] (evaluated as probabilities)",
-                          int(n[(s < 0) | (s > 1)].sum())))
-        message = problems_message(items)
+            out["are infinite (this method needs finite scores)"] = int(n[np.isinf(s)].sum())
+        if spec.probabilities:
+            out["are outside [0, 1] (evaluated as probabilities)"] = int(
+                n[(s < 0) | (s > 1)].sum())
+        return out
+
+    def raise_problems(self, parts: list[dict[str, int]]) -> None:
+        """The ``DataError`` naming the score column, each problem and its rows, if any."""
+        total: dict[str, int] = {}
+        for p in parts:
+            for problem, k in p.items():
+                total[problem] = total.get(problem, 0) + k
+        message = problems_message([(str(self.columns["score"]), p, k)
+                                    for p, k in total.items()])
         if message:
             raise DataError(message)
 

@@ -213,11 +213,13 @@ class LocalKeyedRanges:
 
     def _pool(self) -> None:
         if self.summary is not None:
+            problems = []
             with phase("local: read the summaries' pooled rows"):
                 for batch in self.summary.batches(self.batch_rows):
                     part = summary_keyed(batch, len(self.spec.by))
-                    self.summary.check(part, self.spec, self.finite_scores)
+                    problems.append(self.summary.problems(part, self.spec, self.finite_scores))
                     self.store.add(part)
+            self.summary.raise_problems(problems)
             self.n_rows, self.weight_total = self.summary.n_rows, self.summary.weight_total
             self.dropped_rows = self.summary.dropped_rows
             self._pooled = True
