@@ -1,3 +1,5 @@
 from typing import Any
+
+
 class MonitorReport: pass
 def monitor(*a: Any, **k: Any) -> Any: ...

@@ -467,8 +467,8 @@ def summary_source(data: Any) -> SummarySource | None:
     if is_summary_dir(data):
         items: list[Any] = [data]
     elif (isinstance(data, (list, tuple)) and data
-          and all(isinstance(d, Summary) or is_summary_dir(d) for d in data)):
-        items = list(data)
+          and any(isinstance(d, Summary) or is_summary_dir(d) for d in data)):
+        items = list(data)  # every item must then be a summary (ModelError otherwise)
     else:
         return None
     tables, files, metas = [], [], []

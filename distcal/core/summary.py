@@ -35,7 +35,8 @@ __all__ = ["FIELDS", "SummarySource", "by_name", "keyed_from_arrow", "arrow_from
 
 # The sums of a summary row, in the order of its Parquet table (after the key).
 FIELDS = ("score", "weight", "positives", "wyy", "ww", "count", "label_sum", "nonbinary")
-FIELD_TYPES = {"count": pa.int64(), "nonbinary": pa.bool_()}
+# The rows of the key of all rows, counted with the problems (they must add up to n_rows).
+_ROWS = "rows"
 
 
 def by_name(j: int) -> str:
@@ -208,7 +209,7 @@ class SummarySource:
             return {}
         sl = slice(int(kt.starts[g[0]]), int(kt.starts[g[0] + 1]))
         s, n = kt.table.score[sl], kt.table.count[sl]
-        out = {}
+        out = {_ROWS: int(n.sum())}
         if finite_scores:
             out["are infinite (this method needs finite scores)"] = int(n[np.isinf(s)].sum())
         if spec.probabilities:
@@ -216,12 +217,23 @@ class SummarySource:
                 n[(s < 0) | (s > 1)].sum())
         return out
 
+    @staticmethod
+    def refused(parts: list[dict[str, int]]) -> bool:
+        """Whether the parts have rows the method refuses (then nothing is computed)."""
+        return any(k for p in parts for name, k in p.items() if name != _ROWS)
+
     def raise_problems(self, parts: list[dict[str, int]]) -> None:
-        """The ``DataError`` naming the score column, each problem and its rows, if any."""
+        """The ``DataError`` naming the score column, each problem and its rows, if any
+        (and ``ModelError`` when the tables' rows are not the rows the metadata states)."""
         total: dict[str, int] = {}
         for p in parts:
             for problem, k in p.items():
                 total[problem] = total.get(problem, 0) + k
+        if total.pop(_ROWS, 0) != self.n_rows:
+            from ..errors import ModelError
+
+            raise ModelError("a summary is damaged: its table's rows differ from the rows its "
+                             "metadata states")
         message = problems_message([(str(self.columns["score"]), p, k)
                                     for p, k in total.items()])
         if message:

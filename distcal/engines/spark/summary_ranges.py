@@ -50,8 +50,7 @@ def summary_runner(fn: Callable[[KeyedTable], Any], source: Any, spec: KeySpec,
             runs.add(part)
         table = runs.table()
         runs.runs.clear()
-        result = fn(table) if len(table.table) and not any(
-            k for p in problems for k in p.values()) else None
+        result = fn(table) if len(table.table) and not source.refused(problems) else None
         context = TaskContext.get()
         assert context is not None, "runs inside a Spark task"
         payload = pickle.dumps({"empty": not len(table.table), "result": result,
