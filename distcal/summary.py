@@ -471,7 +471,9 @@ def summary_source(data: Any) -> SummarySource | None:
         items = list(data)  # every item must then be a summary (ModelError otherwise)
     else:
         return None
-    tables, files, metas = [], [], []
+    tables: list[pa.Table] = []
+    files: list[str] = []
+    metas: list[Any] = []  # Summary or _MetaView: what _same_rows compares
     for item in items:
         if isinstance(item, Summary):
             tables.append(item.arrow)

@@ -8,7 +8,6 @@ brute-force thresholds; every engine against the fit on the raw rows.
 from __future__ import annotations
 
 import json
-import math
 import os
 from pathlib import Path
 

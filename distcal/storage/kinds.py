@@ -26,8 +26,9 @@ from typing import Any
 from ..errors import DataError, OutputPathError
 from .base import FileSystem, local_path
 
-__all__ = ["MODEL", "REPORT", "PARQUET", "SUMMARY", "KIND_NAMES", "output_kind", "check_replaceable",
-           "describe_mode", "read_regular_file", "check_regular_input", "visible_files"]
+__all__ = ["MODEL", "REPORT", "PARQUET", "SUMMARY", "KIND_NAMES", "output_kind",
+           "check_replaceable", "describe_mode", "read_regular_file", "check_regular_input",
+           "visible_files"]
 
 MODEL, REPORT, PARQUET, SUMMARY = "model", "report", "parquet", "summary"
 KIND_NAMES = {MODEL: "a model directory", REPORT: "a report directory",
