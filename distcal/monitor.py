@@ -94,17 +94,20 @@ class MonitorReport:
 
     def save(self, path: str | os.PathLike[str], overwrite: bool = False) -> Path:
         """Write ``report.json`` and a self-contained ``report.html`` (figures embedded)
-        to the directory ``path``, atomically (an existing report replaced only with
-        ``overwrite=True``)."""
-        from .storage import local_publishing
+        to the directory ``path`` (a local path or fsspec URL), atomically: an existing
+        report is replaced only with ``overwrite=True``, once the new one is complete."""
+        from .storage import REPORT, filesystem_for, publish_dir
 
-        doc = self.to_dict()
-        page = _html(self)
-        with local_publishing(path, overwrite=overwrite) as tmp:
-            tmp.mkdir()
-            (tmp / "report.json").write_text(json.dumps(doc, indent=2) + "\n")
-            (tmp / "report.html").write_text(page, encoding="utf-8")
+        publish_dir(filesystem_for(os.fspath(path)), os.fspath(path), self.write_dir,
+                    overwrite=overwrite, kind=REPORT)
         return Path(path)
+
+    def write_dir(self, tmp: Path) -> None:
+        """Write the report's files into the new local directory ``tmp``."""
+        doc, page = self.to_dict(), _html(self)
+        tmp.mkdir()
+        (tmp / "report.json").write_text(json.dumps(doc, indent=2) + "\n")
+        (tmp / "report.html").write_text(page, encoding="utf-8")
 
 
 def _critical_z(alpha: float) -> float:

@@ -168,10 +168,11 @@ class Summary:
         one is replaced only with ``overwrite=True``. ``path``: a local
         path or any fsspec URL.
         """
-        publish_dir(filesystem_for(os.fspath(path)), os.fspath(path), self._write_dir,
+        publish_dir(filesystem_for(os.fspath(path)), os.fspath(path), self.write_dir,
                     overwrite=overwrite, kind="summary")
 
-    def _write_dir(self, tmp: Path) -> None:
+    def write_dir(self, tmp: Path) -> None:
+        """Write the summary's files into the new local directory ``tmp``."""
         from .model import _library_version
 
         tmp.mkdir()
