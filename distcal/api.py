@@ -216,6 +216,13 @@ def fit_and_threshold(data: Any, method: str = DEFAULTS.method,
     score_index = checks.check_score_index(score_index)
     checks.check_roles(score_col=score_col, label_col=label_col, weight_col=weight_col)
     checks.check_fit_params(method, method_params)
+    source = summary_source(data)
+    if source is not None:  # a summary without segments: its columns
+        if source.by or score_index is not None:
+            raise ParameterError("fit_and_threshold takes a summary without by= columns and "
+                                 "one score per row")
+        data, score_col = source, str(source.columns["score"])
+        label_col, weight_col = str(source.columns["label"]), source.columns["weight"]
     name = resolve_engine(data, engine)
     c_fp = check_finite(cost_fp, "cost_fp")
     c_fn = check_finite(cost_fn, "cost_fn")

@@ -228,6 +228,22 @@ def test_optimal_threshold_of_summaries_equals_brute_force(engine):
     assert res.threshold == t and res.cost == pytest.approx(cost, rel=1e-9)
 
 
+def test_segments_of_a_summary_equal_the_rows_by_segment():
+    rows = pd.concat(days(2, seed=13), ignore_index=True)
+    s = distcal.summarize(rows, weight_col="w", by="g")
+    got = distcal.evaluate(s)
+    want = distcal.evaluate(rows, prob_col="score", weight_col="w", by="g")
+    pd.testing.assert_frame_equal(got.segments, want.segments, rtol=1e-9)
+    got = distcal.optimal_threshold(s, cost_fn=2.0)
+    want = distcal.optimal_threshold(rows, weight_col="w", by="g", cost_fn=2.0)
+    pd.testing.assert_frame_equal(got.segments, want.segments, rtol=1e-9)
+    plain = distcal.summarize(rows, weight_col="w")
+    model, best = distcal.fit_and_threshold(plain, cost_fn=2.0)
+    assert model == distcal.fit(rows, weight_col="w")
+    assert best.threshold == distcal.optimal_threshold(rows, weight_col="w",
+                                                       cost_fn=2.0).threshold
+
+
 # -- merging ---------------------------------------------------------------------------------
 
 @st.composite
