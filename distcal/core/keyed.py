@@ -27,6 +27,7 @@ no shared code book has to travel between machines.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -299,6 +300,12 @@ def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.
     if not live.all():
         codes, score, label = codes[live], score[live], label[live]
         weight = None if weight is None else weight[live]
+    if with_wyy and weight is None and bool(np.all((label == 0.0) | (label == 1.0))):
+        # Unit weights and 0/1 labels: w y^2 = w y and w^2 = 1, so both sums are read off
+        # the fast paths' table (positives, rows).
+        kt = pool_keyed(codes, keys, score, label, None)
+        return dataclasses.replace(kt, wyy=kt.table.positives.astype(np.float64),
+                                   ww=kt.table.count.astype(np.float64))
     if len(keys) == 1 and not with_wyy:
         return KeyedTable.single(pool_ties(score, label, weight), keys[0])
     binary = bool(np.all((label == 0.0) | (label == 1.0)))
@@ -381,7 +388,7 @@ def merge_keyed(parts: list[KeyedTable]) -> KeyedTable:
                       np.concatenate([x.positives for x in t]),
                       np.concatenate([x.count for x in t]),
                       np.concatenate([x.label_sum for x in t]), np.concatenate(nonbinary), wyy,
-                      ww)
+                      ww, runs=True)
 
 
 def cut_keyed(part: KeyedTable, bounds: np.ndarray) -> list[KeyedTable]:
@@ -443,17 +450,20 @@ def global_ww(part: KeyedTable) -> np.ndarray | None:
 def pool_sums(codes: np.ndarray, keys: list[Key], score: np.ndarray, weight: np.ndarray,
                positives: np.ndarray, count: np.ndarray, label_sum: np.ndarray,
                nonbinary: np.ndarray, wyy: np.ndarray | None = None,
-               ww: np.ndarray | None = None) -> KeyedTable:
+               ww: np.ndarray | None = None, runs: bool = False) -> KeyedTable:
     """Pool items (raw or already pooled rows) by (key, score): one sort, then sums.
 
     ``codes`` index ``keys``; the other arrays are sums over each item (a raw
     row has weight w, positives w * y, count 1, label_sum y, nonbinary
     ``y not in {0, 1}``; ``wyy`` w * y^2 and ``ww`` w^2, when pooled).
+    ``runs``: the items are pooled tables one after the other, each sorted
+    by score within a key (merging): sorted with a stable sort, which merges
+    such runs instead of sorting from scratch (about 2.5 times faster).
 
     Equal (code, score) pairs are summed, so pooling pooled items again is
     exact (pooling commutes, docs/design.md).
     """
-    order = _key_order(codes, score, len(keys))
+    order = _key_order(codes, score, len(keys), runs)
     c, s = codes[order], score[order] + 0.0  # -0.0 and 0.0 are one score
     n = c.shape[0]
     new = np.ones(n, dtype=bool)
@@ -642,7 +652,8 @@ def _jit_pool_unit_rows() -> tuple[Callable[..., Any], Callable[..., Any]] | Non
     return kernels  # type: ignore[no-any-return]
 
 
-def _key_order(codes: np.ndarray, score: np.ndarray, n_codes: int) -> np.ndarray:
+def _key_order(codes: np.ndarray, score: np.ndarray, n_codes: int,
+               runs: bool = False) -> np.ndarray:
     """The permutation that sorts the items by (code, score).
 
     Two passes, least significant first: by score (numpy's introsort; ties
@@ -651,7 +662,7 @@ def _key_order(codes: np.ndarray, score: np.ndarray, n_codes: int) -> np.ndarray
     of the score sort's time). ``np.lexsort`` gives the same order of
     distinct pairs at a few times the cost.
     """
-    by_score = np.argsort(score)
+    by_score = np.argsort(score, kind="stable" if runs else None)  # stable: merges runs
     c = codes[by_score]
     if n_codes <= np.iinfo(np.uint16).max:
         c = c.astype(np.uint16)

@@ -27,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import DataError
+from .distinct import DistinctTable
 from .keyed import GLOBAL, Key, KeyedTable, KeySpec, factorize_keys, pool_sums
 from .rows import problems_message
 
@@ -58,6 +59,20 @@ def keyed_from_arrow(table: pa.Table | pa.RecordBatch, n_by: int) -> KeyedTable:
     def col(name: str, dtype: Any) -> np.ndarray:
         return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=dtype)
 
+    score = col("score", np.float64) + 0.0  # -0.0 and 0.0 are one score
+    if n and np.all(np.diff(codes) >= 0) and np.all(
+            (np.diff(score) > 0) | (np.diff(codes) > 0)):
+        # One table as written (keys contiguous, scores strictly increasing in each): it is
+        # pooled already; only its keys' bounds are needed (a merge of many skips a sort).
+        new = np.flatnonzero(np.r_[True, np.diff(codes) > 0])
+        nonbinary = col("nonbinary", bool)
+        count = col("count", np.int64)
+        binary = np.logical_or.reduceat(nonbinary, new) == 0
+        return KeyedTable([keys[int(c)] for c in codes[new]], np.append(new, n),
+                          DistinctTable(score, col("weight", np.float64),
+                                        col("positives", np.float64), count,
+                                        col("label_sum", np.float64), bool(binary.all())),
+                          binary, col("wyy", np.float64), col("ww", np.float64))
     return pool_sums(codes, keys, col("score", np.float64), col("weight", np.float64),
                      col("positives", np.float64), col("count", np.int64),
                      col("label_sum", np.float64), col("nonbinary", bool),
