@@ -289,11 +289,18 @@ class CalibrationModel:
         >>> distcal.fit(df).transform(df[["score"]], output_col="p")["p"].tolist()
         [0.0, 0.5, 0.5, 1.0, 1.0]
         """
+        from .core.rows import read_score
         from .engines import engine_of, get_engine
         from .params import check_score_index
 
-        return get_engine(engine_of(data)).transform(self, data, score_col, output_col,
-                                                     score_index=check_score_index(score_index))
+        index = check_score_index(score_index)
+
+        def predict(part: Any) -> np.ndarray:
+            return self.predict(read_score(part, score_col, index))
+
+        return get_engine(engine_of(data)).transform_rows(
+            data, {score_col: "score"}, output_col, predict, vector=False, model=self,
+            score_index=index)
 
     # -- export ---------------------------------------------------------
     def to_sql(self, score: str = DEFAULTS.score_col, dialect: str = "spark") -> str:

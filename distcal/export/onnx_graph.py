@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .pieces import Piecewise, is_keyed, piecewise
+from ..core.piecewise import Piecewise, is_keyed, piecewise
 
 __all__ = ["to_onnx", "OPSET", "IR_VERSION"]
 

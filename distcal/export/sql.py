@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from .pieces import Piecewise, is_keyed, piecewise
+from ..core.piecewise import Piecewise, is_keyed, piecewise
 
 __all__ = ["DIALECTS", "to_sql", "ovr_normalise_sql"]
 
