@@ -20,6 +20,7 @@ from types import TracebackType
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ...core.keyed import KeyedTable, KeySpec
 from ...core.rows import RowPart
@@ -87,7 +88,9 @@ class SparkSummaryRanges:
         df = frames[0]
         for other in frames[1:]:
             df = df.unionByName(other, allowMissingColumns=False)
-        total = df.count()
+        # The summary rows, from the Parquet footers and the tables (no job to count them).
+        total = sum(pq.ParquetFile(f).metadata.num_rows for f in source.files) + sum(
+            t.num_rows for t in source.tables)
         self.k = int(n_ranges) if n_ranges else max(default_ranges(df),
                                                      math.ceil(total / max(range_rows, 1)))
         self.ranged = df.repartitionByRange(self.k, "score")
