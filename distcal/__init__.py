@@ -13,11 +13,14 @@ from .evaluation import EvaluationReport, evaluate, evaluate_many
 from .keyed_model import KeyedModel, MulticlassCalibrationModel, SegmentedCalibrationModel
 from .loading import load
 from .model import CalibrationModel
+from .monitor import MonitorReport, monitor
+from .summary import Summary, load_summary, merge_summaries, summarize
 from .threshold import ThresholdResult, ThresholdTracker, optimal_threshold
 from .version import __version__
 
 __all__ = ["fit", "fit_and_threshold", "discretize", "load", "evaluate", "evaluate_many",
            "optimal_threshold",
+           "summarize", "Summary", "load_summary", "merge_summaries", "monitor", "MonitorReport",
            "metrics", "CalibrationModel", "KeyedModel", "MulticlassCalibrationModel",
            "SegmentedCalibrationModel", "EvaluationReport",
            "ThresholdResult", "ThresholdTracker", "DataError", "ModelError", "__version__"]

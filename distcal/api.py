@@ -12,6 +12,7 @@ from .errors import DataError, ParameterError, unexpected_arguments
 from .logs import log
 from .model import CalibrationModel
 from .params import check_finite, check_on_invalid, split_engine_options
+from .summary import summary_source
 from .threshold import ThresholdResult, result_from_segment
 
 __all__ = ["fit", "fit_and_threshold"]
@@ -28,7 +29,12 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
     Parameters
     ----------
     data : pandas.DataFrame, pyarrow.Table, str or path, Spark or Dask DataFrame
-        The rows; a path names a Parquet file or dataset directory.
+        The rows; a path names a Parquet file or dataset directory. Or
+        summaries of rows (:func:`distcal.summarize`): a
+        :class:`~distcal.Summary`, a saved summary's directory, or a list of
+        them, merged (on the cluster with ``engine="spark"`` or ``"dask"``);
+        the columns and ``by`` are then the summaries' own, and the model
+        equals the fit of the summarised rows (not for temperature scaling).
     method : {"isotonic", "sigmoid", "histogram", "modl", "beta", "venn_abers", "temperature"}
         Isotonic regression (Pool Adjacent Violators, parameters
         ``increasing=True|False|"auto"``,
@@ -102,6 +108,14 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
     checks.check_roles(score_col=score_col, score_cols=score_cols, label_col=label_col,
                        weight_col=weight_col)
     checks.check_fit_params(method, method_params)  # before anything reads the data
+    source = summary_source(data)
+    if source is not None:  # summaries: the columns and segments they were made from
+        if method == "temperature" or score_cols is not None or score_index is not None:
+            raise ParameterError("a summary holds one score per row: temperature scaling "
+                                 "and multiclass scores need the rows themselves")
+        data, by = source, list(source.by) or None
+        score_col, label_col = str(source.columns["score"]), str(source.columns["label"])
+        weight_col = source.columns["weight"]
     name = resolve_engine(data, engine)
     # Unknown keyword arguments fail before anything (even a schema) is read.
     known = {k for p in METHOD_PARAMS.values() for k in p} | get_engine(name).options
@@ -110,8 +124,9 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
     if by is not None and score_index is not None:
         raise ParameterError("by= reads a plain score column; score_index cannot be "
                              "combined with by= in this version")
-    multiclass = score_index is None and (score_cols is not None or method == "temperature"
-                                          or get_engine(name).is_vector_column(data, score_col))
+    multiclass = source is None and score_index is None and (
+        score_cols is not None or method == "temperature"
+        or get_engine(name).is_vector_column(data, score_col))
     model, _ = _fit_keyed(data, name, method, score_col, score_cols, label_col, weight_col, by,
                           min_segment_weight, multiclass, on_invalid, method_params,
                           score_index=score_index)
@@ -203,6 +218,13 @@ def fit_and_threshold(data: Any, method: str = DEFAULTS.method,
     score_index = checks.check_score_index(score_index)
     checks.check_roles(score_col=score_col, label_col=label_col, weight_col=weight_col)
     checks.check_fit_params(method, method_params)
+    source = summary_source(data)
+    if source is not None:  # a summary without segments: its columns
+        if source.by or score_index is not None:
+            raise ParameterError("fit_and_threshold takes a summary without by= columns and "
+                                 "one score per row")
+        data, score_col = source, str(source.columns["score"])
+        label_col, weight_col = str(source.columns["label"]), source.columns["weight"]
     name = resolve_engine(data, engine)
     c_fp = check_finite(cost_fp, "cost_fp")
     c_fn = check_finite(cost_fn, "cost_fn")

@@ -12,6 +12,7 @@ import pandas as pd
 from .core import calibration_metrics as cm
 from .core import metrics as m
 from .core.bins import bin_edges
+from .core.calibration_tests import calibration_tests
 from .core.keyed import KeySpec
 from .defaults import DEFAULTS
 from .engines import get_engine, resolve_engine
@@ -77,6 +78,13 @@ class EvaluationReport:
     # weight, base_rate, mean_prob, log_loss, brier, ece, mce, auc), the
     # worst calibrated (highest ECE) first; None without by.
     segments: pd.DataFrame | None = field(default=None, compare=False)
+    # Spiegelhalter's (1986) z and its two-sided p-value, calibration-in-the-large
+    # (mean p minus mean y) and its 95% normal interval (distcal.core.calibration_tests).
+    spiegelhalter_z: float = float("nan")
+    spiegelhalter_p: float = float("nan")
+    citl: float = float("nan")
+    citl_low: float = float("nan")
+    citl_high: float = float("nan")
 
     def attach_segments(self, seg_eval: Any) -> None:
         """Set ``segments`` from a :class:`~distcal.core.segment_metrics.SegmentEvaluation`."""
@@ -187,7 +195,9 @@ def report_from_ranges(ranges: Any, *, prob_col: str, n_bins: int = 10,
     """Every metric from the ordered ranges of distinct probabilities (any engine).
 
     ``ranges`` offers ``map`` (see ``MapRanges``) and, once mapped over,
-    ``n_rows``, ``dropped_rows`` and ``sum_wyy`` (sum of w y^2).
+    ``n_rows``, ``dropped_rows``, ``sum_wyy`` (sum of w y^2) and
+    ``test_sums`` (:func:`~distcal.core.calibration_tests.calibration_test_partials`
+    added up).
 
     With ``roc_points``, the ranges send only their ROC hull candidates in
     the first pass; the points at evenly spaced ranks ride along with the
@@ -252,6 +262,7 @@ def report_from_ranges(ranges: Any, *, prob_col: str, n_bins: int = 10,
     # Wilson interval of each bin's observed rate (weight as the count)
     ci = np.array([m.wilson_interval(t * n, n, confidence) for t, n in zip(true, bw[full])])
     ci = ci.reshape(-1, 2)
+    tests = calibration_tests(ranges.test_sums, w_total, res["positives"])
     return EvaluationReport(
         prob_col=prob_col, n_rows=n_rows, weight_total=w_total, dropped_rows=dropped_rows,
         brier=res["brier"], log_loss=res["log_loss"],
@@ -269,7 +280,8 @@ def report_from_ranges(ranges: Any, *, prob_col: str, n_bins: int = 10,
         resolution_exact=extra["resolution"], adaptive_ece=extra["adaptive_ece"],
         adaptive_mce=extra["adaptive_mce"], smece=extra["smece"],
         smece_sigma=extra["smece_sigma"], smooth_curve=extra["smooth_curve"],
-        n_distinct=int(res["n_distinct"]), roc_complete=len(roc["fpr"]) == res["n_distinct"] + 1)
+        n_distinct=int(res["n_distinct"]), roc_complete=len(roc["fpr"]) == res["n_distinct"] + 1,
+        **tests)
 
 
 def _check_evaluation_params(n_bins: int, strategy: str, threshold: float,
@@ -299,7 +311,9 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
     Parameters
     ----------
     data : pandas.DataFrame, pyarrow.Table, str or path, Spark or Dask DataFrame
-        The rows.
+        The rows; or summaries of rows (:func:`distcal.summarize`, as for
+        :func:`distcal.fit`), whose scores are evaluated as probabilities
+        (``prob_col`` is then the summaries' score column).
     prob_col, label_col, weight_col : str
         Probabilities in [0, 1], labels 0/1 (or rates), weights (None: all 1).
     n_bins, strategy : int, {"uniform", "quantile"}
@@ -365,6 +379,16 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
     score_index = check_score_index(score_index)
     check_roles(score_col=prob_col, score_cols=prob_cols, label_col=label_col,
                 weight_col=weight_col, score="prob")
+    from .summary import summary_source
+
+    source = summary_source(data)
+    if source is not None:  # summaries: their scores are the probabilities evaluated
+        if prob_cols is not None or score_index is not None:
+            raise ParameterError("a summary holds one score per row: prob_cols and "
+                                 "score_index do not apply")
+        data, by = source, list(source.by) or None
+        prob_col, label_col = str(source.columns["score"]), str(source.columns["label"])
+        weight_col = source.columns["weight"]
     columns = {"prob": prob_col, "label": label_col, "weight": weight_col}
     name = resolve_engine(data, engine)
     engine_impl = get_engine(name)

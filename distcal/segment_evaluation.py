@@ -28,8 +28,9 @@ import numpy as np
 import pandas as pd
 
 from .core.bins import bin_edges
+from .core.calibration_tests import calibration_test_partials
 from .core.distinct import DistinctTable
-from .core.keyed import GLOBAL, KeyedTable, KeySpec, split_global
+from .core.keyed import GLOBAL, KeyedTable, KeySpec, global_ww, split_global
 from .core.segment_metrics import SegmentEvalPartials, combine_segment_partials, segment_partials
 from .core.threshold import EMPTY, SegmentSummary, merge_segments
 from .logs import log, phase
@@ -51,10 +52,11 @@ class _OnGlobal:
                  segment_fn: Callable[[KeyedTable], Any] | None):
         self.fn, self.segment_fn = fn, segment_fn
 
-    def __call__(self, part: KeyedTable) -> tuple[Any, float, Any]:
+    def __call__(self, part: KeyedTable) -> tuple[Any, float, Any, Any]:
         table, wyy, segments = split_global(part)
         return (self.fn(table), wyy,
-                None if self.segment_fn is None else self.segment_fn(segments))
+                None if self.segment_fn is None else self.segment_fn(segments),
+                calibration_test_partials(table, global_ww(part)))
 
 
 class GlobalRanges:
@@ -62,7 +64,9 @@ class GlobalRanges:
 
     ``map(fn)`` maps ``fn`` over each range's global table; the first map
     also runs ``segment_fn`` on the range's segments (kept in
-    ``segment_parts``) and adds up ``sum_wyy`` (the Brier score's label term).
+    ``segment_parts``) and adds up ``sum_wyy`` (the Brier score's label term)
+    and ``test_sums`` (Spiegelhalter's and CITL's sums,
+    :mod:`distcal.core.calibration_tests`).
     """
 
     def __init__(self, keyed: Any, segment_fn: Callable[[KeyedTable], Any] | None = None):
@@ -70,6 +74,7 @@ class GlobalRanges:
         self._segment_fn = segment_fn
         self.segment_parts: list[Any] | None = None
         self.sum_wyy = float("nan")
+        self.test_sums = np.full(4, np.nan)
 
     @property
     def n_rows(self) -> int:
@@ -89,6 +94,7 @@ class GlobalRanges:
         if first:
             self.segment_parts = [g[2] for g in got]
             self.sum_wyy = float(sum(g[1] for g in got))
+            self.test_sums = np.sum([g[3] for g in got], axis=0) if got else np.zeros(4)
         return [g[0] for g in got]
 
 

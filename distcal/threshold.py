@@ -191,6 +191,18 @@ def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
     assert c_fp is not None and c_fn is not None
     cost_fp, cost_fn = c_fp, c_fn
     per_row_loss = loss_col is not None
+    from .summary import summary_source
+
+    source = summary_source(data)
+    if source is not None:  # summaries: the columns and segments they were made from
+        if per_row_loss or score_index is not None:
+            from .errors import ParameterError
+
+            raise ParameterError("a summary holds labels, not losses, and one score per row: "
+                                 "loss_col and score_index do not apply")
+        data, by = source, list(source.by) or None
+        score_col, label_col = str(source.columns["score"]), str(source.columns["label"])
+        weight_col = source.columns["weight"]
     columns = {"score": score_col, "weight": weight_col,
                **({"loss": loss_col} if per_row_loss else {"label": label_col})}
     engine_impl = get_engine(resolve_engine(data, engine))

@@ -151,7 +151,8 @@ _COLUMNS = {"fit": ("score_col", "score_cols", "label_col", "weight_col"),
             "apply": ("score_col", "score_cols"),
             "evaluate": ("prob_col", "prob_cols", "label_col", "weight_col"),
             "threshold": ("score_col", "label_col", "weight_col", "loss_col"),
-            "discretize": ("score_col", "label_col")}
+            "discretize": ("score_col", "label_col"),
+            "summarize": ("score_col", "label_col", "weight_col")}
 # Past this many files, only the first ones are checked (a footer read each).
 _MAX_CHECKED_FILES = 10_000
 

@@ -12,7 +12,7 @@ from typing import Any
 from ..api import fit
 from ..defaults import DEFAULTS
 from ..discretize import discretize
-from ..errors import UsageError
+from ..errors import ModelError, UsageError
 from ..evaluation import evaluate, evaluate_many
 from ..keyed_model import KeyedModel
 from ..storage import MODEL, PARQUET, REPORT
@@ -21,7 +21,7 @@ from .backend import Backend, score_columns
 from .jsonline import key_value
 
 __all__ = ["COMMANDS", "cmd_fit", "cmd_apply", "cmd_evaluate", "cmd_threshold",
-           "cmd_discretize", "cmd_export"]
+           "cmd_discretize", "cmd_export", "cmd_summarize", "cmd_monitor", "ALERT_EXIT"]
 
 
 def _require(opts: dict[str, Any], *names: str) -> None:
@@ -58,6 +58,8 @@ def _provenance(opts: dict[str, Any], command: str) -> dict[str, Any]:
 
 
 def cmd_fit(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
+    if opts.get("summaries"):
+        return _fit_summaries(opts, io)
     _require(opts, "input", "output")
     io.check_paths(opts, outputs=[opts["output"]])
     data = io.read(opts)
@@ -94,6 +96,82 @@ def cmd_fit(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
         out["blocks"] = len(glob.blocks)
     if model.method == "modl":
         out["cost"] = glob.params["cost"]
+    return out
+
+
+def _summary_dirs(opts: dict[str, Any], io: Backend, outputs: list[str]) -> list[str]:
+    """The --summaries directories, each a summary (ModelError otherwise), none an output."""
+    from ..summary import is_summary_dir
+
+    dirs = [str(d) for d in opts["summaries"]]
+    for d in dirs:
+        if not is_summary_dir(d):
+            raise ModelError(f"'{d}' is not a distcal summary directory (no summary.json)")
+        io.check_paths({"input": d}, outputs=outputs)
+    return dirs
+
+
+def _fit_summaries(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
+    """``fit --summaries``: the fit of the summarised rows (their columns and segments)."""
+    _require(opts, "output")
+    if opts.get("input") or opts.get("input_table") or opts.get("by") or opts.get(
+            "score_cols") or opts.get("score_index") is not None:
+        raise UsageError("--summaries replaces --input (and --input-table); the columns and "
+                         "--by are the summaries' own")
+    dirs = _summary_dirs(opts, io, [opts["output"]])
+    io.refuse_existing(opts["output"], opts["overwrite"], kind=MODEL)
+    model = fit(dirs, method=opts["method"], engine=io.engine,
+                min_segment_weight=opts["min_segment_weight"], **_method_params(opts))
+    io.save_model(model, opts["output"], opts["overwrite"])
+    out = {"model": str(opts["output"]), "method": model.method, "summaries": len(dirs),
+           "n_rows": model.n_rows, "weight_total": model.weight_total,
+           "dropped_rows": model.dropped_rows}
+    if isinstance(model, KeyedModel) and model.segments is not None:
+        out.update(by=model.by, segments=len(model.segments))
+    return out
+
+
+def cmd_summarize(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
+    from ..storage import SUMMARY, publish_dir
+    from ..summary import summarize
+
+    _require(opts, "input", "output")
+    io.check_paths(opts, outputs=[opts["output"]])
+    data = io.read(opts)
+    io.refuse_existing(opts["output"], opts["overwrite"], kind=SUMMARY)
+    s = summarize(data, score_col=opts["score_col"], label_col=opts["label_col"],
+                  weight_col=opts["weight_col"], by=_by_columns(opts.get("by")),
+                  engine=io.engine, period=opts.get("period"), decimals=opts.get("decimals"),
+                  on_invalid=opts["on_invalid"])
+    publish_dir(io.filesystem(opts["output"]), opts["output"], s.write_dir,
+                overwrite=opts["overwrite"], kind=SUMMARY)
+    return {"summary": str(opts["output"]), "period": s.period, "n_rows": s.n_rows,
+            "weight_total": s.weight_total, "dropped_rows": s.dropped_rows,
+            "distinct": len(s), "by": s.by, "decimals": s.decimals}
+
+
+# The exit status of ``monitor --fail-on-alert`` when a period alerts (its JSON line is
+# printed all the same): a scheduler marks the task failed.
+ALERT_EXIT = 3
+
+
+def cmd_monitor(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
+    from ..monitor import monitor
+
+    _require(opts, "summaries", "output")
+    dirs = _summary_dirs(opts, io, [opts["output"]])
+    io.refuse_existing(opts["output"], opts["overwrite"], kind=REPORT)
+    rep = monitor(dirs, alpha=opts["alpha"], max_ece=opts.get("max_ece"), engine=io.engine)
+
+    from ..storage import publish_dir
+
+    publish_dir(io.filesystem(opts["output"]), opts["output"], rep.write_dir,
+                overwrite=opts["overwrite"], kind=REPORT)
+    alerts = rep.alerts["period"].tolist()
+    out: dict[str, Any] = {"report": str(opts["output"]), "periods": len(rep.table),
+                           "alerts": alerts, "n_alerts": len(alerts)}
+    if alerts and opts.get("fail_on_alert"):
+        out["exit_status"] = ALERT_EXIT
     return out
 
 
@@ -284,4 +362,5 @@ def cmd_export(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
 
 
 COMMANDS = {"fit": cmd_fit, "apply": cmd_apply, "evaluate": cmd_evaluate,
-            "threshold": cmd_threshold, "discretize": cmd_discretize, "export": cmd_export}
+            "threshold": cmd_threshold, "discretize": cmd_discretize, "export": cmd_export,
+            "summarize": cmd_summarize, "monitor": cmd_monitor}

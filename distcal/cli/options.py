@@ -21,8 +21,10 @@ from ..storage import read_regular_file
 
 __all__ = ["Option", "OPTIONS", "COMMANDS", "add_options", "load_config", "resolve_options"]
 
-COMMANDS = ("fit", "apply", "evaluate", "threshold", "discretize", "export")
-ALL = COMMANDS[:-1]  # the commands that read data (export reads a model only)
+COMMANDS = ("fit", "apply", "evaluate", "threshold", "discretize", "export", "summarize",
+            "monitor")
+# the commands that read data (export reads a model only, monitor summaries only)
+ALL = ("fit", "apply", "evaluate", "threshold", "discretize", "summarize")
 CLI, SPARK_JOB, DASK_JOB = "distcal", "spark", "dask"
 EVERYWHERE = (CLI, SPARK_JOB, DASK_JOB)
 
@@ -44,6 +46,7 @@ class Option:
     repeat: bool = False
     entry_points: tuple[str, ...] = EVERYWHERE
     default: Any = None  # shown in the help and used when neither command line nor config give it
+    many: bool = False  # one or more values after the option (--summaries A B C)
 
     @property
     def dest(self) -> str:
@@ -164,6 +167,41 @@ OPTIONS: tuple[Option, ...] = (
            default=False),
     Option("scheduler", str, "address of a running Dask scheduler (default: start a "
            "LocalCluster for the run)", entry_points=(DASK_JOB,)),
+    # calibration history (docs/history.md)
+    Option("output", str, "summary directory to write: summary.json + table.parquet "
+           "(required)", commands=("summarize",)),
+    Option("period", str, "label kept with the summary, e.g. the date 2026-12-03 (default: "
+           "none)", commands=("summarize",)),
+    Option("decimals", int, "round the scores to this many decimals first: a smaller "
+           "summary, exact for the rounded scores (default: none, no rounding)",
+           commands=("summarize",)),
+    Option("score-col", str, f"score column (default: {DEFAULTS.score_col})",
+           commands=("summarize",), default=DEFAULTS.score_col),
+    Option("label-col", str, f"label column: 0/1 or rates in [0, 1] (default: "
+           f"{DEFAULTS.label_col})", commands=("summarize",), default=DEFAULTS.label_col),
+    Option("weight-col", str, "row weight column (default: none, every weight 1)",
+           commands=("summarize",)),
+    Option("by", str, "also summarise each value of these columns (comma-separated), so "
+           "that fits from the summary have one map per value (default: none)",
+           commands=("summarize",)),
+    Option("on-invalid", str, f"bad rows: fail, or drop and count them (default: "
+           f"{DEFAULTS.on_invalid})", choices=("raise", "drop"), default=DEFAULTS.on_invalid,
+           commands=("summarize",)),
+    Option("summaries", str, "fit from these summary directories (written by 'summarize'; "
+           "a rolling window is the last N daily ones) instead of --input (default: none)",
+           commands=("fit",), many=True),
+    Option("summaries", str, "summary directories, one per period in time order (required)",
+           commands=("monitor",), many=True),
+    Option("output", str, "monitor report directory to write: report.json, report.html "
+           "(required)", commands=("monitor",)),
+    Option("alpha", float, "family-wise error rate of the periods' Spiegelhalter tests, "
+           "Holm-corrected (default: 0.01)", commands=("monitor",), default=0.01),
+    Option("max-ece", float, "a period whose ECE exceeds this alerts too (default: none)",
+           commands=("monitor",)),
+    Option("fail-on-alert", bool, "exit with status 3 when any period alerts (the JSON line "
+           "is printed all the same) (default: exit 0)", commands=("monitor",), default=False),
+    Option("overwrite", bool, "replace an existing output once the new one is complete "
+           "(default: refuse)", commands=("summarize", "monitor"), default=False),
 )
 
 
@@ -180,6 +218,8 @@ def add_options(parser: argparse.ArgumentParser, command: str, entry_point: str)
         elif o.repeat:
             parser.add_argument(flag, action="append", default=None, help=o.help,
                                 metavar=o.dest.upper())
+        elif o.many:
+            parser.add_argument(flag, nargs="+", default=None, help=o.help, metavar="DIR")
         else:
             parser.add_argument(flag, type=o.kind, choices=o.choices, default=None,
                                 help=o.help, metavar=None if o.choices else o.dest.upper())
@@ -189,7 +229,7 @@ def _check_value(o: Option, value: Any, source: str) -> Any:
     def bad(expected: str) -> UsageError:
         return UsageError(f"option '{o.name}' in {source} must be {expected}, got {value!r}")
 
-    if o.repeat and isinstance(value, list):
+    if (o.repeat or o.many) and isinstance(value, list):
         return [_check_value(Option(o.name, o.kind, o.help), v, source) for v in value]
     if o.kind is bool:
         if not isinstance(value, bool):
@@ -209,7 +249,7 @@ def _check_value(o: Option, value: Any, source: str) -> Any:
             raise bad("a string")
     if o.choices is not None and value not in o.choices:
         raise bad("one of " + ", ".join(map(str, o.choices)))
-    return [value] if o.repeat else value
+    return [value] if o.repeat or o.many else value
 
 
 def _reject_aliases(text: str, path: str) -> None:

@@ -16,6 +16,8 @@ _HELP = {
     "threshold": "print the cost-optimal threshold as JSON",
     "discretize": "MODL's Bayes-optimal intervals of the score for any class labels",
     "export": "write a model as SQL, ONNX or an MLflow model (docs/export.md)",
+    "summarize": "write the exact mergeable summary of the rows (docs/history.md)",
+    "monitor": "calibration over time from one summary per period: alerts and a report",
 }
 
 

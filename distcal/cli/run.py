@@ -190,8 +190,11 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
                 silenced()
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
+    # A command may end with another status once its line is printed (monitor
+    # --fail-on-alert: 3 when a period alerts).
+    status = int(result.pop("exit_status", 0))
     print(json.dumps(standard_json(result), allow_nan=False))
-    return 0
+    return status
 
 
 def exit_process(code: int) -> NoReturn:

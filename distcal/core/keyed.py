@@ -27,6 +27,7 @@ no shared code book has to travel between machines.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from .distinct import DistinctTable, pool_ties
 
 __all__ = ["GLOBAL", "Key", "KeySpec", "KeyedTable", "factorize_keys", "explode",
            "pool_keyed", "pool_sums", "merge_keyed", "cut_keyed", "key_text", "pool_rows",
-           "empty_keyed", "split_global"]
+           "empty_keyed", "split_global", "global_ww"]
 
 # The segment part of the key of the problems over all rows.
 GLOBAL = None
@@ -81,6 +82,13 @@ class KeySpec:
     # other predictions a valid row must pass: columns (multiclass: a vector column, or a
     # tuple of per-class columns)
     check_cols: tuple[str | tuple[str, ...], ...] = ()
+    # also pool the sums of w y^2 and w^2 (a summary's table; evaluation always does)
+    squares: bool = False
+
+    @property
+    def pool_squares(self) -> bool:
+        """Whether the pooled tables carry the sums of w y^2 and of w^2."""
+        return self.probabilities or self.squares
 
     @property
     def columns(self) -> list[str]:
@@ -237,7 +245,9 @@ class KeyedTable:
     ``table`` concatenates the keys' tables, key after key, each in
     ascending score order; key ``keys[i]`` owns rows
     ``starts[i]:starts[i + 1]`` and its labels are all 0/1 when
-    ``binary[i]``. ``wyy`` (evaluation only) is the sum of w * y^2 per row.
+    ``binary[i]``. ``wyy`` and ``ww`` (evaluation and summaries only) are the
+    sums of w * y^2 and of w^2 per row (the Brier score's label term, the
+    variance in Spiegelhalter's test).
     """
 
     keys: list[Key]
@@ -245,6 +255,7 @@ class KeyedTable:
     table: DistinctTable
     binary: np.ndarray
     wyy: np.ndarray | None = None
+    ww: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -277,7 +288,8 @@ class KeyedTable:
 
 def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.ndarray,
                weight: np.ndarray | None, with_wyy: bool = False) -> KeyedTable:
-    """Pool keyed rows by (key, score) into a :class:`KeyedTable`.
+    """Pool keyed rows by (key, score) into a :class:`KeyedTable` (``with_wyy``: also the
+    sums of w y^2 and of w^2).
 
     ``codes`` index ``keys`` (-1: no key, left out). One key is
     :func:`~distcal.core.distinct.pool_ties` (its fast paths); 0/1 labels
@@ -288,6 +300,12 @@ def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.
     if not live.all():
         codes, score, label = codes[live], score[live], label[live]
         weight = None if weight is None else weight[live]
+    if with_wyy and weight is None and bool(np.all((label == 0.0) | (label == 1.0))):
+        # Unit weights and 0/1 labels: w y^2 = w y and w^2 = 1, so both sums are read off
+        # the fast paths' table (positives, rows).
+        kt = pool_keyed(codes, keys, score, label, None)
+        return dataclasses.replace(kt, wyy=kt.table.positives.astype(np.float64),
+                                   ww=kt.table.count.astype(np.float64))
     if len(keys) == 1 and not with_wyy:
         return KeyedTable.single(pool_ties(score, label, weight), keys[0])
     binary = bool(np.all((label == 0.0) | (label == 1.0)))
@@ -296,7 +314,7 @@ def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.
     w = np.ones(score.shape[0]) if weight is None else weight
     return pool_sums(codes, keys, score, w, w * label, np.ones(score.shape[0], dtype=np.int64),
                       label, (label != 0.0) & (label != 1.0),
-                      w * label * label if with_wyy else None)
+                      w * label * label if with_wyy else None, w * w if with_wyy else None)
 
 
 
@@ -323,8 +341,9 @@ def _concat_disjoint(parts: list[KeyedTable]) -> KeyedTable:
                           np.concatenate([x.label_sum for x in t]),
                           all(x.binary for x in t))
     wyy = None if any(p.wyy is None for p in parts) else np.concatenate([p.wyy for p in parts])
+    ww = None if any(p.ww is None for p in parts) else np.concatenate([p.ww for p in parts])
     return KeyedTable([k for p in parts for k in p.keys], starts, table,
-                      np.concatenate([p.binary for p in parts]), wyy)
+                      np.concatenate([p.binary for p in parts]), wyy, ww)
 
 
 def pool_rows(rows: Any, classes: list[int | None], with_wyy: bool = False) -> KeyedTable:
@@ -363,11 +382,13 @@ def merge_keyed(parts: list[KeyedTable]) -> KeyedTable:
         nonbinary.append(np.repeat(~p.binary, per_row))
     t = [p.table for p in parts]
     wyy = None if any(p.wyy is None for p in parts) else np.concatenate([p.wyy for p in parts])
+    ww = None if any(p.ww is None for p in parts) else np.concatenate([p.ww for p in parts])
     return pool_sums(np.concatenate(codes), list(ids),
                       np.concatenate([x.score for x in t]), np.concatenate([x.weight for x in t]),
                       np.concatenate([x.positives for x in t]),
                       np.concatenate([x.count for x in t]),
-                      np.concatenate([x.label_sum for x in t]), np.concatenate(nonbinary), wyy)
+                      np.concatenate([x.label_sum for x in t]), np.concatenate(nonbinary), wyy,
+                      ww, runs=True)
 
 
 def cut_keyed(part: KeyedTable, bounds: np.ndarray) -> list[KeyedTable]:
@@ -386,7 +407,8 @@ def cut_keyed(part: KeyedTable, bounds: np.ndarray) -> list[KeyedTable]:
                               DistinctTable(t.score[sel], t.weight[sel], t.positives[sel],
                                             t.count[sel], t.label_sum[sel], t.binary),
                               part.binary[present],
-                              None if part.wyy is None else part.wyy[sel]))
+                              None if part.wyy is None else part.wyy[sel],
+                              None if part.ww is None else part.ww[sel]))
     return out
 
 
@@ -412,23 +434,36 @@ def split_global(part: KeyedTable) -> tuple[DistinctTable, float, KeyedTable]:
                       DistinctTable(t.score[rest], t.weight[rest], t.positives[rest],
                                     t.count[rest], t.label_sum[rest], t.binary),
                       np.delete(part.binary, g),
-                      None if part.wyy is None else part.wyy[rest])
+                      None if part.wyy is None else part.wyy[rest],
+                      None if part.ww is None else part.ww[rest])
     return table, wyy, segs
+
+
+def global_ww(part: KeyedTable) -> np.ndarray | None:
+    """The sums of w^2 of the global key's rows of a range (None: not pooled or no such key)."""
+    g = next((i for i, k in enumerate(part.keys) if k[0] is GLOBAL), None)
+    if g is None or part.ww is None:
+        return None
+    return part.ww[int(part.starts[g]):int(part.starts[g + 1])]
 
 
 def pool_sums(codes: np.ndarray, keys: list[Key], score: np.ndarray, weight: np.ndarray,
                positives: np.ndarray, count: np.ndarray, label_sum: np.ndarray,
-               nonbinary: np.ndarray, wyy: np.ndarray | None = None) -> KeyedTable:
+               nonbinary: np.ndarray, wyy: np.ndarray | None = None,
+               ww: np.ndarray | None = None, runs: bool = False) -> KeyedTable:
     """Pool items (raw or already pooled rows) by (key, score): one sort, then sums.
 
     ``codes`` index ``keys``; the other arrays are sums over each item (a raw
     row has weight w, positives w * y, count 1, label_sum y, nonbinary
-    ``y not in {0, 1}``).
+    ``y not in {0, 1}``; ``wyy`` w * y^2 and ``ww`` w^2, when pooled).
+    ``runs``: the items are pooled tables one after the other, each sorted
+    by score within a key (merging): sorted with a stable sort, which merges
+    such runs instead of sorting from scratch (about 2.5 times faster).
 
     Equal (code, score) pairs are summed, so pooling pooled items again is
     exact (pooling commutes, docs/design.md).
     """
-    order = _key_order(codes, score, len(keys))
+    order = _key_order(codes, score, len(keys), runs)
     c, s = codes[order], score[order] + 0.0  # -0.0 and 0.0 are one score
     n = c.shape[0]
     new = np.ones(n, dtype=bool)
@@ -455,7 +490,8 @@ def pool_sums(codes: np.ndarray, keys: list[Key], score: np.ndarray, weight: np.
     return KeyedTable([keys[i] for i in present], np.append(first, key_of_row.shape[0]),
                       DistinctTable(table.score, table.weight, table.positives, table.count,
                                     table.label_sum, bool(binary.all())),
-                      binary, None if wyy is None else pooled(wyy).astype(np.float64))
+                      binary, None if wyy is None else pooled(wyy).astype(np.float64),
+                      None if ww is None else pooled(ww).astype(np.float64))
 
 
 def _pool_unit(codes: np.ndarray, keys: list[Key], score: np.ndarray,
@@ -616,7 +652,8 @@ def _jit_pool_unit_rows() -> tuple[Callable[..., Any], Callable[..., Any]] | Non
     return kernels  # type: ignore[no-any-return]
 
 
-def _key_order(codes: np.ndarray, score: np.ndarray, n_codes: int) -> np.ndarray:
+def _key_order(codes: np.ndarray, score: np.ndarray, n_codes: int,
+               runs: bool = False) -> np.ndarray:
     """The permutation that sorts the items by (code, score).
 
     Two passes, least significant first: by score (numpy's introsort; ties
@@ -625,7 +662,7 @@ def _key_order(codes: np.ndarray, score: np.ndarray, n_codes: int) -> np.ndarray
     of the score sort's time). ``np.lexsort`` gives the same order of
     distinct pairs at a few times the cost.
     """
-    by_score = np.argsort(score)
+    by_score = np.argsort(score, kind="stable" if runs else None)  # stable: merges runs
     c = codes[by_score]
     if n_codes <= np.iinfo(np.uint16).max:
         c = c.astype(np.uint16)

@@ -78,7 +78,18 @@ class DaskEngine:
     def open_keyed(self, data: Any, spec: KeySpec, *, on_invalid: str,
                    finite_scores: bool = False, passes: int = 1,
                    **opts: Any) -> DaskKeyedRanges:
-        """Keyed ranges (:mod:`distcal.engines.dask_keyed`); option ``range_rows``."""
+        """Keyed ranges (:mod:`distcal.engines.dask_keyed`); option ``range_rows``.
+
+        Summaries (:class:`~distcal.core.summary.SummarySource`) are read and
+        merged by the workers (:class:`~distcal.engines.dask_keyed.DaskSummaryRanges`).
+        """
+        from ..core.summary import SummarySource
+
+        if isinstance(data, SummarySource):
+            from .dask_keyed import DaskSummaryRanges
+
+            return DaskSummaryRanges(data, spec, on_invalid=on_invalid,
+                                     finite_scores=finite_scores, passes=passes, **opts)
         return DaskKeyedRanges(as_dask(data), spec, on_invalid=on_invalid,
                                finite_scores=finite_scores, passes=passes, **opts)
 

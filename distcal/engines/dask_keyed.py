@@ -117,7 +117,7 @@ def _read(pdf: pd.DataFrame, spec: KeySpec, finite_scores: bool, length: int | N
 def _read_pool(pdf: pd.DataFrame, spec: KeySpec, finite_scores: bool, length: int | None,
                classes: list[int | None]) -> tuple[KeyedTable, dict[str, Any]]:
     rows, stats = read_rows(pdf, spec, finite_scores=finite_scores, n_classes=length)
-    return pool_rows(rows, classes, spec.probabilities), stats
+    return pool_rows(rows, classes, spec.pool_squares), stats
 
 
 def _stats_and_size(pair: tuple[Any, dict[str, Any]]) -> tuple[dict[str, Any], int]:
@@ -337,3 +337,92 @@ def _predict_partition(pdf: pd.DataFrame, columns: list[str], output_col: str,
         col = pd.Series(values.reshape(len(pdf)), index=pdf.index, dtype=np.float64)
     out[output_col] = col
     return out
+
+
+# -- summaries ------------------------------------------------------------------------
+
+def _summary_piece(piece: Any, n_by: int) -> Any:
+    """A piece of summary rows: an Arrow table, or (Parquet file, row groups) read here."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if isinstance(piece, pa.Table):
+        return piece
+    path, groups = piece
+    return pq.ParquetFile(path).read_row_groups(groups, use_threads=False)
+
+
+def _pool_summary(piece: Any, source: Any, spec: KeySpec, finite_scores: bool
+                  ) -> tuple[KeyedTable, dict[str, Any]]:
+    """A piece of summary rows pooled by (key, score), checked as the rows would be."""
+    from ..core.summary import summary_keyed
+
+    part = summary_keyed(_summary_piece(piece, len(spec.by)), len(spec.by))
+    return part, source.problems(part, spec, finite_scores)
+
+
+class DaskSummaryRanges(DaskKeyedRanges):
+    """The keyed ranges of summaries (:class:`~distcal.core.summary.SummarySource`) on Dask.
+
+    The summaries' pooled rows are read by the workers (each Parquet file in
+    pieces of a few row groups, in-memory tables in slices), pooled by
+    (key, score) there, and then take the path of a row input's pooled
+    partitions (sampled bounds, cut, merged per range): a list of summaries
+    is merged on the cluster.
+    """
+
+    def __init__(self, source: Any, spec: KeySpec, *, on_invalid: str = "raise",
+                 finite_scores: bool = False, passes: int = 1,
+                 range_rows: int = DEFAULT_RANGE_ROWS, n_ranges: int | None = None,
+                 samples_per_range: int = 64):
+        import dask
+        import pyarrow.parquet as pq
+        from dask import delayed
+
+        if int(range_rows) < 1:
+            raise ValueError(f"range_rows must be a positive number of rows, got {range_rows}")
+        self.source = source
+        self.spec, self.on_invalid, self.finite_scores = spec, on_invalid, finite_scores
+        self.passes, self.range_rows = passes, int(range_rows)
+        self.min_ranges = int(n_ranges or 1)
+        self.samples_per_range = samples_per_range
+        self.n_classes, self._length, self._classes = 0, None, [None]
+        self.n_rows, self.weight_total = source.n_rows, source.weight_total
+        self.dropped_rows = source.dropped_rows
+        self._checked = True  # the rows were checked when summarised; _check: the method's
+        pieces: list[Any] = []
+        step = max(1, self.range_rows // 4)
+        for t in source.tables:
+            pieces += [t.slice(a, step) for a in range(0, t.num_rows, step)]
+        for f in source.files:  # a few row groups per task (the footers read here)
+            meta = pq.ParquetFile(f).metadata
+            group, rows = [], 0
+            for g in range(meta.num_row_groups):
+                group.append(g)
+                rows += meta.row_group(g).num_rows
+                if rows >= step:
+                    pieces.append((f, group))
+                    group, rows = [], 0
+            if group:
+                pieces.append((f, group))
+        pooled = [delayed(_pool_summary, pure=True)(p, source, spec, finite_scores)
+                  for p in pieces]
+        with phase("dask: reading and pooling the summaries by (key, score)"):
+            (self._pooled,) = dask.persist(pooled)
+        self._parts = []
+        self._ranges = None
+        self._rows = None
+        log.info("dask: %d pieces of %d summary table(s)", len(pieces),
+                 len(source.tables) + len(source.files))
+
+    def _check(self, parts: list[Any]) -> list[int]:
+        """Each piece's size; the DataError of the summarised rows for this method, if any."""
+        import dask
+        from dask import delayed
+
+        info = dask.compute(*[delayed(_stats_and_size)(p) for p in parts])
+        self.source.raise_problems([st for st, _ in info])
+        return [n for _, n in info]
+
+    def map_rows(self, fn: Callable[[RowPart], Any]) -> list[Any]:
+        raise self.source.no_rows()

@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from ..core.keyed import Key, KeyedTable, KeySpec, merge_keyed, pool_rows, pool_sums
 from ..core.rows import RowPart, add_up_rows, read_rows, vector_lengths
+from ..core.summary import SummarySource, summary_keyed
 from ..core.validate import check_unique_columns
 from ..errors import DataError, column_not_found, output_column_exists
 from ..logs import describe_input, log, phase
@@ -33,7 +34,7 @@ from .frames import refuse_cluster_frames
 
 __all__ = ["LocalKeyedRanges", "KeyedStore", "transform_rows"]
 
-_FIELDS = ("code", "score", "weight", "positives", "count", "label_sum", "nonbinary", "wyy")
+_FIELDS = ("code", "score", "weight", "positives", "count", "label_sum", "nonbinary", "wyy", "ww")
 
 
 def input_batches(data: Any, columns: list[str], batch_rows: int
@@ -102,7 +103,8 @@ class KeyedStore:
                "count": t.count[order], "label_sum": t.label_sum[order],
                "nonbinary": np.repeat(~part.binary, per_row)[order],
                # w y^2 pooled for evaluation; zeros stand for "not pooled"
-               "wyy": t.weight[:0].copy() if part.wyy is None else part.wyy[order]}
+               "wyy": t.weight[:0].copy() if part.wyy is None else part.wyy[order],
+               "ww": t.weight[:0].copy() if part.ww is None else part.ww[order]}
         if self._tmp is None:
             self._tmp = Path(tempfile.mkdtemp(prefix="distcal-spill-", dir=self.spill_dir))
         run_dir = self._tmp / f"run{len(self._runs):05d}"
@@ -147,7 +149,8 @@ class KeyedStore:
                 cat = {f: np.concatenate([p[f] for p in parts]) for f in _FIELDS}
                 yield pool_sums(cat["code"], keys, cat["score"], cat["weight"],
                                 cat["positives"], cat["count"], cat["label_sum"],
-                                cat["nonbinary"], cat["wyy"] if self.with_wyy else None)
+                                cat["nonbinary"], cat["wyy"] if self.with_wyy else None,
+                                cat["ww"] if self.with_wyy else None)
 
     def close(self) -> None:
         self._runs, self._pending = [], []
@@ -171,11 +174,13 @@ class LocalKeyedRanges:
         self.data, self.spec, self.on_invalid = data, spec, on_invalid
         self.finite_scores = finite_scores
         self.batch_rows, self.chunk_rows = int(batch_rows), int(chunk_rows)
-        self.store = KeyedStore(memory_rows, with_wyy=spec.probabilities)
+        self.store = KeyedStore(memory_rows, with_wyy=spec.pool_squares)
         self.length: int | None = None  # the vectors' common length (K' = K, or 1 when K = 2)
         self.n_classes = self._count_classes()
         self.n_rows, self.weight_total, self.dropped_rows = 0, 0.0, 0
         self._pooled = False
+        # Saved or in-memory summaries: their pooled rows go to the store as they are.
+        self.summary = data if isinstance(data, SummarySource) else None
 
     def _count_classes(self) -> int:
         """K: ``score_cols`` (one column: a binary problem, K = 2), or the common vector length."""
@@ -208,6 +213,18 @@ class LocalKeyedRanges:
                             n_classes=self.length)
 
     def _pool(self) -> None:
+        if self.summary is not None:
+            problems = []
+            with phase("local: read the summaries' pooled rows"):
+                for batch in self.summary.batches(self.batch_rows):
+                    part = summary_keyed(batch, len(self.spec.by))
+                    problems.append(self.summary.problems(part, self.spec, self.finite_scores))
+                    self.store.add(part)
+            self.summary.raise_problems(problems)
+            self.n_rows, self.weight_total = self.summary.n_rows, self.summary.weight_total
+            self.dropped_rows = self.summary.dropped_rows
+            self._pooled = True
+            return
         stats = []
         classes = self.spec.classes(self.n_classes)
         with phase("local: read, validate and pool %s", describe_input(self.data)):
@@ -215,7 +232,7 @@ class LocalKeyedRanges:
                 stats.append(st)
                 if not rows.n_rows or (st["invalid"] and self.on_invalid == "raise"):
                     continue  # keep counting: the error names totals
-                self.store.add(pool_rows(rows, classes, self.spec.probabilities))
+                self.store.add(pool_rows(rows, classes, self.spec.pool_squares))
         self._totals(stats)
         self._pooled = True
         log.info("local: %d rows used (weight %g), %d dropped; %d keys%s", self.n_rows,
@@ -233,6 +250,8 @@ class LocalKeyedRanges:
         return [fn(t) for t in self.store.ranges() if len(t.table)]
 
     def map_rows(self, fn: Callable[[RowPart], Any]) -> list[Any]:
+        if self.summary is not None:
+            raise self.summary.no_rows()
         out, stats = [], []
         for rows, st in self._rows():
             stats.append(st)

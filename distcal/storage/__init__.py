@@ -22,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from .base import FileSystem, is_local_uri, local_path
-from .kinds import MODEL, PARQUET, REPORT, check_regular_input, read_regular_file
+from .kinds import MODEL, PARQUET, REPORT, SUMMARY, check_regular_input, read_regular_file
 from .local import LocalFileSystem
 from .publish import (
     OutputExistsError,
@@ -40,7 +40,7 @@ __all__ = ["FileSystem", "LocalFileSystem", "OutputExistsError", "OutputPathErro
            "filesystem_for", "fetch_dir",
            "is_local_uri", "local_path", "local_publishing", "publish_dir", "publishing",
            "refuse_existing", "resolve_local", "check_regular_input", "read_regular_file",
-           "MODEL", "REPORT", "PARQUET"]
+           "MODEL", "REPORT", "PARQUET", "SUMMARY"]
 
 
 def filesystem_for(uri: str, spark: Any = None) -> FileSystem:

@@ -26,13 +26,14 @@ from typing import Any
 from ..errors import DataError, OutputPathError
 from .base import FileSystem, local_path
 
-__all__ = ["MODEL", "REPORT", "PARQUET", "KIND_NAMES", "output_kind", "check_replaceable",
-           "describe_mode", "read_regular_file", "check_regular_input", "visible_files"]
+__all__ = ["MODEL", "REPORT", "PARQUET", "SUMMARY", "KIND_NAMES", "output_kind",
+           "check_replaceable", "describe_mode", "read_regular_file", "check_regular_input",
+           "visible_files"]
 
-MODEL, REPORT, PARQUET = "model", "report", "parquet"
+MODEL, REPORT, PARQUET, SUMMARY = "model", "report", "parquet", "summary"
 KIND_NAMES = {MODEL: "a model directory", REPORT: "a report directory",
-              PARQUET: "a Parquet file or dataset"}
-_MARKERS = {MODEL: "model.json", REPORT: "report.json"}
+              PARQUET: "a Parquet file or dataset", SUMMARY: "a summary directory"}
+_MARKERS = {MODEL: "model.json", REPORT: "report.json", SUMMARY: "summary.json"}
 _PARQUET_MAGIC = b"PAR1"
 # A dataset directory with more files than this is taken on its first ones.
 _MAX_DATASET_FILES = 10_000

@@ -57,7 +57,15 @@ class SparkEngine:
         """
         import warnings
 
+        from ...core.summary import SummarySource
         from .keyed import SparkKeyedRanges
+
+        if isinstance(data, SummarySource):  # summaries: merged on the cluster
+            from .summary_ranges import SparkSummaryRanges
+
+            opts.pop("combine", None)
+            return SparkSummaryRanges(data, spec, on_invalid=on_invalid,
+                                      finite_scores=finite_scores, passes=passes, **opts)
 
         if opts.pop("combine", None) is not None:
             warnings.warn("combine is ignored since distcal 0.2 (each range is pooled as its "

@@ -404,7 +404,7 @@ def raw_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: bo
             stats = merge_stats(stats, st)
             del data
             if rows.n_rows:
-                runs.add(pool_rows(rows, [None], spec.probabilities))
+                runs.add(pool_rows(rows, [None], spec.pool_squares))
         table = runs.table()
         runs.runs.clear()
         result = fn(table) if len(table.table) else None

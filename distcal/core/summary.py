@@ -1,0 +1,259 @@
+"""Summaries as tables, and summaries as a keyed input: what every engine reads.
+
+A summary (:mod:`distcal.summary`) is the keyed table that a fit's pass
+pools (:mod:`distcal.core.keyed`), written out: one row per (key, distinct
+score) with the sums
+
+    weight = sum w,  positives = sum w y,  wyy = sum w y^2,  ww = sum w^2,
+    count = rows,    label_sum = sum y,    nonbinary = some y not in {0, 1}
+
+and the key as ``by_0, by_1, ...`` (the values of the ``by`` columns; all
+null for the key of all rows, since a segment never has a null value).
+Pooling commutes, so the rows of several summaries, pooled again by (key,
+score), are the summary of the union of their rows (:func:`keyed_from_arrow`
+does both), and a fit reads such pre-pooled rows exactly as it reads the
+pooled rows of its own pass: the engines open a :class:`SummarySource` as
+they open rows (:meth:`~distcal.engines.base.Engine.open_keyed`), and every
+plan runs unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import DataError
+from .distinct import DistinctTable
+from .keyed import GLOBAL, Key, KeyedTable, KeySpec, factorize_keys, pool_sums
+from .rows import problems_message
+
+__all__ = ["FIELDS", "SummarySource", "by_name", "keyed_from_arrow", "arrow_from_keyed",
+           "round_keyed", "check_keyed", "global_totals", "summary_keyed"]
+
+# The sums of a summary row, in the order of its Parquet table (after the key).
+FIELDS = ("score", "weight", "positives", "wyy", "ww", "count", "label_sum", "nonbinary")
+# The rows of the key of all rows, counted with the problems (they must add up to n_rows).
+_ROWS = "rows"
+
+
+def by_name(j: int) -> str:
+    """The table column of the j-th ``by`` column's values."""
+    return f"by_{j}"
+
+
+def keyed_from_arrow(table: pa.Table | pa.RecordBatch, n_by: int) -> KeyedTable:
+    """Summary rows (any number of summaries' rows, any order) pooled by (key, score)."""
+    n = table.num_rows
+    keys: list[Key] = [(GLOBAL, None)]
+    if n_by:
+        seg, seg_keys = factorize_keys([table.column(by_name(j)) for j in range(n_by)])
+        keys += [(s, None) for s in seg_keys]
+        codes = seg + 1  # -1 (a null key value: the key of all rows) becomes 0
+    else:
+        codes = np.zeros(n, dtype=np.int64)
+
+    def col(name: str, dtype: Any) -> np.ndarray:
+        return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=dtype)
+
+    score = col("score", np.float64) + 0.0  # -0.0 and 0.0 are one score
+    if n and np.all(np.diff(codes) >= 0) and np.all(
+            (np.diff(score) > 0) | (np.diff(codes) > 0)):
+        # One table as written (keys contiguous, scores strictly increasing in each): it is
+        # pooled already; only its keys' bounds are needed (a merge of many skips a sort).
+        new = np.flatnonzero(np.r_[True, np.diff(codes) > 0])
+        nonbinary = col("nonbinary", bool)
+        count = col("count", np.int64)
+        binary = np.logical_or.reduceat(nonbinary, new) == 0
+        return KeyedTable([keys[int(c)] for c in codes[new]], np.append(new, n),
+                          DistinctTable(score, col("weight", np.float64),
+                                        col("positives", np.float64), count,
+                                        col("label_sum", np.float64), bool(binary.all())),
+                          binary, col("wyy", np.float64), col("ww", np.float64))
+    return pool_sums(codes, keys, col("score", np.float64), col("weight", np.float64),
+                     col("positives", np.float64), col("count", np.int64),
+                     col("label_sum", np.float64), col("nonbinary", bool),
+                     col("wyy", np.float64), col("ww", np.float64))
+
+
+def arrow_from_keyed(kt: KeyedTable, n_by: int) -> pa.Table:
+    """The summary table of a keyed table that pooled the sums of w y^2 and w^2."""
+    assert kt.wyy is not None and kt.ww is not None, "a summary pools w y^2 and w^2"
+    kt = _canonical(kt)
+    per_key = np.diff(kt.starts)
+    codes = pa.array(np.repeat(np.arange(len(kt.keys)), per_key))
+    cols: dict[str, Any] = {}
+    for j in range(n_by):
+        values = pa.array([None if seg is GLOBAL else seg[j] for seg, _ in kt.keys])
+        cols[by_name(j)] = values.take(codes)
+    t = kt.table
+    # A key's flag on each of its rows: pooled again, the key is binary iff none is set.
+    cols.update({"score": t.score, "weight": t.weight, "positives": t.positives,
+                 "wyy": kt.wyy, "ww": kt.ww, "count": t.count.astype(np.int64),
+                 "label_sum": t.label_sum, "nonbinary": np.repeat(~kt.binary, per_key)})
+    return pa.table(cols)
+
+
+def _canonical(kt: KeyedTable) -> KeyedTable:
+    """The keys in one order whatever the engine: all rows first, then the segments sorted
+    (by their text where values of mixed types do not sort)."""
+    segs = [k[0] for k in kt.keys]
+    order = sorted(range(len(segs)), key=lambda i: (segs[i] is not GLOBAL, segs[i] or ()))\
+        if _sortable(segs) else sorted(range(len(segs)), key=lambda i: (
+            segs[i] is not GLOBAL, repr(segs[i])))
+    if order == list(range(len(segs))):
+        return kt
+    rows = np.concatenate([np.arange(kt.starts[i], kt.starts[i + 1]) for i in order])
+    sizes = np.diff(kt.starts)[order]
+    t = kt.table
+    assert kt.wyy is not None and kt.ww is not None
+    return KeyedTable([kt.keys[i] for i in order], np.concatenate(([0], np.cumsum(sizes))),
+                      type(t)(t.score[rows], t.weight[rows], t.positives[rows], t.count[rows],
+                              t.label_sum[rows], t.binary),
+                      kt.binary[order], kt.wyy[rows], kt.ww[rows])
+
+
+def _sortable(segs: list[Any]) -> bool:
+    try:
+        sorted(s for s in segs if s is not GLOBAL)
+    except TypeError:
+        return False
+    return True
+
+
+def round_keyed(kt: KeyedTable, decimals: int | None) -> KeyedTable:
+    """Every score rounded to ``decimals`` (numpy's ``round``), pooled again by (key, score)."""
+    if decimals is None or not len(kt.table):
+        return kt
+    t = kt.table
+    codes = np.repeat(np.arange(len(kt.keys)), np.diff(kt.starts))
+    nonbinary = np.repeat(~kt.binary, np.diff(kt.starts))
+    return pool_sums(codes, kt.keys, np.round(t.score, decimals), t.weight, t.positives,
+                     t.count, t.label_sum, nonbinary, kt.wyy, kt.ww)
+
+
+def summary_keyed(batch: pa.Table, n_by: int) -> KeyedTable:
+    """:func:`keyed_from_arrow` of a batch of saved summary rows, checked (:func:`check_keyed`:
+    a :class:`~distcal.ModelError` names what is wrong)."""
+    from ..errors import ModelError
+
+    try:
+        kt = keyed_from_arrow(batch, n_by)
+        check_keyed(kt)
+    except (KeyError, TypeError, ValueError, pa.ArrowException) as exc:
+        raise ModelError(f"a summary table is damaged: {str(exc)[:300]}") from exc
+    return kt
+
+
+def check_keyed(kt: KeyedTable) -> None:
+    """``ValueError`` for sums no rows can have (a damaged or foreign summary table)."""
+    t = kt.table
+    assert kt.wyy is not None and kt.ww is not None
+    w, y, q = t.weight, t.positives, kt.wyy
+    slack = 1e-9 * np.abs(w)
+    bad = ((np.isnan(t.score)) | ~np.isfinite(w) | (w <= 0) | ~np.isfinite(y) | (y < -slack)
+           | (y > w + slack) | ~np.isfinite(q) | (q < -slack) | (q > y + slack)
+           | ~np.isfinite(kt.ww) | (kt.ww <= 0) | (t.count < 1) | ~np.isfinite(t.label_sum)
+           | (t.label_sum < 0) | (t.label_sum > t.count))
+    if bad.any():
+        raise ValueError(f"{int(bad.sum())} summary rows hold sums no rows can have "
+                         "(NaN score, weight <= 0, positives outside [0, weight], ...)")
+
+
+def global_totals(kt: KeyedTable) -> tuple[int, float]:
+    """Rows and weight of the key of all rows."""
+    g = next((i for i, k in enumerate(kt.keys) if k[0] is GLOBAL), None)
+    if g is None:
+        return 0, 0.0
+    sl = slice(int(kt.starts[g]), int(kt.starts[g + 1]))
+    return int(kt.table.count[sl].sum()), float(kt.table.weight[sl].sum())
+
+
+@dataclass(frozen=True)
+class SummarySource:
+    """Summaries opened as a keyed input (:meth:`~distcal.engines.base.Engine.open_keyed`).
+
+    ``tables``: summary tables in memory; ``files``: Parquet files of saved
+    summaries (their directories already checked); both hold summary rows
+    (module docstring) of the same ``columns`` (score, label, weight) and
+    ``by``. ``n_rows``, ``weight_total`` and ``dropped_rows``: of all of
+    them together. A summary holds no rows, so what needs the rows
+    themselves (temperature scaling, Spearman's sign of fractional labels)
+    cannot run on it (:meth:`no_rows`).
+    """
+
+    columns: dict[str, str | None]
+    by: tuple[str, ...]
+    tables: tuple[pa.Table, ...]
+    files: tuple[str, ...]
+    n_rows: int
+    weight_total: float
+    dropped_rows: int
+
+    def spec(self, probabilities: bool = False) -> KeySpec:
+        """The key spec of the rows the summaries were made from."""
+        return KeySpec(score_col=str(self.columns["score"]), label_col=str(self.columns["label"]),
+                       weight_col=self.columns["weight"], by=self.by, squares=True,
+                       probabilities=probabilities)
+
+    def batches(self, batch_rows: int) -> Iterator[pa.Table]:
+        """Every summary's rows, at most ``batch_rows`` at a time (files streamed)."""
+        import pyarrow.parquet as pq
+
+        for t in self.tables:
+            for start in range(0, t.num_rows, batch_rows):
+                yield t.slice(start, batch_rows)
+        for f in self.files:
+            reader = pq.ParquetFile(f)
+            for batch in reader.iter_batches(batch_size=batch_rows):
+                yield pa.Table.from_batches([batch])
+
+    def problems(self, kt: KeyedTable, spec: KeySpec, finite_scores: bool) -> dict[str, int]:
+        """The rows of a part of the summaries that a fit or evaluation of the summarised
+        rows would refuse, by problem (added up over the parts, :meth:`raise_problems`).
+
+        Counted over the key of all rows (every row is in it once):
+        infinite scores for methods that need finite ones, and scores outside
+        [0, 1] when they are evaluated as probabilities.
+        """
+        g = [i for i, k in enumerate(kt.keys) if k[0] is GLOBAL]
+        if not g:
+            return {}
+        sl = slice(int(kt.starts[g[0]]), int(kt.starts[g[0] + 1]))
+        s, n = kt.table.score[sl], kt.table.count[sl]
+        out = {_ROWS: int(n.sum())}
+        if finite_scores:
+            out["are infinite (this method needs finite scores)"] = int(n[np.isinf(s)].sum())
+        if spec.probabilities:
+            out["are outside [0, 1] (evaluated as probabilities)"] = int(
+                n[(s < 0) | (s > 1)].sum())
+        return out
+
+    @staticmethod
+    def refused(parts: list[dict[str, int]]) -> bool:
+        """Whether the parts have rows the method refuses (then nothing is computed)."""
+        return any(k for p in parts for name, k in p.items() if name != _ROWS)
+
+    def raise_problems(self, parts: list[dict[str, int]]) -> None:
+        """The ``DataError`` naming the score column, each problem and its rows, if any
+        (and ``ModelError`` when the tables' rows are not the rows the metadata states)."""
+        total: dict[str, int] = {}
+        for p in parts:
+            for problem, k in p.items():
+                total[problem] = total.get(problem, 0) + k
+        if total.pop(_ROWS, 0) != self.n_rows:
+            from ..errors import ModelError
+
+            raise ModelError("a summary is damaged: its table's rows differ from the rows its "
+                             "metadata states")
+        message = problems_message([(str(self.columns["score"]), p, k)
+                                    for p, k in total.items()])
+        if message:
+            raise DataError(message)
+
+    def no_rows(self, what: str = "this") -> DataError:
+        return DataError(f"a summary holds no rows, and {what} needs them: fit the rows "
+                         "themselves, or (isotonic) pass increasing=True or False")

@@ -1,0 +1,132 @@
+"""Summaries as keyed ranges on Spark: the summaries' pooled rows merged on the cluster.
+
+A summary's rows are already pooled by (key, score) (:mod:`distcal.core.summary`),
+so they need no Python map side: the Parquet tables of the saved summaries
+(or the in-memory ones, handed to the session) are read by Spark, range
+partitioned on the score in the JVM (``repartitionByRange``: equal scores
+in one partition, partitions in ascending score order), and each range
+pools its pre-pooled rows by (key, score) as they stream in
+(:func:`~distcal.core.summary.summary_keyed`, merged with
+:class:`~.keyed.KeyedRuns`): the same keyed tables a pass over the rows
+builds, so every plan runs unchanged. Only ``fn``'s results reach the driver.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from ...core.keyed import KeyedTable, KeySpec
+from ...core.rows import RowPart
+from ...logs import log, phase
+from .keyed import CHUNK_ROWS, RANGE_ROWS, RESULT_SCHEMA, KeyedRuns, chunks
+from .session import with_arrow_batches
+
+__all__ = ["SparkSummaryRanges"]
+
+
+def summary_runner(fn: Callable[[KeyedTable], Any], source: Any, spec: KeySpec,
+                   finite_scores: bool, chunk_rows: int = CHUNK_ROWS
+                   ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A range partition of summary rows to one row: its partition id and the pickled
+    ``fn`` result (None for an empty partition)."""
+    from ...core.summary import summary_keyed
+
+    n_by = len(spec.by)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        runs = KeyedRuns()
+        problems = []
+        for data in chunks(batches, chunk_rows):
+            part = summary_keyed(data, n_by)
+            problems.append(source.problems(part, spec, finite_scores))
+            runs.add(part)
+        table = runs.table()
+        runs.runs.clear()
+        result = fn(table) if len(table.table) and not source.refused(problems) else None
+        context = TaskContext.get()
+        assert context is not None, "runs inside a Spark task"
+        payload = pickle.dumps({"empty": not len(table.table), "result": result,
+                                "problems": problems},
+                               protocol=pickle.HIGHEST_PROTOCOL)
+        yield pa.RecordBatch.from_pydict({"rid": [context.partitionId()], "payload": [payload]},
+                                         schema=pa.schema([("rid", pa.int64()),
+                                                           ("payload", pa.binary())]))
+
+    return run
+
+
+class SparkSummaryRanges:
+    """The keyed ranges of summaries on Spark (module docstring; ``KeyedRanges``).
+
+    Options as :class:`~.keyed.SparkKeyedRanges`: ``range_rows`` (summary
+    rows per range, so the number of ranges is the rows over it, at least
+    the session's default parallelism), ``n_ranges`` (a fixed number).
+    """
+
+    def __init__(self, source: Any, spec: KeySpec, *, on_invalid: str = "raise",
+                 finite_scores: bool = False, passes: int = 1, n_ranges: int | None = None,
+                 range_rows: int = RANGE_ROWS, sample_rows: int = 0,
+                 chunk_rows: int = CHUNK_ROWS):
+        from pyspark.sql import SparkSession
+
+        from .session import default_ranges
+
+        self.source, self.spec, self.finite_scores = source, spec, finite_scores
+        self.chunk_rows = chunk_rows
+        self.spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
+        frames = [self.spark.read.parquet(*source.files)] if source.files else []
+        frames += [self.spark.createDataFrame(t) for t in source.tables]
+        df = frames[0]
+        for other in frames[1:]:
+            df = df.unionByName(other, allowMissingColumns=False)
+        # The summary rows, from the Parquet footers and the tables (no job to count them).
+        total = sum(pq.ParquetFile(f).metadata.num_rows for f in source.files) + sum(
+            t.num_rows for t in source.tables)
+        self.k = int(n_ranges) if n_ranges else max(default_ranges(df),
+                                                     math.ceil(total / max(range_rows, 1)))
+        self.ranged = df.repartitionByRange(self.k, "score")
+        self.persisted: list[Any] = []
+        if passes > 1:
+            from pyspark import StorageLevel
+
+            self.ranged = self.ranged.persist(StorageLevel.MEMORY_AND_DISK)
+            self.persisted.append(self.ranged)
+        self.n_classes = 0
+        self.n_rows, self.weight_total = source.n_rows, source.weight_total
+        self.dropped_rows = source.dropped_rows
+        log.info("spark: %d summary rows of %d table(s) in %d ranges by score", total,
+                 len(frames), self.k)
+
+    def map(self, fn: Callable[[KeyedTable], Any]) -> list[Any]:
+        runner = summary_runner(fn, self.source, self.spec, self.finite_scores,
+                                self.chunk_rows)
+        with phase("spark: one keyed pass over %d ranges of summary rows", self.k):
+            got = with_arrow_batches(self.spark, lambda: self.ranged.mapInArrow(
+                runner, RESULT_SCHEMA).collect())
+        parts = [pickle.loads(r["payload"]) for r in sorted(got, key=lambda r: r["rid"])]
+        self.source.raise_problems([q for p in parts for q in p["problems"]])
+        return [p["result"] for p in parts if not p["empty"]]
+
+    def map_rows(self, fn: Callable[[RowPart], Any]) -> list[Any]:
+        raise self.source.no_rows()
+
+    def close(self) -> None:
+        for df in self.persisted:
+            df.unpersist()
+        self.persisted = []
+
+    def __enter__(self) -> SparkSummaryRanges:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

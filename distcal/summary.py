@@ -1,0 +1,514 @@
+"""Calibration history: summaries of rows, exact fits and evaluations from them.
+
+A :class:`Summary` is what a fit's keyed pass pools (:mod:`distcal.core.keyed`),
+written out instead of fitted: per key (all rows; each ``by`` segment) the
+table of distinct scores with the sums of w, w y, w y^2 and w^2, the row
+counts and the labels' sums (:mod:`distcal.core.summary`). Every method
+that distcal fits from rows except temperature scaling is a function of
+that table (isotonic regression pools equal scores first; Platt scaling,
+histogram binning and MODL read sums per distinct score), and so are the
+evaluation's metrics and the cost-optimal threshold. Pooling commutes, so
+the summary of a union of row sets is the union of their summaries pooled
+again (:func:`merge_summaries`), and::
+
+    fit(merge_summaries([summarize(a), summarize(b)])) == fit(concat(a, b))
+
+exactly: the engines open summaries as they open rows
+(:class:`~distcal.core.summary.SummarySource`) and the same plans run on
+the same pooled tables (docs/history.md).
+
+``decimals=d`` rounds every score to d decimals (``numpy.round``) before
+pooling: at most 10**d + 1 distinct values in [0, 1] per key, and then
+everything is exact for the rounded scores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from .core.keyed import KeyedTable, KeySpec, merge_keyed
+from .core.summary import (
+    FIELDS,
+    SummarySource,
+    arrow_from_keyed,
+    by_name,
+    global_totals,
+    keyed_from_arrow,
+    round_keyed,
+    summary_keyed,
+)
+from .defaults import DEFAULTS
+from .engines import get_engine, resolve_engine
+from .errors import DataError, ModelError, ParameterError, sums_overflow, unexpected_arguments
+from .logs import log
+from .model import (
+    MAX_JSON_BYTES,
+    MAX_TABLE_BYTES,
+    build_or_damaged,
+    parse_model_json,
+    read_plain_file,
+    read_table_file,
+)
+from .params import check_on_invalid, check_roles
+from .storage import fetch_dir, filesystem_for, publish_dir
+
+__all__ = ["Summary", "summarize", "merge_summaries", "load_summary", "summary_source",
+           "SUMMARY_FORMAT"]
+
+SUMMARY_FORMAT = "distcal-summary"
+SUMMARY_VERSION = 1
+SUMMARY_JSON = "summary.json"
+TABLE_FILE = "table.parquet"
+# decimals beyond this round nothing a float64 in [0, 1] holds
+MAX_DECIMALS = 17
+
+
+class Summary:
+    """The exact mergeable statistics of a set of rows (module docstring).
+
+    Attributes
+    ----------
+    columns : dict
+        The ``score``, ``label`` and ``weight`` columns the rows were read from.
+    by : list of str
+        The segment columns (empty: none).
+    period : str or None
+        A free label (a date), kept as given; None after a merge.
+    decimals : int or None
+        The rounding of the scores (None: none).
+    n_rows, weight_total, dropped_rows : int, float, int
+        Rows used (weight > 0), their total weight, rows dropped as invalid.
+    """
+
+    def __init__(self, table: pa.Table, *, columns: dict[str, str | None], by: Sequence[str],
+                 n_rows: int, weight_total: float, dropped_rows: int = 0,
+                 period: str | None = None, decimals: int | None = None):
+        self._table = table
+        self.columns = dict(columns)
+        self.by = list(by)
+        self.n_rows, self.weight_total = int(n_rows), float(weight_total)
+        self.dropped_rows = int(dropped_rows)
+        self.period, self.decimals = period, decimals
+
+    @property
+    def score_col(self) -> str:
+        return str(self.columns["score"])
+
+    @property
+    def label_col(self) -> str:
+        return str(self.columns["label"])
+
+    @property
+    def weight_col(self) -> str | None:
+        return self.columns["weight"]
+
+    @property
+    def table(self) -> pd.DataFrame:
+        """One row per (key, distinct score): the ``by`` columns (null: the key of all
+        rows), ``score``, ``weight``, ``positives`` (sum w y), ``wyy`` (sum w y^2),
+        ``ww`` (sum w^2), ``count`` (rows), ``label_sum`` (sum y), ``nonbinary``."""
+        frame: pd.DataFrame = self._table.rename_columns(
+            [self.by[int(c[3:])] if c.startswith("by_") else c
+             for c in self._table.column_names]).to_pandas()
+        return frame
+
+    @property
+    def arrow(self) -> pa.Table:
+        """The summary table as stored (key columns named ``by_0``, ``by_1``, ...)."""
+        return self._table
+
+    def __len__(self) -> int:
+        return int(self._table.num_rows)
+
+    def __repr__(self) -> str:
+        return (f"Summary(period={self.period!r}, n_rows={self.n_rows}, "
+                f"distinct={len(self)}, by={self.by}, decimals={self.decimals})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Summary):
+            return NotImplemented
+        return (self._meta(with_period=True) == other._meta(with_period=True)
+                and self._table.equals(other._table))
+
+    def __add__(self, other: Summary) -> Summary:
+        return merge_summaries([self, other])
+
+    def source(self) -> SummarySource:
+        """This summary as a keyed input of the engines."""
+        return SummarySource(dict(self.columns), tuple(self.by), (self._table,), (),
+                             self.n_rows, self.weight_total, self.dropped_rows)
+
+    # -- persistence ---------------------------------------------------------------
+
+    def _meta(self, with_period: bool = True) -> dict[str, Any]:
+        meta = {"format": SUMMARY_FORMAT, "format_version": SUMMARY_VERSION,
+                "columns": self.columns, "by": self.by, "decimals": self.decimals,
+                "n_rows": self.n_rows, "weight_total": self.weight_total,
+                "dropped_rows": self.dropped_rows}
+        if with_period:
+            meta["period"] = self.period
+        return meta
+
+    def save(self, path: str | os.PathLike[str], overwrite: bool = False) -> None:
+        """Write the summary directory: ``summary.json`` + ``table.parquet``.
+
+        Written aside and committed into place (:mod:`distcal.storage`), so a
+        reader sees the old or the new directory, never a mix; an existing
+        one is replaced only with ``overwrite=True``. ``path``: a local
+        path or any fsspec URL.
+        """
+        publish_dir(filesystem_for(os.fspath(path)), os.fspath(path), self.write_dir,
+                    overwrite=overwrite, kind="summary")
+
+    def write_dir(self, tmp: Path) -> None:
+        """Write the summary's files into the new local directory ``tmp``."""
+        from .model import _library_version
+
+        tmp.mkdir()
+        pq.write_table(self._table, tmp / TABLE_FILE)
+        data = (tmp / TABLE_FILE).read_bytes()
+        meta = self._meta()
+        meta["library_version"] = _library_version()
+        meta["tables"] = {"table": {"file": TABLE_FILE, "rows": self._table.num_rows,
+                                    "sha256": hashlib.sha256(data).hexdigest()}}
+        meta["checksum"] = _checksum(meta)
+        with open(tmp / SUMMARY_JSON, "w") as fh:
+            json.dump(meta, fh, indent=2, sort_keys=True, allow_nan=False)
+            fh.write("\n")
+
+
+def _checksum(meta: dict[str, Any]) -> str:
+    body = {k: v for k, v in meta.items() if k != "checksum"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+
+# -- summarize ---------------------------------------------------------------------------
+
+class _Rounded:
+    """A range's keyed table with its scores rounded (a function shipped to the workers)."""
+
+    def __init__(self, decimals: int | None):
+        self.decimals = decimals
+
+    def __call__(self, part: KeyedTable) -> KeyedTable:
+        return round_keyed(part, self.decimals)
+
+
+def _check_decimals(decimals: Any) -> int | None:
+    if decimals is None:
+        return None
+    if isinstance(decimals, bool) or not isinstance(decimals, (int, np.integer)) \
+            or not 0 <= decimals <= MAX_DECIMALS:
+        raise ParameterError(f"decimals must be None or an integer in [0, {MAX_DECIMALS}], "
+                             f"got {decimals!r}")
+    return int(decimals)
+
+
+def _check_period(period: Any) -> str | None:
+    if period is None:
+        return None
+    if not isinstance(period, str) or len(period) > 200:
+        raise ParameterError(f"period must be None or a string (at most 200 characters), "
+                             f"got {str(period)[:80]!r}")
+    return period
+
+
+def summarize(data: Any, score_col: str = DEFAULTS.score_col,
+              label_col: str = DEFAULTS.label_col, weight_col: str | None = DEFAULTS.weight_col,
+              by: str | list[str] | None = None, engine: str = DEFAULTS.engine,
+              period: str | None = None, decimals: int | None = None, *,
+              on_invalid: str = DEFAULTS.on_invalid, **engine_opts: Any) -> Summary:
+    """The exact mergeable statistics of the rows: the map side of a fit, without the fit.
+
+    One keyed pass over the rows (the pass :func:`distcal.fit` makes, with
+    the same checks and messages): per key (all rows, and each segment of
+    ``by``) the distinct scores with their sums of w, w y, w y^2 and w^2,
+    row counts and label sums. Nothing else is kept, so a summary is as
+    large as the distinct (key, score) pairs, not the rows.
+
+    Parameters
+    ----------
+    data, score_col, label_col, weight_col, engine, on_invalid, **engine_opts
+        As for :func:`distcal.fit` (one score per row).
+    by : str or list of str, optional
+        Also summarise each segment (distinct value or tuple of these columns).
+    period : str, optional
+        A free label (e.g. the date "2026-12-03"), kept with the summary.
+    decimals : int, optional
+        Round every score to this many decimals (``numpy.round``) first:
+        at most 10**decimals + 1 distinct values in [0, 1] per key; every
+        result from the summary is then exact for the rounded scores.
+
+    Returns
+    -------
+    Summary
+        ``fit``, ``evaluate`` (the scores as probabilities) and
+        ``optimal_threshold`` accept it (or its saved directory, or a list
+        of them) and give what they give on the rows.
+
+    Examples
+    --------
+    >>> import pandas as pd, distcal
+    >>> df = pd.DataFrame({"score": [.1, .3, .3, .7], "label": [0, 1, 0, 1]})
+    >>> s = distcal.summarize(df, period="2026-12-03")
+    >>> s.table[["score", "weight", "positives", "count"]].values.tolist()
+    [[0.1, 1.0, 0.0, 1.0], [0.3, 2.0, 1.0, 2.0], [0.7, 1.0, 1.0, 1.0]]
+    >>> distcal.fit(s).predict([0.3]) == distcal.fit(df).predict([0.3])
+    array([ True])
+    """
+    from .keyed_fit import check_by
+
+    check_on_invalid(on_invalid)
+    check_roles(score_col=score_col, label_col=label_col, weight_col=weight_col)
+    d = _check_decimals(decimals)
+    period = _check_period(period)
+    columns = {"score": score_col, "label": label_col, "weight": weight_col}
+    names = check_by(by, columns, 0.0) if by is not None else []
+    name = resolve_engine(data, engine)
+    impl = get_engine(name)
+    unknown = set(engine_opts) - set(impl.options)
+    if unknown:
+        raise unexpected_arguments("summarize", unknown)
+    if impl.is_vector_column(data, score_col):
+        raise DataError(f"column '{score_col}' (score) holds vectors; a summary takes one "
+                        "score per row (summarize each class's score column)")
+    spec = KeySpec(score_col=score_col, label_col=label_col, weight_col=weight_col,
+                   by=tuple(names), squares=True)
+    with impl.open_keyed(data, spec, on_invalid=on_invalid, passes=1,
+                         **engine_opts) as ranges:
+        parts = ranges.map(_Rounded(d))
+        n_rows, weight_total, dropped = ranges.n_rows, ranges.weight_total, ranges.dropped_rows
+    # Rounded scores equal across two ranges pool here (pooling again is exact).
+    kt = merge_keyed(parts)
+    if not math.isfinite(weight_total) or not np.all(np.isfinite(kt.table.weight)):
+        raise sums_overflow()
+    log.info("summarize: %d rows (%d dropped) to %d (key, score) rows%s", n_rows, dropped,
+             len(kt.table), f", period {period}" if period else "")
+    return Summary(arrow_from_keyed(kt, len(names)), columns=columns, by=names,
+                   n_rows=n_rows, weight_total=weight_total, dropped_rows=dropped,
+                   period=period, decimals=d)
+
+
+# -- merge ---------------------------------------------------------------------------------
+
+def _same_rows(first: Any, other: Any, what: str) -> None:
+    """DataError unless ``other`` summarises rows of the same columns as ``first``."""
+    for attr in ("columns", "by", "decimals"):
+        a, b = getattr(first, attr), getattr(other, attr)
+        if (list(a) if attr == "by" else a) != (list(b) if attr == "by" else b):
+            raise DataError(f"{what}: the summaries differ in {attr} ({a!r} and {b!r}); "
+                            "only summaries of the same columns (and decimals) merge")
+
+
+def merge_summaries(summaries: Sequence[Summary]) -> Summary:
+    """The summary of the union of the summaries' rows (their period: None).
+
+    The tables are concatenated and pooled again by (key, score), which is
+    exact (pooling commutes), so the merge is associative and commutative.
+    Summaries of other score, label, weight or ``by`` columns, or of other
+    ``decimals``, are a :class:`~distcal.DataError`.
+
+    Examples
+    --------
+    >>> import pandas as pd, distcal
+    >>> a = distcal.summarize(pd.DataFrame({"score": [.1, .3], "label": [0, 1]}))
+    >>> b = distcal.summarize(pd.DataFrame({"score": [.3, .9], "label": [0, 1]}))
+    >>> (a + b).n_rows, len(a + b)
+    (4, 3)
+    """
+    items = list(summaries)
+    if not items or not all(isinstance(s, Summary) for s in items):
+        raise TypeError("merge_summaries takes a non-empty list of distcal.Summary")
+    first = items[0]
+    for s in items[1:]:
+        _same_rows(first, s, "merge_summaries")
+    table = pa.concat_tables([s.arrow for s in items], promote_options="permissive")
+    kt = keyed_from_arrow(table, len(first.by))
+    return Summary(arrow_from_keyed(kt, len(first.by)), columns=first.columns, by=first.by,
+                   n_rows=sum(s.n_rows for s in items),
+                   weight_total=math.fsum(s.weight_total for s in items),
+                   dropped_rows=sum(s.dropped_rows for s in items), period=None,
+                   decimals=first.decimals)
+
+
+# -- load ------------------------------------------------------------------------------------
+
+def _read_meta(root: Path) -> dict[str, Any]:
+    """summary.json of ``root``, checked (format, version, checksum, fields), or ModelError."""
+    if not root.is_dir():
+        raise ModelError(f"summary directory '{root}' does not exist")
+    if not os.path.lexists(root / SUMMARY_JSON):
+        raise ModelError(f"'{root}' is not a distcal summary (no {SUMMARY_JSON})")
+    meta = parse_model_json(read_plain_file(root, SUMMARY_JSON, MAX_JSON_BYTES,
+                                            "metadata file"), root / SUMMARY_JSON)
+    if not isinstance(meta, dict) or meta.get("format") != SUMMARY_FORMAT:
+        raise ModelError(f"'{root}' is not a distcal summary")
+    if type(meta.get("format_version")) is not int or meta["format_version"] != SUMMARY_VERSION:
+        raise ModelError(f"'{root}' has summary format version "
+                         f"{str(meta.get('format_version'))[:40]}; this distcal reads version "
+                         f"{SUMMARY_VERSION}")
+    if meta.get("checksum") != _checksum(meta):
+        raise ModelError(f"'{root / SUMMARY_JSON}' is damaged (checksum mismatch)")
+
+    def check() -> None:
+        cols, by = meta["columns"], meta["by"]
+        if not (isinstance(cols, dict) and set(cols) == {"score", "label", "weight"}
+                and all(isinstance(cols[k], str) and cols[k] for k in ("score", "label"))
+                and (cols["weight"] is None or isinstance(cols["weight"], str))):
+            raise ValueError("columns must name the score, label and weight columns")
+        if not (isinstance(by, list) and all(isinstance(b, str) and b for b in by)
+                and len(set(by)) == len(by) and len(by) <= 64):
+            raise ValueError("by must be a list of distinct column names")
+        for k in ("n_rows", "dropped_rows"):
+            if type(meta[k]) is not int or meta[k] < 0:
+                raise ValueError(f"{k} must be a count")
+        w = meta["weight_total"]
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not w >= 0:
+            raise ValueError("weight_total must be a number >= 0")
+        _check_decimals(meta["decimals"])
+        if meta["period"] is not None and not isinstance(meta["period"], str):
+            raise ValueError("period must be a string or null")
+
+    build_or_damaged(root, check)
+    return meta
+
+
+def _table_of(root: Path, meta: dict[str, Any]) -> pa.Table:
+    """The checked summary table of ``root`` (every sum consistent, totals equal meta's)."""
+
+    def read() -> pa.Table:
+        tables = meta["tables"]
+        if not isinstance(tables, dict) or set(tables) != {"table"}:
+            raise ModelError(f"'{root}' is damaged: unexpected tables in {SUMMARY_JSON}")
+        table = read_table_file(root, tables["table"], TABLE_FILE)
+        _check_schema(table, len(meta["by"]), root)
+        kt = summary_keyed(table, len(meta["by"]))
+        if len(kt.table) != table.num_rows:
+            raise ModelError(f"'{root / TABLE_FILE}' is damaged: a (key, score) pair is "
+                             "listed twice")
+        n, w = global_totals(kt)
+        if n != meta["n_rows"] or not math.isclose(w, meta["weight_total"], rel_tol=1e-9,
+                                                   abs_tol=1e-12):
+            raise ModelError(f"'{root}' is damaged: the table's rows or weight differ from "
+                             f"{SUMMARY_JSON}")
+        return table
+
+    return build_or_damaged(root, read)
+
+
+def _check_schema(table: pa.Table, n_by: int, root: Path) -> None:
+    names = [by_name(j) for j in range(n_by)] + list(FIELDS)
+    if table.column_names != names:
+        raise ModelError(f"'{root / TABLE_FILE}' does not hold the expected columns "
+                         f"({table.column_names[:20]})")
+    for f in FIELDS:
+        t = table.schema.field(f).type
+        ok = (pa.types.is_int64(t) if f == "count" else pa.types.is_boolean(t)
+              if f == "nonbinary" else pa.types.is_float64(t))
+        if not ok or table.column(f).null_count:
+            raise ModelError(f"'{root / TABLE_FILE}' is damaged: column {f!r} has type {t} "
+                             "or nulls")
+
+
+def _load_dir(root: Path) -> Summary:
+    meta = _read_meta(root)
+    table = _table_of(root, meta)
+    return Summary(table, columns=meta["columns"], by=meta["by"], n_rows=meta["n_rows"],
+                   weight_total=float(meta["weight_total"]), dropped_rows=meta["dropped_rows"],
+                   period=meta["period"], decimals=meta["decimals"])
+
+
+def load_summary(path: str | os.PathLike[str]) -> Summary:
+    """Read a summary directory written by :meth:`Summary.save`.
+
+    The directory is untrusted input, read as model directories are: only
+    the regular files ``summary.json`` and ``table.parquet`` directly
+    inside it (no symbolic link), the checksums of both, and every sum of
+    the table checked for consistency (weights > 0, positives within
+    [0, weight], no (key, score) pair twice, totals equal to the metadata).
+
+    Raises
+    ------
+    ModelError
+        Missing, not a summary, of another format version, or damaged.
+    """
+    uri = os.fspath(path)
+    return fetch_dir(filesystem_for(uri), uri, _load_dir)
+
+
+# -- summaries as the input of fit, evaluate and optimal_threshold --------------------------
+
+def is_summary_dir(data: Any) -> bool:
+    """Whether ``data`` is a local path of a directory holding summary.json."""
+    return isinstance(data, (str, os.PathLike)) and os.path.lexists(
+        os.path.join(os.fspath(data), SUMMARY_JSON))
+
+
+def summary_source(data: Any) -> SummarySource | None:
+    """``data`` as summaries to read (a Summary, a saved summary's path, or a non-empty list
+    of them), else None (rows).
+
+    Saved summaries are checked here (metadata, checksums) and their tables
+    read by the engine: locally streamed in batches; on a cluster by its
+    workers (a summary can have millions of rows).
+    """
+    if isinstance(data, Summary):
+        return data.source()
+    if is_summary_dir(data):
+        items: list[Any] = [data]
+    elif (isinstance(data, (list, tuple)) and data
+          and any(isinstance(d, Summary) or is_summary_dir(d) for d in data)):
+        items = list(data)  # every item must then be a summary (ModelError otherwise)
+    else:
+        return None
+    tables: list[pa.Table] = []
+    files: list[str] = []
+    metas: list[Any] = []  # Summary or _MetaView: what _same_rows compares
+    for item in items:
+        if isinstance(item, Summary):
+            tables.append(item.arrow)
+            metas.append(item)
+        else:
+            root = Path(os.fspath(item))
+            meta = _read_meta(root)
+            _check_file_hash(root, meta)
+            files.append(str(root / TABLE_FILE))
+            metas.append(_MetaView(meta))
+    for m in metas[1:]:
+        _same_rows(metas[0], m, "summaries")
+    first = metas[0]
+    return SummarySource(dict(first.columns), tuple(first.by), tuple(tables), tuple(files),
+                         sum(m.n_rows for m in metas),
+                         math.fsum(m.weight_total for m in metas),
+                         sum(m.dropped_rows for m in metas))
+
+
+def _check_file_hash(root: Path, meta: dict[str, Any]) -> None:
+    """The table file of a saved summary is the one its summary.json names (sha256)."""
+    info = meta.get("tables")
+    entry = info.get("table") if isinstance(info, dict) else None
+    if not isinstance(entry, dict) or entry.get("file") != TABLE_FILE:
+        raise ModelError(f"'{root}' is damaged: {SUMMARY_JSON} names no '{TABLE_FILE}'")
+    data = read_plain_file(root, TABLE_FILE, MAX_TABLE_BYTES, "table file")
+    if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+        raise ModelError(f"'{root / TABLE_FILE}' is missing or damaged (checksum mismatch)")
+
+
+class _MetaView:
+    """The attributes of a saved summary that :func:`_same_rows` compares."""
+
+    def __init__(self, meta: dict[str, Any]):
+        self.columns, self.by, self.decimals = meta["columns"], meta["by"], meta["decimals"]
+        self.n_rows, self.weight_total = meta["n_rows"], float(meta["weight_total"])
+        self.dropped_rows = meta["dropped_rows"]

@@ -1,0 +1,354 @@
+"""Calibration history: summaries, exact refits and evaluations from them, on every engine.
+
+Oracles independent of distcal: scikit-learn's IsotonicRegression and metrics
+on the raw rows, numpy's Spiegelhalter statistic and calibration-in-the-large,
+brute-force thresholds; every engine against the fit on the raw rows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from scipy.stats import norm
+from sklearn.isotonic import IsotonicRegression
+from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
+
+import distcal
+from distcal import DataError, ModelError
+
+Q = np.linspace(-0.2, 1.2, 1401)
+
+
+@pytest.fixture(params=["local", "dask", "spark"])
+def engine(request):
+    """(engine name, the rows as that engine's frame): a pandas frame, or the same rows as a
+    Dask or a Spark frame."""
+    if request.param == "local":
+        return "local", lambda df: df
+    if request.param == "spark":
+        spark = request.getfixturevalue("spark")
+        return "spark", lambda df: spark.createDataFrame(df)
+    request.getfixturevalue("client")
+    import dask.dataframe as dd
+
+    return "dask", lambda df: dd.from_pandas(df, npartitions=3)
+
+
+def days(n_days=3, n=1500, seed=0, drift=0.0):
+    """Daily frames of scores in [0, 1] with ties, weights, a segment column and 0/1 labels."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for d in range(n_days):
+        s = np.round(rng.beta(2.0, 3.0, n), 3)
+        y = (rng.random(n) < np.clip(s + drift * d, 0, 1) ** 1.3).astype(np.int64)
+        w = rng.uniform(0.0, 3.0, n)
+        w[rng.random(n) < 0.03] = 0.0
+        out.append(pd.DataFrame({"score": s, "label": y, "w": w,
+                                 "g": rng.choice(["a", "b", "c"], n, p=[.5, .3, .2])}))
+    return out
+
+
+def predict(model, by):
+    if by is None:
+        return model.predict(Q)
+    keys = np.array(["a", "b", "c", "zz"])[np.arange(Q.shape[0]) % 4]
+    return model.predict(Q, segments=keys)
+
+
+# -- refits from summaries ------------------------------------------------------------
+
+@pytest.mark.parametrize("weighted,by", [(False, None), (True, "g")])
+def test_fit_from_saved_summaries_equals_fit_on_the_rows(engine, tmp_path, weighted, by):
+    name, frame = engine
+    parts = days()
+    wc = "w" if weighted else None
+    paths = []
+    for i, df in enumerate(parts):
+        s = distcal.summarize(frame(df), weight_col=wc, by=by, period=f"2026-12-0{i + 1}")
+        assert s.period == f"2026-12-0{i + 1}" and s.by == ([by] if by else [])
+        s.save(tmp_path / f"day{i}")
+        paths.append(str(tmp_path / f"day{i}"))
+    rows = pd.concat(parts, ignore_index=True)
+    methods = ["isotonic", "sigmoid", "histogram"] + ([] if weighted else ["modl"])
+    for method in methods:
+        want = distcal.fit(rows, method=method, weight_col=wc, by=by)
+        got = distcal.fit(paths, method=method, engine=name)
+        np.testing.assert_allclose(predict(got, by), predict(want, by), rtol=1e-9, atol=1e-12,
+                                   err_msg=method)
+        assert got.n_rows == want.n_rows
+        if by is None:
+            assert got == want
+    # scikit-learn's isotonic regression on the raw rows (interpolated between scores)
+    keep = rows["w"] > 0 if weighted else slice(None)
+    ir = IsotonicRegression(out_of_bounds="clip").fit(
+        rows["score"][keep], rows["label"][keep],
+        sample_weight=rows["w"][keep] if weighted else None)
+    got = distcal.fit(paths, engine=name)
+    np.testing.assert_allclose(got.predict(Q) if by is None else got.global_model.predict(Q),
+                               ir.predict(Q), rtol=1e-9, atol=1e-12)
+
+
+def test_fit_of_one_summary_in_memory_and_refusals(engine):
+    name, frame = engine
+    df = days(1)[0]
+    s = distcal.summarize(frame(df), weight_col="w")
+    assert distcal.fit(s, method="sigmoid", engine=name) == distcal.fit(df, method="sigmoid",
+                                                                         weight_col="w")
+    with pytest.raises(ValueError, match="temperature"):
+        distcal.fit(s, method="temperature")
+    # Spearman's sign of fractional labels needs the rows' ranks: refused, not guessed
+    frac = df.assign(label=df["label"] * 0.5)
+    with pytest.raises(DataError, match="holds no rows"):
+        distcal.fit(distcal.summarize(frame(frac)), increasing="auto", engine=name)
+    assert distcal.fit(distcal.summarize(frame(frac)), increasing=True, engine=name) == \
+        distcal.fit(frac)
+    # infinite scores: summarised (isotonic takes them), refused by Platt scaling
+    inf = df.assign(score=np.where(np.arange(len(df)) < 3, np.inf, df["score"]))
+    si = distcal.summarize(frame(inf))
+    assert distcal.fit(si, engine=name) == distcal.fit(inf)
+    with pytest.raises(DataError, match=r"column 'score': 3 rows are infinite"):
+        distcal.fit(si, method="sigmoid", engine=name)
+
+
+def test_summarize_is_the_same_on_every_engine_and_counts_rows(engine):
+    name, frame = engine
+    df = days(1)[0]
+    df.loc[:4, "score"] = np.nan
+    got = distcal.summarize(frame(df), weight_col="w", by="g", on_invalid="drop")
+    want = distcal.summarize(df, weight_col="w", by="g", on_invalid="drop")
+    assert got.dropped_rows == want.dropped_rows == 5
+    assert got.n_rows == want.n_rows == int((df["w"] > 0).sum() - (df["w"][:5] > 0).sum())
+    a, b = got.table, want.table
+    assert a[["g", "score", "count", "nonbinary"]].equals(b[["g", "score", "count", "nonbinary"]])
+    np.testing.assert_allclose(a[["weight", "positives", "wyy", "ww"]],
+                               b[["weight", "positives", "wyy", "ww"]], rtol=1e-12)
+    # the table's sums are the rows' (pandas groupby as the oracle)
+    ok = df[df["score"].notna() & (df["w"] > 0)]
+    grp = ok.assign(wy=ok["w"] * ok["label"], ww=ok["w"] ** 2).groupby("score")
+    glob = b[b["g"].isna()].set_index("score")
+    np.testing.assert_allclose(glob["weight"], grp["w"].sum(), rtol=1e-12)
+    np.testing.assert_allclose(glob["positives"], grp["wy"].sum(), rtol=1e-12)
+    np.testing.assert_allclose(glob["ww"], grp["ww"].sum(), rtol=1e-12)
+    with pytest.raises(DataError, match=r"column 'label'.*2 rows"):
+        distcal.summarize(frame(df.assign(label=np.r_[2, 7, df["label"][2:]])), by="g")
+
+
+def test_decimals_give_the_summary_of_the_rounded_scores(engine):
+    name, frame = engine
+    df = days(1, seed=3)[0].assign(score=lambda d: d["score"] + 1e-4 * np.arange(len(d)) % 1)
+    s = distcal.summarize(frame(df), weight_col="w", decimals=2)
+    assert s.decimals == 2 and len(s) <= 101
+    rounded = df.assign(score=np.round(df["score"], 2))
+    want = distcal.summarize(rounded, weight_col="w")
+    np.testing.assert_allclose(s.table[["score", "weight", "positives"]],
+                               want.table[["score", "weight", "positives"]], rtol=1e-12)
+    assert distcal.fit(s, engine=name) == distcal.fit(rounded, weight_col="w")
+    with pytest.raises(ValueError, match="decimals"):
+        distcal.summarize(df, decimals=-1)
+
+
+# -- evaluation and thresholds from summaries -------------------------------------------
+
+def spiegelhalter(p, y, w):
+    z = np.sum(w * (y - p) * (1 - 2 * p)) / np.sqrt(np.sum(w**2 * (1 - 2 * p) ** 2 * p * (1 - p)))
+    return z, 2 * norm.sf(abs(z))
+
+
+def test_evaluate_a_summary_equals_the_rows_and_the_oracles(engine, tmp_path):
+    name, frame = engine
+    parts = days(2, seed=5)
+    for i, df in enumerate(parts):
+        distcal.summarize(frame(df), weight_col="w").save(tmp_path / str(i))
+    rep = distcal.evaluate([str(tmp_path / "0"), str(tmp_path / "1")], engine=name,
+                           roc_points=None)
+    rows = pd.concat(parts, ignore_index=True)
+    want = distcal.evaluate(rows, prob_col="score", weight_col="w", roc_points=None)
+    for k in ("brier", "log_loss", "ece", "mce", "auc", "smece", "adaptive_ece",
+              "reliability_exact", "spiegelhalter_z", "spiegelhalter_p", "citl", "citl_low",
+              "citl_high", "accuracy"):
+        assert getattr(rep, k) == pytest.approx(getattr(want, k), rel=1e-9, abs=1e-12), k
+    ok = rows[rows["w"] > 0]
+    p, y, w = ok["score"].to_numpy(), ok["label"].to_numpy(), ok["w"].to_numpy()
+    assert rep.brier == pytest.approx(brier_score_loss(y, p, sample_weight=w), rel=1e-9)
+    assert rep.log_loss == pytest.approx(log_loss(y, p, sample_weight=w), rel=1e-9)
+    assert rep.auc == pytest.approx(roc_auc_score(y, p, sample_weight=w), rel=1e-9)
+    z, pv = spiegelhalter(p, y, w)
+    assert rep.spiegelhalter_z == pytest.approx(z, rel=1e-9)
+    assert rep.spiegelhalter_p == pytest.approx(pv, rel=1e-9)
+    citl = np.sum(w * p) / w.sum() - np.sum(w * y) / w.sum()
+    half = 1.959963984540054 * np.sqrt(np.sum(w**2 * p * (1 - p))) / w.sum()
+    assert (rep.citl, rep.citl_low, rep.citl_high) == pytest.approx(
+        (citl, citl - half, citl + half), rel=1e-9)
+    # scores outside [0, 1] are no probabilities to evaluate
+    logits = distcal.summarize(frame(parts[0].assign(score=parts[0]["score"] * 4 - 2)))
+    with pytest.raises(DataError, match="outside"):
+        distcal.evaluate(logits, engine=name)
+
+
+def test_spiegelhalter_and_citl_on_every_evaluation(engine):
+    name, frame = engine
+    df = days(1, seed=7)[0].rename(columns={"score": "prob"})
+    for wc in (None, "w"):
+        rep = distcal.evaluate(frame(df), weight_col=wc)
+        w = np.ones(len(df)) if wc is None else df["w"].to_numpy()
+        z, pv = spiegelhalter(df["prob"].to_numpy(), df["label"].to_numpy(), w)
+        assert rep.spiegelhalter_z == pytest.approx(z, rel=1e-9)
+        assert rep.spiegelhalter_p == pytest.approx(pv, rel=1e-9)
+        d = rep.to_dict()
+        assert d["spiegelhalter_z"] == rep.spiegelhalter_z and d["citl_low"] == rep.citl_low
+        assert rep.citl_low < rep.citl < rep.citl_high
+
+
+def brute_threshold(s, y, w, c_fp, c_fn):
+    """Every candidate threshold's cost; the largest threshold of minimal cost."""
+    ts = np.r_[np.unique(s), np.inf]
+    costs = np.array([c_fp * np.sum(w * (1 - y) * (s >= t)) + c_fn * np.sum(w * y * (s < t))
+                      for t in ts])
+    best = costs.min()
+    return best, ts[np.flatnonzero(costs <= best + 1e-9 * max(1.0, abs(best)))[-1]]
+
+
+def test_optimal_threshold_of_summaries_equals_brute_force(engine):
+    name, frame = engine
+    parts = days(2, n=400, seed=11)
+    s = distcal.merge_summaries([distcal.summarize(frame(df), weight_col="w") for df in parts])
+    rows = pd.concat(parts, ignore_index=True)
+    res = distcal.optimal_threshold(s, cost_fp=1.0, cost_fn=3.0, engine=name)
+    cost, t = brute_threshold(rows["score"].to_numpy(), rows["label"].to_numpy(),
+                              rows["w"].to_numpy(), 1.0, 3.0)
+    assert res.threshold == t and res.cost == pytest.approx(cost, rel=1e-9)
+
+
+def test_segments_of_a_summary_equal_the_rows_by_segment():
+    rows = pd.concat(days(2, seed=13), ignore_index=True)
+    s = distcal.summarize(rows, weight_col="w", by="g")
+    got = distcal.evaluate(s)
+    want = distcal.evaluate(rows, prob_col="score", weight_col="w", by="g")
+    pd.testing.assert_frame_equal(got.segments, want.segments, rtol=1e-9)
+    got = distcal.optimal_threshold(s, cost_fn=2.0)
+    want = distcal.optimal_threshold(rows, weight_col="w", by="g", cost_fn=2.0)
+    pd.testing.assert_frame_equal(got.segments, want.segments, rtol=1e-9)
+    plain = distcal.summarize(rows, weight_col="w")
+    model, best = distcal.fit_and_threshold(plain, cost_fn=2.0)
+    assert model == distcal.fit(rows, weight_col="w")
+    assert best.threshold == distcal.optimal_threshold(rows, weight_col="w",
+                                                       cost_fn=2.0).threshold
+
+
+# -- merging ---------------------------------------------------------------------------------
+
+@st.composite
+def row_sets(draw):
+    def one():
+        n = draw(st.integers(1, 30))
+        s = draw(st.lists(st.integers(0, 8), min_size=n, max_size=n))
+        y = draw(st.lists(st.sampled_from([0, 1]), min_size=n, max_size=n))
+        w = draw(st.lists(st.sampled_from([0.5, 1.0, 2.0]), min_size=n, max_size=n))
+        g = draw(st.lists(st.sampled_from(["x", "y"]), min_size=n, max_size=n))
+        return pd.DataFrame({"score": np.array(s) / 8, "label": y, "w": w, "g": g})
+    return [one() for _ in range(3)]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(row_sets())
+def test_merge_is_associative_commutative_and_exact(parts):
+    a, b, c = (distcal.summarize(df, weight_col="w", by="g") for df in parts)
+
+    def same(u, v):
+        assert u.n_rows == v.n_rows and len(u) == len(v)
+        cu, cv = u.table, v.table
+        assert cu[["g", "score", "count"]].equals(cv[["g", "score", "count"]])
+        np.testing.assert_allclose(cu[["weight", "positives", "ww"]],
+                                   cv[["weight", "positives", "ww"]], rtol=1e-12)
+
+    same((a + b) + c, a + (b + c))
+    same(a + b, b + a)
+    rows = pd.concat(parts, ignore_index=True)
+    same(distcal.merge_summaries([a, b, c]), distcal.summarize(rows, weight_col="w", by="g"))
+    for method in ("isotonic", "histogram"):
+        got = distcal.fit(a + b + c, method=method, n_bins=2) if method == "histogram" \
+            else distcal.fit(a + b + c)
+        want = distcal.fit(rows, method=method, weight_col="w", by="g",
+                           **({"n_bins": 2} if method == "histogram" else {}))
+        np.testing.assert_allclose(predict(got, "g"), predict(want, "g"), rtol=1e-9,
+                                   atol=1e-12)
+
+
+def test_summaries_of_other_columns_do_not_merge():
+    df = days(1)[0]
+    a = distcal.summarize(df)
+    with pytest.raises(DataError, match="weight"):
+        a + distcal.summarize(df, weight_col="w")
+    with pytest.raises(DataError, match="by"):
+        distcal.merge_summaries([a, distcal.summarize(df, by="g")])
+    with pytest.raises(DataError, match="decimals"):
+        a + distcal.summarize(df, decimals=2)
+    assert (a + a).period is None and (a + a).n_rows == 2 * a.n_rows
+
+
+# -- saved summaries are untrusted input -----------------------------------------------------
+
+def _rewrite_json(root: Path, change) -> None:
+    from distcal.summary import _checksum
+
+    meta = json.loads((root / "summary.json").read_text())
+    change(meta)
+    meta["checksum"] = _checksum(meta)
+    (root / "summary.json").write_text(json.dumps(meta))
+
+
+def test_tampered_summary_directories_raise_model_error(tmp_path):
+    s = distcal.summarize(days(1)[0], weight_col="w", by="g", period="2026-12-01")
+    good = tmp_path / "good"
+    s.save(good)
+    assert distcal.load_summary(good) == s
+    with pytest.raises(Exception, match="exists"):
+        s.save(good)
+    s.save(good, overwrite=True)
+
+    def case(name, damage):
+        root = tmp_path / name
+        s.save(root)
+        damage(root)
+        with pytest.raises(ModelError):
+            distcal.load_summary(root)
+        with pytest.raises(ModelError):
+            distcal.fit([str(good), str(root)])
+
+    case("truncated", lambda r: (r / "table.parquet").write_bytes(
+        (r / "table.parquet").read_bytes()[:-20]))
+    case("json", lambda r: (r / "summary.json").write_text(
+        (r / "summary.json").read_text().replace('"n_rows"', '"n_rowz"')))
+    case("no-json", lambda r: os.remove(r / "summary.json"))
+    case("deep", lambda r: (r / "summary.json").write_text("[" * 100000 + "]" * 100000))
+
+    def symlink(r):
+        os.rename(r / "table.parquet", tmp_path / "elsewhere.parquet")
+        os.symlink(tmp_path / "elsewhere.parquet", r / "table.parquet")
+    case("symlink", symlink)
+
+    def negative_weight(r):  # a consistent checksum over inconsistent sums
+        t = pq.read_table(r / "table.parquet")
+        w = t.column("weight").to_numpy().copy()
+        w[0] = -1.0
+        pq.write_table(t.set_column(t.column_names.index("weight"), "weight", pa.array(w)),
+                       r / "table.parquet")
+        import hashlib
+        digest = hashlib.sha256((r / "table.parquet").read_bytes()).hexdigest()
+        _rewrite_json(r, lambda m: m["tables"]["table"].update(sha256=digest))
+    case("negative-weight", negative_weight)
+    case("rows", lambda r: _rewrite_json(r, lambda m: m.update(n_rows=m["n_rows"] + 1)))
+    case("version", lambda r: _rewrite_json(r, lambda m: m.update(format_version=99)))
+    case("path", lambda r: _rewrite_json(
+        r, lambda m: m["tables"]["table"].update(file="../good/table.parquet")))
+    with pytest.raises(ModelError):
+        distcal.load_summary(tmp_path / "missing")

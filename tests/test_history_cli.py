@@ -1,0 +1,114 @@
+"""summarize, fit --summaries and monitor on the command line and in both jobs.
+
+Real subprocesses on real Parquet files: the ``distcal`` command, the Spark
+job under the real spark-submit, the Dask job with its own local cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from test_monitor import day
+from test_spark_jobs import submit
+
+import distcal
+
+ROOT = Path(__file__).resolve().parents[1]
+DISTCAL = [sys.executable, "-m", "distcal"]
+KS = [1.0, 1.0, 2.5]  # the third day is miscalibrated
+
+
+def run(*args):
+    return subprocess.run([*DISTCAL, *map(str, args)], capture_output=True, text=True,
+                          timeout=300)
+
+
+def dask_job(*args):
+    return subprocess.run([sys.executable, str(ROOT / "jobs" / "dask_calibrate.py"),
+                           *map(str, args)], capture_output=True, text=True, timeout=600)
+
+
+def spark_job(tmp):
+    return lambda *args: submit(tmp, *args)
+
+
+def line(r):
+    """The one JSON line of a run (the last line of stdout)."""
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture
+def daily(tmp_path):
+    frames = []
+    for i, k in enumerate(KS):
+        df = day(k, seed=40 + i, n=3000).assign(g=lambda d: np.where(d.index % 3, "x", "y"))
+        df.to_parquet(tmp_path / f"day{i}.parquet", index=False)
+        frames.append(df)
+    return frames
+
+
+@pytest.mark.parametrize("how", ["cli", "dask-job", "spark-job"])
+def test_summarize_fit_from_summaries_and_monitor(daily, tmp_path, how, request):
+    runner = {"cli": run, "dask-job": dask_job}.get(how) or spark_job(tmp_path)
+    sums = []
+    for i in range(len(KS)):
+        out = tmp_path / f"s{i}"
+        r = runner("summarize", "--input", tmp_path / f"day{i}.parquet", "--output", out,
+                   "--period", f"2026-12-0{i + 1}", "--decimals", "2", "--weight-col", "w",
+                   "--by", "g")
+        assert r.returncode == 0, r.stderr[-3000:]
+        got = line(r)
+        assert got["period"] == f"2026-12-0{i + 1}" and got["n_rows"] == 3000
+        assert got["distinct"] <= 3 * 101 and got["by"] == ["g"] and got["decimals"] == 2
+        sums.append(out)
+    r = runner("fit", "--summaries", *sums, "--output", tmp_path / "model", "--method",
+               "histogram", "--n-bins", "7")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert line(r)["summaries"] == 3 and line(r)["n_rows"] == 9000
+    rows = pd.concat(daily, ignore_index=True).assign(score=lambda d: np.round(d["score"], 2))
+    want = distcal.fit(rows, method="histogram", n_bins=7, weight_col="w", by="g")
+    got = distcal.load(tmp_path / "model")
+    q = np.linspace(0, 1, 501)
+    keys = np.array(["x", "y", "z"])[np.arange(501) % 3]
+    np.testing.assert_allclose(got.predict(q, segments=keys), want.predict(q, segments=keys),
+                               rtol=1e-9, atol=1e-12)
+    r = runner("monitor", "--summaries", *sums, "--output", tmp_path / "mon",
+               "--fail-on-alert")
+    assert r.returncode == 3, r.stderr[-3000:]
+    assert line(r)["alerts"] == ["2026-12-03"] and line(r)["n_alerts"] == 1
+    assert (tmp_path / "mon" / "report.html").exists()
+    r = runner("monitor", "--summaries", *sums[:2], "--output", tmp_path / "mon2",
+               "--fail-on-alert", "--alpha", "0.001")
+    assert r.returncode == 0 and line(r)["alerts"] == []
+
+
+def test_usage_and_bad_input_exit_2_and_write_nothing(daily, tmp_path):
+    src = tmp_path / "day0.parquet"
+    assert run("summarize", "--input", src, "--output", tmp_path / "s").returncode == 0
+    r = run("summarize", "--input", src, "--output", tmp_path / "s")
+    assert r.returncode == 2 and "--overwrite" in r.stderr
+    assert run("summarize", "--input", src, "--output", tmp_path / "s",
+               "--overwrite").returncode == 0
+    r = run("fit", "--summaries", tmp_path / "s", "--input", src, "--output", tmp_path / "m")
+    assert r.returncode == 2 and "--summaries replaces --input" in r.stderr
+    r = run("fit", "--summaries", tmp_path / "s", tmp_path, "--output", tmp_path / "m")
+    assert r.returncode == 2 and "not a distcal summary" in r.stderr
+    r = run("monitor", "--summaries", tmp_path / "s", "--output", tmp_path / "s" / "rep")
+    assert r.returncode == 2 and "inside" in r.stderr
+    bad = daily[0].assign(label=np.r_[5, daily[0]["label"][1:]])
+    bad.to_parquet(tmp_path / "bad.parquet", index=False)
+    r = run("summarize", "--input", tmp_path / "bad.parquet", "--output", tmp_path / "b")
+    assert r.returncode == 2 and "column 'label'" in r.stderr and "1 row" in r.stderr
+    r = run("summarize", "--input", src, "--output", tmp_path / "d", "--decimals", "-2")
+    assert r.returncode == 2
+    for path in ("m", "b", "d", "s/rep"):
+        assert not (tmp_path / path).exists()
+    for sub in ("summarize", "monitor"):
+        help_text = run(sub, "--help").stdout
+        assert "--output" in help_text and "(default" in help_text
