@@ -174,14 +174,17 @@ def test_beta_by_segment_and_one_vs_rest_equal_the_oracle_per_group(engine, tmp_
     np.testing.assert_allclose(model.predict(q), per / per.sum(1, keepdims=True), rtol=1e-7)
 
 
-def test_beta_refuses_scores_outside_the_unit_interval_and_one_class(engine):
+def test_beta_clips_scores_outside_the_unit_interval_with_a_warning_refuses_one_class(
+        engine):
     df = rows(500)
-    df.loc[:6, "score"] = 1.5
-    with pytest.raises(DataError, match=r"column 'score' \(score\): 7 rows are outside"):
-        distcal.fit(engine(df), method="beta", **engine.opts)
+    df.loc[:6, "score"] = [1.5, 2.0, -0.5, 1.5, 3.0, 1.0000001, -1e-9]
+    with pytest.warns(UserWarning, match=r"column 'score' \(score\): 7 rows are outside"):
+        model = distcal.fit(engine(df), method="beta", weight_col="w", **engine.opts)
+    want = beta_oracle(df.score.to_numpy(), df.label.to_numpy(), df.w.to_numpy())
+    np.testing.assert_allclose([model.params[k] for k in "abc"], want, rtol=1e-6, atol=1e-7)
     df = rows(500)
     df["label"] = 0
-    with pytest.raises(DataError, match="every label is 0"):
+    with pytest.raises(DataError, match="every label is 0"):  # no minimum
         distcal.fit(engine(df), method="beta", **engine.opts)
 
 
