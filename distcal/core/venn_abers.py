@@ -65,7 +65,8 @@ from ..errors import DataError, sums_overflow
 from .distinct import DistinctTable
 from .isotonic import Blocks, merge_blocks, pav_blocks
 
-__all__ = ["Steps", "venn_abers_values", "venn_abers_plan", "fit_venn_abers"]
+__all__ = ["Steps", "venn_abers_values", "venn_abers_plan", "fit_venn_abers",
+           "LabelsNotBinary", "count_not_binary"]
 
 
 @dataclass(frozen=True)
@@ -237,6 +238,15 @@ def join_steps(parts: list[Steps]) -> Steps:
     return Steps(x0[k0], v0[k0], x1[k1], v1[k1])
 
 
+class LabelsNotBinary(DataError):
+    """Labels other than 0/1 reached a Venn-Abers fit (the fit counts the rows holding them)."""
+
+
+def count_not_binary(rows: Any) -> int:
+    """Rows of a :class:`~distcal.core.rows.RowPart` whose label is neither 0 nor 1."""
+    return int(np.count_nonzero((rows.label != 0.0) & (rows.label != 1.0)))
+
+
 class _First:
     """Pass 1 of a range: its PAV blocks, first score and rows with labels not 0/1."""
 
@@ -273,12 +283,12 @@ def venn_abers_plan(label_col: str | None = None) -> Generator[Any, list[Any], S
     bad = [b for _, _, b in firsts_parts if b]
     if bad:
         # The pooled table knows which scores hold labels other than 0/1, not
-        # which of their rows: the count is of the rows at those scores.
+        # which of their rows: the caller counts the rows (LabelsNotBinary).
         where = f"column '{label_col}' (label): " if label_col else ""
         known = sum(b for b in bad if b > 0)
         among = f" (among the {known} rows of the scores that hold them)" if known else ""
-        raise DataError(f"{where}labels other than 0 and 1{among}; Venn-Abers predictors "
-                        "take 0/1 labels")
+        raise LabelsNotBinary(f"{where}labels other than 0 and 1{among}; Venn-Abers "
+                              "predictors take 0/1 labels")
     blocks = [b for b, _, _ in firsts_parts]
     firsts = [f for _, f, _ in firsts_parts]
     parts = yield _Second(blocks, firsts)
