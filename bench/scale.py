@@ -40,29 +40,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-
-def tree_rss(pid: int) -> int:
-    total, stack = 0, [pid]
-    while stack:
-        p = stack.pop()
-        try:
-            with open(f"/proc/{p}/status") as fh:
-                for line in fh:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) << 10
-            for task in os.listdir(f"/proc/{p}/task"):  # children of every thread
-                with open(f"/proc/{p}/task/{task}/children") as fh:
-                    stack += [int(c) for c in fh.read().split()]
-        except OSError:
-            pass
-    return total
+from common import run_with_peak_rss  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 
 def child_spark(n: int, kind: str, evaluate: bool) -> dict:
@@ -258,20 +241,7 @@ def main() -> None:
         cmd = [sys.executable, __file__, args.engine, str(n), "--kind", args.kind, "--child"]
         if args.evaluate:
             cmd.append("--evaluate")
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-        peak, stop = 0, threading.Event()
-
-        def poll(pid: int = proc.pid) -> None:
-            nonlocal peak
-            while not stop.is_set():
-                peak = max(peak, tree_rss(pid))
-                time.sleep(0.1)
-
-        th = threading.Thread(target=poll, daemon=True)
-        th.start()
-        text, _ = proc.communicate()
-        stop.set()
-        th.join()
+        text, peak = run_with_peak_rss(cmd, every=0.1)
         out = json.loads(text.strip().splitlines()[-1])
         first = first or out["fit_s"]
         print(f"{n:>8.0e}{out['fit_s']:8.1f}{out['fit_s'] / first:8.1f}"

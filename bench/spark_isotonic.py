@@ -23,17 +23,15 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from common import spark_session, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
+from common import run_with_peak_rss, spark_session, timed  # noqa: E402  (bench/ is on sys.path when run as a script)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -113,44 +111,13 @@ def run_times(n: int, repeat: int, kinds: list[str] | None = None) -> None:
     spark.stop()
 
 
-def tree_rss(pid: int) -> int:
-    """RSS in bytes of a process and all its descendants."""
-    total, stack = 0, [pid]
-    while stack:
-        p = stack.pop()
-        try:
-            with open(f"/proc/{p}/status") as fh:
-                for line in fh:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) << 10
-            with open(f"/proc/{p}/task/{p}/children") as fh:
-                stack += [int(c) for c in fh.read().split()]
-        except OSError:
-            pass
-    return total
-
-
 def run_memory(n: int) -> None:
     print(f"\n# peak RSS (JVM + Python workers), one fit per fresh process, N = {n:.0e}")
     for kind in ("ties", "cont"):
         path = str(make_file(n, kind))
         for which in ("mllib", "distcal"):
-            proc = subprocess.Popen([sys.executable, __file__, str(n), "--child", which, path],
-                                    stdout=subprocess.PIPE, text=True)
-            peak = 0
-            stop = threading.Event()
-
-            def poll(pid=proc.pid):
-                nonlocal peak
-                while not stop.is_set():
-                    peak = max(peak, tree_rss(pid))
-                    time.sleep(0.05)
-
-            t = threading.Thread(target=poll, daemon=True)
-            t.start()
-            out, _ = proc.communicate()
-            stop.set()
-            t.join()
+            out, peak = run_with_peak_rss([sys.executable, __file__, str(n), "--child", which,
+                                           path])
             print(f"{kind:<5} {which:<8} peak RSS {peak / 2**30:5.2f} GiB   {out.strip()}")
 
 

@@ -6,18 +6,18 @@ import os
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from .core.columns import arrow_kind, arrow_to_float, vector_element
 from .core.validate import check_vector_lengths
 from .errors import VECTORS_EXPECTED, column_not_found, column_type, output_column_exists
 from .keyed_model import KeyedModel
 from .model import CalibrationModel
 from .storage import local_publishing
-from .tables import arrow_kind, arrow_to_float, iter_tables, open_dataset, vector_element
+from .tables import iter_tables, open_dataset
 
 __all__ = ["apply_to_parquet"]
 
@@ -42,79 +42,57 @@ def apply_to_parquet(model: CalibrationModel | KeyedModel, source: str | os.Path
     ``list<double>`` column.
     """
     dataset = open_dataset(source)
-    if isinstance(model, KeyedModel):
-        return _apply_keyed(model, dataset, output, score_col, score_cols, output_col,
-                            overwrite, batch_rows, before_commit)
     schema = dataset.schema
-    if score_col not in schema.names:
-        raise column_not_found(score_col, "score", schema.names)
-    if score_index is None and arrow_kind(schema.field(score_col).type) == "other":
-        raise column_type(score_col, "score", str(schema.field(score_col).type))
-    if score_index is not None and arrow_kind(schema.field(score_col).type) != "other":
-        raise column_type(score_col, "score", str(schema.field(score_col).type),
-                          VECTORS_EXPECTED)
     lengths: Counter[int] = Counter()
+    predict: Callable[[pa.Table], np.ndarray]
+    if isinstance(model, KeyedModel):
+        vector_col: str | None = None if score_cols is not None else score_col
+        inputs = {**dict.fromkeys(score_cols or [score_col], "score"),
+                  **dict.fromkeys(model.by, "segment")}
+
+        def predict(table: pa.Table) -> np.ndarray:
+            return model.predict_part(table, vector_col, score_cols)
+    else:
+        inputs = {score_col: "score"}
+        kind = arrow_kind(schema.field(score_col).type) if score_col in schema.names else None
+        if kind == "other" and score_index is None:
+            raise column_type(score_col, "score", str(schema.field(score_col).type))
+        if kind not in (None, "other") and score_index is not None:
+            raise column_type(score_col, "score", str(schema.field(score_col).type),
+                              VECTORS_EXPECTED)
+
+        def predict(table: pa.Table) -> np.ndarray:
+            if score_index is None:
+                return model.predict(arrow_to_float(table.column(score_col))[0])
+            scores, seen = vector_element(table.column(score_col), score_index, score_col)
+            lengths.update(seen)
+            return model.predict(scores)
+    for name, role in inputs.items():
+        if name not in schema.names:
+            raise column_not_found(name, role, schema.names)
     if output_col in schema.names:
         raise output_column_exists(output_col)
     keep = list(schema.names)
-    out_schema = pa.schema([schema.field(n) for n in keep] + [pa.field(output_col, pa.float64())])
-    rows = 0
-    with local_publishing(output, overwrite=overwrite) as tmp:
-        with pq.ParquetWriter(tmp, out_schema) as writer:
-            for table in iter_tables(dataset, keep, batch_rows):
-                if score_index is None:
-                    scores, _ = arrow_to_float(table.column(score_col))
-                else:
-                    scores, seen = vector_element(table.column(score_col), score_index,
-                                                  score_col)
-                    lengths.update(seen)
-                probs = pa.array(model.predict(scores), type=pa.float64())
-                writer.write_table(pa.Table.from_arrays(
-                    [table.column(n) for n in keep] + [probs], schema=out_schema))
-                rows += table.num_rows
-        if score_index is not None:
-            check_vector_lengths(score_col, "score", score_index, lengths)
-        if before_commit is not None:
-            before_commit(tmp)
-    return rows
-
-
-def _apply_keyed(model: KeyedModel, dataset: Any, output: str | os.PathLike,
-                 score_col: str | None, score_cols: list[str] | None, output_col: str,
-                 overwrite: bool, batch_rows: int,
-                 before_commit: Callable[[Path], None] | None) -> int:
-    """:func:`apply_to_parquet` of a keyed model (segments, multiclass scores)."""
-    schema = dataset.schema
-    if score_cols is not None:
-        score_col = None
-    elif score_col is None:
-        score_col, score_cols = model.columns.get("score"), model.columns.get("scores")
-    for name in [*(score_cols or [str(score_col)])]:
-        if name not in schema.names:
-            raise column_not_found(name, "score", schema.names)
-    for name in model.by:
-        if name not in schema.names:
-            raise column_not_found(name, "segment", schema.names)
-    if output_col in schema.names:
-        raise output_column_exists(output_col)
-    keep = list(schema.names)
-    out_type = pa.list_(pa.float64()) if model.n_classes >= 2 else pa.float64()
+    vector = isinstance(model, KeyedModel) and model.n_classes >= 2
+    out_type = pa.list_(pa.float64()) if vector else pa.float64()
     out_schema = pa.schema([schema.field(n) for n in keep] + [pa.field(output_col, out_type)])
     rows = 0
     with local_publishing(output, overwrite=overwrite) as tmp:
         with pq.ParquetWriter(tmp, out_schema) as writer:
             for table in iter_tables(dataset, keep, batch_rows):
-                values = model.predict_part(table, score_col, score_cols)
-                if model.n_classes >= 2:  # one list of K probabilities per row
-                    offsets = np.arange(values.shape[0] + 1, dtype=np.int32) * model.n_classes
-                    probs = pa.ListArray.from_arrays(pa.array(offsets),
-                                                     pa.array(values.reshape(-1),
-                                                              type=pa.float64()))
+                values = predict(table)
+                if vector:  # one list of K probabilities per row
+                    k = values.shape[1]
+                    offsets = np.arange(values.shape[0] + 1, dtype=np.int32) * k
+                    probs = pa.ListArray.from_arrays(pa.array(offsets), pa.array(
+                        values.reshape(-1), type=pa.float64()))
                 else:
                     probs = pa.array(values, type=pa.float64())
                 writer.write_table(pa.Table.from_arrays(
                     [table.column(n) for n in keep] + [probs], schema=out_schema))
                 rows += table.num_rows
+        if score_index is not None:
+            check_vector_lengths(score_col, "score", score_index, lengths)
         if before_commit is not None:
             before_commit(tmp)
     return rows

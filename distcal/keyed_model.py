@@ -500,13 +500,9 @@ class KeyedModel:
                 problems.items = fatal
                 raise DataError(problems.message())
         else:
-            from .core.rows import _column_to_float
+            from .core.rows import read_score
 
-            s, text = _column_to_float(part, str(score_col))
-            if text.any():
-                k = int(text.sum())
-                raise DataError(f"column '{score_col}': {k} row{'s' if k > 1 else ''} "
-                                f"{'are' if k > 1 else 'is'} text, not numbers")
+            s = read_score(part, str(score_col))
         if not self.by:
             return self.predict(s)
         keys = part[self.by] if isinstance(part, pd.DataFrame) else \
@@ -540,7 +536,8 @@ class KeyedModel:
         if score_cols is not None:
             score_cols = [str(c) for c in score_cols]
             score_col = None
-        inputs = list(dict.fromkeys([*(score_cols or [str(score_col)]), *self.by]))
+        inputs = {**dict.fromkeys(score_cols or [str(score_col)], "score"),
+                  **dict.fromkeys(self.by, "segment")}
 
         counts: dict[str, int] = {}
 

@@ -48,7 +48,7 @@ from .core.sigmoid import sigmoid_predict
 from .core.validate import as_scores
 from .core.venn_abers import Steps
 from .defaults import DEFAULTS
-from .errors import DataError, ModelError, ParameterError, sums_overflow
+from .errors import ModelError, ParameterError, sums_overflow
 from .storage import filesystem_for, publish_dir
 
 __all__ = ["CalibrationModel", "load_dir", "check_model", "read_model_json", "read_plain_file",
@@ -353,6 +353,7 @@ class CalibrationModel:
         >>> distcal.fit(df).transform(df[["score"]], output_col="p")["p"].tolist()
         [0.0, 0.5, 0.5, 1.0, 1.0]
         """
+        from .core.rows import read_score
         from .engines import engine_of, get_engine
         from .params import check_score_index
 
@@ -364,11 +365,18 @@ class CalibrationModel:
                 raise ParameterError(
                     "interval_cols takes two new column names, for a Venn-Abers model of a "
                     f"column of numbers; got {interval_cols!r} for a {self.method} model")
-        out = get_engine(engine_of(data)).transform(self, data, score_col, output_col,
-                                                    score_index=check_score_index(score_index))
+        index = check_score_index(score_index)
+
+        def predict(part: Any) -> np.ndarray:
+            return self.predict(read_score(part, score_col, index))
+
+        out = get_engine(engine_of(data)).transform_rows(
+            data, {score_col: "score"}, output_col, predict, vector=False, model=self,
+            score_index=index)
         for j, name in enumerate(interval_cols or ()):
             out = get_engine(engine_of(out)).transform_rows(
-                out, [score_col], name, _IntervalPart(self._steps, score_col, j), vector=False)
+                out, {score_col: "score"}, name, _IntervalPart(self._steps, score_col, j),
+                vector=False)
         return out
 
     # -- export ---------------------------------------------------------
@@ -452,13 +460,9 @@ class _IntervalPart:
         self.steps, self.score_col, self.j = steps, score_col, j
 
     def __call__(self, part: Any) -> np.ndarray:
-        from .core.rows import _column_to_float
+        from .core.rows import read_score
 
-        s, text = _column_to_float(part, self.score_col)
-        if text.any():
-            raise DataError(f"column '{self.score_col}': {int(text.sum())} rows are text, "
-                            "not numbers")
-        out: np.ndarray = self.steps.interval(s)[self.j]
+        out: np.ndarray = self.steps.interval(read_score(part, self.score_col))[self.j]
         return out
 
 

@@ -1,17 +1,13 @@
-"""Reading input columns as float64 batches.
+"""Local inputs: pandas DataFrames, pyarrow Tables, and Parquet files or datasets.
 
-Inputs: pandas DataFrames, pyarrow Tables, and Parquet files or datasets
-(directories, hive partitions) read with ``pyarrow.dataset`` in record
-batches. Every column arrives as a float64 numpy array with null as NaN;
-text in a numeric column is reported as a row problem. A column of vectors
-(lists or arrays) read with an index gives that element of every vector
-(:func:`vector_element`, the one place the local and Dask engines take it).
+Parquet (files, directories, hive partitions) is opened with
+``pyarrow.dataset`` and read in bounded tables (:func:`iter_tables`); the
+rows' columns are read and checked by :mod:`distcal.core.rows`.
 """
 
 from __future__ import annotations
 
 import os
-from collections import Counter
 from collections.abc import Iterator
 
 import numpy as np
@@ -19,138 +15,16 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from .core.columns import (
-    _pandas_kind,
-    _pandas_to_float,
-    _pandas_vector_kind,
-    _vector_kind,
-    arrow_kind,
-    arrow_to_float,
-    is_list_type,
-    vector_element,
-)
-from .core.validate import (
-    check_unique_columns,
-    check_vector_lengths,
-)
-from .errors import VECTORS_EXPECTED, DataError, column_not_found, column_type
-from .logs import progress
+from .core.columns import is_list_type
+from .core.validate import check_unique_columns
+from .errors import DataError
 from .storage import check_regular_input
 
-__all__ = ["ColumnSource", "open_dataset", "iter_tables", "is_path", "read_table",
-           "arrow_kind", "arrow_to_float", "is_vector_column", "vector_element"]
-
-Batch = tuple[dict[str, np.ndarray], dict[str, np.ndarray]]
+__all__ = ["open_dataset", "iter_tables", "is_path", "read_table", "is_vector_column"]
 
 
 def is_path(data: object) -> bool:
     return isinstance(data, (str, os.PathLike))
-
-
-class ColumnSource:
-    """Columns of one input, by role, as float64 batches.
-
-    ``indexes`` maps a role to an element index: that role's column holds
-    vectors and the element at the index is its value (``score_index``).
-    """
-
-    def __init__(self, data: object, columns: dict[str, str],
-                 indexes: dict[str, int] | None = None):
-        self.columns = {role: name for role, name in columns.items() if name is not None}
-        self.indexes = {r: i for r, i in (indexes or {}).items() if r in self.columns}
-        self.lengths: dict[str, Counter[int]] = {r: Counter() for r in self.indexes}
-        self.data = data
-        if isinstance(data, pd.DataFrame):
-            self.kind = "pandas"
-            names = list(map(str, data.columns))
-            check_unique_columns(names, self.columns.values())  # before data[c] reads
-            kinds = {c: _pandas_kind(data[c]) for c in self.columns.values() if c in data.columns}
-            types = {c: str(data[c].dtype) for c in kinds}
-            # Vectors in pandas: an object column; its elements are checked when read.
-            kinds.update({self.columns[r]: _pandas_vector_kind(data[self.columns[r]])
-                          for r in self.indexes if self.columns[r] in kinds})
-        elif isinstance(data, (pa.Table, pa.RecordBatch)):
-            self.kind = "arrow"
-            names = data.schema.names
-            check_unique_columns(names, self.columns.values())
-            kinds = {c: arrow_kind(data.schema.field(c).type)
-                     for c in self.columns.values() if c in names}
-            types = {c: str(data.schema.field(c).type) for c in kinds}
-            kinds.update({self.columns[r]: _vector_kind(data.schema.field(self.columns[r]).type)
-                          for r in self.indexes if self.columns[r] in names})
-        elif is_path(data):
-            self.kind = "parquet"
-            self.dataset = open_dataset(data)  # type: ignore[arg-type]  # is_path checked it
-            names = self.dataset.schema.names
-            kinds = {c: arrow_kind(self.dataset.schema.field(c).type)
-                     for c in self.columns.values() if c in names}
-            types = {c: str(self.dataset.schema.field(c).type) for c in kinds}
-            kinds.update({self.columns[r]: _vector_kind(self.dataset.schema.field(
-                self.columns[r]).type) for r in self.indexes if self.columns[r] in names})
-        else:
-            raise TypeError(
-                f"cannot read data of type {type(data).__name__}: pass a pandas DataFrame, a "
-                "pyarrow Table, a Parquet path, a Spark DataFrame or a Dask DataFrame")
-        for role, name in self.columns.items():
-            if name not in kinds:
-                raise column_not_found(name, role, names)
-            if kinds[name] == "other":
-                raise column_type(name, role, types[name],
-                                  VECTORS_EXPECTED if role in self.indexes else "numbers")
-
-    def batches(self, batch_rows: int = 1 << 22) -> Iterator[Batch]:
-        roles = list(self.columns)
-        if isinstance(self.data, pd.DataFrame):
-            batch = self._convert_pandas(self.data, roles)
-            self.check_lengths()
-            yield batch
-        elif isinstance(self.data, (pa.Table, pa.RecordBatch)):
-            batch = self._convert_arrow(self.data, roles)
-            self.check_lengths()
-            yield batch
-        else:
-            names = list(dict.fromkeys(self.columns[r] for r in roles))
-            dataset = self.dataset
-
-            def row_groups() -> int:
-                return sum(f.num_row_groups for f in dataset.get_fragments()
-                           if hasattr(f, "num_row_groups"))
-
-            tables = iter_tables(self.dataset, names, batch_rows)
-            for table in progress(tables, row_groups, "reading"):
-                yield self._convert_arrow(table, roles)
-            self.check_lengths()  # after the last batch: the counts are totals
-
-    def check_lengths(self) -> None:
-        """The vector columns' :class:`DataError` (unequal lengths, index out of range)."""
-        for r, i in self.indexes.items():
-            check_vector_lengths(self.columns[r], r, i, self.lengths[r])
-
-    def _convert_pandas(self, df: pd.DataFrame, roles: list[str]) -> Batch:
-        arrays, text = {}, {}
-        for r in roles:
-            if r in self.indexes:
-                arrays[r], lengths = vector_element(df[self.columns[r]], self.indexes[r],
-                                                    self.columns[r], r)
-                self.lengths[r].update(lengths)
-                continue
-            arrays[r], t = _pandas_to_float(df[self.columns[r]])
-            if t is not None:
-                text[r] = t
-        return arrays, text
-
-    def _convert_arrow(self, tab: pa.Table | pa.RecordBatch, roles: list[str]) -> Batch:
-        arrays, text = {}, {}
-        for r in roles:
-            if r in self.indexes:
-                arrays[r], lengths = vector_element(tab.column(self.columns[r]), self.indexes[r],
-                                                    self.columns[r], r)
-                self.lengths[r].update(lengths)
-                continue
-            arrays[r], t = arrow_to_float(tab.column(self.columns[r]))
-            if t is not None:
-                text[r] = t
-        return arrays, text
 
 
 def open_dataset(path: str | os.PathLike) -> ds.Dataset:

@@ -335,7 +335,7 @@ def test_map_rows_sees_every_valid_row_once(client, npartitions):
 def test_transform_rows_round_trip(client):
     df = _data(900, seed=8, k=3)
     ddf = _ddf(df, 3)
-    out = ENGINE.transform_rows(ddf, ["score", "h"], "calibrated",
+    out = ENGINE.transform_rows(ddf, {"score": "score", "h": "segment"}, "calibrated",
                                 lambda p: p["score"].to_numpy() * 0.5 + 0.1, vector=False)
     assert out.dtypes["calibrated"] == np.float64
     got = out.compute()
@@ -349,7 +349,8 @@ def test_transform_rows_round_trip(client):
         m = p[["p0", "p1", "p2"]].to_numpy()
         return m / m.sum(axis=1, keepdims=True).clip(1e-12)
 
-    vec = ENGINE.transform_rows(ddf, ["p0", "p1", "p2"], "probs", probs, vector=True).compute()
+    vec = ENGINE.transform_rows(ddf, dict.fromkeys(["p0", "p1", "p2"], "score"), "probs", probs,
+                                vector=True).compute()
     want = probs(df)
     got_m = np.stack([np.asarray(x) for x in vec["probs"]])
     np.testing.assert_array_equal(got_m, want)
@@ -359,7 +360,7 @@ def test_transform_rows_refuses_an_existing_output_column(client):
     df = _data(100, seed=9)
     calls = []
     with pytest.raises(DataError, match="output column 'label' already exists"):
-        ENGINE.transform_rows(_ddf(df, 2), ["score"], "label",
+        ENGINE.transform_rows(_ddf(df, 2), {"score": "score"}, "label",
                               lambda p: calls.append(1) or p["score"], vector=False)
     assert not calls
 

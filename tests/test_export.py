@@ -28,7 +28,7 @@ from conftest import make_scores
 import distcal
 import distcal.mlflow as dmlflow
 from distcal.cli.main import main as cli_main
-from distcal.export.pieces import piecewise
+from distcal.core.piecewise import piecewise
 
 BINARY = {
     "step": {"interpolation": "step"},

@@ -337,24 +337,25 @@ def test_transform_rows_round_trip(spark):
         def first(part):
             return np.stack(part.column("probs").to_numpy(zero_copy_only=False))[:, 0]
 
-        out = ENGINE.transform_rows(df, ["probs"], "cal", scaled, vector=True)
+        out = ENGINE.transform_rows(df, {"probs": "score"}, "cal", scaled, vector=True)
         assert out.columns == [*df.columns, "cal"]
         assert out.schema["cal"].dataType.simpleString() == "array<double>"
         assert out.schema["probs"].dataType == df.schema["probs"].dataType
         got = out.select("id", "cal").toPandas().sort_values("id")
         np.testing.assert_allclose(np.stack(got["cal"].to_numpy()),
                                    2.0 * np.stack(pdf["probs"].to_numpy()), rtol=1e-15)
-        out = ENGINE.transform_rows(df, ["probs", "label"], "p0", first, vector=False)
+        out = ENGINE.transform_rows(df, {"probs": "score", "label": "label"}, "p0", first,
+                                    vector=False)
         assert out.schema["p0"].dataType.simpleString() == "double"
         got = out.select("id", "p0").toPandas().sort_values("id")
         np.testing.assert_allclose(got["p0"].to_numpy(), np.stack(pdf["probs"])[:, 0])
     plain = pd.DataFrame({"id": pdf["id"], "probs": [list(map(float, v)) for v in pdf["probs"]]})
-    local = ENGINE.transform_rows(plain, ["probs"], "p0", first, vector=False)
+    local = ENGINE.transform_rows(plain, {"probs": "score"}, "p0", first, vector=False)
     assert isinstance(local, pd.DataFrame) and list(local.columns) == ["id", "probs", "p0"]
     np.testing.assert_allclose(local.sort_values("id")["p0"].to_numpy(),
                                np.stack(pdf["probs"])[:, 0])
     with pytest.raises(distcal.DataError) as exists:
-        ENGINE.transform_rows(df, ["probs"], "label", first, vector=False)
+        ENGINE.transform_rows(df, {"probs": "score"}, "label", first, vector=False)
     assert str(exists.value) == str(distcal.errors.output_column_exists("label"))
 
 

@@ -144,7 +144,7 @@ def test_nothing_refers_outside_the_repository():
 @pytest.mark.parametrize("name", ["local", "spark", "dask"])
 def test_every_engine_implements_the_whole_interface(name):
     engine = get_engine(name)
-    for attr in ("open_keyed", "transform_rows", "transform"):
+    for attr in ("open_keyed", "transform_rows"):
         assert callable(getattr(engine, attr)), (name, attr)
     assert engine.name == name and isinstance(engine.options, frozenset)
     wanted = {a for a in Engine.__dict__ if not a.startswith("_")} - {"name", "options"}

@@ -168,7 +168,7 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
     """
     import pyarrow.parquet as pq
 
-    from ..tables import arrow_kind
+    from ..core.columns import arrow_kind
 
     _check_roles(command, opts)
     fmt = opts.get("input_format") or "parquet"

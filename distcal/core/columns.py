@@ -1,7 +1,7 @@
 """Reading one column of a batch as float64: numbers, text among numbers, vector elements.
 
 Shared by every reader of the user's columns (:mod:`distcal.core.rows`,
-:mod:`distcal.tables`): null is NaN, text in a numeric column is a row
+:mod:`distcal.apply`): null is NaN, text in a numeric column is a row
 problem, and an element of a vector column is read with the vectors'
 lengths counted for :func:`~distcal.core.validate.check_vector_lengths`.
 """
@@ -15,10 +15,10 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import VECTORS_EXPECTED, column_type
-from .validate import is_real_dtype, is_vector_series
+from ..errors import VECTORS_EXPECTED, DataError, column_type
+from .validate import is_real_dtype
 
-__all__ = ["arrow_kind", "arrow_to_float", "vector_element", "is_list_type"]
+__all__ = ["arrow_kind", "arrow_to_float", "column_to_float", "vector_element", "is_list_type"]
 
 
 def arrow_kind(t: pa.DataType) -> str:
@@ -48,30 +48,37 @@ def arrow_to_float(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndar
     return pc.cast(col, pa.float64(), safe=False).to_numpy(zero_copy_only=False), None
 
 
-def _pandas_to_float(s: pd.Series) -> tuple[np.ndarray, np.ndarray | None]:
-    dt = s.dtype
-    if pd.api.types.is_bool_dtype(dt) or pd.api.types.is_numeric_dtype(dt):
-        return s.to_numpy(dtype=np.float64, na_value=np.nan), None
-    return _coerce_text(s.astype(object))
+def column_to_float(data: pd.DataFrame | pa.Table, name: str, role: str | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """A scalar numeric column as float64 (null -> NaN) and the mask of its text cells.
+
+    A column of another type (dates, vectors, ...) is a :class:`DataError`
+    naming ``role`` (none: one of several per-class score columns).
+    """
+    if isinstance(data, pa.Table):
+        col = data.column(name)
+        if arrow_kind(col.type) == "other":
+            raise _type_error(name, role, str(col.type))
+        values, text = arrow_to_float(col)
+        return values, np.zeros(len(values), bool) if text is None else text
+    s = data[name]
+    if is_real_dtype(s.dtype):  # not complex, dates or durations
+        return s.to_numpy(dtype=np.float64, na_value=np.nan), np.zeros(len(s), bool)
+    if pd.api.types.is_object_dtype(s.dtype) or pd.api.types.is_string_dtype(s.dtype):
+        if s.map(lambda v: isinstance(v, (list, tuple, np.ndarray))).any():
+            raise DataError(f"column '{name}' holds vectors; pass it as score_col")
+        return _coerce_text(s.astype(object))
+    raise _type_error(name, role, str(s.dtype))
 
 
-def _pandas_kind(s: pd.Series) -> str:
-    dt = s.dtype
-    if is_real_dtype(dt):  # not complex, not dates or durations
-        return "number"
-    if pd.api.types.is_object_dtype(dt) or pd.api.types.is_string_dtype(dt):
-        return "other" if is_vector_series(s) else "text"  # vectors are not text
-    return "other"
+def _type_error(name: str, role: str | None, type_name: str) -> DataError:
+    if role is None:  # one of several per-class columns
+        return DataError(f"column '{name}' has type {type_name}; expected numbers")
+    return column_type(name, role, type_name)
 
 
 def _vector_kind(t: pa.DataType) -> str:
     return "number" if is_list_type(t) and arrow_kind(t.value_type) == "number" else "other"
-
-
-def _pandas_vector_kind(s: pd.Series) -> str:
-    if isinstance(s.dtype, pd.ArrowDtype):
-        return _vector_kind(s.dtype.pyarrow_dtype)
-    return "number" if s.dtype == object else "other"
 
 
 def vector_element(col: pa.ChunkedArray | pa.Array | pd.Series, index: int,
@@ -93,6 +100,8 @@ def vector_element(col: pa.ChunkedArray | pa.Array | pd.Series, index: int,
             raise column_type(name, role, "mixed values", VECTORS_EXPECTED) from exc
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
+    if pa.types.is_null(col.type):  # no value at all (e.g. an empty pandas part): no vectors
+        col = pa.nulls(len(col), pa.list_(pa.float64()))
     if _vector_kind(col.type) != "number":
         raise column_type(name, role, str(col.type), VECTORS_EXPECTED)
     lengths = pc.fill_null(pc.list_value_length(col), -1).to_numpy(zero_copy_only=False)

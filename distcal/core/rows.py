@@ -18,13 +18,13 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import DataError, column_type
+from ..errors import DataError
+from .columns import column_to_float, vector_element
 from .multiclass import label_problems
-from .validate import is_real_dtype
 
 __all__ = ["fit_rows", "vector_lengths", "problems_message", "Problems", "read_scores",
            "check_score_args", "score_names", "RowPart",
-           "read_rows", "add_up_rows", "RowTotals", "check_columns", "merge_stats"]
+           "read_rows", "add_up_rows", "RowTotals", "check_columns", "merge_stats", "read_score"]
 
 # ---------------------------------------------------------------------------
 
@@ -62,41 +62,27 @@ def problems_message(items: list[tuple[str, str, int]]) -> str:
     return "; ".join(parts)
 
 
-def _column_to_float(data: pd.DataFrame | pa.Table, name: str, role: str | None = None
-                     ) -> tuple[np.ndarray, np.ndarray]:
-    """A scalar numeric column as float64 (null -> NaN) and the mask of text cells."""
-    if isinstance(data, pa.Table):
-        col = data.column(name)
-        t = col.type
-        if pa.types.is_dictionary(t):
-            col, t = pc.cast(col, t.value_type), t.value_type
-        if pa.types.is_string(t) or pa.types.is_large_string(t):
-            return _text_to_float(pd.Series(col.to_pandas(), dtype=object))
-        if not (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t)
-                or pa.types.is_decimal(t) or pa.types.is_null(t)):
-            raise _type_error(name, role, str(t))
-        # safe=False: integers beyond 2^53 round (and fail the checks, not Arrow)
-        values = pc.cast(col, pa.float64(), safe=False).to_numpy(zero_copy_only=False)
-        return np.asarray(values, dtype=np.float64), np.zeros(len(values), bool)
-    s = data[name]
-    if is_real_dtype(s.dtype):  # not complex, dates or durations
-        return s.to_numpy(dtype=np.float64, na_value=np.nan), np.zeros(len(s), bool)
-    if pd.api.types.is_object_dtype(s.dtype) or pd.api.types.is_string_dtype(s.dtype):
-        if s.map(lambda v: isinstance(v, (list, tuple, np.ndarray))).any():
-            raise DataError(f"column '{name}' holds vectors; pass it as score_col")
-        return _text_to_float(s.astype(object))
-    raise _type_error(name, role, str(s.dtype))
+def read_score(part: pd.DataFrame | pa.Table, name: str, index: int | None = None
+               ) -> np.ndarray:
+    """The binary score of every row of ``part`` as float64 (null -> NaN), to predict.
 
+    ``index``: the score is that element of the vectors in ``name`` (their
+    lengths checked over ``part``). Text, or a column of another type, is a
+    :class:`DataError`; NaN and infinite scores are left to the model.
+    """
+    if index is not None:
+        from .validate import check_vector_lengths
 
-def _type_error(name: str, role: str | None, type_name: str) -> DataError:
-    if role is None:  # one of several per-class columns
-        return DataError(f"column '{name}' has type {type_name}; expected numbers")
-    return column_type(name, role, type_name)
-
-
-def _text_to_float(s: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    out = pd.to_numeric(s, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    return out, s.notna().to_numpy() & np.isnan(out)
+        column = part[name] if isinstance(part, pd.DataFrame) else part.column(name)
+        values, lengths = vector_element(column, index, name)
+        check_vector_lengths(name, "score", index, lengths)
+        return values
+    values, text = column_to_float(part, name, "score")
+    k = int(np.count_nonzero(text))
+    if k:
+        raise DataError(f"column '{name}': {k} row{'s' if k > 1 else ''} "
+                        f"{'are' if k > 1 else 'is'} text, not numbers")
+    return values
 
 
 def _vectors_to_arrow(s: pd.Series, name: str) -> pa.Array:
@@ -209,7 +195,7 @@ def read_scores(data: pd.DataFrame | pa.Table, score_col: str | None,
         out = np.empty((n, len(score_cols)))
         texts = []
         for j, c in enumerate(score_cols):
-            out[:, j], text = _column_to_float(data, c)
+            out[:, j], text = column_to_float(data, c)
             texts.append(text)
         # Only rows whose sum is not finite can hold NaN or inf (text is NaN):
         # the per-column checks look at those rows only.
@@ -285,12 +271,12 @@ def fit_rows(table: pd.DataFrame | pa.Table, method: str, score_col: str | None,
     k = _n_classes(scores.shape[1])
     if k < 2:
         raise DataError(f"column '{score_col}': no vectors to calibrate (need K >= 2 entries)")
-    labels, text = _column_to_float(table, label_col, "label")
+    labels, text = column_to_float(table, label_col, "label")
     for problem, mask in label_problems(labels, k, text):
         problems.add(label_col, problem, mask)
     weights = None
     if weight_col is not None:
-        weights, wtext = _column_to_float(table, weight_col, "weight")
+        weights, wtext = column_to_float(table, weight_col, "weight")
         problems.add(weight_col, "are text, not numbers", wtext)
         problems.add(weight_col, "are null or NaN", np.isnan(weights) & ~wtext)
         problems.add(weight_col, "are infinite", np.isinf(weights))
@@ -431,14 +417,13 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
             if name is None:
                 continue
             if part == "score" and spec.score_index is not None:
-                from .columns import vector_element
 
                 column = table[name] if isinstance(table, pd.DataFrame) else table.column(name)
                 v, counted = vector_element(column, spec.score_index, name, roles["score"])
                 lengths = dict(counted)
                 text = np.zeros(v.shape[0], dtype=bool)
             else:
-                v, text = _column_to_float(table, name, roles[part or "score"])
+                v, text = column_to_float(table, name, roles[part or "score"])
             if part is not None:
                 values[part] = v
             for problem, kind in rules(roles[part or "score"], finite_scores):

@@ -7,8 +7,7 @@ rows with weight > 0 as one row per key (all rows, a segment, a class),
 pooled by (key, score) into sums, and split into ascending,
 non-overlapping score ranges. An engine offers exactly that
 (:meth:`Engine.open_keyed`), with passes over the rows themselves, and
-applies a model to its own kind of frame (:meth:`Engine.transform_rows`,
-:meth:`Engine.transform` for a binary model).
+applies a model to its own kind of frame (:meth:`Engine.transform_rows`).
 """
 
 from __future__ import annotations
@@ -63,14 +62,6 @@ class Engine(Protocol):
     # (e.g. ``n_ranges`` on Spark); anything else is a TypeError.
     options: frozenset[str]
 
-    def transform(self, model: Any, data: Any, score_col: str, output_col: str,
-                  score_index: int | None = None) -> Any:
-        """``data`` with ``output_col`` = ``model.predict(score_col)``, same frame type.
-
-        ``score_index``: the score is this element of the vectors in ``score_col``.
-        """
-        ...
-
     def is_vector_column(self, data: Any, name: str) -> bool:
         """Whether column ``name`` of ``data`` holds vectors (multiclass scores)."""
         ...
@@ -94,19 +85,23 @@ class Engine(Protocol):
         """
         ...
 
-    def transform_rows(self, data: Any, columns: list[str], output_col: str,
-                       predict: Callable[[Any], Any], vector: bool, model: Any = None) -> Any:
+    def transform_rows(self, data: Any, columns: dict[str, str], output_col: str,
+                       predict: Callable[[Any], Any], vector: bool, model: Any = None,
+                       score_index: int | None = None) -> Any:
         """``data`` with ``output_col`` = ``predict(part)`` for each part of its rows.
 
-        ``model``: the model that ``predict`` applies, for an engine that
-        can apply some models natively (Spark: a binary model by segment,
-        inside the JVM); the result must equal ``predict``'s.
+        ``columns``: the model's input columns and their roles ("score",
+        "segment"), for the messages of missing ones. ``part`` is a pandas
+        DataFrame or pyarrow Table holding them; ``predict`` returns a
+        float64 array of one value per row, or (``vector``) an (n, K) array,
+        written as a list column (``ArrayType(double)`` on Spark). Same
+        frame type out as in (a Parquet path in: a pandas DataFrame);
+        ``output_col`` already in ``data`` is a ``DataError``.
 
-        ``part`` is a pandas DataFrame or pyarrow Table holding ``columns``
-        (the model's inputs); ``predict`` returns a float64 array of one
-        value per row, or (``vector``) an (n, K) array, written as a list
-        column (``ArrayType(double)`` on Spark). Same frame type out as in
-        (a Parquet path in: a pandas DataFrame); ``output_col`` already in
-        ``data`` is a ``DataError``.
+        ``model``: the model that ``predict`` applies, for an engine that
+        can apply some models natively (Spark: binary maps, by segment or
+        not, inside the JVM; ``score_index``: the score is that element of
+        the vectors in the score column); the result must equal
+        ``predict``'s.
         """
         ...

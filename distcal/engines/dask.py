@@ -14,8 +14,7 @@ import numpy as np
 import pandas as pd
 
 from ..core.keyed import KeySpec
-from ..errors import column_not_found, output_column_exists
-from ..tables import ColumnSource, is_path
+from ..tables import is_path
 from .dask_keyed import DaskKeyedRanges, transform_rows, workers_threads
 from .frames import engine_of
 
@@ -46,10 +45,6 @@ class DaskEngine:
 
     name = "dask"
     options = frozenset({"n_ranges", "samples_per_range", "range_rows"})
-
-    def transform(self, model: Any, data: Any, score_col: str, output_col: str,
-                  score_index: int | None = None) -> Any:
-        return _transform(model, as_dask(data), score_col, output_col, score_index)
 
     def is_vector_column(self, data: Any, name: str) -> bool:
         """A pyarrow list dtype, or an object column whose first non-null value is a vector.
@@ -87,32 +82,7 @@ class DaskEngine:
         return DaskKeyedRanges(as_dask(data), spec, on_invalid=on_invalid,
                                finite_scores=finite_scores, passes=passes, **opts)
 
-    def transform_rows(self, data: Any, columns: list[str], output_col: str,
-                       predict: Callable[[Any], Any], vector: bool, model: Any = None) -> Any:
+    def transform_rows(self, data: Any, columns: dict[str, str], output_col: str,
+                       predict: Callable[[Any], Any], vector: bool, model: Any = None,
+                       score_index: int | None = None) -> Any:
         return transform_rows(as_dask(data), columns, output_col, predict, vector)
-
-
-def _transform(model: Any, ddf: Any, score_col: str, output_col: str,
-               score_index: int | None = None) -> Any:
-    """Add ``output_col`` lazily, per partition, with the right ``meta``.
-
-    With ``score_index`` each partition reads the element itself (and a
-    partition with bad vector lengths fails with the local engine's
-    ``DataError`` when computed).
-    """
-    if score_col not in ddf.columns:
-        raise column_not_found(score_col, "score", ddf.columns)
-    indexes = None if score_index is None else {"score": score_index}
-    ColumnSource(ddf._meta, {"score": score_col}, indexes)  # the column's type, from the meta
-    if output_col in ddf.columns:
-        raise output_column_exists(output_col)
-    meta = ddf._meta.copy()
-    meta[output_col] = np.zeros(0, dtype=np.float64)
-
-    # a per-segment model (by=) reads plain score columns and takes no score_index
-    extra = {} if score_index is None else {"score_index": score_index}
-
-    def add(pdf: pd.DataFrame) -> pd.DataFrame:
-        return model.transform(pdf, score_col=score_col, output_col=output_col, **extra)
-
-    return ddf.map_partitions(add, meta=meta)

@@ -306,15 +306,20 @@ class DaskKeyedRanges:
 
 # -- transform ------------------------------------------------------------------------
 
-def transform_rows(ddf: Any, columns: list[str], output_col: str,
+def transform_rows(ddf: Any, columns: dict[str, str], output_col: str,
                    predict: Callable[[Any], Any], vector: bool) -> Any:
-    """``ddf`` with ``output_col`` = ``predict(partition[columns])``, lazily per partition."""
+    """``ddf`` with ``output_col`` = ``predict(partition[columns])``, lazily per partition.
+
+    The columns' types are checked on ``ddf``'s meta first (``predict`` on
+    its empty frame), so a column of another type fails here, not when computed.
+    """
     names = [str(c) for c in ddf.columns]
+    for c, role in columns.items():
+        if c not in names:
+            raise column_not_found(c, role, names)
     if output_col in names:
         raise output_column_exists(output_col)
-    for c in columns:
-        if c not in names:
-            raise column_not_found(c, "model input", names)
+    predict(ddf._meta[list(columns)])
     meta = ddf._meta.copy()
     meta[output_col] = pd.Series([], dtype=object if vector else np.float64, index=meta.index)
     return ddf.map_partitions(_predict_partition, list(columns), output_col, predict, vector,

@@ -25,7 +25,8 @@ import pyarrow as pa
 
 from ..core.keyed import Key, KeyedTable, KeySpec, merge_keyed, pool_rows, pool_sums
 from ..core.rows import RowPart, add_up_rows, read_rows, vector_lengths
-from ..errors import DataError, output_column_exists
+from ..core.validate import check_unique_columns
+from ..errors import DataError, column_not_found, output_column_exists
 from ..logs import describe_input, log, phase
 from ..tables import is_path, iter_tables, open_dataset, read_table
 from .frames import refuse_cluster_frames
@@ -251,7 +252,7 @@ class LocalKeyedRanges:
         self.close()
 
 
-def transform_rows(data: Any, columns: list[str], output_col: str,
+def transform_rows(data: Any, columns: dict[str, str], output_col: str,
                    predict: Callable[[Any], Any], vector: bool) -> Any:
     """pandas in, pandas out; pyarrow in, pyarrow out; a Parquet path in, pandas out."""
     refuse_cluster_frames(data)
@@ -259,18 +260,21 @@ def transform_rows(data: Any, columns: list[str], output_col: str,
         data = read_table(data).to_pandas()
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
+    if not isinstance(data, (pd.DataFrame, pa.Table)):
+        raise TypeError(f"cannot transform data of type {type(data).__name__}")
+    names = list(map(str, data.columns)) if isinstance(data, pd.DataFrame) \
+        else data.schema.names
+    check_unique_columns(names, columns)  # before data[c] reads
+    for c, role in columns.items():
+        if c not in names:
+            raise column_not_found(c, role, names)
+    if output_col in names:
+        raise output_column_exists(output_col)
+    values = np.asarray(predict(data), dtype=np.float64)
     if isinstance(data, pd.DataFrame):
-        if output_col in data.columns:
-            raise output_column_exists(output_col)
-        values = np.asarray(predict(data), dtype=np.float64)
         out = data.copy(deep=False)
         out[output_col] = list(values) if vector else values
         return out
-    if isinstance(data, pa.Table):
-        if output_col in data.schema.names:
-            raise output_column_exists(output_col)
-        values = np.asarray(predict(data), dtype=np.float64)
-        col = (pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
-               .cast(pa.list_(pa.float64())) if vector else pa.array(values, type=pa.float64()))
-        return data.append_column(output_col, col)
-    raise TypeError(f"cannot transform data of type {type(data).__name__}")
+    col = (pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
+           .cast(pa.list_(pa.float64())) if vector else pa.array(values, type=pa.float64()))
+    return data.append_column(output_col, col)

@@ -6,7 +6,7 @@
 * MLflow: :mod:`distcal.mlflow`.
 
 Both reproduce ``model.predict`` (docs/export.md): they are built from
-the same leaves (:mod:`distcal.export.pieces`) and the same double
+the same leaves (:mod:`distcal.core.piecewise`) and the same double
 operations. They read the model's maps and combiner only; no engine is
 involved. sqlglot and onnx are imported when an export is made (the
 ``export`` extra).

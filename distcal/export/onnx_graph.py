@@ -4,7 +4,7 @@ Input ``score``: double [N] (binary) or [N, K] (multiclass); output
 ``probability``: double [N] or [N, K]; equal to ``model.predict`` to 1e-12
 under onnxruntime (in practice to the last bit for blocks and bins).
 
-Blocks and bins (:mod:`distcal.export.pieces`): the leaf index
+Blocks and bins (:mod:`distcal.core.piecewise`): the leaf index
 i(s) = #{t_j <= s} (or < s) is found by a branchless binary search in
 ceil(log2(leaves)) rounds of ``Gather`` + ``LessOrEqual`` + ``Where`` on an
 int64 position per score. The thresholds are padded with NaN to 2^r - 1
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .pieces import Piecewise, is_keyed, piecewise
+from ..core.piecewise import Piecewise, is_keyed, piecewise
 
 __all__ = ["to_onnx", "OPSET", "IR_VERSION"]
 

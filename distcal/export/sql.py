@@ -4,7 +4,7 @@ The expression computes ``model.predict`` from a score expression, in
 Spark SQL, DuckDB, PostgreSQL, BigQuery or Snowflake:
 
 * blocks and bins (isotonic, histogram, MODL): the search of
-  :mod:`distcal.export.pieces` written as nested ``CASE WHEN s >= t THEN
+  :mod:`distcal.core.piecewise` written as nested ``CASE WHEN s >= t THEN
   ... ELSE ... END``, a binary search of depth ceil(log2(leaves)), so 100,000
   blocks cost about 18 comparisons per row, not a 100,000-arm CASE. Runs of
   equal constant leaves collapse into one. Spark and DuckDB run the same
@@ -48,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from .pieces import Piecewise, is_keyed, piecewise
+from ..core.piecewise import Piecewise, is_keyed, piecewise
 
 __all__ = ["DIALECTS", "to_sql", "ovr_normalise_sql"]
 

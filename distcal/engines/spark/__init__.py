@@ -7,8 +7,7 @@ The modules, in the order data flows through them:
 * :mod:`.schema`: column types, vectors and their lengths in Spark SQL;
 * :mod:`.keyed`: the keyed rows (any key spec) in ranges chosen from the
   data, pooled incrementally in bounded worker memory;
-* :mod:`.executor`: Arrow batches gathered into chunks in the Python worker;
-* :mod:`.transform`: applying a model inside the JVM;
+* :mod:`.transform`: applying binary maps (by segment or not) inside the JVM;
 * :mod:`.transform_rows`: applying a model to whole rows (one ``mapInArrow``).
 """
 
@@ -27,12 +26,6 @@ class SparkEngine:
 
     name = "spark"
     options = frozenset({"n_ranges", "combine", "sample_rows", "range_rows"})
-
-    def transform(self, model: Any, data: Any, score_col: str, output_col: str,
-                  score_index: int | None = None) -> Any:
-        from .transform import transform
-
-        return transform(model, as_spark(data), score_col, output_col, score_index)
 
     def is_vector_column(self, data: Any, name: str) -> bool:
         """An ``ArrayType`` or pyspark.ml ``VectorUDT`` column (local data: as locally)."""
@@ -73,28 +66,34 @@ class SparkEngine:
         return SparkKeyedRanges(as_spark(data), spec, on_invalid=on_invalid,
                                 finite_scores=finite_scores, passes=passes, **opts)
 
-    def transform_rows(self, data: Any, columns: list[str], output_col: str,
-                       predict: Any, vector: bool, model: Any = None) -> Any:
+    def transform_rows(self, data: Any, columns: dict[str, str], output_col: str,
+                       predict: Any, vector: bool, model: Any = None,
+                       score_index: int | None = None) -> Any:
         """A Spark DataFrame in, the same out; local data forced onto Spark (a pandas
         DataFrame, a pyarrow Table or a Parquet path) comes back as pandas (Arrow for Arrow).
 
-        A binary model by segment (``model.by``, one score) is applied inside
-        the JVM (:mod:`.segment_transform`: broadcast joins and Bucketizers,
-        no Python worker), except Venn-Abers'; anything else by ``predict`` in one
-        ``mapInArrow``.
+        A binary map, or binary maps by segment (``model.by``), is applied
+        inside the JVM (:mod:`.transform`: Bucketizers, constant arrays and
+        broadcast joins, no Python worker), except Venn-Abers' by segment;
+        anything else by ``predict`` in one ``mapInArrow``.
         """
         import pyarrow as pa
 
         from ..frames import engine_of
         from .transform_rows import transform_rows
 
-        if model is not None and getattr(model, "by", None) and model.n_classes < 2 \
-                and model.method != "venn_abers":  # (its steps: by predict, below)
-            from .segment_transform import transform_segmented
+        df, score_col = as_spark(data), next(iter(columns))
+        if model is not None and not hasattr(model, "n_classes"):  # a CalibrationModel
+            from .transform import transform
 
-            out = transform_segmented(model, as_spark(data), columns[0], output_col)
+            out = transform(model, df, score_col, output_col, score_index)
+        elif model is not None and model.by and model.n_classes < 2 \
+                and model.method != "venn_abers":  # (its steps: by predict, below)
+            from .transform import transform_segmented
+
+            out = transform_segmented(model, df, score_col, output_col)
         else:
-            out = transform_rows(as_spark(data), columns, output_col, predict, vector)
+            out = transform_rows(df, columns, output_col, predict, vector)
         if engine_of(data) == "spark":
             return out
         frame = out.toPandas()

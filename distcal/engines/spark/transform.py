@@ -1,55 +1,152 @@
-"""Applying a fitted map to a Spark DataFrame inside the JVM (no Python worker)."""
+"""Applying binary maps to a Spark DataFrame inside the JVM (no Python worker).
+
+Platt's sigmoid and beta calibration are one SQL expression each, a
+Venn-Abers predictor two Bucketizers over its two step functions
+(:func:`_transform_venn_abers`). Every other map is piecewise
+(:mod:`distcal.core.piecewise`): sorted split points and, for the piece
+``b`` = number of split points <= s, a line ``y0 + slope * (s - x0)`` (a
+constant where the slope is 0), with the values at s = -inf / +inf of an
+end block that has no finite knot. Spark ML's Bucketizer (a binary search
+in the JVM) finds the piece; the rows never reach a Python worker, which
+keeps transform + write as fast as MLlib's.
+
+* One map (:func:`transform`): one Bucketizer over its split points, and
+  the pieces' (x0, y0, slope) as three constant arrays indexed by the bucket.
+* One map per segment (:func:`transform_segmented`): a small table (key,
+  segment number g) is joined to the data on the ``by`` columns (a
+  broadcast hash join); rows whose key is null or not a fitted segment,
+  and segments that fall back, get g = G: the global map is laid out as one
+  more segment. A first Bucketizer gives j, the bucket of s among U, the
+  sorted union of all maps' split points; since a map's split points are
+  among U, its piece is constant on each bucket, and map g's pieces are
+  intervals of ``z = g * (|U| + 2) + j``, disjoint across maps. A second
+  Bucketizer, over the starts of every map's pieces, gives the piece
+  number, and a broadcast join on it with the table (piece, x0, y0, slope)
+  the line. Both tables go to the JVM as Arrow batches (local relations):
+  ~10^5 pieces as constant arrays were printed into every plan description
+  (10 MB a query at 10,000 segments) and shipped in every task.
+
+The output keeps every input column and adds a double column; an
+``output_col`` that exists already is a ``DataError``.
+"""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 
+from ...core.piecewise import Piecewise, piecewise
 from ...errors import column_not_found, column_type, output_column_exists
 from .schema import column_kind, quote, vector_element
 
-__all__ = ["transform"]
+__all__ = ["transform", "transform_segmented"]
+
+
+def _form(model: Any) -> Piecewise:
+    pw = piecewise(model)
+    assert pw is not None, model.method  # every map but sigmoid is piecewise
+    return pw
+
+
+def _pieces(pw: Piecewise) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(split points U, strictly ascending; x0, y0, slope of the |U| + 1 buckets).
+
+    Bucketizer's bucket b of s is the number of points of U <= s. A map
+    whose leaves count ``t < s`` (``right=False``) counts ``nextafter(t, inf)
+    <= s`` instead, the same for doubles; repeated split points leave empty
+    leaves, skipped: bucket b is the leaf ``#{t <= U[b-1]}``.
+    """
+    t = pw.thresholds if pw.right else np.nextafter(pw.thresholds, np.inf)
+    u = np.unique(t)
+    leaf = np.concatenate(([0], np.searchsorted(t, u, side="right")))
+    slope = np.where(pw.constant, 0.0, pw.slope)
+    return u, pw.x0[leaf], pw.y0[leaf], slope[leaf]
+
+
+def _fresh_names(names: list[str], taken: set[str]) -> list[str]:
+    """Internal column names that clash neither with ``taken`` nor with each other."""
+    out = []
+    for name in names:
+        while name in taken:
+            name = "_" + name
+        taken.add(name)
+        out.append(name)
+    return out
+
+
+def _check(df: Any, score_col: str, output_col: str, vectors: bool = False,
+           by: tuple[str, ...] = ()) -> dict[str, Any]:
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    if score_col not in fields:
+        raise column_not_found(score_col, "score", fields)
+    if not vectors and column_kind(fields[score_col]) != "number":
+        raise column_type(score_col, "score", fields[score_col].simpleString())
+    for name in by:
+        if name not in fields:
+            raise column_not_found(name, "segment", fields)
+    if output_col in fields:
+        raise output_column_exists(output_col)
+    return fields
+
+
+def _value(p: Any, sv: Any, at_neg_inf: Any, at_pos_inf: Any) -> Any:
+    """``p`` with the ends' values at s = -inf / +inf (where given) and NULL / NaN kept."""
+    from pyspark.sql import functions as F
+
+    if at_neg_inf is not None:
+        p = F.when(at_neg_inf.isNotNull() & (sv == float("-inf")), at_neg_inf).otherwise(p)
+    if at_pos_inf is not None:
+        p = F.when(at_pos_inf.isNotNull() & (sv == float("inf")), at_pos_inf).otherwise(p)
+    return (F.when(sv.isNull(), F.lit(None).cast("double"))
+            .when(F.isnan(sv), F.lit(float("nan"))).otherwise(p))
+
+
+def _line(x0: Any, y0: Any, sl: Any, sv: Any) -> Any:
+    """``np.interp``'s formula on a piece; the constant y0 where the slope is 0."""
+    from pyspark.sql import functions as F
+
+    return F.when(sl == 0.0, y0).otherwise(sl * (sv - x0) + y0)
 
 
 def transform(model: Any, df: Any, score_col: str, output_col: str,
               score_index: int | None = None) -> Any:
     """Add ``output_col`` = model.predict(score_col), lazily, inside the JVM.
 
-    The map is small (knots or bin edges), so it is evaluated with Spark's
-    own operators: Bucketizer's binary search over the knots, the knot
-    values as constant arrays indexed by the bucket, and the interpolation
-    as a SQL expression (``np.interp``'s formula); Platt's sigmoid is one
-    expression. No Python worker touches the rows, which keeps transform +
-    write as fast as MLlib's. The output keeps every input column and adds a
-    double column; an ``output_col`` that exists already is a ``DataError``.
     With ``score_index`` the score is that element of the vectors in
     ``score_col`` (:func:`.schema.vector_element`, one aggregation to check
     their lengths first).
     """
     from pyspark.sql import functions as F
 
-    fields = {f.name: f.dataType for f in df.schema.fields}
-    if score_col not in fields:
-        raise column_not_found(score_col, "score", fields)
-    if score_index is None and column_kind(fields[score_col]) != "number":
-        raise column_type(score_col, "score", fields[score_col].simpleString())
-    if output_col in fields:
-        raise output_column_exists(output_col)
-    keep = [F.col(quote(f.name)) for f in df.schema.fields]
+    fields = _check(df, score_col, output_col, vectors=score_index is not None)
+    names = list(fields)
+    keep = [F.col(quote(n)) for n in names]
     s = (F.col(quote(score_col)).cast("double") if score_index is None
          else vector_element(df, score_col, score_index))
     if model.method == "sigmoid":
         a, b = float(model.params["a"]), float(model.params["b"])
-        prob = F.lit(1.0) / (F.lit(1.0) + F.exp(s * F.lit(a) + F.lit(b)))
-        return df.select(*keep, prob.alias(output_col))
+        return df.select(*keep, (F.lit(1.0) / (F.lit(1.0) + F.exp(s * F.lit(a) + F.lit(b))))
+                         .alias(output_col))
     if model.method == "beta":
         return df.select(*keep, beta_column(s, *(float(model.params[k]) for k in "abc"))
                          .alias(output_col))
     if model.method == "venn_abers":
         return _transform_venn_abers(model, df, s, keep, output_col)
-    return _transform_by_table(model, df, s, keep, output_col)
+    pw = _form(model)
+    u, x0, y0, sl = _pieces(pw)
+    cs, cb = _fresh_names(["_s", "_b"], set(names))
+    staged, sv = df.select(*keep, s.alias(cs)), F.col(cs)
+    if u.shape[0] == 0:  # one piece: a constant (Bucketizer needs two buckets)
+        p = F.lit(float(y0[0]))
+    else:
+        staged = _bucketize(staged, [-np.inf, *u.tolist(), np.inf], cs, cb)
+        i = F.col(cb).cast("int") + F.lit(1)
+        cx0, cy0, csl = (F.try_element_at(_const_array(df.sparkSession, v.tolist()), i)
+                         for v in (x0, y0, sl))
+        p = _line(cx0, cy0, csl, sv)
+    ends = [None if v is None else F.lit(v) for v in (pw.at_neg_inf, pw.at_pos_inf)]
+    return staged.select(*keep, _value(p, sv, *ends).alias(output_col))
 
 
 def beta_column(s: Any, a: Any, b: Any, c: Any) -> Any:
@@ -120,17 +217,127 @@ def _transform_venn_abers(model: Any, df: Any, s: Any, keep: list, output_col: s
     return base.select(*keep, p.alias(output_col))
 
 
-def _knot_table(model: Any) -> tuple[np.ndarray, np.ndarray, str]:
-    """(sorted split points, values, how to read them) for the piecewise map."""
-    if model.method == "histogram":
-        edges = np.asarray(model.params["edges"], dtype=np.float64)
-        return edges, np.asarray(model.params["bin_prob"], dtype=np.float64), "bins"
-    b = _block_arrays(model)
-    if model.method == "modl" or model.params.get("interpolation", "linear") == "step":
-        return b.score_min, b.prob, "step"
-    x, y = model.knots()  # finite knots, ascending ("linear" or "centered")
-    xs, first = np.unique(x, return_index=True)
-    return xs, y[first], "linear"
+def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) -> Any:
+    """Add ``output_col`` lazily, in the JVM: broadcast joins, Bucketizers and SQL.
+
+    Rows are numbered by their segment g (a broadcast join on the ``by``
+    columns; no fitted segment: g = G, the global map laid out as one more
+    segment), two Bucketizers find the piece (module docstring) and a
+    broadcast join on the piece number brings its line (x0, y0, slope).
+    Keys of another type than the model's are a ``DataError`` from the
+    columns' types, before any job.
+    """
+    from pyspark.sql import functions as F
+
+    fields = _check(df, score_col, output_col, by=tuple(model.by))
+    model.check_column_types(fields)  # keys of another type would match no segment
+    names = list(fields)
+    spark = df.sparkSession
+    sigmoid = model.method == "sigmoid"
+    beta = model.method == "beta"  # per segment (a, b, c), as sigmoid's (a, b)
+    nk = len(model.by)
+    (cs, cg, ce0, ce1, ce2, cj, cz, cb, cp, cx0, cy0, csl, *ck) = _fresh_names(
+        ["_s", "_g", "_e0", "_e1", "_e2", "_j", "_z", "_b", "_p", "_x0", "_y0", "_sl"]
+        + [f"_k{i}" for i in range(nk)], set(names))
+    consts = (ce0, ce1, ce2) if beta else (ce0, ce1)
+    seg = model.segments
+    keys = list(seg.loc[~seg["fallback"], model.by].itertuples(index=False, name=None))
+    maps = [model.segment(tuple(k)) for k in keys] + [model.global_model]
+    # Per map: Platt's (a, b), beta's (a, b, c), or the values at s = -inf / +inf
+    # (null: the end piece's).
+    ends: list[tuple[float | None, ...]]
+    if sigmoid or beta:
+        ends = [tuple(float(m.params[k]) for k in ("abc" if beta else "ab")) for m in maps]
+    else:
+        forms = [_form(m) for m in maps]
+        ends = [(pw.at_neg_inf, pw.at_pos_inf) for pw in forms]
+    table = _key_table(spark, keys, [fields[b] for b in model.by], [*ck, cg, *consts], ends)
+    cond = None
+    for j, name in enumerate(model.by):
+        eq = df[quote(name)] == table[ck[j]]
+        cond = eq if cond is None else cond & eq
+    joined = df.join(F.broadcast(table), on=cond, how="left")
+    # Unmatched rows (null or unseen keys, segments that fall back) take the
+    # global map: g = G (its pieces come last), its constants otherwise.
+    staged = joined.select(*[df[quote(n)] for n in names],
+                           F.col(quote(score_col)).cast("double").alias(cs),
+                           F.coalesce(table[cg], F.lit(len(keys))).alias(cg),
+                           *[F.coalesce(table[c], F.lit(v).cast("double")).alias(c)
+                             for c, v in zip(consts, ends[-1])])
+    sv, e0, e1 = F.col(cs), F.col(ce0), F.col(ce1)
+    if sigmoid or beta:
+        p = beta_column(sv, e0, e1, F.col(ce2)) if beta else \
+            F.lit(1.0) / (F.lit(1.0) + F.exp(sv * e0 + e1))
+        return staged.select(*[F.col(quote(n)) for n in names],
+                             _value(p, sv, None, None).alias(output_col))
+    lay = _piece_layout([_pieces(pw) for pw in forms])
+    if lay["union"].shape[0]:
+        staged = _bucketize(staged, [-np.inf, *lay["union"].tolist(), np.inf], cs, cj)
+    else:
+        staged = staged.withColumn(cj, F.lit(0.0))
+    staged = staged.withColumn(cz, F.col(cg).cast("double") * F.lit(lay["m"]) + F.col(cj))
+    staged = _bucketize(staged, [-np.inf, *lay["starts"].tolist(), np.inf], cz, cb)
+    ptable = _piece_table(spark, lay, [cp, cx0, cy0, csl])
+    # Left join: a null score has no bucket (its output is null).
+    staged = staged.join(F.broadcast(ptable), F.col(cb).cast("long") == ptable[cp], "left")
+    p = _line(F.col(cx0), F.col(cy0), F.col(csl), sv)
+    return staged.select(*[F.col(quote(n)) for n in names],
+                         _value(p, sv, e0, e1).alias(output_col))
+
+
+def _piece_layout(pieces: list[tuple[np.ndarray, ...]]) -> dict[str, Any]:
+    """All maps' pieces (:func:`_pieces`) on one line, for two Bucketizers.
+
+    U is the sorted union of the maps' split points, and map g's piece k
+    starts at ``g * M + (position in U of its (k-1)-th split point) + 1``,
+    M = |U| + 2 (buckets 0..|U| and NaN's |U| + 1).
+    """
+    union = np.unique(np.concatenate([p[0] for p in pieces]))
+    m = float(union.shape[0] + 2)
+    starts = np.concatenate([g * m + np.concatenate(([0.0], np.searchsorted(union, p[0]) + 1.0))
+                             for g, p in enumerate(pieces)])
+    return {"union": union, "m": m, "starts": starts,
+            **{c: np.concatenate([p[i] for p in pieces])
+               for i, c in enumerate(("x0", "y0", "sl"), start=1)}}
+
+
+def _key_table(spark: Any, keys: list[tuple[Any, ...]], key_types: list[Any], cols: list[str],
+               values: list[Any]) -> Any:
+    """(key..., g, per-segment doubles) as a Spark table, sent as one Arrow batch.
+
+    ``cols`` names the columns. Built with Arrow it is a local relation: a
+    list of rows would be a Python RDD, run by Python workers when broadcast.
+    The per-segment values ride with the key (read once per row, no lookup).
+    """
+    import pyarrow as pa
+    from pyspark.sql import types as T
+
+    nk = len(key_types)
+    schema = T.StructType([T.StructField(c, t, True) for c, t in zip(cols, key_types)]
+                          + [T.StructField(cols[nk], T.IntegerType(), False)]
+                          + [T.StructField(c, T.DoubleType(), True) for c in cols[nk + 1:]])
+    # Column by column from Python values (pa.array keeps a NaN key a NaN,
+    # as Spark's own key column has it; pandas' conversion would make it null).
+    arrays = [pa.array([k[i] for k in keys]) for i in range(nk)]
+    arrays.append(pa.array(np.arange(len(keys), dtype=np.int32)))
+    arrays += [pa.array([v[i] for v in values[:len(keys)]], pa.float64())
+               for i in range(len(cols) - nk - 1)]
+    return spark.createDataFrame(pa.table(arrays, names=cols), schema)
+
+
+def _piece_table(spark: Any, lay: dict[str, Any], cols: list[str]) -> Any:
+    """(piece number 1.., x0, y0, slope) as a Spark table, sent as one Arrow batch.
+
+    A local relation: its rows are neither printed in the plan nor shipped
+    in every task (constant arrays of 10^5 doubles were both), and the
+    broadcast join on the dense long key is one array index per row.
+    """
+    import pyarrow as pa
+
+    n = lay["x0"].shape[0]
+    table = pa.table([pa.array(np.arange(1, n + 1, dtype=np.int64)), pa.array(lay["x0"]),
+                      pa.array(lay["y0"]), pa.array(lay["sl"])], names=cols)
+    return spark.createDataFrame(table)
 
 
 def _java_doubles(spark: Any, values: Any) -> Any:
@@ -158,7 +365,7 @@ def _const_array(spark: Any, values: list[float]) -> Any:
         return F.expr("array(" + ", ".join(f"{v!r}D" for v in values) + ")")
 
 
-def _bucketize(df: Any, splits: list[float], col: str, out: str = "_b") -> Any:
+def _bucketize(df: Any, splits: list[float], col: str, out: str) -> Any:
     """Spark ML's Bucketizer (binary search in the JVM) adding ``out`` from ``col``.
 
     The splits go to the JVM as one byte array: pyspark's Bucketizer sends a
@@ -177,75 +384,3 @@ def _bucketize(df: Any, splits: list[float], col: str, out: str = "_b") -> Any:
 
         return Bucketizer(splits=splits, inputCol=col, outputCol=out,
                           handleInvalid="keep").transform(df)
-
-
-def _transform_by_table(model: Any, df: Any, s: Any, keep: list, output_col: str) -> Any:
-    """Piecewise maps: Bucketizer finds the piece, one constant array lookup its line.
-
-    Each bucket carries (x0, y0, slope); the value is ``slope * (s - x0) + y0``
-    (``np.interp``'s formula, slope computed by numpy the same way) or the
-    constant y0 where the slope is 0 (ends, steps, bins).
-    """
-    from pyspark.sql import functions as F
-
-    xs, ys, kind = _knot_table(model)
-    blocks = _block_arrays(model)
-    nan = F.lit(float("nan"))
-    base = df.select(*keep, s.alias("_s"))
-    col_in = "_s"
-    if kind == "bins":
-        # searchsorted(edges[1:-1], s) puts s on an inner edge in the lower bin:
-        # intervals (u_{j-1}, u_j] over the distinct inner edges u, which is
-        # Bucketizer's [a, b) on -s. Interval j maps to the bin searchsorted gives.
-        inner = xs[1:-1]
-        u = np.unique(inner)
-        interval_bin = np.append(np.searchsorted(inner, u), inner.shape[0])
-        splits = [-np.inf, *(-u[::-1]).tolist(), np.inf]
-        base = base.withColumn("_neg", -F.col("_s"))
-        col_in, m = "_neg", u.shape[0]
-        pieces = [(0.0, float(ys[interval_bin[m - k]]), 0.0) for k in range(m + 1)]
-    elif kind == "step":
-        # value of the highest block with score_min <= s; the lowest below the range
-        splits = [-np.inf, *xs[1:].tolist(), np.inf]
-        pieces = [(0.0, float(y), 0.0) for y in ys]
-    else:
-        if xs.shape[0] == 0:  # every fitted score was infinite
-            p = F.when(F.col("_s") > 0, F.lit(float(blocks.prob[-1]))).otherwise(
-                F.lit(float(blocks.prob[0])))
-            return base.select(*keep, F.when(F.isnan("_s"), nan).otherwise(p)
-                               .alias(output_col))
-        splits = [-np.inf, *xs.tolist(), np.inf]
-        # bucket k in 1..n-1 lies between knots k-1 and k; 0 and n are the clipped ends
-        slopes = (ys[1:] - ys[:-1]) / (xs[1:] - xs[:-1])
-        pieces = [(0.0, float(ys[0]), 0.0)]
-        pieces += [(float(x0), float(y0), float(sl))
-                   for x0, y0, sl in zip(xs[:-1], ys[:-1], slopes)]
-        pieces.append((0.0, float(ys[-1]), 0.0))
-    if len(pieces) == 1:  # one block or bin: a constant (Bucketizer needs two buckets)
-        sv = F.col("_s")
-        p = F.when(sv.isNull(), F.lit(None).cast("double")).when(F.isnan(sv), nan) \
-            .otherwise(F.lit(pieces[0][1]))
-        return base.select(*keep, p.alias(output_col))
-    bucketed = _bucketize(base, splits, col_in)
-    # The pieces as constant arrays indexed by the bucket.
-    i = F.col("_b").cast("int") + F.lit(1)
-    x0, y0, sl = (F.try_element_at(_const_array(df.sparkSession, [pc[j] for pc in pieces]), i)
-                  for j in range(3))
-    sv = F.col("_s")
-    p = F.when(sl == 0.0, y0).otherwise(sl * (sv - x0) + y0)
-    if kind == "linear":
-        # an end block without a finite knot (only -inf/+inf scores, or an
-        # infinite centered mean) is reached by s = -inf/+inf only
-        low, high = model.end_knots()
-        if not np.isfinite(low):
-            p = F.when(sv == float("-inf"), F.lit(float(blocks.prob[0]))).otherwise(p)
-        if not np.isfinite(high):
-            p = F.when(sv == float("inf"), F.lit(float(blocks.prob[-1]))).otherwise(p)
-    p = F.when(sv.isNull(), F.lit(None).cast("double")).when(F.isnan(sv), nan).otherwise(p)
-    return bucketed.select(*keep, p.alias(output_col))
-
-
-def _block_arrays(model: Any) -> SimpleNamespace:
-    """The model's blocks as numpy arrays by column name."""
-    b = model.blocks
-    return SimpleNamespace(**{c: b[c].to_numpy() for c in b.columns})

@@ -23,18 +23,18 @@ __all__ = ["transform_rows"]
 _INPUT = "__distcal_in_{}"
 
 
-def transform_rows(df: Any, columns: list[str], output_col: str,
+def transform_rows(df: Any, columns: dict[str, str], output_col: str,
                    predict: Callable[[Any], Any], vector: bool) -> Any:
     """``df`` with ``output_col`` = ``predict(columns of a batch)`` (``Engine.transform_rows``)."""
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
     fields = {f.name: f.dataType for f in df.schema.fields}
+    for c, role in columns.items():
+        if c not in fields:
+            raise column_not_found(c, role, list(fields))
     if output_col in fields:
         raise output_column_exists(output_col)
-    for c in columns:
-        if c not in fields:
-            raise column_not_found(c, "model input", list(fields))
     converted = {c: _INPUT.format(i) for i, c in enumerate(columns) if is_vector_udt(fields[c])}
     work = df
     for c, hidden in converted.items():
@@ -44,10 +44,11 @@ def transform_rows(df: Any, columns: list[str], output_col: str,
     out_type = T.ArrayType(T.DoubleType()) if vector else T.DoubleType()
     schema = T.StructType(passed + hidden_fields + [T.StructField(output_col, out_type)])
     inputs = [converted.get(c, c) for c in columns]
+    names = list(columns)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
-            part = pa.Table.from_batches([batch]).select(inputs).rename_columns(columns)
+            part = pa.Table.from_batches([batch]).select(inputs).rename_columns(names)
             values = np.asarray(predict(part), dtype=np.float64)
             if vector:
                 n, k = values.shape if values.ndim == 2 else (values.shape[0], 0)

@@ -28,14 +28,15 @@ Overrides for s = -inf and s = +inf cover a lowest (highest) block with no
 finite knot (:meth:`~distcal.CalibrationModel.end_knots`). NaN in gives NaN
 out and is handled by each target around the search.
 
-Exports (SQL, ONNX) evaluate exactly these operations in double precision,
-so they reproduce ``predict`` to the last bit where the target's arithmetic
-is IEEE double (comparisons, one subtraction, one multiplication, one
-addition per score).
+Spark's transforms inside the JVM (:mod:`distcal.engines.spark.transform`)
+and the exports (SQL, ONNX) evaluate exactly these operations in double
+precision, so they reproduce ``predict`` to the last bit where the
+target's arithmetic is IEEE double (comparisons, one subtraction, one
+multiplication, one addition per score).
 
 This module reads models through their public attributes only (``method``,
-``params``, ``blocks``, ``knots()``, ``end_knots()``), so that the model
-modules can import the exports without an import cycle.
+``params``, ``blocks``, ``knots()``, ``end_knots()``): the core imports no
+model module.
 """
 
 from __future__ import annotations
