@@ -449,3 +449,23 @@ def test_venn_abers_interval_by_segment():
         m = model.segment(k) if k in ("x", "y") else model.global_model
         want = m.predict_interval(q[i:i + 1])
         assert (p0[i], p1[i]) == (want[0][0], want[1][0])
+
+
+def test_venn_abers_with_infinite_scores_on_every_engine(engine):
+    df = rows(600, weights=False)
+    df.loc[:9, "score"] = [-np.inf] * 5 + [np.inf] * 5
+    model = distcal.fit(engine(df), method="venn_abers", by="g", **engine.opts)
+    assert model == distcal.fit(df, method="venn_abers", by="g")
+    # by hand: -inf rows pool with the lowest scores; p0(-inf) uses them, p1(+inf) too
+    p0, p1 = model.global_model.predict_interval([-np.inf, np.inf])
+    want = ivap_oracle(np.where(np.isinf(df.score), np.sign(df.score) * 1e6, df.score),
+                       df.label.to_numpy(), np.ones(len(df)), [-1e6, 1e6])
+    np.testing.assert_allclose([p0[0], p0[1], p1[0], p1[1]],
+                               [want[0, 0], want[0, 1], want[1, 0], want[1, 1]], rtol=1e-12)
+    new = pd.DataFrame({"score": [-np.inf, -1.0, 0.3, 2.0, np.inf],
+                        "g": ["x", "y", "z", "x", "unseen"]})
+    out = model.transform(engine(new), output_col="p")
+    got = out if isinstance(out, pd.DataFrame) else (
+        out.toPandas() if engine.name == "spark" else out.compute())
+    got = got.sort_values("score").reset_index(drop=True)
+    np.testing.assert_allclose(got.p, model.predict(got.score, segments=got.g), rtol=1e-15)
