@@ -36,7 +36,7 @@ from .core.rows import RowPart
 from .core.segment_pav import KeyedPav, merge_keyed_pav, take_blocks
 from .core.sigmoid import sigmoid_plan
 from .core.temperature import temperature_plan
-from .core.venn_abers import venn_abers_plan
+from .core.venn_abers import LabelsNotBinary, count_not_binary, venn_abers_plan
 from .errors import DataError, ParameterError, sums_overflow
 from .keyed_model import KeyedModel, TemperatureMap, class_columns
 from .logs import log, phase
@@ -237,6 +237,12 @@ def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str
                 else:
                     results = run_plans(plan, map_ranges, keep=keep, counts=counts)
             except KeyFailed as failed:
+                if isinstance(failed.error, LabelsNotBinary):  # count the rows: one pass
+                    n = sum(ranges.map_rows(count_not_binary))
+                    raise DataError(f"column '{spec.label_col}' (label): {n} row"
+                                    f"{'s hold' if n != 1 else ' holds'} labels other than 0 "
+                                    "and 1; Venn-Abers predictors take 0/1 labels"
+                                    ) from failed.error
                 raise _key_error(by, failed, method, spec.label_col) from failed.error
         maps = {key: _map_from(method, params, res, counts[key], class_columns(columns, key))
                 for key, res in results.items()}

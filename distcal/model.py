@@ -238,6 +238,19 @@ class CalibrationModel:
             out = np.where(nan, np.nan, out)
         return out
 
+    @property
+    def steps(self) -> pd.DataFrame:
+        """The two step functions of a Venn-Abers model (venn_abers only).
+
+        One row per threshold: ``kind`` 0 (p0: the value of the highest
+        ``score`` <= s; 0 below the first) or 1 (p1: the value of the lowest
+        ``score`` >= s; 1 above the last), ``score``, ``prob``; runs of equal
+        values are one row.
+        """
+        if self._steps is None:
+            raise AttributeError(f"a {self.method} model has no steps")
+        return steps_table(self._steps).to_pandas()
+
     def predict_interval(self, scores: Any) -> tuple[np.ndarray, np.ndarray]:
         """The Venn-Abers interval (p0, p1) at ``scores``, p0 <= p1 (venn_abers only).
 

@@ -42,6 +42,7 @@ BINARY = {
     "histogram-quantile": {"method": "histogram", "n_bins": 8, "strategy": "quantile"},
     "modl": {"method": "modl"},
     "beta": {"method": "beta"},
+    "venn_abers": {"method": "venn_abers"},
 }
 TOL = 1e-9
 
@@ -271,7 +272,8 @@ def segment_models():
     return {"string": distcal.fit(df, by="seg", min_segment_weight=300.0),
             "string-int": distcal.fit(df, by=["seg", "n"], interpolation="step"),
             "sigmoid": distcal.fit(df, by="n", method="sigmoid"),
-            "beta": distcal.fit(df, by="n", method="beta")}
+            "beta": distcal.fit(df, by="n", method="beta"),
+            "venn_abers": distcal.fit(df, by="n", method="venn_abers")}
 
 
 @pytest.mark.parametrize("engine", ENGINES)

@@ -32,15 +32,17 @@ every engine stops at the same point to rounding. A singular Hessian
 of parameters, all giving the same predictions at the fitted scores)
 takes the least-squares (minimum-norm) Newton step.
 
-Rows whose labels are all 0 (or all 1) have no minimiser (the loss falls
-towards 0 as c -> -inf), and neither do scores that separate the classes;
-the first is refused, the second stops after ``max_iter`` passes with a
-warning.
+Scores outside [0, 1] are clipped like the others, with a warning (they
+are likely not probabilities). Rows whose labels are all 0 (or all 1) have
+no minimiser (the loss falls towards 0 as c -> -inf), and neither do
+scores that separate the classes; the first is refused, the second stops
+after ``max_iter`` passes with a warning.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Generator
 from typing import Any
 
@@ -48,7 +50,6 @@ import numpy as np
 from scipy.special import expit
 
 from ..errors import DataError, sums_overflow
-from ..logs import log
 from .distinct import DistinctTable
 
 __all__ = ["beta_plan", "beta_predict", "beta_features", "CLIP"]
@@ -166,9 +167,11 @@ def _newton(active: tuple[bool, bool], w_scale: float, max_iter: int
                 return full(theta)
         theta, loss, g, h = cand, c_loss, c_g, c_h
     else:
-        log.warning("beta calibration: no convergence in %d Newton passes (scores that "
-                    "separate the classes have no finite optimum); the last step's "
-                    "parameters are used", max_iter)
+        # A warning, not a log record: the core imports no logging set-up (only
+        # the core and the errors), and a caller sees it where the fit ran.
+        warnings.warn(f"beta calibration: no convergence in {max_iter} Newton passes (scores "
+                      "that separate the classes have no finite optimum); the last step's "
+                      "parameters are used", RuntimeWarning, stacklevel=2)
     return full(theta)
 
 
@@ -184,9 +187,11 @@ def beta_plan(score_col: str | None = None, max_iter: int = 100
     wsum, pos, outside = float(totals[0]), float(totals[1]), int(totals[2])
     where = f"column '{score_col}' (score): " if score_col else ""
     if outside:
-        raise DataError(f"{where}{outside} row{'s are' if outside > 1 else ' is'} outside "
-                        "[0, 1]; beta calibration maps probabilities (use sigmoid or "
-                        "isotonic for other scores)")
+        # The contract clips; such scores are suspect (logits?), so say so.
+        warnings.warn(f"{where}{outside} row{'s are' if outside > 1 else ' is'} outside "
+                      "[0, 1]; beta calibration maps probabilities and clips them to "
+                      "[1e-12, 1 - 1e-12] (sigmoid or isotonic take any scores)",
+                      UserWarning, stacklevel=2)
     if not (math.isfinite(wsum) and math.isfinite(pos)):
         raise sums_overflow()
     if pos <= 0.0 or pos >= wsum:

@@ -13,6 +13,7 @@ constant y_i or the affine piece slope_i * (s - x_i) + y_i:
   clipped to the lowest block below the range);
 * histogram: t = the inner edges, left; leaf i = ``bin_prob[i]``
   (``searchsorted(edges[1:-1], s)``);
+* venn_abers: constant leaves over strict thresholds (:func:`_venn_abers`);
 * isotonic "linear" and "centered": t = the distinct finite knots u_0 < ... <
   u_{m-1}, right; leaf 0 (below the range) = the first knot's value, leaf m
   (at or above the last knot) = the last knot's value, and leaf i between
@@ -97,8 +98,7 @@ def piecewise(model: Any) -> Piecewise | None:
     if method in ("sigmoid", "beta"):
         return None
     if method == "venn_abers":
-        raise ValueError("a Venn-Abers model is not exported in this version (its two step "
-                         "functions and their ratio); use transform or predict")
+        return _venn_abers(model)
     if method == "histogram":
         edges = np.asarray(model.params["edges"], dtype=np.float64)
         return _constants(edges[1:-1], False, np.asarray(model.params["bin_prob"]))
@@ -107,6 +107,29 @@ def piecewise(model: Any) -> Piecewise | None:
     if method == "modl" or model.params.get("interpolation", "linear") == "step":
         return _constants(b["score_min"].to_numpy(dtype=np.float64)[1:], True, prob)
     return _linear(model, prob)
+
+
+def _venn_abers(model: Any) -> Piecewise:
+    """p1 / (1 - p0 + p1) as constant leaves over strict thresholds (``right=False``).
+
+    p0 changes where s reaches a threshold x of its own (x <= s, which for
+    doubles is nextafter(x, -inf) < s), p1 just past one of its own (x < s):
+    over the union of those strict thresholds both are constant on every
+    leaf (u_{i-1}, u_i], and each leaf's value is ``predict`` at its right
+    end (the last leaf: just above the last threshold). Infinite scores are
+    the overrides.
+    """
+    st = model.steps
+    x0 = st["score"].to_numpy(dtype=np.float64)[st["kind"].to_numpy() == 0]
+    x1 = st["score"].to_numpy(dtype=np.float64)[st["kind"].to_numpy() == 1]
+    u = np.unique(np.concatenate([np.nextafter(x0, -np.inf), x1]))
+    u = u[np.isfinite(u)]
+    at = np.append(u, np.nextafter(u[-1], np.inf) if u.shape[0] else 0.0)
+    y = model.predict(at)
+    ends = model.predict(np.array([-np.inf, np.inf]))
+    return Piecewise(u, False, np.ones(y.shape[0], dtype=bool), np.zeros(y.shape[0]),
+                     np.zeros(y.shape[0]), y, at_neg_inf=float(ends[0]),
+                     at_pos_inf=float(ends[1]))
 
 
 def _linear(model: Any, prob: np.ndarray) -> Piecewise:

@@ -95,8 +95,7 @@ class SparkEngine:
             from .transform import transform
 
             out = transform(model, df, score_col, output_col, score_index)
-        elif model is not None and model.by and model.n_classes < 2 \
-                and model.method != "venn_abers":  # (its steps: by predict, below)
+        elif model is not None and model.by and model.n_classes < 2:
             from .transform import transform_segmented
 
             out = transform_segmented(model, df, score_col, output_col)

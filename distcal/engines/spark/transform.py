@@ -1,8 +1,7 @@
 """Applying binary maps to a Spark DataFrame inside the JVM (no Python worker).
 
-Platt's sigmoid and beta calibration are one SQL expression each, a
-Venn-Abers predictor two Bucketizers over its two step functions
-(:func:`_transform_venn_abers`). Every other map is piecewise
+Platt's sigmoid and beta calibration are one SQL expression each. Every
+other map, a Venn-Abers predictor's too, is piecewise
 (:mod:`distcal.core.piecewise`): sorted split points and, for the piece
 ``b`` = number of split points <= s, a line ``y0 + slope * (s - x0)`` (a
 constant where the slope is 0), with the values at s = -inf / +inf of an
@@ -131,8 +130,6 @@ def transform(model: Any, df: Any, score_col: str, output_col: str,
     if model.method == "beta":
         return df.select(*keep, beta_column(s, *(float(model.params[k]) for k in "abc"))
                          .alias(output_col))
-    if model.method == "venn_abers":
-        return _transform_venn_abers(model, df, s, keep, output_col)
     pw = _form(model)
     u, x0, y0, sl = _pieces(pw)
     cs, cb = _fresh_names(["_s", "_b"], set(names))
@@ -168,53 +165,6 @@ def beta_column(s: Any, a: Any, b: Any, c: Any) -> Any:
     return (F.when(s.isNull(), F.lit(None).cast("double"))
             .when(F.isnan(s), F.lit(float("nan")))
             .otherwise(F.lit(1.0) / (F.lit(1.0) + F.exp(-z))))
-
-
-def _transform_venn_abers(model: Any, df: Any, s: Any, keep: list, output_col: str) -> Any:
-    """p1 / (1 - p0 + p1) in the JVM: one Bucketizer per step function.
-
-    p0 = v0[#{x0 <= s} - 1] (0 below), Bucketizer's bucket on s; p1 =
-    v1[#{x1 < s}] (1 above), the bucket of -s among -x1 (``#{x1 < s} = m -
-    #{-x1 <= -s}``). Infinite thresholds (infinite calibration scores)
-    become explicit cases: Bucketizer's splits are finite between -inf and inf.
-    """
-    from pyspark.sql import functions as F
-
-    st = model._steps
-    x0, v0, below0, inf0 = st.x0, st.v0, 0.0, None
-    if x0[0] == -np.inf:  # every score is >= -inf: the lowest step applies below
-        x0, v0, below0 = x0[1:], v0[1:], float(v0[0])
-    if x0.shape[0] and x0[-1] == np.inf:  # only s = +inf reaches it
-        x0, v0, inf0 = x0[:-1], v0[:-1], float(v0[-1])
-    x1, v1, above1, neg1 = st.x1, st.v1, 1.0, None
-    if x1[-1] == np.inf:
-        x1, v1, above1 = x1[:-1], v1[:-1], float(v1[-1])
-    if x1.shape[0] and x1[0] == -np.inf:
-        x1, v1, neg1 = x1[1:], v1[1:], float(v1[0])
-    spark = df.sparkSession
-    base = df.select(*keep, s.alias("_s")).withColumn("_neg", -F.col("_s"))
-    sv = F.col("_s")
-
-    def lookup(splits: np.ndarray, col: str, out: str, values: list[float], base: Any,
-               offset: Any) -> tuple[Any, Any]:
-        if splits.shape[0] == 0:  # one value for every score
-            return base, F.lit(values[0])
-        base = _bucketize(base, [-np.inf, *splits.tolist(), np.inf], col, out)
-        return base, F.try_element_at(_const_array(spark, values), offset(F.col(out)))
-
-    m1 = x1.shape[0]
-    base, p0 = lookup(x0, "_s", "_b0", [below0, *v0.tolist()],
-                      base, lambda b: b.cast("int") + F.lit(1))
-    base, p1 = lookup(-x1[::-1], "_neg", "_b1", [*v1.tolist(), above1], base,
-                      lambda b: F.lit(m1 + 1) - b.cast("int"))
-    if inf0 is not None:
-        p0 = F.when(sv == float("inf"), F.lit(inf0)).otherwise(p0)
-    if neg1 is not None:
-        p1 = F.when(sv == float("-inf"), F.lit(neg1)).otherwise(p1)
-    p = p1 / (F.lit(1.0) - p0 + p1)
-    p = (F.when(sv.isNull(), F.lit(None).cast("double"))
-         .when(F.isnan(sv), F.lit(float("nan"))).otherwise(p))
-    return base.select(*keep, p.alias(output_col))
 
 
 def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) -> Any:
