@@ -118,9 +118,10 @@ class Summary:
         """One row per (key, distinct score): the ``by`` columns (null: the key of all
         rows), ``score``, ``weight``, ``positives`` (sum w y), ``wyy`` (sum w y^2),
         ``ww`` (sum w^2), ``count`` (rows), ``label_sum`` (sum y), ``nonbinary``."""
-        frame: pd.DataFrame = self._table.rename_columns(
-            [self.by[int(c[3:])] if c.startswith("by_") else c
-             for c in self._table.column_names]).to_pandas()
+        # (a by column named like a sum keeps its stored name: no column twice)
+        names = [self.by[int(c[3:])] if c.startswith("by_") and self.by[int(c[3:])]
+                 not in FIELDS else c for c in self._table.column_names]
+        frame: pd.DataFrame = self._table.rename_columns(names).to_pandas()
         return frame
 
     @property

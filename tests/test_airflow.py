@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 AIRFLOW_PY = ROOT / ".venv" / "airflow" / "bin" / "python"
 DAGS = ROOT / "jobs" / "airflow"
 
-DAY0, DAY1, DAY2 = "2026-03-01", "2026-03-02", "2026-03-03"
+DAY0, DAY1, DAY2, DAY3 = "2026-03-01", "2026-03-02", "2026-03-03", "2026-03-04"
 N = 2000
 MIGRATE_TIMEOUT = 300
 RUN_TIMEOUT = 900  # one DAG run: six spark-submits on two shared cores
@@ -100,13 +100,16 @@ def _write(df: pd.DataFrame, path: Path) -> None:
 
 
 def make_data(base: Path) -> dict[str, pd.DataFrame]:
-    """Three days of scores and holdouts; DAY1's labels are inverted (a bad training day)."""
+    """Four days of scores and three holdouts; DAY1's labels are inverted (a bad training
+    day, which stays in the summaries' window)."""
     data = {
         f"scores/dt={DAY0}": _scores(1),
         f"holdout/dt={DAY0}": _scores(2),
         f"scores/dt={DAY1}": _scores(3, inverted=True),
         f"holdout/dt={DAY1}": _scores(4),
         f"scores/dt={DAY2}": _scores(5),
+        f"holdout/dt={DAY2}": _scores(6),
+        f"scores/dt={DAY3}": _scores(7),
     }
     for rel, df in data.items():
         _write(df, base / rel)
@@ -192,7 +195,8 @@ def dask_scheduler():
 
 
 # -- the expected states -------------------------------------------------------------
-ALWAYS = ["fit_candidate", "score_holdout_candidate", "check_current", "publish",
+ALWAYS = ["summarize_scores", "fit_window", "fit_candidate", "score_holdout_candidate",
+          "summarize_holdout", "monitor_window", "monitor", "check_current", "publish",
           "current_model", "calibrate_today", "threshold", "save_threshold"]
 COMPARED = ["score_holdout_current", "evaluate_holdout", "compare"]
 
@@ -261,6 +265,40 @@ def test_daily_loop(dag_id, airflow_home, dask_scheduler, tmp_path):
     check_outputs(base, data, DAY2, DAY1, DAY1, second)
     assert json.loads((base / "thresholds" / f"dt={DAY2}.json").read_text())["prob_col"] \
         == "p_current"
+    # The history loop: the candidate is the exact fit of the window's summaries (the
+    # scores of DAY0 and DAY1), and the monitor alerts on its holdout (DAY1's period).
+    window = pd.concat([data[f"scores/dt={d}"] for d in (DAY0, DAY1)], ignore_index=True)
+    assert distcal.load(base / "models" / "candidates" / DAY2) == distcal.fit(window)
+    assert job_line(second, "monitor")["alerts"] == [DAY1]
+    if dag_id.endswith("dask"):
+        third_day_monitor_vetoes(airflow_home, dag_id, base, data, variables, before)
+
+
+def job_line(result: dict, task: str) -> dict:
+    line = result["xcom"][task]
+    return json.loads(line.strip().splitlines()[-1]) if isinstance(line, str) else line
+
+
+def third_day_monitor_vetoes(home: Path, dag_id: str, base: Path, data: dict,
+                             variables: dict, current: dict) -> None:
+    """DAY3: the candidate (fit on three days' summaries, one of them inverted) beats the
+    current model's log loss on the holdout, but the monitor alerts on its holdout: the
+    two do not agree, so the current model stays."""
+    third = run_dag(home, dag_id, DAY3, **variables)
+    assert third["state"] == "success", third
+    assert third["tasks"] == expect(published=False)
+    metrics = job_line(third, "evaluate_holdout")["metrics"]
+    assert metrics["p_candidate"]["log_loss"] < metrics["p_current"]["log_loss"]
+    monitor = job_line(third, "monitor")
+    assert monitor["periods"] == 3 and DAY2 in monitor["alerts"]
+    assert third["xcom"]["fit_window"] == [
+        str(base / "summaries" / "scores" / f"dt={d}") for d in (DAY0, DAY1, DAY2)]
+    window = pd.concat([data[f"scores/dt={d}"] for d in (DAY0, DAY1, DAY2)],
+                       ignore_index=True)
+    assert distcal.load(base / "models" / "candidates" / DAY3) == distcal.fit(window)
+    assert json.loads((base / "models" / "CURRENT.json").read_text()) == current
+    assert (base / "runs" / DAY3 / "monitor" / "report.html").exists()
+    check_outputs(base, data, DAY3, DAY2, DAY1, third)
 
 
 def snapshot_current(base: Path) -> dict:
@@ -274,6 +312,12 @@ def seed_first_day(base: Path, data: dict) -> None:
     model.save(model_dir)
     (base / "models" / "CURRENT.json").write_text(json.dumps(
         {"model": str(model_dir), "ds": DAY1, "method": "isotonic", "n_rows": N}))
+    # ... and the summaries that run wrote: DAY0's scores, DAY0's holdout scored by it
+    distcal.summarize(data[f"scores/dt={DAY0}"], period=DAY0).save(
+        base / "summaries" / "scores" / f"dt={DAY0}")
+    holdout = data[f"holdout/dt={DAY0}"].assign(p_candidate=lambda d: model.predict(d["score"]))
+    distcal.summarize(holdout, score_col="p_candidate", period=DAY0).save(
+        base / "summaries" / "holdout" / f"dt={DAY0}")
 
 
 def first_day_and_rerun(home: Path, dag_id: str, base: Path, data: dict,

@@ -244,6 +244,21 @@ def test_segments_of_a_summary_equal_the_rows_by_segment():
                                                        cost_fn=2.0).threshold
 
 
+def test_local_refit_streams_summaries_in_bounded_memory(tmp_path):
+    """Small batches and a small in-memory budget: the summaries' rows spill as rows do."""
+    parts = days(4, n=3000, seed=17)
+    paths = []
+    for i, df in enumerate(parts):
+        distcal.summarize(df, weight_col="w", by="g").save(tmp_path / str(i))
+        paths.append(str(tmp_path / str(i)))
+    rows = pd.concat(parts, ignore_index=True)
+    for method in ("isotonic", "sigmoid", "histogram"):
+        got = distcal.fit(paths, method=method, memory_rows=500, batch_rows=300)
+        want = distcal.fit(rows, method=method, weight_col="w", by="g")
+        np.testing.assert_allclose(predict(got, "g"), predict(want, "g"), rtol=1e-9,
+                                   atol=1e-12)
+
+
 # -- merging ---------------------------------------------------------------------------------
 
 @st.composite

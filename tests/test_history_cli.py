@@ -107,6 +107,10 @@ def test_usage_and_bad_input_exit_2_and_write_nothing(daily, tmp_path):
     assert r.returncode == 2 and "column 'label'" in r.stderr and "1 row" in r.stderr
     r = run("summarize", "--input", src, "--output", tmp_path / "d", "--decimals", "-2")
     assert r.returncode == 2
+    # a window of summaries named in a file (@FILE, one argument a line), as a scheduler writes
+    (tmp_path / "window.args").write_text(f"--summaries\n{tmp_path / 's'}\n")
+    r = run("fit", f"@{tmp_path / 'window.args'}", "--output", tmp_path / "w")
+    assert r.returncode == 0 and line(r)["summaries"] == 1, r.stderr
     for path in ("m", "b", "d", "s/rep"):
         assert not (tmp_path / path).exists()
     for sub in ("summarize", "monitor"):

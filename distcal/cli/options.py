@@ -61,7 +61,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("config", str, "YAML file of option defaults (keys: long option names); the "
            "command line wins (default: none)", commands=COMMANDS),
     Option("engine", str, f"where to run (default: {DEFAULTS.cli_engine})", choices=ENGINES,
-           entry_points=(CLI,), default=DEFAULTS.cli_engine),
+           entry_points=(CLI,), default=DEFAULTS.cli_engine, commands=(*ALL, "monitor")),
     Option("input", str, "input: a Parquet file or dataset directory, any path the engine "
            "reads (required)"),
     Option("input-format", str, "format of --input: parquet, or with the Spark engine also "
@@ -166,7 +166,7 @@ OPTIONS: tuple[Option, ...] = (
            "(default: refuse)", commands=("fit", "apply", "evaluate", "discretize"),
            default=False),
     Option("scheduler", str, "address of a running Dask scheduler (default: start a "
-           "LocalCluster for the run)", entry_points=(DASK_JOB,)),
+           "LocalCluster for the run)", entry_points=(DASK_JOB,), commands=(*ALL, "monitor")),
     # calibration history (docs/history.md)
     Option("output", str, "summary directory to write: summary.json + table.parquet "
            "(required)", commands=("summarize",)),

@@ -30,7 +30,11 @@ def build_parser(prog: str, entry_point: str) -> argparse.ArgumentParser:
     """The parser of ``prog``: the four subcommands with the options of ``entry_point``."""
     from .. import __version__
 
-    parser = _Parser(prog=prog, description="Exact probability calibration and thresholds.")
+    # @FILE stands for the arguments in FILE, one per line (argparse's own rule): a
+    # scheduler writes a window of summary directories there (docs/history.md).
+    parser = _Parser(prog=prog, description="Exact probability calibration and thresholds; "
+                     "@FILE reads arguments from FILE, one per line.",
+                     fromfile_prefix_chars="@")
     parser.add_argument("--version", action="version", version=f"distcal {__version__}",
                         help="print the version and exit")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)

@@ -3,7 +3,8 @@
 
 Same tasks and branches as distcal_daily_spark (see distcal_loop.py):
 
-    fit_candidate >> score_holdout_candidate >> check_current
+    summarize_scores >> fit_window >> fit_candidate >> score_holdout_candidate
+        >> summarize_holdout >> monitor_window >> monitor >> check_current
         check_current -> score_holdout_current >> evaluate_holdout >> compare
                              compare -> publish | keep_current
         check_current -> no_current_model >> publish       (the first run)
@@ -74,20 +75,47 @@ with DAG(
                             description="probability column of the calibrated table"),
         "cost_fp": Param(1.0, type="number", description="cost of a false positive"),
         "cost_fn": Param(1.0, type="number", description="cost of a false negative"),
+        "window_days": Param(30, type="integer", minimum=1,
+                             description="fit on (and monitor) the summaries of this many "
+                                         "last days"),
+        "alpha": Param(0.01, type="number",
+                       description="the monitor's family-wise error rate (Holm)"),
     },
     tags=["distcal", "calibration", "dask"],
 ) as dag:
+    summarize_scores = dask_job(
+        "summarize_scores",
+        'summarize --input "$TRAIN" --output "$SUMMARY" --period "$PERIOD" '
+        '--score-col "$SCORE_COL" --label-col "$LABEL_COL" --overwrite',
+        TRAIN=loop.TRAIN, SUMMARY=loop.SUMMARY, PERIOD=loop.YESTERDAY)
+
+    fit_window = loop.window.override(task_id="fit_window")(
+        loop.BASE, "scores", loop.FIT_WINDOW, "{{ params.window_days }}")
+
     fit_candidate = dask_job(
         "fit_candidate",
-        'fit --input "$TRAIN" --output "$CANDIDATE" --method "$METHOD" '
-        '--score-col "$SCORE_COL" --label-col "$LABEL_COL" --overwrite',
-        TRAIN=loop.TRAIN, CANDIDATE=loop.CANDIDATE, METHOD="{{ params.method }}")
+        'fit @"$WINDOW" --output "$CANDIDATE" --method "$METHOD" --overwrite',
+        WINDOW=loop.FIT_WINDOW, CANDIDATE=loop.CANDIDATE, METHOD="{{ params.method }}")
 
     score_holdout_candidate = dask_job(
         "score_holdout_candidate",
         'apply --model "$CANDIDATE" --input "$HOLDOUT" --output "$OUTPUT" '
         '--score-col "$SCORE_COL" --output-col p_candidate --overwrite',
         CANDIDATE=loop.CANDIDATE, HOLDOUT=loop.HOLDOUT, OUTPUT=loop.HOLDOUT_CANDIDATE)
+
+    summarize_holdout = dask_job(
+        "summarize_holdout",
+        'summarize --input "$HOLDOUT" --output "$SUMMARY" --period "$PERIOD" '
+        '--score-col p_candidate --label-col "$LABEL_COL" --overwrite',
+        HOLDOUT=loop.HOLDOUT_CANDIDATE, SUMMARY=loop.HOLDOUT_SUMMARY, PERIOD=loop.YESTERDAY)
+
+    monitor_window = loop.window.override(task_id="monitor_window")(
+        loop.BASE, "holdout", loop.MONITOR_WINDOW, "{{ params.window_days }}")
+
+    monitor = dask_job(
+        "monitor",
+        'monitor @"$WINDOW" --output "$REPORT" --alpha "$ALPHA" --overwrite',
+        WINDOW=loop.MONITOR_WINDOW, REPORT=loop.MONITOR_REPORT, ALPHA="{{ params.alpha }}")
 
     check_current = loop.check_current(loop.BASE)
 
@@ -103,7 +131,7 @@ with DAG(
         '--label-col "$LABEL_COL" --output "$REPORT" --overwrite',
         HOLDOUT=loop.HOLDOUT_BOTH, REPORT=loop.REPORT)
 
-    compare = loop.compare(evaluate_holdout.output, "{{ params.metric }}")
+    compare = loop.compare(evaluate_holdout.output, "{{ params.metric }}", monitor.output)
     no_current_model = EmptyOperator(task_id="no_current_model")
     keep_current = EmptyOperator(task_id="keep_current")
     publish = loop.publish(loop.BASE, loop.CANDIDATE, fit_candidate.output)
@@ -126,7 +154,8 @@ with DAG(
 
     save_threshold = loop.save_threshold(loop.BASE, threshold.output, current_model)
 
-    fit_candidate >> score_holdout_candidate >> check_current
+    summarize_scores >> fit_window >> fit_candidate >> score_holdout_candidate
+    score_holdout_candidate >> summarize_holdout >> monitor_window >> monitor >> check_current
     check_current >> [score_holdout_current, no_current_model]
     score_holdout_current >> evaluate_holdout >> compare >> [publish, keep_current]
     no_current_model >> publish

@@ -1,7 +1,8 @@
 """distcal_daily_spark: the daily calibration loop, each step a spark-submit of
 jobs/spark_calibrate.py (SparkSubmitOperator, provider apache-airflow-providers-apache-spark).
 
-    fit_candidate >> score_holdout_candidate >> check_current
+    summarize_scores >> fit_window >> fit_candidate >> score_holdout_candidate
+        >> summarize_holdout >> monitor_window >> monitor >> check_current
         check_current -> score_holdout_current >> evaluate_holdout >> compare
                              compare -> publish | keep_current
         check_current -> no_current_model >> publish       (the first run)
@@ -67,18 +68,44 @@ with DAG(
                             description="probability column of the calibrated table"),
         "cost_fp": Param(1.0, type="number", description="cost of a false positive"),
         "cost_fn": Param(1.0, type="number", description="cost of a false negative"),
+        "window_days": Param(30, type="integer", minimum=1,
+                             description="fit on (and monitor) the summaries of this many "
+                                         "last days"),
+        "alpha": Param(0.01, type="number",
+                       description="the monitor's family-wise error rate (Holm)"),
     },
     tags=["distcal", "calibration", "spark"],
 ) as dag:
+    summarize_scores = spark_job(
+        "summarize_scores", "summarize", "--input", loop.TRAIN, "--output", loop.SUMMARY,
+        "--period", loop.YESTERDAY, *COLUMNS, "--overwrite")
+
+    fit_window = loop.window.override(task_id="fit_window")(
+        loop.BASE, "scores", loop.FIT_WINDOW, "{{ params.window_days }}")
+
+    # the window's summaries are merged on the cluster (@FILE: the job's arguments)
     fit_candidate = spark_job(
-        "fit_candidate", "fit", "--input", loop.TRAIN, "--output", loop.CANDIDATE,
-        "--method", "{{ params.method }}", *COLUMNS, "--overwrite")
+        "fit_candidate", "fit", "@" + loop.FIT_WINDOW, "--output", loop.CANDIDATE,
+        "--method", "{{ params.method }}", "--overwrite")
 
     score_holdout_candidate = spark_job(
         "score_holdout_candidate", "apply", "--model", loop.CANDIDATE,
         "--input", loop.HOLDOUT, "--output", loop.HOLDOUT_CANDIDATE,
         "--score-col", "{{ params.score_col }}", "--output-col", loop.CANDIDATE_COL,
         "--overwrite")
+
+    summarize_holdout = spark_job(
+        "summarize_holdout", "summarize", "--input", loop.HOLDOUT_CANDIDATE,
+        "--output", loop.HOLDOUT_SUMMARY, "--period", loop.YESTERDAY,
+        "--score-col", loop.CANDIDATE_COL, "--label-col", "{{ params.label_col }}",
+        "--overwrite")
+
+    monitor_window = loop.window.override(task_id="monitor_window")(
+        loop.BASE, "holdout", loop.MONITOR_WINDOW, "{{ params.window_days }}")
+
+    monitor = spark_job(
+        "monitor", "monitor", "@" + loop.MONITOR_WINDOW, "--output", loop.MONITOR_REPORT,
+        "--alpha", "{{ params.alpha }}", "--overwrite")
 
     check_current = loop.check_current(loop.BASE)
 
@@ -93,7 +120,7 @@ with DAG(
         "--prob-col", loop.CANDIDATE_COL, "--prob-col", loop.CURRENT_COL,
         "--label-col", "{{ params.label_col }}", "--output", loop.REPORT, "--overwrite")
 
-    compare = loop.compare(evaluate_holdout.output, "{{ params.metric }}")
+    compare = loop.compare(evaluate_holdout.output, "{{ params.metric }}", monitor.output)
     no_current_model = EmptyOperator(task_id="no_current_model")
     keep_current = EmptyOperator(task_id="keep_current")
     publish = loop.publish(loop.BASE, loop.CANDIDATE, fit_candidate.output)
@@ -113,7 +140,8 @@ with DAG(
 
     save_threshold = loop.save_threshold(loop.BASE, threshold.output, current_model)
 
-    fit_candidate >> score_holdout_candidate >> check_current
+    summarize_scores >> fit_window >> fit_candidate >> score_holdout_candidate
+    score_holdout_candidate >> summarize_holdout >> monitor_window >> monitor >> check_current
     check_current >> [score_holdout_current, no_current_model]
     score_holdout_current >> evaluate_holdout >> compare >> [publish, keep_current]
     no_current_model >> publish

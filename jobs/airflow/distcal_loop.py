@@ -2,11 +2,16 @@
 
 The daily calibration loop, for the run of logical date ``ds``:
 
-1. fit a candidate model on yesterday's labelled scores,
+1. summarize yesterday's labelled scores (``summaries/scores/dt=<yesterday>``) and
+   fit a candidate model on the summaries of the last ``window_days`` days (DAG
+   param, default 30): the exact fit of those days' rows, without reading them,
 2. score the holdout with the candidate (and, if there is one, the current model),
+   summarize the candidate's holdout probabilities (``summaries/holdout/``) and
+   monitor them over the window (Spiegelhalter's test with Holm's correction),
 3. evaluate both probability columns on the holdout,
-4. publish the candidate if it is not worse than the current model (the first
-   run, with no current model, publishes),
+4. publish the candidate if it is not worse than the current model and the
+   monitor does not alert on its holdout (the first run, with no current model,
+   publishes),
 5. calibrate today's scores with the current model,
 6. compute the cost-optimal threshold on the holdout, for the current model.
 
@@ -16,7 +21,9 @@ Data layout under the base directory (Airflow Variable ``distcal_base_dir``)::
     holdout/dt=YYYY-MM-DD/       labelled holdout of a day
     models/candidates/<ds>/      the candidate fitted by the run of <ds>
     models/CURRENT.json          which model is current: {"model": dir, "ds": ...}
-    runs/<ds>/...                the run's scored holdout, evaluation report, job lines
+    summaries/scores/dt=D/       the summary of day D's labelled scores (distcal summarize)
+    summaries/holdout/dt=D/      the summary of day D's holdout scored by that day's candidate
+    runs/<ds>/...                the run's scored holdout, evaluation and monitor reports
     calibrated/dt=<ds>/          today's scores with the current model's probability
     thresholds/dt=<ds>.json      the cost-optimal threshold of the run
 
@@ -61,6 +68,13 @@ HOLDOUT_CANDIDATE = RUN_DIR + "/holdout_candidate"  # holdout + p_candidate
 HOLDOUT_BOTH = RUN_DIR + "/holdout_both"  # holdout + p_candidate + p_current
 REPORT = RUN_DIR + "/holdout_report"
 CALIBRATED = BASE + "/calibrated/dt={{ ds }}"
+# The history (docs/history.md): a summary of each day's labelled scores, and of
+# each day's holdout scored with that day's candidate (what the monitor watches).
+SUMMARY = BASE + "/summaries/scores/dt=" + YESTERDAY
+HOLDOUT_SUMMARY = BASE + "/summaries/holdout/dt=" + YESTERDAY
+FIT_WINDOW = RUN_DIR + "/fit_window.args"  # --summaries and the window's directories
+MONITOR_WINDOW = RUN_DIR + "/monitor_window.args"
+MONITOR_REPORT = RUN_DIR + "/monitor"
 
 # The model current when the run started (pushed to XCom by check_current) ...
 PREVIOUS_MODEL = "{{ ti.xcom_pull(task_ids='check_current', key='current_model') }}"
@@ -133,12 +147,46 @@ def check_current(base: str, ti: Any = None) -> str:
 
 
 @task.branch
-def compare(evaluation: Any, metric: str) -> str:
-    """Publish the candidate if its holdout metric is not worse (lower or equal)."""
+def compare(evaluation: Any, metric: str, monitor: Any, ds: str | None = None) -> str:
+    """Publish the candidate if its holdout metric is not worse (lower or equal) and the
+    monitor agrees: the candidate's holdout (yesterday's period) does not alert."""
     metrics = job_result(evaluation)["metrics"]
     cand, cur = metrics[CANDIDATE_COL][metric], metrics[CURRENT_COL][metric]
-    print(f"{metric}: candidate {cand:.6g}, current {cur:.6g}")
-    return "publish" if cand <= cur else "keep_current"
+    alerts = job_result(monitor)["alerts"]
+    alert = _yesterday(ds) in alerts
+    print(f"{metric}: candidate {cand:.6g}, current {cur:.6g}; monitor alerts: {alerts}")
+    return "publish" if cand <= cur and not alert else "keep_current"
+
+
+def _yesterday(ds: str | None) -> str:
+    from datetime import date, timedelta
+
+    assert ds is not None
+    return (date.fromisoformat(ds) - timedelta(days=1)).isoformat()
+
+
+@task
+def window(base: str, kind: str, args_file: str, days: Any, ds: str | None = None) -> list:
+    """The summaries of the last ``days`` days up to yesterday that exist (the rolling
+    window), written to ``args_file`` as the job's arguments (``--summaries`` and one
+    directory a line: ``@args_file`` on the job's command line)."""
+    from datetime import date, timedelta
+
+    end = date.fromisoformat(_yesterday(ds))
+    root = f"{base.rstrip('/')}/summaries/{kind}"
+    fs, _ = _fs(root)
+    dirs = []
+    for k in range(int(days) - 1, -1, -1):
+        d = f"{root}/dt={(end - timedelta(days=k)).isoformat()}"
+        if fs.exists(_fs(d)[1] + "/summary.json"):
+            dirs.append(d)
+    if not dirs:
+        raise ValueError(f"no summary in {root} for the {days} days up to {end}")
+    fs_args, path = _fs(args_file)
+    fs_args.makedirs(path.rpartition("/")[0], exist_ok=True)
+    fs_args.pipe_file(path, ("--summaries\n" + "".join(f"{d}\n" for d in dirs)).encode())
+    print(f"{kind} window: {len(dirs)} summaries, {dirs[0]} .. {dirs[-1]}")
+    return dirs
 
 
 @task(trigger_rule="none_failed_min_one_success")
