@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .core.beta import beta_plan
+from .core.beta import NoMinimum, beta_plan
 from .core.discretize import modl_plan
 from .core.histogram import histogram_plan
 from .core.isotonic import clip_blocks, isotonic_plan
@@ -244,6 +244,8 @@ def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str
                                     "and 1; Venn-Abers predictors take 0/1 labels"
                                     ) from failed.error
                 raise _key_error(by, failed, method, spec.label_col) from failed.error
+        if method == "beta":
+            results = _drop_one_class(by, results)
         maps = {key: _map_from(method, params, res, counts[key], class_columns(columns, key))
                 for key, res in results.items()}
         segments = _segments_table(by, counts, maps) if by else None
@@ -261,6 +263,27 @@ def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str
                       else {}, segments=segments,
                       min_segment_weight=min_segment_weight, n_rows=totals[0],
                       weight_total=totals[1], dropped_rows=totals[2], columns=columns), riding
+
+
+def _drop_one_class(by: list[str], results: dict[Key, Any]) -> dict[Key, Any]:
+    """Beta: keys whose labels are all 0 or all 1 have no fit (:class:`NoMinimum`).
+
+    Such a key of all rows is a DataError; such a segment (any of its
+    classes) falls back to the global maps, as a light segment does, with a
+    warning.
+    """
+    bad = {key: r for key, r in results.items() if isinstance(r, NoMinimum)}
+    for key, r in bad.items():
+        if key[0] is GLOBAL:
+            where = "" if key[1] is None else f"{key_text(by, key)}: "
+            raise DataError(where + r.message())
+    if not bad:
+        return results
+    segments = {key[0] for key in bad}
+    log.warning("beta calibration: %d segment(s) hold rows of one class only (%s); they use "
+                "the global map", len(segments),
+                "; ".join(key_text(by, k) + ": " + r.message() for k, r in list(bad.items())[:3]))
+    return {key: r for key, r in results.items() if key[0] not in segments}
 
 
 def _isotonic_fixed(map_ranges: Any, increasing: bool, params: dict[str, Any],

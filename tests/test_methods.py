@@ -186,6 +186,13 @@ def test_beta_clips_scores_outside_the_unit_interval_with_a_warning_refuses_one_
     df["label"] = 0
     with pytest.raises(DataError, match="every label is 0"):  # no minimum
         distcal.fit(engine(df), method="beta", **engine.opts)
+    # a segment of one class falls back to the global map
+    df = rows(900)
+    df.loc[df.g == "z", "label"] = 1
+    model = distcal.fit(engine(df), method="beta", by="g", **engine.opts)
+    seg = model.segments.set_index("g")
+    assert seg.loc["z", "fallback"] and not seg.loc["x", "fallback"]
+    assert model.segment("z") == model.global_model
 
 
 # -- Venn-Abers ------------------------------------------------------------------

@@ -35,8 +35,9 @@ takes the least-squares (minimum-norm) Newton step.
 Scores outside [0, 1] are clipped like the others, with a warning (they
 are likely not probabilities). Rows whose labels are all 0 (or all 1) have
 no minimiser (the loss falls towards 0 as c -> -inf), and neither do
-scores that separate the classes; the first is refused, the second stops
-after ``max_iter`` passes with a warning.
+scores that separate the classes; the first ends the plan with
+:class:`NoMinimum` (the fit refuses it, or a segment falls back to the
+global map), the second stops after ``max_iter`` passes with a warning.
 """
 
 from __future__ import annotations
@@ -44,15 +45,16 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from scipy.special import expit
 
-from ..errors import DataError, sums_overflow
+from ..errors import sums_overflow
 from .distinct import DistinctTable
 
-__all__ = ["beta_plan", "beta_predict", "beta_features", "CLIP"]
+__all__ = ["beta_plan", "beta_predict", "beta_features", "CLIP", "NoMinimum"]
 
 CLIP = 1e-12  # scores are clipped to [CLIP, 1 - CLIP] (the contract's, not betacal's eps)
 
@@ -175,12 +177,25 @@ def _newton(active: tuple[bool, bool], w_scale: float, max_iter: int
     return full(theta)
 
 
+@dataclass(frozen=True)
+class NoMinimum:
+    """Every label of a key is ``label`` ("0" or "1"): the log loss has no minimum."""
+
+    label: str
+    weight: float
+
+    def message(self) -> str:
+        return (f"every label is {self.label} (weight {self.weight:g}): beta calibration's "
+                "log loss has no minimum without rows of both classes")
+
+
 def beta_plan(score_col: str | None = None, max_iter: int = 100
-              ) -> Generator[Any, list[Any], tuple[float, float, float]]:
+              ) -> Generator[Any, list[Any], tuple[float, float, float] | NoMinimum]:
     """Beta calibration's (a, b, c) as a plan (:mod:`distcal.core.plans`).
 
     One pass of totals, then Newton passes (module docstring); the refit
     rule adds the passes of a two-parameter fit when a or b is negative.
+    Rows of one class only give :class:`NoMinimum` (no pass more).
     ``score_col`` names the column in the messages.
     """
     totals = _add((yield _Totals()))
@@ -194,10 +209,8 @@ def beta_plan(score_col: str | None = None, max_iter: int = 100
                       UserWarning, stacklevel=2)
     if not (math.isfinite(wsum) and math.isfinite(pos)):
         raise sums_overflow()
-    if pos <= 0.0 or pos >= wsum:
-        which = "0" if pos <= 0.0 else "1"
-        raise DataError(f"every label is {which} (weight {wsum:g}): beta calibration's log "
-                        "loss has no minimum without rows of both classes")
+    if pos <= 0.0 or pos >= wsum:  # the caller refuses it, or falls back (a segment)
+        return NoMinimum("0" if pos <= 0.0 else "1", wsum)
     # Weights near the largest double: sums of them would overflow. The
     # minimiser does not change when all weights are scaled (by a power of two: exact).
     w_scale = math.ldexp(1.0, -math.frexp(wsum)[1]) if wsum > 2.0 ** 500 else 1.0
