@@ -101,6 +101,6 @@ def test_unknown_parameters_are_rejected():
     with pytest.raises(TypeError, match="n_bins"):
         distcal.fit(frame(), method="isotonic", n_bins=3)
     with pytest.raises(ValueError, match="method"):
-        distcal.fit(frame(), method="beta")
+        distcal.fit(frame(), method="platt")
     with pytest.raises(ValueError, match="engine"):
         distcal.fit(frame(), engine="ray")
