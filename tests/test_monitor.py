@@ -129,9 +129,12 @@ def test_report_json_html_and_browser(saved, tmp_path):
         for width, height in ((412, 915), (1280, 900)):
             driver.set_window_size(width, height)
             driver.get((out / "report.html").as_uri())
-            n_img, decoded = driver.execute_script(
-                "const i=[...document.images];"
-                "return [i.length, i.filter(x=>x.complete&&x.naturalWidth>0).length]")
+            # decode() settles once the image is decoded (or fails to be): no race
+            # with a loaded machine, unlike reading `complete` right after get().
+            n_img, decoded = driver.execute_async_script(
+                "const done = arguments[arguments.length - 1], i = [...document.images];"
+                "Promise.all(i.map(x => x.decode().then(() => 1, () => 0)))"
+                ".then(r => done([i.length, r.reduce((a, b) => a + b, 0)]))")
             assert n_img == decoded == 5
             scroll_w, inner_w = driver.execute_script(
                 "return [document.documentElement.scrollWidth, window.innerWidth]")
