@@ -153,7 +153,7 @@ LONG_FILES = ["test_spark_jobs.py", "test_airflow.py", "test_spark_standalone.py
               "test_spark_cluster.py", "test_readme.py", "test_bounded_memory.py",
               "test_spark.py", "test_spark_multiclass.py", "test_scale_spark.py",
               "test_hardening_badinput.py", "test_dask_jobs.py", "test_hardening_kill.py",
-              "test_loopback.py", "test_spark_segments.py", "test_spark_vectors.py",
+              "test_loopback.py", "test_segments.py", "test_spark_vectors.py",
               "test_spark_executor_memory.py", "test_spark_hot_scores.py"]
 
 SUBPROCESS_FILES = {"test_cli.py", "test_readme.py", "test_structure.py", "test_docs_and_conf.py",
@@ -255,3 +255,85 @@ def _tmp_warehouse():
     from pathlib import Path
 
     return Path(tempfile.mkdtemp(prefix="distcal-warehouse-"))
+
+
+# Several score ranges on every engine: the distributed passes are what is tested.
+ENGINE_RANGES = {"local": {"memory_rows": 300, "batch_rows": 250}, "spark": {"n_ranges": 5},
+                 "dask": {"n_ranges": 5}}
+
+
+class Engine:
+    """One engine's view of the same rows, for tests written once for every engine.
+
+    ``engine(df)`` is the input of a fit, evaluation or summary: a Spark or a
+    Dask frame of ``df`` (three partitions), or locally a Parquet file of
+    small row groups (the local engine streams it). ``engine.opts`` makes
+    every engine cut the rows into several score ranges. ``engine.frame``
+    is the input of a transform (locally the pandas frame itself) and
+    ``engine.collect`` its output as pandas. ``engine.work(fn)`` runs ``fn``
+    and counts what it started: Spark jobs, Dask tasks (0 locally).
+    """
+
+    def __init__(self, name, tmp_path, request):
+        self.name, self.tmp, self.opts, self._files = name, tmp_path, ENGINE_RANGES[name], 0
+        if name == "spark":
+            self.spark = request.getfixturevalue("spark")
+        if name == "dask":
+            request.getfixturevalue("client")
+
+    def __repr__(self):
+        return self.name
+
+    def frame(self, df, npartitions=3):
+        if self.name == "spark":
+            return self.spark.createDataFrame(df)
+        if self.name == "dask":
+            import dask.dataframe as dd
+
+            return dd.from_pandas(df, npartitions=npartitions, sort=False)
+        return df
+
+    def __call__(self, df, npartitions=3):
+        if self.name != "local":
+            return self.frame(df, npartitions)
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self._files += 1
+        path = self.tmp / f"in{self._files}.parquet"
+        pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path, row_group_size=250)
+        return str(path)
+
+    def collect(self, out):
+        if self.name == "spark":
+            return out.toPandas()
+        if self.name == "dask":
+            return out.compute()
+        return out
+
+    def work(self, fn):
+        """(fn(), the Spark jobs or Dask tasks it ran; 0 locally)."""
+        import uuid
+
+        if self.name == "spark":
+            sc = self.spark.sparkContext
+            group = f"work-{uuid.uuid4().hex}"
+            sc.setJobGroup(group, group)
+            try:
+                result = fn()
+            finally:
+                sc.setLocalProperty("spark.jobGroup.id", None)
+            return result, len(sc.statusTracker().getJobIdsForGroup(group))
+        if self.name == "dask":
+            from distributed import get_task_stream
+
+            with get_task_stream() as ts:
+                result = fn()
+            return result, len(ts.data)
+        return fn(), 0
+
+
+@pytest.fixture(params=["local", "dask", "spark"])
+def engine(request, tmp_path):
+    """Every behaviour on every engine (:class:`Engine`)."""
+    return Engine(request.param, tmp_path, request)

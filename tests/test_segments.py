@@ -63,14 +63,23 @@ def sklearn_isotonic(group: pd.DataFrame, weight_col: str | None) -> IsotonicReg
                                                         sample_weight=w)
 
 
+# Spark jobs and Dask tasks of one fit, whatever the number of segments: the Spark job
+# opening the input and the sample, Spark's range sampling and the one pass; the Dask
+# tasks of 3 input partitions and 5 ranges.
+FIXED_WORK = {"local": 0, "spark": 6, "dask": 50}
+
+
 @pytest.mark.parametrize("n_segments,n", [(1, 3000), (5, 5000), (2000, 12000)])
-def test_isotonic_segments_equal_sklearn_per_group(n_segments, n):
+def test_isotonic_segments_equal_sklearn_per_group(engine, n_segments, n):
     df = segmented_frame(n, n_segments, seed=n_segments)
-    model = distcal.fit(df, by="seg", weight_col="w")
+    df.loc[df.index[:7], "seg"] = None  # no segment: in the global map only
+    model, work = engine.work(lambda: distcal.fit(engine(df), by="seg", weight_col="w",
+                                                  **engine.opts))
+    assert work <= FIXED_WORK[engine.name], work
     assert isinstance(model, SegmentedCalibrationModel)
     assert len(model.segments) == n_segments
     q = np.linspace(-0.1, 1.1, 57)
-    groups = list(df.groupby("seg"))
+    groups = list(df.dropna(subset=["seg"]).groupby("seg"))
     for name, group in groups[:: max(1, len(groups) // 300)]:
         expect = sklearn_isotonic(group, "w").predict(q)
         np.testing.assert_allclose(model.segment(name).predict(q), expect, rtol=1e-9,
@@ -80,6 +89,55 @@ def test_isotonic_segments_equal_sklearn_per_group(n_segments, n):
     # The global map is the unsegmented fit of all rows (scikit-learn too).
     np.testing.assert_allclose(model.global_model.predict(q),
                                sklearn_isotonic(df, "w").predict(q), rtol=1e-9, atol=1e-12)
+    assert model == distcal.fit(df, by="seg", weight_col="w")  # blocks exactly
+
+
+@pytest.mark.parametrize("method,params", [
+    ("isotonic", {"interpolation": "step", "increasing": "auto"}),
+    ("isotonic", {"interpolation": "centered", "increasing": "auto"}),
+    ("histogram", {"n_bins": 4}), ("sigmoid", {}),
+])
+def test_methods_by_two_columns_and_transform_equal_local(engine, method, params):
+    rng = np.random.default_rng(21)
+    df = segmented_frame(3000, 40, seed=21, zipf=True)
+    df["v"] = rng.integers(0, 2, len(df)).astype(float)
+    df.loc[df.index[:5], "v"] = None
+    kw = dict(method=method, by=["seg", "v"], weight_col="w", min_segment_weight=10, **params)
+    model = distcal.fit(engine(df), **kw, **engine.opts)
+    local = distcal.fit(df, **kw)
+    if method == "sigmoid":  # Newton's optimum: to rounding of sums in another order
+        q = np.linspace(-0.5, 1.5, 9)
+        for key in local.segments[["seg", "v"]].itertuples(index=False, name=None):
+            np.testing.assert_allclose(model.segment(key).predict(q),
+                                       local.segment(key).predict(q), rtol=1e-6)
+    else:
+        assert model == local
+    # null keys, unseen keys, NaN and infinite scores; input columns named like the
+    # transform's internal ones are kept as they are
+    new = pd.DataFrame({"score": [0.1, 0.5, np.nan, np.inf, -np.inf, 0.7, 0.3, 0.9],
+                        "seg": ["s0", None, "s1", "s0", "s0", "zzz", "s2", "s1"],
+                        "v": [0.0, 1.0, 0.0, 1.0, 0.0, 0.0, None, 1.0]})
+    new = pd.concat([new, df[["score", "seg", "v"]].head(300)], ignore_index=True)
+    new["_g"], new["_b"] = np.arange(len(new)), "x"
+    out = engine.collect(model.transform(engine.frame(new), output_col="p"))
+    assert list(out.columns) == ["score", "seg", "v", "_g", "_b", "p"]
+    assert (out["_g"].to_numpy() == np.arange(len(new))).all() and (out["_b"] == "x").all()
+    expect = local.predict(out.score, segments=out[["seg", "v"]])
+    np.testing.assert_allclose(out.p, expect, rtol=1e-6 if method == "sigmoid" else 1e-12,
+                               atol=1e-12, equal_nan=True)
+
+
+def test_spark_transform_by_segment_runs_in_the_jvm(spark):
+    df = segmented_frame(2000, 30, seed=23, zipf=True)
+    model = distcal.fit(df, by="seg", weight_col="w")
+    out = model.transform(spark.createDataFrame(df[["score", "seg"]]), output_col="p")
+    plan = out._jdf.queryExecution().executedPlan().toString()
+    assert "Python" not in plan and "Arrow" not in plan
+    # the small tables are local relations (a Python RDD would run Python
+    # workers when broadcast), and the pieces are not literals in the plan
+    assert "ExistingRDD" not in plan and "element_at" not in plan
+    got = out.toPandas()
+    np.testing.assert_allclose(got.p, model.predict(got.score, segments=got.seg), rtol=1e-12)
 
 
 def test_segments_table_counts_by_pandas():
@@ -244,21 +302,25 @@ def test_transform_pandas_arrow_and_parquet(tmp_path):
         model.transform(new.drop(columns="seg"))
 
 
-def test_save_load_round_trip(tmp_path):
+def test_save_load_round_trip(engine, tmp_path):
     df = segmented_frame(3000, 6, seed=12, zipf=True)
     df["v"] = df.index % 2
+    with pytest.raises(DataError, match="'market'"):
+        distcal.fit(engine(df), by="market")
     for method, params in [("isotonic", {"interpolation": "centered"}), ("sigmoid", {}),
                            ("histogram", {"n_bins": 4})]:
-        model = distcal.fit(df, method=method, by=["seg", "v"], weight_col="w",
-                            min_segment_weight=20.0, **params)
+        model = distcal.fit(engine(df), method=method, by=["seg", "v"], weight_col="w",
+                            min_segment_weight=20.0, **engine.opts, **params)
         path = tmp_path / method
         model.save(path)
         loaded = distcal.load(path)
         assert isinstance(loaded, SegmentedCalibrationModel)
         assert loaded == model
         assert loaded.segments.fallback.tolist() == model.segments.fallback.tolist()
-        np.testing.assert_array_equal(loaded.transform(df).calibrated,
-                                      model.transform(df).calibrated)
+        out = engine.collect(loaded.transform(engine.frame(df[["score", "seg", "v"]])))
+        np.testing.assert_allclose(out.calibrated,
+                                   model.predict(out.score, segments=out[["seg", "v"]]),
+                                   rtol=1e-12)
 
 
 def _rewrite_json(path: Path, change) -> None:
@@ -489,6 +551,30 @@ def test_evaluate_by_bad_input():
     assert rep.dropped_rows == 2 and rep.segments.n_rows.sum() == len(df) - 2
     with pytest.raises(KeyError):
         rep.segment_curve("zzz")
+
+
+@pytest.mark.parametrize("engine", ["dask", "spark"], indirect=True)
+def test_evaluate_and_threshold_by_equal_local_in_fixed_work(engine):
+    """1, 5 and 2,000 segments evaluated and thresholded on a cluster: the local engine's
+    numbers (1e-9), and as many Spark jobs or Dask tasks for 2,000 segments as for one."""
+    work = {}
+    for n_segments, n in ((1, 1000), (5, 1500), (2000, 6000)):
+        df = eval_frame(n, n_segments, seed=60 + n_segments, null_keys=6)
+        rep, work[n_segments] = engine.work(lambda df=df: distcal.evaluate(
+            engine(df), weight_col="w", by="seg", **engine.opts))
+        local = distcal.evaluate(df, weight_col="w", by="seg")
+        assert_dicts_close({k: v for k, v in rep.to_dict().items() if k != "segments"},
+                           {k: v for k, v in local.to_dict().items() if k != "segments"})
+        pd.testing.assert_frame_equal(
+            rep.segments.sort_values("seg", kind="stable").reset_index(drop=True),
+            local.segments.sort_values("seg", kind="stable").reset_index(drop=True), rtol=1e-9)
+        scored = df.rename(columns={"prob": "score"})
+        res = distcal.optimal_threshold(engine(scored), weight_col="w", cost_fn=2.0, by="seg",
+                                        **engine.opts)
+        expect = distcal.optimal_threshold(scored, weight_col="w", cost_fn=2.0, by="seg")
+        assert res.threshold == expect.threshold
+        pd.testing.assert_frame_equal(res.segments, expect.segments, rtol=1e-9)
+    assert work[1] == work[2000], work  # no job or task per segment
 
 
 def brute_threshold(score: np.ndarray, z: np.ndarray) -> tuple[float, float]:
