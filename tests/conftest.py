@@ -151,7 +151,7 @@ def pytest_configure(config):
 # number of tests, put the two-test Airflow file last).
 LONG_FILES = ["test_spark_jobs.py", "test_airflow.py", "test_spark_standalone.py",
               "test_spark_cluster.py", "test_readme.py", "test_bounded_memory.py",
-              "test_spark.py", "test_spark_multiclass.py", "test_scale_spark.py",
+              "test_spark.py", "test_multiclass.py", "test_scale_spark.py",
               "test_hardening_badinput.py", "test_dask_jobs.py", "test_hardening_kill.py",
               "test_loopback.py", "test_segments.py", "test_spark_vectors.py",
               "test_spark_executor_memory.py", "test_spark_hot_scores.py"]
@@ -284,18 +284,36 @@ class Engine:
     def __repr__(self):
         return self.name
 
-    def frame(self, df, npartitions=3):
+    def frame(self, df, npartitions=3, skewed=False, schema=None):
+        """``skewed``: Dask partitions of 5, 0, n/2 - 5 and n/2 rows. ``schema``: Spark's.
+        Columns of vectors (numpy arrays or lists) become Spark arrays and Dask
+        ``list<double>`` columns (Dask would make strings of Python objects)."""
+        vectors = [c for c in df.columns if df[c].dtype == object
+                   and isinstance(df[c].dropna().iloc[0] if df[c].notna().any() else None,
+                                  (list, np.ndarray))]
         if self.name == "spark":
-            return self.spark.createDataFrame(df)
+            df = df.assign(**{c: [None if v is None else [float(x) for x in v]
+                                  for v in df[c]] for c in vectors})
+            return self.spark.createDataFrame(df, schema)
         if self.name == "dask":
             import dask.dataframe as dd
+            import pyarrow as pa
+            from dask import delayed
 
-            return dd.from_pandas(df, npartitions=npartitions, sort=False)
+            df = df.assign(**{c: pd.Series([None if v is None else list(map(float, v))
+                                            for v in df[c]], index=df.index,
+                                           dtype=pd.ArrowDtype(pa.list_(pa.float64())))
+                              for c in vectors})
+            if not skewed:
+                return dd.from_pandas(df, npartitions=npartitions, sort=False)
+            cuts = [0, 5, 5, len(df) // 2, len(df)]
+            return dd.from_delayed([delayed(lambda d: d)(df.iloc[a:b])
+                                    for a, b in zip(cuts[:-1], cuts[1:])], meta=df.iloc[:0])
         return df
 
-    def __call__(self, df, npartitions=3):
+    def __call__(self, df, npartitions=3, skewed=False, schema=None):
         if self.name != "local":
-            return self.frame(df, npartitions)
+            return self.frame(df, npartitions, skewed, schema)
         import pyarrow as pa
         import pyarrow.parquet as pq
 

@@ -502,3 +502,260 @@ def test_docstring_examples_run():
     for mod in (cm, ct, mc, sk):
         result = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
         assert result.failed == 0 and result.attempted > 0, mod.__name__
+
+
+# -- every engine: the local engine's model and scikit-learn's ---------------------------
+
+@pytest.fixture(scope="module")
+def wine():
+    Xa, ya, Xb, yb = _split("wine")
+    clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000)).fit(Xa, ya)
+    w = np.random.default_rng(1).uniform(0.2, 3.0, len(yb))
+    return clf, Xa, Xb, yb, w
+
+
+def _vectors(S):
+    return list(np.asarray(S, dtype=np.float64))
+
+
+def _stack(column):
+    return np.stack(column.map(np.asarray).to_numpy())
+
+
+@pytest.mark.parametrize("method", ["isotonic", "sigmoid", "histogram", "temperature"])
+def test_fit_and_transform_equal_local_and_sklearn(engine, wine, method):
+    """A vector column over several ranges (Dask: skewed partitions, one empty)."""
+    clf, Xa, Xb, yb, w = wine
+    df = pd.DataFrame({"s": _vectors(clf.decision_function(Xb)), "label": yb, "w": w})
+    kw = {"n_bins": 5, "strategy": "quantile"} if method == "histogram" else {}
+    model = distcal.fit(engine(df, skewed=True), method=method, score_col="s", weight_col="w",
+                        **engine.opts, **kw)
+    local = distcal.fit(df, method=method, score_col="s", weight_col="w", **kw)
+    assert model == local
+    assert model.n_rows == len(yb) and model.weight_total == pytest.approx(w.sum(), rel=1e-12)
+    X_eval = np.vstack([Xa, Xb])
+    S_eval = clf.decision_function(X_eval)
+    out = model.transform(engine.frame(pd.DataFrame({"s": _vectors(S_eval)})), score_col="s",
+                          output_col="p")
+    got = _stack(engine.collect(out)["p"])
+    np.testing.assert_allclose(got, local.predict(S_eval), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(got.sum(axis=1), 1.0, atol=1e-12)
+    if method != "histogram":  # scikit-learn has no histogram calibration
+        expect, _ = _sklearn_proba(clf, method, Xb, yb, X_eval, w)
+        np.testing.assert_allclose(got, expect, rtol=0, atol=TOL[method])
+
+
+def test_bad_rows_same_error_and_drop_as_local(engine):
+    rng = np.random.default_rng(5)
+    # per-class columns: a label outside the classes, a fraction, a NaN score
+    cols = ["a", "b", "c", "d"]
+    df = pd.DataFrame(rng.normal(size=(90, 4)), columns=cols)
+    df["label"] = rng.integers(0, 4, 90).astype(float)
+    df.loc[[3, 40], "label"] = [4.0, 0.5]
+    df.loc[70, "b"] = np.nan
+    # a vector column: ragged, null and NaN vectors; labels outside, fractional
+    S = [list(r) for r in rng.normal(size=(60, 3))]
+    y = list(rng.integers(0, 3, 60).astype(float))
+    S[3], S[7], S[9] = [0.1, 0.2], None, [0.1, float("nan"), 0.3]
+    y[4], y[5], y[6] = 3.0, 1.5, -1.0
+    vec = pd.DataFrame({"s": [None if v is None else np.array(v) for v in S], "label": y})
+    for data, kw, n_bad in [(df, {"score_cols": cols, "method": "temperature"}, 3),
+                            (vec, {"score_col": "s", "method": "isotonic"}, 6)]:
+        schema = "s array<double>, label double" if "score_col" in kw else None
+        with pytest.raises(DataError) as local_err:
+            distcal.fit(data, **kw)
+        with pytest.raises(DataError) as engine_err:
+            distcal.fit(engine(data, schema=schema), **kw)
+        assert str(engine_err.value) == str(local_err.value)
+        dropped = distcal.fit(engine(data, schema=schema), on_invalid="drop", **kw)
+        assert dropped.dropped_rows == n_bad
+        assert dropped == distcal.fit(data, on_invalid="drop", **kw)
+    assert "2 rows are outside the class indices 0..2" in str(engine_err.value)
+
+
+def _brute_ece(P, y, w, n_bins=10):
+    """Top-label ECE by explicit loops over bins (right-closed inner edges)."""
+    conf, right = P.max(axis=1), (P.argmax(axis=1) == y).astype(float)
+    edges = np.linspace(0, 1, n_bins + 1)
+    total = 0.0
+    for b in range(n_bins):
+        lo_ok = conf > edges[b] if b > 0 else np.ones(len(conf), bool)
+        hi_ok = conf <= edges[b + 1] if b < n_bins - 1 else np.ones(len(conf), bool)
+        m = lo_ok & hi_ok
+        total += abs(np.sum(w[m] * right[m]) - np.sum(w[m] * conf[m]))
+    return total / w.sum()
+
+
+def _class_ece(p, hit, w, n_bins=10):
+    """ECE of one class's probability against [y = k], by loops over the bins."""
+    edges = np.linspace(0, 1, n_bins + 1)
+    total = 0.0
+    for b in range(n_bins):
+        m = ((p > edges[b]) | (b == 0)) & ((p <= edges[b + 1]) | (b == n_bins - 1))
+        total += abs(np.sum(w[m] * hit[m]) - np.sum(w[m] * p[m]))
+    return total / w.sum()
+
+
+def test_evaluate_equals_sklearn_brute_force_and_local(engine, wine):
+    from sklearn.metrics import brier_score_loss, confusion_matrix, log_loss
+
+    clf, _, Xb, yb, w = wine
+    P = clf.predict_proba(Xb)
+    df = pd.DataFrame({"s": _vectors(P), "label": yb, "w": w})
+    rep = distcal.evaluate(engine(df, skewed=True), prob_col="s", weight_col="w")
+    assert rep.n_rows == len(yb)
+    assert rep.log_loss == pytest.approx(log_loss(yb, P, sample_weight=w), rel=1e-12)
+    assert rep.brier == pytest.approx(brier_score_loss(yb, P, sample_weight=w), rel=1e-12)
+    np.testing.assert_allclose(rep.confusion_matrix,
+                               confusion_matrix(yb, P.argmax(axis=1), sample_weight=w),
+                               rtol=1e-12)
+    assert rep.accuracy == pytest.approx(np.average(P.argmax(axis=1) == yb, weights=w))
+    assert rep.ece == pytest.approx(_brute_ece(P, yb, w), rel=1e-12, abs=1e-15)
+    per = [_class_ece(P[:, k], yb == k, w) for k in range(3)]
+    np.testing.assert_allclose(rep.per_class_ece, per, rtol=1e-12, atol=1e-15)
+    assert rep.classwise_ece == pytest.approx(np.mean(per), rel=1e-12)
+    local = distcal.evaluate(df, prob_col="s", weight_col="w")
+    for name in ("log_loss", "brier", "accuracy", "ece", "classwise_ece"):
+        assert getattr(rep, name) == pytest.approx(getattr(local, name), rel=1e-12)
+
+
+@pytest.mark.parametrize("engine", ["dask", "spark"], indirect=True)
+def test_evaluate_many_in_the_job_equals_local(engine, wine, tmp_path):
+    """The job's evaluate of two multiclass predictions (a vector column and per-class
+    columns; evaluate_many on the test session or cluster, over files of skewed sizes and
+    an empty one) writes the report of the local engine (tested against scikit-learn and
+    numpy in test_multiclass_evaluation.py); a row invalid in one prediction is left out
+    of both, as locally."""
+    from sklearn.metrics import log_loss
+
+    from distcal.cli.run import run
+
+    clf, _, Xb, yb, w = wine
+    P = clf.predict_proba(Xb)
+    Q = np.sqrt(P) / np.sqrt(P).sum(axis=1, keepdims=True)
+    src = tmp_path / "probs"
+    src.mkdir()
+    table = pa.table({"s": pa.array(list(P), type=pa.list_(pa.float64())), "label": yb,
+                      "w": w, **{f"q{j}": Q[:, j] for j in range(3)}})
+    for i, (a, b) in enumerate([(0, 7), (7, 7), (7, len(yb))]):
+        pq.write_table(table.slice(a, b - a), src / f"part{i}.parquet")
+    if engine.name == "spark":
+        from distcal.cli.spark import SparkBackend
+
+        backend = SparkBackend(engine.spark)
+    else:
+        from distributed import get_client
+
+        from distcal.cli.dask import DaskBackend
+
+        class SharedCluster(DaskBackend):
+            def close(self):  # the session's cluster outlives this command
+                pass
+
+        backend = SharedCluster(get_client())
+    code = run(["evaluate", "--input", str(src), "--prob-col", "s", "--prob-cols",
+                "q0,q1,q2", "--weight-col", "w", "--output", str(tmp_path / "rep")],
+               prog=f"{engine.name}_calibrate", entry_point=engine.name,
+               backend_factory=lambda opts: backend)
+    assert code == 0
+    doc = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert doc["provenance"]["engine"] == engine.name and doc["kind"] == "multiclass"
+    local = distcal.evaluate_many(str(src), ["s", ["q0", "q1", "q2"]], weight_col="w")
+    assert doc["columns"] == list(local) == ["s", "q0,q1,q2"]
+    for name, rep in local.items():
+        d = doc["reports"][name]
+        for attr in ("n_rows", "dropped_rows", "n_classes", "log_loss", "brier", "accuracy",
+                     "ece", "classwise_ece", "weight_total"):
+            assert d[attr] == pytest.approx(getattr(rep, attr), rel=1e-12), attr
+        np.testing.assert_allclose(d["per_class_ece"], rep.per_class_ece, rtol=1e-12,
+                                   atol=1e-15)
+        np.testing.assert_allclose(d["confusion_matrix"], rep.confusion_matrix, rtol=1e-12)
+        for got, curve in zip([d["top_label_curve"], *d["class_curves"]],
+                              [rep.top_label_curve, *rep.class_curves], strict=True):
+            np.testing.assert_allclose(pd.DataFrame(got).to_numpy(), curve.to_numpy(),
+                                       rtol=1e-12)
+    assert doc["reports"]["s"]["log_loss"] == pytest.approx(
+        log_loss(yb, P, sample_weight=w), rel=1e-12)
+
+    bad = pd.DataFrame({"s": _vectors(P), "label": yb, **{f"q{j}": Q[:, j] for j in range(3)}})
+    bad.loc[3, "q1"] = np.nan
+    got = distcal.evaluate_many(engine(bad), ["s", ["q0", "q1", "q2"]], on_invalid="drop")
+    want = distcal.evaluate_many(bad, ["s", ["q0", "q1", "q2"]], on_invalid="drop")
+    for name, rep in want.items():
+        assert rep.dropped_rows == 1 and got[name].dropped_rows == 1
+        assert got[name].n_rows == rep.n_rows
+        assert got[name].log_loss == pytest.approx(rep.log_loss, rel=1e-12)
+
+
+# -- Spark only: vectors of Spark ML, probability columns, the plan -----------------------
+
+def test_spark_temperature_from_vector_udt_equals_local_and_sklearn(spark):
+    from pyspark.ml.linalg import Vectors
+
+    Xa, ya, Xb, yb = _split("digits")  # K = 10
+    clf = make_pipeline(StandardScaler(), LogisticRegression(max_iter=300, C=0.05)).fit(Xa, ya)
+    w = np.random.default_rng(3).uniform(0.5, 2.0, len(yb))
+    S = clf.decision_function(Xb)
+    pdf = pd.DataFrame({"s": _vectors(S), "label": yb, "w": w})
+    sdf = spark.createDataFrame([(Vectors.dense(r), int(c), float(x)) for r, c, x in zip(S, yb, w)],
+                                ["s", "label", "w"])
+    assert type(sdf.schema["s"].dataType).__name__ == "VectorUDT"
+    model = distcal.fit(sdf, method="temperature", score_col="s", weight_col="w")
+    local = distcal.fit(pdf, method="temperature", score_col="s", weight_col="w")
+    assert model == local  # beta to 1e-9 relative
+    assert model.params["beta"] == pytest.approx(local.params["beta"], rel=1e-12)
+    expect, cal = _sklearn_proba(clf, "temperature", Xb, yb, Xa, w)
+    beta_sk = float(cal.calibrated_classifiers_[0].calibrators[0].beta_)
+    assert model.params["beta"] == pytest.approx(beta_sk, rel=1e-6)
+    S_eval = clf.decision_function(Xa)
+    out = model.transform(spark.createDataFrame([(Vectors.dense(r),) for r in S_eval], ["s"]),
+                          score_col="s", output_col="p")
+    assert dict(out.dtypes)["p"] == "array<double>"
+    got = _stack(out.toPandas()["p"])
+    np.testing.assert_allclose(got, expect, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got, local.predict(S_eval), rtol=0, atol=1e-13)
+
+
+def test_spark_temperature_on_probability_columns_and_one_column(spark, wine):
+    _, Xa, Xb, yb, w = wine
+    clf = GaussianNB().fit(Xa, _split("wine")[1])
+    P = clf.predict_proba(Xb)
+    cols = ["p0", "p1", "p2"]
+    pdf = pd.DataFrame(P, columns=cols).assign(label=yb, w=w)
+    model = distcal.fit(spark.createDataFrame(pdf), method="temperature", score_cols=cols,
+                        weight_col="w")
+    assert model.params["input_"] == "probabilities"
+    assert model == distcal.fit(pdf, method="temperature", score_cols=cols, weight_col="w")
+    X_eval = np.vstack([Xa, Xb])
+    expect, _ = _sklearn_proba(clf, "temperature", Xb, yb, X_eval, w)
+    eval_sdf = spark.createDataFrame(pd.DataFrame(clf.predict_proba(X_eval), columns=cols))
+    got = _stack(model.transform(eval_sdf, score_cols=cols, output_col="p").toPandas()["p"])
+    np.testing.assert_allclose(got, expect, rtol=0, atol=1e-6)
+    # one score column with score_cols: K = 2, p0 = 1 - p1
+    rng = np.random.default_rng(4)
+    s = np.round(rng.normal(size=400), 2)
+    one = pd.DataFrame({"s": s, "label": (rng.random(400) < 1 / (1 + np.exp(-2 * s)))
+                        .astype(np.int64)})
+    sdf = spark.createDataFrame(one)
+    for method in ("isotonic", "temperature"):
+        model = distcal.fit(sdf, method=method, score_cols=["s"])
+        assert model == distcal.fit(one, method=method, score_cols=["s"])
+        got = _stack(model.transform(sdf, score_cols=["s"], output_col="p").toPandas()["p"])
+        np.testing.assert_allclose(got, model.predict(s), rtol=0, atol=1e-13)
+        if method == "isotonic":
+            np.testing.assert_array_equal(got[:, 0], 1.0 - got[:, 1])
+
+
+def test_spark_one_shuffle_for_all_classes(spark, wine):
+    """One-vs-rest is one keyed pass: the rows of all K classes take one shuffle."""
+    from distcal.core.keyed import KeySpec
+    from distcal.engines import get_engine
+
+    clf, _, Xb, yb, _ = wine
+    sdf = spark.createDataFrame(pd.DataFrame({"s": [list(map(float, r)) for r in
+                                                    clf.decision_function(Xb)], "label": yb}))
+    spec = KeySpec(score_col="s", multiclass=True)
+    with get_engine("spark").open_keyed(sdf, spec, on_invalid="raise") as rows:
+        plan = rows.ranged._jdf.queryExecution().executedPlan().toString()
+        assert rows.n_classes == 3
+    assert plan.count("Exchange") == 1
