@@ -153,7 +153,7 @@ LONG_FILES = ["test_spark_jobs.py", "test_airflow.py", "test_spark_standalone.py
               "test_spark_cluster.py", "test_readme.py", "test_bounded_memory.py",
               "test_spark.py", "test_multiclass.py", "test_scale_spark.py",
               "test_hardening_badinput.py", "test_dask_jobs.py", "test_hardening_kill.py",
-              "test_loopback.py", "test_segments.py", "test_spark_vectors.py",
+              "test_loopback.py", "test_segments.py", "test_vectors.py",
               "test_spark_executor_memory.py", "test_spark_hot_scores.py"]
 
 SUBPROCESS_FILES = {"test_cli.py", "test_readme.py", "test_structure.py", "test_docs_and_conf.py",
@@ -320,6 +320,16 @@ class Engine:
         self._files += 1
         path = self.tmp / f"in{self._files}.parquet"
         pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path, row_group_size=250)
+        return str(path)
+
+    def read_parquet(self, path):
+        """A Parquet file or directory as this engine's input."""
+        if self.name == "spark":
+            return self.spark.read.parquet(str(path))
+        if self.name == "dask":
+            import dask.dataframe as dd
+
+            return dd.read_parquet(str(path))
         return str(path)
 
     def collect(self, out):

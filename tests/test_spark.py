@@ -280,3 +280,42 @@ def test_combine_is_ignored_with_a_warning(spark):
     with pytest.warns(FutureWarning, match="combine is ignored"):
         model = distcal.fit(spark.createDataFrame(df), combine=True)
     assert model == distcal.fit(df)
+
+
+def test_all_null_sample_of_scores(spark):
+    """The combine decision's sample holds only null scores (estimate_distinct of d = 0)."""
+    rng = np.random.default_rng(9)
+    score = rng.random(400).round(2)
+    score[:40] = np.nan
+    df = pd.DataFrame({"score": score, "label": (rng.random(400) < 0.5).astype(int)})
+    rows = [(None if np.isnan(s) else float(s), int(y)) for s, y in zip(df.score, df.label)]
+    sdf = spark.createDataFrame(rows, "score double, label int").coalesce(1)  # nulls first
+    got = distcal.fit(sdf, on_invalid="drop", sample_rows=10)
+    assert got == distcal.fit(df, on_invalid="drop")
+    assert got.dropped_rows == 40
+
+
+def test_input_formats_of_the_spark_backend(spark, tmp_path, capsys):
+    """--input-format csv|json|orc reads the same rows as Parquet; errors are one line."""
+    import pyarrow as pa
+    import pyarrow.orc as orc
+
+    from distcal.cli.main import main
+    from distcal.cli.spark import SparkBackend
+
+    df = make_scores(2000, seed=5)
+    df.to_csv(tmp_path / "s.csv", index=False)
+    df.to_json(tmp_path / "s.json", orient="records", lines=True)
+    orc.write_table(pa.Table.from_pandas(df, preserve_index=False), str(tmp_path / "s.orc"))
+    ref = distcal.fit(df)
+    backend = SparkBackend(spark)
+    for fmt in ("csv", "json", "orc"):
+        data = backend.read({"input": str(tmp_path / f"s.{fmt}"), "input_format": fmt})
+        assert distcal.fit(data) == ref, fmt
+    with pytest.raises(distcal.DataError, match=r"input '.*s\.csv' cannot be read as orc"):
+        backend.read({"input": str(tmp_path / "s.csv"), "input_format": "orc"})
+    # the local engine reads Parquet only: a usage error before anything runs
+    assert main(["fit", "--input", str(tmp_path / "s.csv"), "--input-format", "csv",
+                 "--output", str(tmp_path / "m")]) == 2
+    assert "--input-format csv needs the Spark engine" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()

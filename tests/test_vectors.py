@@ -155,3 +155,95 @@ def test_cli_score_index(tmp_path):
     assert "score_index 5 is out of range for 400 rows" in r.stderr
     assert not (tmp_path / "m2").exists()
     assert "--score-index" in cli("fit", "--help").stdout
+
+
+# -- every engine ---------------------------------------------------------------------
+
+def test_vectors_equal_the_plain_column(engine, tmp_path):
+    vec, plain = vectors(n=4000, seed=4)
+    ref = distcal.fit(plain, score_col="probability")
+    assert distcal.fit(engine(vec, skewed=True), score_col="probability", score_index=1,
+                       **engine.opts) == ref
+    path = tmp_path / "v"
+    path.mkdir()
+    for i, part in enumerate(np.array_split(np.arange(len(vec)), 3)):
+        pq.write_table(as_arrow(vec.iloc[part], fixed=False), path / f"part-{i}.parquet")
+    from_parquet = engine.read_parquet(path)
+    assert distcal.fit(from_parquet, score_col="probability", score_index=1) == ref
+    assert (distcal.optimal_threshold(engine(vec), score_col="probability", score_index=1,
+                                      cost_fn=3)
+            == distcal.optimal_threshold(plain, score_col="probability", cost_fn=3))
+    out = engine.collect(ref.transform(engine.frame(vec), score_col="probability",
+                                       score_index=1))
+    np.testing.assert_allclose(out.calibrated.to_numpy(), ref.predict(plain.probability),
+                               rtol=1e-12)
+
+
+def test_bad_vectors_same_errors_as_local(engine):
+    vec, _ = vectors(n=60, seed=5)
+    rows = list(vec.probability)
+    rows[2], rows[40], rows[7] = np.array([.5]), np.array([.1, .2, .3, .4]), None
+    bad = vec.assign(probability=rows)
+    schema = "probability array<double>, label long"
+    for index in (1, 2, 4):
+        with pytest.raises(distcal.DataError) as local:
+            distcal.fit(bad, score_col="probability", score_index=index)
+        with pytest.raises(distcal.DataError) as other:
+            distcal.fit(engine(bad, schema=schema), score_col="probability", score_index=index)
+        assert str(other.value) == str(local.value)
+        assert "column 'probability' (score)" in str(local.value)
+    assert "2 rows have vectors whose length is not 3" in str(local.value)
+    ints = bad.assign(n=bad.label)
+    with pytest.raises(distcal.DataError, match=r"column 'n' \(score\) has type int"):
+        distcal.fit(engine(ints, schema=f"{schema}, n int"), score_col="n", score_index=0)
+
+
+# -- Spark only: pyspark.ml's VectorUDT and the Calibrator stage ------------------------
+
+@pytest.fixture(scope="module")
+def predictions(spark):
+    """A LogisticRegression's output (a VectorUDT ``probability``) and its element 1."""
+    from pyspark.ml.classification import LogisticRegression
+    from pyspark.ml.feature import VectorAssembler
+
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(3000, 2))
+    y = (rng.random(3000) < 1 / (1 + np.exp(-(2 * x[:, 0] + x[:, 1])))).astype(int)
+    sdf = spark.createDataFrame(pd.DataFrame({"a": x[:, 0], "b": x[:, 1], "label": y}))
+    feats = VectorAssembler(inputCols=["a", "b"], outputCol="features").transform(sdf)
+    pred = LogisticRegression().fit(feats).transform(feats).select("probability", "label")
+    pdf = pred.toPandas()
+    plain = pd.DataFrame({"probability": [v[1] for v in pdf.probability], "label": pdf.label})
+    return pred.cache(), plain
+
+
+def test_spark_vector_udt_equals_the_plain_column(spark, predictions):
+    from pyspark.sql import functions as F
+
+    pred, plain = predictions
+    ref = distcal.fit(plain, score_col="probability")
+    assert distcal.fit(pred, score_col="probability", score_index=1) == ref
+    got = distcal.optimal_threshold(pred, score_col="probability", score_index=1, cost_fn=3)
+    assert got == distcal.optimal_threshold(plain, score_col="probability", cost_fn=3)
+    # transform in the JVM keeps the vector column
+    out = ref.transform(pred, score_col="probability", score_index=1)
+    assert out.schema["probability"].dataType == pred.schema["probability"].dataType
+    got = out.select(F.col("calibrated")).toPandas().calibrated.to_numpy()
+    np.testing.assert_allclose(got, ref.predict(plain.probability), rtol=1e-12)
+
+
+def test_spark_calibrator_stage_score_index(spark, predictions, tmp_path):
+    from pyspark.ml import Pipeline, PipelineModel
+
+    from distcal.spark import Calibrator
+
+    pred, plain = predictions
+    fitted = Pipeline(stages=[Calibrator(scoreCol="probability", scoreIndex=1,
+                                         outputCol="cal")]).fit(pred)
+    assert fitted.stages[0].model == distcal.fit(plain, score_col="probability")
+    fitted.write().overwrite().save(str(tmp_path / "pipe"))
+    loaded = PipelineModel.load(str(tmp_path / "pipe"))
+    assert loaded.stages[0].getScoreIndex() == 1
+    got = loaded.transform(pred).select("cal").toPandas().cal.to_numpy()
+    np.testing.assert_allclose(got, fitted.stages[0].model.predict(plain.probability),
+                               rtol=1e-12)
