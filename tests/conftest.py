@@ -151,7 +151,7 @@ def pytest_configure(config):
 # number of tests, put the two-test Airflow file last).
 LONG_FILES = ["test_spark_jobs.py", "test_airflow.py", "test_spark_standalone.py",
               "test_spark_cluster.py", "test_readme.py", "test_bounded_memory.py",
-              "test_spark.py", "test_multiclass.py", "test_scale_spark.py",
+              "test_spark.py", "test_engines.py", "test_multiclass.py", "test_scale_spark.py",
               "test_hardening_badinput.py", "test_dask_jobs.py", "test_hardening_kill.py",
               "test_loopback.py", "test_segments.py", "test_vectors.py",
               "test_spark_executor_memory.py", "test_spark_hot_scores.py"]
@@ -284,8 +284,9 @@ class Engine:
     def __repr__(self):
         return self.name
 
-    def frame(self, df, npartitions=3, skewed=False, schema=None):
-        """``skewed``: Dask partitions of 5, 0, n/2 - 5 and n/2 rows. ``schema``: Spark's.
+    def frame(self, df, npartitions=None, skewed=False, schema=None):
+        """``npartitions``: Dask's (default 3); Spark repartitions (round robin) when given.
+        ``skewed``: Dask partitions of 5, 0, n/2 - 5 and n/2 rows. ``schema``: Spark's.
         Columns of vectors (numpy arrays or lists) become Spark arrays and Dask
         ``list<double>`` columns (Dask would make strings of Python objects)."""
         vectors = [c for c in df.columns if df[c].dtype == object
@@ -294,7 +295,8 @@ class Engine:
         if self.name == "spark":
             df = df.assign(**{c: [None if v is None else [float(x) for x in v]
                                   for v in df[c]] for c in vectors})
-            return self.spark.createDataFrame(df, schema)
+            sdf = self.spark.createDataFrame(df, schema)
+            return sdf if npartitions is None else sdf.repartition(npartitions)
         if self.name == "dask":
             import dask.dataframe as dd
             import pyarrow as pa
@@ -305,13 +307,13 @@ class Engine:
                                            dtype=pd.ArrowDtype(pa.list_(pa.float64())))
                               for c in vectors})
             if not skewed:
-                return dd.from_pandas(df, npartitions=npartitions, sort=False)
+                return dd.from_pandas(df, npartitions=npartitions or 3, sort=False)
             cuts = [0, 5, 5, len(df) // 2, len(df)]
             return dd.from_delayed([delayed(lambda d: d)(df.iloc[a:b])
                                     for a, b in zip(cuts[:-1], cuts[1:])], meta=df.iloc[:0])
         return df
 
-    def __call__(self, df, npartitions=3, skewed=False, schema=None):
+    def __call__(self, df, npartitions=None, skewed=False, schema=None):
         if self.name != "local":
             return self.frame(df, npartitions, skewed, schema)
         import pyarrow as pa

@@ -24,7 +24,7 @@ import pandas as pd
 import pyarrow as pa
 
 from ..core.keyed import Key, KeyedTable, KeySpec, merge_keyed, pool_rows, pool_sums
-from ..core.rows import RowPart, add_up_rows, read_rows, vector_lengths
+from ..core.rows import RowPart, add_up_rows, check_columns, read_rows, vector_lengths
 from ..core.summary import SummarySource, summary_keyed
 from ..core.validate import check_unique_columns
 from ..errors import DataError, column_not_found, output_column_exists
@@ -171,6 +171,8 @@ class LocalKeyedRanges:
                  finite_scores: bool = False, memory_rows: int = 1 << 23,
                  batch_rows: int = 1 << 20, chunk_rows: int = 1 << 22):
         refuse_cluster_frames(data)
+        if is_path(data):  # a batch holds only the needed columns: name the file's in an error
+            check_columns(open_dataset(data).schema.names, spec)
         self.data, self.spec, self.on_invalid = data, spec, on_invalid
         self.finite_scores = finite_scores
         self.batch_rows, self.chunk_rows = int(batch_rows), int(chunk_rows)
