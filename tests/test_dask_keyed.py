@@ -1,9 +1,8 @@
-"""The Dask engine's keyed ranges (``DaskEngine.open_keyed``) on a real distributed cluster.
+"""What only the Dask engine's keyed ranges have, on a real distributed cluster: the
+per-range budget, partitions of every shape, transform_rows, a worker memory limit.
 
-Oracles are independent of distcal's keyed code: the keyed rows are made
-here with pandas (one frame per key: the global key and each segment, per
-calibrated class), pooled with ``groupby(score)`` sums, and compared with
-each key's tables gathered over the engine's ranges in range order.
+The tables are checked against test_keyed_pass.py's pandas oracle (where every
+engine's keyed pass is tested the same way).
 """
 
 from __future__ import annotations
@@ -12,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from test_keyed_pass import SPECS, assert_matches, gather, keyed_data, oracle
 
 from distcal.core.keyed import KeySpec
-from distcal.core.rows import add_up_rows, read_rows
 from distcal.engines.dask import DaskEngine
 from distcal.errors import DataError
 
@@ -22,30 +21,11 @@ LIST = pd.ArrowDtype(pa.list_(pa.float64()))  # Dask turns object columns into s
 ENGINE = DaskEngine()
 
 
-# -- data and oracle ------------------------------------------------------------------
-
-def _data(n: int = 3000, seed: int = 0, k: int = 0, weights: bool = True) -> pd.DataFrame:
-    """Scores with ties, two segment columns with nulls; K > 0: per-class scores."""
-    rng = np.random.default_rng(seed)
-    df = pd.DataFrame({
-        "score": np.round(rng.random(n), 2),
-        "g": pd.Series(rng.choice(["a", "b", "c"], n), dtype=object),
-        "h": rng.integers(0, 3, n).astype(float),
-    })
-    df.loc[rng.random(n) < 0.1, "g"] = None
-    df.loc[rng.random(n) < 0.1, "h"] = np.nan
-    if k:
-        p = rng.dirichlet(np.ones(k), n).round(2)
-        df["label"] = np.array([rng.choice(k, p=r / r.sum()) for r in p])
-        for j in range(k):
-            df[f"p{j}"] = p[:, j]
-        df["v"] = pd.Series([list(r) for r in p], dtype=LIST)
-    else:
-        df["label"] = (rng.random(n) < df["score"]).astype(np.int64)
-    if weights:
-        w = rng.uniform(0.0, 2.0, n)
-        w[rng.random(n) < 0.05] = 0.0  # zero weights take no part
-        df["w"] = w
+def _data(*args, **kwargs) -> pd.DataFrame:
+    """test_keyed_pass's rows, their vectors as a list<double> column for Dask."""
+    df = keyed_data(*args, **kwargs)
+    if "v" in df:
+        df["v"] = pd.Series([list(v) for v in df["v"]], index=df.index, dtype=LIST)
     return df
 
 
@@ -53,108 +33,6 @@ def _ddf(df: pd.DataFrame, npartitions: int):
     import dask.dataframe as dd
 
     return dd.from_pandas(df, npartitions=npartitions, sort=False)
-
-
-def _class_score(df: pd.DataFrame, cls: int, k: int, spec: KeySpec) -> np.ndarray:
-    if spec.score_cols is not None:
-        col = spec.score_cols[cls if len(spec.score_cols) > 1 else 0]
-        return df[col].to_numpy(dtype=float)
-    return np.array([v[cls] for v in df[spec.score_col]], dtype=float)
-
-
-def oracle(df: pd.DataFrame, spec: KeySpec, k: int = 0) -> dict:
-    """Per key: (score, weight, w * label01, count) sums per distinct score, ascending."""
-    w = df[spec.weight_col].to_numpy(float) if spec.weight_col else np.ones(len(df))
-    df = df[w > 0]
-    w = w[w > 0]
-    classes = [None] if not spec.multiclass else ([1] if k == 2 else list(range(k)))
-    out = {}
-    for cls in classes:
-        if cls is None:
-            s, y = df[spec.score_col].to_numpy(float), df[spec.label_col].to_numpy(float)
-        else:
-            s = _class_score(df, cls, k, spec)
-            y = (df[spec.label_col].to_numpy() == cls).astype(float)
-        rows = pd.DataFrame({"s": s + 0.0, "w": w, "wy": w * y, "n": 1}, index=df.index)
-        sums = rows.groupby("s").sum().sort_index()
-        out[(None, cls)] = sums
-        if spec.by:
-            for seg, part in rows.join(df[list(spec.by)]).groupby(list(spec.by), dropna=True):
-                seg = seg if isinstance(seg, tuple) else (seg,)
-                out[(seg, cls)] = part.groupby("s")[["w", "wy", "n"]].sum().sort_index()
-    return out
-
-
-def _tables(t) -> list:
-    """What the test brings back from a range: every key's table (a test only)."""
-    return [(key, t.key_table(i).score, t.key_table(i).weight, t.key_table(i).positives,
-             t.key_table(i).count) for i, key in enumerate(t.keys)]
-
-
-def gather(ranges) -> dict:
-    """Each key's tables over the ranges, in range order; checks the ranges' order."""
-    parts = ranges.map(lambda t: [(key, s.copy(), w.copy(), p.copy(), n.copy())
-                                  for key, s, w, p, n in _tables(t)])
-    got: dict = {}
-    last_max = -np.inf
-    for part in parts:
-        lo = min(s.min() for _, s, *_ in part)
-        hi = max(s.max() for _, s, *_ in part)
-        assert lo > last_max  # ascending, non-overlapping ranges
-        last_max = hi
-        for key, s, w, p, n in part:
-            got.setdefault(key, []).append((s, w, p, n))
-    return {key: tuple(np.concatenate(x) for x in zip(*v)) for key, v in got.items()}
-
-
-def assert_matches(got: dict, want: dict) -> None:
-    assert set(got) == set(want)
-    for key, (s, w, p, n) in got.items():
-        o = want[key]
-        assert np.all(np.diff(s) > 0), key  # one row per distinct score, ascending
-        np.testing.assert_array_equal(s, o.index.to_numpy(), err_msg=str(key))
-        np.testing.assert_allclose(w, o["w"].to_numpy(), rtol=1e-12, err_msg=str(key))
-        np.testing.assert_allclose(p, o["wy"].to_numpy(), rtol=1e-12, atol=1e-12,
-                                   err_msg=str(key))
-        np.testing.assert_array_equal(n, o["n"].to_numpy(), err_msg=str(key))
-
-
-def _counts(df: pd.DataFrame, spec: KeySpec) -> tuple[int, float]:
-    w = df[spec.weight_col].to_numpy(float) if spec.weight_col else np.ones(len(df))
-    return int((w > 0).sum()), float(w[w > 0].sum())
-
-
-# -- keyed ranges against the oracle --------------------------------------------------
-
-SPECS = {
-    "binary": (KeySpec(weight_col="w"), 0),
-    "binary-unweighted": (KeySpec(), 0),
-    "by-one": (KeySpec(weight_col="w", by=("g",)), 0),
-    "by-two": (KeySpec(weight_col="w", by=("g", "h")), 0),
-    "vector-k3": (KeySpec(score_col="v", weight_col="w", multiclass=True), 3),
-    "score-cols-k3": (KeySpec(score_col=None, score_cols=("p0", "p1", "p2"), weight_col="w",
-                              multiclass=True), 3),
-    "score-cols-k2": (KeySpec(score_col=None, score_cols=("p0", "p1"), multiclass=True), 2),
-    "by-x-vector": (KeySpec(score_col="v", by=("g",), weight_col="w", multiclass=True), 3),
-    "by-two-x-cols": (KeySpec(score_col=None, score_cols=("p0", "p1", "p2"), by=("g", "h"),
-                              multiclass=True), 3),
-}
-
-
-@pytest.mark.parametrize("name", list(SPECS))
-@pytest.mark.parametrize("npartitions", [1, 3, 7])
-def test_keyed_tables_equal_the_oracle(client, name, npartitions):
-    spec, k = SPECS[name]
-    df = _data(2000, seed=npartitions, k=k)
-    # A small budget: many ranges, so keys are cut across ranges.
-    with ENGINE.open_keyed(_ddf(df, npartitions), spec, on_invalid="raise",
-                           range_rows=700) as r:
-        assert r.n_classes == k
-        got = gather(r)
-        n, w = _counts(df, spec)
-        assert (r.n_rows, r.dropped_rows) == (n, 0)
-        assert r.weight_total == pytest.approx(w, rel=1e-12)
-    assert_matches(got, oracle(df, spec, k))
 
 
 def test_results_do_not_depend_on_partitioning_or_budget(client):
@@ -211,123 +89,6 @@ def test_empty_partitions_and_a_hot_score(client):
     with ENGINE.open_keyed(ddf, spec, on_invalid="raise", range_rows=300) as r:
         got = gather(r)
     assert_matches(got, oracle(df, spec))
-
-
-# -- validation ------------------------------------------------------------------------
-
-def _bad(df: pd.DataFrame) -> pd.DataFrame:
-    bad = df.copy()
-    bad.loc[bad.index[::17], "score"] = np.nan
-    bad.loc[bad.index[5::23], "label"] = 7
-    bad.loc[bad.index[3::31], "w"] = -1.0
-    return bad
-
-
-@pytest.mark.parametrize("spec", [KeySpec(weight_col="w", by=("g",)),
-                                  KeySpec(score_col="v", weight_col="w", multiclass=True)])
-def test_bad_rows_raise_the_read_rows_message_or_are_dropped(client, spec):
-    k = 3 if spec.multiclass else 0
-    df = _data(1500, seed=4, k=k)
-    if spec.multiclass:
-        df.loc[df.index[::17], "v"] = None
-        df.loc[df.index[5::23], "label"] = 7
-        df.loc[df.index[3::31], "w"] = -1.0
-        bad = df
-    else:
-        bad = _bad(df)
-    # The message of the pandas reader on the same rows, in one batch.
-    rows, stats = read_rows(bad, spec, n_classes=k or None)
-    with pytest.raises(DataError) as want:
-        add_up_rows([stats], "raise")
-    r = ENGINE.open_keyed(_ddf(bad, 4), spec, on_invalid="raise")
-    with pytest.raises(DataError) as got:
-        r.map(len)
-    assert str(got.value) == str(want.value)
-    r2 = ENGINE.open_keyed(_ddf(bad, 4), spec, on_invalid="raise")
-    with pytest.raises(DataError) as got2:
-        r2.map_rows(len)
-    assert str(got2.value) == str(want.value)
-    # Dropped: the tables are the oracle's over the valid rows.
-    with ENGINE.open_keyed(_ddf(bad, 4), spec, on_invalid="drop", range_rows=400) as r3:
-        got_tables = gather(r3)
-        totals = add_up_rows([stats], "drop")
-        assert (r3.n_rows, r3.dropped_rows) == (totals.n_rows, totals.dropped_rows)
-        assert r3.weight_total == pytest.approx(totals.weight_total, rel=1e-12)
-    if k:
-        lab = bad["label"].to_numpy()
-        valid = bad["v"].notna().to_numpy() & (lab >= 0) & (lab < k) & (bad["w"] >= 0)
-    else:
-        valid = bad["score"].notna() & bad["label"].isin([0, 1]) & (bad["w"] >= 0)
-    assert int((~np.asarray(valid)).sum()) == totals.dropped_rows
-    assert_matches(got_tables, oracle(bad[np.asarray(valid)], spec, k))
-
-
-def test_missing_column_is_the_read_rows_error_raised_when_opened(client):
-    df = _data(200, seed=1)
-    for spec in [KeySpec(weight_col="nope"), KeySpec(by=("g", "zz")),
-                 KeySpec(score_col=None, score_cols=("p0", "p9"), multiclass=True)]:
-        with pytest.raises(DataError) as want:
-            read_rows(df, spec)
-        with pytest.raises(DataError) as got:
-            ENGINE.open_keyed(_ddf(df, 2), spec, on_invalid="raise")
-        assert str(got.value) == str(want.value)
-
-
-def test_no_usable_rows(client):
-    df = _data(300, seed=1).assign(w=0.0)
-    r = ENGINE.open_keyed(_ddf(df, 2), KeySpec(weight_col="w"), on_invalid="raise")
-    with pytest.raises(DataError, match="no rows with weight > 0"):
-        r.map(len)
-
-
-def test_vector_length_is_counted_over_the_whole_input(client):
-    """Partition 0 holds only short vectors: K comes from all partitions."""
-    import dask.dataframe as dd
-    from dask import delayed
-
-    df = _data(600, seed=6, k=3)
-    short = pd.DataFrame({"v": pd.Series([[0.5, 0.5]] * 5, dtype=LIST), "label": [0] * 5})
-    parts = [short, df[["v", "label"]].iloc[:300], df[["v", "label"]].iloc[300:]]
-    ddf = dd.from_delayed([delayed(lambda x: x)(p) for p in parts], meta=short.iloc[:0])
-    spec = KeySpec(score_col="v", multiclass=True)
-    r = ENGINE.open_keyed(ddf, spec, on_invalid="drop")
-    assert r.n_classes == 3
-    got = gather(r)
-    assert r.dropped_rows == 5
-    assert_matches(got, oracle(df, spec, 3))
-
-
-# -- row parts ------------------------------------------------------------------------
-
-@pytest.mark.parametrize("npartitions", [1, 3, 7])
-def test_map_rows_sees_every_valid_row_once(client, npartitions):
-    spec = KeySpec(score_col="v", weight_col="w", by=("g",), multiclass=True)
-    df = _data(1200, seed=7, k=3)
-    bad = df.copy()
-    bad.loc[bad.index[::13], "label"] = 9
-    with ENGINE.open_keyed(_ddf(bad, npartitions), spec, on_invalid="drop", passes=2) as r:
-        for _ in range(2):
-            parts = r.map_rows(lambda p: (p.score, p.label, p.weight,
-                                          [p.segments[1][c] if c >= 0 else None
-                                           for c in p.segments[0]]))
-            got = pd.DataFrame({
-                "s0": np.concatenate([p[0][:, 0] for p in parts]),
-                "s2": np.concatenate([p[0][:, 2] for p in parts]),
-                "label": np.concatenate([p[1] for p in parts]),
-                "w": np.concatenate([p[2] for p in parts]),
-                "g": [None if x is None else x[0] for p in parts for x in p[3]]})
-            keep = (bad["label"] != 9) & (bad["w"] > 0)
-            v = np.array([list(x) for x in bad.loc[keep, "v"]])
-            want = pd.DataFrame({"s0": v[:, 0], "s2": v[:, 2],
-                                 "label": bad.loc[keep, "label"].to_numpy(float),
-                                 "w": bad.loc[keep, "w"].to_numpy(),
-                                 "g": bad.loc[keep, "g"].to_list()})
-            cols = ["s0", "s2", "label", "w"]
-            pd.testing.assert_frame_equal(
-                got.sort_values(cols).reset_index(drop=True),
-                want.sort_values(cols).reset_index(drop=True), check_dtype=False)
-        assert r.n_rows == int(keep.sum())
-        assert r.dropped_rows == int((bad["label"] == 9).sum())
 
 
 # -- transform_rows --------------------------------------------------------------------

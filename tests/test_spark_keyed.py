@@ -1,8 +1,8 @@
-"""SparkEngine.open_keyed / transform_rows: keyed tables exact against pandas and scipy.
+"""What only Spark's keyed ranges have: ranges from a sample of the data, hot scores,
+transform_rows in the JVM's types, and sessions with capped memory or on Spark Connect.
 
-Oracles are computed here, independently of distcal: the keyed rows are
-exploded with pandas (one frame per key kind) and pooled by ``groupby``;
-isotonic regression is scipy's. Tests that need a Spark session of their
+The tables are checked against test_keyed_pass.py's pandas oracle (where every
+engine's keyed pass is tested the same way); isotonic regression is scipy's. Tests that need a Spark session of their
 own (a driver result cap, a Python worker memory cap, Spark Connect) run it
 in a child process, since one process holds one SparkContext.
 """
@@ -17,12 +17,13 @@ import textwrap
 import numpy as np
 import pandas as pd
 import pytest
+import test_keyed_pass
 from conftest import full_jit_env
 from pyspark import cloudpickle
+from test_keyed_pass import assert_matches, gather, oracle
 
 import distcal
 from distcal.core.keyed import KeySpec
-from distcal.core.rows import add_up_rows, read_rows
 from distcal.engines.spark import SparkEngine
 
 ENGINE = SparkEngine()
@@ -30,6 +31,7 @@ ENGINE = SparkEngine()
 # The functions mapped over the ranges live here; the Python workers cannot
 # import this test module, so they travel by value.
 cloudpickle.register_pickle_by_value(sys.modules[__name__])
+cloudpickle.register_pickle_by_value(test_keyed_pass)
 
 
 # -- data and the oracle -------------------------------------------------------------
@@ -59,75 +61,6 @@ def make_rows(n: int, seed: int, k: int = 0, by: int = 0, weights: bool = False)
     return pd.DataFrame(out)
 
 
-def oracle(pdf: pd.DataFrame, spec: KeySpec, k: int) -> dict:
-    """{key: DataFrame(score, weight, positives, count)} from pandas, sorted by score."""
-    w = pdf[spec.weight_col].to_numpy(float) if spec.weight_col else np.ones(len(pdf))
-    live = w > 0
-    if spec.score_cols is not None:
-        z = pdf[list(spec.score_cols)].to_numpy(float)
-    elif spec.multiclass:
-        z = np.stack(pdf[spec.score_col].to_numpy())
-    else:
-        z = pdf[[spec.score_col]].to_numpy(float)
-    y = pdf[spec.label_col].to_numpy(float)
-    classes = [None] if not spec.multiclass else ([1] if k == 2 else list(range(k)))
-    segs = [None] * len(pdf)
-    if spec.by:
-        frame = pdf[list(spec.by)]
-        null = frame.isna().any(axis=1).to_numpy()
-        segs = [None if null[i] else tuple(frame.iloc[i]) for i in range(len(pdf))]
-    frames = []
-    for c in classes:
-        s = z[:, 0] if c is None else z[:, c if z.shape[1] > 1 else 0]
-        y01 = y if c is None else (y == c).astype(float)
-        base = pd.DataFrame({"score": s, "w": w, "wy": w * y01, "n": 1})[live]
-        frames.append(base.assign(key=[(None, c)] * int(live.sum())))
-        seg_keys = [(segs[i], c) for i in np.flatnonzero(live)]
-        part = base.assign(key=seg_keys)
-        frames.append(part[[kk[0] is not None for kk in seg_keys]])
-    rows = pd.concat(frames)
-    rows["key"] = rows["key"].map(_plain_key)
-    pooled = rows.groupby(["key", "score"], sort=True).agg(weight=("w", "sum"),
-                                                             positives=("wy", "sum"),
-                                                             count=("n", "sum"))
-    return {key: g.reset_index(level=0, drop=True).reset_index()
-            for key, g in pooled.groupby(level=0)}
-
-
-def _plain_key(key):
-    seg, c = key
-    if seg is not None:
-        seg = tuple(int(v) if isinstance(v, float) and float(v).is_integer() else v
-                    for v in seg)
-    return (seg, c)
-
-
-def key_tables(t):
-    """Per range: {key: (score, weight, positives, count)} (small test data only)."""
-    out = {}
-    for i, key in enumerate(t.keys):
-        kt = t.key_table(i)
-        out[key] = (kt.score.copy(), kt.weight.copy(), kt.positives.copy(), kt.count.copy())
-    return out
-
-
-def check_against_oracle(parts: list[dict], expected: dict) -> None:
-    gathered: dict = {}
-    for part in parts:  # ascending score order
-        for key, cols in part.items():
-            gathered.setdefault(_plain_key(key), []).append(cols)
-    assert set(gathered) == set(expected)
-    for key, pieces in gathered.items():
-        for a, b in zip(pieces, pieces[1:]):  # ranges ascending, non-overlapping per key
-            assert a[0].max() < b[0].min()
-        got = [np.concatenate([p[j] for p in pieces]) for j in range(4)]
-        want = expected[key]
-        np.testing.assert_array_equal(got[0], want["score"].to_numpy())
-        np.testing.assert_allclose(got[1], want["weight"].to_numpy(), rtol=1e-12)
-        np.testing.assert_allclose(got[2], want["positives"].to_numpy(), rtol=1e-12, atol=1e-9)
-        np.testing.assert_array_equal(got[3], want["count"].to_numpy())
-
-
 def to_spark(spark, pdf: pd.DataFrame, vector: str | None = None):
     """A Spark DataFrame of ``pdf``; ``vector="udt"`` makes ``probs`` a pyspark.ml vector."""
     pdf = pdf.copy()
@@ -141,51 +74,6 @@ def to_spark(spark, pdf: pd.DataFrame, vector: str | None = None):
     return df
 
 
-CASES = {
-    "binary": (dict(), dict(score_col="score")),
-    "binary-weighted": (dict(weights=True), dict(score_col="score", weight_col="w")),
-    "by-one": (dict(by=1), dict(score_col="score", by=("g",))),
-    "by-two-weighted": (dict(by=2, weights=True),
-                        dict(score_col="score", by=("g", "h"), weight_col="w")),
-    "vector-array": (dict(k=3), dict(score_col="probs", multiclass=True)),
-    "vector-udt": (dict(k=3), dict(score_col="probs", multiclass=True)),
-    "score-cols": (dict(k=3), dict(score_col=None, score_cols=("p0", "p1", "p2"),
-                                   multiclass=True)),
-    "by-x-multiclass": (dict(k=3, by=2, weights=True),
-                        dict(score_col="probs", multiclass=True, by=("g", "h"),
-                             weight_col="w")),
-    "two-classes": (dict(k=2), dict(score_col="probs", multiclass=True)),
-}
-
-
-@pytest.mark.parametrize("case", list(CASES))
-def test_keyed_tables_equal_pandas(spark, case):
-    make, spec_kw = CASES[case]
-    pdf = make_rows(3000, seed=len(case), **make)
-    if "score_cols" in spec_kw:
-        z = np.stack(pdf.pop("probs").to_numpy())
-        for j in range(z.shape[1]):
-            pdf[f"p{j}"] = z[:, j]
-    spec = KeySpec(**spec_kw)
-    df = to_spark(spark, pdf, "udt" if case == "vector-udt" else None)
-    k = make.get("k", 0)
-    with ENGINE.open_keyed(df, spec, on_invalid="raise", n_ranges=5) as kr:
-        assert kr.n_classes == k
-        parts = kr.map(key_tables)
-        assert 1 < len(parts) <= 5
-        check_against_oracle(parts, oracle(pdf, spec, k))
-        w = pdf["w"].to_numpy() if "w" in pdf else np.ones(len(pdf))
-        assert kr.n_rows == int((w > 0).sum())
-        assert kr.weight_total == pytest.approx(w.sum(), rel=1e-12)
-        assert kr.dropped_rows == 0
-        # map_rows: every valid row once, whole (all its class scores)
-        seen = kr.map_rows(lambda p: (p.n_rows, float(p.label.sum()), p.score.shape))
-        assert sum(s[0] for s in seen) == kr.n_rows
-        y = pdf["label"].to_numpy(float)
-        assert sum(s[1] for s in seen) == pytest.approx(y[w > 0].sum())
-        assert all(s[2][1:] == ((k,) if k else ()) for s in seen)
-
-
 def test_ranges_from_the_data_and_passes(spark):
     """The range count follows the distinct (key, score) pairs over ``range_rows``;
     passes > 1 persists, and a second map gives the same tables."""
@@ -196,11 +84,9 @@ def test_ranges_from_the_data_and_passes(spark):
     spec = KeySpec()
     with ENGINE.open_keyed(df, spec, on_invalid="raise", range_rows=1000, passes=2) as kr:
         assert 15 <= kr.k <= 25  # ~20k distinct pairs over 1k per range
-        first = kr.map(key_tables)
-        second = kr.map(key_tables)
-        assert len(first) >= kr.k // 2
-        check_against_oracle(first, oracle(pdf, spec, 0))
-        check_against_oracle(second, oracle(pdf, spec, 0))
+        assert len(kr.map(len)) >= kr.k // 2
+        assert_matches(gather(kr), oracle(pdf, spec))
+        assert_matches(gather(kr), oracle(pdf, spec))  # a second map, the same tables
     with ENGINE.open_keyed(df, spec, on_invalid="raise") as kr:
         assert kr.k == 8  # at least default_ranges: 20k pairs are far below 200k per range
 
@@ -222,9 +108,8 @@ def test_hot_score_does_not_eat_the_ranges(spark, kind):
         spec, k, key = KeySpec(score_col="probs", multiclass=True), 2, (None, 1)
         opts = dict(n_ranges=8)
     with ENGINE.open_keyed(to_spark(spark, pdf), spec, on_invalid="raise", **opts) as kr:
-        parts = kr.map(key_tables)
-        check_against_oracle(parts, oracle(pdf, spec, k))
-    sizes = [len(p[key][0]) for p in parts]
+        assert_matches(gather(kr), oracle(pdf, spec, k))
+        sizes = kr.map(lambda t: len(t.key_table(t.keys.index(key)).score))
     assert len(sizes) >= 7
     assert max(sizes) < 3 * np.mean(sizes)  # distinct pairs per range, not rows
 
@@ -246,80 +131,6 @@ def test_range_count_from_distinct_pairs(hot):
     # and erring high only makes ranges smaller
     assert 0.75 * want < distinct < 1.4 * want
     assert 0.75 * want / 200_000 < len(bounds) + 1 < 1.4 * want / 200_000 + 1
-
-
-# -- invalid input: the messages of read_rows --------------------------------------------
-
-def _local_error(pdf, spec, on_invalid, k=None):
-    try:
-        _, stats = read_rows(pdf, spec, n_classes=k)
-        totals = add_up_rows([stats], on_invalid)
-    except distcal.DataError as exc:
-        return str(exc), None
-    return None, totals
-
-
-def _bad_binary():
-    pdf = make_rows(400, seed=11, by=1, weights=True)
-    pdf["score"] = pdf["score"].astype(object)
-    pdf.loc[3, "score"] = None
-    pdf.loc[7, "score"] = float("nan")
-    pdf["score"] = pdf["score"].astype(float)
-    pdf["label"] = pdf["label"].astype(str)
-    pdf.loc[9, "label"] = "yes"
-    pdf.loc[10, "label"] = "2"
-    pdf.loc[12, "w"] = -1.0
-    return pdf, KeySpec(by=("g",), weight_col="w")
-
-
-def _bad_multiclass():
-    pdf = make_rows(400, seed=12, k=3)
-    v = list(pdf["probs"])
-    v[2] = np.array([0.5, 0.5])  # ragged
-    v[4] = np.array([np.nan, 0.5, 0.5])
-    pdf["probs"] = v
-    pdf.loc[6, "label"] = 7
-    return pdf, KeySpec(score_col="probs", multiclass=True)
-
-
-@pytest.mark.parametrize("bad", [_bad_binary, _bad_multiclass])
-@pytest.mark.parametrize("on_invalid", ["raise", "drop"])
-def test_invalid_rows_same_error_as_read_rows(spark, bad, on_invalid):
-    pdf, spec = bad()
-    k = 3 if spec.multiclass else None
-    message, totals = _local_error(pdf, spec, on_invalid, k)
-    with ENGINE.open_keyed(to_spark(spark, pdf), spec, on_invalid=on_invalid) as kr:
-        if on_invalid == "raise":
-            assert message is not None
-            with pytest.raises(distcal.DataError) as got:
-                kr.map(key_tables)
-            assert str(got.value) == message
-        else:
-            assert message is None
-            kr.map(key_tables)
-            assert (kr.n_rows, kr.dropped_rows) == (totals.n_rows, totals.dropped_rows)
-            assert kr.weight_total == pytest.approx(totals.weight_total)
-
-
-def test_missing_column_same_error_as_read_rows(spark):
-    pdf = make_rows(50, seed=1)
-    for spec in (KeySpec(score_col="nope"), KeySpec(by=("region",)),
-                 KeySpec(weight_col="wt"), KeySpec(label_col="y")):
-        with pytest.raises(distcal.DataError) as local:
-            read_rows(pdf, spec)
-        with pytest.raises(distcal.DataError) as remote:
-            ENGINE.open_keyed(spark.createDataFrame(pdf), spec, on_invalid="raise")
-        assert str(remote.value) == str(local.value)
-
-
-def test_no_valid_rows(spark):
-    pdf = pd.DataFrame({"score": [0.1, 0.2], "label": [1, 0], "w": [0.0, 0.0]})
-    spec = KeySpec(weight_col="w")
-    message, _ = _local_error(pdf, spec, "raise")
-    with ENGINE.open_keyed(spark.createDataFrame(pdf), spec, on_invalid="raise") as kr:
-        with pytest.raises(distcal.DataError) as got:
-            kr.map(key_tables)
-    assert str(got.value) == message
 
 
 # -- transform_rows ------------------------------------------------------------------
