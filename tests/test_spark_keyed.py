@@ -2,9 +2,10 @@
 transform_rows in the JVM's types, and sessions with capped memory or on Spark Connect.
 
 The tables are checked against test_keyed_pass.py's pandas oracle (where every
-engine's keyed pass is tested the same way); isotonic regression is scipy's. Tests that need a Spark session of their
-own (a driver result cap, a Python worker memory cap, Spark Connect) run it
-in a child process, since one process holds one SparkContext.
+engine's keyed pass is tested the same way); isotonic regression is scipy's.
+Tests that need a Spark session of their own (a driver result cap, a Python
+worker memory cap, Spark Connect) run it in a child process, since one process
+holds one SparkContext.
 """
 
 from __future__ import annotations
