@@ -156,8 +156,8 @@ LONG_FILES = ["test_spark_jobs.py", "test_airflow.py", "test_spark_standalone.py
               "test_loopback.py", "test_segments.py", "test_vectors.py",
               "test_spark_executor_memory.py", "test_spark_hot_scores.py"]
 
-SUBPROCESS_FILES = {"test_cli.py", "test_readme.py", "test_structure.py", "test_docs_and_conf.py",
-                    "test_packaging.py"}
+SUBPROCESS_FILES = {"test_cli.py", "test_history_cli.py", "test_readme.py", "test_structure.py",
+                    "test_docs_and_conf.py", "test_packaging.py"}
 
 # Oracle sweeps: `make test` runs every case; the development loop keeps the cases that
 # still reach every method and code path (the rest are marked slow).
