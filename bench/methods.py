@@ -1,6 +1,7 @@
 """Beta calibration and Venn-Abers fits against their anchors, in one run.
 
-Usage: python bench/methods.py N [--repeat R] [--spark]
+Usage: python bench/methods.py N [--repeat R] [--spark] [--no-local]
+       [--pairs venn_abers,beta] [--data cont,ties]
 
 On the same N rows (scores drawn from Beta(2, 3), distinct or rounded to 4
 decimals; 0/1 labels drawn from a beta-calibration curve; unit weights),
@@ -12,7 +13,10 @@ the median of R fits of:
   (``method="sigmoid"``): target <= 1.5x.
 
 Local: from a pandas frame. With ``--spark`` also on Spark local[2], each
-fit timed from ``spark.read.parquet`` of the same rows written once.
+fit timed from ``spark.read.parquet`` of the same rows written once
+(``--no-local``: Spark only). ``--pairs`` picks the pairs by our method
+(both by default), ``--data`` the kinds of scores (both by default): at
+1e7 rows on Spark local[2] one pair and one kind can take many minutes.
 Prints one line per fit and the ratios.
 """
 
@@ -45,9 +49,9 @@ def make_rows(n: int, decimals: int | None, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame({"score": s, "label": (rng.random(n) < p).astype(np.int64)})
 
 
-def run(label: str, fit: object, repeat: int) -> None:
+def run(label: str, fit: object, repeat: int, pairs: list[str]) -> None:
     times = {}
-    for anchor, ours, target in PAIRS:
+    for anchor, ours, target in (p for p in PAIRS if p[1] in pairs):
         for method in (anchor, ours):
             times[method] = timed(lambda m=method: fit(m), repeat)  # type: ignore[operator]
             print(f"{label:<14} {method:<11} {times[method]:8.3f} s", flush=True)
@@ -60,13 +64,21 @@ def main() -> None:
     ap.add_argument("n", type=float)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--spark", action="store_true")
+    ap.add_argument("--no-local", action="store_true")
+    ap.add_argument("--pairs", default="venn_abers,beta")
+    ap.add_argument("--data", default="cont,ties")
     args = ap.parse_args()
+    pairs, kinds = args.pairs.split(","), args.data.split(",")
     n = int(args.n)
     print(f"# methods, N = {n:.0e}, median of {args.repeat}")
     for name, decimals in (("cont", None), ("ties", 4)):
+        if name not in kinds:
+            continue
         df = make_rows(n, decimals)
         distcal.fit(df.head(50_000), method="venn_abers")  # compile the numba loop once
-        run(f"local/{name}", lambda m, df=df: distcal.fit(df, method=m), args.repeat)
+        if not args.no_local:
+            run(f"local/{name}", lambda m, df=df: distcal.fit(df, method=m), args.repeat,
+                pairs)
         if args.spark:
             spark = spark_session("distcal-bench-methods")
             with tempfile.TemporaryDirectory() as tmp:
@@ -74,7 +86,7 @@ def main() -> None:
                 df.to_parquet(path)
                 run(f"spark/{name}",
                     lambda m, path=path: distcal.fit(spark.read.parquet(path), method=m),
-                    args.repeat)
+                    args.repeat, pairs)
 
 
 if __name__ == "__main__":

@@ -13,7 +13,13 @@ import pyarrow.parquet as pq
 
 from .core.columns import arrow_kind, arrow_to_float, vector_element
 from .core.validate import check_vector_lengths
-from .errors import VECTORS_EXPECTED, column_not_found, column_type, output_column_exists
+from .errors import (
+    VECTORS_EXPECTED,
+    ParameterError,
+    column_not_found,
+    column_type,
+    output_column_exists,
+)
 from .keyed_model import KeyedModel
 from .model import CalibrationModel
 from .storage import local_publishing
@@ -27,6 +33,7 @@ def apply_to_parquet(model: CalibrationModel | KeyedModel, source: str | os.Path
                      output_col: str = "calibrated", overwrite: bool = False,
                      batch_rows: int = 1 << 20, score_index: int | None = None,
                      score_cols: list[str] | None = None,
+                     interval_cols: tuple[str, str] | None = None,
                      before_commit: Callable[[Path], None] | None = None) -> int:
     """Stream ``source`` batch by batch, add ``output_col``, write one Parquet file.
 
@@ -39,8 +46,17 @@ def apply_to_parquet(model: CalibrationModel | KeyedModel, source: str | os.Path
     the output is published. A :class:`~distcal.KeyedModel` reads its
     scores (``score_col``, a vector column, or ``score_cols``) and its
     segment columns from each batch; a multiclass one writes a
-    ``list<double>`` column.
+    ``list<double>`` column. ``interval_cols=("p0", "p1")`` (a Venn-Abers
+    model of a column of numbers) also writes the interval of
+    :meth:`~distcal.CalibrationModel.predict_interval`, as
+    ``model.transform`` does.
     """
+    if interval_cols is not None and (
+            not isinstance(model, CalibrationModel) or model.method != "venn_abers"
+            or score_index is not None or len(set(interval_cols) | {output_col}) != 3):
+        raise ParameterError(
+            "interval_cols takes two new column names, for a Venn-Abers model of a column of "
+            f"numbers; got {interval_cols!r} for a {model.method} model")
     dataset = open_dataset(source)
     schema = dataset.schema
     lengths: Counter[int] = Counter()
@@ -62,6 +78,9 @@ def apply_to_parquet(model: CalibrationModel | KeyedModel, source: str | os.Path
                               VECTORS_EXPECTED)
 
         def predict(table: pa.Table) -> np.ndarray:
+            if score_index is None and interval_cols is not None:  # p, p0, p1
+                s = arrow_to_float(table.column(score_col))[0]
+                return np.stack([model.predict(s), *model.predict_interval(s)])
             if score_index is None:
                 return model.predict(arrow_to_float(table.column(score_col))[0])
             scores, seen = vector_element(table.column(score_col), score_index, score_col)
@@ -70,12 +89,15 @@ def apply_to_parquet(model: CalibrationModel | KeyedModel, source: str | os.Path
     for name, role in inputs.items():
         if name not in schema.names:
             raise column_not_found(name, role, schema.names)
-    if output_col in schema.names:
-        raise output_column_exists(output_col)
+    added = [output_col, *(interval_cols or ())]
+    for name in added:
+        if name in schema.names:
+            raise output_column_exists(name)
     keep = list(schema.names)
     vector = isinstance(model, KeyedModel) and model.n_classes >= 2
     out_type = pa.list_(pa.float64()) if vector else pa.float64()
-    out_schema = pa.schema([schema.field(n) for n in keep] + [pa.field(output_col, out_type)])
+    out_schema = pa.schema([schema.field(n) for n in keep]
+                           + [pa.field(n, out_type) for n in added])
     rows = 0
     with local_publishing(output, overwrite=overwrite) as tmp:
         with pq.ParquetWriter(tmp, out_schema) as writer:
@@ -86,10 +108,13 @@ def apply_to_parquet(model: CalibrationModel | KeyedModel, source: str | os.Path
                     offsets = np.arange(values.shape[0] + 1, dtype=np.int32) * k
                     probs = pa.ListArray.from_arrays(pa.array(offsets), pa.array(
                         values.reshape(-1), type=pa.float64()))
+                    new = [probs]
+                elif interval_cols is not None:
+                    new = [pa.array(v, type=pa.float64()) for v in values]
                 else:
-                    probs = pa.array(values, type=pa.float64())
+                    new = [pa.array(values, type=pa.float64())]
                 writer.write_table(pa.Table.from_arrays(
-                    [table.column(n) for n in keep] + [probs], schema=out_schema))
+                    [table.column(n) for n in keep] + new, schema=out_schema))
                 rows += table.num_rows
         if score_index is not None:
             check_vector_lengths(score_col, "score", score_index, lengths)

@@ -16,6 +16,9 @@ returns the Axes, in the spirit of scikit-learn's ``CalibrationDisplay``:
 * :func:`plot_roc`: ROC curves with their convex hulls and AUCs.
 * :func:`plot_cost_curve`: total cost c_fp FP(t) + c_fn FN(t) against the
   threshold t (positive iff p >= t), the minimum marked.
+* :func:`plot_interval_widths`: the histogram of a Venn-Abers output's
+  interval widths p1 - p0 (``evaluate(..., interval_cols=...)``) on a log
+  scale, mean, median and 90th percentile marked.
 
 :func:`distcal.report.report_html_fragment` gives the HTML of one report (metrics and
 figures, images embedded), for a notebook's ``_repr_html_``.
@@ -31,7 +34,7 @@ import numpy as np
 from .core import calibration_metrics as cm
 
 __all__ = ["plot_reliability", "plot_calibration_map", "plot_roc", "plot_cost_curve",
-           "MARKER_AREA_MAX"]
+           "plot_interval_widths", "MARKER_AREA_MAX"]
 
 #: Area (points^2) of the marker of the heaviest bin; others scale linearly.
 MARKER_AREA_MAX = 400.0
@@ -244,6 +247,41 @@ def plot_cost_curve(reports: Any, ax: Any = None, *, cost_fp: float = 1.0,
     ax.set(xlabel="threshold t (positive iff p ≥ t)",
            ylabel=f"total cost = {cost_fp:g}·FP + {cost_fn:g}·FN", xlim=(0, 1),
            title="Cost curve")
+    ax.legend(loc="best", fontsize=7)
+    ax.figure.tight_layout()
+    return ax
+
+
+def plot_interval_widths(report: Any, ax: Any = None) -> Any:
+    """Histogram of the interval widths p1 - p0 of a report (``rep.interval_widths``).
+
+    Bars of weight per bin, 10 bins per decade on a log scale (the bin of
+    widths below 1e-6, zero included, drawn hatched left of 1e-6); the
+    weighted mean, median and 90th percentile as vertical lines.
+    """
+    w = report.interval_widths
+    if not w:
+        raise ValueError("this report has no interval widths (evaluate(..., interval_cols=...))")
+    ax = _new_ax(ax, (6.4, 4.4))
+    edges = np.asarray(w["histogram"]["edges"], dtype=float)
+    weight = np.asarray(w["histogram"]["weight"], dtype=float)
+    if edges.shape[0] >= 2:
+        lo = edges[1:-1] if edges[0] == 0 else edges[:-1]
+        hi = edges[2:] if edges[0] == 0 else edges[1:]
+        bars = weight[1:] if edges[0] == 0 else weight
+        ax.bar(lo, bars, width=hi - lo, align="edge", color="C0", edgecolor="white", lw=0.5,
+               label=f"weight per bin ({w['rows']:,} rows)")
+        if edges[0] == 0 and weight[0] > 0:
+            ax.bar([edges[1] / 10], [weight[0]], width=[edges[1] * 0.9], align="edge",
+                   color="C0", hatch="//", edgecolor="white", label="width < 1e-6")
+        ax.set_xscale("log")
+    for value, name, style in ((w["mean"], "mean", "-"), (w["median"], "median", "--"),
+                               (w["p90"], "90th percentile", ":")):
+        if value is not None and math.isfinite(value) and value > 0:
+            ax.axvline(value, color="C3", ls=style, lw=1.2, label=f"{name} {value:.3g}")
+    p0, p1 = w["columns"]
+    ax.set(xlabel=f"interval width {p1} − {p0} (log scale)", ylabel="weight",
+           title="Venn-Abers interval widths")
     ax.legend(loc="best", fontsize=7)
     ax.figure.tight_layout()
     return ax

@@ -4,7 +4,9 @@ report.html is self-contained (images embedded as data URIs, no script, no
 external request) and readable on a phone. It holds the provenance, a
 metrics table (names explained on hover and in a legend), notes (e.g. an
 AUC that dropped after calibration), and the figures: reliability diagram,
-calibration map (when a model is given), ROC curve, cost curve. Every
+calibration map (when a model is given), ROC curve, cost curve, and the
+histogram of interval widths (Venn-Abers output evaluated with
+``interval_cols``). Every
 number the page shows is in report.json (``table``, ``provenance``,
 ``notes`` and the per-column ``reports``).
 
@@ -231,6 +233,51 @@ def _notes(reports: list[EvaluationReport], model: Any) -> list[dict[str, Any]]:
                          "interpolation=\"centered\", avoids this loss."),
             })
     return notes
+
+
+# key in rep.interval_widths, label, explanation: rows of the metrics table when a report
+# has interval widths (evaluate(..., interval_cols=...)).
+WIDTH_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("mean", "interval width mean", "Weighted mean of p1 − p0 (exact)."),
+    ("median", "interval width median",
+     "Weighted median of p1 − p0, from a histogram of 100 log-spaced bins per decade "
+     "(within 2.33%)."),
+    ("p90", "interval width 90th percentile",
+     "Weighted 90th percentile of p1 − p0 (same histogram)."),
+    ("max", "interval width max", "Largest p1 − p0 (exact)."),
+)
+
+
+def _width_rows(reports: list[EvaluationReport]) -> list[dict[str, Any]]:
+    """The metrics table's rows of the interval widths (none when no report has them)."""
+    if not any(getattr(r, "interval_widths", None) for r in reports):
+        return []
+    return [{"key": f"interval_width_{k}", "label": label, "kind": "metric",
+             "description": desc,
+             "values": {r.prob_col: _jsonable((r.interval_widths or {}).get(k))
+                        for r in reports}} for k, label, desc in WIDTH_METRICS]
+
+
+def _width_figures(reports: list[EvaluationReport]) -> list[tuple[str, str, str, bytes]]:
+    """The histogram of the interval widths: one figure per pair of interval columns."""
+    from matplotlib.figure import Figure
+
+    from . import plots
+
+    pairs: dict[tuple[str, ...], EvaluationReport] = {}
+    for r in reports:
+        w = getattr(r, "interval_widths", None)
+        if w:
+            pairs.setdefault(tuple(w["columns"]), r)
+    out = []
+    for i, ((p0, p1), r) in enumerate(pairs.items()):
+        fig = Figure(figsize=(6.4, 4.4))
+        plots.plot_interval_widths(r, fig.subplots())
+        out.append(("interval_widths" if i == 0 else f"interval_widths_{i}",
+                    "Venn-Abers interval widths",
+                    f"Histogram of the interval widths {p1} − {p0} on a log scale, weight per "
+                    "bin, mean, median and 90th percentile marked", _png(fig)))
+    return out
 
 
 def _png(fig: Any, dpi: int = 110) -> bytes:
@@ -509,9 +556,11 @@ def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
     values = {r.prob_col: _values(r, e, c) for r, e, c in zip(reports, extras, costs)}
     table = [{"key": k, "label": label, "kind": kind, "description": desc,
               "values": {c: values[c][k] for c in values}} for k, label, kind, desc in METRICS]
+    table += _width_rows(reports)
     prov = _provenance(reports, provenance, model)
     notes = _notes(reports, model)
     figures = _figures(reports, extras, costs, model, cost_fp, cost_fn)
+    figures += _width_figures(reports)
     figures += _segment_figures(reports)
 
     doc: dict[str, Any] = {"columns": [r.prob_col for r in reports]}
@@ -534,6 +583,9 @@ def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
                          for n in notes)
     legend = "".join(f"<dt>{html.escape(label)}</dt><dd>{html.escape(desc)}</dd>"
                      for _, label, _, desc in METRICS)
+    legend += "".join(f"<dt>{html.escape(row['label'])}</dt>"
+                      f"<dd>{html.escape(row['description'])}</dd>"
+                      for row in _width_rows(reports))
     cost_text = (f"Costs: false positive {format_value(cost_fp, 'metric')}, false negative "
                  f"{format_value(cost_fn, 'metric')}; threshold for the confusion counts "
                  f"{format_value(reports[0].threshold, 'metric')}.")
@@ -549,8 +601,9 @@ def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
 def write_report(reports: Any, output: str | os.PathLike, overwrite: bool = False, *,
                  provenance: dict[str, Any] | None = None, model: Any = None,
                  cost_fp: float = 1.0, cost_fn: float = 1.0) -> Path:
-    """Write report.json, the figures (reliability.png, roc.png, cost.png and, with
-    ``model``, calibration_map.png) and a self-contained report.html to ``output``.
+    """Write report.json, the figures (reliability.png, roc.png, cost.png, with
+    ``model`` calibration_map.png, with interval widths interval_widths.png) and a
+    self-contained report.html to ``output``.
 
     ``reports``: a list (or the dict of :func:`~distcal.evaluate_many`) of
     :class:`~distcal.EvaluationReport`, or of multiclass reports (then the

@@ -101,14 +101,17 @@ class GlobalRanges:
 def evaluate_by(impl: Any, data: Any, columns: dict[str, str | None], by: list[str], *,
                 report_from_ranges: Callable[..., Any], prob_col: str, n_bins: int,
                 strategy: str, bins: Any, threshold: float, confidence: float,
-                roc_points: int | None, on_invalid: str, engine_opts: dict[str, Any]) -> Any:
+                roc_points: int | None, on_invalid: str, engine_opts: dict[str, Any],
+                interval_cols: tuple[str, str] | None = None) -> Any:
     """The global report with ``segments`` (one row per segment) and the segments' curves.
 
     ``report_from_ranges``: what :func:`distcal.evaluate` runs over an
-    unsegmented input's ranges (passed in: this module sits below it).
+    unsegmented input's ranges (passed in: this module sits below it), and
+    with ``interval_cols`` the widths of the global report's rows.
     """
     spec = KeySpec(score_col=prob_col, label_col=str(columns["label"]),
-                   weight_col=columns.get("weight"), by=tuple(by), probabilities=True)
+                   weight_col=columns.get("weight"), by=tuple(by), probabilities=True,
+                   interval_cols=interval_cols)
     with impl.open_keyed(data, spec, on_invalid=on_invalid, passes=4,
                          **engine_opts) as keyed:
         with phase("evaluate by %s", by):
@@ -126,6 +129,10 @@ def evaluate_by(impl: Any, data: Any, columns: dict[str, str | None], by: list[s
                                         strategy=strategy, bins=edges, threshold=threshold,
                                         confidence=confidence, roc_points=roc_points)
             seg_eval = combine_segment_partials(ranges.segment_parts or [], by)
+            if interval_cols is not None:
+                from .core.interval_widths import width_summary
+
+                report.interval_widths = width_summary(keyed.interval_widths, interval_cols)
     log.info("evaluate by %s: %d segments", by, len(seg_eval.table))
     report.attach_segments(seg_eval)
     return report

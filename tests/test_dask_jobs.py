@@ -67,23 +67,29 @@ def test_job_against_running_cluster(cluster, tmp_path):
     for i, part in enumerate(np.array_split(df, 4)):  # a directory of files
         pq.write_table(pa.Table.from_pandas(part, preserve_index=False), src / f"p{i}.parquet")
 
+    # A Venn-Abers model: its interval written by apply, the widths reported by evaluate
     r = job("fit", "--input", src, "--output", tmp_path / "model", "--weight-col", "w",
-            "--scheduler", cluster)
+            "--scheduler", cluster, "--method", "venn_abers")
     assert r.returncode == 0, r.stderr[-3000:]
     model = distcal.load(tmp_path / "model")
-    assert model == distcal.fit(df, weight_col="w")
+    assert model == distcal.fit(df, weight_col="w", method="venn_abers")
 
     r = job("apply", "--model", tmp_path / "model", "--input", src, "--output",
-            tmp_path / "out.parquet", "--scheduler", cluster)
+            tmp_path / "out.parquet", "--scheduler", cluster, "--interval-cols", "p0,p1")
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout)["rows"] == len(df)
     out = pq.read_table(tmp_path / "out.parquet").to_pandas().sort_values("id")
-    np.testing.assert_array_equal(out["calibrated"].to_numpy(), model.predict(out["score"]))
+    np.testing.assert_allclose(out["calibrated"].to_numpy(), model.predict(out["score"]),
+                               rtol=1e-12)
+    np.testing.assert_array_equal(out["p1"].to_numpy(), model.predict_interval(out["score"])[1])
 
     r = job("evaluate", "--input", tmp_path / "out.parquet", "--output", tmp_path / "rep",
-            "--prob-col", "calibrated", "--scheduler", cluster)
+            "--prob-col", "calibrated", "--scheduler", cluster, "--interval-cols", "p0,p1")
     assert r.returncode == 0, r.stderr[-3000:]
     assert (tmp_path / "rep" / "report.html").exists()
+    widths = json.loads((tmp_path / "rep" / "report.json").read_text())["interval_widths"]
+    want = distcal.evaluate(out, prob_col="calibrated", interval_cols=("p0", "p1"))
+    assert widths["p90"] == pytest.approx(want.interval_widths["p90"], rel=1e-9)
 
     r = job("threshold", "--input", src, "--cost-fn", "3", "--scheduler", cluster)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -106,9 +112,9 @@ def test_job_with_its_own_local_cluster(tmp_path):
     df = make_scores(10_000, seed=32)
     pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp_path / "s.parquet")
     r = job("fit", "--input", tmp_path / "s.parquet", "--output", tmp_path / "m",
-            "--method", "sigmoid")
+            "--method", "beta")
     assert r.returncode == 0, r.stderr[-3000:]
-    assert distcal.load(tmp_path / "m") == distcal.fit(df, method="sigmoid")
+    assert distcal.load(tmp_path / "m") == distcal.fit(df, method="beta")
 
 
 def test_notebook_runs_top_to_bottom(tmp_path, monkeypatch):

@@ -266,6 +266,23 @@ def test_venn_abers_equals_the_venn_abers_package():
     np.testing.assert_allclose(model.predict(tests), prob[:, 1], rtol=1e-9)
 
 
+def test_venn_abers_with_any_weights_is_one_model_whatever_the_partitioning(tmp_path):
+    # Weights such as uniform draws: a block's sums added in another order differ in
+    # their last bits; the model (its thresholds) must not, and must load again.
+    df = rows(4000, weights=False)
+    df["w"] = np.random.default_rng(5).uniform(0.0, 3.0, len(df))
+    model = distcal.fit(df, method="venn_abers", weight_col="w")
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp_path / "in.parquet",
+                   row_group_size=250)
+    ranged = distcal.fit(str(tmp_path / "in.parquet"), method="venn_abers", weight_col="w",
+                         memory_rows=300, batch_rows=250)
+    assert ranged == model
+    model.save(tmp_path / "m")
+    assert distcal.load(tmp_path / "m") == model
+    p0, p1 = model.predict_interval(np.sort(probe_scores(df.score.to_numpy()))[1:-1])
+    assert np.all(np.diff(p0) >= 0) and np.all(np.diff(p1) >= 0) and np.all(p0 <= p1)
+
+
 def test_venn_abers_refuses_labels_that_are_not_0_or_1(engine):
     df = rows(400, weights=False)
     df["label"] = df.label.astype(float)
@@ -422,12 +439,32 @@ def test_command_line_fits_and_applies(tmp_path, capsys, method):
                      str(tmp_path / "model"), "--method", method, "--weight-col", "w"]) == 0
     line = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert line["method"] == method
+    interval = ["--interval-cols", "p0,p1"] if method == "venn_abers" else []
     assert cli_main(["apply", "--model", str(tmp_path / "model"), "--input",
                      str(tmp_path / "in.parquet"), "--output", str(tmp_path / "out.parquet"),
-                     "--output-col", "p"]) == 0
+                     "--output-col", "p", *interval]) == 0
     out = pd.read_parquet(tmp_path / "out.parquet")
-    want = distcal.fit(df, method=method, weight_col="w").predict(out.score)
-    np.testing.assert_allclose(out.p, want, rtol=1e-12)
+    model = distcal.fit(df, method=method, weight_col="w")
+    np.testing.assert_allclose(out.p, model.predict(out.score), rtol=1e-12)
+    if method == "beta":  # no interval: refused, nothing written
+        assert cli_main(["apply", "--model", str(tmp_path / "model"), "--input",
+                         str(tmp_path / "in.parquet"), "--output", str(tmp_path / "o2.parquet"),
+                         "--interval-cols", "p0,p1"]) == 2
+        assert "interval_cols" in capsys.readouterr().err
+        assert not (tmp_path / "o2.parquet").exists()
+        return
+    p0, p1 = model.predict_interval(out.score)
+    np.testing.assert_array_equal(out.p0, p0)
+    np.testing.assert_array_equal(out.p1, p1)
+    assert cli_main(["evaluate", "--input", str(tmp_path / "out.parquet"), "--output",
+                     str(tmp_path / "rep"), "--prob-col", "p", "--weight-col", "w",
+                     "--interval-cols", "p0,p1"]) == 0
+    doc = json.loads((tmp_path / "rep" / "report.json").read_text())
+    want = distcal.evaluate(out, prob_col="p", weight_col="w", interval_cols=("p0", "p1"))
+    assert doc["interval_widths"]["mean"] == pytest.approx(want.interval_widths["mean"],
+                                                           rel=1e-12)
+    assert (tmp_path / "rep" / "interval_widths.png").stat().st_size > 1000
+    assert 'id="fig-interval_widths"' in (tmp_path / "rep" / "report.html").read_text()
 
 
 def test_transform_adds_the_venn_abers_interval_on_every_engine(engine):
@@ -476,3 +513,124 @@ def test_venn_abers_with_infinite_scores_on_every_engine(engine):
         out.toPandas() if engine.name == "spark" else out.compute())
     got = got.sort_values("score").reset_index(drop=True)
     np.testing.assert_allclose(got.p, model.predict(got.score, segments=got.g), rtol=1e-15)
+
+
+# -- evaluating a Venn-Abers output: the widths of its intervals ---------------------
+
+def va_output(n_cal=1500, n_test=3000, seed=3):
+    """A Venn-Abers model's output on new rows: p, p0, p1, the labels and weights."""
+    model = distcal.fit(rows(n_cal, seed=seed), method="venn_abers", weight_col="w")
+    return model.transform(rows(n_test, seed=seed + 1, ties=False), output_col="p",
+                           interval_cols=("p0", "p1"))
+
+
+def width_quantile(d, w, q):
+    """The oracle: numpy's weighted quantile of the raw widths (the smallest d whose
+    cumulative weight reaches q of the total)."""
+    return np.quantile(d, q, weights=w, method="inverted_cdf")
+
+
+# The histogram's quantiles: within one bin of 100 per decade.
+WIDTH_RTOL = 10 ** (1 / 100) - 1
+
+
+def test_evaluate_reports_the_interval_widths_on_every_engine(engine):
+    out = va_output()
+    # Intervals that are not: a DataError naming the column, the problem and the count
+    flipped = out.index[out.p1 < 0.9][:5]
+    out.loc[flipped, "p0"] = out.loc[flipped, "p1"] + 0.05
+    out.loc[out.index[out.p1 < 0.9][5:8], "p1"] = 1.5
+    cols = ("p0", "p1")
+    with pytest.raises(DataError, match=r"column 'p1': 3 rows are outside \[0, 1\]; column "
+                                        r"'p0': 5 rows are above column 'p1' \(an interval "
+                                        r"needs p0 <= p1\)"):
+        distcal.evaluate(engine(out), prob_col="p", weight_col="w", interval_cols=cols,
+                         **engine.opts)
+    rep = distcal.evaluate(engine(out), prob_col="p", weight_col="w", interval_cols=cols,
+                           on_invalid="drop", **engine.opts)
+    kept = out[(out.p0 <= out.p1) & (out.p1 <= 1.0)]
+    assert len(kept) == len(out) - 8 and rep.dropped_rows == 8
+    d, w = (kept.p1 - kept.p0).to_numpy(), kept.w.to_numpy()
+    iw = rep.interval_widths
+    assert iw["columns"] == ["p0", "p1"] and iw["rows"] == len(kept)
+    assert iw["weight"] == pytest.approx(w.sum(), rel=1e-12)
+    assert iw["mean"] == pytest.approx(np.average(d, weights=w), rel=1e-9)
+    assert (iw["min"], iw["max"]) == (d.min(), d.max())
+    for key, q in (("median", 0.5), ("p90", 0.9)):
+        assert iw[key] == pytest.approx(width_quantile(d, w, q), rel=WIDTH_RTOL)
+    edges, weights = np.array(iw["histogram"]["edges"]), np.array(iw["histogram"]["weight"])
+    assert edges[0] <= d.min() and edges[-1] >= d.max() and np.all(np.diff(edges) > 0)
+    assert weights.sum() == pytest.approx(w.sum(), rel=1e-12)
+    # every engine gives the numbers of the in-memory evaluation, whose other
+    # metrics are those without interval_cols
+    local = distcal.evaluate(kept, prob_col="p", weight_col="w", interval_cols=cols)
+    for key in ("weight", "mean", "median", "p90", "min", "max"):
+        assert iw[key] == pytest.approx(local.interval_widths[key], rel=1e-9)
+    np.testing.assert_allclose(weights, local.interval_widths["histogram"]["weight"],
+                               rtol=1e-9)
+    assert rep.brier == pytest.approx(local.brier, rel=1e-9)
+    if engine.name == "local":
+        plain = distcal.evaluate(kept, prob_col="p", weight_col="w")
+        assert plain.interval_widths is None
+        assert (local.brier, local.auc, local.ece) == (plain.brier, plain.auc, plain.ece)
+
+
+def test_interval_width_quantiles_hold_the_histogram_bound():
+    rng = np.random.default_rng(11)
+    n = 20_000
+    width = np.minimum(np.exp(rng.normal(-5.0, 2.0, n)), 1.0)
+    width[:500], width[500:700] = 0.0, 1e-8  # zero widths and widths below 1e-6
+    p0 = rng.random(n) * (1.0 - width)
+    df = pd.DataFrame({"p": p0 + width / 2, "p0": p0, "p1": p0 + width,
+                       "label": rng.integers(0, 2, n), "w": rng.choice([0.5, 1.0, 2.0], n)})
+    d, w = (df.p1 - df.p0).to_numpy(), df.w.to_numpy()
+    iw = distcal.evaluate(df, prob_col="p", weight_col="w",
+                          interval_cols=("p0", "p1")).interval_widths
+    for key, q in (("median", 0.5), ("p90", 0.9)):
+        want = width_quantile(d, w, q)
+        assert abs(iw[key] - want) <= WIDTH_RTOL * want + 1e-6
+    assert iw["histogram"]["edges"][:2] == [0.0, 1e-6]
+    assert iw["histogram"]["weight"][0] == pytest.approx(w[d < 1e-6].sum(), rel=1e-12)
+
+
+def test_the_report_shows_the_interval_widths(tmp_path):
+    import json
+
+    from distcal.report import write_report
+
+    out = va_output(600, 800)
+    rep = distcal.evaluate(out, prob_col="p", weight_col="w", interval_cols=("p0", "p1"))
+    write_report([rep], tmp_path / "rep")
+    doc = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert doc["interval_widths"]["median"] == rep.interval_widths["median"]
+    assert "interval_widths.png" in doc["figures"]
+    rows_ = {r["key"]: r["values"]["p"] for r in doc["table"]}
+    assert rows_["interval_width_p90"] == rep.interval_widths["p90"]
+    page = (tmp_path / "rep" / "report.html").read_text()
+    assert 'id="fig-interval_widths"' in page and "interval width median" in page
+    assert json.dumps(rep.to_dict(), allow_nan=False)
+    with pytest.raises(ValueError, match="interval_cols"):
+        distcal.evaluate(out, prob_col="p", interval_cols=("p0",))
+    with pytest.raises(DataError, match="'p' is given as prob_col and as interval_cols"):
+        distcal.evaluate(out, prob_col="p", interval_cols=("p0", "p"))
+
+
+# -- fits from summaries (distcal.summarize): the same model as on the rows -----------
+
+@pytest.mark.parametrize("method", ["beta", "venn_abers"])
+def test_fit_from_summaries_equals_the_fit_on_rows(tmp_path, method):
+    df = rows(1500)
+    half = len(df) // 2
+    paths = []
+    for i, part in enumerate((df.iloc[:half], df.iloc[half:])):  # two days' summaries
+        distcal.summarize(part, weight_col="w", by="g").save(tmp_path / f"s{i}")
+        paths.append(str(tmp_path / f"s{i}"))
+    want = distcal.fit(df, method=method, weight_col="w", by="g")
+    assert distcal.fit(paths, method=method) == want
+    assert distcal.fit(distcal.summarize(df, weight_col="w", by="g"), method=method) == want
+    plain = distcal.fit(df, method=method, weight_col="w")
+    assert plain.method == method
+    assert distcal.fit(distcal.summarize(df, weight_col="w"), method=method) == plain
+    merged = distcal.summarize(df.iloc[:half], weight_col="w") + distcal.summarize(
+        df.iloc[half:], weight_col="w")
+    assert distcal.fit(merged, method=method) == plain

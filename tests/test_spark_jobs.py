@@ -86,28 +86,40 @@ def work(tmp_path_factory):
 
 
 def test_parquet_fit_apply_evaluate(work):
+    # A Venn-Abers model (isotonic job fits: test_spark_standalone, test_airflow): the
+    # interval written by apply, its widths reported by evaluate.
     tmp, df = work
     r = submit(tmp, "fit", "--input", tmp / "scores.parquet", "--output", tmp / "model",
-               "--weight-col", "w")
+               "--weight-col", "w", "--method", "venn_abers")
     assert r.returncode == 0, r.stderr[-3000:]
     assert json.loads(r.stdout.strip().splitlines()[-1])["n_rows"] == int((df.w > 0).sum())
     model = distcal.load(tmp / "model")
-    assert model == distcal.fit(df, weight_col="w")
+    assert model == distcal.fit(df, weight_col="w", method="venn_abers")
 
     r = submit(tmp, "apply", "--model", tmp / "model", "--input", tmp / "scores.parquet",
-               "--output", tmp / "calibrated.parquet")
+               "--output", tmp / "calibrated.parquet", "--interval-cols", "p0,p1")
     assert r.returncode == 0, r.stderr[-3000:]
     out = pq.read_table(tmp / "calibrated.parquet").to_pandas().sort_values("id")
-    assert list(out.columns) == ["score", "label", "w", "id", "calibrated"]
-    np.testing.assert_array_equal(out["calibrated"].to_numpy(), model.predict(out["score"]))
+    assert list(out.columns) == ["score", "label", "w", "id", "calibrated", "p0", "p1"]
+    np.testing.assert_allclose(out["calibrated"].to_numpy(), model.predict(out["score"]),
+                               rtol=1e-12)
+    p0, p1 = model.predict_interval(out["score"])
+    np.testing.assert_array_equal(out["p0"].to_numpy(), p0)
+    np.testing.assert_array_equal(out["p1"].to_numpy(), p1)
 
     r = submit(tmp, "evaluate", "--input", tmp / "calibrated.parquet", "--output",
-               tmp / "report", "--prob-col", "calibrated", "--weight-col", "w")
+               tmp / "report", "--prob-col", "calibrated", "--weight-col", "w",
+               "--interval-cols", "p0,p1")
     assert r.returncode == 0, r.stderr[-3000:]
     rep = json.loads((tmp / "report" / "report.json").read_text())
-    local = distcal.evaluate(out, prob_col="calibrated", weight_col="w")
+    local = distcal.evaluate(out, prob_col="calibrated", weight_col="w",
+                             interval_cols=("p0", "p1"))
     assert rep["brier"] == pytest.approx(local.brier, rel=1e-9)
+    for key in ("mean", "median", "p90", "max"):
+        assert rep["interval_widths"][key] == pytest.approx(local.interval_widths[key],
+                                                            rel=1e-9)
     assert (tmp / "report" / "reliability.png").stat().st_size > 1000
+    assert (tmp / "report" / "interval_widths.png").stat().st_size > 1000
 
     # The threshold job, and an output refused without --overwrite and kept as it
     # was, are run by test_airflow (the Spark DAG's threshold task) and test_tables.
@@ -137,10 +149,10 @@ def test_tables(work):
         print(json.dumps({{"ok": True}}))
     """)
     r = submit(tmp, "fit", "--input-table", "ml.scores", "--output", tmp / "tmodel",
-               "--weight-col", "w")
+               "--weight-col", "w", "--method", "beta")
     assert r.returncode == 0, r.stderr[-3000:]
     model = distcal.load(tmp / "tmodel")
-    assert model == distcal.fit(df, weight_col="w")
+    assert model == distcal.fit(df, weight_col="w", method="beta")
     for _ in range(2):  # the second run replaces the table
         r = submit(tmp, "apply", "--model", tmp / "tmodel", "--input-table", "ml.scores",
                    "--output-table", "ml.calibrated", "--overwrite")
@@ -154,4 +166,5 @@ def test_tables(work):
     assert sorted(p.name for p in database.iterdir()) == ["calibrated", "scores"]
     t = pq.read_table(database / "calibrated").to_pandas().sort_values("id")
     assert len(t) == len(df)
-    np.testing.assert_array_equal(t["calibrated"].to_numpy(), model.predict(t["score"].to_numpy()))
+    np.testing.assert_allclose(t["calibrated"].to_numpy(), model.predict(t["score"].to_numpy()),
+                               rtol=1e-12)

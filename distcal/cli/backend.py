@@ -149,7 +149,7 @@ def _inside(a: str, b: str) -> bool:
 # The columns each command reads, by option name.
 _COLUMNS = {"fit": ("score_col", "score_cols", "label_col", "weight_col"),
             "apply": ("score_col", "score_cols"),
-            "evaluate": ("prob_col", "prob_cols", "label_col", "weight_col"),
+            "evaluate": ("prob_col", "prob_cols", "label_col", "weight_col", "interval_cols"),
             "threshold": ("score_col", "label_col", "weight_col", "loss_col"),
             "discretize": ("score_col", "label_col"),
             "summarize": ("score_col", "label_col", "weight_col")}
@@ -199,6 +199,8 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
             continue
         if opt == "prob_cols":  # each value: per-class columns, comma-separated
             value = [n.strip() for v in value or [] for n in v.split(",")]
+        if opt == "interval_cols":
+            value = list(interval_columns(value) or ())
         if opt == "score_cols":
             value = score_columns(value) or []
         if opt == "score_col" and opts.get("score_cols"):
@@ -281,12 +283,14 @@ def _check_roles(command: str, opts: dict[str, Any]) -> None:
         for value in opts.get("prob_cols") or []:
             roles(prob_cols=[n.strip() for n in value.split(",")], label_col=label,
                   weight_col=weight)
+        interval = list(interval_columns(opts.get("interval_cols")) or ()) or None
         for col in opts.get("prob_col") or []:
-            roles(prob_col=col, label_col=label, weight_col=weight)
+            roles(prob_col=col, label_col=label, weight_col=weight, interval_cols=interval)
     elif command == "apply":
         report = bool(opts.get("report"))
         roles(score_col=_score_role(opts), output_col=opts.get("output_col"),
-              label_col=label if report else None, weight_col=weight if report else None)
+              label_col=label if report else None, weight_col=weight if report else None,
+              interval_cols=list(interval_columns(opts.get("interval_cols")) or ()) or None)
     elif command == "threshold":
         roles(score_col=opts.get("score_col"),
               label_col=None if opts.get("loss_col") else label, weight_col=weight,
@@ -301,7 +305,12 @@ def transform_for_cli(model: Any, data: Any, opts: dict[str, Any]) -> Any:
     """``model.transform`` of ``data`` with the command line's column options."""
     from ..keyed_model import KeyedModel
 
+    interval = interval_columns(opts.get("interval_cols"))
     if isinstance(model, KeyedModel):
+        if interval is not None:
+            kind = "multiclass" if model.n_classes >= 2 else "per segment"
+            raise UsageError("--interval-cols is for a Venn-Abers model of one binary score; "
+                             f"this model is {kind}")
         if opts.get("score_index") is not None:
             raise UsageError("--score-index reads one element as a binary score; this model "
                              f"is {'multiclass' if model.n_classes >= 2 else 'per segment'}")
@@ -311,7 +320,18 @@ def transform_for_cli(model: Any, data: Any, opts: dict[str, Any]) -> Any:
     if opts.get("score_cols"):
         raise UsageError("--score-cols is for a multiclass model; this one is binary")
     return model.transform(data, score_col=opts["score_col"], output_col=opts["output_col"],
-                           score_index=opts.get("score_index"))
+                           score_index=opts.get("score_index"), interval_cols=interval)
+
+
+def interval_columns(value: str | None) -> tuple[str, str] | None:
+    """``--interval-cols p0,p1`` as a pair of names (None without the option)."""
+    if value is None:
+        return None
+    names = [n.strip() for n in str(value).split(",")]
+    if len(names) != 2 or not all(names):
+        raise UsageError(f"--interval-cols must be two column names separated by a comma, "
+                         f"got {value!r}")
+    return names[0], names[1]
 
 
 def score_columns(value: str | None) -> list[str] | None:

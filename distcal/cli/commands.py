@@ -17,7 +17,7 @@ from ..evaluation import evaluate, evaluate_many
 from ..keyed_model import KeyedModel
 from ..storage import MODEL, PARQUET, REPORT
 from ..threshold import optimal_threshold
-from .backend import Backend, score_columns
+from .backend import Backend, interval_columns, score_columns
 from .jsonline import key_value
 
 __all__ = ["COMMANDS", "cmd_fit", "cmd_apply", "cmd_evaluate", "cmd_threshold",
@@ -208,7 +208,8 @@ def cmd_apply(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
             # On the new output before it is published: a bad label stops both.
             reports = evaluate_many(written, cols, label_col=opts["label_col"],
                                     weight_col=opts["weight_col"], engine=io.engine,
-                                    on_invalid=opts["on_invalid"])
+                                    on_invalid=opts["on_invalid"],
+                                    interval_cols=interval_columns(opts.get("interval_cols")))
             io.write_report(list(reports.values()), opts["report"], opts["overwrite"],
                             provenance={**_provenance(opts, "apply"),
                                         "output": io.output_name(opts),
@@ -258,7 +259,8 @@ def cmd_evaluate(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
           "n_bins": opts.get("n_bins") or DEFAULTS.n_bins,
           "strategy": opts.get("strategy") or DEFAULTS.strategy,
           "threshold": opts["threshold"], "engine": io.engine,
-          "on_invalid": opts["on_invalid"]}
+          "on_invalid": opts["on_invalid"],
+          "interval_cols": interval_columns(opts.get("interval_cols"))}
     by = _by_columns(opts.get("by"))
     if by is None:
         reports = list(evaluate_many(data, predictions, **kw).values())

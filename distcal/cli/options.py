@@ -131,6 +131,11 @@ OPTIONS: tuple[Option, ...] = (
            "costs (default: none)", commands=("threshold",)),
     Option("output-col", str, f"column to add (default: {DEFAULTS.output_col})",
            commands=("apply",), default=DEFAULTS.output_col),
+    Option("interval-cols", str, "a Venn-Abers model: also write its interval (p0, p1) as these "
+           "two columns, comma-separated, e.g. p0,p1 (default: none)", commands=("apply",)),
+    Option("interval-cols", str, "two columns holding an interval per row, comma-separated "
+           "(p0,p1, as apply --interval-cols writes them): the report adds the distribution "
+           "of the widths p1 - p0 (default: none)", commands=("evaluate",)),
     Option("report", str, "also write the before/after evaluation report to this directory "
            "(needs the label column; default: none)", commands=("apply",)),
     Option("increasing", str, "isotonic: direction of the map (default: true)",

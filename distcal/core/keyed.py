@@ -64,7 +64,9 @@ class KeySpec:
     ``score_col`` holds vectors and this element of each is the binary
     score (their lengths are checked over the whole input); ``check_cols``:
     columns checked as the score is, whose problems make a row invalid
-    (several probability columns evaluated over the same rows).
+    (several probability columns evaluated over the same rows);
+    ``interval_cols``: two columns (p0, p1) checked as probabilities with
+    p0 <= p1, whose widths p1 - p0 the row checks sum up (evaluation).
     """
 
     score_col: str | None = "score"
@@ -84,6 +86,9 @@ class KeySpec:
     check_cols: tuple[str | tuple[str, ...], ...] = ()
     # also pool the sums of w y^2 and w^2 (a summary's table; evaluation always does)
     squares: bool = False
+    # an interval's two columns (p0, p1) checked as probabilities with p0 <= p1, whose
+    # widths the row checks sum up (distcal.core.interval_widths): evaluation only
+    interval_cols: tuple[str, str] | None = None
 
     @property
     def pool_squares(self) -> bool:
@@ -98,7 +103,7 @@ class KeySpec:
         if self.weight_col is not None:
             cols.append(self.weight_col)
         checked = [c for e in self.check_cols for c in ((e,) if isinstance(e, str) else e)]
-        return list(dict.fromkeys([*cols, *checked, *self.by]))
+        return list(dict.fromkeys([*cols, *checked, *(self.interval_cols or ()), *self.by]))
 
     def classes(self, n_classes: int) -> list[int | None]:
         """The class part of the keys for K = ``n_classes`` (0: a binary score)."""

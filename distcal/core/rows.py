@@ -406,11 +406,13 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
         # The rules of each column's role: a score, or a probability to evaluate;
         # a label, or a per-row loss (thresholds).
         roles = {"score": "prob" if spec.probabilities else "score",
-                 "label": spec.target, "weight": "weight"}
+                 "label": spec.target, "weight": "weight", "p0": "prob", "p1": "prob"}
         # Problems in message order: the score, the columns checked with it
-        # (``check_cols``: read, checked, not used), the label, the weight.
+        # (``check_cols``: read, checked, not used), an interval's ends (p0 <= p1
+        # checked after p1), the label, the weight.
         classes = spec.target == "classes"  # labels of any type: the rows' segments
         cols = [("score", spec.score_col), *((None, c) for c in spec.check_cols),
+                *zip(("p0", "p1"), spec.interval_cols or ()),
                 ("label", None if classes else spec.label_col), ("weight", spec.weight_col)]
         values: dict[str, np.ndarray] = {"label": np.zeros(n)}
         for part, name in cols:
@@ -428,6 +430,11 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
                 values[part] = v
             for problem, kind in rules(roles[part or "score"], finite_scores):
                 problems.add(name, problem, _rule_mask(kind, v, text))
+            if part == "p1":
+                p0_name = spec.interval_cols[0]
+                with np.errstate(invalid="ignore"):
+                    problems.add(p0_name, f"are above column '{name}' (an interval needs "
+                                 f"{p0_name} <= {name})", values["p0"] > v)
         score, label, weight, k = values["score"], values["label"], values.get("weight"), 0
     keep = ~problems.bad
     if weight is not None:
@@ -448,6 +455,10 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
     rows = RowPart(score[keep], label[keep], None if weight is None else weight[keep], segments)
     stats = {"items": problems.items, "rows": n, "invalid": int(problems.bad.sum()),
              "n_rows": rows.n_rows, "weight_total": rows.weight_total, "n_classes": k}
+    if spec.interval_cols is not None and not spec.multiclass:  # the valid rows' widths
+        from .interval_widths import width_partials
+
+        stats["widths"] = width_partials((values["p1"] - values["p0"])[keep], rows.weight)
     if lengths is not None:
         stats["vectors"] = (spec.score_col, "prob" if spec.probabilities else "score",
                             spec.score_index, lengths)
@@ -484,6 +495,10 @@ def merge_stats(total: dict[str, Any] | None, part: dict[str, Any]) -> dict[str,
         total["items"] = items + list(part["items"])
     for name in ("rows", "invalid", "n_rows", "weight_total"):
         total[name] += part[name]
+    if "widths" in part:
+        from .interval_widths import merge_widths
+
+        total["widths"] = merge_widths(total.get("widths"), part["widths"])
     total["n_classes"] = max(total.get("n_classes", 0), part.get("n_classes", 0))
     if "vectors" in part:
         lengths = total.setdefault("vectors", (*part["vectors"][:3], {}))[3]
@@ -498,6 +513,9 @@ class RowTotals:
     weight_total: float
     dropped_rows: int
     n_classes: int
+    # The valid rows' interval widths (distcal.core.interval_widths), when the spec has
+    # interval_cols.
+    interval_widths: dict[str, Any] | None = None
 
 
 def add_up_rows(stats: list[dict[str, Any]], on_invalid: str) -> RowTotals:
@@ -528,5 +546,11 @@ def add_up_rows(stats: list[dict[str, Any]], on_invalid: str) -> RowTotals:
     n_rows = sum(st["n_rows"] for st in stats)
     if n_rows == 0:
         raise DataError(f"no rows with weight > 0 to use ({rows} rows read, {invalid} invalid)")
+    widths = None
+    if any("widths" in st for st in stats):
+        from .interval_widths import merge_widths
+
+        for st in stats:
+            widths = merge_widths(widths, st.get("widths"))
     return RowTotals(n_rows, float(sum(st["weight_total"] for st in stats)), invalid,
-                     max((st.get("n_classes", 0) for st in stats), default=0))
+                     max((st.get("n_classes", 0) for st in stats), default=0), widths)

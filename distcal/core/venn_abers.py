@@ -220,14 +220,30 @@ def venn_abers_values(table: DistinctTable, left: Blocks | None = None,
     return p0, p1
 
 
+# Step values closer than this (relative) are one run. P0 and P1 are non-decreasing,
+# and values that are equal in exact arithmetic (one pooled block) differ in their
+# last bits when the block's sums are added in another order (another partitioning
+# or engine; weights that are not small binary fractions): compared exactly, such a
+# pair would keep a threshold on one engine and not on another, and a value a few
+# ulps below its predecessor would make the map decrease (which load refuses).
+RUN_RTOL = 1e-11
+
+
+def _runs(x: np.ndarray, v: np.ndarray, first: bool) -> tuple[np.ndarray, np.ndarray]:
+    """One (score, value) per run of equal values (:data:`RUN_RTOL`) of non-decreasing ``v``:
+    the first score of each run (``first``, p0) or the last (p1)."""
+    v = np.maximum.accumulate(v)  # exact arithmetic never decreases: rounding only
+    new = np.diff(v) > RUN_RTOL * v[1:]
+    keep = np.concatenate(([True], new)) if first else np.concatenate((new, [True]))
+    return x[keep], v[keep]
+
+
 def _compress(x: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> Steps:
     """Run-length compression: p0 keeps the first score of each run, p1 the last."""
     if x.shape[0] == 0:
         z = np.zeros(0)
         return Steps(z, z, z, z)
-    k0 = np.concatenate(([True], p0[1:] != p0[:-1]))
-    k1 = np.concatenate((p1[1:] != p1[:-1], [True]))
-    return Steps(x[k0], p0[k0], x[k1], p1[k1])
+    return Steps(*_runs(x, p0, True), *_runs(x, p1, False))
 
 
 def join_steps(parts: list[Steps]) -> Steps:
@@ -236,13 +252,11 @@ def join_steps(parts: list[Steps]) -> Steps:
     if not parts:
         z = np.zeros(0)
         return Steps(z, z, z, z)
-    x0 = np.concatenate([p.x0 for p in parts])
-    v0 = np.concatenate([p.v0 for p in parts])
-    x1 = np.concatenate([p.x1 for p in parts])
-    v1 = np.concatenate([p.v1 for p in parts])
-    k0 = np.concatenate(([True], v0[1:] != v0[:-1]))
-    k1 = np.concatenate((v1[1:] != v1[:-1], [True]))
-    return Steps(x0[k0], v0[k0], x1[k1], v1[k1])
+    x0, v0 = _runs(np.concatenate([p.x0 for p in parts]),
+                   np.concatenate([p.v0 for p in parts]), True)
+    x1, v1 = _runs(np.concatenate([p.x1 for p in parts]),
+                   np.concatenate([p.v1 for p in parts]), False)
+    return Steps(x0, v0, x1, v1)
 
 
 class LabelsNotBinary(DataError):

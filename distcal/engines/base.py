@@ -34,13 +34,17 @@ class KeyedRanges(Protocol):
     their class scores; temperature scaling), results in any order. The
     counts (over input rows, not keyed rows) are valid once either map has
     run (cluster engines validate during the first pass); ``n_classes`` is K
-    for multiclass scores (0 for a binary score), known when opened.
+    for multiclass scores (0 for a binary score), known when opened;
+    ``interval_widths``, valid with the counts, the partials of
+    :mod:`distcal.core.interval_widths` of the valid rows when the spec has
+    ``interval_cols`` (else None).
     """
 
     n_rows: int
     weight_total: float
     dropped_rows: int
     n_classes: int
+    interval_widths: dict[str, Any] | None
 
     def map(self, fn: Callable[[KeyedTable], Any]) -> list[Any]: ...
 

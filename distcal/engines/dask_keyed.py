@@ -206,6 +206,7 @@ class DaskKeyedRanges:
             self._length = self.n_classes = int(total.argmax())
         self._classes = spec.classes(self.n_classes)
         self.n_rows, self.weight_total, self.dropped_rows = 0, 0.0, 0
+        self.interval_widths: dict[str, Any] | None = None
         self._checked = False
         self._pooled: list[Any] | None = None   # per partition: (KeyedTable, stats), persisted
         self._ranges: list[Any] | None = None   # per range: a KeyedTable (delayed)
@@ -224,7 +225,8 @@ class DaskKeyedRanges:
         if not self._checked:
             totals = add_up_rows([st for st, _ in info], self.on_invalid)
             self.n_rows, self.weight_total = totals.n_rows, totals.weight_total
-            self.dropped_rows = totals.dropped_rows
+            self.dropped_rows, self.interval_widths = totals.dropped_rows, \
+                totals.interval_widths
             self._checked = True
             log.info("dask: %d rows used (weight %g), %d dropped", self.n_rows,
                      self.weight_total, self.dropped_rows)
@@ -388,7 +390,7 @@ class DaskSummaryRanges(DaskKeyedRanges):
         self.samples_per_range = samples_per_range
         self.n_classes, self._length, self._classes = 0, None, [None]
         self.n_rows, self.weight_total = source.n_rows, source.weight_total
-        self.dropped_rows = source.dropped_rows
+        self.dropped_rows, self.interval_widths = source.dropped_rows, None
         self._checked = True  # the rows were checked when summarised; _check: the method's
         pieces: list[Any] = []
         step = max(1, self.range_rows // 4)

@@ -180,6 +180,7 @@ class LocalKeyedRanges:
         self.length: int | None = None  # the vectors' common length (K' = K, or 1 when K = 2)
         self.n_classes = self._count_classes()
         self.n_rows, self.weight_total, self.dropped_rows = 0, 0.0, 0
+        self.interval_widths: dict[str, Any] | None = None
         self._pooled = False
         # Saved or in-memory summaries: their pooled rows go to the store as they are.
         self.summary = data if isinstance(data, SummarySource) else None
@@ -244,7 +245,7 @@ class LocalKeyedRanges:
     def _totals(self, stats: list[dict[str, Any]]) -> None:
         totals = add_up_rows(stats, self.on_invalid)
         self.n_rows, self.weight_total = totals.n_rows, totals.weight_total
-        self.dropped_rows = totals.dropped_rows
+        self.dropped_rows, self.interval_widths = totals.dropped_rows, totals.interval_widths
 
     def map(self, fn: Callable[[KeyedTable], Any]) -> list[Any]:
         if not self._pooled:

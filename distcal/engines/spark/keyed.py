@@ -555,6 +555,7 @@ class SparkKeyedRanges:
         self.rows_persisted = False
         self.checked = False
         self.n_rows, self.weight_total, self.dropped_rows = 0, 0.0, 0
+        self.interval_widths: dict[str, Any] | None = None
         # A binary score (with or without segments) needs no map side in Python:
         # Spark's own range partitioner on the score (its sampling job reads the
         # input in the JVM only); each range reads, explodes and pools its raw rows.
@@ -624,7 +625,7 @@ class SparkKeyedRanges:
             return
         totals: RowTotals = add_up_rows(stats, self.on_invalid)
         self.n_rows, self.weight_total = totals.n_rows, totals.weight_total
-        self.dropped_rows = totals.dropped_rows
+        self.dropped_rows, self.interval_widths = totals.dropped_rows, totals.interval_widths
         self.checked = True
         log.info("spark: %d rows used (weight %g), %d dropped", self.n_rows, self.weight_total,
                  self.dropped_rows)
