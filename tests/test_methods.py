@@ -28,39 +28,6 @@ from sklearn.isotonic import IsotonicRegression
 import distcal
 from distcal import DataError, ModelError
 
-# Several score ranges on every engine: the distributed passes are what is tested.
-RANGES = {"local": {"memory_rows": 300, "batch_rows": 250}, "spark": {"n_ranges": 5},
-          "dask": {"n_ranges": 5}}
-
-
-class Engine:
-    """The same rows as the engine's input (local: a Parquet file of small row groups)."""
-
-    def __init__(self, name, tmp_path, request):
-        self.name, self.tmp, self.opts, self.n = name, tmp_path, RANGES[name], 0
-        if name == "spark":
-            self.spark = request.getfixturevalue("spark")
-        if name == "dask":
-            request.getfixturevalue("client")
-
-    def __call__(self, df):
-        if self.name == "spark":
-            return self.spark.createDataFrame(df)
-        if self.name == "dask":
-            import dask.dataframe as dd
-
-            return dd.from_pandas(df, npartitions=3)
-        self.n += 1
-        path = self.tmp / f"in{self.n}.parquet"
-        pq.write_table(pa.Table.from_pandas(df, preserve_index=False), path,
-                       row_group_size=250)
-        return str(path)
-
-
-@pytest.fixture(params=["local", "dask", "spark"])
-def engine(request, tmp_path):
-    return Engine(request.param, tmp_path, request)
-
 
 def rows(n=3000, seed=0, weights=True, ties=True, a=1.8, b=0.7, c=-0.3):
     """Scores in [0, 1] with labels drawn from a beta map (a, b, c), weights, ties."""
