@@ -31,11 +31,13 @@ from .distinct import DistinctTable
 from .keyed import GLOBAL, Key, KeyedTable, KeySpec, factorize_keys, pool_sums
 from .rows import problems_message
 
-__all__ = ["FIELDS", "SummarySource", "by_name", "keyed_from_arrow", "arrow_from_keyed",
+__all__ = ["FIELDS", "SQUARES", "SummarySource", "by_name", "keyed_from_arrow", "arrow_from_keyed",
            "round_keyed", "check_keyed", "global_totals", "summary_keyed"]
 
 # The sums of a summary row, in the order of its Parquet table (after the key).
 FIELDS = ("score", "weight", "positives", "wyy", "ww", "count", "label_sum", "nonbinary")
+# The sums only evaluations read (a fit's pass need not move them).
+SQUARES = ("wyy", "ww")
 # The rows of the key of all rows, counted with the problems (they must add up to n_rows).
 _ROWS = "rows"
 
@@ -60,6 +62,11 @@ def keyed_from_arrow(table: pa.Table | pa.RecordBatch, n_by: int) -> KeyedTable:
         return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=dtype)
 
     score = col("score", np.float64) + 0.0  # -0.0 and 0.0 are one score
+    # A fit reads the sums of w y^2 and w^2 only when it pools them (cluster engines leave
+    # those columns out of what they move).
+    squares = "wyy" in table.column_names
+    wyy = col("wyy", np.float64) if squares else None
+    ww = col("ww", np.float64) if squares else None
     if n and np.all(np.diff(codes) >= 0) and np.all(
             (np.diff(score) > 0) | (np.diff(codes) > 0)):
         # One table as written (keys contiguous, scores strictly increasing in each): it is
@@ -72,11 +79,10 @@ def keyed_from_arrow(table: pa.Table | pa.RecordBatch, n_by: int) -> KeyedTable:
                           DistinctTable(score, col("weight", np.float64),
                                         col("positives", np.float64), count,
                                         col("label_sum", np.float64), bool(binary.all())),
-                          binary, col("wyy", np.float64), col("ww", np.float64))
+                          binary, wyy, ww)
     return pool_sums(codes, keys, col("score", np.float64), col("weight", np.float64),
                      col("positives", np.float64), col("count", np.int64),
-                     col("label_sum", np.float64), col("nonbinary", bool),
-                     col("wyy", np.float64), col("ww", np.float64))
+                     col("label_sum", np.float64), col("nonbinary", bool), wyy, ww)
 
 
 def arrow_from_keyed(kt: KeyedTable, n_by: int) -> pa.Table:
@@ -151,13 +157,15 @@ def summary_keyed(batch: pa.Table, n_by: int) -> KeyedTable:
 def check_keyed(kt: KeyedTable) -> None:
     """``ValueError`` for sums no rows can have (a damaged or foreign summary table)."""
     t = kt.table
-    assert kt.wyy is not None and kt.ww is not None
-    w, y, q = t.weight, t.positives, kt.wyy
+    w, y = t.weight, t.positives
     slack = 1e-9 * np.abs(w)
     bad = ((np.isnan(t.score)) | ~np.isfinite(w) | (w <= 0) | ~np.isfinite(y) | (y < -slack)
-           | (y > w + slack) | ~np.isfinite(q) | (q < -slack) | (q > y + slack)
-           | ~np.isfinite(kt.ww) | (kt.ww <= 0) | (t.count < 1) | ~np.isfinite(t.label_sum)
+           | (y > w + slack) | (t.count < 1) | ~np.isfinite(t.label_sum)
            | (t.label_sum < 0) | (t.label_sum > t.count))
+    if kt.wyy is not None and kt.ww is not None:  # (when read: a fit may leave them out)
+        q = kt.wyy
+        bad |= (~np.isfinite(q) | (q < -slack) | (q > y + slack) | ~np.isfinite(kt.ww)
+                | (kt.ww <= 0))
     if bad.any():
         raise ValueError(f"{int(bad.sum())} summary rows hold sums no rows can have "
                          "(NaN score, weight <= 0, positives outside [0, weight], ...)")
