@@ -12,8 +12,9 @@ in one run (compare the ratios):
   equal;
 * the summary's size on disk per 1e6 rows, with and without ``decimals=4``.
 
-The one-day fit and summarize (~0.1 s locally) are timed alternately, a
-median of at least 5 each: timed one after the other, the machine's load
+Each pair is timed alternately (the fit of the raw rows and the refit,
+``--repeat`` times; the one-day fit and summarize, ~0.1 s locally, at least
+5 times), medians: timed one block after the other, the machine's load
 moving between the two blocks (other jobs share the two cores) would be
 measured as their difference. The load average is printed at the start and
 the end.
@@ -32,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import spark_session, timed  # noqa: E402
+from common import spark_session  # noqa: E402
 
 import distcal  # noqa: E402
 
@@ -141,8 +142,7 @@ def main() -> None:
             def full(engine: str = engine) -> None:
                 model["rows"] = distcal.fit(frame(raw), engine=engine)
 
-            t_full = timed(full, args.repeat)
-            t_refit = timed(refit, args.repeat)
+            t_full, t_refit = alternately([full, refit], args.repeat)
             same = model["summaries"] == model["rows"]
             print(f"{engine:6s} fit {args.days * rows:.1e} raw rows {t_full:8.2f} s   "
                   f"refit from {args.days} summaries {t_refit:8.2f} s   ratio "

@@ -465,7 +465,12 @@ def is_summary_dir(data: Any) -> bool:
     uri = os.fspath(data)
     if is_local_uri(uri):
         return os.path.lexists(os.path.join(local_path(uri), SUMMARY_JSON))
-    return bool(filesystem_for(uri).exists(uri.rstrip("/") + "/" + SUMMARY_JSON))
+    try:
+        return bool(filesystem_for(uri).exists(uri.rstrip("/") + "/" + SUMMARY_JSON))
+    except (ImportError, OSError, ValueError):
+        # a store fsspec cannot open here (e.g. s3a://, which only Spark's Hadoop reads):
+        # not a summary this process can read; the engine reads it as rows
+        return False
 
 
 def summary_source(data: Any) -> SummarySource | None:

@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 
 from ...core.keyed import KeyedTable, KeySpec
 from ...core.rows import RowPart
-from ...core.summary import FIELDS, SQUARES, by_name
+from ...core.summary import by_name, moved_fields
 from ...logs import log, phase
 from .keyed import CHUNK_ROWS, RANGE_ROWS, RESULT_SCHEMA, KeyedRuns, chunks
 from .session import with_arrow_batches
@@ -85,10 +85,10 @@ class SparkSummaryRanges:
         self.source, self.spec, self.finite_scores = source, spec, finite_scores
         self.chunk_rows = chunk_rows
         self.spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
-        # Only the columns the pass reads move (a fit leaves out the sums of squares); the
-        # files' schema is the first footer's, given to Spark (no job to infer it).
-        names = [by_name(j) for j in range(len(spec.by))] + [
-            f for f in FIELDS if spec.pool_squares or f not in SQUARES]
+        # Only the columns the pass reads move (moved_fields); the files' schema is the
+        # first footer's, given to Spark (no job to infer it).
+        names = [by_name(j) for j in range(len(spec.by))] + moved_fields(
+            source.columns["weight"] is not None, spec.pool_squares)
         frames = []
         if source.files:
             schema = from_arrow_schema(pq.read_schema(source.files[0]))
