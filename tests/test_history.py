@@ -289,7 +289,12 @@ def test_cluster_refit_merges_saved_summaries_on_the_cluster(name, request, tmp_
     ir = IsotonicRegression(out_of_bounds="clip").fit(rows["score"], rows["label"])
     np.testing.assert_allclose(model.predict(Q), ir.predict(Q), rtol=1e-9, atol=1e-12)
     assert rep.n_rows == len(rows)
-    assert rep.auc == pytest.approx(roc_auc_score(rows["label"], rows["score"]), rel=1e-12)
+    y, p = rows["label"].to_numpy(), rows["score"].to_numpy()
+    assert rep.auc == pytest.approx(roc_auc_score(y, p), rel=1e-12)
+    # unweighted summaries: the workers rebuild sum w and sum w^2 from the row counts
+    assert rep.brier == pytest.approx(brier_score_loss(y, p), rel=1e-9)
+    z, pv = spiegelhalter(p, y, np.ones_like(p))
+    assert (rep.spiegelhalter_z, rep.spiegelhalter_p) == pytest.approx((z, pv), rel=1e-9)
 
 
 def test_summaries_on_a_remote_store_save_load_and_fit():
