@@ -11,6 +11,13 @@ in one run (compare the ratios):
   rows read from Parquet (target <= 0.2x), and checks that both models are
   equal;
 * the summary's size on disk per 1e6 rows, with and without ``decimals=4``.
+
+Each pair is timed alternately (the fit of the raw rows and the refit,
+``--repeat`` times; the one-day fit and summarize, ~0.1 s locally, at least
+5 times), medians: timed one block after the other, the machine's load
+moving between the two blocks (other jobs share the two cores) would be
+measured as their difference. The load average is printed at the start and
+the end.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import spark_session, timed  # noqa: E402
+from common import spark_session  # noqa: E402
 
 import distcal  # noqa: E402
 
@@ -43,6 +50,20 @@ def write_days(root: Path, days: int, rows: int, distinct: int) -> list[Path]:
         pd.DataFrame({"score": s, "label": y}).to_parquet(path, index=False)
         paths.append(path)
     return paths
+
+
+def alternately(fns: list, repeat: int) -> list[float]:
+    """Median wall seconds of each of ``fns``, called in turn ``repeat`` times."""
+    import statistics
+    import time
+
+    times: list[list[float]] = [[] for _ in fns]
+    for _ in range(repeat):
+        for t, fn in zip(times, fns):
+            t0 = time.perf_counter()
+            fn()
+            t.append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
 
 
 def size_mb(path: Path) -> float:
@@ -63,7 +84,8 @@ def main() -> None:
         days = write_days(root, args.days, rows, distinct)
         raw = root / "raw"
         print(f"# history: {args.days} days x {rows:.0e} rows ({distinct:.0e} distinct "
-              f"scores a day), median of {args.repeat}")
+              f"scores a day), median of {args.repeat} (one day: of {max(args.repeat, 5)}, "
+              f"alternately); load average {os.getloadavg()[0]:.2f}", flush=True)
         # sizes (local summaries)
         for dec in (None, 4):
             s = distcal.summarize(str(days[0]), decimals=dec)
@@ -94,11 +116,12 @@ def main() -> None:
             # warm-up (JVM classes, workers' imports), not timed
             distcal.fit(frame(days[0]), engine=engine)
             distcal.summarize(frame(days[0]), engine=engine)
-            t_fit1 = timed(lambda: distcal.fit(frame(days[0]), engine=engine), args.repeat)
-            t_sum1 = timed(lambda: distcal.summarize(frame(days[0]), engine=engine),
-                           args.repeat)
+            t_fit1, t_sum1 = alternately(
+                [lambda: distcal.fit(frame(days[0]), engine=engine),
+                 lambda: distcal.summarize(frame(days[0]), engine=engine)],
+                max(args.repeat, 5))
             print(f"{engine:6s} fit one day {t_fit1:8.2f} s   summarize {t_sum1:8.2f} s   "
-                  f"ratio {t_sum1 / t_fit1:.2f} (target <= 1.2)")
+                  f"ratio {t_sum1 / t_fit1:.2f} (target <= 1.2)", flush=True)
             if engine == "dask":
                 assert client is not None
                 client.close()
@@ -119,12 +142,12 @@ def main() -> None:
             def full(engine: str = engine) -> None:
                 model["rows"] = distcal.fit(frame(raw), engine=engine)
 
-            t_full = timed(full, args.repeat)
-            t_refit = timed(refit, args.repeat)
+            t_full, t_refit = alternately([full, refit], args.repeat)
             same = model["summaries"] == model["rows"]
             print(f"{engine:6s} fit {args.days * rows:.1e} raw rows {t_full:8.2f} s   "
                   f"refit from {args.days} summaries {t_refit:8.2f} s   ratio "
                   f"{t_refit / t_full:.2f} (target <= 0.2)   equal models: {same}")
+        print(f"# load average at the end {os.getloadavg()[0]:.2f}")
     finally:
         shutil.rmtree(root, ignore_errors=True)
         os.environ.pop("PYSPARK_PYTHON", None)

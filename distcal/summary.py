@@ -61,7 +61,7 @@ from .model import (
     read_table_file,
 )
 from .params import check_on_invalid, check_roles
-from .storage import fetch_dir, filesystem_for, publish_dir
+from .storage import fetch_dir, filesystem_for, is_local_uri, local_path, publish_dir
 
 __all__ = ["Summary", "summarize", "merge_summaries", "load_summary", "summary_source",
            "SUMMARY_FORMAT"]
@@ -445,15 +445,32 @@ def load_summary(path: str | os.PathLike[str]) -> Summary:
         Missing, not a summary, of another format version, or damaged.
     """
     uri = os.fspath(path)
-    return fetch_dir(filesystem_for(uri), uri, _load_dir)
+    return load_summary_on(filesystem_for(uri), uri)
+
+
+def load_summary_on(fs: Any, uri: str) -> Summary:
+    """:func:`load_summary` of ``uri`` on the store ``fs`` (a command-line backend's own)."""
+    if not fs.local and not fs.exists(uri):
+        raise ModelError(f"summary directory '{uri}' does not exist")
+    return fetch_dir(fs, uri, _load_dir)
 
 
 # -- summaries as the input of fit, evaluate and optimal_threshold --------------------------
 
 def is_summary_dir(data: Any) -> bool:
-    """Whether ``data`` is a local path of a directory holding summary.json."""
-    return isinstance(data, (str, os.PathLike)) and os.path.lexists(
-        os.path.join(os.fspath(data), SUMMARY_JSON))
+    """Whether ``data`` is the path of a summary directory (one holding summary.json): a
+    local path, or a URL on any store :func:`~distcal.storage.filesystem_for` reaches."""
+    if not isinstance(data, (str, os.PathLike)):
+        return False
+    uri = os.fspath(data)
+    if is_local_uri(uri):
+        return os.path.lexists(os.path.join(local_path(uri), SUMMARY_JSON))
+    try:
+        return bool(filesystem_for(uri).exists(uri.rstrip("/") + "/" + SUMMARY_JSON))
+    except (ImportError, OSError, ValueError):
+        # a store fsspec cannot open here (e.g. s3a://, which only Spark's Hadoop reads):
+        # not a summary this process can read; the engine reads it as rows
+        return False
 
 
 def summary_source(data: Any) -> SummarySource | None:
@@ -477,11 +494,14 @@ def summary_source(data: Any) -> SummarySource | None:
     files: list[str] = []
     metas: list[Any] = []  # Summary or _MetaView: what _same_rows compares
     for item in items:
+        if isinstance(item, (str, os.PathLike)) and not is_local_uri(os.fspath(item)):
+            # On another store: copied here and checked, as distcal.load reads a model there.
+            item = load_summary(item)
         if isinstance(item, Summary):
             tables.append(item.arrow)
             metas.append(item)
         else:
-            root = Path(os.fspath(item))
+            root = Path(local_path(os.fspath(item)))
             meta = _read_meta(root)
             _check_file_hash(root, meta)
             files.append(str(root / TABLE_FILE))

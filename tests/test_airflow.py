@@ -3,8 +3,9 @@
 Airflow lives in its own virtual environment (``make airflow-venv``:
 .venv/airflow); this test, run by the project's pytest, drives it through
 that venv's Python in subprocesses: ``airflow db migrate`` on a SQLite
-database in a temporary AIRFLOW_HOME, then ``dag.test()`` for one logical
-date per call, which runs every task of the DAG run for real: spark-submit
+database in a temporary AIRFLOW_HOME, then ``dag.test()`` for each logical
+date in turn (one Airflow process per DAG), which runs every task of the DAG
+run for real: spark-submit
 with master local[2] (connection spark_default) for distcal_daily_spark,
 ``python jobs/dask_calibrate.py --scheduler`` on a local Dask cluster for
 distcal_daily_dask. The DAGs are configured as a user would: Airflow
@@ -12,12 +13,16 @@ Variables (environment AIRFLOW_VAR_*), a connection (AIRFLOW_CONN_*),
 spark-submit on PATH; Spark's Python comes from the DAG's
 spark.pyspark.python, never from PYSPARK_PYTHON.
 
-Three runs of the Dask DAG: the first day publishes its candidate (no
-current model), re-running it changes nothing, and a day whose training data
-has inverted labels keeps the current model. The Spark DAG shares that logic
+Four runs of the Dask DAG over three logical dates: the first day publishes
+its candidate (no current model), re-running it changes nothing (the
+candidate equals the current model: published again), a day whose training
+data has inverted labels keeps the current model while the monitor alerts on
+the previous day's holdout, and the next day's candidate, better on the
+holdout, is vetoed by the monitor. The Spark DAG shares that logic
 (jobs/airflow/distcal_loop.py) and each of its tasks is a spark-submit that
-starts a JVM, so it runs once, on the day that runs every Spark task: the
-inverted day, with the first day's model published as that DAG would have.
+starts a JVM, so it runs once, on the day that runs every Spark task and
+alerts: the inverted day, with the first day's model published as that DAG
+would have.
 """
 
 from __future__ import annotations
@@ -43,9 +48,11 @@ N = 2000
 MIGRATE_TIMEOUT = 300
 RUN_TIMEOUT = 900  # one DAG run: six spark-submits on two shared cores
 
-# Runs one DAG for one logical date in the Airflow venv; prints one RESULT line.
+# Runs one DAG for logical dates one after the other in the Airflow venv (one process:
+# Airflow's imports and its in-process task API start once); after each run, prints one
+# RESULT line and copies the data directory to <data>.after<i> (what that run left).
 DRIVER = r"""
-import json, sys
+import json, shutil, sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -53,7 +60,7 @@ from airflow.dag_processing.dagbag import BundleDagBag
 from airflow.models.xcom import XComModel
 from airflow.utils.session import create_session
 
-folder, dag_id, day = sys.argv[1:4]
+folder, dag_id, data, *days = sys.argv[1:]
 bag = BundleDagBag(dag_folder=folder, bundle_path=Path(folder))
 if bag.import_errors:
     raise SystemExit(f"import errors: {bag.import_errors}")
@@ -61,19 +68,22 @@ dag = bag.get_dag(dag_id)
 assert all(t.retries == 2 for t in dag.tasks), "the example DAGs retry each task twice"
 for t in dag.tasks:  # retry sooner than the DAG's 5 minutes here
     t.retry_delay = timedelta(seconds=1)
-run = dag.test(logical_date=datetime.fromisoformat(day).replace(tzinfo=timezone.utc))
+
 def name(state):
     return str(getattr(state, "value", state))
 
-with create_session() as session:
-    tis = {ti.task_id: name(ti.state) for ti in run.get_task_instances(session=session)}
-    xcoms = {}
-    for x in session.query(XComModel).filter(XComModel.dag_id == dag_id,
-                                             XComModel.run_id == run.run_id,
-                                             XComModel.key == "return_value"):
-        xcoms[x.task_id] = XComModel.deserialize_value(x)
-print("RESULT " + json.dumps({"state": name(run.state), "tasks": tis, "xcom": xcoms},
-                             default=str))
+for i, day in enumerate(days):
+    run = dag.test(logical_date=datetime.fromisoformat(day).replace(tzinfo=timezone.utc))
+    with create_session() as session:
+        tis = {ti.task_id: name(ti.state) for ti in run.get_task_instances(session=session)}
+        xcoms = {}
+        for x in session.query(XComModel).filter(XComModel.dag_id == dag_id,
+                                                 XComModel.run_id == run.run_id,
+                                                 XComModel.key == "return_value"):
+            xcoms[x.task_id] = XComModel.deserialize_value(x)
+    shutil.copytree(data, f"{data}.after{i}")
+    print("RESULT " + json.dumps({"day": day, "state": name(run.state), "tasks": tis,
+                                  "xcom": xcoms}, default=str), flush=True)
 """
 
 
@@ -172,17 +182,21 @@ def airflow_env(home: Path, **variables: str) -> dict[str, str]:
     return env
 
 
-def run_dag(home: Path, dag_id: str, day: str, **variables: str) -> dict:
-    """dag.test() for one logical date; the run's state, task states and XComs."""
-    r = subprocess.run([str(AIRFLOW_PY), "-c", DRIVER, str(DAGS), dag_id, day],
+def run_dag(home: Path, dag_id: str, base: Path, days: list[str], **variables: str
+            ) -> list[dict]:
+    """dag.test() for each logical date in order, in one Airflow process: each run's state,
+    task states and XComs (and ``base`` as each run left it: ``<base>.after<i>``)."""
+    r = subprocess.run([str(AIRFLOW_PY), "-c", DRIVER, str(DAGS), dag_id, str(base), *days],
                        env=airflow_env(home, **variables), capture_output=True, text=True,
-                       timeout=RUN_TIMEOUT, cwd=home)
-    log = home / f"{dag_id}-{day}.log"
+                       timeout=RUN_TIMEOUT * len(days), cwd=home)
+    log = home / f"{dag_id}-{'-'.join(days)}.log"
     log.write_text(r.stdout + "\n--- stderr ---\n" + r.stderr)
-    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")]
-    assert r.returncode == 0 and lines, (
-        f"{dag_id} {day}: exit {r.returncode}, log {log}\n{r.stdout[-4000:]}\n{r.stderr[-4000:]}")
-    return json.loads(lines[-1][len("RESULT "):])
+    results = [json.loads(ln[len("RESULT "):]) for ln in r.stdout.splitlines()
+               if ln.startswith("RESULT ")]
+    assert r.returncode == 0 and [x["day"] for x in results] == days, (
+        f"{dag_id} {days}: exit {r.returncode}, log {log}\n{r.stdout[-4000:]}\n"
+        f"{r.stderr[-4000:]}")
+    return results
 
 
 @pytest.fixture(scope="module")
@@ -248,19 +262,23 @@ def test_daily_loop(dag_id, airflow_home, dask_scheduler, tmp_path):
         # Day 1 as the first run publishes it (the Dask variant runs that day).
         seed_first_day(base, data)
         before = snapshot_current(base)
+        (second,) = run_dag(airflow_home, dag_id, base, [DAY2], **variables)
     else:
-        before = first_day_and_rerun(airflow_home, dag_id, base, data, variables)
+        # Day 1, the same day again, day 2, day 3: one Airflow process, runs in order.
+        first, again, second, third = run_dag(airflow_home, dag_id, base,
+                                              [DAY1, DAY1, DAY2, DAY3], **variables)
+        before = first_day_and_rerun(base, data, first, again)
 
     # Day 2 trains on inverted labels: its candidate is worse on the holdout, the
     # current model (day 1's) stays and calibrates day 2. This run has every task
     # of the DAG run (both holdout scorings, the evaluation, the comparison).
-    second = run_dag(airflow_home, dag_id, DAY2, **variables)
     assert second["state"] == "success", second
     assert second["tasks"] == expect(published=False)
     metrics = second["xcom"]["evaluate_holdout"]
     metrics = (json.loads(metrics) if isinstance(metrics, str) else metrics)["metrics"]
     assert metrics["p_candidate"]["log_loss"] > metrics["p_current"]["log_loss"]
-    assert json.loads((base / "models" / "CURRENT.json").read_text()) == before
+    after_second = Path(f"{base}.after{0 if dag_id.endswith('spark') else 2}")
+    assert snapshot_current(after_second) == before
     assert (base / "models" / "candidates" / DAY2 / "model.json").exists()
     check_outputs(base, data, DAY2, DAY1, DAY1, second)
     assert json.loads((base / "thresholds" / f"dt={DAY2}.json").read_text())["prob_col"] \
@@ -271,7 +289,7 @@ def test_daily_loop(dag_id, airflow_home, dask_scheduler, tmp_path):
     assert distcal.load(base / "models" / "candidates" / DAY2) == distcal.fit(window)
     assert job_line(second, "monitor")["alerts"] == [DAY1]
     if dag_id.endswith("dask"):
-        third_day_monitor_vetoes(airflow_home, dag_id, base, data, variables, before)
+        third_day_monitor_vetoes(base, data, third, before)
 
 
 def job_line(result: dict, task: str) -> dict:
@@ -279,12 +297,10 @@ def job_line(result: dict, task: str) -> dict:
     return json.loads(line.strip().splitlines()[-1]) if isinstance(line, str) else line
 
 
-def third_day_monitor_vetoes(home: Path, dag_id: str, base: Path, data: dict,
-                             variables: dict, current: dict) -> None:
+def third_day_monitor_vetoes(base: Path, data: dict, third: dict, current: dict) -> None:
     """DAY3: the candidate (fit on three days' summaries, one of them inverted) beats the
     current model's log loss on the holdout, but the monitor alerts on its holdout: the
     two do not agree, so the current model stays."""
-    third = run_dag(home, dag_id, DAY3, **variables)
     assert third["state"] == "success", third
     assert third["tasks"] == expect(published=False)
     metrics = job_line(third, "evaluate_holdout")["metrics"]
@@ -320,31 +336,29 @@ def seed_first_day(base: Path, data: dict) -> None:
         base / "summaries" / "holdout" / f"dt={DAY0}")
 
 
-def first_day_and_rerun(home: Path, dag_id: str, base: Path, data: dict,
-                        variables: dict) -> dict:
+def first_day_and_rerun(base: Path, data: dict, first: dict, again: dict) -> dict:
     """Day 1 twice: published without comparison, then the re-run changes nothing."""
-    first = run_dag(home, dag_id, DAY1, **variables)
     assert first["state"] == "success", first
     assert first["tasks"] == expect(first=True)
-    current = json.loads((base / "models" / "CURRENT.json").read_text())
+    after_first, after_again = Path(f"{base}.after0"), Path(f"{base}.after1")
+    current = snapshot_current(after_first)
     assert current["model"] == str(base / "models" / "candidates" / DAY1)
     assert current["ds"] == DAY1 and current["n_rows"] == N
-    assert (base / "models" / "candidates" / DAY1 / "model.json").exists()
-    check_outputs(base, data, DAY1, DAY0, DAY1, first)
-    before = snapshot(base, DAY1)
+    assert (after_first / "models" / "candidates" / DAY1 / "model.json").exists()
+    check_outputs(base, data, DAY1, DAY0, DAY1, first)  # (the re-run left the same, below)
+    before = snapshot(after_first, DAY1)
 
     # The same logical date again: succeeds, compares the candidate with itself
     # (equal, so "not worse": publish) and leaves the same outputs.
-    again = run_dag(home, dag_id, DAY1, **variables)
     assert again["state"] == "success", again
     assert again["tasks"] == expect(published=True)
     metrics = again["xcom"]["evaluate_holdout"]
     metrics = (json.loads(metrics) if isinstance(metrics, str) else metrics)["metrics"]
     assert metrics["p_candidate"] == metrics["p_current"]
-    after = snapshot(base, DAY1)
+    after = snapshot(after_again, DAY1)
     assert after["current"] == before["current"]
     pd.testing.assert_frame_equal(after["blocks"], before["blocks"])
     pd.testing.assert_frame_equal(after["calibrated"], before["calibrated"])
     assert after["threshold"] == before["threshold"]
-    assert (base / "runs" / DAY1 / "holdout_report" / "report.json").exists()
+    assert (after_again / "runs" / DAY1 / "holdout_report" / "report.json").exists()
     return before["current"]

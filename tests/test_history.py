@@ -24,6 +24,7 @@ from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
 
 import distcal
 from distcal import DataError, ModelError
+from distcal.storage import OutputExistsError
 
 Q = np.linspace(-0.2, 1.2, 1401)
 
@@ -257,6 +258,69 @@ def test_local_refit_streams_summaries_in_bounded_memory(tmp_path):
         want = distcal.fit(rows, method=method, weight_col="w", by="g")
         np.testing.assert_allclose(predict(got, "g"), predict(want, "g"), rtol=1e-9,
                                    atol=1e-12)
+
+
+@pytest.mark.parametrize("name", ["spark", "dask"])
+def test_cluster_refit_merges_saved_summaries_on_the_cluster(name, request, tmp_path):
+    """Summaries larger than what the driver may receive: fit and evaluate read and merge
+    them on the cluster, and the driver's Python heap (tracemalloc: numpy arrays, the
+    rows and pickles a collect brings) stays far below the summaries' tables."""
+    import tracemalloc
+
+    request.getfixturevalue("spark" if name == "spark" else "client")
+    rng = np.random.default_rng(7)
+    parts, paths = [], []
+    for i in range(3):  # all-distinct scores: a summary table as large as its rows
+        s = rng.random(100_000)
+        df = pd.DataFrame({"score": s, "label": (rng.random(s.shape[0]) < s).astype(int)})
+        distcal.summarize(df).save(tmp_path / str(i))
+        parts.append(df)
+        paths.append(str(tmp_path / str(i)))
+    tables = sum(distcal.load_summary(p).arrow.nbytes for p in paths)
+    rows = pd.concat(parts, ignore_index=True)
+    tracemalloc.start()
+    try:
+        model = distcal.fit(paths, engine=name)
+        rep = distcal.evaluate(paths, engine=name)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert tables > 16e6 and peak < tables / 3, (peak, tables)
+    ir = IsotonicRegression(out_of_bounds="clip").fit(rows["score"], rows["label"])
+    np.testing.assert_allclose(model.predict(Q), ir.predict(Q), rtol=1e-9, atol=1e-12)
+    assert rep.n_rows == len(rows)
+    y, p = rows["label"].to_numpy(), rows["score"].to_numpy()
+    assert rep.auc == pytest.approx(roc_auc_score(y, p), rel=1e-12)
+    # unweighted summaries: the workers rebuild sum w and sum w^2 from the row counts
+    assert rep.brier == pytest.approx(brier_score_loss(y, p), rel=1e-9)
+    z, pv = spiegelhalter(p, y, np.ones_like(p))
+    assert (rep.spiegelhalter_z, rep.spiegelhalter_p) == pytest.approx((z, pv), rel=1e-9)
+
+
+def test_summaries_on_a_remote_store_save_load_and_fit():
+    """Summary directories on an fsspec store (as models are): saved, read back, and fitted
+    and monitored from a list of their URLs."""
+    import uuid
+
+    root = f"memory://distcal-test-{uuid.uuid4().hex}"
+    parts = days(2, seed=5)
+    uris = []
+    for i, df in enumerate(parts):
+        s = distcal.summarize(df, weight_col="w", period=f"d{i}")
+        s.save(f"{root}/s{i}")
+        assert distcal.load_summary(f"{root}/s{i}") == s
+        uris.append(f"{root}/s{i}")
+    with pytest.raises(OutputExistsError):
+        s.save(uris[-1])
+    rows = pd.concat(parts, ignore_index=True)
+    keep = rows["w"] > 0
+    ir = IsotonicRegression(out_of_bounds="clip").fit(
+        rows["score"][keep], rows["label"][keep], sample_weight=rows["w"][keep])
+    np.testing.assert_allclose(distcal.fit(uris).predict(Q), ir.predict(Q), rtol=1e-9,
+                               atol=1e-12)
+    assert distcal.monitor(uris).table["period"].tolist() == ["d0", "d1"]
+    with pytest.raises(ModelError):
+        distcal.load_summary(f"{root}/missing")
 
 
 # -- merging ---------------------------------------------------------------------------------

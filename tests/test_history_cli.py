@@ -55,10 +55,19 @@ def daily(tmp_path):
 
 @pytest.mark.parametrize("how", ["cli", "dask-job", "spark-job"])
 def test_summarize_fit_from_summaries_and_monitor(daily, tmp_path, how, request):
+    """The history's subcommands, each as its own process. The command line summarizes
+    the three days; the jobs fit from and monitor summaries that the library wrote
+    (each job start is a JVM or a Dask cluster; both jobs' ``summarize`` runs on every
+    logical date of the daily DAGs, tests/test_airflow.py)."""
     runner = {"cli": run, "dask-job": dask_job}.get(how) or spark_job(tmp_path)
     sums = []
     for i in range(len(KS)):
         out = tmp_path / f"s{i}"
+        sums.append(out)
+        if how != "cli":
+            distcal.summarize(daily[i], weight_col="w", by="g", decimals=2,
+                              period=f"2026-12-0{i + 1}").save(out)
+            continue
         r = runner("summarize", "--input", tmp_path / f"day{i}.parquet", "--output", out,
                    "--period", f"2026-12-0{i + 1}", "--decimals", "2", "--weight-col", "w",
                    "--by", "g")
@@ -66,7 +75,8 @@ def test_summarize_fit_from_summaries_and_monitor(daily, tmp_path, how, request)
         got = line(r)
         assert got["period"] == f"2026-12-0{i + 1}" and got["n_rows"] == 3000
         assert got["distinct"] <= 3 * 101 and got["by"] == ["g"] and got["decimals"] == 2
-        sums.append(out)
+        assert distcal.load_summary(out) == distcal.summarize(
+            daily[i], weight_col="w", by="g", decimals=2, period=f"2026-12-0{i + 1}")
     r = runner("fit", "--summaries", *sums, "--output", tmp_path / "model", "--method",
                "histogram", "--n-bins", "7")
     assert r.returncode == 0, r.stderr[-3000:]
@@ -83,36 +93,51 @@ def test_summarize_fit_from_summaries_and_monitor(daily, tmp_path, how, request)
     assert r.returncode == 3, r.stderr[-3000:]
     assert line(r)["alerts"] == ["2026-12-03"] and line(r)["n_alerts"] == 1
     assert (tmp_path / "mon" / "report.html").exists()
-    r = runner("monitor", "--summaries", *sums[:2], "--output", tmp_path / "mon2",
-               "--fail-on-alert", "--alpha", "0.001")
-    assert r.returncode == 0 and line(r)["alerts"] == []
+    if how == "cli":  # (the exit status without alerts is the command line's, not a job's)
+        r = runner("monitor", "--summaries", *sums[:2], "--output", tmp_path / "mon2",
+                   "--fail-on-alert", "--alpha", "0.001")
+        assert r.returncode == 0 and line(r)["alerts"] == []
 
 
-def test_usage_and_bad_input_exit_2_and_write_nothing(daily, tmp_path):
+def test_usage_and_bad_input_exit_2_and_write_nothing(daily, tmp_path, capsys):
+    """In this process (main(), what the ``distcal`` command runs): a new interpreter per
+    case would only repeat the imports; the commands' processes are above."""
+    from distcal.cli.main import main
+
+    def cli(*args):
+        code = main([str(a) for a in args])
+        out, err = capsys.readouterr()
+        return code, out, err
+
     src = tmp_path / "day0.parquet"
-    assert run("summarize", "--input", src, "--output", tmp_path / "s").returncode == 0
-    r = run("summarize", "--input", src, "--output", tmp_path / "s")
-    assert r.returncode == 2 and "--overwrite" in r.stderr
-    assert run("summarize", "--input", src, "--output", tmp_path / "s",
-               "--overwrite").returncode == 0
-    r = run("fit", "--summaries", tmp_path / "s", "--input", src, "--output", tmp_path / "m")
-    assert r.returncode == 2 and "--summaries replaces --input" in r.stderr
-    r = run("fit", "--summaries", tmp_path / "s", tmp_path, "--output", tmp_path / "m")
-    assert r.returncode == 2 and "not a distcal summary" in r.stderr
-    r = run("monitor", "--summaries", tmp_path / "s", "--output", tmp_path / "s" / "rep")
-    assert r.returncode == 2 and "inside" in r.stderr
+    assert cli("summarize", "--input", src, "--output", tmp_path / "s")[0] == 0
+    code, _, err = cli("summarize", "--input", src, "--output", tmp_path / "s")
+    assert code == 2 and "--overwrite" in err
+    assert cli("summarize", "--input", src, "--output", tmp_path / "s", "--overwrite")[0] == 0
+    code, _, err = cli("fit", "--summaries", tmp_path / "s", "--input", src, "--output",
+                       tmp_path / "m")
+    assert code == 2 and "--summaries replaces --input" in err
+    code, _, err = cli("fit", "--summaries", tmp_path / "s", tmp_path, "--output",
+                       tmp_path / "m")
+    assert code == 2 and "not a distcal summary" in err
+    code, _, err = cli("monitor", "--summaries", tmp_path / "s", "--output",
+                       tmp_path / "s" / "rep")
+    assert code == 2 and "inside" in err
     bad = daily[0].assign(label=np.r_[5, daily[0]["label"][1:]])
     bad.to_parquet(tmp_path / "bad.parquet", index=False)
-    r = run("summarize", "--input", tmp_path / "bad.parquet", "--output", tmp_path / "b")
-    assert r.returncode == 2 and "column 'label'" in r.stderr and "1 row" in r.stderr
-    r = run("summarize", "--input", src, "--output", tmp_path / "d", "--decimals", "-2")
-    assert r.returncode == 2
+    code, _, err = cli("summarize", "--input", tmp_path / "bad.parquet", "--output",
+                       tmp_path / "b")
+    assert code == 2 and "column 'label'" in err and "1 row" in err
+    assert cli("summarize", "--input", src, "--output", tmp_path / "d", "--decimals",
+               "-2")[0] == 2
     # a window of summaries named in a file (@FILE, one argument a line), as a scheduler writes
     (tmp_path / "window.args").write_text(f"--summaries\n{tmp_path / 's'}\n")
-    r = run("fit", f"@{tmp_path / 'window.args'}", "--output", tmp_path / "w")
-    assert r.returncode == 0 and line(r)["summaries"] == 1, r.stderr
+    code, out, err = cli("fit", f"@{tmp_path / 'window.args'}", "--output", tmp_path / "w")
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["summaries"] == 1, err
     for path in ("m", "b", "d", "s/rep"):
         assert not (tmp_path / path).exists()
     for sub in ("summarize", "monitor"):
-        help_text = run(sub, "--help").stdout
+        with pytest.raises(SystemExit):
+            main([sub, "--help"])
+        help_text = capsys.readouterr().out
         assert "--output" in help_text and "(default" in help_text

@@ -99,16 +99,24 @@ def cmd_fit(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     return out
 
 
-def _summary_dirs(opts: dict[str, Any], io: Backend, outputs: list[str]) -> list[str]:
-    """The --summaries directories, each a summary (ModelError otherwise), none an output."""
-    from ..summary import is_summary_dir
+def _summary_dirs(opts: dict[str, Any], io: Backend, outputs: list[str]) -> list[Any]:
+    """The --summaries directories, each a summary (ModelError otherwise), none an output.
+
+    Local ones as paths (the engine reads their tables); one on another store
+    is read through the backend's store (as --model is) and checked here.
+    """
+    from ..summary import SUMMARY_JSON, is_summary_dir, load_summary_on
 
     dirs = [str(d) for d in opts["summaries"]]
+    items: list[Any] = []
     for d in dirs:
-        if not is_summary_dir(d):
+        fs = io.filesystem(d)
+        if not (is_summary_dir(d) if fs.local
+                else fs.exists(d.rstrip("/") + "/" + SUMMARY_JSON)):
             raise ModelError(f"'{d}' is not a distcal summary directory (no summary.json)")
         io.check_paths({"input": d}, outputs=outputs)
-    return dirs
+        items.append(d if fs.local else load_summary_on(fs, d))
+    return items
 
 
 def _fit_summaries(opts: dict[str, Any], io: Backend) -> dict[str, Any]:

@@ -31,7 +31,8 @@ from .distinct import DistinctTable
 from .keyed import GLOBAL, Key, KeyedTable, KeySpec, factorize_keys, pool_sums
 from .rows import problems_message
 
-__all__ = ["FIELDS", "SummarySource", "by_name", "keyed_from_arrow", "arrow_from_keyed",
+__all__ = ["FIELDS", "SummarySource", "moved_fields", "by_name", "keyed_from_arrow",
+           "arrow_from_keyed",
            "round_keyed", "check_keyed", "global_totals", "summary_keyed"]
 
 # The sums of a summary row, in the order of its Parquet table (after the key).
@@ -60,23 +61,40 @@ def keyed_from_arrow(table: pa.Table | pa.RecordBatch, n_by: int) -> KeyedTable:
         return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=dtype)
 
     score = col("score", np.float64) + 0.0  # -0.0 and 0.0 are one score
+    count = col("count", np.int64)
+    label_sum = col("label_sum", np.float64)
+    names = set(table.column_names)
+    # Cluster engines move only what the pass needs (:func:`moved_fields`): the sums of
+    # w y^2 and w^2 only for evaluations, and for rows without weights (w = 1) neither
+    # sum w (the rows) nor sum w y (the labels' sum) nor sum w^2 (the rows again).
+    weight = col("weight", np.float64) if "weight" in names else count.astype(np.float64)
+    positives = col("positives", np.float64) if "positives" in names else label_sum
+    wyy = col("wyy", np.float64) if "wyy" in names else None
+    ww = (None if wyy is None else col("ww", np.float64) if "ww" in names
+          else count.astype(np.float64))
+    nonbinary = col("nonbinary", bool)
     if n and np.all(np.diff(codes) >= 0) and np.all(
             (np.diff(score) > 0) | (np.diff(codes) > 0)):
         # One table as written (keys contiguous, scores strictly increasing in each): it is
         # pooled already; only its keys' bounds are needed (a merge of many skips a sort).
         new = np.flatnonzero(np.r_[True, np.diff(codes) > 0])
-        nonbinary = col("nonbinary", bool)
-        count = col("count", np.int64)
         binary = np.logical_or.reduceat(nonbinary, new) == 0
         return KeyedTable([keys[int(c)] for c in codes[new]], np.append(new, n),
-                          DistinctTable(score, col("weight", np.float64),
-                                        col("positives", np.float64), count,
-                                        col("label_sum", np.float64), bool(binary.all())),
-                          binary, col("wyy", np.float64), col("ww", np.float64))
-    return pool_sums(codes, keys, col("score", np.float64), col("weight", np.float64),
-                     col("positives", np.float64), col("count", np.int64),
-                     col("label_sum", np.float64), col("nonbinary", bool),
-                     col("wyy", np.float64), col("ww", np.float64))
+                          DistinctTable(score, weight, positives, count, label_sum,
+                                        bool(binary.all())),
+                          binary, wyy, ww)
+    return pool_sums(codes, keys, score, weight, positives, count, label_sum, nonbinary,
+                     wyy, ww)
+
+
+def moved_fields(weighted: bool, squares: bool) -> list[str]:
+    """The summary columns a pass over summaries reads (:func:`keyed_from_arrow` makes the
+    others from them): without weights, w = 1 makes sum w and sum w^2 the row count and
+    sum w y the labels' sum; the sums of squares only when the pass pools them."""
+    left_out = set() if squares else {"wyy", "ww"}
+    if not weighted:
+        left_out |= {"weight", "positives", "ww"}
+    return [f for f in FIELDS if f not in left_out]
 
 
 def arrow_from_keyed(kt: KeyedTable, n_by: int) -> pa.Table:
@@ -151,13 +169,15 @@ def summary_keyed(batch: pa.Table, n_by: int) -> KeyedTable:
 def check_keyed(kt: KeyedTable) -> None:
     """``ValueError`` for sums no rows can have (a damaged or foreign summary table)."""
     t = kt.table
-    assert kt.wyy is not None and kt.ww is not None
-    w, y, q = t.weight, t.positives, kt.wyy
+    w, y = t.weight, t.positives
     slack = 1e-9 * np.abs(w)
     bad = ((np.isnan(t.score)) | ~np.isfinite(w) | (w <= 0) | ~np.isfinite(y) | (y < -slack)
-           | (y > w + slack) | ~np.isfinite(q) | (q < -slack) | (q > y + slack)
-           | ~np.isfinite(kt.ww) | (kt.ww <= 0) | (t.count < 1) | ~np.isfinite(t.label_sum)
+           | (y > w + slack) | (t.count < 1) | ~np.isfinite(t.label_sum)
            | (t.label_sum < 0) | (t.label_sum > t.count))
+    if kt.wyy is not None and kt.ww is not None:  # (when read: a fit may leave them out)
+        q = kt.wyy
+        bad |= (~np.isfinite(q) | (q < -slack) | (q > y + slack) | ~np.isfinite(kt.ww)
+                | (kt.ww <= 0))
     if bad.any():
         raise ValueError(f"{int(bad.sum())} summary rows hold sums no rows can have "
                          "(NaN score, weight <= 0, positives outside [0, weight], ...)")

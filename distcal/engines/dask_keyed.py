@@ -343,23 +343,26 @@ def _predict_partition(pdf: pd.DataFrame, columns: list[str], output_col: str,
 
 # -- summaries ------------------------------------------------------------------------
 
-def _summary_piece(piece: Any, n_by: int) -> Any:
-    """A piece of summary rows: an Arrow table, or (Parquet file, row groups) read here."""
+def _summary_piece(piece: Any, columns: list[str]) -> Any:
+    """A piece of summary rows: an Arrow table, or (Parquet file, row groups) read here
+    (only ``columns``)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     if isinstance(piece, pa.Table):
         return piece
     path, groups = piece
-    return pq.ParquetFile(path).read_row_groups(groups, use_threads=False)
+    return pq.ParquetFile(path).read_row_groups(groups, columns=columns, use_threads=False)
 
 
 def _pool_summary(piece: Any, source: Any, spec: KeySpec, finite_scores: bool
                   ) -> tuple[KeyedTable, dict[str, Any]]:
     """A piece of summary rows pooled by (key, score), checked as the rows would be."""
-    from ..core.summary import summary_keyed
+    from ..core.summary import by_name, moved_fields, summary_keyed
 
-    part = summary_keyed(_summary_piece(piece, len(spec.by)), len(spec.by))
+    columns = [by_name(j) for j in range(len(spec.by))] + moved_fields(
+        source.columns["weight"] is not None, spec.pool_squares)
+    part = summary_keyed(_summary_piece(piece, columns), len(spec.by))
     return part, source.problems(part, spec, finite_scores)
 
 

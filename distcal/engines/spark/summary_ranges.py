@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 
 from ...core.keyed import KeyedTable, KeySpec
 from ...core.rows import RowPart
+from ...core.summary import by_name, moved_fields
 from ...logs import log, phase
 from .keyed import CHUNK_ROWS, RANGE_ROWS, RESULT_SCHEMA, KeyedRuns, chunks
 from .session import with_arrow_batches
@@ -77,17 +78,25 @@ class SparkSummaryRanges:
                  range_rows: int = RANGE_ROWS, sample_rows: int = 0,
                  chunk_rows: int = CHUNK_ROWS):
         from pyspark.sql import SparkSession
+        from pyspark.sql.pandas.types import from_arrow_schema
 
         from .session import default_ranges
 
         self.source, self.spec, self.finite_scores = source, spec, finite_scores
         self.chunk_rows = chunk_rows
         self.spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
-        frames = [self.spark.read.parquet(*source.files)] if source.files else []
+        # Only the columns the pass reads move (moved_fields); the files' schema is the
+        # first footer's, given to Spark (no job to infer it).
+        names = [by_name(j) for j in range(len(spec.by))] + moved_fields(
+            source.columns["weight"] is not None, spec.pool_squares)
+        frames = []
+        if source.files:
+            schema = from_arrow_schema(pq.read_schema(source.files[0]))
+            frames.append(self.spark.read.schema(schema).parquet(*source.files))
         frames += [self.spark.createDataFrame(t) for t in source.tables]
-        df = frames[0]
+        df = frames[0].select(*names)
         for other in frames[1:]:
-            df = df.unionByName(other, allowMissingColumns=False)
+            df = df.unionByName(other.select(*names), allowMissingColumns=False)
         # The summary rows, from the Parquet footers and the tables (no job to count them).
         total = sum(pq.ParquetFile(f).metadata.num_rows for f in source.files) + sum(
             t.num_rows for t in source.tables)
