@@ -29,21 +29,6 @@ from distcal.storage import OutputExistsError
 Q = np.linspace(-0.2, 1.2, 1401)
 
 
-@pytest.fixture(params=["local", "dask", "spark"])
-def engine(request):
-    """(engine name, the rows as that engine's frame): a pandas frame, or the same rows as a
-    Dask or a Spark frame."""
-    if request.param == "local":
-        return "local", lambda df: df
-    if request.param == "spark":
-        spark = request.getfixturevalue("spark")
-        return "spark", lambda df: spark.createDataFrame(df)
-    request.getfixturevalue("client")
-    import dask.dataframe as dd
-
-    return "dask", lambda df: dd.from_pandas(df, npartitions=3)
-
-
 def days(n_days=3, n=1500, seed=0, drift=0.0):
     """Daily frames of scores in [0, 1] with ties, weights, a segment column and 0/1 labels."""
     rng = np.random.default_rng(seed)
@@ -69,7 +54,7 @@ def predict(model, by):
 
 @pytest.mark.parametrize("weighted,by", [(False, None), (True, "g")])
 def test_fit_from_saved_summaries_equals_fit_on_the_rows(engine, tmp_path, weighted, by):
-    name, frame = engine
+    name, frame = engine.name, engine.frame
     parts = days()
     wc = "w" if weighted else None
     paths = []
@@ -99,7 +84,7 @@ def test_fit_from_saved_summaries_equals_fit_on_the_rows(engine, tmp_path, weigh
 
 
 def test_fit_of_one_summary_in_memory_and_refusals(engine):
-    name, frame = engine
+    name, frame = engine.name, engine.frame
     df = days(1)[0]
     s = distcal.summarize(frame(df), weight_col="w")
     assert distcal.fit(s, method="sigmoid", engine=name) == distcal.fit(df, method="sigmoid",
@@ -121,7 +106,7 @@ def test_fit_of_one_summary_in_memory_and_refusals(engine):
 
 
 def test_summarize_is_the_same_on_every_engine_and_counts_rows(engine):
-    name, frame = engine
+    frame = engine.frame
     df = days(1)[0]
     df.loc[:4, "score"] = np.nan
     got = distcal.summarize(frame(df), weight_col="w", by="g", on_invalid="drop")
@@ -144,7 +129,7 @@ def test_summarize_is_the_same_on_every_engine_and_counts_rows(engine):
 
 
 def test_decimals_give_the_summary_of_the_rounded_scores(engine):
-    name, frame = engine
+    name, frame = engine.name, engine.frame
     df = days(1, seed=3)[0].assign(score=lambda d: d["score"] + 1e-4 * np.arange(len(d)) % 1)
     s = distcal.summarize(frame(df), weight_col="w", decimals=2)
     assert s.decimals == 2 and len(s) <= 101
@@ -165,7 +150,7 @@ def spiegelhalter(p, y, w):
 
 
 def test_evaluate_a_summary_equals_the_rows_and_the_oracles(engine, tmp_path):
-    name, frame = engine
+    name, frame = engine.name, engine.frame
     parts = days(2, seed=5)
     for i, df in enumerate(parts):
         distcal.summarize(frame(df), weight_col="w").save(tmp_path / str(i))
@@ -196,7 +181,7 @@ def test_evaluate_a_summary_equals_the_rows_and_the_oracles(engine, tmp_path):
 
 
 def test_spiegelhalter_and_citl_on_every_evaluation(engine):
-    name, frame = engine
+    frame = engine.frame
     df = days(1, seed=7)[0].rename(columns={"score": "prob"})
     for wc in (None, "w"):
         rep = distcal.evaluate(frame(df), weight_col=wc)
@@ -219,7 +204,7 @@ def brute_threshold(s, y, w, c_fp, c_fn):
 
 
 def test_optimal_threshold_of_summaries_equals_brute_force(engine):
-    name, frame = engine
+    name, frame = engine.name, engine.frame
     parts = days(2, n=400, seed=11)
     s = distcal.merge_summaries([distcal.summarize(frame(df), weight_col="w") for df in parts])
     rows = pd.concat(parts, ignore_index=True)
