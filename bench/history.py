@@ -135,6 +135,7 @@ def main() -> None:
                     distcal.summarize(frame(p), engine=engine).save(out)
                 sums.append(str(out))
             model: dict[str, object] = {}
+            distcal.fit(sums[:1], engine=engine)  # warm-up of the summary reader, not timed
 
             def refit(engine: str = engine, sums: list[str] = sums) -> None:
                 model["summaries"] = distcal.fit(sums, engine=engine)

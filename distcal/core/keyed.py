@@ -469,34 +469,35 @@ def pool_sums(codes: np.ndarray, keys: list[Key], score: np.ndarray, weight: np.
     exact (pooling commutes, docs/design.md).
     """
     order = _key_order(codes, score, len(keys), runs)
-    c, s = codes[order], score[order] + 0.0  # -0.0 and 0.0 are one score
+    c, s = codes[order], score[order].astype(np.float64, copy=False)
+    s += 0.0  # -0.0 and 0.0 are one score
     n = c.shape[0]
     new = np.ones(n, dtype=bool)
     if n:
-        new[1:] = (c[1:] != c[:-1]) | (s[1:] != s[:-1])
+        np.not_equal(s[1:], s[:-1], out=new[1:])
+        if len(keys) > 1:
+            new[1:] |= c[1:] != c[:-1]
     starts = np.flatnonzero(new)
+    pooling = starts.shape[0] < n  # else every item is a (key, score) pair of its own
 
-    def pooled(a: np.ndarray) -> np.ndarray:
-        if starts.shape[0] == n:
-            out: np.ndarray = a[order]
-            return out
+    def pooled(a: np.ndarray, dtype: Any) -> np.ndarray:
+        if not pooling:
+            return a[order].astype(dtype, copy=False)
         with np.errstate(over="ignore", invalid="ignore"):  # inf: refused by the fits
-            return np.add.reduceat(a[order], starts) if n else a[:0]
+            return np.add.reduceat(a[order], starts).astype(dtype, copy=False)
 
-    table = DistinctTable(s[starts], pooled(weight).astype(np.float64),
-                          pooled(positives).astype(np.float64),
-                          pooled(count).astype(np.int64), pooled(label_sum).astype(np.float64))
-    key_of_row = c[starts]
+    key_of_row = c[starts] if pooling else c
     present = np.flatnonzero(np.bincount(key_of_row, minlength=len(keys)))
     first = np.searchsorted(key_of_row, present)
-    bad = (np.add.reduceat(pooled(nonbinary.astype(np.int64)), first) if first.shape[0]
-           else np.zeros(0, dtype=np.int64))
+    # A key is binary iff none of its items is nonbinary: counted per code, no gather.
+    bad = np.bincount(codes[np.asarray(nonbinary, dtype=bool)], minlength=len(keys))[present]
     binary = bad == 0
     return KeyedTable([keys[i] for i in present], np.append(first, key_of_row.shape[0]),
-                      DistinctTable(table.score, table.weight, table.positives, table.count,
-                                    table.label_sum, bool(binary.all())),
-                      binary, None if wyy is None else pooled(wyy).astype(np.float64),
-                      None if ww is None else pooled(ww).astype(np.float64))
+                      DistinctTable(s[starts] if pooling else s, pooled(weight, np.float64),
+                                    pooled(positives, np.float64), pooled(count, np.int64),
+                                    pooled(label_sum, np.float64), bool(binary.all())),
+                      binary, None if wyy is None else pooled(wyy, np.float64),
+                      None if ww is None else pooled(ww, np.float64))
 
 
 def _pool_unit(codes: np.ndarray, keys: list[Key], score: np.ndarray,
@@ -668,6 +669,8 @@ def _key_order(codes: np.ndarray, score: np.ndarray, n_codes: int,
     distinct pairs at a few times the cost.
     """
     by_score = np.argsort(score, kind="stable" if runs else None)  # stable: merges runs
+    if n_codes <= 1:
+        return by_score
     c = codes[by_score]
     if n_codes <= np.iinfo(np.uint16).max:
         c = c.astype(np.uint16)

@@ -219,16 +219,23 @@ class SummarySource:
                        weight_col=self.columns["weight"], by=self.by, squares=True,
                        probabilities=probabilities)
 
-    def batches(self, batch_rows: int) -> Iterator[pa.Table]:
-        """Every summary's rows, at most ``batch_rows`` at a time (files streamed)."""
+    def columns_read(self, spec: KeySpec) -> list[str]:
+        """The summary columns a pass of ``spec`` reads (:func:`moved_fields`)."""
+        return [by_name(j) for j in range(len(self.by))] + moved_fields(
+            self.columns["weight"] is not None, spec.pool_squares)
+
+    def batches(self, batch_rows: int, columns: list[str] | None = None) -> Iterator[pa.Table]:
+        """Every summary's rows (``columns`` of them, default all), at most ``batch_rows``
+        at a time (files streamed)."""
         import pyarrow.parquet as pq
 
         for t in self.tables:
+            t = t if columns is None else t.select(columns)
             for start in range(0, t.num_rows, batch_rows):
                 yield t.slice(start, batch_rows)
         for f in self.files:
             reader = pq.ParquetFile(f)
-            for batch in reader.iter_batches(batch_size=batch_rows):
+            for batch in reader.iter_batches(batch_size=batch_rows, columns=columns):
                 yield pa.Table.from_batches([batch])
 
     def problems(self, kt: KeyedTable, spec: KeySpec, finite_scores: bool) -> dict[str, int]:

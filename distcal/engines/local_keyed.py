@@ -219,7 +219,8 @@ class LocalKeyedRanges:
         if self.summary is not None:
             problems = []
             with phase("local: read the summaries' pooled rows"):
-                for batch in self.summary.batches(self.batch_rows):
+                for batch in self.summary.batches(self.batch_rows,
+                                                  self.summary.columns_read(self.spec)):
                     part = summary_keyed(batch, len(self.spec.by))
                     problems.append(self.summary.problems(part, self.spec, self.finite_scores))
                     self.store.add(part)
