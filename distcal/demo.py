@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {key:<9} {report['score'][key]:.4f} -> {report['calibrated'][key]:.4f}")
     print(f"""
 Outputs:
-  model              {out / 'model'}/  (model.json + blocks.parquet)
+  model              {out / 'model'}/  (model.json + Parquet tables)
   calibrated table   {out / 'calibrated.parquet'}
   report             {out / 'report' / 'report.html'}  (one self-contained page; report.json has
                      every number, the figures are also PNG files beside it)

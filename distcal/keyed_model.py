@@ -4,7 +4,8 @@ A fit is a set of keyed problems (:mod:`distcal.core.keyed`); its model is
 ``{key -> map}`` plus a *combiner*, fixed by the variant:
 
 * a binary score: the map of ``(GLOBAL, None)`` (such a fit returns the
-  plain :class:`~distcal.CalibrationModel`);
+  plain :class:`~distcal.CalibrationModel`, saved and loaded as this one
+  key's model);
 * one-vs-rest over K classes: the maps of ``(segment, k)``, each row's
   per-class probabilities divided by their sum (1/K where the sum is 0;
   with K = 2 only class 1 is calibrated and p0 = 1 - p1), as
@@ -24,16 +25,13 @@ A fit is a set of keyed problems (:mod:`distcal.core.keyed`); its model is
 ``global_model`` are the model of one segment (a multiclass model, or the
 binary :class:`~distcal.CalibrationModel`), ``class_model(k)`` the binary
 map of one class. Saved as one directory (format ``distcal-keyed-model``,
-version 2): ``model.json`` and ``maps.parquet`` (one row per key: the
-segment's ``by`` values, the class, counts, the map's fitted parameters as
-JSON) and ``blocks.parquet`` (every map's blocks, by map row); no pickle.
+version 2, :mod:`distcal.model_format`); :func:`load_keyed` reads it back.
 """
 
 from __future__ import annotations
 
 import datetime
 import decimal
-import json
 import math
 import os
 import textwrap
@@ -44,7 +42,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from .core.keyed import GLOBAL, Key, factorize_keys, key_text
 from .core.multiclass import normalise_ovr, to_logits
@@ -53,12 +50,8 @@ from .core.validate import as_scores
 from .errors import DataError, ModelError, column_not_found
 from .logs import log
 from .model import (
-    _BLOCK_COLUMNS,
     CalibrationModel,
     _close,
-    _json_checksum,
-    _library_version,
-    _sha256,
     blocks_from_table,
     build_or_damaged,
     check_model,
@@ -66,20 +59,23 @@ from .model import (
     read_checked_meta,
     read_table_file,
     steps_from_table,
-    steps_table,
+)
+from .model_format import (
+    _BLOCK_COLUMNS,
+    BLOCKS_FILE,
+    FORMAT,
+    FORMAT_VERSION,
+    MAPS_FILE,
+    SEGMENTS_FILE,
+    STEPS_FILE,
+    write_model_dir,
 )
 from .storage import filesystem_for, publish_dir
 
 __all__ = ["KeyedModel", "MulticlassCalibrationModel", "SegmentedCalibrationModel",
-           "TemperatureMap", "FORMAT", "FORMAT_VERSION", "load_keyed", "class_columns",
-           "key_kind"]
+           "TemperatureMap", "load_keyed", "class_columns", "key_kind"]
 
-FORMAT = "distcal-keyed-model"
-FORMAT_VERSION = 2
-MAPS_FILE = "maps.parquet"
-BLOCKS_FILE = "blocks.parquet"
 ONE_VS_REST = ("isotonic", "sigmoid", "histogram", "modl", "beta", "venn_abers")
-STEPS_FILE = "steps.parquet"  # Venn-Abers maps' step functions, by map row
 
 
 @dataclass(frozen=True)
@@ -653,7 +649,7 @@ class KeyedModel:
 
     # -- persistence ----------------------------------------------------
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
-        """Write one model directory: model.json, maps.parquet and blocks.parquet.
+        """Write the model directory (:mod:`distcal.model_format`).
 
         ``path`` is a local path or any fsspec URL; published atomically, as
         :meth:`CalibrationModel.save` (replaced only with ``overwrite=True``,
@@ -664,68 +660,11 @@ class KeyedModel:
 
     def write_dir(self, tmp: Path) -> None:
         """Write the model's files into the new local directory ``tmp``."""
-        tmp.mkdir()
-        keys = list(self._maps)
-        rows: dict[str, list[Any]] = {b: [] for b in self.by}
-        rows.update({"class": [], "n_rows": [], "weight": [], "params": [], "blocks": []})
-        block_parts, step_parts = [], []
-        for i, key in enumerate(keys):
-            segment, cls = key
-            m = self._maps[key]
-            for j, b in enumerate(self.by):
-                rows[b].append(None if segment is GLOBAL else segment[j])
-            rows["class"].append(cls)
-            rows["n_rows"].append(int(m.n_rows))
-            rows["weight"].append(float(m.weight_total))
-            rows["params"].append(json.dumps(m.params, sort_keys=True, allow_nan=False))
-            blocks = getattr(m, "_blocks", None)
-            rows["blocks"].append(-1 if blocks is None else len(blocks))
-            steps = getattr(m, "_steps", None)
-            if steps is not None:
-                table = steps_table(steps)
-                step_parts.append(table.append_column(
-                    "map", pa.array(np.full(table.num_rows, i, dtype=np.int64))))
-            if blocks is not None:
-                cols = {"map": pa.array(np.full(len(blocks), i, dtype=np.int64))}
-                cols.update({f: pa.array(np.asarray(getattr(blocks, f), dtype=np.float64))
-                             for f in _BLOCK_COLUMNS})
-                cols["score_mean"] = pa.array(blocks.score_mean if blocks.score_mean is not None
-                                              else np.full(len(blocks), np.nan),
-                                              type=pa.float64())
-                block_parts.append(pa.table(cols))
-        maps = pa.table({**{b: _arrow_column(rows[b], b) for b in self.by},
-                         "class": pa.array(rows["class"], type=pa.int64()),
-                         "n_rows": pa.array(rows["n_rows"], type=pa.int64()),
-                         "weight": pa.array(rows["weight"], type=pa.float64()),
-                         "params": pa.array(rows["params"], type=pa.string()),
-                         "blocks": pa.array(rows["blocks"], type=pa.int64())})
-        seg = self._segments
-        meta: dict[str, Any] = {
-            "format": FORMAT, "format_version": FORMAT_VERSION,
-            "library_version": _library_version(), "method": self.method, "by": self.by,
-            "n_classes": self.n_classes, "params": self._params, "columns": self.columns,
-            "n_rows": self.n_rows, "weight_total": self.weight_total,
-            "dropped_rows": self.dropped_rows, "min_segment_weight": self.min_segment_weight,
-            "segments": {"n_rows": seg["n_rows"].astype(np.int64).tolist(),
-                         "weight": seg["weight"].astype(np.float64).tolist(),
-                         "fallback": seg["fallback"].astype(bool).tolist()} if self.by else None,
-            "tables": {}}
-        tables = [("maps", MAPS_FILE, maps)]
-        if self.by:
-            tables.append(("segments", "segments.parquet",
-                           pa.table({b: _arrow_column(seg[b].tolist(), b) for b in self.by})))
-        if block_parts:
-            tables.append(("blocks", BLOCKS_FILE, pa.concat_tables(block_parts)))
-        if step_parts:
-            tables.append(("steps", STEPS_FILE, pa.concat_tables(step_parts)))
-        for name, file, table in tables:
-            pq.write_table(table, tmp / file)
-            meta["tables"][name] = {"file": file, "rows": table.num_rows,
-                                    "sha256": _sha256(tmp / file)}
-        meta["checksum"] = _json_checksum(meta)
-        with open(tmp / "model.json", "w") as fh:
-            json.dump(meta, fh, indent=2, sort_keys=True, allow_nan=False)
-            fh.write("\n")
+        write_model_dir(tmp, self.method, self._maps, by=self.by, n_classes=self.n_classes,
+                        params=self._params, columns=self.columns, n_rows=self.n_rows,
+                        weight_total=self.weight_total, dropped_rows=self.dropped_rows,
+                        min_segment_weight=self.min_segment_weight,
+                        segments=self._segments if self.by else None)
 
 
 def class_columns(columns: dict[str, Any], key: Key) -> dict[str, Any]:
@@ -850,28 +789,23 @@ MulticlassCalibrationModel = KeyedModel
 SegmentedCalibrationModel = KeyedModel
 
 
-def _arrow_column(values: list[Any], name: str) -> pa.Array:
-    try:
-        return pa.array(values)
-    except (pa.ArrowException, TypeError, ValueError) as exc:
-        raise ValueError(f"segment keys of column {name!r} cannot be saved: {exc}") from exc
-
-
 # -- loading (untrusted input) -----------------------------------------------------
 
-def load_keyed(root: Path) -> KeyedModel:
-    """Read a directory written by :meth:`KeyedModel.save` (format version 2).
+def load_keyed(root: Path) -> KeyedModel | CalibrationModel:
+    """Read a model directory of format version 2 (:mod:`distcal.model_format`).
 
-    The directory is untrusted: checksums, every map
-    (:func:`~distcal.model.check_model`), unique keys, block counts and the
-    segments table are checked; anything inconsistent is a
+    The model of a binary score without ``by`` (the one key, no segment and
+    no class) is the :class:`~distcal.CalibrationModel` that saved it; any
+    other is a :class:`KeyedModel`. The directory is untrusted: checksums,
+    every map (:func:`~distcal.model.check_model`), unique keys, block
+    counts and the segments table are checked; anything inconsistent is a
     :class:`~distcal.ModelError`. Nothing in the directory is executed.
     """
     meta = read_checked_meta(root, FORMAT, FORMAT_VERSION, "keyed ")
     return build_or_damaged(root, lambda: _from_meta(root, meta))
 
 
-def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
+def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel | CalibrationModel:
     def bad(why: str) -> ModelError:
         return ModelError(f"'{root}' is damaged: {why}")
 
@@ -883,6 +817,7 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
         raise bad("by must be a list of distinct column names")
     if isinstance(k, bool) or not isinstance(k, int) or not (k == 0 or 2 <= k <= 1_000_000):
         raise bad("n_classes must be 0 or an integer >= 2")
+    binary = not by and k == 0
     tables = meta["tables"]
     if not isinstance(tables, dict) or set(tables) - {"maps", "blocks", "segments", "steps"} \
             or "maps" not in tables:
@@ -956,7 +891,9 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
             steps = steps_from_table(steps_t.take(pa.array(step_order[lo:hi])),
                                      f"'{root / STEPS_FILE}' ({where})", keys=("map",))
             used_steps += hi - lo
-        counts = {"n_rows": n_rows, "weight_total": weight, "dropped_rows": 0}
+        # A binary model's map is the model: it keeps the rows its fit dropped.
+        counts = {"n_rows": n_rows, "weight_total": weight,
+                  "dropped_rows": meta["dropped_rows"] if binary else 0}
         try:
             check_model(method, params, blocks, columns=class_columns(columns, key),
                         steps=steps, **counts)
@@ -970,7 +907,7 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
         raise bad("the steps table has steps of no map")
     segments = None
     if by:
-        seg_t = read_table_file(root, tables.get("segments"), "segments.parquet")
+        seg_t = read_table_file(root, tables.get("segments"), SEGMENTS_FILE)
         info = meta["segments"]
         if set(seg_t.schema.names) != set(by) or not isinstance(info, dict):
             raise bad("the segments table does not hold the by columns")
@@ -997,6 +934,13 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
     msw = meta["min_segment_weight"]
     if isinstance(msw, bool) or not isinstance(msw, (int, float)) or msw < 0:
         raise bad("min_segment_weight must be a number >= 0")
+    if binary:
+        model = maps.get((GLOBAL, None))
+        if len(maps) != 1 or not isinstance(model, CalibrationModel) or \
+                (meta["n_rows"], meta["weight_total"]) != (model.n_rows, model.weight_total):
+            raise bad("a binary model is one map, of all rows and no class, with the counts "
+                      "of model.json")
+        return model
     try:
         return KeyedModel(method, maps, by=by, n_classes=k, params=meta["params"],
                           segments=segments, min_segment_weight=float(msw),

@@ -1,13 +1,20 @@
-"""Readers of the model directories written by distcal 0.1: they load as :class:`KeyedModel`.
+"""Readers of the model directories of distcal 0.1's three formats.
 
-distcal 0.1 wrote three formats: binary models (``distcal-model``, still
-the format of :class:`~distcal.CalibrationModel`), multiclass models
-(``distcal-multiclass-model`` version 1: ``classes.parquet``) and
-segmented models (``distcal-segmented-model`` version 1:
-``segments.parquet`` and ``blocks.parquet``). Both of the latter load as
-the :class:`~distcal.keyed_model.KeyedModel` that fitting the same rows
-gives today, and predict exactly as before. The directories are untrusted
-input: every rule of :func:`distcal.load` applies.
+Every model is now saved in one format (:mod:`distcal.model_format`);
+distcal 0.1 wrote three, version 1 each, and they load and predict exactly
+as before:
+
+* binary models (``distcal-model``: ``model.json`` with the fitted
+  parameters, ``blocks.parquet`` or, Venn-Abers, ``steps.parquet``; written
+  until every model became the keyed format) load as the
+  :class:`~distcal.CalibrationModel` they were;
+* multiclass models (``distcal-multiclass-model``: ``classes.parquet``) and
+  segmented models (``distcal-segmented-model``: ``segments.parquet`` and
+  ``blocks.parquet``) load as the :class:`~distcal.keyed_model.KeyedModel`
+  that fitting the same rows gives today.
+
+The directories are untrusted input: every rule of :func:`distcal.load`
+applies.
 """
 
 from __future__ import annotations
@@ -25,7 +32,6 @@ from .core.keyed import GLOBAL, Key, key_text
 from .errors import ModelError
 from .keyed_model import KeyedModel, TemperatureMap
 from .model import (
-    _BLOCK_COLUMNS,
     CalibrationModel,
     _short,
     blocks_from_table,
@@ -35,21 +41,57 @@ from .model import (
     read_checked_meta,
     read_model_json,
     read_table_file,
+    steps_from_table,
 )
+from .model_format import _BLOCK_COLUMNS
 
-__all__ = ["is_multiclass_model", "load_multiclass", "is_segmented_model", "load_segmented"]
+__all__ = ["load_binary", "is_multiclass_model", "load_multiclass", "is_segmented_model",
+           "load_segmented"]
 
+BINARY_FORMAT = "distcal-model"
 MULTICLASS_FORMAT = "distcal-multiclass-model"
 SEGMENTED_FORMAT = "distcal-segmented-model"
 METHODS = ("isotonic", "sigmoid", "histogram", "temperature")
 _TABLE_FILE = "classes.parquet"
 SEGMENTS_FILE = "segments.parquet"
 BLOCKS_FILE = "blocks.parquet"
+STEPS_FILE = "steps.parquet"
 _SEGMENT = "segment"  # the blocks table's column: row of the segments table, -1 global
 
 
 def _key_text(by: list[str], key: tuple[Any, ...]) -> str:
     return key_text(by, (key, None))
+
+
+def load_binary(root: Path) -> CalibrationModel:
+    """Read a binary model directory of format ``distcal-model`` version 1.
+
+    The directory is untrusted input. Raises :class:`~distcal.ModelError`
+    when it is missing, not a distcal model, of an unknown format version,
+    damaged, or inconsistent: only the regular files ``blocks.parquet`` and
+    ``steps.parquet`` directly inside it are read (no other name, no
+    symbolic link), and every parameter and table is checked
+    (:func:`~distcal.model.check_model`). Nothing in the directory is
+    executed.
+    """
+    meta = read_checked_meta(root, BINARY_FORMAT, 1)
+    return build_or_damaged(root, lambda: _binary_from_meta(root, meta))
+
+
+def _binary_from_meta(root: Path, meta: dict[str, Any]) -> CalibrationModel:
+    tables = meta["tables"]
+    if not isinstance(tables, dict) or set(tables) - {"blocks", "steps"}:
+        raise ModelError(f"'{root}' is damaged: unexpected tables in model.json")
+    blocks = steps = None
+    if "blocks" in tables:
+        blocks = blocks_from_table(read_table_file(root, tables["blocks"], BLOCKS_FILE),
+                                   f"'{root / BLOCKS_FILE}'")
+    if "steps" in tables:
+        steps = steps_from_table(read_table_file(root, tables["steps"], STEPS_FILE),
+                                 f"'{root / STEPS_FILE}'")
+    parts = {k: meta[k] for k in ("n_rows", "weight_total", "dropped_rows", "columns")}
+    check_model(meta["method"], meta["params"], blocks, steps=steps, **parts)
+    return CalibrationModel(meta["method"], meta["params"], blocks, steps=steps, **parts)
 
 
 def is_multiclass_model(path: str | os.PathLike) -> bool:

@@ -1,4 +1,4 @@
-"""``distcal.load``: any model directory, binary or multiclass, from any store."""
+"""``distcal.load``: any model directory, of this format or distcal 0.1's, from any store."""
 
 from __future__ import annotations
 
@@ -7,34 +7,40 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ModelError
-from .keyed_model import FORMAT as KEYED_FORMAT
 from .keyed_model import load_keyed
-from .legacy import is_multiclass_model, is_segmented_model, load_multiclass, load_segmented
-from .model import load_dir as load_binary_dir
+from .legacy import (
+    is_multiclass_model,
+    is_segmented_model,
+    load_binary,
+    load_multiclass,
+    load_segmented,
+)
 from .model import read_model_json
+from .model_format import FORMAT
 from .storage import fetch_dir, filesystem_for
 
 __all__ = ["load", "load_dir"]
 
 
 def load_dir(root: Path) -> Any:
-    """The model in ``root``, by its model.json: keyed (version 2), a 0.1 multiclass or
-    segmented model (:mod:`distcal.legacy`), or binary."""
+    """The model in ``root``, by its model.json: version 2 (:mod:`distcal.model_format`),
+    or a 0.1 multiclass, segmented or binary model (:mod:`distcal.legacy`)."""
     try:
-        keyed = read_model_json(root).get("format") == KEYED_FORMAT
+        current = read_model_json(root).get("format") == FORMAT
     except ModelError:
-        keyed = False
-    if keyed:
+        current = False
+    if current:
         return load_keyed(root)
     if is_multiclass_model(root):
         return load_multiclass(root)
     if is_segmented_model(root):
         return load_segmented(root)
-    return load_binary_dir(root)
+    # Anything else is read as a 0.1 binary model, whose reader says what is wrong.
+    return load_binary(root)
 
 
 def load(path: str | os.PathLike[str]) -> Any:
-    """Read a model directory written by :meth:`CalibrationModel.save`.
+    """Read a model directory written by ``save`` (of any model, this version or 0.1).
 
     ``path`` is a local path or any fsspec URL (copied to a local temporary
     directory first).

@@ -44,20 +44,18 @@ import pyarrow.parquet as pq
 from .core.beta import beta_predict
 from .core.bins import bin_ids
 from .core.isotonic import Blocks
+from .core.keyed import GLOBAL
 from .core.sigmoid import sigmoid_predict
 from .core.validate import as_scores
 from .core.venn_abers import Steps
-from .defaults import DEFAULTS
+from .defaults import DEFAULTS, METHOD_PARAMS
 from .errors import ModelError, ParameterError, sums_overflow
+from .model_format import _BLOCK_COLUMNS, _json_checksum, steps_table, write_model_dir
 from .storage import filesystem_for, publish_dir
 
-__all__ = ["CalibrationModel", "load_dir", "check_model", "read_model_json", "read_plain_file",
-           "read_table_file", "blocks_from_table", "parse_model_json", "steps_table",
-           "steps_from_table", "check_steps"]
-
-FORMAT = "distcal-model"
-FORMAT_VERSION = 1
-_BLOCK_COLUMNS = ("score_min", "score_max", "prob", "weight", "positives")
+__all__ = ["CalibrationModel", "check_model", "read_model_json", "read_plain_file",
+           "read_table_file", "blocks_from_table", "parse_model_json", "steps_from_table",
+           "check_steps"]
 
 
 def _library_version() -> str:
@@ -412,14 +410,8 @@ class CalibrationModel:
         return to_onnx(self)
 
     # -- persistence ----------------------------------------------------
-    def _metadata(self) -> dict[str, Any]:
-        return {"format": FORMAT, "format_version": FORMAT_VERSION,
-                "library_version": _library_version(), "method": self.method,
-                "params": self.params, "columns": self.columns, "n_rows": self.n_rows,
-                "weight_total": self.weight_total, "dropped_rows": self.dropped_rows}
-
     def save(self, path: str | os.PathLike, overwrite: bool = False) -> None:
-        """Write the model directory: ``model.json`` + ``blocks.parquet``.
+        """Write the model directory (:mod:`distcal.model_format`, the map of one key).
 
         ``path`` is a local path or any fsspec URL. The directory is written
         aside and committed into place (:mod:`distcal.storage`); an existing
@@ -430,27 +422,19 @@ class CalibrationModel:
                     overwrite=overwrite)
 
     def write_dir(self, tmp: Path) -> None:
-        """Write the model's files into the new local directory ``tmp``."""
-        tmp.mkdir()
-        meta = self._metadata()
-        meta["tables"] = {}
-        if self._blocks is not None:
-            columns = _BLOCK_COLUMNS + (("score_mean",) if self._blocks.score_mean is not None
-                                        else ())
-            table = pa.table({f: pa.array(getattr(self._blocks, f), type=pa.float64())
-                              for f in columns})
-            pq.write_table(table, tmp / "blocks.parquet")
-            meta["tables"]["blocks"] = {"file": "blocks.parquet", "rows": table.num_rows,
-                                        "sha256": _sha256(tmp / "blocks.parquet")}
-        if self._steps is not None:
-            table = steps_table(self._steps)
-            pq.write_table(table, tmp / STEPS_FILE)
-            meta["tables"]["steps"] = {"file": STEPS_FILE, "rows": table.num_rows,
-                                       "sha256": _sha256(tmp / STEPS_FILE)}
-        meta["checksum"] = _json_checksum(meta)
-        with open(tmp / "model.json", "w") as fh:
-            json.dump(meta, fh, indent=2, sort_keys=True, allow_nan=False)
-            fh.write("\n")
+        """Write the model's files into the new local directory ``tmp``.
+
+        A binary model is saved as the keyed model of its one key (no
+        segment, no class): its settings in model.json, its fitted
+        parameters, blocks or steps in the tables (:func:`distcal.load`
+        gives it back as a CalibrationModel).
+        """
+        settings = METHOD_PARAMS[self.method]
+        write_model_dir(tmp, self.method, {(GLOBAL, None): self}, by=[], n_classes=0,
+                        params={k: v for k, v in self.params.items() if k in settings},
+                        columns=self.columns, n_rows=self.n_rows,
+                        weight_total=self.weight_total, dropped_rows=self.dropped_rows,
+                        min_segment_weight=0.0, segments=None)
 
 
 class _IntervalPart:
@@ -508,19 +492,6 @@ def _close(x: Any, y: Any, rtol: float = 1e-9, atol: float = 1e-12) -> bool:
     return x == y
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def _json_checksum(meta: dict[str, Any]) -> str:
-    body = {k: v for k, v in meta.items() if k != "checksum"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
-
-
 # -- reading untrusted model directories ----------------------------------------
 
 # model.json beyond this is not a model distcal wrote (a histogram of 1,000,000
@@ -529,8 +500,6 @@ MAX_JSON_BYTES = 128 << 20
 MAX_TABLE_BYTES = 1 << 30
 # model.json nests three levels; anything much deeper is not a model.
 MAX_JSON_DEPTH = 32
-BLOCKS_FILE = "blocks.parquet"
-STEPS_FILE = "steps.parquet"
 
 
 def _reject_constant(name: str) -> Any:
@@ -865,17 +834,9 @@ def _check_blocks(method: str, b: Blocks) -> None:
             raise ValueError("block score_mean must lie in [score_min, score_max]")
 
 
-def steps_table(steps: Steps) -> pa.Table:
-    """The Venn-Abers steps as one table: ``kind`` (0: p0, 1: p1), ``score``, ``prob``."""
-    kind = np.concatenate([np.zeros(steps.x0.shape[0], np.int8),
-                           np.ones(steps.x1.shape[0], np.int8)])
-    return pa.table({"kind": pa.array(kind, pa.int8()),
-                     "score": pa.array(np.concatenate([steps.x0, steps.x1]), pa.float64()),
-                     "prob": pa.array(np.concatenate([steps.v0, steps.v1]), pa.float64())})
-
-
 def steps_from_table(table: pa.Table, where: str, keys: tuple[str, ...] = ()) -> Steps:
-    """:class:`~distcal.core.venn_abers.Steps` from a :func:`steps_table` table (unchecked)."""
+    """:class:`~distcal.core.venn_abers.Steps` from a table of
+    :func:`~distcal.model_format.steps_table` (unchecked)."""
     if set(table.schema.names) - set(keys) != {"kind", "score", "prob"} or not (
             pa.types.is_integer(table.schema.field("kind").type)
             and pa.types.is_floating(table.schema.field("score").type)
@@ -911,33 +872,3 @@ def check_steps(steps: Steps) -> None:
     p0, p1 = steps.interval(at)
     if np.any(p0 > p1):
         raise ValueError("p0 exceeds p1 at some score")
-
-
-def load_dir(root: Path) -> CalibrationModel:
-    """Read the binary model directory ``root`` of this machine (see :func:`distcal.load`).
-
-    The directory is untrusted input. Raises :class:`~distcal.ModelError`
-    when it is missing, not a distcal model, of an unknown format version,
-    damaged, or inconsistent: only the regular file ``blocks.parquet``
-    directly inside it is read (no other name, no symbolic link), and every
-    parameter and table is checked (:func:`check_model`). Nothing in the
-    directory is executed.
-    """
-    meta = read_checked_meta(root, FORMAT, FORMAT_VERSION)
-    return build_or_damaged(root, lambda: _binary_from_meta(root, meta))
-
-
-def _binary_from_meta(root: Path, meta: dict[str, Any]) -> CalibrationModel:
-    tables = meta["tables"]
-    if not isinstance(tables, dict) or set(tables) - {"blocks", "steps"}:
-        raise ModelError(f"'{root}' is damaged: unexpected tables in model.json")
-    blocks = steps = None
-    if "blocks" in tables:
-        blocks = blocks_from_table(read_table_file(root, tables["blocks"], BLOCKS_FILE),
-                                   f"'{root / BLOCKS_FILE}'")
-    if "steps" in tables:
-        steps = steps_from_table(read_table_file(root, tables["steps"], STEPS_FILE),
-                                 f"'{root / STEPS_FILE}'")
-    parts = {k: meta[k] for k in ("n_rows", "weight_total", "dropped_rows", "columns")}
-    check_model(meta["method"], meta["params"], blocks, steps=steps, **parts)
-    return CalibrationModel(meta["method"], meta["params"], blocks, steps=steps, **parts)

@@ -32,10 +32,12 @@ import pytest
 
 import distcal
 from distcal.errors import OutputPathError, ParameterError
-from distcal.model import _json_checksum
+from distcal.model_format import _json_checksum
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
+# Binary models in format 1 (tests/test_model_formats.py): their reader keeps every check.
+V1_MODELS = ROOT / "tests" / "fixtures" / "models_v1"
 
 
 # -- the working directory every case starts from -------------------------------
@@ -73,6 +75,8 @@ def base(tmp_path_factory) -> Path:
     mc = pd.DataFrame({"s": list(np.random.default_rng(1).dirichlet([1, 1, 1], 300)),
                        "y": np.random.default_rng(2).integers(0, 3, 300)})
     distcal.fit(mc, score_col="s", label_col="y").save(d / "m_multi")
+    for name in ("isotonic_linear", "sigmoid", "histogram", "venn_abers"):
+        shutil.copytree(V1_MODELS / name, d / f"m_v1_{name}")
     (d / "alias.yaml").write_text("a: &x [1, 2]\nb: *x\n")
     (d / "overwrite_str.yaml").write_text('overwrite: "false"\n')
     (d / "engine_hadoop.yaml").write_text("engine: hadoop\n")
@@ -141,11 +145,16 @@ def resign(d: Path, edit: Callable[[dict], Any]) -> None:
 
 
 def retable(d: Path, edit: Callable[[pd.DataFrame], Any], file: str = "blocks.parquet",
-            key: str = "blocks", types: dict | None = None) -> None:
+            key: str = "blocks") -> None:
     t = pq.read_table(d / file).to_pandas()
     out = edit(t)
     t = t if out is None else out
-    table = pa.Table.from_pandas(t, preserve_index=False)
+    write_table(d, pa.Table.from_pandas(t, preserve_index=False), file, key)
+
+
+def write_table(d: Path, table: pa.Table, file: str, key: str,
+                edit: Callable[[dict], Any] = lambda meta: None) -> None:
+    """``table`` as ``file`` (table ``key`` of model.json), model.json edited and re-signed."""
     pq.write_table(table, d / file)
     import hashlib
 
@@ -154,10 +163,28 @@ def retable(d: Path, edit: Callable[[pd.DataFrame], Any], file: str = "blocks.pa
     def fix(meta):
         meta["tables"][key]["sha256"] = digest
         meta["tables"][key]["rows"] = table.num_rows
+        edit(meta)
     resign(d, fix)
 
 
+def set_map(d: Path, column: str, value: Any, edit: Callable[[dict], Any] = lambda meta: None
+            ) -> None:
+    """Set ``column`` of the one map of a binary model (maps.parquet), checksums recomputed."""
+    t = pq.read_table(d / "maps.parquet")
+    i = t.schema.get_field_index(column)
+    t = t.set_column(i, column, pa.array([value], t.schema.field(i).type))
+    write_table(d, t, "maps.parquet", "maps", edit)
+
+
+def reparam(d: Path, edit: Callable[[dict], Any]) -> None:
+    """Edit the fitted parameters of a binary model (JSON in maps.parquet), re-signed."""
+    params = json.loads(pq.read_table(d / "maps.parquet").column("params")[0].as_py())
+    edit({"params": params})
+    set_map(d, "params", json.dumps(params, allow_nan=True))
+
+
 def param(name, value):
+    """Set a parameter of model.json (``resign``) or of a map (``reparam``)."""
     return lambda meta: meta["params"].__setitem__(name, value)
 
 
@@ -165,11 +192,11 @@ def raw_json(d: Path, text: str) -> None:
     (d / "model.json").write_text(text)
 
 
-def symlink_blocks(d: Path) -> None:
+def symlink_blocks(d: Path, file: str = "blocks.parquet") -> None:
     real = d.parent / "elsewhere.parquet"
-    shutil.copy(d / "blocks.parquet", real)
-    (d / "blocks.parquet").unlink()
-    (d / "blocks.parquet").symlink_to(real)
+    shutil.copy(d / file, real)
+    (d / file).unlink()
+    (d / file).symlink_to(real)
 
 
 def symlink_json(d: Path) -> None:
@@ -215,13 +242,6 @@ def multi_table(edit):
     return go
 
 
-def multi_symlink(d: Path) -> None:
-    real = d.parent / "elsewhere.parquet"
-    shutil.copy(d / "blocks.parquet", real)
-    (d / "blocks.parquet").unlink()
-    (d / "blocks.parquet").symlink_to(real)
-
-
 @dataclass
 class ModelCase:
     id: str
@@ -239,30 +259,36 @@ MODEL_CASES = [
               "not name"),
     ModelCase("table-dotdot-foreign-checksummed", "isotonic", foreign_table, "does not name"),
     ModelCase("table-symlink", "isotonic", lambda d: symlink_blocks(d), "symbolic link"),
+    ModelCase("maps-symlink", "sigmoid", lambda d: symlink_blocks(d, "maps.parquet"),
+              "symbolic link"),
     ModelCase("model-json-symlink", "isotonic", symlink_json, "symbolic link"),
     ModelCase("table-fifo", "isotonic", fifo_blocks, "not a regular file"),
-    ModelCase("sigmoid-a-nan", "sigmoid", lambda d: resign(d, param("a", math.nan)),
+    ModelCase("sigmoid-a-nan", "sigmoid", lambda d: reparam(d, param("a", math.nan)),
               "NaN is not a finite number"),
-    ModelCase("sigmoid-a-text", "sigmoid", lambda d: resign(d, param("a", "x")),
+    ModelCase("sigmoid-a-text", "sigmoid", lambda d: reparam(d, param("a", "x")),
               "parameter a must be a finite number"),
-    ModelCase("sigmoid-b-missing", "sigmoid", lambda d: resign(d, lambda m: m["params"].pop("b")),
+    ModelCase("sigmoid-b-missing", "sigmoid",
+              lambda d: reparam(d, lambda m: m["params"].pop("b")),
               "parameter b must be a finite number"),
-    ModelCase("sigmoid-a-bool", "sigmoid", lambda d: resign(d, param("a", True)),
+    ModelCase("sigmoid-a-bool", "sigmoid", lambda d: reparam(d, param("a", True)),
               "parameter a must be a finite number"),
-    ModelCase("histogram-prob-5", "histogram", lambda d: resign(d, param("bin_prob", [5.0] * 10)),
+    ModelCase("sigmoid-params-not-json", "sigmoid", lambda d: set_map(d, "params", "{'a': 1"),
+              "params of all rows"),
+    ModelCase("histogram-prob-5", "histogram",
+              lambda d: reparam(d, param("bin_prob", [5.0] * 10)),
               r"bin_prob must be 10 probabilities in \[0, 1\]"),
-    ModelCase("histogram-edges-short", "histogram", lambda d: resign(d, param("edges", [0, 1])),
+    ModelCase("histogram-edges-short", "histogram", lambda d: reparam(d, param("edges", [0, 1])),
               "edges must be 11 finite numbers"),
     ModelCase("histogram-edges-descending", "histogram",
-              lambda d: resign(d, param("edges", list(np.linspace(1, 0, 11)))),
+              lambda d: reparam(d, param("edges", list(np.linspace(1, 0, 11)))),
               "edges are not in ascending order"),
-    ModelCase("histogram-n-bins-bool", "histogram", lambda d: resign(d, param("n_bins", True)),
+    ModelCase("histogram-n-bins-bool", "histogram", lambda d: reparam(d, param("n_bins", True)),
               "n_bins must be an integer"),
     ModelCase("isotonic-interpolation", "isotonic",
-              lambda d: resign(d, param("interpolation", "cubic")), "interpolation must be"),
-    ModelCase("isotonic-increasing", "isotonic", lambda d: resign(d, param("increasing", "yes")),
-              "increasing must be"),
-    ModelCase("isotonic-y-min-2", "isotonic", lambda d: resign(d, param("y_min", 2.0)),
+              lambda d: reparam(d, param("interpolation", "cubic")), "interpolation must be"),
+    ModelCase("isotonic-increasing", "isotonic",
+              lambda d: reparam(d, param("increasing", "yes")), "increasing must be"),
+    ModelCase("isotonic-y-min-2", "isotonic", lambda d: reparam(d, param("y_min", 2.0)),
               r"y_min must be null or a number in \[0, 1\]"),
     ModelCase("blocks-prob-5", "isotonic", lambda d: retable(d, lambda t: t.assign(prob=5.0)),
               r"probabilities must lie in \[0, 1\]"),
@@ -274,8 +300,13 @@ MODEL_CASES = [
     ModelCase("blocks-not-monotone", "isotonic",
               lambda d: retable(d, lambda t: t.assign(prob=t.prob.to_numpy()[::-1])),
               "not monotone"),
-    ModelCase("blocks-empty", "isotonic", lambda d: retable(d, lambda t: t.iloc[:0]),
-              "blocks table is empty"),
+    ModelCase("blocks-edges-infinite", "histogram",
+              lambda d: retable(d, lambda t: t.assign(score_max=np.inf)), "must be finite"),
+    ModelCase("blocks-fewer-than-the-map-says", "isotonic",
+              lambda d: retable(d, lambda t: t.iloc[1:]), "blocks in the table"),
+    ModelCase("blocks-of-no-map", "isotonic", lambda d: retable(d, lambda t: t.assign(map=7)),
+              "blocks in the table"),
+    ModelCase("blocks-empty", "isotonic", lambda d: _no_blocks(d), "blocks table is empty"),
     ModelCase("blocks-negative-weight", "isotonic",
               lambda d: retable(d, lambda t: t.assign(weight=-1.0)), "weights must be finite"),
     ModelCase("blocks-text-column", "isotonic",
@@ -284,12 +315,18 @@ MODEL_CASES = [
     ModelCase("blocks-missing-column", "isotonic",
               lambda d: retable(d, lambda t: t.drop(columns=["prob"])), "expected blocks"),
     ModelCase("sigmoid-with-blocks", "sigmoid", lambda d: _graft_blocks(d), "has no blocks"),
-    ModelCase("modl-cost-text", "modl", lambda d: resign(d, param("cost", "low")),
+    ModelCase("modl-cost-text", "modl", lambda d: reparam(d, param("cost", "low")),
               "cost must be a finite number"),
     ModelCase("unknown-method", "isotonic", lambda d: resign(d, _set("method", "magic")),
               "unknown method"),
-    ModelCase("n-rows-negative", "isotonic", lambda d: resign(d, _set("n_rows", -3)),
+    ModelCase("map-n-rows-negative", "isotonic",
+              lambda d: set_map(d, "n_rows", -3, _set("n_rows", -3)), "n_rows and dropped_rows"),
+    ModelCase("dropped-rows-negative", "isotonic", lambda d: resign(d, _set("dropped_rows", -3)),
               "n_rows and dropped_rows"),
+    ModelCase("n-rows-not-the-maps", "isotonic", lambda d: resign(d, _set("n_rows", 7)),
+              "counts of model.json"),
+    ModelCase("binary-with-a-class", "isotonic", lambda d: set_map(d, "class", 1),
+              "one map, of all rows and no class"),
     ModelCase("extra-table", "isotonic",
               lambda d: resign(d, lambda m: m["tables"].__setitem__("x", {"file": "x"})),
               "unexpected tables"),
@@ -310,27 +347,84 @@ MODEL_CASES = [
               "not a distcal model"),
     ModelCase("json-not-utf8", "isotonic",
               lambda d: (d / "model.json").write_bytes(b'{"format": "\xff\xfe"}'), "damaged"),
-    ModelCase("multiclass-table-symlink", "multi", multi_symlink, "symbolic link"),
+    ModelCase("multiclass-table-symlink", "multi", symlink_blocks, "symbolic link"),
     ModelCase("multiclass-prob-5", "multi", multi_table(lambda t: t.assign(prob=5.0)),
               r"probabilities must lie in \[0, 1\]"),
     # Issue 34, rule 13: the format version is an integer, not a bool or a float equal to it.
     ModelCase("format-version-true", "isotonic", lambda d: resign(d, _set("format_version", True)),
               "model format version True"),
-    ModelCase("format-version-float", "isotonic", lambda d: resign(d, _set("format_version", 1.0)),
-              "model format version 1.0"),
-    ModelCase("format-version-string", "sigmoid", lambda d: resign(d, _set("format_version", "1")),
+    ModelCase("format-version-float", "isotonic", lambda d: resign(d, _set("format_version", 2.0)),
+              "model format version 2.0"),
+    ModelCase("format-version-string", "sigmoid", lambda d: resign(d, _set("format_version", "2")),
               "model format version"),
     ModelCase("multiclass-format-version-true", "multi",
               lambda d: resign(d, _set("format_version", True)), "format version True"),
     ModelCase("multiclass-deeply-nested", "multi",
               lambda d: raw_json(d, "[" * 100_000 + "]" * 100_000), "nested too deeply"),
+    # Binary models in format 1: their parameters in model.json, their blocks or steps alone.
+    ModelCase("v1-table-absolute-path", "v1_isotonic_linear", absolute_table,
+              "not a plain file name|does not name"),
+    ModelCase("v1-table-dotdot-foreign-checksummed", "v1_isotonic_linear", foreign_table,
+              "does not name"),
+    ModelCase("v1-table-symlink", "v1_isotonic_linear", lambda d: symlink_blocks(d),
+              "symbolic link"),
+    ModelCase("v1-steps-symlink", "v1_venn_abers", lambda d: symlink_blocks(d, "steps.parquet"),
+              "symbolic link"),
+    ModelCase("v1-table-fifo", "v1_isotonic_linear", fifo_blocks, "not a regular file"),
+    ModelCase("v1-table-altered", "v1_isotonic_linear",
+              lambda d: _flip_byte(d / "blocks.parquet"), "checksum"),
+    ModelCase("v1-sigmoid-a-nan", "v1_sigmoid", lambda d: resign(d, param("a", math.nan)),
+              "NaN is not a finite number"),
+    ModelCase("v1-sigmoid-b-missing", "v1_sigmoid",
+              lambda d: resign(d, lambda m: m["params"].pop("b")),
+              "parameter b must be a finite number"),
+    ModelCase("v1-histogram-edges-descending", "v1_histogram",
+              lambda d: resign(d, param("edges", list(np.linspace(1, 0, 9)))),
+              "edges are not in ascending order"),
+    ModelCase("v1-isotonic-interpolation", "v1_isotonic_linear",
+              lambda d: resign(d, param("interpolation", "cubic")), "interpolation must be"),
+    ModelCase("v1-blocks-prob-5", "v1_isotonic_linear",
+              lambda d: retable(d, lambda t: t.assign(prob=5.0)),
+              r"probabilities must lie in \[0, 1\]"),
+    ModelCase("v1-blocks-not-monotone", "v1_isotonic_linear",
+              lambda d: retable(d, lambda t: t.assign(prob=t.prob.to_numpy()[::-1])),
+              "not monotone"),
+    ModelCase("v1-steps-prob-2", "v1_venn_abers",
+              lambda d: retable(d, lambda t: t.assign(prob=2.0), "steps.parquet", "steps"),
+              "step values"),
+    ModelCase("v1-n-rows-negative", "v1_isotonic_linear", lambda d: resign(d, _set("n_rows", -3)),
+              "n_rows and dropped_rows"),
+    ModelCase("v1-extra-table", "v1_sigmoid",
+              lambda d: resign(d, lambda m: m["tables"].__setitem__("x", {"file": "x"})),
+              "unexpected tables"),
+    ModelCase("v1-format-version-true", "v1_isotonic_linear",
+              lambda d: resign(d, _set("format_version", True)), "model format version True"),
+    ModelCase("v1-format-version-float", "v1_sigmoid",
+              lambda d: resign(d, _set("format_version", 1.0)), "model format version 1.0"),
+    ModelCase("v1-json-deeply-nested", "v1_sigmoid",
+              lambda d: resign(d, param("a", json.loads("[" * 40 + "]" * 40))),
+              "nested too deeply"),
 ]
 
 
 def _graft_blocks(d: Path) -> None:
-    shutil.copy(d.parent / "m_isotonic" / "blocks.parquet", d / "blocks.parquet")
-    src = json.loads((d.parent / "m_isotonic" / "model.json").read_text())["tables"]
-    resign(d, lambda meta: meta.__setitem__("tables", src))
+    """The blocks of the isotonic model, given to the sigmoid model's map, all re-signed."""
+    iso = d.parent / "m_isotonic"
+    shutil.copy(iso / "blocks.parquet", d / "blocks.parquet")
+    entry = json.loads((iso / "model.json").read_text())["tables"]["blocks"]
+    set_map(d, "blocks", entry["rows"], lambda meta: meta["tables"].__setitem__("blocks", entry))
+
+
+def _no_blocks(d: Path) -> None:
+    """An empty blocks table, and a map that says it has none."""
+    retable(d, lambda t: t.iloc[:0])
+    set_map(d, "blocks", 0)
+
+
+def _flip_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 3] ^= 0x01
+    path.write_bytes(bytes(data))
 
 
 @pytest.mark.parametrize("case", MODEL_CASES, ids=[c.id for c in MODEL_CASES])
@@ -772,7 +866,7 @@ CLI_CASES = [
             "symbolic link", fault=lambda w: symlink_blocks(w / "m_isotonic")),
     CliCase("apply-model-nan-param", ["apply", "--model", "m_sigmoid", "--input", "in.parquet",
                                       "--output", "o.parquet"], "NaN is not a finite number",
-            fault=lambda w: resign(w / "m_sigmoid", param("b", math.nan))),
+            fault=lambda w: reparam(w / "m_sigmoid", param("b", math.nan))),
     CliCase("apply-model-prob-5", ["apply", "--model", "m_isotonic", "--input", "in.parquet",
                                    "--output", "o.parquet"], r"\[0, 1\]",
             fault=lambda w: retable(w / "m_isotonic", lambda t: t.assign(prob=5.0))),

@@ -1,8 +1,9 @@
 """Issue 34: every JSON a model directory holds is parsed with size and depth limits.
 
-model.json of every format (binary, keyed v2, 0.1 multiclass, 0.1
-segmented) and the JSON parameters of every map (maps.parquet of a keyed
-model, segments.parquet of a 0.1 segmented model) are tampered with here,
+model.json of every format (version 2, binary or keyed; 0.1 binary,
+multiclass and segmented) and the JSON parameters of every map (maps.parquet
+of a version-2 model, segments.parquet of a 0.1 segmented model) are
+tampered with here,
 their checksums recomputed so the parser is reached: anything wrong is a
 ``distcal.ModelError`` naming the file, never RecursionError, and nothing
 on disk changes. Also here: loading a tampered segmented model and exiting
@@ -29,7 +30,7 @@ import pytest
 from test_hardening_badinput import snapshot
 
 import distcal
-from distcal.model import _json_checksum
+from distcal.model_format import _json_checksum
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "models_0_1"
@@ -47,7 +48,8 @@ def models(tmp_path_factory) -> Path:
     distcal.fit(df, by="g").save(d / "keyed")
     distcal.fit(df, by="g", method="sigmoid").save(d / "keyed_sigmoid")
     distcal.fit(df.assign(g=df.g % 2), by="g").save(d / "keyed01")
-    for name in ("segmented_isotonic", "segmented_sigmoid", "multiclass_isotonic"):
+    for name in ("segmented_isotonic", "segmented_sigmoid", "multiclass_isotonic",
+                 "binary_isotonic"):
         shutil.copytree(FIXTURES / name, d / name)
     return d
 
@@ -106,6 +108,11 @@ CASES = [
     ("keyed-params-huge-integer", "keyed",
      _params("maps.parquet", "maps", 1, '{"n": ' + "9" * 50_000 + "}"), "maps.parquet",
      "params of"),
+    # maps.parquet of a binary model: its one map
+    ("binary-params-5000-deep", "binary", _params("maps.parquet", "maps", 0, DEEP),
+     "maps.parquet", "params of all rows: nested too deeply"),
+    ("binary-params-nan", "binary", _params("maps.parquet", "maps", 0, '{"y_min": NaN}'),
+     "maps.parquet", "NaN is not a finite number"),
     # segments.parquet of a 0.1 segmented model
     ("0.1-segmented-params-5000-deep", "segmented_isotonic",
      _params("segments.parquet", "segments", 0, DEEP), "segments.parquet",
@@ -137,6 +144,10 @@ CASES = [
     ("binary-model-json-deep-field", "binary", _deep_field, "model.json", "nested too deeply"),
     ("binary-model-json-not-utf8", "binary",
      lambda d: (d / "model.json").write_bytes(b'{"format": "\xff"}'), "model.json", "damaged"),
+    ("0.1-binary-model-json-deep-field", "binary_isotonic", _deep_field, "model.json",
+     "nested too deeply"),
+    ("0.1-binary-model-json-5000-deep", "binary_isotonic", _raw('{"a": ' + DEEP + "}"),
+     "model.json", "nested too deeply"),
 ]
 
 
@@ -158,7 +169,7 @@ def test_every_json_of_a_model_directory_is_parsed_with_limits(case, models, tmp
 
 def test_the_untampered_models_load(models):
     for name in ("binary", "keyed", "keyed_sigmoid", "segmented_isotonic", "segmented_sigmoid",
-                 "multiclass_isotonic"):
+                 "multiclass_isotonic", "binary_isotonic"):
         distcal.load(models / name)
 
 
@@ -257,7 +268,7 @@ def test_model_tables_are_read_without_starting_threads(models):
             "for p in sys.argv[1:]: distcal.load(p)\n"
             "print(n, len(os.listdir('/proc/self/task')))\n")
     r = subprocess.run([sys.executable, "-c", code, *[str(models / n) for n in (
-        "binary", "keyed", "segmented_isotonic", "multiclass_isotonic")]],
+        "binary", "keyed", "segmented_isotonic", "multiclass_isotonic", "binary_isotonic")]],
         capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert r.returncode == 0, r.stderr
     before, after = map(int, r.stdout.split())

@@ -26,9 +26,10 @@ def test_round_trip(model, tmp_path):
     assert back == model
     q = np.linspace(-0.5, 1.5, 999)
     np.testing.assert_array_equal(back.predict(q), model.predict(q))
+    assert type(back) is distcal.CalibrationModel
     assert back.method == model.method and back.n_rows == model.n_rows
     meta = json.loads((tmp_path / "m" / "model.json").read_text())
-    assert meta["format"] == "distcal-model" and meta["format_version"] == 1
+    assert meta["format"] == "distcal-keyed-model" and meta["format_version"] == 2
     assert meta["library_version"] == distcal.__version__
 
 

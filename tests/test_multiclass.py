@@ -454,7 +454,7 @@ def test_damaged_models(tmp_path):
     write(m2)  # edited without fixing the checksum
     with pytest.raises(ModelError, match="checksum"):
         distcal.load(root)
-    from distcal.model import _json_checksum
+    from distcal.model_format import _json_checksum
 
     m3 = dict(meta, n_classes=5)
     m3["checksum"] = _json_checksum(m3)

@@ -324,7 +324,7 @@ def test_save_load_round_trip(engine, tmp_path):
 
 
 def _rewrite_json(path: Path, change) -> None:
-    from distcal.model import _json_checksum
+    from distcal.model_format import _json_checksum
 
     meta = json.loads((path / "model.json").read_text())
     change(meta)
@@ -333,7 +333,7 @@ def _rewrite_json(path: Path, change) -> None:
 
 
 def _rewrite_table(path: Path, name: str, change) -> None:
-    from distcal.model import _sha256
+    from distcal.model_format import _sha256
 
     table = change(pq.read_table(path / f"{name}.parquet"))
     pq.write_table(table, path / f"{name}.parquet")

@@ -4,6 +4,10 @@ on Spark from local data. What every engine shares is in test_engines.py."""
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -86,7 +90,19 @@ def test_pipeline_fit_save_load(spark, tmp_path):
     b = back.transform(sdf).toPandas().sort_values("raw")
     np.testing.assert_array_equal(a["p"].to_numpy(), b["p"].to_numpy())
     # the stage directory holds distcal's own model format
-    assert distcal.load(next((tmp_path / "pipe" / "stages").glob("1_*")) / "model") == stage.model
+    model_dir = next((tmp_path / "pipe" / "stages").glob("1_*")) / "model"
+    assert distcal.load(model_dir) == stage.model
+    assert json.loads((model_dir / "model.json").read_text())["format_version"] == 2
+    # a stage saved before (a binary model in format 1) loads; a model of another kind does not
+    shutil.rmtree(model_dir)
+    shutil.copytree(Path(__file__).parent / "fixtures" / "models_v1" / "isotonic_step", model_dir)
+    old = PipelineModel.load(str(tmp_path / "pipe")).stages[-1].model
+    assert type(old) is distcal.CalibrationModel and old == distcal.load(model_dir)
+    shutil.rmtree(model_dir)
+    distcal.fit(df.rename(columns={"raw": "score"}).assign(g=df.index % 2), by="g").save(
+        model_dir)
+    with pytest.raises(distcal.ModelError, match="holds KeyedModel.*binary score"):
+        PipelineModel.load(str(tmp_path / "pipe"))
 
 
 def test_calibrator_params(spark):

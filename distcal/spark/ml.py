@@ -34,7 +34,9 @@ from pyspark.ml.util import (
 
 from ..api import fit
 from ..defaults import DEFAULTS, METHOD_PARAMS
-from ..model import CalibrationModel, load_dir
+from ..errors import ModelError
+from ..loading import load_dir
+from ..model import CalibrationModel
 from ..storage import fetch_dir, filesystem_for, publish_dir
 
 __all__ = ["Calibrator", "CalibratorModel"]
@@ -167,6 +169,9 @@ class _ModelReader(MLReader):
         metadata = DefaultParamsReader.loadMetadata(path, self.sc)
         source = path.rstrip("/") + "/model"
         core = fetch_dir(filesystem_for(source, self.sparkSession), source, load_dir)
+        if not isinstance(core, CalibrationModel):
+            raise ModelError(f"'{source}' holds {core!r}; a CalibratorModel holds the model "
+                             "of a binary score")
         model = self.cls(core)
         DefaultParamsReader.getAndSetParams(model, metadata)
         model._resetUid(metadata["uid"])
