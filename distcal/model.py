@@ -58,12 +58,6 @@ __all__ = ["CalibrationModel", "check_model", "read_model_json", "read_plain_fil
            "check_steps"]
 
 
-def _library_version() -> str:
-    from .version import __version__
-
-    return __version__
-
-
 class CalibrationModel:
     """A fitted calibration map (see the module docstring for predictions).
 

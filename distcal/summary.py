@@ -174,13 +174,13 @@ class Summary:
 
     def write_dir(self, tmp: Path) -> None:
         """Write the summary's files into the new local directory ``tmp``."""
-        from .model import _library_version
+        from .version import __version__
 
         tmp.mkdir()
         pq.write_table(self._table, tmp / TABLE_FILE)
         data = (tmp / TABLE_FILE).read_bytes()
         meta = self._meta()
-        meta["library_version"] = _library_version()
+        meta["library_version"] = __version__
         meta["tables"] = {"table": {"file": TABLE_FILE, "rows": self._table.num_rows,
                                     "sha256": hashlib.sha256(data).hexdigest()}}
         meta["checksum"] = _checksum(meta)
