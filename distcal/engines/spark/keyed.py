@@ -9,6 +9,24 @@ scores need a Python map side before the shuffle (each class has its own
 score); they take the route below. Either way the number of ranges comes
 from the sample of step 1 and a range is pooled as its batches stream in.
 
+With ``passes > 1`` a binary score's ranges are pooled once and kept
+pooled: :func:`pool_runner` turns each range into rows (id, payload), its
+validation counts (id -1, pickled) and then its keyed table as the summary
+rows of :func:`~distcal.core.summary.arrow_from_keyed` (only the sums
+:func:`~distcal.core.summary.moved_fields` names; an LZ4-compressed Arrow IPC
+stream of at most ``CHUNK_ROWS`` rows per row, ids 0, 1, ...). That frame
+keeps the ranges' partitions (``mapInArrow`` is narrow) and is persisted
+(``MEMORY_AND_DISK``; unpersisted by ``close``). Every pass, the first
+included, maps over it (:func:`table_runner`): a range's streams are read
+back and :func:`~distcal.core.summary.keyed_from_arrow` rebuilds its
+:class:`~distcal.core.keyed.KeyedTable` without a sort (each key's rows
+together, scores ascending, as written), then ``fn`` runs. A pass after the
+first thus reads each range's distinct (key, score) pairs (~9 B each for a
+distinct score with unit weights, compressed), never its rows again, and
+does not check or pool them again; a range's Python worker holds the
+range's pairs, as when pooling it. With ``passes == 1`` one job reads,
+pools and maps each range (:func:`raw_runner`).
+
 How per-class rows flow (one job per ``map``, after a sample when opened):
 
 1. **Opened** (driver): the columns are checked against the schema (the
@@ -73,13 +91,15 @@ from ...core.keyed import (
 )
 from ...core.rows import RowPart, RowTotals, add_up_rows, merge_stats, read_rows
 from ...core.rows import check_columns as check_rows_columns
+from ...core.summary import arrow_from_keyed, keyed_from_arrow, moved_fields
 from ...errors import VECTORS_EXPECTED, DataError, column_type
 from ...logs import log, phase
 from .schema import common_length, is_vector_udt, vector_array, vector_length_counts
 from .session import default_ranges, with_arrow_batches
 
-__all__ = ["SparkKeyedRanges", "KeyedRuns", "chunks", "row_runner", "range_runner", "ranges_for",
-           "partition_ids", "RANGE_ROWS", "CHUNK_ROWS", "SAMPLE_ROWS"]
+__all__ = ["SparkKeyedRanges", "KeyedRuns", "chunks", "row_runner", "range_runner", "raw_runner",
+           "pool_runner", "table_runner", "ranges_for", "partition_ids", "RANGE_ROWS",
+           "CHUNK_ROWS", "SAMPLE_ROWS"]
 
 # Per-range budget of distinct (key, score) pairs. A pooled pair takes 40 B
 # (5 float64), but merging the pooled runs peaks at ~270 B per pair of the
@@ -419,6 +439,86 @@ def raw_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: bo
     return run
 
 
+def pool_runner(spec: KeySpec, finite_scores: bool, fields: list[str],
+                chunk_rows: int = CHUNK_ROWS
+                ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A range partition of the user's rows (a binary score, raw) to rows (id, payload): its
+    validation counts, pickled (id -1), then its keyed table as summary rows
+    (:func:`~distcal.core.summary.arrow_from_keyed`: ``by_j`` and ``fields``), an Arrow IPC
+    stream of at most ``chunk_rows`` rows per row (ids 0, 1, ...); nothing for a partition
+    without rows."""
+    by = list(spec.by)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        stats: dict[str, Any] | None = None
+        types: list[pa.DataType] = []
+        runs = KeyedRuns()
+        for data in chunks(batches, chunk_rows):
+            if stats is None:  # the segment columns keep the input's Arrow types
+                types = [data.schema.field(b).type for b in by]
+            rows, st = read_rows(data, spec, finite_scores=finite_scores)
+            stats = merge_stats(stats, st)
+            del data
+            if rows.n_rows:
+                runs.add(pool_rows(rows, [None], spec.pool_squares))
+        if stats is None:
+            return
+        table = runs.table()
+        runs.runs.clear()
+        schema = pa.schema([("rid", pa.int64()), ("payload", pa.binary())])
+        yield pa.RecordBatch.from_pydict(
+            {"rid": [-1], "payload": [pickle.dumps(stats, pickle.HIGHEST_PROTOCOL)]},
+            schema=schema)
+        if not len(table.table):
+            return
+        out = arrow_from_keyed(table, len(by), fields, types)
+        del table
+        # LZ4 about halves what the cache holds (the counts and label sums of distinct
+        # scores are runs of small numbers) and is read back at ~5 ms per 10^6 rows.
+        options = pa.ipc.IpcWriteOptions(compression="lz4")
+        for i, batch in enumerate(out.to_batches(chunk_rows)):
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
+                writer.write_batch(batch)
+            payload = sink.getvalue().to_pybytes()
+            yield pa.RecordBatch.from_pydict({"rid": [i], "payload": [payload]}, schema=schema)
+
+    return run
+
+
+def table_runner(fn: Callable[[KeyedTable], Any], n_by: int
+                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A range partition of :func:`pool_runner`'s rows (persisted) to one row: its
+    partition id and the pickled (validation counts or None, ``fn`` result or None when it
+    has no pooled row). The pooled rows are one keyed table as written (each key's rows
+    together, ascending scores), so no sort rebuilds it."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        stats: dict[str, Any] | None = None
+        parts: dict[int, pa.Table] = {}
+        for batch in batches:
+            payloads = batch.column("payload")
+            for i, rid in enumerate(batch.column("rid").to_pylist()):
+                if rid < 0:
+                    stats = merge_stats(stats, pickle.loads(payloads[i].as_py()))
+                else:
+                    parts[rid] = pa.ipc.open_stream(payloads[i].as_buffer()).read_all()
+        table = keyed_from_arrow(pa.concat_tables([parts.pop(i) for i in sorted(parts)]),
+                                 n_by) if parts else None
+        result = None if table is None else fn(table)
+        context = TaskContext.get()
+        assert context is not None, "runs inside a Spark task"
+        payload = pickle.dumps({"stats": stats, "empty": table is None, "result": result},
+                               protocol=pickle.HIGHEST_PROTOCOL)
+        yield pa.RecordBatch.from_pydict({"rid": [context.partitionId()], "payload": [payload]},
+                                         schema=pa.schema([("rid", pa.int64()),
+                                                           ("payload", pa.binary())]))
+
+    return run
+
+
 def parts_runner(fn: Callable[[RowPart], Any], spec: KeySpec, finite_scores: bool,
                  n_classes: int | None, chunk_rows: int = CHUNK_ROWS
                  ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -552,6 +652,7 @@ class SparkKeyedRanges:
                 s, h, fraction, range_rows, default_ranges(df), n_ranges)
             self.k = self.bounds.shape[0] + 1
         self.persisted: list[Any] = []
+        self.pooled: Any = None
         self.rows_persisted = False
         self.checked = False
         self.n_rows, self.weight_total, self.dropped_rows = 0, 0.0, 0
@@ -578,10 +679,7 @@ class SparkKeyedRanges:
                 if not n_ranges else int(n_ranges)
             self.ranged = self.rows_df.repartitionByRange(self.k, score)
             if passes > 1:
-                from pyspark import StorageLevel
-
-                self.ranged = self.ranged.persist(StorageLevel.MEMORY_AND_DISK)
-                self.persisted.append(self.ranged)
+                self.pooled = self._pooled_ranges()
             log.info("spark: raw rows in %d ranges by score (~%.3g distinct (key, score) "
                      "pairs, budget %d per range)", self.k, self.distinct_estimate, range_rows)
             return
@@ -610,6 +708,20 @@ class SparkKeyedRanges:
             self.persisted.append(self.ranged)
         log.info("spark: keyed rows in %d ranges (~%.3g distinct (key, score) pairs, budget "
                  "%d per range)", self.k, self.distinct_estimate, range_rows)
+
+    def _pooled_ranges(self) -> Any:
+        """Each range's keyed table, in the range's partition (:func:`pool_runner`;
+        ``mapInArrow`` keeps the partitions), persisted: computed by the first pass, read by
+        every pass without reading, checking and pooling the rows again."""
+        from pyspark import StorageLevel
+
+        spec = self.spec
+        fields = moved_fields(spec.weight_col is not None, spec.pool_squares)
+        pooled = self.ranged.mapInArrow(
+            pool_runner(spec, self.finite_scores, fields, self.chunk_rows), RESULT_SCHEMA)
+        pooled = pooled.persist(StorageLevel.MEMORY_AND_DISK)
+        self.persisted.append(pooled)
+        return pooled
 
     def _partitioned(self, keyed: Any) -> Any:
         from pyspark.sql import functions as F
@@ -649,9 +761,11 @@ class SparkKeyedRanges:
         return [pickle.loads(results[v]) for v in sorted(results)]
 
     def _map_raw(self, fn: Callable[[KeyedTable], Any]) -> list[Any]:
-        runner = raw_runner(fn, self.spec, self.finite_scores, self.chunk_rows)
+        source, runner = (self.ranged, raw_runner(fn, self.spec, self.finite_scores,
+                                                  self.chunk_rows)) \
+            if self.pooled is None else (self.pooled, table_runner(fn, len(self.spec.by)))
         with phase("spark: one keyed pass over %d ranges", self.k):
-            got = with_arrow_batches(self.spark, lambda: self.ranged.mapInArrow(
+            got = with_arrow_batches(self.spark, lambda: source.mapInArrow(
                 runner, RESULT_SCHEMA).collect())
         parts = [pickle.loads(r["payload"]) for r in sorted(got, key=lambda r: r["rid"])]
         self._check([p["stats"] for p in parts if p["stats"] is not None])
