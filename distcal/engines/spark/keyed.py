@@ -451,7 +451,7 @@ def pool_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: b
     keyed table as summary rows (:func:`~distcal.core.summary.arrow_from_keyed`: ``by_j``
     and ``fields``), an Arrow IPC stream of at most ``chunk_rows`` rows per row (parts 0,
     1, ...); nothing for a partition without rows."""
-    by = list(spec.by)
+    by = key_columns(spec)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
@@ -497,6 +497,12 @@ def pool_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: b
                                              schema=schema)
 
     return run
+
+
+def key_columns(spec: KeySpec) -> list[str]:
+    """The columns whose values make the segment keys of ``read_rows``'s rows: ``by``, or
+    the label (discretize's classes: ``target="classes"``)."""
+    return [spec.label_col] if spec.target == "classes" else list(spec.by)
 
 
 def table_runner(fn: Callable[[KeyedTable], Any], n_by: int
@@ -791,7 +797,7 @@ class SparkKeyedRanges:
             source, runner = (self.ranged, raw_runner(fn, self.spec, self.finite_scores,
                                                       self.chunk_rows)) \
                 if self.pooled is None else (self.pooled_read,
-                                             table_runner(fn, len(self.spec.by)))
+                                             table_runner(fn, len(key_columns(self.spec))))
             with phase("spark: one keyed pass over %d ranges", self.k):
                 got = with_arrow_batches(self.spark, lambda: source.mapInArrow(
                     runner, RESULT_SCHEMA).collect())
