@@ -10,22 +10,27 @@ score); they take the route below. Either way the number of ranges comes
 from the sample of step 1 and a range is pooled as its batches stream in.
 
 With ``passes > 1`` a binary score's ranges are pooled once and kept
-pooled: :func:`pool_runner` turns each range into rows (id, payload), its
-validation counts (id -1, pickled) and then its keyed table as the summary
-rows of :func:`~distcal.core.summary.arrow_from_keyed` (only the sums
-:func:`~distcal.core.summary.moved_fields` names; an LZ4-compressed Arrow IPC
-stream of at most ``CHUNK_ROWS`` rows per row, ids 0, 1, ...). That frame
-keeps the ranges' partitions (``mapInArrow`` is narrow) and is persisted
-(``MEMORY_AND_DISK``; unpersisted by ``close``). Every pass, the first
-included, maps over it (:func:`table_runner`): a range's streams are read
-back and :func:`~distcal.core.summary.keyed_from_arrow` rebuilds its
+pooled. The first pass maps :func:`pool_runner` over the ranges: each range
+is read, checked and pooled as above, ``fn`` runs on its keyed table, and
+the range becomes rows (range id, part, payload): its validation counts
+(part -1) and ``fn``'s result (part -2), pickled, then its keyed table as
+the summary rows of :func:`~distcal.core.summary.arrow_from_keyed` (the key
+columns and only the sums :func:`~distcal.core.summary.moved_fields` names),
+an LZ4-compressed Arrow IPC stream of at most ``CHUNK_ROWS`` rows per row
+(parts 0, 1, ...). That frame keeps the ranges' partitions (``mapInArrow``
+is narrow) and is persisted (``MEMORY_AND_DISK``; unpersisted by
+``close``); the first pass's results are its rows of parts < 0, read in
+the JVM. Every later pass maps :func:`table_runner` over it, coalesced to
+the default number of ranges (a pass over pooled ranges is mostly a task's
+fixed cost): each range's streams are read back in turn and
+:func:`~distcal.core.summary.keyed_from_arrow` rebuilds its
 :class:`~distcal.core.keyed.KeyedTable` without a sort (each key's rows
-together, scores ascending, as written), then ``fn`` runs. A pass after the
-first thus reads each range's distinct (key, score) pairs (~9 B each for a
-distinct score with unit weights, compressed), never its rows again, and
-does not check or pool them again; a range's Python worker holds the
-range's pairs, as when pooling it. With ``passes == 1`` one job reads,
-pools and maps each range (:func:`raw_runner`).
+together, scores ascending, as written), then ``fn`` runs. A later pass
+thus reads each range's distinct (key, score) pairs (~9 B each for a
+distinct score with unit weights, compressed), never its rows, and checks
+and pools nothing again; a Python worker holds one range's pairs at a
+time. With ``passes == 1`` one job reads, pools and maps each range
+(:func:`raw_runner`), and nothing is persisted.
 
 How per-class rows flow (one job per ``map``, after a sample when opened):
 
