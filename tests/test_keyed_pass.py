@@ -205,8 +205,9 @@ def test_vector_length_is_counted_over_the_whole_input(engine):
 
 # -- bad input: the messages of read_rows ------------------------------------------------
 
+@pytest.mark.parametrize("passes", [1, 2])
 @pytest.mark.parametrize("multiclass", [False, True])
-def test_bad_rows_raise_the_read_rows_message_or_are_dropped(engine, multiclass):
+def test_bad_rows_raise_the_read_rows_message_or_are_dropped(engine, multiclass, passes):
     k = 3 if multiclass else 0
     spec = (KeySpec(score_col="v", weight_col="w", multiclass=True) if multiclass
             else KeySpec(weight_col="w", by=("g",)))
@@ -225,16 +226,17 @@ def test_bad_rows_raise_the_read_rows_message_or_are_dropped(engine, multiclass)
     with pytest.raises(DataError) as want:
         add_up_rows([stats], "raise")
     with pytest.raises(DataError) as got:
-        with open_keyed(engine, bad, spec) as r:
+        with open_keyed(engine, bad, spec, passes=passes) as r:
             r.map(len)
     assert str(got.value) == str(want.value)
     with pytest.raises(DataError) as got:
-        with open_keyed(engine, bad, spec) as r:
+        with open_keyed(engine, bad, spec, passes=passes) as r:
             r.map_rows(lambda p: p.n_rows)
     assert str(got.value) == str(want.value)
-    # Dropped: the tables are the oracle's over the valid rows.
-    with open_keyed(engine, bad, spec, on_invalid="drop") as r:
+    # Dropped: the tables are the oracle's over the valid rows (a second pass: the same).
+    with open_keyed(engine, bad, spec, on_invalid="drop", passes=passes) as r:
         tables = gather(r)
+        again = gather(r) if passes > 1 else tables
         totals = add_up_rows([stats], "drop")
         assert (r.n_rows, r.dropped_rows) == (totals.n_rows, totals.dropped_rows)
         assert r.weight_total == pytest.approx(totals.weight_total, rel=1e-12)
@@ -246,6 +248,7 @@ def test_bad_rows_raise_the_read_rows_message_or_are_dropped(engine, multiclass)
     valid &= (bad["w"] >= 0).to_numpy()
     assert int((~valid).sum()) == totals.dropped_rows
     assert_matches(tables, oracle(bad[valid], spec, k))
+    assert_matches(again, oracle(bad[valid], spec, k))
 
 
 def test_missing_column_is_the_read_rows_error(engine):
@@ -261,8 +264,9 @@ def test_missing_column_is_the_read_rows_error(engine):
         assert str(got.value) == str(want.value)
 
 
-def test_no_usable_rows(engine):
+@pytest.mark.parametrize("passes", [1, 2])
+def test_no_usable_rows(engine, passes):
     df = keyed_data(300, seed=1).assign(w=0.0)
     with pytest.raises(DataError, match="no rows with weight > 0"):
-        with open_keyed(engine, df, KeySpec(weight_col="w")) as r:
+        with open_keyed(engine, df, KeySpec(weight_col="w"), passes=passes) as r:
             r.map(len)

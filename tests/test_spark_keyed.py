@@ -92,6 +92,27 @@ def test_ranges_from_the_data_and_passes(spark):
         assert kr.k == 8  # at least default_ranges: 20k pairs are far below 200k per range
 
 
+def test_passes_read_the_pooled_ranges(spark):
+    """A binary score with passes > 1: every pass reads each range's persisted keyed table
+    (no range's rows again), with more ranges asked for than there are scores; segments of
+    text and of dates come back as the input's values."""
+    import datetime
+
+    pdf = make_rows(3000, seed=8, by=1, weights=True)
+    pdf["score"] = np.round(pdf["score"], 1)
+    days = np.random.default_rng(8).integers(0, 3, len(pdf))
+    pdf["d"] = [datetime.date(2026, 1, 1) + datetime.timedelta(days=int(x)) for x in days]
+    spec = KeySpec(weight_col="w", by=("g", "d"))
+    want = oracle(pdf, spec)
+    with ENGINE.open_keyed(to_spark(spark, pdf), spec, on_invalid="raise", n_ranges=40,
+                           passes=3) as kr:
+        for _ in range(3):
+            assert_matches(gather(kr), want)
+        assert kr.pooled is not None
+        assert (kr.n_rows, kr.dropped_rows) == (int((pdf["w"] > 0).sum()), 0)
+    assert not kr.persisted  # unpersisted when closed
+
+
 @pytest.mark.parametrize("kind", ["binary", "two-classes"])
 def test_hot_score_does_not_eat_the_ranges(spark, kind):
     """40% of the rows on one score: the other scores still get ~8 ranges of about equal
@@ -200,15 +221,26 @@ SEGMENTS_CHILD = textwrap.dedent("""
         return {k[0][0] if k[0] is not None else -1: (int(a), float(b))
                 for k, a, b in zip(t.keys, n_rows, pos)}
 
-    with SparkEngine().open_keyed(df, KeySpec(by=("seg",)), on_invalid="raise") as kr:
-        parts = kr.map(sums)
-        n_rows = kr.n_rows
-    total = {}
-    for p in parts:
-        for k, (a, b) in p.items():
-            t = total.setdefault(k, [0, 0.0])
-            t[0] += a
-            t[1] += b
+    def added(parts):  # per key over the ranges
+        total = {}
+        for p in parts:
+            for k, (a, b) in p.items():
+                t = total.setdefault(k, [0, 0.0])
+                t[0] += a
+                t[1] += b
+        return total
+
+    totals = []
+    for passes in map(int, (sys.argv[4] if len(sys.argv) > 4 else "1").split(",")):
+        with SparkEngine().open_keyed(df, KeySpec(by=("seg",)), on_invalid="raise",
+                                      passes=passes) as kr:
+            runs = [kr.map(sums) for _ in range(passes)]  # passes > 1: the pooled ranges
+            n_rows = kr.n_rows
+        assert all(r == runs[0] for r in runs)
+        parts = runs[0]
+        totals.append(added(parts))
+    total = totals[0]
+    assert all(t == total for t in totals)
     want = {int(r["seg"]): (int(r["n"]), float(r["p"])) for r in
             df.groupBy("seg").agg(F.count("*").alias("n"), F.sum("label").alias("p")).collect()}
     ok = all(tuple(total[k]) == want[k] for k in want) and len(total) == segs + 1
@@ -232,7 +264,7 @@ def test_many_segments_under_a_small_driver_result_cap():
 
 
 def test_keyed_map_on_spark_connect():
-    out = _child(SEGMENTS_CHILD, "connect", "20000", "20")
+    out = _child(SEGMENTS_CHILD, "connect", "20000", "20", "1,2")  # one pass, then several
     assert out["ok"] and out["keys"] == 21 and out["n_rows"] == 20_000, out
 
 

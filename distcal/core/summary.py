@@ -19,7 +19,7 @@ plan runs unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,11 +73,13 @@ def keyed_from_arrow(table: pa.Table | pa.RecordBatch, n_by: int) -> KeyedTable:
     ww = (None if wyy is None else col("ww", np.float64) if "ww" in names
           else count.astype(np.float64))
     nonbinary = col("nonbinary", bool)
-    if n and np.all(np.diff(codes) >= 0) and np.all(
-            (np.diff(score) > 0) | (np.diff(codes) > 0)):
-        # One table as written (keys contiguous, scores strictly increasing in each): it is
-        # pooled already; only its keys' bounds are needed (a merge of many skips a sort).
-        new = np.flatnonzero(np.r_[True, np.diff(codes) > 0])
+    step = np.diff(codes)
+    new = np.flatnonzero(np.r_[True, step != 0]) if n else np.zeros(0, np.int64)
+    if n and np.unique(codes[new]).shape[0] == new.shape[0] and np.all(
+            (np.diff(score) > 0) | (step != 0)):
+        # One table as written (each key's rows contiguous, in any order of the keys, its
+        # scores strictly increasing): it is pooled already; only its keys' bounds are
+        # needed (a merge of many, or a Spark pass over a range's pooled table, skips a sort).
         binary = np.logical_or.reduceat(nonbinary, new) == 0
         return KeyedTable([keys[int(c)] for c in codes[new]], np.append(new, n),
                           DistinctTable(score, weight, positives, count, label_sum,
@@ -97,21 +99,28 @@ def moved_fields(weighted: bool, squares: bool) -> list[str]:
     return [f for f in FIELDS if f not in left_out]
 
 
-def arrow_from_keyed(kt: KeyedTable, n_by: int) -> pa.Table:
-    """The summary table of a keyed table that pooled the sums of w y^2 and w^2."""
-    assert kt.wyy is not None and kt.ww is not None, "a summary pools w y^2 and w^2"
+def arrow_from_keyed(kt: KeyedTable, n_by: int, fields: Sequence[str] = FIELDS,
+                     by_types: Sequence[pa.DataType] | None = None) -> pa.Table:
+    """The summary table of a keyed table: its ``by_j`` columns (of ``by_types``, else of
+    the types Arrow infers from the values) and the sums ``fields`` (by default all of
+    them: the keyed table pooled the sums of w y^2 and w^2; :func:`moved_fields` names the
+    ones :func:`keyed_from_arrow` cannot make from the others)."""
+    assert ("wyy" not in fields or kt.wyy is not None) and (
+        "ww" not in fields or kt.ww is not None), "the sums of w y^2 and w^2 are pooled"
     kt = _canonical(kt)
     per_key = np.diff(kt.starts)
     codes = pa.array(np.repeat(np.arange(len(kt.keys)), per_key))
     cols: dict[str, Any] = {}
     for j in range(n_by):
-        values = pa.array([None if seg is GLOBAL else seg[j] for seg, _ in kt.keys])
+        values = pa.array([None if seg is GLOBAL else seg[j] for seg, _ in kt.keys],
+                          type=None if by_types is None else by_types[j])
         cols[by_name(j)] = values.take(codes)
     t = kt.table
     # A key's flag on each of its rows: pooled again, the key is binary iff none is set.
-    cols.update({"score": t.score, "weight": t.weight, "positives": t.positives,
-                 "wyy": kt.wyy, "ww": kt.ww, "count": t.count.astype(np.int64),
-                 "label_sum": t.label_sum, "nonbinary": np.repeat(~kt.binary, per_key)})
+    sums = {"score": t.score, "weight": t.weight, "positives": t.positives, "wyy": kt.wyy,
+            "ww": kt.ww, "count": t.count.astype(np.int64), "label_sum": t.label_sum,
+            "nonbinary": np.repeat(~kt.binary, per_key)}
+    cols.update({f: sums[f] for f in fields})
     return pa.table(cols)
 
 
@@ -127,11 +136,11 @@ def _canonical(kt: KeyedTable) -> KeyedTable:
     rows = np.concatenate([np.arange(kt.starts[i], kt.starts[i + 1]) for i in order])
     sizes = np.diff(kt.starts)[order]
     t = kt.table
-    assert kt.wyy is not None and kt.ww is not None
     return KeyedTable([kt.keys[i] for i in order], np.concatenate(([0], np.cumsum(sizes))),
                       type(t)(t.score[rows], t.weight[rows], t.positives[rows], t.count[rows],
                               t.label_sum[rows], t.binary),
-                      kt.binary[order], kt.wyy[rows], kt.ww[rows])
+                      kt.binary[order], None if kt.wyy is None else kt.wyy[rows],
+                      None if kt.ww is None else kt.ww[rows])
 
 
 def _sortable(segs: list[Any]) -> bool:

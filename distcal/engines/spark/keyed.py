@@ -9,6 +9,29 @@ scores need a Python map side before the shuffle (each class has its own
 score); they take the route below. Either way the number of ranges comes
 from the sample of step 1 and a range is pooled as its batches stream in.
 
+With ``passes > 1`` a binary score's ranges are pooled once and kept
+pooled. The first pass maps :func:`pool_runner` over the ranges: each range
+is read, checked and pooled as above, ``fn`` runs on its keyed table, and
+the range becomes rows (range id, part, payload): its validation counts
+(part -1) and ``fn``'s result (part -2), pickled, then its keyed table as
+the summary rows of :func:`~distcal.core.summary.arrow_from_keyed` (the key
+columns and only the sums :func:`~distcal.core.summary.moved_fields` names),
+an LZ4-compressed Arrow IPC stream of at most ``CHUNK_ROWS`` rows per row
+(parts 0, 1, ...). That frame keeps the ranges' partitions (``mapInArrow``
+is narrow) and is persisted (``MEMORY_AND_DISK``; unpersisted by
+``close``); the first pass's results are its rows of parts < 0, read in
+the JVM. Every later pass maps :func:`table_runner` over it, coalesced to
+the default number of ranges (a pass over pooled ranges is mostly a task's
+fixed cost): each range's streams are read back in turn and
+:func:`~distcal.core.summary.keyed_from_arrow` rebuilds its
+:class:`~distcal.core.keyed.KeyedTable` without a sort (each key's rows
+together, scores ascending, as written), then ``fn`` runs. A later pass
+thus reads each range's distinct (key, score) pairs (~9 B each for a
+distinct score with unit weights, compressed), never its rows, and checks
+and pools nothing again; a Python worker holds one range's pairs at a
+time. With ``passes == 1`` one job reads, pools and maps each range
+(:func:`raw_runner`), and nothing is persisted.
+
 How per-class rows flow (one job per ``map``, after a sample when opened):
 
 1. **Opened** (driver): the columns are checked against the schema (the
@@ -73,13 +96,15 @@ from ...core.keyed import (
 )
 from ...core.rows import RowPart, RowTotals, add_up_rows, merge_stats, read_rows
 from ...core.rows import check_columns as check_rows_columns
+from ...core.summary import arrow_from_keyed, keyed_from_arrow, moved_fields
 from ...errors import VECTORS_EXPECTED, DataError, column_type
 from ...logs import log, phase
 from .schema import common_length, is_vector_udt, vector_array, vector_length_counts
 from .session import default_ranges, with_arrow_batches
 
-__all__ = ["SparkKeyedRanges", "KeyedRuns", "chunks", "row_runner", "range_runner", "ranges_for",
-           "partition_ids", "RANGE_ROWS", "CHUNK_ROWS", "SAMPLE_ROWS"]
+__all__ = ["SparkKeyedRanges", "KeyedRuns", "chunks", "row_runner", "range_runner", "raw_runner",
+           "pool_runner", "table_runner", "ranges_for", "partition_ids", "RANGE_ROWS",
+           "CHUNK_ROWS", "SAMPLE_ROWS"]
 
 # Per-range budget of distinct (key, score) pairs. A pooled pair takes 40 B
 # (5 float64), but merging the pooled runs peaks at ~270 B per pair of the
@@ -95,6 +120,9 @@ SAMPLE_ROWS = 50_000
 HOT_PAIR = 10
 # Result rows: the range id (-1: validation counts) and the pickled result.
 RESULT_SCHEMA = "rid long, payload binary"
+# A range's pooled rows (pool_runner): the range id, the part (-1: validation counts) and
+# the payload.
+POOLED_SCHEMA = "rid long, part long, payload binary"
 
 
 # -- both sides ------------------------------------------------------------------------
@@ -419,6 +447,113 @@ def raw_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: bo
     return run
 
 
+def pool_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: bool,
+                fields: list[str], chunk_rows: int = CHUNK_ROWS
+                ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A range partition of the user's rows (a binary score, raw) to rows (range id = its
+    partition id, part, payload): its validation counts, pickled (part -1), the first
+    pass's pickled (``fn`` result or None when it has no valid row) (part -2), then its
+    keyed table as summary rows (:func:`~distcal.core.summary.arrow_from_keyed`: ``by_j``
+    and ``fields``), an Arrow IPC stream of at most ``chunk_rows`` rows per row (parts 0,
+    1, ...); nothing for a partition without rows."""
+    by = key_columns(spec)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        stats: dict[str, Any] | None = None
+        types: list[pa.DataType] = []
+        runs = KeyedRuns()
+        for data in chunks(batches, chunk_rows):
+            if stats is None:  # the segment columns keep the input's Arrow types
+                types = [data.schema.field(b).type for b in by]
+            rows, st = read_rows(data, spec, finite_scores=finite_scores)
+            stats = merge_stats(stats, st)
+            del data
+            if rows.n_rows:
+                runs.add(pool_rows(rows, [None], spec.pool_squares))
+        if stats is None:
+            return
+        table = runs.table()
+        runs.runs.clear()
+        context = TaskContext.get()
+        assert context is not None, "runs inside a Spark task"
+        rid = context.partitionId()
+        schema = pa.schema([("rid", pa.int64()), ("part", pa.int64()), ("payload", pa.binary())])
+        first = {"empty": not len(table.table),
+                 "result": fn(table) if len(table.table) else None}
+        yield pa.RecordBatch.from_pydict(
+            {"rid": [rid, rid], "part": [-1, -2],
+             "payload": [pickle.dumps(stats, pickle.HIGHEST_PROTOCOL),
+                         pickle.dumps(first, pickle.HIGHEST_PROTOCOL)]}, schema=schema)
+        if not len(table.table):
+            return
+        out = arrow_from_keyed(table, len(by), fields, types)
+        del table
+        # LZ4 about halves what the cache holds (the counts and label sums of distinct
+        # scores are runs of small numbers) and is read back at ~5 ms per 10^6 rows.
+        options = pa.ipc.IpcWriteOptions(compression="lz4")
+        for i, batch in enumerate(out.to_batches(chunk_rows)):
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
+                writer.write_batch(batch)
+            payload = sink.getvalue().to_pybytes()
+            yield pa.RecordBatch.from_pydict({"rid": [rid], "part": [i], "payload": [payload]},
+                                             schema=schema)
+
+    return run
+
+
+def key_columns(spec: KeySpec) -> list[str]:
+    """The columns whose values make the segment keys of ``read_rows``'s rows: ``by``, or
+    the label (discretize's classes: ``target="classes"``)."""
+    return [spec.label_col] if spec.target == "classes" else list(spec.by)
+
+
+def table_runner(fn: Callable[[KeyedTable], Any], n_by: int
+                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A partition of :func:`pool_runner`'s rows (persisted; one range or, coalesced,
+    several ranges one after the other) to one row per range: its id and the pickled
+    (validation counts or None, ``fn`` result or None when it has no pooled row). A range's
+    pooled rows are one keyed table as written (each key's rows together, ascending
+    scores), so no sort rebuilds it; one range is held at a time."""
+    schema = pa.schema([("rid", pa.int64()), ("payload", pa.binary())])
+
+    def result(rid: int, stats: dict[str, Any] | None, parts: list[pa.Table]
+               ) -> pa.RecordBatch:
+        table = keyed_from_arrow(pa.concat_tables(parts), n_by) if parts else None
+        parts.clear()
+        payload = pickle.dumps({"stats": stats, "empty": table is None,
+                                "result": None if table is None else fn(table)},
+                               protocol=pickle.HIGHEST_PROTOCOL)
+        return pa.RecordBatch.from_pydict({"rid": [rid], "payload": [payload]}, schema=schema)
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        current: int | None = None
+        done: set[int] = set()
+        stats: dict[str, Any] | None = None
+        parts: list[pa.Table] = []
+        for batch in batches:
+            payloads = batch.column("payload")
+            for i, (rid, part) in enumerate(zip(batch.column("rid").to_pylist(),
+                                                batch.column("part").to_pylist())):
+                if rid != current:
+                    if current is not None:
+                        yield result(current, stats, parts)
+                        done.add(current)
+                    # (a coalesced partition reads its ranges one after the other)
+                    assert rid not in done, "a range's pooled rows are together"
+                    current, stats = rid, None
+                if part == -1:
+                    stats = merge_stats(stats, pickle.loads(payloads[i].as_py()))
+                elif part >= 0:
+                    parts.append(pa.ipc.open_stream(payloads[i].as_buffer()).read_all())
+        if current is not None:
+            yield result(current, stats, parts)
+
+    return run
+
+
 def parts_runner(fn: Callable[[RowPart], Any], spec: KeySpec, finite_scores: bool,
                  n_classes: int | None, chunk_rows: int = CHUNK_ROWS
                  ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -552,6 +687,8 @@ class SparkKeyedRanges:
                 s, h, fraction, range_rows, default_ranges(df), n_ranges)
             self.k = self.bounds.shape[0] + 1
         self.persisted: list[Any] = []
+        self.pooled: Any = None
+        self.pooled_read: Any = None
         self.rows_persisted = False
         self.checked = False
         self.n_rows, self.weight_total, self.dropped_rows = 0, 0.0, 0
@@ -577,11 +714,6 @@ class SparkKeyedRanges:
             self.k = max(1, int(math.ceil(self.k / max(1.0 - hot_share, 0.05)))) \
                 if not n_ranges else int(n_ranges)
             self.ranged = self.rows_df.repartitionByRange(self.k, score)
-            if passes > 1:
-                from pyspark import StorageLevel
-
-                self.ranged = self.ranged.persist(StorageLevel.MEMORY_AND_DISK)
-                self.persisted.append(self.ranged)
             log.info("spark: raw rows in %d ranges by score (~%.3g distinct (key, score) "
                      "pairs, budget %d per range)", self.k, self.distinct_estimate, range_rows)
             return
@@ -610,6 +742,21 @@ class SparkKeyedRanges:
             self.persisted.append(self.ranged)
         log.info("spark: keyed rows in %d ranges (~%.3g distinct (key, score) pairs, budget "
                  "%d per range)", self.k, self.distinct_estimate, range_rows)
+
+    def _pooled_ranges(self, fn: Callable[[KeyedTable], Any]) -> Any:
+        """Each range's keyed table, in the range's partition (:func:`pool_runner`, which
+        also runs the first pass's ``fn``; ``mapInArrow`` keeps the partitions),
+        persisted: later passes read it without reading, checking and pooling the rows
+        again."""
+        from pyspark import StorageLevel
+
+        spec = self.spec
+        fields = moved_fields(spec.weight_col is not None, spec.pool_squares)
+        pooled = self.ranged.mapInArrow(
+            pool_runner(fn, spec, self.finite_scores, fields, self.chunk_rows), POOLED_SCHEMA)
+        pooled = pooled.persist(StorageLevel.MEMORY_AND_DISK)
+        self.persisted.append(pooled)
+        return pooled
 
     def _partitioned(self, keyed: Any) -> Any:
         from pyspark.sql import functions as F
@@ -649,13 +796,42 @@ class SparkKeyedRanges:
         return [pickle.loads(results[v]) for v in sorted(results)]
 
     def _map_raw(self, fn: Callable[[KeyedTable], Any]) -> list[Any]:
-        runner = raw_runner(fn, self.spec, self.finite_scores, self.chunk_rows)
-        with phase("spark: one keyed pass over %d ranges", self.k):
-            got = with_arrow_batches(self.spark, lambda: self.ranged.mapInArrow(
-                runner, RESULT_SCHEMA).collect())
-        parts = [pickle.loads(r["payload"]) for r in sorted(got, key=lambda r: r["rid"])]
+        if self.passes > 1 and self.pooled is None:
+            parts = self._pool_first(fn)
+        else:
+            source, runner = (self.ranged, raw_runner(fn, self.spec, self.finite_scores,
+                                                      self.chunk_rows)) \
+                if self.pooled is None else (self.pooled_read,
+                                             table_runner(fn, len(key_columns(self.spec))))
+            with phase("spark: one keyed pass over %d ranges", self.k):
+                got = with_arrow_batches(self.spark, lambda: source.mapInArrow(
+                    runner, RESULT_SCHEMA).collect())
+            parts = [pickle.loads(r["payload"]) for r in sorted(got, key=lambda r: r["rid"])]
         self._check([p["stats"] for p in parts if p["stats"] is not None])
         return [p["result"] for p in parts if not p["empty"]]
+
+    def _pool_first(self, fn: Callable[[KeyedTable], Any]) -> list[dict[str, Any]]:
+        """The first of several passes: each range pooled and persisted with ``fn``'s
+        result (:meth:`_pooled_ranges`), which the JVM reads back (no Python task reads the
+        ranges again); per range (ascending), its counts and result."""
+        from pyspark.sql import functions as F
+
+        self.pooled = self._pooled_ranges(fn)
+        with phase("spark: one keyed pass over %d ranges, pooled and persisted", self.k):
+            got = with_arrow_batches(self.spark, lambda: self.pooled.where(
+                F.col("part") < 0).collect())
+        ranges: dict[int, dict[str, Any]] = {}
+        for r in got:
+            one = ranges.setdefault(int(r["rid"]), {"stats": None})
+            if r["part"] == -1:
+                one["stats"] = pickle.loads(r["payload"])
+            else:
+                one.update(pickle.loads(r["payload"]))
+        # A pass over the pooled ranges is mostly a task's fixed cost (~0.1 s: 51 ranges
+        # of 1e7 distinct scores took 2.7 s on 2 cores), so later passes read several
+        # ranges per task (coalesce reads its partitions one after the other).
+        self.pooled_read = self.pooled.coalesce(min(self.k, default_ranges(self.rows_df)))
+        return [ranges[v] for v in sorted(ranges)]
 
     def map_rows(self, fn: Callable[[RowPart], Any]) -> list[Any]:
         if self.passes > 1 and not self.rows_persisted:
