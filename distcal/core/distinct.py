@@ -18,12 +18,10 @@ engine compute them from per-partition summaries.
 Three ways to build it, chosen by :func:`pool_ties` from cheap facts about
 the input (measured in bench/local_isotonic.py, see bench/RESULTS.md):
 
-* ``key``: 0/1 labels, unit weights. For non-negative float64 the IEEE
-  bit pattern orders like the value, so ``bits << 1 | label`` is a uint64
-  whose single sort orders by score and carries the label; counts per
-  distinct score are read off the sorted keys. One sort, no gathers.
-  Negative scores are pooled the same way by their magnitude, then
-  reversed and put first.
+* ``key``: 0/1 labels, unit weights, scores >= 0. For non-negative float64
+  the IEEE bit pattern orders like the value, so ``bits << 1 | label`` is a
+  uint64 whose single sort orders by score and carries the label; counts
+  per distinct score are read off the sorted keys. One sort, no gathers.
 * ``hash``: many ties. Group equal scores by hashing (``pandas.factorize``),
   sum with ``np.bincount``, then sort only the distinct values.
 * ``argsort``: the general case: argsort the scores, gather, ``reduceat``.
@@ -88,7 +86,7 @@ def choose_pool_path(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray
     distinct value n / D is at least about 3 (measured in bench/).
     """
     n = scores.shape[0]
-    if binary and weights is None:
+    if binary and weights is None and (n == 0 or scores.min() >= 0.0):
         return "key"
     if n < 4096:
         return "argsort"
@@ -142,8 +140,8 @@ def pool_ties(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | None
     if path is None:
         path = choose_pool_path(scores, labels, weights, binary)
     if path == "key":
-        if not (binary and weights is None):
-            raise ValueError("the key path needs 0/1 labels and unit weights")
+        if not (binary and weights is None and scores.min() >= 0.0):
+            raise ValueError("the key path needs 0/1 labels, unit weights and scores >= 0")
         return _pool_by_key(scores, labels)
     if path == "hash":
         # -0.0 + 0.0 == +0.0: one bit pattern, hence one hash, for zero. (The
@@ -155,24 +153,6 @@ def pool_ties(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | None
 
 
 def _pool_by_key(scores: np.ndarray, labels: np.ndarray) -> DistinctTable:
-    """Unit weights, 0/1 labels: one sort of 64-bit keys (score bits, label bit), no argsort.
-
-    The bits of a double >= 0 sort as its value does; the negative scores
-    (logits, margins) are pooled by their magnitude and put first in reverse.
-    """
-    neg = scores < 0.0
-    if not neg.any():
-        return _pool_nonnegative_by_key(scores, labels)
-    low = _pool_nonnegative_by_key(-scores[neg], labels[neg])
-    high = _pool_nonnegative_by_key(scores[~neg], labels[~neg])
-    return DistinctTable(np.concatenate([-low.score[::-1], high.score]),
-                         *(np.concatenate([getattr(low, f)[::-1], getattr(high, f)])
-                           for f in ("weight", "positives", "count", "label_sum")), True)
-
-
-def _pool_nonnegative_by_key(scores: np.ndarray, labels: np.ndarray) -> DistinctTable:
-    if not scores.shape[0]:
-        return DistinctTable.empty()
     keys = scores.view(np.uint64) << np.uint64(1)  # the sign bit (of -0.0) drops out
     np.bitwise_or(keys, labels.astype(np.uint8), out=keys)
     keys.sort()
