@@ -481,10 +481,11 @@ def pool_sums(codes: np.ndarray, keys: list[Key], score: np.ndarray, weight: np.
     pooling = starts.shape[0] < n  # else every item is a (key, score) pair of its own
 
     def pooled(a: np.ndarray, dtype: Any) -> np.ndarray:
-        if not pooling:
-            return a[order].astype(dtype, copy=False)
-        with np.errstate(over="ignore", invalid="ignore"):  # inf: refused by the fits
-            return np.add.reduceat(a[order], starts).astype(dtype, copy=False)
+        sums: np.ndarray = a[order]
+        if pooling:
+            with np.errstate(over="ignore", invalid="ignore"):  # inf: refused by the fits
+                sums = np.add.reduceat(sums, starts)
+        return sums.astype(dtype, copy=False)
 
     key_of_row = c[starts] if pooling else c
     present = np.flatnonzero(np.bincount(key_of_row, minlength=len(keys)))
