@@ -136,7 +136,8 @@ def test_workers_stay_within_a_memory_limit_the_old_segment_path_exceeds():
     The pre-keyed path (``DaskSegmentRanges``: raw rows persisted, 8 ranges of
     raw rows) gets its workers killed for memory on the same cluster and data
     (4 rounds of restarts, then KilledWorker); the keyed path holds pooled
-    tables only (peak ~510-530 MB per worker when measured). The workers must
+    tables only (peak ~470-495 MB per worker when measured, ~330 MB of it the
+    worker, its imports and numba's compiler). The workers must
     never restart, and each key's isotonic fit over the ranges equals scipy's
     on pandas' pooling of the same rows (made again here, partition by partition).
     """

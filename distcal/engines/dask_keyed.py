@@ -27,16 +27,17 @@ On a Dask DataFrame, with whatever scheduler is in scope:
 
 Memory: a worker holds one input partition while reading it (its rows and
 at most two keyed rows per row: the global and the segment key of one
-class), the pooled tables of its partitions, and, per range, the slices it
-merges: about ``range_rows`` pooled rows at most (sampled bounds: within a
-small factor), never raw rows. Merging pools by (key, score) with one sort,
-about 150 bytes per pooled row at its peak, so the default budget (2e6) asks
-for ~300 MB per range; lower it for smaller workers. Nothing here grows with
+class), the pooled tables of its partitions (once cut at the bounds, their
+slices instead), and, per range, the slices it merges: about ``range_rows``
+pooled rows at most (sampled bounds: within a small factor), never raw
+rows. Merging pools by (key, score) with one sort, about 150 bytes per pooled
+row at its peak, so the default budget (2e6) asks for ~300 MB per range;
+lower it for smaller workers. Nothing here grows with
 the rows of the input, only with its partitions' distinct (key, score) pairs.
 Measured (tests/test_dask_keyed.py, 1.6e7 rows, global + 20 segments, 128
-partitions, 2 workers, ``range_rows=200_000``): peak worker RSS 507-533 MB
-(about 220 MB of it the worker and its imports); the path before keys
-(raw rows per range) exceeded a 650 MB limit on the same data.
+partitions, 2 workers, ``range_rows=200_000``): peak worker RSS 469-494 MB,
+about 330 MB of it the worker, its imports and numba's compiler; the path
+before keys (raw rows per range) exceeded a 650 MB limit on the same data.
 """
 
 from __future__ import annotations
@@ -209,6 +210,7 @@ class DaskKeyedRanges:
         self.interval_widths: dict[str, Any] | None = None
         self._checked = False
         self._pooled: list[Any] | None = None   # per partition: (KeyedTable, stats), persisted
+        self._pieces: list[Any] | None = None   # per partition: its table's slices, persisted
         self._ranges: list[Any] | None = None   # per range: a KeyedTable (delayed)
         self._rows: list[Any] | None = None     # per partition: (RowPart, stats)
         log.info("dask: keyed rows of %d partitions, K = %d, by %s", len(self._parts),
@@ -257,14 +259,17 @@ class DaskKeyedRanges:
         bounds = range_bounds([(smp, n) for smp, n in samples if n], k)
         log.info("dask: %d pooled (key, score) rows in %d partitions, %d ranges "
                  "(range_rows %d)", sum(sizes), len(sizes), len(bounds) + 1, self.range_rows)
-        pieces = [delayed(_cut, pure=True, nout=len(bounds) + 1)(p, bounds) for p, _ in live]
-        ranges = [delayed(_merge, pure=True)([piece[i] for piece in pieces])
+        # The partitions' tables, cut at the bounds, replace them: a worker never
+        # holds a partition's table and its slices at once beyond the cut itself.
+        (self._pieces,) = dask.persist([delayed(_cut, pure=True, nout=len(bounds) + 1)(
+            p, bounds) for p, _ in live])
+        self._pooled = None
+        ranges = [delayed(_merge, pure=True)([piece[i] for piece in self._pieces])
                   for i in range(len(bounds) + 1)]
-        if self.passes > 1:
-            # Kept where they were merged; the partitions' tables are released.
+        if self.passes > 1:  # kept where they were merged; the slices are released
             (ranges,) = dask.persist(ranges)
-            self._pooled = None
-        # (One pass: the merges run inside the pass, from the partitions' tables.)
+            self._pieces = None
+        # (One pass: the merges run inside the pass, from the slices.)
         self._ranges = ranges
         return ranges
 
@@ -297,7 +302,7 @@ class DaskKeyedRanges:
         return [r for r in results if r is not None]
 
     def close(self) -> None:
-        self._pooled = self._ranges = self._rows = None
+        self._pooled = self._pieces = self._ranges = self._rows = None
 
     def __enter__(self) -> DaskKeyedRanges:
         return self
@@ -415,7 +420,7 @@ class DaskSummaryRanges(DaskKeyedRanges):
         with phase("dask: reading and pooling the summaries by (key, score)"):
             (self._pooled,) = dask.persist(pooled)
         self._parts = []
-        self._ranges = None
+        self._pieces = self._ranges = None
         self._rows = None
         log.info("dask: %d pieces of %d summary table(s)", len(pieces),
                  len(source.tables) + len(source.files))
