@@ -15,7 +15,7 @@ row sets merge exactly by concatenating and pooling again
 Spearman's sign are all functions of this table, which is what lets every
 engine compute them from per-partition summaries.
 
-Three ways to build it, chosen by :func:`pool_ties` from cheap facts about
+Four ways to build it, chosen by :func:`pool_ties` from cheap facts about
 the input (measured in bench/local_isotonic.py, see bench/RESULTS.md):
 
 * ``key``: 0/1 labels, unit weights, scores >= 0. For non-negative float64
@@ -137,7 +137,7 @@ def pool_ties(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | None
     ``scores`` and ``labels`` are finite-checked float64 arrays (±inf scores
     allowed), ``weights`` is None for unit weights or a float64 array > 0
     (zero-weight rows must already be removed). ``path`` forces one of the
-    three algorithms (for tests and benchmarks); by default it is chosen by
+    four algorithms (for tests and benchmarks); by default it is chosen by
     :func:`choose_pool_path`.
     """
     scores = np.asarray(scores, dtype=np.float64)
