@@ -115,7 +115,7 @@ def test_pooling_paths_agree(df):
     s = df.score.to_numpy()
     y = np.round(df.label.to_numpy())  # 0/1 labels so every path applies
     ref = pool_ties(s, y, None, path="argsort")
-    paths = ["hash"] + (["key"] if s.min() >= 0 else [])
+    paths = ["hash", "split"] + (["key"] if s.min() >= 0 else [])
     for path in paths:
         t = pool_ties(s, y, None, path=path)
         np.testing.assert_array_equal(t.score, ref.score)
@@ -127,6 +127,22 @@ def test_pooling_paths_agree(df):
     np.testing.assert_array_equal(a.score, b.score)
     np.testing.assert_allclose(a.weight, b.weight, rtol=1e-12)
     np.testing.assert_allclose(a.positives, b.positives, rtol=1e-12)
+
+
+@pytest.mark.parametrize("labels", ["mixed", "all positive", "all negative"])
+def test_split_pooling_matches_argsort(labels):
+    """The split path (positives and negatives sorted apart, then merged): -0.0 and 0.0
+    one score, ties across the labels, infinities, and a label class that is empty."""
+    rng = np.random.default_rng(5)
+    s = np.concatenate([np.round(rng.normal(size=5000), 2), rng.normal(size=5000),
+                        [-0.0, 0.0, -0.0, np.inf, -np.inf, np.inf]])
+    y = {"mixed": (rng.random(s.shape[0]) < 0.3).astype(float),
+         "all positive": np.ones(s.shape[0]), "all negative": np.zeros(s.shape[0])}[labels]
+    ref, got = pool_ties(s, y, path="argsort"), pool_ties(s, y, path="split")
+    for f in ("score", "weight", "positives", "count", "label_sum"):
+        a, b = getattr(got, f), getattr(ref, f)
+        assert a.dtype == b.dtype and np.array_equal(a, b), f
+    assert not np.signbit(got.score[got.score == 0]).any()
 
 
 @pytest.mark.slow

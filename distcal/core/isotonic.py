@@ -83,6 +83,7 @@ class Blocks:
 def _pool_runs(blocks: Blocks, starts: np.ndarray, prob: np.ndarray | None = None) -> Blocks:
     """Pool the runs of blocks beginning at ``starts`` into single blocks."""
     ends = np.append(starts[1:], len(blocks)) - 1
+    sizes = np.diff(starts, append=len(blocks))
     weight = np.add.reduceat(blocks.weight, starts)
     positives = np.add.reduceat(blocks.positives, starts)
     if prob is None:
@@ -91,10 +92,12 @@ def _pool_runs(blocks: Blocks, starts: np.ndarray, prob: np.ndarray | None = Non
     if blocks.score_mean is not None:
         # Weighted mean of the runs' means, with each run's share of the weight
         # (w / W <= 1, so no product overflows); +inf and -inf in one run give NaN.
-        share = blocks.weight / np.repeat(weight, np.diff(np.append(starts, len(blocks))))
+        # One buffer of the blocks' length serves every step.
+        share = np.repeat(weight, sizes)
+        np.divide(blocks.weight, share, out=share)
         with np.errstate(invalid="ignore"):
-            mean = np.add.reduceat(share * blocks.score_mean, starts)
-        single = np.diff(np.append(starts, len(blocks))) == 1
+            mean = np.add.reduceat(np.multiply(share, blocks.score_mean, out=share), starts)
+        single = sizes == 1
         mean[single] = blocks.score_mean[starts[single]]  # exact for unpooled blocks
     return Blocks(blocks.score_min[starts], blocks.score_max[ends], weight, positives, prob,
                   mean)

@@ -339,11 +339,13 @@ def _concat_disjoint(parts: list[KeyedTable]) -> KeyedTable:
     starts = np.concatenate([p.starts[:-1] + o for p, o in zip(parts, offsets[:-1])]
                             + [offsets[-1:]])
     t = [p.table for p in parts]
+    positives = np.concatenate([x.positives for x in t])
+    # Unit weights: the positives are the label sums (one array), so copied once.
+    same = all(x.label_sum is x.positives for x in t)
     table = DistinctTable(np.concatenate([x.score for x in t]),
-                          np.concatenate([x.weight for x in t]),
-                          np.concatenate([x.positives for x in t]),
+                          np.concatenate([x.weight for x in t]), positives,
                           np.concatenate([x.count for x in t]),
-                          np.concatenate([x.label_sum for x in t]),
+                          positives if same else np.concatenate([x.label_sum for x in t]),
                           all(x.binary for x in t))
     wyy = None if any(p.wyy is None for p in parts) else np.concatenate([p.wyy for p in parts])
     ww = None if any(p.ww is None for p in parts) else np.concatenate([p.ww for p in parts])

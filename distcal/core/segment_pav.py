@@ -56,22 +56,33 @@ def pav_segments(blocks: Blocks, starts: np.ndarray, increasing: bool
     n = len(blocks)
     if n < 2:
         return blocks, starts
-    seg = segment_of_blocks(starts)
-    same = seg[1:] == seg[:-1]
-    if np.any(same & (blocks.score_min[1:] <= blocks.score_max[:-1])):
+    # Pair j is blocks (j, j + 1); the order check skips the pairs that straddle two
+    # segments (a mask, instead of a segment index per block).
+    inner = np.ones(n - 1, dtype=bool)
+    cross = starts[(starts > 0) & (starts < n)]
+    inner[cross - 1] = False
+    overlap = blocks.score_min[1:] <= blocks.score_max[:-1]
+    if np.any(overlap & inner):
         raise ValueError("pav_segments needs each segment's blocks in ascending, "
                          "non-overlapping score order")
     step = np.diff(blocks.prob)
     with np.errstate(invalid="ignore"):
-        violates = same & ~((step > 0) if increasing else (step < 0))
-    bad = np.unique(seg[1:][violates])
+        violates = np.greater(step, 0, out=overlap) if increasing \
+            else np.less(step, 0, out=overlap)
+    np.logical_not(violates, out=violates)
+    # Violations per segment from their running count (segment i's pairs are
+    # starts[i] .. starts[i + 1] - 2, so the straddling pairs are never counted).
+    seen = np.concatenate(([0], np.cumsum(violates)))
+    head = starts[:-1]
+    has_bad = seen[np.maximum(starts[1:] - 1, head)] > seen[head]
+    bad = np.flatnonzero(has_bad)
     if bad.shape[0] == 0:
         return blocks, starts
     sizes = np.diff(starts).copy()
     if n >= _JIT_MIN_BLOCKS:
         kernel = _jit_pav_runs()
         if kernel is not None:
-            return _pav_compiled(kernel, blocks, starts, bad, sizes, increasing)
+            return _pav_compiled(kernel, blocks, starts, has_bad, sizes, increasing)
     small = bad[sizes[bad] <= _SMALL]
     pooled_small, small_at = _pav_small(blocks, starts, small, increasing)
     parts: list[Blocks] = []
@@ -213,40 +224,30 @@ def _jit_pav_runs() -> RunsKernel | None:
     return kernel  # type: ignore[no-any-return]
 
 
-def _pav_compiled(kernel: RunsKernel, blocks: Blocks, starts: np.ndarray, bad: np.ndarray,
+def _pav_compiled(kernel: RunsKernel, blocks: Blocks, starts: np.ndarray, has_bad: np.ndarray,
                   sizes: np.ndarray, increasing: bool) -> tuple[Blocks, np.ndarray]:
-    """:func:`pav_segments` for the segments ``bad`` (with a violation), by ``kernel``.
+    """:func:`pav_segments` for the segments with a violation (``has_bad``), by ``kernel``.
 
     The kernel gives the runs' first blocks; every block of a monotone
     segment is a run of its own, so one reduceat over all blocks pools
     every segment at once.
     """
-    n = len(blocks)
+    bad = np.flatnonzero(has_bad)
     first, prob, seg_first = kernel(blocks.positives, blocks.weight,
                                     np.asarray(starts, dtype=np.int64),
                                     np.asarray(bad, dtype=np.int64), bool(increasing))
     # Blocks of the segments without a violation are runs of their own.
-    is_start = np.ones(n, dtype=bool)
-    is_start[_blocks_of(starts, bad)] = False
-    run_prob = blocks.prob.copy()
+    is_start = np.repeat(~has_bad, sizes)
     is_start[first] = True
-    run_prob[first] = prob
     run_starts = np.flatnonzero(is_start)
+    run_prob = blocks.prob[run_starts]
+    run_prob[np.searchsorted(run_starts, first)] = prob  # first: ascending, among run_starts
     sizes[bad] = np.diff(seg_first)
     with np.errstate(over="ignore", invalid="ignore"):
-        pooled = _pool_runs(blocks, run_starts, prob=run_prob[run_starts])
+        pooled = _pool_runs(blocks, run_starts, prob=run_prob)
     if not np.all(np.isfinite(pooled.weight)):
         raise sums_overflow()
     return pooled, np.concatenate(([0], np.cumsum(sizes)))
-
-
-def _blocks_of(starts: np.ndarray, segs: np.ndarray) -> np.ndarray:
-    """The indices of every block of the segments ``segs``, segment after segment."""
-    lo, hi = starts[segs], starts[segs + 1]
-    size = hi - lo
-    offset = np.repeat(lo - np.concatenate(([0], np.cumsum(size)[:-1])), size)
-    out: np.ndarray = np.arange(int(size.sum())) + offset
-    return out
 
 
 @dataclass(frozen=True)
