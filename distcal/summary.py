@@ -40,12 +40,15 @@ import pyarrow.parquet as pq
 from .core.keyed import KeyedTable, KeySpec, merge_keyed
 from .core.summary import (
     FIELDS,
+    SCORE_SAMPLE_KEY,
     SummarySource,
     arrow_from_keyed,
     by_name,
     global_totals,
     keyed_from_arrow,
     round_keyed,
+    score_sample,
+    stored_sample,
     summary_keyed,
 )
 from .defaults import DEFAULTS
@@ -177,7 +180,9 @@ class Summary:
         from .version import __version__
 
         tmp.mkdir()
-        pq.write_table(self._table, tmp / TABLE_FILE)
+        sample = score_sample(self._table).astype("<f8").tobytes()
+        pq.write_table(self._table.replace_schema_metadata({SCORE_SAMPLE_KEY: sample}),
+                       tmp / TABLE_FILE)
         data = (tmp / TABLE_FILE).read_bytes()
         meta = self._meta()
         meta["library_version"] = __version__
@@ -394,6 +399,9 @@ def _table_of(root: Path, meta: dict[str, Any]) -> pa.Table:
             raise ModelError(f"'{root}' is damaged: unexpected tables in {SUMMARY_JSON}")
         table = read_table_file(root, tables["table"], TABLE_FILE)
         _check_schema(table, len(meta["by"]), root)
+        sample = (table.schema.metadata or {}).get(SCORE_SAMPLE_KEY)
+        if sample is not None:  # what a refit on a cluster reads (the bounds of its ranges)
+            stored_sample(sample, table.num_rows, str(root / TABLE_FILE))
         kt = summary_keyed(table, len(meta["by"]))
         if len(kt.table) != table.num_rows:
             raise ModelError(f"'{root / TABLE_FILE}' is damaged: a (key, score) pair is "

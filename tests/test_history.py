@@ -282,6 +282,73 @@ def test_cluster_refit_merges_saved_summaries_on_the_cluster(name, request, tmp_
     assert (rep.spiegelhalter_z, rep.spiegelhalter_p) == pytest.approx((z, pv), rel=1e-9)
 
 
+def test_spark_refit_sets_its_ranges_from_the_samples_saved_summaries_carry(spark, tmp_path):
+    """A saved summary's table file carries a sample of its sorted scores (Parquet
+    metadata), from which the Spark refit sets its range bounds: it runs fewer Spark
+    jobs than with summaries saved without one (distcal 0.2.0: Spark's range
+    partitioner samples the summaries first). Both equal scikit-learn's isotonic
+    regression on the rows, scores of any sign and infinite scores the local fit;
+    a sample that is not sorted scores is a damaged summary."""
+    import hashlib
+
+    rng = np.random.default_rng(11)
+    parts, paths, bare = [], [], []
+    for i in range(3):
+        s = rng.normal(size=20_000) + i
+        df = pd.DataFrame({"score": s, "label": (rng.random(s.shape[0]) < norm.cdf(s))
+                           .astype(int)})
+        distcal.summarize(df).save(tmp_path / f"s{i}")
+        sample = pq.read_schema(tmp_path / f"s{i}" / "table.parquet").metadata[
+            b"distcal.score_sample"]
+        got = np.frombuffer(sample, dtype="<f8")
+        assert got.shape[0] == 256 and np.all(np.diff(got) >= 0)
+        assert np.isin(got, s).all()
+        parts.append(df)
+        paths.append(str(tmp_path / f"s{i}"))
+        root = tmp_path / f"bare{i}"  # the same summary without the sample
+        distcal.summarize(df).save(root)
+        t = pq.read_table(root / "table.parquet")
+        pq.write_table(t.replace_schema_metadata(None), root / "table.parquet")
+        digest = hashlib.sha256((root / "table.parquet").read_bytes()).hexdigest()
+        _rewrite_json(root, lambda m, d=digest: m["tables"]["table"].update(sha256=d))
+        bare.append(str(root))
+    rows = pd.concat(parts, ignore_index=True)
+    ir = IsotonicRegression(out_of_bounds="clip").fit(rows["score"], rows["label"])
+    q = np.linspace(-4, 6, 2001)
+    sc = spark.sparkContext
+    jobs = {}
+    for name, summaries in (("sampled", paths), ("bare", bare)):
+        sc.setJobGroup(name, name)
+        model = distcal.fit(summaries, engine="spark")
+        jobs[name] = len(sc.statusTracker().getJobIdsForGroup(name))
+        np.testing.assert_allclose(model.predict(q), ir.predict(q), rtol=1e-9, atol=1e-12)
+    sc.setJobGroup("other", "other")
+    assert 0 < jobs["sampled"] < jobs["bare"], jobs
+
+    # infinite scores: bounds stay finite, and every range equals the local fit
+    inf = rows.copy()
+    inf.loc[:99, "score"] = np.inf
+    inf.loc[100:199, "score"] = -np.inf
+    distcal.summarize(inf).save(tmp_path / "inf")
+    got = distcal.fit([str(tmp_path / "inf")] + paths[1:], engine="spark")
+    want = distcal.fit(pd.concat([inf] + parts[1:], ignore_index=True))
+    np.testing.assert_allclose(got.predict(q), want.predict(q), rtol=1e-12, atol=1e-12)
+
+    root = tmp_path / "unsorted"
+    distcal.summarize(parts[0]).save(root)
+    t = pq.read_table(root / "table.parquet")
+    meta = dict(t.schema.metadata)
+    meta[b"distcal.score_sample"] = np.frombuffer(meta[b"distcal.score_sample"],
+                                                  dtype="<f8")[::-1].tobytes()
+    pq.write_table(t.replace_schema_metadata(meta), root / "table.parquet")
+    digest = hashlib.sha256((root / "table.parquet").read_bytes()).hexdigest()
+    _rewrite_json(root, lambda m: m["tables"]["table"].update(sha256=digest))
+    with pytest.raises(ModelError, match="score sample"):
+        distcal.load_summary(root)
+    with pytest.raises(ModelError, match="score sample"):
+        distcal.fit([str(root)] + paths[1:], engine="spark")
+
+
 def test_summaries_on_a_remote_store_save_load_and_fit():
     """Summary directories on an fsspec store (as models are): saved, read back, and fitted
     and monitored from a list of their URLs."""

@@ -244,8 +244,24 @@ SEGMENTS_CHILD = textwrap.dedent("""
     want = {int(r["seg"]): (int(r["n"]), float(r["p"])) for r in
             df.groupBy("seg").agg(F.count("*").alias("n"), F.sum("label").alias("p")).collect()}
     ok = all(tuple(total[k]) == want[k] for k in want) and len(total) == segs + 1
-    print(json.dumps({"ok": ok, "n_rows": n_rows, "global": total[-1], "keys": len(total),
-                      "ranges": len(parts)}))
+    out = {"ok": ok, "n_rows": n_rows, "global": total[-1], "keys": len(total),
+           "ranges": len(parts)}
+    if connect:  # a refit from saved summaries: ranges from their score samples
+        import tempfile
+        import distcal, pandas as pd
+        from sklearn.isotonic import IsotonicRegression
+        rng, tmp, frames = np.random.default_rng(5), tempfile.mkdtemp(), []
+        for i in range(2):
+            s = rng.normal(size=5000)
+            frames.append(pd.DataFrame({"score": s, "label": (rng.random(5000) < 1 / (
+                1 + np.exp(-s))).astype(int)}))
+            distcal.summarize(frames[-1]).save(f"{tmp}/{i}")
+        model = distcal.fit([f"{tmp}/0", f"{tmp}/1"], engine="spark")
+        rows, q = pd.concat(frames), np.linspace(-3, 3, 61)
+        want = IsotonicRegression(out_of_bounds="clip").fit(rows["score"], rows["label"])
+        out["refit_ok"] = bool(np.allclose(model.predict(q), want.predict(q), rtol=1e-9,
+                                           atol=1e-12))
+    print(json.dumps(out))
     spark.stop()
 """)
 
@@ -266,6 +282,7 @@ def test_many_segments_under_a_small_driver_result_cap():
 def test_keyed_map_on_spark_connect():
     out = _child(SEGMENTS_CHILD, "connect", "20000", "20", "1,2")  # one pass, then several
     assert out["ok"] and out["keys"] == 21 and out["n_rows"] == 20_000, out
+    assert out["refit_ok"], out
 
 
 # -- issue 35: 2e7 rows in 600 MB Python workers -------------------------------------------

@@ -40,7 +40,7 @@ from .distinct import DistinctTable, pool_ties
 
 __all__ = ["GLOBAL", "Key", "KeySpec", "KeyedTable", "factorize_keys", "explode",
            "pool_keyed", "pool_sums", "merge_keyed", "cut_keyed", "key_text", "pool_rows",
-           "empty_keyed", "split_global", "global_ww"]
+           "empty_keyed", "split_global", "global_ww", "sorted_sample", "range_bounds"]
 
 # The segment part of the key of the problems over all rows.
 GLOBAL = None
@@ -417,6 +417,43 @@ def cut_keyed(part: KeyedTable, bounds: np.ndarray) -> list[KeyedTable]:
                               None if part.wyy is None else part.wyy[sel],
                               None if part.ww is None else part.ww[sel]))
     return out
+
+
+def sorted_sample(sorted_scores: np.ndarray, size: int, offset: float = 0.5) -> np.ndarray:
+    """``size`` evenly spaced values of ``sorted_scores`` (all of them if fewer).
+
+    Value i is at position ``(i + offset) * m / size`` of the m scores, so
+    each stands for m / size of them (:func:`range_bounds`); ``offset`` in
+    [0, 1) shifts the positions by a fraction of their spacing.
+    """
+    m = sorted_scores.shape[0]
+    size = min(size, m)
+    if not size:
+        return np.zeros(0)
+    at = ((np.arange(size) + offset) * (m / size)).astype(np.intp)
+    out: np.ndarray = sorted_scores[at]
+    return out
+
+
+def range_bounds(samples: list[tuple[np.ndarray, int]], k: int) -> np.ndarray:
+    """Upper bounds of ``k`` ranges of about equal row counts, from per-part samples.
+
+    Each ``(sample, n)`` is an evenly spaced sample (:func:`sorted_sample`)
+    of the sorted scores of a part of ``n`` rows; each sampled value stands
+    for ``n / len(sample)`` rows. The bounds are the sampled values at the
+    weighted quantiles i/k (i = 1..k-1), without repeats (equal scores must
+    fall in one range). Bounds only balance the ranges: any bounds give the
+    same pooled tables.
+    """
+    samples = [(smp, n) for smp, n in samples if smp.shape[0]]
+    if k < 2 or not samples:
+        return np.zeros(0)
+    values = np.concatenate([smp for smp, _ in samples])
+    weights = np.concatenate([np.full(smp.shape[0], n / smp.shape[0]) for smp, n in samples])
+    order = np.argsort(values, kind="stable")
+    cum = np.cumsum(weights[order])
+    marks = np.searchsorted(cum, cum[-1] * np.arange(1, k) / k)
+    return np.unique(values[order][np.minimum(marks, len(order) - 1)])
 
 
 def split_global(part: KeyedTable) -> tuple[DistinctTable, float, KeyedTable]:

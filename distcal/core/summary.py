@@ -28,17 +28,40 @@ import pyarrow as pa
 
 from ..errors import DataError
 from .distinct import DistinctTable
-from .keyed import GLOBAL, Key, KeyedTable, KeySpec, factorize_keys, pool_sums
+from .keyed import GLOBAL, Key, KeyedTable, KeySpec, factorize_keys, pool_sums, sorted_sample
 from .rows import problems_message
 
 __all__ = ["FIELDS", "SummarySource", "moved_fields", "by_name", "keyed_from_arrow",
-           "arrow_from_keyed",
+           "arrow_from_keyed", "SCORE_SAMPLE_KEY", "score_sample", "stored_sample",
            "round_keyed", "check_keyed", "global_totals", "summary_keyed"]
 
 # The sums of a summary row, in the order of its Parquet table (after the key).
 FIELDS = ("score", "weight", "positives", "wyy", "ww", "count", "label_sum", "nonbinary")
+# The key of a saved summary table's Parquet metadata that holds its score sample
+# (:func:`score_sample`, little-endian float64): a refit on a cluster sets its
+# range bounds from the samples of the files' footers, with no sampling job.
+SCORE_SAMPLE_KEY = b"distcal.score_sample"
 # The rows of the key of all rows, counted with the problems (they must add up to n_rows).
 _ROWS = "rows"
+
+
+def score_sample(table: pa.Table) -> np.ndarray:
+    """An evenly spaced sample of the sorted scores of a summary table's rows (all
+    keys): 256 values, or one per 4,096 rows for larger tables."""
+    score = np.sort(table.column("score").to_numpy())
+    return sorted_sample(score, max(256, score.shape[0] // 4096))
+
+
+def stored_sample(raw: bytes, rows: int, where: str) -> np.ndarray:
+    """A score sample read back from a file's metadata, checked (ModelError)."""
+    from ..errors import ModelError
+
+    sample = np.frombuffer(raw, dtype="<f8") if len(raw) % 8 == 0 else None
+    if (sample is None or sample.shape[0] > rows or (rows and not sample.shape[0])
+            or np.isnan(sample).any() or np.any(sample[1:] < sample[:-1])):
+        raise ModelError(f"'{where}' is damaged: its score sample is not {rows} rows' "
+                         "sorted scores")
+    return sample.astype(np.float64)
 
 
 def by_name(j: int) -> str:
@@ -246,6 +269,21 @@ class SummarySource:
             reader = pq.ParquetFile(f)
             for batch in reader.iter_batches(batch_size=batch_rows, columns=columns):
                 yield pa.Table.from_batches([batch])
+
+    def score_samples(self) -> list[tuple[np.ndarray, int]] | None:
+        """Each table's and file's score sample (:func:`score_sample`) and rows, for
+        :func:`~distcal.core.keyed.range_bounds`; None if a file has no sample
+        (written by distcal 0.2.0). Files: from their footers only."""
+        import pyarrow.parquet as pq
+
+        out = [(score_sample(t), t.num_rows) for t in self.tables]
+        for f in self.files:
+            meta = pq.ParquetFile(f).metadata
+            raw = (meta.metadata or {}).get(SCORE_SAMPLE_KEY)
+            if raw is None:
+                return None
+            out.append((stored_sample(raw, meta.num_rows, f), meta.num_rows))
+        return out
 
     def problems(self, kt: KeyedTable, spec: KeySpec, finite_scores: bool) -> dict[str, int]:
         """The rows of a part of the summaries that a fit or evaluation of the summarised

@@ -16,7 +16,7 @@ On a Dask DataFrame, with whatever scheduler is in scope:
 3. Ranges: their number is chosen from the data (:func:`n_ranges_for`): the
    partitions' pooled (key, score) rows over ``range_rows``, at least two per
    worker thread. Bounds on score come from evenly spaced samples of the
-   partitions' pooled runs, sorted by score (:func:`~distcal.core.partition.range_bounds`),
+   partitions' pooled runs, sorted by score (:func:`~distcal.core.keyed.range_bounds`),
    each partition's positions shifted by a different fraction of their
    spacing (partitions alike give different quantiles, so few samples each
    still make as many bounds as ranges).
@@ -49,33 +49,24 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..core.keyed import KeyedTable, KeySpec, cut_keyed, merge_keyed, pool_rows
+from ..core.keyed import (
+    KeyedTable,
+    KeySpec,
+    cut_keyed,
+    merge_keyed,
+    pool_rows,
+    range_bounds,
+    sorted_sample,
+)
 from ..core.rows import RowPart, add_up_rows, check_columns, read_rows, vector_lengths
 from ..errors import column_not_found, output_column_exists
 from ..logs import log, phase
 
-__all__ = ["DaskKeyedRanges", "DEFAULT_RANGE_ROWS", "n_ranges_for",
-           "transform_rows"]
+__all__ = ["DaskKeyedRanges", "DEFAULT_RANGE_ROWS", "n_ranges_for", "transform_rows"]
 
 # Pooled (key, score) rows a range may hold: the engine option ``range_rows``
 # (the Spark engine's option of the same name and default).
 DEFAULT_RANGE_ROWS = 2_000_000
-
-
-def range_bounds(samples: list[tuple[np.ndarray, int]], k: int) -> np.ndarray:
-    """Upper bounds of ``k`` ranges of about equal row counts, from per-part samples.
-
-    Each ``(sample, n)`` is an evenly spaced sample of the sorted values of a
-    part of ``n`` rows; each sampled value stands for ``n / len(sample)`` rows.
-    The bounds are the sampled values at the weighted quantiles i/k
-    (i = 1..k-1), without repeats (equal values must fall in one range).
-    """
-    values = np.concatenate([smp for smp, _ in samples])
-    weights = np.concatenate([np.full(smp.shape[0], n / smp.shape[0]) for smp, n in samples])
-    order = np.argsort(values, kind="stable")
-    cum = np.cumsum(weights[order])
-    marks = np.searchsorted(cum, cum[-1] * np.arange(1, k) / k)
-    return np.unique(values[order][np.minimum(marks, len(order) - 1)])
 
 
 def n_ranges_for(pooled_rows: int, range_rows: int, threads: int, at_least: int = 1) -> int:
@@ -132,11 +123,7 @@ def _sample(pair: tuple[KeyedTable, dict[str, Any]], size: int, offset: float
     length. ``offset`` in [0, 1) shifts the positions by a fraction of their spacing, so
     that partitions alike in distribution still contribute different quantiles."""
     score = np.sort(pair[0].table.score)
-    m = score.shape[0]
-    if not m:
-        return np.zeros(0), 0
-    size = min(size, m)
-    return score[((np.arange(size) + offset) * (m / size)).astype(np.intp)], m
+    return sorted_sample(score, size, offset), score.shape[0]
 
 
 def _cut(pair: tuple[KeyedTable, dict[str, Any]], bounds: np.ndarray) -> list[KeyedTable]:

@@ -3,12 +3,18 @@
 A summary's rows are already pooled by (key, score) (:mod:`distcal.core.summary`),
 so they need no Python map side: the Parquet tables of the saved summaries
 (or the in-memory ones, handed to the session) are read by Spark, range
-partitioned on the score in the JVM (``repartitionByRange``: equal scores
-in one partition, partitions in ascending score order), and each range
+partitioned on the score in the JVM (equal scores in one partition,
+partitions in ascending score order), and each range
 pools its pre-pooled rows by (key, score) as they stream in
 (:func:`~distcal.core.summary.summary_keyed`, merged with
 :class:`~.keyed.KeyedRuns`): the same keyed tables a pass over the rows
 builds, so every plan runs unchanged. Only ``fn``'s results reach the driver.
+
+The range bounds come from the score samples that saved summaries carry in
+their Parquet footers (:func:`~distcal.core.summary.score_sample`), and each
+row goes to its range's partition by ``repartitionById`` (Spark 4.1 and
+later): no sampling job reads the summaries first. Summaries saved without
+samples, and older Spark, take ``repartitionByRange`` (a sampling job).
 """
 
 from __future__ import annotations
@@ -19,10 +25,11 @@ from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ...core.keyed import KeyedTable, KeySpec
+from ...core.keyed import KeyedTable, KeySpec, range_bounds
 from ...core.rows import RowPart
 from ...core.summary import by_name, moved_fields
 from ...logs import log, phase
@@ -65,6 +72,21 @@ def summary_runner(fn: Callable[[KeyedTable], Any], source: Any, spec: KeySpec,
     return run
 
 
+def range_id(score: Any, bounds: np.ndarray) -> Any:
+    """The column ``searchsorted(bounds, score, side="right")``: scores below
+    ``bounds[0]`` are range 0, and so on (a binary search as nested ``when``)."""
+    from pyspark.sql import functions as F
+
+    def search(lo: int, hi: int) -> Any:  # the range of a score among ranges lo..hi
+        if lo == hi:
+            return F.lit(lo)
+        mid = (lo + hi) // 2
+        return F.when(score < float(bounds[mid]), search(lo, mid)).otherwise(
+            search(mid + 1, hi))
+
+    return search(0, bounds.shape[0])
+
+
 class SparkSummaryRanges:
     """The keyed ranges of summaries on Spark (module docstring; ``KeyedRanges``).
 
@@ -78,6 +100,7 @@ class SparkSummaryRanges:
                  range_rows: int = RANGE_ROWS, sample_rows: int = 0,
                  chunk_rows: int = CHUNK_ROWS):
         from pyspark.sql import SparkSession
+        from pyspark.sql import functions as F
         from pyspark.sql.pandas.types import from_arrow_schema
 
         from .session import default_ranges
@@ -97,12 +120,22 @@ class SparkSummaryRanges:
         df = frames[0].select(*names)
         for other in frames[1:]:
             df = df.unionByName(other.select(*names), allowMissingColumns=False)
-        # The summary rows, from the Parquet footers and the tables (no job to count them).
-        total = sum(pq.ParquetFile(f).metadata.num_rows for f in source.files) + sum(
+        # The summary rows and score samples, from the Parquet footers and the tables.
+        samples = source.score_samples()
+        total = sum(n for _, n in samples) if samples is not None else sum(
+            pq.ParquetFile(f).metadata.num_rows for f in source.files) + sum(
             t.num_rows for t in source.tables)
         self.k = int(n_ranges) if n_ranges else max(default_ranges(df),
                                                      math.ceil(total / max(range_rows, 1)))
-        self.ranged = df.repartitionByRange(self.k, "score")
+        if samples is not None and hasattr(df, "repartitionById"):
+            # Bounds from the samples, each row sent to its range's partition:
+            # no sampling job (repartitionById: Spark 4.1 and later).
+            bounds = range_bounds(samples, self.k)
+            bounds = bounds[np.isfinite(bounds)]
+            self.k = bounds.shape[0] + 1
+            self.ranged = df.repartitionById(self.k, range_id(F.col("score"), bounds))
+        else:
+            self.ranged = df.repartitionByRange(self.k, "score")
         self.persisted: list[Any] = []
         if passes > 1:
             from pyspark import StorageLevel
