@@ -5,25 +5,27 @@ other map, a Venn-Abers predictor's too, is piecewise
 (:mod:`distcal.core.piecewise`): sorted split points and, for the piece
 ``b`` = number of split points <= s, a line ``y0 + slope * (s - x0)`` (a
 constant where the slope is 0), with the values at s = -inf / +inf of an
-end block that has no finite knot. Spark ML's Bucketizer (a binary search
-in the JVM) finds the piece; the rows never reach a Python worker, which
-keeps transform + write as fast as MLlib's.
+end block that has no finite knot. A binary search in the JVM finds the
+piece (Spark ML's Bucketizer for one map, SQL for one map per segment);
+the rows never reach a Python worker, which keeps transform + write as
+fast as MLlib's.
 
 * One map (:func:`transform`): one Bucketizer over its split points, and
   the pieces' (x0, y0, slope) as three constant arrays indexed by the bucket.
 * One map per segment (:func:`transform_segmented`): a small table (key,
-  segment number g) is joined to the data on the ``by`` columns (a
+  the map's split points and its pieces' x0, y0, slope as arrays, the
+  values at s = -inf / +inf) is joined to the data on the ``by`` columns (a
   broadcast hash join); rows whose key is null or not a fitted segment,
-  and segments that fall back, get g = G: the global map is laid out as one
-  more segment. A first Bucketizer gives j, the bucket of s among U, the
-  sorted union of all maps' split points; since a map's split points are
-  among U, its piece is constant on each bucket, and map g's pieces are
-  intervals of ``z = g * (|U| + 2) + j``, disjoint across maps. A second
-  Bucketizer, over the starts of every map's pieces, gives the piece
-  number, and a broadcast join on it with the table (piece, x0, y0, slope)
-  the line. Both tables go to the JVM as Arrow batches (local relations):
-  ~10^5 pieces as constant arrays were printed into every plan description
-  (10 MB a query at 10,000 segments) and shipped in every task.
+  and segments that fall back, take the global map's arrays from a
+  one-row table joined to every row. The piece, i = #{split points <= s},
+  is a binary search in SQL over the row's own split points (binary
+  lifting: ceil(log2(largest map + 1)) steps of one ``element_at`` and one
+  comparison), so each search stays in one map's array (a few KB, in
+  cache); a search over the union of all maps' split points (10^5 doubles)
+  and a second join on the piece cost 2-3x more. The tables go to the JVM
+  as Arrow batches (local relations): ~10^5 pieces as constant arrays were
+  printed into every plan description (10 MB a query at 10,000 segments)
+  and shipped in every task.
 
 The output keeps every input column and adds a double column; an
 ``output_col`` that exists already is a ``DataError``.
@@ -212,11 +214,11 @@ def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) ->
                            *[F.when(matched, table[c]).otherwise(glob[g]).alias(c)
                              for c, g in zip(cv, cgv)])
     sv, v = F.col(cs), [F.col(c) for c in cv]
+    ends: list[Any] = [None, None]  # the values at s = -inf / +inf, for piecewise maps
     if model.method == "sigmoid":
         p = F.lit(1.0) / (F.lit(1.0) + F.exp(sv * v[0] + v[1]))
-        ends = [None, None]
     elif model.method == "beta":
-        p, ends = beta_column(sv, *v), [None, None]
+        p = beta_column(sv, *v)
     else:
         # i = #{split points <= s}, by binary lifting: add each power of two,
         # largest first, while the split point it reaches is <= s (null past
@@ -227,7 +229,8 @@ def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) ->
             staged = staged.withColumn(
                 ci, F.when(F.try_element_at(v[0], nxt) <= sv, nxt).otherwise(F.col(ci)))
         i = F.col(ci) + F.lit(1)
-        p = _line(*(F.try_element_at(c, i) for c in v[1:4]), sv)
+        x0, y0, sl = (F.try_element_at(c, i) for c in v[1:4])
+        p = _line(x0, y0, sl, sv)
         ends = v[4:]
     return staged.select(*[F.col(quote(n)) for n in names],
                          _value(p, sv, *ends).alias(output_col))
