@@ -239,10 +239,12 @@ class KeyedModel:
         if not self.by:
             raise AttributeError("a model fitted without by= has no segments")
         k = self._key(key)
+        if (k, self._classes_keyed()[0]) in self._maps:  # a fitted segment (a dict look-up:
+            return self._view(k)                      # the set below costs O(segments))
         if k not in set(self._segment_keys()):
             raise KeyError(f"no segment {key_text(self.by, (k, None))} in this model "
                            f"({len(self._segments)} segments)")
-        return self._view(k if (k, self._classes_keyed()[0]) in self._maps else GLOBAL)
+        return self._view(GLOBAL)
 
     def class_model(self, k: int) -> CalibrationModel:
         """The binary :class:`~distcal.CalibrationModel` of class ``k`` (one-vs-rest).

@@ -263,6 +263,14 @@ class CalibrationModel:
                                  "method='venn_abers'")
         return self._steps.interval(as_scores(scores))
 
+    def block_arrays(self) -> Blocks:
+        """The blocks of :attr:`blocks` as numpy arrays (read-only; no DataFrame).
+
+        For code that reads thousands of maps, such as the transform of a
+        model fitted with ``by=``: building :attr:`blocks` costs ~1 ms a map.
+        """
+        return self._fitted_blocks()
+
     def _fitted_blocks(self) -> Blocks:
         if self._blocks is None:
             raise AttributeError(f"a {self.method} model has no blocks; see model.params")

@@ -35,7 +35,7 @@ target's arithmetic is IEEE double (comparisons, one subtraction, one
 multiplication, one addition per score).
 
 This module reads models through their public attributes only (``method``,
-``params``, ``blocks``, ``knots()``, ``end_knots()``): the core imports no
+``params``, ``block_arrays()``, ``knots()``, ``end_knots()``): the core imports no
 model module.
 """
 
@@ -102,10 +102,10 @@ def piecewise(model: Any) -> Piecewise | None:
     if method == "histogram":
         edges = np.asarray(model.params["edges"], dtype=np.float64)
         return _constants(edges[1:-1], False, np.asarray(model.params["bin_prob"]))
-    b = model.blocks
-    prob = b["prob"].to_numpy(dtype=np.float64)
+    b = model.block_arrays()  # not .blocks: a DataFrame a map (slow for 10^4 segments)
+    prob = np.asarray(b.prob, dtype=np.float64)
     if method == "modl" or model.params.get("interpolation", "linear") == "step":
-        return _constants(b["score_min"].to_numpy(dtype=np.float64)[1:], True, prob)
+        return _constants(np.asarray(b.score_min, dtype=np.float64)[1:], True, prob)
     return _linear(model, prob)
 
 

@@ -5,25 +5,27 @@ other map, a Venn-Abers predictor's too, is piecewise
 (:mod:`distcal.core.piecewise`): sorted split points and, for the piece
 ``b`` = number of split points <= s, a line ``y0 + slope * (s - x0)`` (a
 constant where the slope is 0), with the values at s = -inf / +inf of an
-end block that has no finite knot. Spark ML's Bucketizer (a binary search
-in the JVM) finds the piece; the rows never reach a Python worker, which
-keeps transform + write as fast as MLlib's.
+end block that has no finite knot. A binary search in the JVM finds the
+piece (Spark ML's Bucketizer for one map, SQL for one map per segment);
+the rows never reach a Python worker, which keeps transform + write as
+fast as MLlib's.
 
 * One map (:func:`transform`): one Bucketizer over its split points, and
   the pieces' (x0, y0, slope) as three constant arrays indexed by the bucket.
 * One map per segment (:func:`transform_segmented`): a small table (key,
-  segment number g) is joined to the data on the ``by`` columns (a
+  the map's split points and its pieces' x0, y0, slope as arrays, the
+  values at s = -inf / +inf) is joined to the data on the ``by`` columns (a
   broadcast hash join); rows whose key is null or not a fitted segment,
-  and segments that fall back, get g = G: the global map is laid out as one
-  more segment. A first Bucketizer gives j, the bucket of s among U, the
-  sorted union of all maps' split points; since a map's split points are
-  among U, its piece is constant on each bucket, and map g's pieces are
-  intervals of ``z = g * (|U| + 2) + j``, disjoint across maps. A second
-  Bucketizer, over the starts of every map's pieces, gives the piece
-  number, and a broadcast join on it with the table (piece, x0, y0, slope)
-  the line. Both tables go to the JVM as Arrow batches (local relations):
-  ~10^5 pieces as constant arrays were printed into every plan description
-  (10 MB a query at 10,000 segments) and shipped in every task.
+  and segments that fall back, take the global map's arrays from a
+  one-row table joined to every row. The piece, i = #{split points <= s},
+  is a binary search in SQL over the row's own split points (binary
+  lifting: ceil(log2(largest map + 1)) steps of one ``element_at`` and one
+  comparison), so each search stays in one map's array (a few KB, in
+  cache); a search over the union of all maps' split points (10^5 doubles)
+  and a second join on the piece cost 2-3x more. The tables go to the JVM
+  as Arrow batches (local relations): ~10^5 pieces as constant arrays were
+  printed into every plan description (10 MB a query at 10,000 segments)
+  and shipped in every task.
 
 The output keeps every input column and adds a double column; an
 ``output_col`` that exists already is a ``DataError``.
@@ -168,12 +170,13 @@ def beta_column(s: Any, a: Any, b: Any, c: Any) -> Any:
 
 
 def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) -> Any:
-    """Add ``output_col`` lazily, in the JVM: broadcast joins, Bucketizers and SQL.
+    """Add ``output_col`` lazily, in the JVM: broadcast joins and SQL.
 
-    Rows are numbered by their segment g (a broadcast join on the ``by``
-    columns; no fitted segment: g = G, the global map laid out as one more
-    segment), two Bucketizers find the piece (module docstring) and a
-    broadcast join on the piece number brings its line (x0, y0, slope).
+    Each row gets its segment's map (its split points and pieces as arrays,
+    or Platt's / beta's parameters) from a broadcast join on the ``by``
+    columns; rows with no fitted segment take the global map's, from a
+    one-row table joined to every row. A piecewise map's piece is found by
+    a binary search in SQL over the row's split points (module docstring).
     Keys of another type than the model's are a ``DataError`` from the
     columns' types, before any job.
     """
@@ -183,111 +186,97 @@ def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) ->
     model.check_column_types(fields)  # keys of another type would match no segment
     names = list(fields)
     spark = df.sparkSession
-    sigmoid = model.method == "sigmoid"
-    beta = model.method == "beta"  # per segment (a, b, c), as sigmoid's (a, b)
     nk = len(model.by)
-    (cs, cg, ce0, ce1, ce2, cj, cz, cb, cp, cx0, cy0, csl, *ck) = _fresh_names(
-        ["_s", "_g", "_e0", "_e1", "_e2", "_j", "_z", "_b", "_p", "_x0", "_y0", "_sl"]
-        + [f"_k{i}" for i in range(nk)], set(names))
-    consts = (ce0, ce1, ce2) if beta else (ce0, ce1)
+    formula = model.method in ("sigmoid", "beta")
+    base = {"sigmoid": ["_a", "_b"], "beta": ["_a", "_b", "_c"]}.get(
+        model.method, ["_u", "_x0", "_y0", "_sl", "_lo", "_hi"])
+    fresh = _fresh_names(["_s", "_i", *base, *[f"_k{i}" for i in range(nk)],
+                          *[f"_G{c}" for c in base]], set(names))
+    cs, ci = fresh[:2]
+    cv, ck, cgv = (fresh[2:2 + len(base)], fresh[2 + len(base):2 + len(base) + nk],
+                   fresh[2 + len(base) + nk:])
     seg = model.segments
     keys = list(seg.loc[~seg["fallback"], model.by].itertuples(index=False, name=None))
     maps = [model.segment(tuple(k)) for k in keys] + [model.global_model]
-    # Per map: Platt's (a, b), beta's (a, b, c), or the values at s = -inf / +inf
-    # (null: the end piece's).
-    ends: list[tuple[float | None, ...]]
-    if sigmoid or beta:
-        ends = [tuple(float(m.params[k]) for k in ("abc" if beta else "ab")) for m in maps]
-    else:
-        forms = [_form(m) for m in maps]
-        ends = [(pw.at_neg_inf, pw.at_pos_inf) for pw in forms]
-    table = _key_table(spark, keys, [fields[b] for b in model.by], [*ck, cg, *consts], ends)
+    values = _map_values(maps, formula)
+    table = _table(spark, keys, [fields[b] for b in model.by], ck, cv, [v[:-1] for v in values])
+    glob = _table(spark, [()], [], [], cgv, [v[-1:] for v in values])
     cond = None
     for j, name in enumerate(model.by):
         eq = df[quote(name)] == table[ck[j]]
         cond = eq if cond is None else cond & eq
-    joined = df.join(F.broadcast(table), on=cond, how="left")
+    joined = df.join(F.broadcast(table), on=cond, how="left").crossJoin(F.broadcast(glob))
     # Unmatched rows (null or unseen keys, segments that fall back) take the
-    # global map: g = G (its pieces come last), its constants otherwise.
+    # global map; a matched row's first value is never null.
+    matched = table[cv[0]].isNotNull()
     staged = joined.select(*[df[quote(n)] for n in names],
                            F.col(quote(score_col)).cast("double").alias(cs),
-                           F.coalesce(table[cg], F.lit(len(keys))).alias(cg),
-                           *[F.coalesce(table[c], F.lit(v).cast("double")).alias(c)
-                             for c, v in zip(consts, ends[-1])])
-    sv, e0, e1 = F.col(cs), F.col(ce0), F.col(ce1)
-    if sigmoid or beta:
-        p = beta_column(sv, e0, e1, F.col(ce2)) if beta else \
-            F.lit(1.0) / (F.lit(1.0) + F.exp(sv * e0 + e1))
-        return staged.select(*[F.col(quote(n)) for n in names],
-                             _value(p, sv, None, None).alias(output_col))
-    lay = _piece_layout([_pieces(pw) for pw in forms])
-    if lay["union"].shape[0]:
-        staged = _bucketize(staged, [-np.inf, *lay["union"].tolist(), np.inf], cs, cj)
+                           *[F.when(matched, table[c]).otherwise(glob[g]).alias(c)
+                             for c, g in zip(cv, cgv)])
+    sv, v = F.col(cs), [F.col(c) for c in cv]
+    ends: list[Any] = [None, None]  # the values at s = -inf / +inf, for piecewise maps
+    if model.method == "sigmoid":
+        p = F.lit(1.0) / (F.lit(1.0) + F.exp(sv * v[0] + v[1]))
+    elif model.method == "beta":
+        p = beta_column(sv, *v)
     else:
-        staged = staged.withColumn(cj, F.lit(0.0))
-    staged = staged.withColumn(cz, F.col(cg).cast("double") * F.lit(lay["m"]) + F.col(cj))
-    staged = _bucketize(staged, [-np.inf, *lay["starts"].tolist(), np.inf], cz, cb)
-    ptable = _piece_table(spark, lay, [cp, cx0, cy0, csl])
-    # Left join: a null score has no bucket (its output is null).
-    staged = staged.join(F.broadcast(ptable), F.col(cb).cast("long") == ptable[cp], "left")
-    p = _line(F.col(cx0), F.col(cy0), F.col(csl), sv)
+        # i = #{split points <= s}, by binary lifting: add each power of two,
+        # largest first, while the split point it reaches is <= s (null past
+        # the end of the array, or for a null s: not <= s).
+        staged = staged.withColumn(ci, F.lit(0))
+        for k in reversed(range(max(u.shape[0] for u in values[0]).bit_length())):
+            nxt = F.col(ci) + F.lit(1 << k)
+            staged = staged.withColumn(
+                ci, F.when(F.try_element_at(v[0], nxt) <= sv, nxt).otherwise(F.col(ci)))
+        i = F.col(ci) + F.lit(1)
+        x0, y0, sl = (F.try_element_at(c, i) for c in v[1:4])
+        p = _line(x0, y0, sl, sv)
+        ends = v[4:]
     return staged.select(*[F.col(quote(n)) for n in names],
-                         _value(p, sv, e0, e1).alias(output_col))
+                         _value(p, sv, *ends).alias(output_col))
 
 
-def _piece_layout(pieces: list[tuple[np.ndarray, ...]]) -> dict[str, Any]:
-    """All maps' pieces (:func:`_pieces`) on one line, for two Bucketizers.
-
-    U is the sorted union of the maps' split points, and map g's piece k
-    starts at ``g * M + (position in U of its (k-1)-th split point) + 1``,
-    M = |U| + 2 (buckets 0..|U| and NaN's |U| + 1).
-    """
-    union = np.unique(np.concatenate([p[0] for p in pieces]))
-    m = float(union.shape[0] + 2)
-    starts = np.concatenate([g * m + np.concatenate(([0.0], np.searchsorted(union, p[0]) + 1.0))
-                             for g, p in enumerate(pieces)])
-    return {"union": union, "m": m, "starts": starts,
-            **{c: np.concatenate([p[i] for p in pieces])
-               for i, c in enumerate(("x0", "y0", "sl"), start=1)}}
+def _map_values(maps: list[Any], formula: bool) -> list[list[Any]]:
+    """Per column, each map's value: Platt's (a, b) or beta's (a, b, c); else the
+    split points U and the pieces' x0, y0, slope (:func:`_pieces`) and the values
+    at s = -inf / +inf (None: the end piece's)."""
+    if formula:
+        ks = "abc" if maps[0].method == "beta" else "ab"
+        return [[float(m.params[k]) for m in maps] for k in ks]
+    forms = [_form(m) for m in maps]
+    pieces = [_pieces(pw) for pw in forms]
+    return [*([p[i] for p in pieces] for i in range(4)),
+            [pw.at_neg_inf for pw in forms], [pw.at_pos_inf for pw in forms]]
 
 
-def _key_table(spark: Any, keys: list[tuple[Any, ...]], key_types: list[Any], cols: list[str],
-               values: list[Any]) -> Any:
-    """(key..., g, per-segment doubles) as a Spark table, sent as one Arrow batch.
+def _table(spark: Any, keys: list[tuple[Any, ...]], key_types: list[Any], key_cols: list[str],
+           cols: list[str], values: list[list[Any]]) -> Any:
+    """(key..., values...) as a Spark table, sent as one Arrow batch.
 
-    ``cols`` names the columns. Built with Arrow it is a local relation: a
-    list of rows would be a Python RDD, run by Python workers when broadcast.
-    The per-segment values ride with the key (read once per row, no lookup).
+    ``values``: per column, a double (or None) or an array of doubles per
+    key. Built with Arrow it is a local relation: a list of rows would be a
+    Python RDD, run by Python workers when broadcast; neither are its rows
+    printed in the plan (as literals they were: 10 MB a query).
     """
     import pyarrow as pa
     from pyspark.sql import types as T
 
-    nk = len(key_types)
-    schema = T.StructType([T.StructField(c, t, True) for c, t in zip(cols, key_types)]
-                          + [T.StructField(cols[nk], T.IntegerType(), False)]
-                          + [T.StructField(c, T.DoubleType(), True) for c in cols[nk + 1:]])
     # Column by column from Python values (pa.array keeps a NaN key a NaN,
     # as Spark's own key column has it; pandas' conversion would make it null).
-    arrays = [pa.array([k[i] for k in keys]) for i in range(nk)]
-    arrays.append(pa.array(np.arange(len(keys), dtype=np.int32)))
-    arrays += [pa.array([v[i] for v in values[:len(keys)]], pa.float64())
-               for i in range(len(cols) - nk - 1)]
-    return spark.createDataFrame(pa.table(arrays, names=cols), schema)
-
-
-def _piece_table(spark: Any, lay: dict[str, Any], cols: list[str]) -> Any:
-    """(piece number 1.., x0, y0, slope) as a Spark table, sent as one Arrow batch.
-
-    A local relation: its rows are neither printed in the plan nor shipped
-    in every task (constant arrays of 10^5 doubles were both), and the
-    broadcast join on the dense long key is one array index per row.
-    """
-    import pyarrow as pa
-
-    n = lay["x0"].shape[0]
-    table = pa.table([pa.array(np.arange(1, n + 1, dtype=np.int64)), pa.array(lay["x0"]),
-                      pa.array(lay["y0"]), pa.array(lay["sl"])], names=cols)
-    return spark.createDataFrame(table)
+    arrays = [pa.array([k[i] for k in keys]) for i in range(len(key_cols))]
+    fields = [T.StructField(c, t, True) for c, t in zip(key_cols, key_types)]
+    for c, vs in zip(cols, values):
+        if isinstance(vs[0], np.ndarray):
+            lengths = np.array([a.shape[0] for a in vs], dtype=np.int32)
+            offsets = pa.array(np.concatenate(([0], np.cumsum(lengths))).astype(np.int32))
+            arrays.append(pa.ListArray.from_arrays(
+                offsets, pa.array(np.concatenate(vs).astype(np.float64))))
+            fields.append(T.StructField(c, T.ArrayType(T.DoubleType(), False), True))
+        else:
+            arrays.append(pa.array(vs, pa.float64()))
+            fields.append(T.StructField(c, T.DoubleType(), True))
+    return spark.createDataFrame(pa.table(arrays, names=[*key_cols, *cols]),
+                                 T.StructType(fields))
 
 
 def _java_doubles(spark: Any, values: Any) -> Any:
