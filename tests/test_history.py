@@ -285,7 +285,7 @@ def test_cluster_refit_merges_saved_summaries_on_the_cluster(name, request, tmp_
 def test_spark_refit_sets_its_ranges_from_the_samples_saved_summaries_carry(spark, tmp_path):
     """A saved summary's table file carries a sample of its sorted scores (Parquet
     metadata), from which the Spark refit sets its range bounds: it runs fewer Spark
-    jobs than with summaries saved without one (distcal 0.2.0: Spark's range
+    jobs than with summaries saved without one (older builds: Spark's range
     partitioner samples the summaries first). Both equal scikit-learn's isotonic
     regression on the rows, scores of any sign and infinite scores the local fit;
     a sample that is not sorted scores is a damaged summary."""

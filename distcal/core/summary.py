@@ -273,7 +273,7 @@ class SummarySource:
     def score_samples(self) -> list[tuple[np.ndarray, int]] | None:
         """Each table's and file's score sample (:func:`score_sample`) and rows, for
         :func:`~distcal.core.keyed.range_bounds`; None if a file has no sample
-        (written by distcal 0.2.0). Files: from their footers only."""
+        (saved before summaries carried one). Files: from their footers only."""
         import pyarrow.parquet as pq
 
         out = [(score_sample(t), t.num_rows) for t in self.tables]
