@@ -276,14 +276,14 @@ class SummarySource:
         (saved before summaries carried one). Files: from their footers only."""
         import pyarrow.parquet as pq
 
-        out = [(score_sample(t), t.num_rows) for t in self.tables]
-        for f in self.files:
+        out = []
+        for f in self.files:  # first: a file without a sample makes the tables' moot
             meta = pq.ParquetFile(f).metadata
             raw = (meta.metadata or {}).get(SCORE_SAMPLE_KEY)
             if raw is None:
                 return None
             out.append((stored_sample(raw, meta.num_rows, f), meta.num_rows))
-        return out
+        return out + [(score_sample(t), t.num_rows) for t in self.tables]
 
     def problems(self, kt: KeyedTable, spec: KeySpec, finite_scores: bool) -> dict[str, int]:
         """The rows of a part of the summaries that a fit or evaluation of the summarised

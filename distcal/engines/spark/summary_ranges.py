@@ -121,15 +121,16 @@ class SparkSummaryRanges:
         for other in frames[1:]:
             df = df.unionByName(other.select(*names), allowMissingColumns=False)
         # The summary rows and score samples, from the Parquet footers and the tables.
-        samples = source.score_samples()
+        by_id = hasattr(df, "repartitionById")  # Spark 4.1 and later
+        samples = source.score_samples() if by_id else None
         total = sum(n for _, n in samples) if samples is not None else sum(
             pq.ParquetFile(f).metadata.num_rows for f in source.files) + sum(
             t.num_rows for t in source.tables)
         self.k = int(n_ranges) if n_ranges else max(default_ranges(df),
                                                      math.ceil(total / max(range_rows, 1)))
-        if samples is not None and hasattr(df, "repartitionById"):
+        if samples is not None:
             # Bounds from the samples, each row sent to its range's partition:
-            # no sampling job (repartitionById: Spark 4.1 and later).
+            # no sampling job.
             bounds = range_bounds(samples, self.k)
             bounds = bounds[np.isfinite(bounds)]
             self.k = bounds.shape[0] + 1
