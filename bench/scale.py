@@ -1,7 +1,7 @@
 """How the fit grows with N: time, peak driver/client memory and shuffle bytes.
 
 Usage: python bench/scale.py {spark,dask} N [N ...] [--kind cont|ties] [--evaluate]
-       python bench/scale.py keyed N [N ...] [--hot] [--range-rows R] [--large]
+       python bench/scale.py keyed N [N ...] [--hot] [--by S] [--range-rows R] [--large]
 
 Each N runs in a fresh process (so each peak RSS is that run's), rows
 generated where the work runs (Spark: ``spark.range`` on the executors;
@@ -16,7 +16,9 @@ Dask: one numpy draw per partition on the workers), never in the driver:
 ``keyed``: peak Python worker memory per range against rows per range,
 Spark's keyed pass (``SparkEngine.open_keyed``, the pass of every fit,
 ranges chosen from the estimated distinct (key, score) pairs), scores
-``round(rand, 7)`` (``--hot``: 40% of the rows on one score). Python
+``round(rand, 7)`` (``--hot``: 40% of the rows on one score; ``--by S``: a
+segment column of S about equal segments, so each range holds the global
+and the segment tables; rows per range are the global key's). Python
 workers are not reused, so each task's ``VmHWM`` is that range's peak.
 Each run also times Spark's own ``repartitionByRange(8, score)`` +
 ``sortWithinPartitions`` written to the ``noop`` sink: the anchor of the
@@ -99,7 +101,7 @@ def _peak_kb() -> int:
         return int(fh.read().split("VmHWM:")[1].split("kB")[0])
 
 
-def child_keyed(n: int, hot: bool, range_rows: int) -> dict:
+def child_keyed(n: int, hot: bool, range_rows: int, by: int = 0) -> dict:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
@@ -120,6 +122,8 @@ def child_keyed(n: int, hot: bool, range_rows: int) -> dict:
     parts = max(8, n // 2_500_000)
     df = (spark.range(0, n, numPartitions=parts).select(score.alias("score"))
           .select("score", (F.rand(2) < F.col("score")).cast("int").alias("label")))
+    if by:  # segments of about equal sizes: every range holds global and segment tables
+        df = df.withColumn("g", (F.rand(4) * by).cast("int"))
     out: dict = {"input_partitions": parts}
 
     t0 = time.perf_counter()
@@ -128,11 +132,12 @@ def child_keyed(n: int, hot: bool, range_rows: int) -> dict:
     out["anchor_s"] = time.perf_counter() - t0
 
     def keyed_fn(t):
-        blocks = pav_blocks(t.key_table(0))
-        return blocks, _peak_kb(), int(t.table.count.sum()), len(t.table)
+        glob = t.key_table(t.keys.index((None, None)))
+        blocks = pav_blocks(glob)
+        return blocks, _peak_kb(), int(glob.count.sum()), len(t.table)
 
     t0 = time.perf_counter()
-    with SparkEngine().open_keyed(df, KeySpec(), on_invalid="raise",
+    with SparkEngine().open_keyed(df, KeySpec(by=("g",) if by else ()), on_invalid="raise",
                                   range_rows=range_rows) as kr:
         got = kr.map(keyed_fn)
     merge_blocks([g[0] for g in got])
@@ -145,7 +150,8 @@ def child_keyed(n: int, hot: bool, range_rows: int) -> dict:
 
 
 def main_keyed(args: argparse.Namespace) -> None:
-    print(f"# keyed worker memory, scores round(rand, 7){', 40% hot' if args.hot else ''}, "
+    print(f"# keyed worker memory, scores round(rand, 7){', 40% hot' if args.hot else ''}"
+          f"{f', by {args.by} segments' if args.by else ''}, "
           f"range_rows {args.range_rows:.0e}; load before: {os.getloadavg()[0]:.1f}")
     print(f"{'N':>8} {'path':<22}{'ranges':>7}{'rows/range':>12}{'pairs/range':>12}"
           f"{'worker peak':>13}{'time':>8}{'anchor':>8}")
@@ -153,7 +159,7 @@ def main_keyed(args: argparse.Namespace) -> None:
         if n >= 100_000_000 and not args.large:
             print(f"{n:>8.0e} skipped (pass --large)")
             continue
-        cmd = [sys.executable, __file__, "keyed", str(n), "--child",
+        cmd = [sys.executable, __file__, "keyed", str(n), "--child", "--by", str(args.by),
                "--range-rows", str(int(args.range_rows))] + (["--hot"] if args.hot else [])
         text = subprocess.run(cmd, stdout=subprocess.PIPE, text=True, check=True).stdout
         out = json.loads(text.strip().splitlines()[-1])
@@ -217,11 +223,14 @@ def main() -> None:
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--hot", action="store_true")
     ap.add_argument("--range-rows", type=float, default=2e5)
+    ap.add_argument("--by", type=int, default=0, help="segments (keyed: by= a column of "
+                    "this many about equal segments; 0: none)")
     ap.add_argument("--large", action="store_true")
     args = ap.parse_args()
     if args.engine == "keyed":
         if args.child:
-            print(json.dumps(child_keyed(int(args.n[0]), args.hot, int(args.range_rows))))
+            print(json.dumps(child_keyed(int(args.n[0]), args.hot, int(args.range_rows),
+                                        args.by)))
         else:
             main_keyed(args)
         return

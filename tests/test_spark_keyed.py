@@ -90,6 +90,17 @@ def test_ranges_from_the_data_and_passes(spark):
         assert_matches(gather(kr), oracle(pdf, spec))  # a second map, the same tables
     with ENGINE.open_keyed(df, spec, on_invalid="raise") as kr:
         assert kr.k == 8  # at least default_ranges: 20k pairs are far below 200k per range
+    # With segments each row is counted once, under its segment's key: the same ~20
+    # ranges, each also holding the global key's table (at most its segments' size).
+    pdf["g"] = rng.integers(0, 50, n)
+    spec = KeySpec(by=("g",))
+    with ENGINE.open_keyed(spark.createDataFrame(pdf), spec, on_invalid="raise",
+                           range_rows=1000) as kr:
+        assert 15 <= kr.k <= 25
+        sizes = kr.map(lambda t: (len(t.key_table(t.keys.index((None, None))).score),
+                                  len(t.table)))
+        assert_matches(gather(kr), oracle(pdf, spec))
+    assert all(2 * g == total for g, total in sizes)  # distinct scores: one segment each
 
 
 def test_passes_read_the_pooled_ranges(spark):

@@ -106,10 +106,11 @@ __all__ = ["SparkKeyedRanges", "KeyedRuns", "chunks", "row_runner", "range_runne
            "pool_runner", "table_runner", "ranges_for", "partition_ids", "RANGE_ROWS",
            "CHUNK_ROWS", "SAMPLE_ROWS"]
 
-# Per-range budget of distinct (key, score) pairs. A pooled pair takes 40 B
-# (5 float64), but merging the pooled runs peaks at ~270 B per pair of the
-# range (~170 B for one key; measured, docs/scale.md), so 200k pairs keep a worker within ~55 MB
-# plus one chunk (~30 MB) above its imports: a 600 MB Python worker holds it.
+# Per-range budget of distinct (key, score) pairs, each keyed row under its own key
+# (ranges_for). A pooled pair takes 40 B (5 float64), but merging the pooled runs peaks at
+# ~270 B per pair of the range (~170 B for one key; measured, docs/scale.md), so 200k
+# pairs keep a worker within ~55 MB plus one chunk (~30 MB) above its imports: a 600 MB
+# Python worker holds it (by=, with the global tables on top: 374 MB at the peak, measured).
 RANGE_ROWS = 200_000
 # Rows pooled at once on the range side: numpy sorts ~0.5M rows efficiently,
 # and the chunk is a fixed part of a worker's memory (~40 MB of columns).
@@ -165,12 +166,16 @@ def _key_hashes(keys: list[Key]) -> np.ndarray:
                        count=len(keys))
 
 
-def _explode_all(rows: RowPart, classes: list[Any]) -> tuple[np.ndarray, np.ndarray]:
-    """(score, key hash) of every keyed row of a part, segments exploded too."""
+def _own_keys(rows: RowPart, classes: list[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(score, key hash) of a part's keyed rows, each under its own key: its segment's
+    where it has one, else the global key (what a range's budget counts: the global
+    keys' tables, pooled from the same rows, are never larger, :func:`ranges_for`)."""
     codes, keys, score, _, _ = explode(rows.score, rows.label, rows.weight, rows.segments,
                                        classes)
-    live = codes >= 0
-    return score[live] + 0.0, _key_hashes(keys)[codes[live]]
+    n = rows.n_rows * len(classes)  # the global keys' rows come first (explode)
+    own = codes[:n] if rows.segments is None else np.where(codes[n:] >= 0, codes[n:],
+                                                             codes[:n])
+    return score[:n] + 0.0, _key_hashes(keys)[own]
 
 
 # -- opened: the sample ------------------------------------------------------------------
@@ -187,7 +192,7 @@ def sample_runner(spec: KeySpec, finite_scores: bool, n_classes: int | None,
                 continue
             rows, _ = read_rows(pa.Table.from_batches([batch]), spec,
                                 finite_scores=finite_scores, n_classes=n_classes)
-            s, h = _explode_all(rows, classes)
+            s, h = _own_keys(rows, classes)
             scores.append(s)
             hashes.append(h)
         s = np.concatenate(scores) if scores else np.zeros(0)
@@ -205,10 +210,15 @@ def ranges_for(scores: np.ndarray, hashes: np.ndarray, fraction: float, range_ro
     """The range bounds (ascending, distinct), the estimated distinct (key, score) pairs and
     the share of the keyed rows on hot pairs.
 
-    ``scores``/``hashes``: the sample's keyed rows (a ``fraction`` of all).
-    The number of ranges is ``n_ranges`` if given, else the estimated
-    distinct pairs (:func:`~distcal.core.distinct.estimate_distinct`) over
-    ``range_rows``, at least ``least``. The bounds are evenly spaced
+    ``scores``/``hashes``: the sample's keyed rows (a ``fraction`` of all),
+    each under its own key (:func:`_own_keys`). The number of ranges is
+    ``n_ranges`` if given, else the estimated distinct pairs
+    (:func:`~distcal.core.distinct.estimate_distinct`) over ``range_rows``,
+    at least ``least``. With segments a range also holds the global keys'
+    tables, which are never larger than the segments' (each global pair has
+    a row, whose own pair is in the range): at most twice ``range_rows``
+    pairs. Counting them too would double the ranges of a ``by=`` fit, and
+    with them its tasks and results. The bounds are evenly spaced
     quantiles of the scores of the sample's *distinct* pairs: ranges get
     about equal numbers of distinct pairs (a worker's memory), and a score
     held by many rows is one pair, not a run of equal bounds.
@@ -665,7 +675,7 @@ class SparkKeyedRanges:
 
         # The sample: the range count and bounds.
         total = self.rows_df.count()
-        per_row = len(self.classes) * (2 if spec.by else 1)
+        per_row = len(self.classes)  # keyed rows per row, each counted under its own key
         hot_share = 0.0
         if not spec.multiclass and n_ranges is None and total * per_row <= range_rows:
             # All the keyed rows fit one range's budget: no sample (a binary score's
