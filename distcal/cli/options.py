@@ -53,10 +53,6 @@ class Option:
         return self.name.replace("-", "_")
 
 
-def _d(value: Any) -> str:
-    return "none" if value is None else str(value)
-
-
 OPTIONS: tuple[Option, ...] = (
     Option("config", str, "YAML file of option defaults (keys: long option names); the "
            "command line wins (default: none)", commands=COMMANDS),

@@ -111,9 +111,6 @@ class KeySpec:
             return [None]
         return [1] if n_classes == 2 else list(range(n_classes))
 
-    def key_for(self, segment: Any, cls: Any) -> Key:
-        return (segment, cls)
-
 
 def key_text(by: Sequence[str], key: Key) -> str:
     """A key as users read it in messages: ``country=fr, class 2``."""

@@ -62,8 +62,6 @@ class RowChecker:
     columns: dict[str, str]
     finite_scores: bool = False
     problems: Counter[tuple[str, str]] = field(default_factory=Counter)
-    rows_seen: int = 0
-    rows_invalid: int = 0
 
     def check(self, arrays: dict[str, np.ndarray],
               text: dict[str, np.ndarray] | None = None) -> np.ndarray | None:
@@ -72,8 +70,6 @@ class RowChecker:
         ``arrays`` maps roles to float64 arrays (null already NaN); ``text``
         maps roles to masks of rows whose value was text.
         """
-        n = next(iter(arrays.values())).shape[0] if arrays else 0
-        self.rows_seen += n
         bad = None
 
         def flag(role: str, problem: str, mask: np.ndarray) -> None:
@@ -101,7 +97,6 @@ class RowChecker:
                     flag(role, problem, values < 0.0)
         if bad is None:
             return None
-        self.rows_invalid += int(np.count_nonzero(bad))
         return ~bad
 
     def message(self) -> str:
