@@ -1,6 +1,7 @@
 """Per-segment isotonic calibration on Spark local[2]: one ``by=`` job vs the global fit.
 
-Usage: python bench/segments.py N [--segments S] [--repeat R] [--sample K] [--transform-only]
+Usage: python bench/segments.py N [--segments S] [--repeat R] [--sample K]
+                                 [--transform-only | --floor]
 
 One Parquet file of N rows (written once under bench/data/) with S segment
 keys of Zipf sizes (share of segment k proportional to k^-1.2: the largest
@@ -17,6 +18,11 @@ and the ``by=`` fit alternate, and their ratio is the median of the pairs'):
   segmented map (broadcast joins) vs the global map, alternating, the
   ratio the median of the pairs'. ``--transform-only`` fits the ``by=``
   model once, untimed, and times only this.
+
+``--floor``: what moving the rows costs without any calibration: Spark's
+``repartitionByRange(51, score)`` and a ``mapInArrow`` that only counts
+the rows it receives, on (score, label) against (score, label, seg),
+alternating; the segment column's share of a ``by=`` fit's extra time.
 """
 
 from __future__ import annotations
@@ -87,6 +93,29 @@ def report_fits(args: Any, read: Any, model: Any, anchors: list[float],
           f"{len(picked)} sampled, {per:.2f} s each; loop / by = {loop / t_by:6.0f}x")
 
 
+def floor(read: Any, repeat: int) -> None:
+    """The rows moved to Python workers by score range, with and without the segments."""
+
+    def count(batches: Any) -> Any:
+        n = sum(b.num_rows for b in batches)
+        yield pa.RecordBatch.from_pydict({"n": [n]})
+
+    def job(cols: list[str]) -> None:
+        read().select(*cols).repartitionByRange(51, "score").mapInArrow(
+            count, "n long").collect()
+
+    bare: list[float] = []
+    with_seg: list[float] = []
+    for _ in range(repeat):
+        bare.append(timed(lambda: job(["score", "label"]), 1))
+        with_seg.append(timed(lambda: job(["score", "label", "seg"]), 1))
+    print(f"{'range shuffle + count: score, label':40s} {statistics.median(bare):8.2f}   runs "
+          + " ".join(f"{t:.1f}" for t in bare))
+    print(f"{'range shuffle + count: + seg':40s} {statistics.median(with_seg):8.2f}   runs "
+          + " ".join(f"{t:.1f}" for t in with_seg) + "; + seg: "
+          f"{statistics.median(b - a for a, b in zip(bare, with_seg)):+.2f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("n", type=float)
@@ -94,6 +123,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--sample", type=int, default=12)
     ap.add_argument("--transform-only", action="store_true")
+    ap.add_argument("--floor", action="store_true")
     args = ap.parse_args()
     n = int(args.n)
     import distcal
@@ -109,6 +139,9 @@ def main() -> None:
     anchors: list[float] = []
     bys: list[float] = []
     model: Any = None
+    if args.floor:
+        floor(read, args.repeat)
+        return
     if args.transform_only:
         model = distcal.fit(read(), by="seg")
     for _ in range(0 if args.transform_only else args.repeat):

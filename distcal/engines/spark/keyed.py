@@ -102,7 +102,8 @@ from ...logs import log, phase
 from .schema import common_length, is_vector_udt, vector_array, vector_length_counts
 from .session import default_ranges, with_arrow_batches
 
-__all__ = ["SparkKeyedRanges", "KeyedRuns", "chunks", "row_runner", "range_runner", "raw_runner",
+__all__ = ["SparkKeyedRanges", "KeyedRuns", "chunks", "result_batch", "range_result",
+           "row_runner", "range_runner", "raw_runner",
            "pool_runner", "table_runner", "ranges_for", "partition_ids", "RANGE_ROWS",
            "CHUNK_ROWS", "SAMPLE_ROWS"]
 
@@ -142,6 +143,30 @@ def chunks(batches: Iterator[pa.RecordBatch], rows: int) -> Iterator[pa.Table]:
             pending, count = [], 0
     if pending:
         yield pa.Table.from_batches(pending)
+
+
+def result_batch(rid: int, payload: Any) -> pa.RecordBatch:
+    """One result row (:data:`RESULT_SCHEMA`): a range id and ``payload``, pickled."""
+    return pa.RecordBatch.from_pydict(
+        {"rid": [rid], "payload": [pickle.dumps(payload, protocol=pickle.HIGHEST_PROTOCOL)]},
+        schema=pa.schema([("rid", pa.int64()), ("payload", pa.binary())]))
+
+
+def range_result(fn: Callable[[KeyedTable], Any], runs: KeyedRuns, ok: bool = True,
+                 **extra: Any) -> pa.RecordBatch:
+    """The result row of a range partition: its partition id, and ``extra`` with whether
+    the range has pooled rows (``empty``) and ``fn``'s result on its keyed table (None
+    when empty or not ``ok``), pickled."""
+    from pyspark import TaskContext
+
+    table = runs.table()
+    runs.runs.clear()
+    empty = not len(table.table)
+    result = fn(table) if ok and not empty else None
+    del table
+    context = TaskContext.get()
+    assert context is not None, "runs inside a Spark task"
+    return result_batch(context.partitionId(), {**extra, "empty": empty, "result": result})
 
 
 def _keyed(rows: RowPart, classes: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
@@ -197,10 +222,7 @@ def sample_runner(spec: KeySpec, finite_scores: bool, n_classes: int | None,
             hashes.append(h)
         s = np.concatenate(scores) if scores else np.zeros(0)
         h = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
-        payload = pickle.dumps((s, h), protocol=pickle.HIGHEST_PROTOCOL)
-        yield pa.RecordBatch.from_pydict({"rid": [0], "payload": [payload]},
-                                         schema=pa.schema([("rid", pa.int64()),
-                                                           ("payload", pa.binary())]))
+        yield result_batch(0, (s, h))
 
     return run
 
@@ -412,16 +434,13 @@ def range_runner(fn: Callable[[KeyedTable], Any], n_by: int, weighted: bool, per
             for v, part in parts:
                 runs.setdefault(v, KeyedRuns()).add(pool_chunk(part, n_by, weighted, per_class))
             del data, parts
-        schema = pa.schema([("rid", pa.int64()), ("payload", pa.binary())])
         if stats:
-            yield pa.RecordBatch.from_pydict(
-                {"rid": [-1], "payload": [pickle.dumps(stats, pickle.HIGHEST_PROTOCOL)]},
-                schema=schema)
+            yield result_batch(-1, stats)
         for v in sorted(runs):
             table = runs.pop(v).table()
-            payload = pickle.dumps(fn(table), protocol=pickle.HIGHEST_PROTOCOL)
+            result = fn(table)
             del table
-            yield pa.RecordBatch.from_pydict({"rid": [v], "payload": [payload]}, schema=schema)
+            yield result_batch(v, result)
 
     return run
 
@@ -433,8 +452,6 @@ def raw_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: bo
     id and the pickled (counts, ``fn`` result or None when it has no valid row)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
         stats: dict[str, Any] | None = None
         runs = KeyedRuns()
         for data in chunks(batches, chunk_rows):
@@ -443,16 +460,7 @@ def raw_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: bo
             del data
             if rows.n_rows:
                 runs.add(pool_rows(rows, [None], spec.pool_squares))
-        table = runs.table()
-        runs.runs.clear()
-        result = fn(table) if len(table.table) else None
-        context = TaskContext.get()
-        assert context is not None, "runs inside a Spark task"
-        payload = pickle.dumps({"stats": stats, "empty": not len(table.table),
-                                "result": result}, protocol=pickle.HIGHEST_PROTOCOL)
-        yield pa.RecordBatch.from_pydict({"rid": [context.partitionId()], "payload": [payload]},
-                                         schema=pa.schema([("rid", pa.int64()),
-                                                           ("payload", pa.binary())]))
+        yield range_result(fn, runs, stats=stats)
 
     return run
 
@@ -527,16 +535,13 @@ def table_runner(fn: Callable[[KeyedTable], Any], n_by: int
     (validation counts or None, ``fn`` result or None when it has no pooled row). A range's
     pooled rows are one keyed table as written (each key's rows together, ascending
     scores), so no sort rebuilds it; one range is held at a time."""
-    schema = pa.schema([("rid", pa.int64()), ("payload", pa.binary())])
 
     def result(rid: int, stats: dict[str, Any] | None, parts: list[pa.Table]
                ) -> pa.RecordBatch:
         table = keyed_from_arrow(pa.concat_tables(parts), n_by) if parts else None
         parts.clear()
-        payload = pickle.dumps({"stats": stats, "empty": table is None,
-                                "result": None if table is None else fn(table)},
-                               protocol=pickle.HIGHEST_PROTOCOL)
-        return pa.RecordBatch.from_pydict({"rid": [rid], "payload": [payload]}, schema=schema)
+        return result_batch(rid, {"stats": stats, "empty": table is None,
+                                  "result": None if table is None else fn(table)})
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         current: int | None = None
@@ -577,10 +582,7 @@ def parts_runner(fn: Callable[[RowPart], Any], spec: KeySpec, finite_scores: boo
             stats = merge_stats(stats, st)
             if rows.n_rows:
                 results.append(fn(rows))
-        payload = pickle.dumps({"stats": stats, "results": results}, pickle.HIGHEST_PROTOCOL)
-        yield pa.RecordBatch.from_pydict({"rid": [0], "payload": [payload]},
-                                         schema=pa.schema([("rid", pa.int64()),
-                                                           ("payload", pa.binary())]))
+        yield result_batch(0, {"stats": stats, "results": results})
 
     return run
 

@@ -33,7 +33,7 @@ from ...core.keyed import KeyedTable, KeySpec, range_bounds
 from ...core.rows import RowPart
 from ...core.summary import by_name, moved_fields
 from ...logs import log, phase
-from .keyed import CHUNK_ROWS, RANGE_ROWS, RESULT_SCHEMA, KeyedRuns, chunks
+from .keyed import CHUNK_ROWS, RANGE_ROWS, RESULT_SCHEMA, KeyedRuns, chunks, range_result
 from .session import with_arrow_batches
 
 __all__ = ["SparkSummaryRanges"]
@@ -49,25 +49,13 @@ def summary_runner(fn: Callable[[KeyedTable], Any], source: Any, spec: KeySpec,
     n_by = len(spec.by)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
         runs = KeyedRuns()
         problems = []
         for data in chunks(batches, chunk_rows):
             part = summary_keyed(data, n_by)
             problems.append(source.problems(part, spec, finite_scores))
             runs.add(part)
-        table = runs.table()
-        runs.runs.clear()
-        result = fn(table) if len(table.table) and not source.refused(problems) else None
-        context = TaskContext.get()
-        assert context is not None, "runs inside a Spark task"
-        payload = pickle.dumps({"empty": not len(table.table), "result": result,
-                                "problems": problems},
-                               protocol=pickle.HIGHEST_PROTOCOL)
-        yield pa.RecordBatch.from_pydict({"rid": [context.partitionId()], "payload": [payload]},
-                                         schema=pa.schema([("rid", pa.int64()),
-                                                           ("payload", pa.binary())]))
+        yield range_result(fn, runs, not source.refused(problems), problems=problems)
 
     return run
 
