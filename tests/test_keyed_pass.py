@@ -190,6 +190,21 @@ def test_map_rows_sees_every_valid_row_once(engine):
         assert r.dropped_rows == int((bad["label"] == 9).sum())
 
 
+def test_in_memory_frame_is_read_once_for_passes_over_rows():
+    """Local: a frame opened for several passes keeps its checked rows after the first
+    complete pass over them (temperature scaling's Newton steps); one pass reads anew."""
+    from distcal.engines.local import LocalEngine
+
+    df = keyed_data(1000, seed=3, k=3)
+    spec = KeySpec(score_col="v", multiclass=True)
+    for passes, same in ((3, True), (1, False)):
+        with LocalEngine().open_keyed(df, spec, passes=passes, batch_rows=300) as r:
+            first, second = (r.map_rows(lambda p: p.score) for _ in range(2))
+        assert len(first) == len(second) == 4
+        assert all((a is b) == same for a, b in zip(first, second))
+        np.testing.assert_array_equal(np.concatenate(first), np.concatenate(second))
+
+
 def test_vector_length_is_counted_over_the_whole_input(engine):
     """The first rows hold only short vectors: K comes from all rows."""
     df = keyed_data(600, seed=6, k=3)[["v", "label"]]

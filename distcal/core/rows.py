@@ -93,6 +93,21 @@ def _vectors_to_arrow(s: pd.Series, name: str) -> pa.Array:
     return arr
 
 
+def _numpy_vectors(s: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
+    """(values, lengths) of a pandas column of 1-d numpy arrays only, else None.
+
+    A column of numpy arrays (``list(matrix)``, ``predict_proba``'s rows) is
+    read without Arrow: converting it takes longer than the fit's pooling.
+    Other columns (lists, None, text, arrays of other shapes) are Arrow's,
+    which names their problems.
+    """
+    vals = s.to_numpy()
+    if s.dtype != object or not len(vals) or not isinstance(vals[0], np.ndarray) \
+            or set(map(type, vals)) != {np.ndarray} or vals[0].ndim != 1:
+        return None
+    return vals, np.fromiter(map(len, vals), dtype=np.intp, count=len(vals))
+
+
 def _vector_column(data: pd.DataFrame | pa.Table, name: str, length: int | None = None
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A vector column as an (n, K) float64 matrix, K the most common length.
@@ -105,20 +120,20 @@ def _vector_column(data: pd.DataFrame | pa.Table, name: str, length: int | None 
         data = pa.table({name: pa.array(data[name])})  # Arrow-backed: read as Arrow
     if isinstance(data, pd.DataFrame):
         s = data[name]
-        vals = s.to_numpy()
-        if (s.dtype == object and len(vals) and isinstance(vals[0], np.ndarray)
-                and vals[0].ndim == 1 and length in (None, vals[0].shape[0])):
+        arrays = _numpy_vectors(s)
+        if arrays is not None and length in (None, arrays[0][0].shape[0]):
             # Fast path: numeric vectors all of length K concatenate into the
             # (n, K) matrix (np.stack would make a 2-d view of each row first,
             # twice as slow); anything else (None, ragged, text, other shapes)
             # goes the Arrow way, which counts problems.
-            m: np.ndarray | None
+            vals, lens = arrays
             k = vals[0].shape[0]
-            try:
-                lens = np.fromiter(map(len, vals), dtype=np.intp, count=len(vals))
-                m = np.concatenate(vals).reshape(len(vals), k) if (lens == k).all() else None
-            except (TypeError, ValueError):
-                m = None
+            m: np.ndarray | None = None
+            if (lens == k).all():
+                try:
+                    m = np.concatenate(vals).reshape(len(vals), k)
+                except ValueError:
+                    m = None
             if m is not None and m.ndim == 2 and m.dtype.kind in "fiub":
                 z = np.zeros(len(vals), bool)
                 return m.astype(np.float64, copy=False), z, z
@@ -170,6 +185,11 @@ def vector_lengths(data: pd.DataFrame | pa.Table, name: str) -> np.ndarray:
     Partitions' counts add up; K is the most common length (``argmax``).
     """
     if isinstance(data, pd.DataFrame):
+        arrays = _numpy_vectors(data[name])
+        if arrays is not None and all(v.ndim == 1 and v.dtype.kind in "fiub"
+                                      for v in (arrays[0][0], arrays[0][-1])):
+            # (an array of other numbers or dimensions further on: read_rows refuses it)
+            return np.bincount(arrays[1], minlength=1)
         col: Any = _vectors_to_arrow(data[name], name)
     else:
         col = data.column(name)

@@ -34,12 +34,14 @@ class LocalEngine:
 
         Options: ``memory_rows`` (distinct (key, score) pairs held before
         spilling sorted runs to disk), ``batch_rows`` (rows read at a time);
-        ``chunk_rows`` is accepted for the binary fit's sake.
+        ``chunk_rows`` is accepted for the binary fit's sake. With ``passes``
+        > 1 an in-memory frame's checked rows are kept between passes over
+        the rows.
         """
         from .local_keyed import LocalKeyedRanges
 
         return LocalKeyedRanges(data, spec, on_invalid=on_invalid, finite_scores=finite_scores,
-                                **opts)
+                                passes=passes, **opts)
 
     def transform_rows(self, data: Any, columns: dict[str, str], output_col: str,
                        predict: Callable[[Any], Any], vector: bool, model: Any = None,

@@ -164,11 +164,15 @@ class LocalKeyedRanges:
 
     The first ``map`` reads, checks and pools the whole input once (the
     store is kept for later passes); every ``map_rows`` reads the input
-    again, batch by batch.
+    again, batch by batch, except an in-memory frame opened for several
+    passes: its checked rows are kept from the first complete read (about
+    the frame's own size; temperature scaling's Newton passes would
+    otherwise read a vector column again each time, which costs more than
+    the pass).
     """
 
     def __init__(self, data: Any, spec: KeySpec, *, on_invalid: str = "raise",
-                 finite_scores: bool = False, memory_rows: int = 1 << 23,
+                 finite_scores: bool = False, passes: int = 1, memory_rows: int = 1 << 23,
                  batch_rows: int = 1 << 20, chunk_rows: int = 1 << 22):
         refuse_cluster_frames(data)
         if is_path(data):  # a batch holds only the needed columns: name the file's in an error
@@ -184,6 +188,9 @@ class LocalKeyedRanges:
         self._pooled = False
         # Saved or in-memory summaries: their pooled rows go to the store as they are.
         self.summary = data if isinstance(data, SummarySource) else None
+        self._keep_rows = passes > 1 and isinstance(data, (pd.DataFrame, pa.Table,
+                                                           pa.RecordBatch))
+        self._kept: list[tuple[RowPart, dict[str, Any]]] | None = None
 
     def _count_classes(self) -> int:
         """K: ``score_cols`` (one column: a binary problem, K = 2), or the common vector length."""
@@ -257,10 +264,15 @@ class LocalKeyedRanges:
         if self.summary is not None:
             raise self.summary.no_rows()
         out, stats = [], []
-        for rows, st in self._rows():
+        kept: list[tuple[RowPart, dict[str, Any]]] = []
+        for rows, st in self._kept if self._kept is not None else self._rows():
+            if self._keep_rows:
+                kept.append((rows, st))
             stats.append(st)
             if rows.n_rows and not (st["invalid"] and self.on_invalid == "raise"):
                 out.append(fn(rows))
+        if self._keep_rows:  # read to the end
+            self._kept = kept
         if not self._pooled:
             self._totals(stats)
         return out
