@@ -353,19 +353,23 @@ def _concat_disjoint(parts: list[KeyedTable]) -> KeyedTable:
 def pool_rows(rows: Any, classes: list[int | None], with_wyy: bool = False) -> KeyedTable:
     """The keyed table of one part's valid rows (a :class:`~distcal.core.rows.RowPart`).
 
-    What every engine does with a batch of valid rows. One class at a time
-    (:func:`explode` of that class, then :func:`pool_keyed`): the classes'
-    keys are disjoint, so their tables are only put side by side, and at
-    most the rows of one class (global and segment keys) are exploded at
-    once. ``with_wyy``: also pool w * y^2 (evaluation's Brier score).
+    What every engine does with a batch of valid rows. One class at a time,
+    and within a class the global key, then the segment keys: their keys
+    are disjoint, so their tables are only put side by side (in the order
+    of :func:`explode`'s codes), and the rows are never copied once per key
+    (the global key alone takes :func:`pool_keyed`'s one-key fast paths).
+    ``with_wyy``: also pool w * y^2 (evaluation's Brier score).
     """
     if rows.n_rows == 0:
         return empty_keyed()
     parts = []
     for cls in classes:
-        codes, keys, s, y, w = explode(rows.score, rows.label, rows.weight, rows.segments,
-                                       [cls])
+        codes, keys, s, y, w = explode(rows.score, rows.label, rows.weight, None, [cls])
         parts.append(pool_keyed(codes, keys, s, y, w, with_wyy=with_wyy))
+        if rows.segments is not None:
+            seg_codes, seg_keys = rows.segments
+            parts.append(pool_keyed(seg_codes, [(seg, cls) for seg in seg_keys], s, y, w,
+                                    with_wyy=with_wyy))
     return _concat_disjoint(parts)
 
 
