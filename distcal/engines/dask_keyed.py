@@ -64,8 +64,10 @@ from ..logs import log, phase
 
 __all__ = ["DaskKeyedRanges", "DEFAULT_RANGE_ROWS", "n_ranges_for", "transform_rows"]
 
-# Pooled (key, score) rows a range may hold: the engine option ``range_rows``
-# (the Spark engine's option of the same name and default).
+# Pooled (key, score) rows a range may merge: the engine option ``range_rows``. The
+# Spark engine's option of that name counts the estimated distinct pairs of each keyed
+# row's own key (200,000); here the count is what a merge concatenates, every key's
+# slices of every partition, at ~150 B per row at the merge's peak (module docstring).
 DEFAULT_RANGE_ROWS = 2_000_000
 
 
