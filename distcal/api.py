@@ -73,7 +73,8 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
     **method_params
         The method's parameters above, and engine options (local:
         ``memory_rows``, ``batch_rows``, ``chunk_rows``; Spark: ``n_ranges``,
-        ``combine``, ``sample_rows``, ``range_rows``; Dask: ``n_ranges``,
+        ``sample_rows``, ``range_rows``, and ``combine``, which is ignored
+        with a ``FutureWarning``; Dask: ``n_ranges``,
         ``samples_per_range``, ``range_rows``).
 
     Returns

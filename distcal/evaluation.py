@@ -203,7 +203,9 @@ def report_from_ranges(ranges: Any, *, prob_col: str, n_bins: int = 10,
     ``ranges`` offers ``map`` (see ``MapRanges``) and, once mapped over,
     ``n_rows``, ``dropped_rows``, ``sum_wyy`` (sum of w y^2) and
     ``test_sums`` (:func:`~distcal.core.calibration_tests.calibration_test_partials`
-    added up).
+    added up). ``prob_col`` (the column named in the report), ``n_bins``,
+    ``strategy``, ``bins``, ``threshold``, ``confidence`` and ``roc_points``:
+    as for :func:`evaluate`.
 
     With ``roc_points``, the ranges send only their ROC hull candidates in
     the first pass; the points at evenly spaced ranks ride along with the
@@ -531,7 +533,7 @@ def evaluate_many(data: Any, prob_cols: list[Any], label_col: str = DEFAULTS.lab
 
     ``interval_cols`` (binary columns only): as for :func:`evaluate`; every
     column's pass checks the interval, and every report carries the same
-    ``interval_widths``.
+    ``interval_widths``. The other parameters are as for :func:`evaluate`.
 
     Returns
     -------

@@ -439,7 +439,7 @@ def _load_dir(root: Path) -> Summary:
 
 
 def load_summary(path: str | os.PathLike[str]) -> Summary:
-    """Read a summary directory written by :meth:`Summary.save`.
+    """Read the summary directory ``path`` (local path or URL) written by :meth:`Summary.save`.
 
     The directory is untrusted input, read as model directories are: only
     the regular files ``summary.json`` and ``table.parquet`` directly

@@ -322,7 +322,12 @@ class ThresholdTracker:
 
     def update_many(self, scores: Any, labels: Any = None, weights: Any = None, *,
                     losses: Any = None) -> None:
-        """Add many rows: validated and pooled by distinct score with numpy first."""
+        """Add many rows: validated and pooled by distinct score with numpy first.
+
+        ``scores``, and either ``labels`` in [0, 1] (the class costs) or
+        ``losses`` (each row's own loss, as ``loss`` of :meth:`update`),
+        with ``weights`` (None: all 1): arrays of one length.
+        """
         import numpy as np
 
         from .core.distinct import pool_ties
