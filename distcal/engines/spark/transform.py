@@ -19,13 +19,13 @@ fast as MLlib's.
   and segments that fall back, take the global map's arrays from a
   one-row table joined to every row. The piece, i = #{split points <= s},
   is a binary search in SQL over the row's own split points (binary
-  lifting: ceil(log2(largest map + 1)) steps of one ``element_at`` and one
-  comparison), so each search stays in one map's array (a few KB, in
+  lifting: ceil(log2(largest map + 1)) steps of one ``try_element_at`` and
+  one comparison), so each search stays in one map's array (a few KB, in
   cache); a search over the union of all maps' split points (10^5 doubles)
   and a second join on the piece cost 2-3x more. The tables go to the JVM
-  as Arrow batches (local relations): ~10^5 pieces as constant arrays were
-  printed into every plan description (10 MB a query at 10,000 segments)
-  and shipped in every task.
+  as Arrow batches (local relations): as constant arrays, ~10^5 pieces
+  would be printed into every plan description (10 MB a query at 10,000
+  segments) and shipped in every task.
 
 The output keeps every input column and adds a double column; an
 ``output_col`` that exists already is a ``DataError``.
@@ -255,8 +255,8 @@ def _table(spark: Any, keys: list[tuple[Any, ...]], key_types: list[Any], key_co
 
     ``values``: per column, a double (or None) or an array of doubles per
     key. Built with Arrow it is a local relation: a list of rows would be a
-    Python RDD, run by Python workers when broadcast; neither are its rows
-    printed in the plan (as literals they were: 10 MB a query).
+    Python RDD, run by Python workers when broadcast; nor are its rows
+    printed in the plan (as literals they would be: 10 MB a query).
     """
     import pyarrow as pa
     from pyspark.sql import types as T
