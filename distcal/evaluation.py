@@ -18,6 +18,7 @@ from .core.keyed import KeySpec
 from .defaults import DEFAULTS
 from .engines import get_engine, resolve_engine
 from .errors import DataError, ParameterError, sums_overflow
+from .jsonsafe import json_safe, key_value
 from .params import (
     check_column_name,
     check_distinct_columns,
@@ -146,42 +147,16 @@ class EvaluationReport:
         return fn(self, ax, **kwargs)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-safe dict (non-finite numbers become None)."""
-
-        def clean(v: Any) -> Any:
-            if isinstance(v, pd.DataFrame):
-                return {c: [clean(x) for x in v[c].tolist()] for c in v.columns}
-            if isinstance(v, dict):
-                return {k: clean(x) for k, x in v.items()}
-            if isinstance(v, np.ndarray):
-                return [clean(x) for x in v.tolist()]
-            if isinstance(v, (list, tuple)):
-                return [clean(x) for x in v]
-            if isinstance(v, (float, np.floating)):
-                return float(v) if math.isfinite(v) else None
-            if isinstance(v, np.integer):
-                return int(v)
-            return v
-
-        out = {k: clean(getattr(self, k)) for k in self.__dataclass_fields__
+        """JSON-safe dict (non-finite numbers become None; :mod:`distcal.jsonsafe`)."""
+        out = {k: json_safe(getattr(self, k)) for k in self.__dataclass_fields__
                if k != "segments"}
-        if self.segments is not None:  # key values JSON can hold, others as text
+        if self.segments is not None:  # ±inf and NaN keys as text, not null
             keys = set(self.segment_by)
-            out["segments"] = {c: [v if v is None or isinstance(v, (str, bool, int, float))
-                                   else str(v) for v in col]
-                               for c, col in clean(self.segments).items()}
-            for c in keys & set(self.segments.columns):  # ±inf keys as text, not null
-                out["segments"][c] = [_key_text(v, kept) for v, kept in
-                                      zip(self.segments[c].tolist(), out["segments"][c])]
+            out["segments"] = {c: [key_value(v) for v in col] if c in keys else json_safe(col)
+                               for c, col in ((str(c), self.segments[c].tolist())
+                                              for c in self.segments.columns)}
             out["segment_by"] = self.segment_by
         return out
-
-
-def _key_text(v: Any, kept: Any) -> Any:
-    """A segment key for JSON: ±inf and NaN as "Infinity", "-Infinity", "NaN"."""
-    if isinstance(v, (float, np.floating)) and not math.isfinite(v):
-        return "NaN" if math.isnan(v) else "Infinity" if v > 0 else "-Infinity"
-    return kept
 
 
 def check_roc_points(roc_points: Any) -> int | None:

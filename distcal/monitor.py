@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import ParameterError
+from .jsonsafe import json_safe
 
 __all__ = ["MonitorReport", "monitor", "holm_adjust", "COLUMNS"]
 
@@ -76,20 +77,11 @@ class MonitorReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: the table by column (non-finite numbers as None), the settings."""
-        def clean(v: Any) -> Any:
-            if isinstance(v, (bool, np.bool_)):
-                return bool(v)
-            if isinstance(v, (int, np.integer)):
-                return int(v)
-            if isinstance(v, (float, np.floating)):
-                return float(v) if math.isfinite(v) else None
-            return v
-
         return {"alpha": self.alpha, "max_ece": self.max_ece,
                 "critical_z": _critical_z(self.alpha),
-                "table": {c: [clean(v) for v in self.table[c].tolist()] for c in COLUMNS},
-                "holm_p": [clean(v) for v in self.holm_p.tolist()],
-                "alerts": [clean(v) for v in self.alerts["period"].tolist()],
+                "table": json_safe(self.table[list(COLUMNS)]),
+                "holm_p": json_safe(self.holm_p),
+                "alerts": json_safe(self.alerts["period"].tolist()),
                 "n_alerts": int(self.table["alert"].sum())}
 
     def save(self, path: str | os.PathLike[str], overwrite: bool = False) -> Path:

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from .core import calibration_metrics as cm
+from .jsonsafe import json_safe
 from .storage import local_publishing
 
 # The reports (distcal.EvaluationReport) are only read here, by attribute:
@@ -153,21 +154,7 @@ def _values(r: EvaluationReport, extra: dict[str, Any], cost: dict[str, Any]) ->
         "f1": r.f1, "tp": conf["tp"], "fp": conf["fp"], "tn": conf["tn"], "fn": conf["fn"],
         "best_threshold": cost["best_threshold"], "best_cost": cost["best_cost"],
     }
-    return {k: _jsonable(v) for k, v in vals.items()}
-
-
-def _jsonable(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple, np.ndarray)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, (bool, np.bool_)):
-        return bool(v)
-    if isinstance(v, (int, np.integer)):
-        return int(v)
-    if isinstance(v, (float, np.floating)):
-        return float(v) if math.isfinite(v) else None
-    return v
+    return {k: json_safe(v) for k, v in vals.items()}
 
 
 def _strategy(edges: list[float]) -> str:
@@ -205,7 +192,7 @@ def _provenance(reports: list[EvaluationReport], given: dict[str, Any] | None,
             prov["model_checksum"] = read_model_json(Path(model_dir)).get("checksum")
         except (ModelError, OSError):
             pass
-    return {k: _jsonable(v) if not isinstance(v, (str, os.PathLike)) else str(v)
+    return {k: json_safe(v) if not isinstance(v, (str, os.PathLike)) else str(v)
             for k, v in prov.items() if v is not None}
 
 
@@ -254,7 +241,7 @@ def _width_rows(reports: list[EvaluationReport]) -> list[dict[str, Any]]:
         return []
     return [{"key": f"interval_width_{k}", "label": label, "kind": "metric",
              "description": desc,
-             "values": {r.prob_col: _jsonable((r.interval_widths or {}).get(k))
+             "values": {r.prob_col: json_safe((r.interval_widths or {}).get(k))
                         for r in reports}} for k, label, desc in WIDTH_METRICS]
 
 
@@ -418,12 +405,12 @@ def _is_multiclass(r: Any) -> bool:
 
 def _multiclass_table(reports: list[Any]) -> list[dict[str, Any]]:
     rows = [{"key": key, "label": label, "kind": kind, "description": desc,
-             "values": {r.prob_col: _jsonable(getattr(r, key)) for r in reports}}
+             "values": {r.prob_col: json_safe(getattr(r, key)) for r in reports}}
             for key, label, kind, desc in MULTICLASS_METRICS]
     for k in range(max(r.n_classes for r in reports)):
         rows.append({"key": f"ece_class_{k}", "label": f"ECE of class {k}", "kind": "metric",
                      "description": f"One-vs-rest ECE of p_{k} against [y = {k}].",
-                     "values": {r.prob_col: _jsonable(r.per_class_ece[k]) if k < r.n_classes
+                     "values": {r.prob_col: json_safe(r.per_class_ece[k]) if k < r.n_classes
                                 else None for r in reports}})
     return rows
 
@@ -441,7 +428,7 @@ def _multiclass_provenance(reports: list[Any], given: dict[str, Any] | None
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     prov.update(given or {})
-    return {k: _jsonable(v) if not isinstance(v, (str, os.PathLike)) else str(v)
+    return {k: json_safe(v) if not isinstance(v, (str, os.PathLike)) else str(v)
             for k, v in prov.items() if v is not None}
 
 
@@ -498,7 +485,7 @@ def _multiclass_document(reports: list[Any], provenance: dict[str, Any] | None,
     prov = _multiclass_provenance(reports, provenance)
     figures = _multiclass_figures(reports)
     doc: dict[str, Any] = {"kind": "multiclass", "columns": [r.prob_col for r in reports],
-                           "reports": {r.prob_col: _jsonable(r.to_dict()) for r in reports}}
+                           "reports": {r.prob_col: json_safe(r.to_dict()) for r in reports}}
     if len(reports) == 1:
         doc.update(doc["reports"][reports[0].prob_col])
     doc.update({"table": table, "provenance": prov, "notes": [],
@@ -567,9 +554,9 @@ def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
     doc["reports"] = {}
     for r, e, c in zip(reports, extras, costs):
         d = r.to_dict()
-        d["extra"] = _jsonable({k: v for k, v in e.items() if k != "smooth_curve"})
-        d["extra"]["smooth_curve"] = _jsonable(e["smooth_curve"])
-        d["cost_curve"] = _jsonable({k: c[k] for k in ("best_threshold", "best_cost", "best_fp",
+        d["extra"] = json_safe({k: v for k, v in e.items() if k != "smooth_curve"})
+        d["extra"]["smooth_curve"] = json_safe(e["smooth_curve"])
+        d["cost_curve"] = json_safe({k: c[k] for k in ("best_threshold", "best_cost", "best_fp",
                                                         "best_fn", "cost_fp", "cost_fn")})
         doc["reports"][r.prob_col] = d
     if len(reports) == 1:

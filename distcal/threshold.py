@@ -18,6 +18,7 @@ from .core.threshold import (
 from .defaults import DEFAULTS
 from .engines import get_engine, resolve_engine
 from .errors import DataError, sums_overflow
+from .jsonsafe import json_safe, key_value
 from .params import check_finite, check_on_invalid, check_score_index, split_engine_options
 from .segment_evaluation import threshold_by
 
@@ -68,13 +69,13 @@ class ThresholdResult:
         strings "Infinity", "-Infinity", "NaN" (None is the null key);
         other keys JSON cannot hold (dates) are their text.
         """
-        out = _json_record({f.name: getattr(self, f.name) for f in fields(self)
-                            if f.name != "segments"})
+        out = json_safe({f.name: getattr(self, f.name) for f in fields(self)
+                         if f.name != "segments"}, why=True)
         if self.segments is not None:
             keys = [c for c in self.segments.columns if c not in _SEGMENT_FIELDS]
             out["segments"] = [
-                _json_record({str(k): _key_value(v) if k in keys else v
-                              for k, v in row.items()})
+                json_safe({str(k): key_value(v) if k in keys else v for k, v in row.items()},
+                          why=True)
                 for row in self.segments.to_dict(orient="records")]
         return out
 
@@ -82,49 +83,6 @@ class ThresholdResult:
 # The columns of ThresholdResult.segments besides the by columns (the keys).
 _SEGMENT_FIELDS = ("n_rows", "weight", "threshold", "cost", "fp", "fn", "tp", "tn",
                    "predict_none")
-# Why a field of to_dict() is None, where it is expected (else the generic reason).
-_WHY_NULL = {
-    ("threshold", "inf"): "+inf: no score threshold beats the rule printed by predict_none "
-                          "(true: no row positive; false: only rows scored +inf)",
-    ("threshold", "-inf"): "-inf: every row is predicted positive",
-    **{(f, "nan"): "undefined: a per-row loss (loss_col) has no labels"
-       for f in ("tp", "fp", "tn", "fn")}}
-
-
-def _json_record(record: dict[str, Any]) -> dict[str, Any]:
-    """One dict of to_dict(): non-finite numbers None with their reason in "why_null"."""
-    out: dict[str, Any] = {}
-    why: dict[str, str] = {}
-    for k, v in record.items():
-        v = _plain(v)
-        if isinstance(v, float) and not math.isfinite(v):
-            kind = "nan" if math.isnan(v) else "inf" if v > 0 else "-inf"
-            why[k] = _WHY_NULL.get((k, kind), {"nan": "not a number (NaN)", "inf": "+infinity",
-                                               "-inf": "-infinity"}[kind])
-            v = None
-        out[k] = v
-    if why:
-        out["why_null"] = why
-    return out
-
-
-def _key_value(v: Any) -> Any:
-    """A segment key as JSON holds it: ±inf and NaN as text (None is the null key)."""
-    v = _plain(v)
-    if isinstance(v, float) and not math.isfinite(v):
-        return "NaN" if math.isnan(v) else "Infinity" if v > 0 else "-Infinity"
-    return v
-
-
-def _plain(v: Any) -> Any:
-    """numpy scalars as Python numbers; other key values JSON cannot hold as text."""
-    if isinstance(v, (np.bool_, bool)):
-        return bool(v)
-    if isinstance(v, np.integer):
-        return int(v)
-    if isinstance(v, np.floating):
-        return float(v)
-    return v if v is None or isinstance(v, (str, int, float)) else str(v)
 
 
 def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,

@@ -82,10 +82,10 @@ def test_threshold_to_dict_says_why_and_keeps_inf_keys_as_text():
 
 def test_the_command_line_and_to_dict_agree():
     """The command's JSON line takes its segments from to_dict (distcal.cli.commands)."""
-    from distcal.cli.jsonline import standard_json
+    from distcal.jsonsafe import json_safe
 
     res = distcal.optimal_threshold(_rows().assign(label=0), by="g")
-    assert standard_json(res.to_dict()) == res.to_dict()
+    assert json_safe(res.to_dict(), why=True) == res.to_dict()
 
 
 EVALUATION_CASES = {

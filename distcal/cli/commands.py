@@ -18,7 +18,6 @@ from ..keyed_model import KeyedModel
 from ..storage import MODEL, PARQUET, REPORT
 from ..threshold import optimal_threshold
 from .backend import Backend, interval_columns, score_columns
-from .jsonline import key_value
 
 __all__ = ["COMMANDS", "cmd_fit", "cmd_apply", "cmd_evaluate", "cmd_threshold",
            "cmd_discretize", "cmd_export", "cmd_summarize", "cmd_monitor", "ALERT_EXIT"]
@@ -300,15 +299,13 @@ def cmd_threshold(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
                                     score_index=opts.get("score_index"),
                                     by=_by_columns(opts.get("by")))
     # +inf (predict nothing positive) prints as null with the reason in "why_null"
-    # (standard JSON has no Infinity; see jsonline.standard_json).
+    # (standard JSON has no Infinity: distcal.jsonsafe).
     out: dict[str, Any] = {
         "threshold": res.threshold, "predict_none": res.predict_none, "cost": res.cost,
         "tp": res.tp, "fp": res.fp, "tn": res.tn, "fn": res.fn,
         "n_positive_predicted": res.n_positive_predicted}
     if res.segments is not None:  # ±inf keys as "Infinity"/"-Infinity", never null
-        by = _by_columns(opts.get("by")) or []
-        out["segments"] = [{k: key_value(v) if k in by else v for k, v in row.items()}
-                           for row in res.to_dict()["segments"]]
+        out["segments"] = res.to_dict()["segments"]
     return out
 
 

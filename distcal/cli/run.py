@@ -31,10 +31,10 @@ from ..errors import (
     ParameterError,
     UsageError,
 )
+from ..jsonsafe import json_safe
 from ..storage import OutputExistsError
 from .backend import Backend, check_input_files
 from .commands import COMMANDS
-from .jsonline import standard_json
 from .options import resolve_options
 from .parser import attach_negative_values, build_parser
 
@@ -193,7 +193,7 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
     # A command may end with another status once its line is printed (monitor
     # --fail-on-alert: 3 when a period alerts).
     status = int(result.pop("exit_status", 0))
-    print(json.dumps(standard_json(result), allow_nan=False))
+    print(json.dumps(json_safe(result, why=True), allow_nan=False))
     return status
 
 
