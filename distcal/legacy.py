@@ -39,14 +39,12 @@ from .model import (
     check_model,
     parse_model_json,
     read_checked_meta,
-    read_model_json,
     read_table_file,
     steps_from_table,
 )
 from .model_format import _BLOCK_COLUMNS
 
-__all__ = ["load_binary", "is_multiclass_model", "load_multiclass", "is_segmented_model",
-           "load_segmented"]
+__all__ = ["load_binary", "load_multiclass", "load_segmented"]
 
 BINARY_FORMAT = "distcal-model"
 MULTICLASS_FORMAT = "distcal-multiclass-model"
@@ -92,20 +90,6 @@ def _binary_from_meta(root: Path, meta: dict[str, Any]) -> CalibrationModel:
     parts = {k: meta[k] for k in ("n_rows", "weight_total", "dropped_rows", "columns")}
     check_model(meta["method"], meta["params"], blocks, steps=steps, **parts)
     return CalibrationModel(meta["method"], meta["params"], blocks, steps=steps, **parts)
-
-
-def is_multiclass_model(path: str | os.PathLike) -> bool:
-    """True when ``path`` is a directory whose model.json has format ``distcal-multiclass-model``.
-
-    For ``distcal.load`` to dispatch: only the ``format`` field is read;
-    nothing is validated (:func:`load_multiclass` does that). A model.json
-    that cannot be read safely is left to the binary loader to report.
-    """
-    try:
-        meta = read_model_json(Path(path))
-    except ModelError:
-        return False
-    return meta.get("format") == MULTICLASS_FORMAT
 
 
 def load_multiclass(path: str | os.PathLike) -> KeyedModel:
@@ -203,14 +187,6 @@ def _model_from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
     return KeyedModel(method, maps, n_classes=k, params=meta["params"], n_rows=meta["n_rows"],
                       weight_total=meta["weight_total"], dropped_rows=meta["dropped_rows"],
                       columns=meta["columns"])
-
-
-def is_segmented_model(root: Path) -> bool:
-    """True when ``root``'s model.json has the segmented format (nothing else is checked)."""
-    try:
-        return read_model_json(root).get("format") == SEGMENTED_FORMAT
-    except ModelError:
-        return False
 
 
 def load_segmented(root: Path) -> KeyedModel:

@@ -9,8 +9,8 @@ from typing import Any
 from .errors import ModelError
 from .keyed_model import load_keyed
 from .legacy import (
-    is_multiclass_model,
-    is_segmented_model,
+    MULTICLASS_FORMAT,
+    SEGMENTED_FORMAT,
     load_binary,
     load_multiclass,
     load_segmented,
@@ -24,16 +24,20 @@ __all__ = ["load", "load_dir"]
 
 def load_dir(root: Path) -> Any:
     """The model in ``root``, by its model.json: version 2 (:mod:`distcal.model_format`),
-    or a 0.1 multiclass, segmented or binary model (:mod:`distcal.legacy`)."""
+    or a 0.1 multiclass, segmented or binary model (:mod:`distcal.legacy`).
+
+    Only the ``format`` field decides; the loader validates everything. A
+    model.json that cannot be read safely is left to the binary loader to report.
+    """
     try:
-        current = read_model_json(root).get("format") == FORMAT
+        fmt = read_model_json(root).get("format")
     except ModelError:
-        current = False
-    if current:
+        fmt = None
+    if fmt == FORMAT:
         return load_keyed(root)
-    if is_multiclass_model(root):
+    if fmt == MULTICLASS_FORMAT:
         return load_multiclass(root)
-    if is_segmented_model(root):
+    if fmt == SEGMENTED_FORMAT:
         return load_segmented(root)
     # Anything else is read as a 0.1 binary model, whose reader says what is wrong.
     return load_binary(root)

@@ -54,8 +54,8 @@ from .model_format import _BLOCK_COLUMNS, _json_checksum, steps_table, write_mod
 from .storage import filesystem_for, publish_dir
 
 __all__ = ["CalibrationModel", "check_model", "read_model_json", "read_plain_file",
-           "read_table_file", "blocks_from_table", "parse_model_json", "steps_from_table",
-           "check_steps"]
+           "read_table_bytes", "read_table_file", "blocks_from_table", "parse_model_json",
+           "steps_from_table", "check_steps"]
 
 
 class CalibrationModel:
@@ -602,37 +602,44 @@ def parse_model_json(raw: Any, where: str | os.PathLike[str], what: str = "",
     return doc
 
 
-def read_model_json(root: Path) -> dict[str, Any]:
+def read_model_json(root: Path, name: str = "model.json", noun: str = "model"
+                    ) -> dict[str, Any]:
     """The parsed ``model.json`` of ``root``, or :class:`ModelError`.
 
-    Read as :func:`parse_model_json` says; an object at the top.
+    Read as :func:`parse_model_json` says; an object at the top. ``name``
+    and ``noun`` ("summary.json", "summary") read a summary directory alike.
     """
     if not root.is_dir():
-        raise ModelError(f"model directory '{root}' does not exist")
-    meta_path = root / "model.json"
+        raise ModelError(f"{noun} directory '{root}' does not exist")
+    meta_path = root / name
     if not os.path.lexists(meta_path):
-        raise ModelError(f"'{root}' is not a distcal model (no model.json)")
-    raw = read_plain_file(root, "model.json", MAX_JSON_BYTES, "metadata file")
+        raise ModelError(f"'{root}' is not a distcal {noun} (no {name})")
+    raw = read_plain_file(root, name, MAX_JSON_BYTES, "metadata file")
     meta = parse_model_json(raw, meta_path)
     if not isinstance(meta, dict):
-        raise ModelError(f"'{root}' is not a distcal model")
+        raise ModelError(f"'{root}' is not a distcal {noun}")
     return meta
 
 
-def read_checked_meta(root: Path, fmt: str, version: int, kind: str = "") -> dict[str, Any]:
-    """model.json of ``root`` once it says format ``fmt``, version ``version``, checksum right.
+def read_checked_meta(root: Path, fmt: str, version: int, kind: str = "", *,
+                      name: str = "model.json", noun: str = "model",
+                      version_text: Callable[[Any], str] | None = None) -> dict[str, Any]:
+    """``name`` (model.json) of ``root`` once it says format ``fmt``, version ``version``,
+    checksum right.
 
-    ``kind`` ("", "multiclass ", "segmented ") names the model in the messages.
+    ``kind`` ("", "multiclass ", "segmented ") and ``noun`` ("model",
+    "summary") name the directory in the messages; ``version_text`` shows
+    a wrong version in them (default :func:`_short`).
     """
-    meta = read_model_json(root)
+    meta = read_model_json(root, name, noun)
     if meta.get("format") != fmt:
-        raise ModelError(f"'{root}' is not a distcal {kind}model")
+        raise ModelError(f"'{root}' is not a distcal {kind}{noun}")
     if type(meta.get("format_version")) is not int or meta["format_version"] != version:
-        raise ModelError(f"'{root}' has {kind}model format version "
-                         f"{_short(meta.get('format_version'))}; this distcal reads version "
-                         f"{version}")
+        raise ModelError(f"'{root}' has {kind}{noun} format version "
+                         f"{(version_text or _short)(meta.get('format_version'))}; "
+                         f"this distcal reads version {version}")
     if meta.get("checksum") != _json_checksum(meta):
-        raise ModelError(f"'{root / 'model.json'}' is damaged (checksum mismatch)")
+        raise ModelError(f"'{root / name}' is damaged (checksum mismatch)")
     return meta
 
 
@@ -653,14 +660,20 @@ def build_or_damaged(root: Path, build: Callable[[], T]) -> T:
         raise ModelError(f"'{root}' is damaged: {str(exc)[:300]}") from exc
 
 
-def read_table_file(root: Path, info: Any, expected_file: str) -> pa.Table:
-    """The Parquet table of a ``tables`` entry of model.json, checked against its hash."""
+def read_table_bytes(root: Path, info: Any, expected_file: str) -> bytes:
+    """The bytes of the file a ``tables`` entry of model.json names, checked against its hash."""
     if not isinstance(info, dict) or info.get("file") != expected_file:
         raise ModelError(f"'{root}' is damaged: a table entry does not name "
                          f"'{expected_file}'")
     data = read_plain_file(root, info["file"], MAX_TABLE_BYTES, "table file")
     if hashlib.sha256(data).hexdigest() != info.get("sha256"):
         raise ModelError(f"'{root / expected_file}' is missing or damaged (checksum mismatch)")
+    return data
+
+
+def read_table_file(root: Path, info: Any, expected_file: str) -> pa.Table:
+    """The Parquet table of a ``tables`` entry of model.json, checked against its hash."""
+    data = read_table_bytes(root, info, expected_file)
     try:
         # One thread, this one: a model's tables are small, and a read on Arrow's
         # thread pools leaves native threads alive that the interpreter's exit

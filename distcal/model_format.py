@@ -148,6 +148,7 @@ def _sha256(path: Path) -> str:
 
 
 def _json_checksum(meta: dict[str, Any]) -> str:
-    """The checksum of a model.json: SHA-256 of every other field, as sorted JSON."""
+    """The checksum of a model.json (or a summary's summary.json): SHA-256 of every other
+    field, as sorted JSON."""
     body = {k: v for k, v in meta.items() if k != "checksum"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()

@@ -55,14 +55,8 @@ from .defaults import DEFAULTS
 from .engines import get_engine, resolve_engine
 from .errors import DataError, ModelError, ParameterError, sums_overflow, unexpected_arguments
 from .logs import log
-from .model import (
-    MAX_JSON_BYTES,
-    MAX_TABLE_BYTES,
-    build_or_damaged,
-    parse_model_json,
-    read_plain_file,
-    read_table_file,
-)
+from .model import build_or_damaged, read_checked_meta, read_table_bytes, read_table_file
+from .model_format import _json_checksum
 from .params import check_on_invalid, check_roles
 from .storage import fetch_dir, filesystem_for, is_local_uri, local_path, publish_dir
 
@@ -188,15 +182,10 @@ class Summary:
         meta["library_version"] = __version__
         meta["tables"] = {"table": {"file": TABLE_FILE, "rows": self._table.num_rows,
                                     "sha256": hashlib.sha256(data).hexdigest()}}
-        meta["checksum"] = _checksum(meta)
+        meta["checksum"] = _json_checksum(meta)
         with open(tmp / SUMMARY_JSON, "w") as fh:
             json.dump(meta, fh, indent=2, sort_keys=True, allow_nan=False)
             fh.write("\n")
-
-
-def _checksum(meta: dict[str, Any]) -> str:
-    body = {k: v for k, v in meta.items() if k != "checksum"}
-    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
 
 
 # -- summarize ---------------------------------------------------------------------------
@@ -352,20 +341,8 @@ def merge_summaries(summaries: Sequence[Summary]) -> Summary:
 
 def _read_meta(root: Path) -> dict[str, Any]:
     """summary.json of ``root``, checked (format, version, checksum, fields), or ModelError."""
-    if not root.is_dir():
-        raise ModelError(f"summary directory '{root}' does not exist")
-    if not os.path.lexists(root / SUMMARY_JSON):
-        raise ModelError(f"'{root}' is not a distcal summary (no {SUMMARY_JSON})")
-    meta = parse_model_json(read_plain_file(root, SUMMARY_JSON, MAX_JSON_BYTES,
-                                            "metadata file"), root / SUMMARY_JSON)
-    if not isinstance(meta, dict) or meta.get("format") != SUMMARY_FORMAT:
-        raise ModelError(f"'{root}' is not a distcal summary")
-    if type(meta.get("format_version")) is not int or meta["format_version"] != SUMMARY_VERSION:
-        raise ModelError(f"'{root}' has summary format version "
-                         f"{str(meta.get('format_version'))[:40]}; this distcal reads version "
-                         f"{SUMMARY_VERSION}")
-    if meta.get("checksum") != _checksum(meta):
-        raise ModelError(f"'{root / SUMMARY_JSON}' is damaged (checksum mismatch)")
+    meta = read_checked_meta(root, SUMMARY_FORMAT, SUMMARY_VERSION, name=SUMMARY_JSON,
+                             noun="summary", version_text=lambda v: str(v)[:40])
 
     def check() -> None:
         cols, by = meta["columns"], meta["by"]
@@ -529,9 +506,7 @@ def _check_file_hash(root: Path, meta: dict[str, Any]) -> None:
     entry = info.get("table") if isinstance(info, dict) else None
     if not isinstance(entry, dict) or entry.get("file") != TABLE_FILE:
         raise ModelError(f"'{root}' is damaged: {SUMMARY_JSON} names no '{TABLE_FILE}'")
-    data = read_plain_file(root, TABLE_FILE, MAX_TABLE_BYTES, "table file")
-    if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
-        raise ModelError(f"'{root / TABLE_FILE}' is missing or damaged (checksum mismatch)")
+    read_table_bytes(root, entry, TABLE_FILE)
 
 
 class _MetaView:

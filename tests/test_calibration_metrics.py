@@ -10,6 +10,7 @@ from sklearn.metrics import brier_score_loss
 import distcal
 from distcal.core import calibration_metrics as cm
 from distcal.core.distinct import pool_ties
+from distcal.errors import DataError
 
 
 def _data(n: int, seed: int, ties: bool = True, weights: bool = False, fractional: bool = False):
@@ -197,13 +198,17 @@ def test_top_label_and_classwise_ece() -> None:
     probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
     labels = np.array([rng.choice(4, p=p ** 1.3 / (p ** 1.3).sum()) for p in probs])
     conf, correct = probs.max(axis=1), (probs.argmax(axis=1) == labels).astype(float)
-    assert cm.top_label_ece(probs, labels, 15) == pytest.approx(
+    df = pd.DataFrame({"p": list(probs), "label": labels})
+    assert distcal.evaluate(df, prob_col="p", n_bins=15).ece == pytest.approx(
         _ece_uniform_numpy(conf, correct, 15), abs=1e-12)
-    got = cm.classwise_ece(probs, labels, 10)
+    got = distcal.evaluate(df, prob_col="p", n_bins=10)
     per = [_ece_uniform_numpy(probs[:, k], (labels == k).astype(float), 10) for k in range(4)]
-    assert got["per_class"] == pytest.approx(per, abs=1e-12)
-    assert got["classwise_ece"] == pytest.approx(np.mean(per), abs=1e-12)
-    assert cm.top_label_ece(probs, labels, 10, "adaptive") == pytest.approx(
+    assert got.per_class_ece == pytest.approx(per, abs=1e-12)
+    assert got.classwise_ece == pytest.approx(np.mean(per), abs=1e-12)
+    # adaptive top-label ECE: the adaptive ECE of the confidence against "argmax is right"
+    top = distcal.evaluate(pd.DataFrame({"prob": conf, "label": correct}), n_bins=10)
+    assert top.adaptive_ece == pytest.approx(
         _adaptive_numpy_overlap(conf, correct, None, 10)[0], abs=1e-12)
-    with pytest.raises(ValueError):
-        cm.top_label_ece(probs[:, 0], labels)
+    ragged = df.assign(p=[probs[0, :3]] + list(probs[1:]))  # not an (n, C) array
+    with pytest.raises(DataError, match="ragged"):
+        distcal.evaluate(ragged, prob_col="p")

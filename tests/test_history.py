@@ -429,11 +429,11 @@ def test_summaries_of_other_columns_do_not_merge():
 # -- saved summaries are untrusted input -----------------------------------------------------
 
 def _rewrite_json(root: Path, change) -> None:
-    from distcal.summary import _checksum
+    from distcal.model_format import _json_checksum
 
     meta = json.loads((root / "summary.json").read_text())
     change(meta)
-    meta["checksum"] = _checksum(meta)
+    meta["checksum"] = _json_checksum(meta)
     (root / "summary.json").write_text(json.dumps(meta))
 
 

@@ -32,7 +32,6 @@ from distcal.core.temperature import (
     BETA_MAX,
     center_logits,
     fit_temperature,
-    sample_start,
     temperature_sums,
 )
 from distcal.errors import DataError
@@ -125,13 +124,14 @@ def test_temperature_from_any_start_is_the_root(seed, log_start):
 
 
 def test_temperature_from_the_subsample_start_takes_few_passes():
-    # 70,000 rows (above 4 x 16,384: the local fit starts from a subsample of
-    # every 4th row); from its minimiser Newton is in its quadratic regime and
-    # stops after about three passes over all rows.
+    # 70,000 rows, the search started from the minimiser on a strided subsample
+    # (every 4th row): from there Newton is in its quadratic regime and stops
+    # after about three passes over all rows.
     z, y, w = _problem(11, n=70_000, k=3)
     ref = brentq(lambda b: _grad(b, z, y, w), 0.05, 20.0, xtol=1e-16, rtol=1e-15)
     zc = center_logits(z)
-    start = sample_start(zc, y, w)
+    zs, ys, ws = np.ascontiguousarray(zc[::4]), y[::4], w[::4]
+    start, _ = fit_temperature(lambda b: [temperature_sums(zs, ys, ws, b, centered=True)])
     assert start != 1.0 and abs(start / ref - 1) < 0.1
     passes = []
 
@@ -143,7 +143,7 @@ def test_temperature_from_the_subsample_start_takes_few_passes():
     beta, info = fit_temperature(parts, start=start)
     assert beta == pytest.approx(ref, rel=1e-12)
     assert info["passes"] == len(passes) <= 4
-    # The local fit takes this route and gives the same beta.
+    # The local fit (from its own subsample's minimiser) gives the same beta.
     df = pd.DataFrame({"z": list(z), "y": y, "w": w})
     model = fit_multiclass(df, method="temperature", score_col="z", label_col="y",
                            weight_col="w")

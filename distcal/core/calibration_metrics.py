@@ -47,8 +47,7 @@ It needs the offset of each range: a first pass gives the ranges' weights
 **Smooth ECE**: :mod:`distcal.core.smooth_ece` (relplot's smECE from grid
 sums).
 
-**Multiclass**: :func:`top_label_ece` and :func:`classwise_ece` take a
-(n, C) array of probabilities.
+**Multiclass** (top-label and class-wise ECE): :mod:`distcal.core.multiclass_metrics`.
 """
 
 from __future__ import annotations
@@ -59,14 +58,12 @@ from typing import Any
 import numpy as np
 
 from . import smooth_ece as sm
-from .bins import bin_edges, bin_ids
-from .distinct import DistinctTable, pool_ties
+from .distinct import DistinctTable
 from .ranges import MapRanges, as_map_ranges
 
 __all__ = ["murphy_partials", "combine_murphy", "adaptive_cuts", "adaptive_partials",
            "adaptive_from_bins", "adaptive_ece", "extra_range_partials", "extra_metrics",
-           "calibration_metrics", "table_from_report", "metrics_from_report", "binned_ece",
-           "top_label_ece", "classwise_ece", "cost_curve"]
+           "calibration_metrics", "table_from_report", "metrics_from_report", "cost_curve"]
 
 
 # -- exact Murphy decomposition ------------------------------------------------
@@ -286,56 +283,6 @@ def metrics_from_report(report: Any, n_bins: int | None = None) -> dict[str, Any
         out.update(reliability=rel, resolution=res, uncertainty=report.brier - rel + res,
                    n_distinct=report.n_distinct, smooth_curve=report.smooth_curve)
     return out
-
-
-# -- multiclass ------------------------------------------------------------------
-
-def binned_ece(scores: np.ndarray, labels: np.ndarray, n_bins: int = 15,
-               strategy: str = "uniform", weights: np.ndarray | None = None) -> float:
-    """ECE of one binary problem: "uniform" bins (as evaluate) or "adaptive"."""
-    t = pool_ties(np.asarray(scores, dtype=np.float64), np.asarray(labels, dtype=np.float64),
-                  None if weights is None else np.asarray(weights, dtype=np.float64))
-    if strategy == "adaptive":
-        return float(adaptive_ece(t, n_bins)["adaptive_ece"])
-    if strategy != "uniform":
-        raise ValueError(f"strategy must be 'uniform' or 'adaptive', got {strategy!r}")
-    edges = bin_edges(t, n_bins, "uniform")
-    ids = bin_ids(edges, t.score)
-    wb = np.bincount(ids, weights=t.weight, minlength=n_bins)
-    pb = np.bincount(ids, weights=t.weight * t.score, minlength=n_bins)
-    yb = np.bincount(ids, weights=t.positives, minlength=n_bins)
-    return float(np.abs(yb - pb).sum() / wb.sum())
-
-
-def _check_multiclass(probs: Any, labels: Any) -> tuple[np.ndarray, np.ndarray]:
-    probs = np.asarray(probs, dtype=np.float64)
-    labels = np.asarray(labels)
-    if probs.ndim != 2 or labels.shape != (probs.shape[0],):
-        raise ValueError("probs must be (n, C) and labels (n,) class indices")
-    return probs, labels.astype(np.int64)
-
-
-def top_label_ece(probs: Any, labels: Any, n_bins: int = 15, strategy: str = "uniform",
-                  weights: Any = None) -> float:
-    """Top-label (confidence) ECE: the binary ECE of max_k p_k against 'argmax is right'.
-
-    Ties in argmax go to the lowest class index (``np.argmax``), as in
-    Guo et al. (2017) and relplot's ``multiclass_logits_to_confidences``.
-    """
-    probs, labels = _check_multiclass(probs, labels)
-    conf = probs.max(axis=1)
-    correct = (probs.argmax(axis=1) == labels).astype(np.float64)
-    return binned_ece(conf, correct, n_bins, strategy, weights)
-
-
-def classwise_ece(probs: Any, labels: Any, n_bins: int = 15, strategy: str = "uniform",
-                  weights: Any = None) -> dict[str, Any]:
-    """Class-wise ECE (Kull et al., 2019): the mean over classes k of the binary
-    ECE of p_k against 1{label = k}; also the per-class values."""
-    probs, labels = _check_multiclass(probs, labels)
-    per = [binned_ece(probs[:, k], (labels == k).astype(np.float64), n_bins, strategy, weights)
-           for k in range(probs.shape[1])]
-    return {"classwise_ece": float(np.mean(per)), "per_class": per}
 
 
 # -- cost curve ------------------------------------------------------------------

@@ -17,8 +17,8 @@ Newton in beta inside a bracket on the sign of L', bounded as scikit-learn's
 ``_TemperatureScaling`` bounds it (log beta in [-10, 10]), and stops when
 the error left after a step, estimated from the quadratic convergence of
 Newton's method, is below 1e-13 relative (exact to rounding, well inside
-1e-9). Locally the search starts from the minimiser on a subsample
-(:func:`sample_start`), which leaves about three passes over all rows.
+1e-9). The search starts from the minimiser on a strided sample of the
+rows (:func:`_start`), which leaves about three passes over all rows.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 __all__ = ["temperature_sums", "fit_temperature", "temperature_steps", "temperature_plan",
-           "sample_start", "softmax_predict", "center_logits", "BETA_MIN", "BETA_MAX"]
+           "softmax_predict", "center_logits", "BETA_MIN", "BETA_MAX"]
 
 BETA_MIN = float(np.exp(-10.0))
 BETA_MAX = float(np.exp(10.0))
@@ -152,8 +152,8 @@ def fit_temperature(map_parts: MapParts, max_iter: int = 200, rtol: float = 1e-1
     rtol : float
         The relative accuracy of beta (see Stopping).
     start : float
-        The first beta (e.g. the minimiser on a subsample,
-        :func:`sample_start`): the closer, the fewer passes.
+        The first beta (e.g. the minimiser on a subsample, as
+        :func:`temperature_plan` starts): the closer, the fewer passes.
 
     Returns
     -------
@@ -173,25 +173,26 @@ def fit_temperature(map_parts: MapParts, max_iter: int = 200, rtol: float = 1e-1
     try:
         beta_asked = next(steps)
         while True:
-            parts = map_parts(beta_asked)
-            total = np.sum(np.asarray(parts, dtype=np.float64), axis=0) if parts \
-                else np.zeros(3)
-            beta_asked = steps.send(total)
+            beta_asked = steps.send(map_parts(beta_asked))
     except StopIteration as stop:
         result: tuple[float, dict[str, Any]] = stop.value
         return result
 
 
-def temperature_steps(max_iter: int = 200, rtol: float = 1e-13, start: float = 1.0
-                      ) -> Generator[float, np.ndarray, tuple[float, dict[str, Any]]]:
-    """:func:`fit_temperature`'s search as a generator: yields each beta whose sums it
-    needs, receives ``[loss, grad, hess]`` summed over all rows, returns (beta, info)."""
+def temperature_steps(max_iter: int = 200, rtol: float = 1e-13, start: float = 1.0,
+                      request: Callable[[float], Any] | None = None
+                      ) -> Generator[Any, list[Any], tuple[float, dict[str, Any]]]:
+    """:func:`fit_temperature`'s search as a generator: yields ``request(beta)`` (default:
+    beta) for each beta whose sums it needs, receives the parts' ``[loss, grad, hess]``
+    at that beta (their sum is over all rows), returns (beta, info)."""
     passes = 0
 
-    def sums(beta: float) -> Generator[float, np.ndarray, np.ndarray]:
+    def sums(beta: float) -> Generator[Any, list[Any], np.ndarray]:
         nonlocal passes
         passes += 1
-        total = yield beta
+        parts = yield beta if request is None else request(beta)
+        total: np.ndarray = np.sum(np.asarray(parts, dtype=np.float64), axis=0) if parts \
+            else np.zeros(3)
         return total
 
     lo, hi = BETA_MIN, BETA_MAX  # invariant: the optimum lies in [lo, hi]
@@ -267,29 +268,6 @@ def temperature_steps(max_iter: int = 200, rtol: float = 1e-13, start: float = 1
             beta = BETA_MIN
     return float(beta), {"iterations": it, "passes": passes, "loss": float(loss),
                          "grad": float(g), "hess": float(h)}
-
-
-def sample_start(logits: np.ndarray, labels: np.ndarray, weights: np.ndarray | None,
-                 rows: int = 1 << 14) -> float:
-    """A first beta for :func:`fit_temperature`: the exact minimiser on a strided subsample.
-
-    Every (n / rows)-th row (with its weight), ``logits`` centred as for
-    :func:`temperature_sums`. The subsample's minimiser is within a few
-    percent of the full one for typical data, where Newton converges
-    quadratically, so the full fit needs about three passes instead of
-    seven from beta = 1 (measured in bench/multiclass.py). Returns 1.0 when
-    ``n <= 4 rows`` (the subsample would not save passes) or when the
-    subsample's minimiser is a bound (separable subsample: no information).
-    """
-    n = logits.shape[0]
-    if n <= 4 * rows:
-        return 1.0
-    step = n // rows
-    z = np.ascontiguousarray(logits[::step])
-    y = labels[::step]
-    w = None if weights is None else weights[::step]
-    beta, _ = fit_temperature(lambda b: [temperature_sums(z, y, w, b, centered=True)])
-    return beta if BETA_MIN < beta < BETA_MAX else 1.0
 
 
 def softmax_predict(logits: np.ndarray, beta: float) -> np.ndarray:
@@ -378,14 +356,6 @@ def temperature_plan(max_iter: int = 200, rtol: float = 1e-13
     """
     first = yield _InputKind()
     kind = "probabilities" if first and all(f[0] for f in first) else "logits"
-    steps = temperature_steps(max_iter, rtol, _start(first, kind))
-    try:
-        beta = next(steps)
-        while True:
-            parts = yield _TemperatureSums(beta, kind)
-            total = np.sum(np.asarray(parts, dtype=np.float64), axis=0) if parts \
-                else np.zeros(3)
-            beta = steps.send(total)
-    except StopIteration as stop:
-        found: tuple[float, dict[str, Any]] = stop.value
-    return found[0], kind
+    beta, _ = yield from temperature_steps(max_iter, rtol, _start(first, kind),
+                                           lambda b: _TemperatureSums(b, kind))
+    return beta, kind
