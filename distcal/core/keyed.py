@@ -218,7 +218,8 @@ def explode(score: np.ndarray, label: np.ndarray, weight: np.ndarray | None,
         y = label
     else:
         # Class-major: one transposed copy of the needed columns, one comparison.
-        cols = np.array([min(int(cls), score.shape[1] - 1) for cls in classes if cls is not None])
+        cols = np.array([min(int(cls), score.shape[1] - 1) for cls in classes if cls is not None],
+                        dtype=np.intp)  # (no class: K = 0, a vector column with no vector)
         s = np.ascontiguousarray(score[:, cols].T).reshape(-1)
         y = (label[None, :] == np.array(classes, dtype=np.float64)[:, None]).reshape(-1) \
             .astype(np.float64)
