@@ -117,13 +117,14 @@ def assert_matches(got: dict, want: dict) -> None:
         np.testing.assert_array_equal(n, o["n"].to_numpy(), err_msg=str(key))
 
 
-def open_keyed(engine, df, spec, on_invalid="raise", npartitions=None, **opts):
-    """The engine's keyed pass over ``df`` cut into several score ranges."""
+def open_keyed(engine, df, spec, on_invalid="raise", npartitions=None, schema=None, **opts):
+    """The engine's keyed pass over ``df`` cut into several score ranges (``schema``:
+    Spark's)."""
     if engine.name == "spark":  # Spark's Python workers cannot import this module
         from pyspark import cloudpickle
 
         cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    return get_engine(engine.name).open_keyed(engine(df, npartitions=npartitions), spec,
+    return get_engine(engine.name).open_keyed(engine(df, npartitions, schema=schema), spec,
                                               on_invalid=on_invalid,
                                               **{**engine.opts, **opts})
 
@@ -216,6 +217,43 @@ def test_vector_length_is_counted_over_the_whole_input(engine):
         got = gather(r)
         assert r.dropped_rows == 5
     assert_matches(got, oracle(df, spec, 3))
+
+
+def test_vectors_of_one_score_are_binary_and_empty_or_null_vectors_are_refused(engine):
+    """Vectors of length 1 hold class 1's score: a binary problem (K = 2) whose one key
+    is class 1's. Vectors of length 0 are nothing to calibrate; vectors that are all
+    null are null rows (the messages of read_rows). The same on every engine."""
+    import pyarrow as pa
+
+    df = keyed_data(600, seed=8, k=2)[["v", "label", "p1"]]
+    spec = KeySpec(score_col="v", multiclass=True)
+    one = pd.DataFrame({"v": [v[1:] for v in df["v"]], "label": df["label"]})
+    with open_keyed(engine, one, spec, npartitions=3) as r:
+        assert r.n_classes == 2
+        got = gather(r)
+    assert_matches(got, oracle(df, KeySpec(score_col=None, score_cols=("p1",),
+                                           multiclass=True), 2))
+    empty = pd.DataFrame({"v": [np.zeros(0)] * len(df), "label": df["label"]})
+    # All null: a column of vectors all the same (Spark: its schema says so).
+    vectors = pd.ArrowDtype(pa.list_(pa.float64()))
+    null = pd.DataFrame({"v": pd.Series([None] * len(df), dtype=vectors),
+                         "label": df["label"]})
+    _, stats = read_rows(pa.Table.from_pandas(null, preserve_index=False), spec)
+    if engine.name == "spark":
+        null = null.assign(v=pd.Series([None] * len(df), dtype=object))
+    for on_invalid in ("raise", "drop"):
+        with pytest.raises(DataError) as null_rows:
+            add_up_rows([stats], on_invalid)
+        assert str(null_rows.value).startswith(
+            "column 'v': 600 rows are null" if on_invalid == "raise"
+            else "no rows with weight > 0 to use (600 rows read, 600 invalid)")
+        for data, want in ((empty, "column 'v': no vectors to calibrate (need K >= 2 entries)"),
+                           (null, str(null_rows.value))):
+            with pytest.raises(DataError) as exc:
+                with open_keyed(engine, data, spec, on_invalid,
+                                schema="v array<double>, label bigint") as r:
+                    r.map(len)
+            assert str(exc.value) == want
 
 
 # -- bad input: the messages of read_rows ------------------------------------------------

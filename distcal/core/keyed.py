@@ -218,7 +218,8 @@ def explode(score: np.ndarray, label: np.ndarray, weight: np.ndarray | None,
         y = label
     else:
         # Class-major: one transposed copy of the needed columns, one comparison.
-        cols = np.array([min(int(cls), score.shape[1] - 1) for cls in classes if cls is not None])
+        cols = np.array([min(int(cls), score.shape[1] - 1) for cls in classes if cls is not None],
+                        dtype=np.intp)  # (no class: K = 0, a vector column with no vector)
         s = np.ascontiguousarray(score[:, cols].T).reshape(-1)
         y = (label[None, :] == np.array(classes, dtype=np.float64)[:, None]).reshape(-1) \
             .astype(np.float64)
@@ -264,11 +265,29 @@ class KeyedTable:
 
     def key_table(self, i: int) -> DistinctTable:
         """The distinct-score table of key ``i`` (a view)."""
-        a, b = int(self.starts[i]), int(self.starts[i + 1])
-        t = self.table
-        sl = slice(a, b)
-        return DistinctTable(t.score[sl], t.weight[sl], t.positives[sl], t.count[sl],
-                             t.label_sum[sl], bool(self.binary[i]))
+        return _table_rows(self.table, slice(int(self.starts[i]), int(self.starts[i + 1])),
+                           bool(self.binary[i]))
+
+    def take(self, keys: Sequence[int] | np.ndarray, rows: np.ndarray | None = None,
+             starts: np.ndarray | None = None) -> KeyedTable:
+        """The keys ``keys`` (indices of ``self.keys``, in their new order) and their rows.
+
+        By default all their rows; else the table's rows ``rows`` (an index),
+        key j's being ``starts[j]:starts[j + 1]`` of them.
+        """
+        if rows is None or starts is None:
+            first = self.starts[keys]
+            sizes = self.starts[np.asarray(keys, dtype=np.intp) + 1] - first
+            starts = np.concatenate(([0], np.cumsum(sizes)))
+            rows = np.repeat(first - starts[:-1], sizes) + np.arange(starts[-1])
+        return KeyedTable([self.keys[i] for i in keys], starts,
+                          _table_rows(self.table, rows, self.table.binary), self.binary[keys],
+                          None if self.wyy is None else self.wyy[rows],
+                          None if self.ww is None else self.ww[rows])
+
+    def global_index(self) -> int | None:
+        """The index of the (first) key of all rows, None if it has none."""
+        return next((i for i, k in enumerate(self.keys) if k[0] is GLOBAL), None)
 
     def key_totals(self) -> tuple[np.ndarray, np.ndarray]:
         """Rows and weight of each key in this range."""
@@ -286,6 +305,13 @@ class KeyedTable:
         """(code per row, keys, table, wyy): the pooled rows as keyed rows again."""
         codes = np.repeat(np.arange(len(self.keys)), np.diff(self.starts))
         return codes, self.keys, self.table, self.wyy
+
+
+def _table_rows(t: DistinctTable, rows: np.ndarray | slice, binary: bool) -> DistinctTable:
+    """Some rows of a table: ``rows`` an index (copies) or a slice (views); ``binary``
+    their flag."""
+    return DistinctTable(t.score[rows], t.weight[rows], t.positives[rows], t.count[rows],
+                         t.label_sum[rows], binary)
 
 
 def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.ndarray,
@@ -402,21 +428,14 @@ def merge_keyed(parts: list[KeyedTable]) -> KeyedTable:
 def cut_keyed(part: KeyedTable, bounds: np.ndarray) -> list[KeyedTable]:
     """Split a keyed table into ``len(bounds) + 1`` score ranges (range i: scores below
     ``bounds[i]``, at or above ``bounds[i - 1]``), each key's rows cut at the same bounds."""
-    t = part.table
-    rng = np.searchsorted(bounds, t.score, side="right")
+    rng = np.searchsorted(bounds, part.table.score, side="right")
     codes = np.repeat(np.arange(len(part.keys)), np.diff(part.starts))
     out = []
     for r in range(bounds.shape[0] + 1):
         sel = np.flatnonzero(rng == r)
         c = codes[sel]
         present = np.flatnonzero(np.bincount(c, minlength=len(part.keys)))
-        starts = np.append(np.searchsorted(c, present), c.shape[0])
-        out.append(KeyedTable([part.keys[i] for i in present], starts,
-                              DistinctTable(t.score[sel], t.weight[sel], t.positives[sel],
-                                            t.count[sel], t.label_sum[sel], t.binary),
-                              part.binary[present],
-                              None if part.wyy is None else part.wyy[sel],
-                              None if part.ww is None else part.ww[sel]))
+        out.append(part.take(present, sel, np.append(np.searchsorted(c, present), c.shape[0])))
     return out
 
 
@@ -464,29 +483,19 @@ def split_global(part: KeyedTable) -> tuple[DistinctTable, float, KeyedTable]:
     class part of every key is None). The sum of w y^2 is NaN when the
     range did not pool it (``with_wyy``).
     """
-    g = next((i for i, k in enumerate(part.keys) if k[0] is GLOBAL), None)
+    g = part.global_index()
     if g is None:
         return DistinctTable.empty(), 0.0, KeyedTable(
             [k[0] for k in part.keys], part.starts, part.table, part.binary, part.wyy)
     a, b = int(part.starts[g]), int(part.starts[g + 1])
-    table = part.key_table(g)
     wyy = float(part.wyy[a:b].sum()) if part.wyy is not None else float("nan")
-    rest = np.r_[0:a, b:len(part.table)]
-    t = part.table
-    sizes = np.delete(np.diff(part.starts), g)
-    segs = KeyedTable([k[0] for i, k in enumerate(part.keys) if i != g],
-                      np.concatenate(([0], np.cumsum(sizes))),
-                      DistinctTable(t.score[rest], t.weight[rest], t.positives[rest],
-                                    t.count[rest], t.label_sum[rest], t.binary),
-                      np.delete(part.binary, g),
-                      None if part.wyy is None else part.wyy[rest],
-                      None if part.ww is None else part.ww[rest])
-    return table, wyy, segs
+    segs = part.take(np.delete(np.arange(len(part.keys)), g))
+    return part.key_table(g), wyy, dataclasses.replace(segs, keys=[k[0] for k in segs.keys])
 
 
 def global_ww(part: KeyedTable) -> np.ndarray | None:
     """The sums of w^2 of the global key's rows of a range (None: not pooled or no such key)."""
-    g = next((i for i, k in enumerate(part.keys) if k[0] is GLOBAL), None)
+    g = part.global_index()
     if g is None or part.ww is None:
         return None
     return part.ww[int(part.starts[g]):int(part.starts[g + 1])]
@@ -549,53 +558,38 @@ def _pool_unit(codes: np.ndarray, keys: list[Key], score: np.ndarray,
     positives and label sum its number of positive rows, so only scores and
     labels move. On many rows with numba importable: a compiled counting
     sort by key (:func:`_scatter_unit_rows`), a sort of each key's scores
-    and one merge walk (:func:`_pool_unit_rows`), no argsort over all rows;
-    else numpy with two gathers. Both give :func:`pool_sums`' table exactly
-    (the sums are counts).
+    and one merge walk (:func:`_pool_unit_rows`), no argsort over all rows,
+    giving :func:`pool_sums`' table exactly (the sums are counts); else
+    :func:`pool_sums` itself.
     """
     m = len(keys)
     kernels = _jit_pool_unit_rows() if codes.shape[0] >= _JIT_MIN_ROWS else None
-    if kernels is not None:
-        scatter, pool = kernels
-        buf, off, pos = scatter(np.asarray(codes, dtype=np.int64),
-                                np.asarray(score, dtype=np.float64),
-                                np.asarray(label, dtype=np.float64), m)
-        # Large keys' lists are sorted by numpy (its vectorised sort is a few
-        # times faster than a compiled one); the kernel sorts the small ones.
-        large = np.flatnonzero(np.diff(off) >= _NUMPY_SORT_ROWS)
-        for g in large.tolist():
-            lo, mid, hi = int(off[g]), int(off[g] + pos[g]), int(off[g + 1])
-            buf[lo:mid].sort()
-            buf[mid:hi].sort()
-        presorted = np.zeros(m, dtype=np.bool_)
-        presorted[large] = True
-        s, count, positives, key_end = pool(buf, off, pos, presorted)
-        bounds = np.concatenate(([0], key_end))
-        present = np.flatnonzero(np.diff(bounds))
-        key_starts = np.append(bounds[present], s.shape[0])
-    else:
+    if kernels is None:
         live = codes >= 0
         if not live.all():
             codes, score, label = codes[live], score[live], label[live]
-        order = _key_order(codes, score, m)
-        per_code = np.bincount(codes, minlength=m)
-        c = np.repeat(np.arange(m, dtype=np.int64), per_code)  # == codes[order]
-        s, y = score[order] + 0.0, label[order]  # -0.0 and 0.0 are one score
-        n = c.shape[0]
-        new = np.ones(n, dtype=bool)
-        if n:
-            new[1:] = (c[1:] != c[:-1]) | (s[1:] != s[:-1])
-        starts = np.flatnonzero(new)
-        if starts.shape[0] == n:  # every pair is one row (all-distinct scores)
-            count, positives = np.ones(n, dtype=np.int64), y
-        else:
-            count, positives = np.diff(np.append(starts, n)), np.add.reduceat(y, starts)
-            s = s[starts]
-        present = np.flatnonzero(per_code)
-        key_starts = np.append(np.searchsorted(c[starts], present), starts.shape[0])
+        n = codes.shape[0]
+        return pool_sums(codes, keys, score, np.ones(n), label, np.ones(n, dtype=np.int64),
+                         label, np.zeros(n, dtype=bool))
+    scatter, pool = kernels
+    buf, off, pos = scatter(np.asarray(codes, dtype=np.int64),
+                            np.asarray(score, dtype=np.float64),
+                            np.asarray(label, dtype=np.float64), m)
+    # Large keys' lists are sorted by numpy (its vectorised sort is a few
+    # times faster than a compiled one); the kernel sorts the small ones.
+    large = np.flatnonzero(np.diff(off) >= _NUMPY_SORT_ROWS)
+    for g in large.tolist():
+        lo, mid, hi = int(off[g]), int(off[g] + pos[g]), int(off[g + 1])
+        buf[lo:mid].sort()
+        buf[mid:hi].sort()
+    presorted = np.zeros(m, dtype=np.bool_)
+    presorted[large] = True
+    s, count, positives, key_end = pool(buf, off, pos, presorted)
+    bounds = np.concatenate(([0], key_end))
+    present = np.flatnonzero(np.diff(bounds))
     table = DistinctTable(s, count.astype(np.float64), positives, count, positives.copy())
-    return KeyedTable([keys[i] for i in present], key_starts, table,
-                      np.ones(present.shape[0], dtype=bool))
+    return KeyedTable([keys[i] for i in present], np.append(bounds[present], s.shape[0]),
+                      table, np.ones(present.shape[0], dtype=bool))
 
 
 # At least this many rows go to the compiled pooling when numba is importable.

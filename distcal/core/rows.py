@@ -10,6 +10,7 @@ is the most common vector length.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -202,6 +203,41 @@ def vector_lengths(data: pd.DataFrame | pa.Table, name: str) -> np.ndarray:
                         "numbers per row, or pass one column per class as score_cols")
     lengths = pc.list_value_length(col).drop_null().to_numpy(zero_copy_only=False)
     return np.bincount(lengths.astype(np.int64), minlength=1)
+
+
+def count_classes(spec: Any, lengths: Callable[[], Iterable[np.ndarray | Mapping[int, int]]]
+                  ) -> tuple[int, int | None]:
+    """K of a spec (0: a binary score), and the vector length :func:`read_rows` is given.
+
+    ``spec`` is a :class:`~distcal.core.keyed.KeySpec`. ``score_cols``: one
+    column per class (one column: class 1's score of a binary problem, K =
+    2). A vector column: ``lengths()`` (called only then) counts its non-null
+    vectors by length over the whole input, in parts that add up (each an
+    engine's own count: a :func:`vector_lengths` ``bincount``, or a mapping
+    length -> vectors). K is the most common length (ties to the shortest),
+    and the vectors are read at that length (``n_classes`` of
+    :func:`read_rows`; None but for a vector column); vectors of one score
+    are class 1's of a binary problem (K = 2, read at length 1). No vector
+    at all: K = 0 (reading the rows says why: null rows, or none); vectors of
+    length 0: nothing to calibrate, a :class:`DataError`.
+    """
+    if not spec.multiclass:
+        return 0, None
+    if spec.score_cols is not None:
+        return _n_classes(len(spec.score_cols)), None
+    counts: dict[int, int] = {}
+    for part in lengths():
+        for n, k in (enumerate(part.tolist()) if isinstance(part, np.ndarray)
+                     else part.items()):
+            if k:
+                counts[int(n)] = counts.get(int(n), 0) + int(k)
+    if not counts:
+        return 0, None
+    length = min(counts, key=lambda n: (-counts[n], n))
+    if length < 1:
+        raise DataError(f"column '{spec.score_col}': no vectors to calibrate (need K >= 2 "
+                        "entries)")
+    return _n_classes(length), length
 
 
 def read_scores(data: pd.DataFrame | pa.Table, score_col: str | None,

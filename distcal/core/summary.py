@@ -154,16 +154,7 @@ def _canonical(kt: KeyedTable) -> KeyedTable:
     order = sorted(range(len(segs)), key=lambda i: (segs[i] is not GLOBAL, segs[i] or ()))\
         if _sortable(segs) else sorted(range(len(segs)), key=lambda i: (
             segs[i] is not GLOBAL, repr(segs[i])))
-    if order == list(range(len(segs))):
-        return kt
-    rows = np.concatenate([np.arange(kt.starts[i], kt.starts[i + 1]) for i in order])
-    sizes = np.diff(kt.starts)[order]
-    t = kt.table
-    return KeyedTable([kt.keys[i] for i in order], np.concatenate(([0], np.cumsum(sizes))),
-                      type(t)(t.score[rows], t.weight[rows], t.positives[rows], t.count[rows],
-                              t.label_sum[rows], t.binary),
-                      kt.binary[order], None if kt.wyy is None else kt.wyy[rows],
-                      None if kt.ww is None else kt.ww[rows])
+    return kt if order == list(range(len(segs))) else kt.take(order)
 
 
 def _sortable(segs: list[Any]) -> bool:
@@ -217,7 +208,7 @@ def check_keyed(kt: KeyedTable) -> None:
 
 def global_totals(kt: KeyedTable) -> tuple[int, float]:
     """Rows and weight of the key of all rows."""
-    g = next((i for i, k in enumerate(kt.keys) if k[0] is GLOBAL), None)
+    g = kt.global_index()
     if g is None:
         return 0, 0.0
     sl = slice(int(kt.starts[g]), int(kt.starts[g + 1]))
@@ -293,10 +284,10 @@ class SummarySource:
         infinite scores for methods that need finite ones, and scores outside
         [0, 1] when they are evaluated as probabilities.
         """
-        g = [i for i, k in enumerate(kt.keys) if k[0] is GLOBAL]
-        if not g:
+        g = kt.global_index()
+        if g is None:
             return {}
-        sl = slice(int(kt.starts[g[0]]), int(kt.starts[g[0] + 1]))
+        sl = slice(int(kt.starts[g]), int(kt.starts[g + 1]))
         s, n = kt.table.score[sl], kt.table.count[sl]
         out = {_ROWS: int(n.sum())}
         if finite_scores:

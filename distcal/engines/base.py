@@ -17,9 +17,10 @@ from types import TracebackType
 from typing import Any, Protocol, runtime_checkable
 
 from ..core.keyed import KeyedTable, KeySpec
-from ..core.rows import RowPart
+from ..core.rows import RowPart, add_up_rows
+from ..logs import log
 
-__all__ = ["KeyedRanges", "Engine"]
+__all__ = ["KeyedRanges", "Engine", "RowCounts"]
 
 
 @runtime_checkable
@@ -56,6 +57,28 @@ class KeyedRanges(Protocol):
 
     def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
                  tb: TracebackType | None) -> None: ...
+
+
+class RowCounts:
+    """The counts of a :class:`KeyedRanges` (zero until its first map), and how they are set.
+
+    A base of the engines' ranges: each adds the counts of its input's parts
+    up once, with :meth:`add_up`.
+    """
+
+    n_rows: int = 0
+    weight_total: float = 0.0
+    dropped_rows: int = 0
+    interval_widths: dict[str, Any] | None = None
+
+    def add_up(self, stats: list[dict[str, Any]], on_invalid: str, engine: str) -> None:
+        """The parts' counts of :func:`~distcal.core.rows.read_rows` added up, kept and logged
+        (:func:`~distcal.core.rows.add_up_rows`: the input's ``DataError``, if any)."""
+        totals = add_up_rows(stats, on_invalid)
+        self.n_rows, self.weight_total = totals.n_rows, totals.weight_total
+        self.dropped_rows, self.interval_widths = totals.dropped_rows, totals.interval_widths
+        log.info("%s: %d rows used (weight %g), %d dropped", engine, self.n_rows,
+                 self.weight_total, self.dropped_rows)
 
 
 class Engine(Protocol):

@@ -58,9 +58,10 @@ from ..core.keyed import (
     range_bounds,
     sorted_sample,
 )
-from ..core.rows import RowPart, add_up_rows, check_columns, read_rows, vector_lengths
+from ..core.rows import RowPart, check_columns, count_classes, read_rows, vector_lengths
 from ..errors import column_not_found, output_column_exists
 from ..logs import log, phase
+from .base import RowCounts
 
 __all__ = ["DaskKeyedRanges", "DEFAULT_RANGE_ROWS", "n_ranges_for", "transform_rows"]
 
@@ -146,12 +147,7 @@ def _apply_rows(fn: Callable[[RowPart], Any], pair: tuple[RowPart, dict[str, Any
 
 # -- the ranges ----------------------------------------------------------------------
 
-def _check_columns(names: list[str], spec: KeySpec) -> None:
-    """The DataError of :func:`~distcal.core.rows.read_rows` for a missing column."""
-    check_columns(names, spec)
-
-
-class DaskKeyedRanges:
+class DaskKeyedRanges(RowCounts):
     """The keyed rows of a Dask DataFrame (implements ``KeyedRanges``; module docstring).
 
     Options: ``range_rows`` (pooled (key, score) rows per range, default
@@ -166,37 +162,19 @@ class DaskKeyedRanges:
                  finite_scores: bool = False, passes: int = 1,
                  range_rows: int = DEFAULT_RANGE_ROWS, n_ranges: int | None = None,
                  samples_per_range: int = 64):
-        import dask
-        from dask import delayed
-
         if on_invalid not in ("raise", "drop"):
             raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
         if int(range_rows) < 1:
             raise ValueError(f"range_rows must be a positive number of rows, got {range_rows}")
-        names = [str(c) for c in ddf.columns]
-        _check_columns(names, spec)
+        check_columns([str(c) for c in ddf.columns], spec)
         self.spec, self.on_invalid, self.finite_scores = spec, on_invalid, finite_scores
         self.passes, self.range_rows = passes, int(range_rows)
         self.min_ranges = int(n_ranges or 1)
         self.samples_per_range = samples_per_range
         self._parts = ddf[spec.columns].to_delayed(optimize_graph=True)
-        # K, counted over the whole input for a vector column (read_rows needs it).
-        self._length: int | None = None
-        if not spec.multiclass:
-            self.n_classes = 0
-        elif spec.score_cols is not None:
-            self.n_classes = 2 if len(spec.score_cols) == 1 else len(spec.score_cols)
-        else:
-            with phase("dask: vector lengths"):
-                counts = dask.compute(*[delayed(_lengths)(p, spec.score_col)
-                                        for p in self._parts])
-            total = np.zeros(max(c.shape[0] for c in counts), dtype=np.int64)
-            for c in counts:
-                total[:c.shape[0]] += c
-            self._length = self.n_classes = int(total.argmax())
+        # K, and the vectors' length, counted over the whole input (read_rows needs it).
+        self.n_classes, self._length = count_classes(spec, self._vector_lengths)
         self._classes = spec.classes(self.n_classes)
-        self.n_rows, self.weight_total, self.dropped_rows = 0, 0.0, 0
-        self.interval_widths: dict[str, Any] | None = None
         self._checked = False
         self._pooled: list[Any] | None = None   # per partition: (KeyedTable, stats), persisted
         self._pieces: list[Any] | None = None   # per partition: its table's slices, persisted
@@ -204,6 +182,15 @@ class DaskKeyedRanges:
         self._rows: list[Any] | None = None     # per partition: (RowPart, stats)
         log.info("dask: keyed rows of %d partitions, K = %d, by %s", len(self._parts),
                  self.n_classes, list(spec.by))
+
+    def _vector_lengths(self) -> tuple[np.ndarray, ...]:
+        """The vector score column's lengths, counted per partition (``count_classes``)."""
+        import dask
+        from dask import delayed
+
+        with phase("dask: vector lengths"):
+            return dask.compute(*[delayed(_lengths)(p, self.spec.score_col)
+                                  for p in self._parts])
 
     # -- validation --------------------------------------------------------------
 
@@ -214,13 +201,8 @@ class DaskKeyedRanges:
 
         info = dask.compute(*[delayed(_stats_and_size)(p) for p in parts])
         if not self._checked:
-            totals = add_up_rows([st for st, _ in info], self.on_invalid)
-            self.n_rows, self.weight_total = totals.n_rows, totals.weight_total
-            self.dropped_rows, self.interval_widths = totals.dropped_rows, \
-                totals.interval_widths
+            self.add_up([st for st, _ in info], self.on_invalid, "dask")
             self._checked = True
-            log.info("dask: %d rows used (weight %g), %d dropped", self.n_rows,
-                     self.weight_total, self.dropped_rows)
         return [n for _, n in info]
 
     # -- keyed ranges --------------------------------------------------------------

@@ -24,12 +24,13 @@ import pandas as pd
 import pyarrow as pa
 
 from ..core.keyed import Key, KeyedTable, KeySpec, merge_keyed, pool_rows, pool_sums
-from ..core.rows import RowPart, add_up_rows, check_columns, read_rows, vector_lengths
+from ..core.rows import RowPart, check_columns, count_classes, read_rows, vector_lengths
 from ..core.summary import SummarySource, summary_keyed
 from ..core.validate import check_unique_columns
-from ..errors import DataError, column_not_found, output_column_exists
+from ..errors import column_not_found, output_column_exists
 from ..logs import describe_input, log, phase
 from ..tables import is_path, iter_tables, open_dataset, read_table
+from .base import RowCounts
 from .frames import refuse_cluster_frames
 
 __all__ = ["LocalKeyedRanges", "KeyedStore", "transform_rows"]
@@ -159,7 +160,7 @@ class KeyedStore:
             self._tmp = None
 
 
-class LocalKeyedRanges:
+class LocalKeyedRanges(RowCounts):
     """The keyed rows of a local input (see ``KeyedRanges``), read in batches.
 
     The first ``map`` reads, checks and pools the whole input once (the
@@ -181,10 +182,8 @@ class LocalKeyedRanges:
         self.finite_scores = finite_scores
         self.batch_rows, self.chunk_rows = int(batch_rows), int(chunk_rows)
         self.store = KeyedStore(memory_rows, with_wyy=spec.pool_squares)
-        self.length: int | None = None  # the vectors' common length (K' = K, or 1 when K = 2)
-        self.n_classes = self._count_classes()
-        self.n_rows, self.weight_total, self.dropped_rows = 0, 0.0, 0
-        self.interval_widths: dict[str, Any] | None = None
+        # K, and the vectors' common length (K' = K, or 1 when K = 2)
+        self.n_classes, self.length = count_classes(spec, self._vector_lengths)
         self._pooled = False
         # Saved or in-memory summaries: their pooled rows go to the store as they are.
         self.summary = data if isinstance(data, SummarySource) else None
@@ -192,30 +191,15 @@ class LocalKeyedRanges:
                                                            pa.RecordBatch))
         self._kept: list[tuple[RowPart, dict[str, Any]]] | None = None
 
-    def _count_classes(self) -> int:
-        """K: ``score_cols`` (one column: a binary problem, K = 2), or the common vector length."""
-        spec = self.spec
-        if not spec.multiclass:
-            return 0
-        if spec.score_cols is not None:
-            return max(2, len(spec.score_cols))
-        counts = np.zeros(1, dtype=np.int64)
-        for batch in input_batches(self.data, [str(spec.score_col)], self.batch_rows):
+    def _vector_lengths(self) -> Iterator[np.ndarray]:
+        """The vector score column's lengths, counted batch by batch (``count_classes``)."""
+        name = str(self.spec.score_col)
+        for batch in input_batches(self.data, [name], self.batch_rows):
             names = list(map(str, batch.columns)) if isinstance(batch, pd.DataFrame) \
                 else batch.schema.names
-            if spec.score_col not in names:
+            if name not in names:
                 break  # read_rows names the missing column
-            c = vector_lengths(batch, str(spec.score_col))
-            counts = np.pad(counts, (0, max(0, c.shape[0] - counts.shape[0])))
-            counts[:c.shape[0]] += c
-        k = int(counts.argmax()) if counts.sum() else 0
-        self.length = k or None
-        if k == 1:
-            return 2  # vectors of one score: a binary problem whose score is class 1's
-        if k < 1 and counts.sum():
-            raise DataError(f"column '{spec.score_col}': no vectors to calibrate (need K >= 2 "
-                            "entries)")
-        return k
+            yield vector_lengths(batch, name)
 
     def _rows(self) -> Iterator[tuple[RowPart, dict[str, Any]]]:
         for batch in input_batches(self.data, self.spec.columns, self.batch_rows):
@@ -244,16 +228,10 @@ class LocalKeyedRanges:
                 if not rows.n_rows or (st["invalid"] and self.on_invalid == "raise"):
                     continue  # keep counting: the error names totals
                 self.store.add(pool_rows(rows, classes, self.spec.pool_squares))
-        self._totals(stats)
+        self.add_up(stats, self.on_invalid, "local")
         self._pooled = True
-        log.info("local: %d rows used (weight %g), %d dropped; %d keys%s", self.n_rows,
-                 self.weight_total, self.dropped_rows, len(self.store.keys),
+        log.info("local: %d keys pooled%s", len(self.store.keys),
                  " (spilled to disk)" if self.store.spilled else "")
-
-    def _totals(self, stats: list[dict[str, Any]]) -> None:
-        totals = add_up_rows(stats, self.on_invalid)
-        self.n_rows, self.weight_total = totals.n_rows, totals.weight_total
-        self.dropped_rows, self.interval_widths = totals.dropped_rows, totals.interval_widths
 
     def map(self, fn: Callable[[KeyedTable], Any]) -> list[Any]:
         if not self._pooled:
@@ -274,7 +252,7 @@ class LocalKeyedRanges:
         if self._keep_rows:  # read to the end
             self._kept = kept
         if not self._pooled:
-            self._totals(stats)
+            self.add_up(stats, self.on_invalid, "local")
         return out
 
     def close(self) -> None:

@@ -94,12 +94,13 @@ from ...core.keyed import (
     pool_keyed,
     pool_rows,
 )
-from ...core.rows import RowPart, RowTotals, add_up_rows, merge_stats, read_rows
+from ...core.rows import RowPart, count_classes, merge_stats, read_rows
 from ...core.rows import check_columns as check_rows_columns
 from ...core.summary import arrow_from_keyed, keyed_from_arrow, moved_fields
 from ...errors import VECTORS_EXPECTED, DataError, column_type
 from ...logs import log, phase
-from .schema import common_length, is_vector_udt, vector_array, vector_length_counts
+from ..base import RowCounts
+from .schema import is_vector_udt, vector_array, vector_length_counts
 from .session import default_ranges, with_arrow_batches
 
 __all__ = ["SparkKeyedRanges", "KeyedRuns", "chunks", "result_batch", "range_result",
@@ -613,23 +614,16 @@ def check_types(df: Any, spec: KeySpec) -> None:
             raise column_type(col, role, fields[col].simpleString())
 
 
-def count_classes(df: Any, spec: KeySpec) -> int:
-    """K of a multiclass spec, counted over the input for a vector column (0: binary)."""
-    if not spec.multiclass:
-        return 0
-    if spec.score_cols is not None:
-        return 2 if len(spec.score_cols) == 1 else len(spec.score_cols)
+def _vector_lengths(df: Any, spec: KeySpec) -> list[dict[int, int]]:
+    """The vector score column's lengths over the input (``count_classes``; one small job),
+    or the DataError of a column of another type."""
     name = str(spec.score_col)
     dtype = {f.name: f.dataType for f in df.schema.fields}[name]
     if vector_array(df, name) is None:
         raise DataError(f"column '{name}' has type {dtype.simpleString()}; expected a vector "
                         "(list) of numbers per row, or pass one column per class as score_cols")
     with phase("spark: vector lengths"):
-        length = common_length(vector_length_counts(df, name))
-    k = 2 if length == 1 else length
-    if k < 2:
-        raise DataError(f"column '{name}': no vectors to calibrate (need K >= 2 entries)")
-    return k
+        return [vector_length_counts(df, name)]
 
 
 def fields_of(df: Any) -> dict[str, Any]:
@@ -652,7 +646,7 @@ def input_rows(df: Any, spec: KeySpec) -> Any:
     return df.select(*cols)
 
 
-class SparkKeyedRanges:
+class SparkKeyedRanges(RowCounts):
     """The keyed rows of a Spark DataFrame in score ranges (module docstring)."""
 
     def __init__(self, df: Any, spec: KeySpec, *, on_invalid: str = "raise",
@@ -668,12 +662,11 @@ class SparkKeyedRanges:
             check_types(df, spec)
         self.spec, self.on_invalid, self.finite_scores = spec, on_invalid, finite_scores
         self.passes, self.chunk_rows = passes, chunk_rows
-        self.n_classes = count_classes(df, spec)
+        # K, and the vectors' length (read_rows needs it), counted over the input.
+        self.n_classes, self.length = count_classes(spec, lambda: _vector_lengths(df, spec))
         self.classes = spec.classes(self.n_classes)
         self.rows_df = input_rows(df, spec)
         self.spark = self.rows_df.sparkSession
-        length = self.n_classes or None
-        self.length = length if spec.multiclass and spec.score_cols is None else None
 
         # The sample: the range count and bounds.
         total = self.rows_df.count()
@@ -703,8 +696,6 @@ class SparkKeyedRanges:
         self.pooled_read: Any = None
         self.rows_persisted = False
         self.checked = False
-        self.n_rows, self.weight_total, self.dropped_rows = 0, 0.0, 0
-        self.interval_widths: dict[str, Any] | None = None
         # A binary score (with or without segments) needs no map side in Python:
         # Spark's own range partitioner on the score (its sampling job reads the
         # input in the JVM only); each range reads, explodes and pools its raw rows.
@@ -782,12 +773,8 @@ class SparkKeyedRanges:
     def _check(self, stats: list[dict[str, Any]]) -> None:
         if self.checked:
             return
-        totals: RowTotals = add_up_rows(stats, self.on_invalid)
-        self.n_rows, self.weight_total = totals.n_rows, totals.weight_total
-        self.dropped_rows, self.interval_widths = totals.dropped_rows, totals.interval_widths
+        self.add_up(stats, self.on_invalid, "spark")
         self.checked = True
-        log.info("spark: %d rows used (weight %g), %d dropped", self.n_rows, self.weight_total,
-                 self.dropped_rows)
 
     def map(self, fn: Callable[[KeyedTable], Any]) -> list[Any]:
         if self.raw:
