@@ -72,10 +72,15 @@ class DistinctTable:
         z = np.zeros(0)
         return DistinctTable(z, z, z, np.zeros(0, dtype=np.int64), z, True)
 
+    def take(self, rows: np.ndarray | slice, binary: bool | None = None) -> DistinctTable:
+        """Some rows: ``rows`` an index (copies) or a slice (views); ``binary`` their flag
+        (default: this table's)."""
+        return DistinctTable(self.score[rows], self.weight[rows], self.positives[rows],
+                             self.count[rows], self.label_sum[rows],
+                             self.binary if binary is None else binary)
+
     def slice(self, start: int, stop: int) -> DistinctTable:
-        sl = slice(start, stop)
-        return DistinctTable(self.score[sl], self.weight[sl], self.positives[sl],
-                             self.count[sl], self.label_sum[sl], self.binary)
+        return self.take(slice(start, stop))
 
 
 def _is_binary(labels: np.ndarray) -> bool:

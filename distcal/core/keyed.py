@@ -265,8 +265,8 @@ class KeyedTable:
 
     def key_table(self, i: int) -> DistinctTable:
         """The distinct-score table of key ``i`` (a view)."""
-        return _table_rows(self.table, slice(int(self.starts[i]), int(self.starts[i + 1])),
-                           bool(self.binary[i]))
+        return self.table.take(slice(int(self.starts[i]), int(self.starts[i + 1])),
+                               bool(self.binary[i]))
 
     def take(self, keys: Sequence[int] | np.ndarray, rows: np.ndarray | None = None,
              starts: np.ndarray | None = None) -> KeyedTable:
@@ -281,7 +281,7 @@ class KeyedTable:
             starts = np.concatenate(([0], np.cumsum(sizes)))
             rows = np.repeat(first - starts[:-1], sizes) + np.arange(starts[-1])
         return KeyedTable([self.keys[i] for i in keys], starts,
-                          _table_rows(self.table, rows, self.table.binary), self.binary[keys],
+                          self.table.take(rows), self.binary[keys],
                           None if self.wyy is None else self.wyy[rows],
                           None if self.ww is None else self.ww[rows])
 
@@ -305,13 +305,6 @@ class KeyedTable:
         """(code per row, keys, table, wyy): the pooled rows as keyed rows again."""
         codes = np.repeat(np.arange(len(self.keys)), np.diff(self.starts))
         return codes, self.keys, self.table, self.wyy
-
-
-def _table_rows(t: DistinctTable, rows: np.ndarray | slice, binary: bool) -> DistinctTable:
-    """Some rows of a table: ``rows`` an index (copies) or a slice (views); ``binary``
-    their flag."""
-    return DistinctTable(t.score[rows], t.weight[rows], t.positives[rows], t.count[rows],
-                         t.label_sum[rows], binary)
 
 
 def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.ndarray,

@@ -14,7 +14,7 @@ from ...core.validate import check_vector_lengths
 from ...errors import VECTORS_EXPECTED, column_not_found, column_type
 
 __all__ = ["column_kind", "quote", "vector_element", "is_vector_udt", "vector_array",
-           "vector_length_counts", "common_length"]
+           "vector_length_counts"]
 
 
 def column_kind(dtype: Any) -> str:
@@ -88,9 +88,3 @@ def vector_length_counts(df: Any, name: str) -> dict[int, int]:
     n = F.size(vector_array(df, name))
     counts = df.where(F.col(quote(name)).isNotNull()).groupBy(n.alias("n")).count().collect()
     return {int(r["n"]): int(r["count"]) for r in counts}
-
-
-def common_length(counts: dict[int, int]) -> int:
-    """The most common vector length (0 if none), ties to the shortest (as ``argmax`` of
-    :func:`distcal.core.rows.vector_lengths`)."""
-    return max(counts, key=lambda n: (counts[n], -n)) if counts else 0
