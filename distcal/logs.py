@@ -1,4 +1,4 @@
-"""Logging for the library: the ``distcal`` logger, timed phases and a progress bar.
+"""Logging for the library: the ``distcal`` logger and timed phases.
 
 The library never prints. It logs what it read, which engine and path it
 took, how many rows it used and dropped, and how long each phase took, to
@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any
 
-__all__ = ["log", "phase", "describe_input", "progress"]
+__all__ = ["log", "phase", "describe_input"]
 
 log = logging.getLogger("distcal")
-T = TypeVar("T")
 
 
 @contextmanager
@@ -42,20 +40,3 @@ def describe_input(data: Any) -> str:
     kind = f"{type(data).__module__.split('.')[0]}.{type(data).__name__}"
     return f"a {kind}" + (f" of {n} rows" if n is not None else "")
 
-
-def progress(items: Iterable[T], total: Callable[[], int] | None, desc: str) -> Iterable[T]:
-    """``items`` with a progress bar on a terminal; the items unchanged otherwise.
-
-    ``total()`` (how many items there will be) is called only when the bar shows.
-    The bar shows only when stderr is a terminal and the ``distcal`` logger
-    lets warnings through (so ``--quiet`` silences it), and only if tqdm is
-    installed.
-    """
-    if not (sys.stderr.isatty() and log.isEnabledFor(logging.WARNING)):
-        return items
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return items
-    return tqdm(items, total=total() if total else None, desc=desc, unit="batch", leave=False,
-                file=sys.stderr)

@@ -167,9 +167,10 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
     :class:`~distcal.DataError` with a one-line message, before any engine
     starts. Remote inputs and catalog tables are left to the engine.
     """
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from ..core.columns import arrow_kind
+    from ..core.columns import arrow_kind, is_list_type
 
     _check_roles(command, opts)
     fmt = opts.get("input_format") or "parquet"
@@ -229,12 +230,12 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
             if name not in schema.names:
                 continue
             t = schema.field(name).type
-            if pa_is_null(t) or (name == opts.get("score_col")
-                                 and opts.get("score_index") is not None) or (
+            if pa.types.is_null(t) or (name == opts.get("score_col")
+                                       and opts.get("score_index") is not None) or (
                     command in ("fit", "apply") and name == opts.get("score_col")
-                    and _is_list(t)) or (
+                    and is_list_type(t)) or (
                     command == "evaluate" and name in (opts.get("prob_col") or [])
-                    and _is_list(t)):
+                    and is_list_type(t)):
                 continue  # vectors: the engine checks their element type
             if arrow_kind(t) == "other":
                 raise DataError(f"column '{name}' has type {t} in input file '{f}'; expected "
@@ -361,14 +362,6 @@ def _dataset_files(root: str) -> list[str]:
     return out[:_MAX_CHECKED_FILES]
 
 
-def _is_list(t: Any) -> bool:
-    """A list type: a vector of class probabilities per row (multiclass evaluation)."""
-    import pyarrow as pa
-
-    return bool(pa.types.is_list(t) or pa.types.is_large_list(t)
-                or pa.types.is_fixed_size_list(t))
-
-
 def _is_nested(t: Any) -> bool:
     """Structs, lists, maps, unions: values that cannot key a segment."""
     import pyarrow as pa
@@ -377,12 +370,6 @@ def _is_nested(t: Any) -> bool:
         t = t.value_type
     return bool(pa.types.is_nested(t) or pa.types.is_binary(t)
                 or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t))
-
-
-def pa_is_null(t: Any) -> bool:
-    import pyarrow as pa
-
-    return bool(pa.types.is_null(t))
 
 
 def _one_line(exc: BaseException) -> str:

@@ -35,10 +35,8 @@ from .modl import (
     premerge_range,
     range_summary,
 )
-from .plans import run_plan
-from .ranges import MapRanges, as_map_ranges
 
-__all__ = ["fit_modl", "modl_from_counts"]
+__all__ = ["modl_from_counts"]
 
 RangeCounts = tuple[np.ndarray, np.ndarray, np.ndarray]
 MAX_GROUPS = 100_000
@@ -104,22 +102,15 @@ def modl_from_counts(parts: list[RangeCounts], exact_max: int = 1000,
     return lo[starts], hi[ends], np.asarray(res.interval_counts), float(res.cost), res.exact, used
 
 
-def fit_modl(data: DistinctTable | MapRanges, exact_max: int = 1000,
-             max_groups: int = MAX_GROUPS) -> tuple[Blocks, float, bool, int | None]:
-    """MODL intervals of 0/1 labels with unit weights, as blocks; and (cost, exact, groups).
-
-    Each interval predicts its positive rate; its bounds are the lowest and
-    highest score of the rows in it (:func:`modl_plan`).
-    """
-    return run_plan(modl_plan(exact_max, max_groups), as_map_ranges(data))
-
-
 def modl_plan(exact_max: int = 1000, max_groups: int = MAX_GROUPS
               ) -> Generator[Any, list[Any], tuple[Blocks, float, bool, int | None]]:
-    """:func:`fit_modl` as a plan (:mod:`distcal.core.plans`): two passes over the ranges.
+    """MODL intervals of 0/1 labels with unit weights, as blocks; and (cost, exact, groups).
 
-    The ranges' summaries decide the grouping on the driver; then each
-    range sends its pre-merged (or grouped) counts.
+    A plan (:mod:`distcal.core.plans`): two passes over the ranges. The
+    ranges' summaries decide the grouping on the driver; then each range
+    sends its pre-merged (or grouped) counts. Each interval predicts its
+    positive rate; its bounds are the lowest and highest score of the rows
+    in it.
     """
     summaries = yield _summary
     for _, summary in summaries:

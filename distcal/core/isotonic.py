@@ -29,10 +29,9 @@ from scipy.optimize import isotonic_regression
 
 from ..errors import sums_overflow
 from .distinct import DistinctTable
-from .ranges import MapRanges, as_map_ranges
 
 __all__ = ["Blocks", "pav_blocks", "merge_blocks", "clip_blocks", "combine_spearman",
-           "fit_isotonic", "isotonic_part", "isotonic_from_parts", "isotonic_plan"]
+           "isotonic_part", "isotonic_from_parts", "isotonic_plan"]
 
 
 @dataclass(frozen=True)
@@ -241,20 +240,12 @@ class _IsotonicPart:
 def isotonic_plan(increasing: bool | str = True, y_min: float | None = None,
                   y_max: float | None = None, spearman_rows: Callable[[], bool] | None = None
                   ) -> Generator[Any, list[Any], tuple[Blocks, bool]]:
-    """:func:`fit_isotonic` as a plan (:mod:`distcal.core.plans`): one pass."""
-    parts = yield _IsotonicPart(increasing)
-    return isotonic_from_parts(parts, increasing, y_min, y_max, spearman_rows)
+    """Blocks of the isotonic fit over ordered ranges, as a plan (:mod:`distcal.core.plans`).
 
-
-def fit_isotonic(data: DistinctTable | MapRanges, increasing: bool | str = True,
-                 y_min: float | None = None, y_max: float | None = None,
-                 spearman_rows: Callable[[], bool] | None = None) -> tuple[Blocks, bool]:
-    """Blocks of the isotonic fit over ordered ranges, in one pass.
-
-    Each range runs PAV on its own (both directions when ``increasing`` is
-    "auto", with its Spearman partial); the blocks are merged in score
-    order. With "auto" and labels that are not all 0/1, ``spearman_rows``
-    decides the direction from the rows.
+    One pass: each range runs PAV on its own (both directions when
+    ``increasing`` is "auto", with its Spearman partial); the blocks are
+    merged in score order. With "auto" and labels that are not all 0/1,
+    ``spearman_rows`` decides the direction from the rows.
     """
-    parts = as_map_ranges(data)(lambda t: isotonic_part(t, increasing))
+    parts = yield _IsotonicPart(increasing)
     return isotonic_from_parts(parts, increasing, y_min, y_max, spearman_rows)

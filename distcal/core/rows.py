@@ -24,7 +24,7 @@ from .columns import column_to_float, vector_element
 from .multiclass import label_problems
 
 __all__ = ["fit_rows", "vector_lengths", "problems_message", "Problems", "read_scores",
-           "check_score_args", "score_names", "RowPart",
+           "check_score_args", "RowPart",
            "read_rows", "add_up_rows", "RowTotals", "check_columns", "merge_stats", "read_score"]
 
 # ---------------------------------------------------------------------------
@@ -353,16 +353,6 @@ def check_score_args(score_col: str | None, score_cols: Any) -> list[str] | None
             raise ValueError("score_cols must name at least one column")
         return list(score_cols)
     return None
-
-
-def score_names(score_col: str | None, score_cols: list[str] | None) -> list[str]:
-    """The score column names: ``score_cols``, else ``[score_col]`` (checked arguments)."""
-    if score_cols is not None:
-        return list(score_cols)
-    if score_col is None:
-        raise ValueError("pass exactly one of score_col (a vector column) and score_cols "
-                         "(one column per class)")
-    return [score_col]
 
 
 # -- one reader for every engine: a batch of the user's columns to valid rows --------

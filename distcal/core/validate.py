@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import DataError
 
 __all__ = ["RowChecker", "ROLES", "rules", "check_vector_lengths", "is_real_dtype", "as_scores",
-           "check_unique_columns", "is_vector_series"]
+           "check_unique_columns"]
 
 # The roles a column can play ("prob:NAME" when several probability columns
 # are evaluated together).
@@ -202,9 +202,3 @@ def check_unique_columns(names: list[str], used: object) -> None:
         raise DataError(f"column '{dup[0]}' appears {counts[dup[0]]} times in the input; "
                         "give each column its own name")
 
-
-def is_vector_series(s: object) -> bool:
-    """Whether a pandas object column holds vectors (lists, tuples, arrays): its first
-    non-null value is one. Such a column is not text in a numeric role."""
-    first = s.first_valid_index()  # type: ignore[attr-defined]
-    return first is not None and isinstance(s[first], (list, tuple, np.ndarray))  # type: ignore[index]

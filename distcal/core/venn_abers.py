@@ -72,8 +72,8 @@ from ..errors import DataError, sums_overflow
 from .distinct import DistinctTable
 from .isotonic import Blocks, merge_blocks, pav_blocks
 
-__all__ = ["Steps", "venn_abers_values", "venn_abers_plan", "fit_venn_abers",
-           "LabelsNotBinary", "count_not_binary"]
+__all__ = ["Steps", "venn_abers_values", "venn_abers_plan", "LabelsNotBinary",
+           "count_not_binary"]
 
 
 @dataclass(frozen=True)
@@ -314,9 +314,3 @@ def venn_abers_plan(label_col: str | None = None) -> Generator[Any, list[Any], S
     firsts = [f for _, f, _ in firsts_parts]
     parts = yield _Second(blocks, firsts)
     return join_steps(parts)
-
-
-def fit_venn_abers(table: DistinctTable) -> Steps:
-    """The steps of one distinct-score table (all the rows), on this machine."""
-    p0, p1 = venn_abers_values(table)
-    return _compress(table.score, p0, p1)

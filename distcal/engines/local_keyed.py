@@ -70,11 +70,9 @@ class KeyedStore:
     being read.
     """
 
-    def __init__(self, memory_rows: int, spill_dir: str | None = None,
-                 with_wyy: bool = False):
+    def __init__(self, memory_rows: int, with_wyy: bool = False):
         self.memory_rows = int(memory_rows)
         self.with_wyy = with_wyy
-        self.spill_dir = spill_dir
         self.keys: dict[Key, int] = {}
         self._pending: list[KeyedTable] = []
         self._pending_rows = 0
@@ -107,7 +105,7 @@ class KeyedStore:
                "wyy": t.weight[:0].copy() if part.wyy is None else part.wyy[order],
                "ww": t.weight[:0].copy() if part.ww is None else part.ww[order]}
         if self._tmp is None:
-            self._tmp = Path(tempfile.mkdtemp(prefix="distcal-spill-", dir=self.spill_dir))
+            self._tmp = Path(tempfile.mkdtemp(prefix="distcal-spill-"))
         run_dir = self._tmp / f"run{len(self._runs):05d}"
         run_dir.mkdir()
         for f in _FIELDS:
