@@ -289,7 +289,7 @@ class ThresholdTracker:
         import numpy as np
 
         from .core.distinct import pool_ties
-        from .core.validate import RowChecker
+        from .core.rows import Problems
 
         if (labels is None) == (losses is None):
             raise ValueError("give exactly one of labels and losses")
@@ -299,10 +299,14 @@ class ThresholdTracker:
         if values.shape != s.shape or (w is not None and w.shape != s.shape):
             raise ValueError("scores, labels/losses and weights must have one length")
         role = "label" if losses is None else "loss"
-        arrays = {"score": s, role: values} | ({} if w is None else {"weight": w})
-        checker = RowChecker({"score": "scores", role: role + "s", "weight": "weights"})
-        checker.check(arrays)
-        checker.raise_if_invalid("raise")
+        # No columns here: the message names the arguments instead.
+        problems = Problems(s.shape[0])
+        problems.check("scores", "score", s)
+        problems.check(role + "s", role, values)
+        if w is not None:
+            problems.check("weights", "weight", w)
+        if problems.bad.any():
+            raise DataError(problems.message() + " (pass on_invalid='drop' to drop such rows)")
         if w is not None:
             keep = w > 0
             s, values, w = s[keep], values[keep], w[keep]

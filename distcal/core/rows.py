@@ -44,6 +44,17 @@ class Problems:
         if k:
             self.bad |= mask
 
+    def check(self, column: str, role: str, values: np.ndarray, text: np.ndarray | None = None,
+              finite_scores: bool = False) -> None:
+        """Add the rows of ``values`` (float64, null as NaN) that break the rules of ``role``
+        (:func:`distcal.core.validate.rules`); ``text`` marks the rows that held text."""
+        from .validate import rules
+
+        if text is None:
+            text = np.zeros(values.shape[0], dtype=bool)
+        for problem, kind in rules(role, finite_scores):
+            self.add(column, problem, _rule_mask(kind, values, text))
+
     def message(self) -> str:
         return problems_message(self.items)
 
@@ -432,8 +443,6 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
     :class:`~distcal.DataError`). Every check is counted, also at zero, in
     one fixed order, so that the counts of batches add up item by item.
     """
-    from .validate import rules
-
     check_columns(_columns_of(table), spec)
     n = len(table) if isinstance(table, pd.DataFrame) else table.num_rows
     lengths: dict[int, int] | None = None  # of the vectors read at score_index
@@ -474,8 +483,7 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
                 v, text = column_to_float(table, name, roles[part or "score"])
             if part is not None:
                 values[part] = v
-            for problem, kind in rules(roles[part or "score"], finite_scores):
-                problems.add(name, problem, _rule_mask(kind, v, text))
+            problems.check(name, roles[part or "score"], v, text, finite_scores)
             if part == "p1":
                 p0_name = spec.interval_cols[0]
                 with np.errstate(invalid="ignore"):

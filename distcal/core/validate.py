@@ -4,40 +4,30 @@ Rules: a score is a real number (never complex, a date or a duration:
 :func:`is_real_dtype`), ±inf allowed (not for sigmoid), never NaN/null;
 a label is a number in [0, 1]; a weight is finite and >= 0; a probability
 (evaluation) is in [0, 1]; a per-row loss is finite. Text in a numeric
-column is a row problem too. Counts accumulate over batches so that the
-message gives totals for the whole input.
+column is a row problem too. :class:`distcal.core.rows.Problems` counts
+the rows breaking these rules, over all batches, so that the message gives
+totals for the whole input.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..errors import DataError
 
-__all__ = ["RowChecker", "ROLES", "rules", "check_vector_lengths", "is_real_dtype", "as_scores",
-           "check_unique_columns"]
-
-# The roles a column can play ("prob:NAME" when several probability columns
-# are evaluated together).
-ROLES = ("score", "prob", "label", "loss", "weight")
-
-
-def _role_rank(role: str) -> int:
-    if role in ("score", "prob") or role.startswith("prob:"):
-        return 0
-    return 1 if role in ("label", "loss") else 2
+__all__ = ["rules", "check_vector_lengths", "is_real_dtype", "as_scores", "check_unique_columns"]
 
 
 def rules(role: str, finite_scores: bool = False) -> list[tuple[str, str]]:
     """The checks of a role, in message order: (problem as worded, kind).
 
-    Kinds: "text" (text in a numeric column), "null" (null or NaN), "inf",
-    "range01" (outside [0, 1]), "negative". Every engine evaluates these
-    same rules, so the messages are the same everywhere.
+    Roles: "score", "prob" (a probability to evaluate; "prob:NAME" too),
+    "label", "loss" (a per-row loss), "weight". Kinds: "text" (text in a
+    numeric column), "null" (null or NaN), "inf", "range01" (outside
+    [0, 1]), "negative". Every engine evaluates these same rules, so the
+    messages are the same everywhere.
     """
     out = [("are text, not numbers", "text"), ("are null or NaN", "null")]
     if role == "score" and finite_scores:
@@ -49,73 +39,6 @@ def rules(role: str, finite_scores: bool = False) -> list[tuple[str, str]]:
     elif role == "loss":
         out.append(("are infinite", "inf"))
     return out
-
-
-@dataclass
-class RowChecker:
-    """Checks batches of columns and remembers the problem counts.
-
-    ``columns`` maps a role (see ROLES) to the user's column name;
-    ``finite_scores`` makes infinite scores a problem (Platt scaling).
-    """
-
-    columns: dict[str, str]
-    finite_scores: bool = False
-    problems: Counter[tuple[str, str]] = field(default_factory=Counter)
-
-    def check(self, arrays: dict[str, np.ndarray],
-              text: dict[str, np.ndarray] | None = None) -> np.ndarray | None:
-        """Return a mask of valid rows, or None when every row is valid.
-
-        ``arrays`` maps roles to float64 arrays (null already NaN); ``text``
-        maps roles to masks of rows whose value was text.
-        """
-        bad = None
-
-        def flag(role: str, problem: str, mask: np.ndarray) -> None:
-            nonlocal bad
-            k = int(np.count_nonzero(mask))
-            if k:
-                self.problems[(role, problem)] += k
-                bad = mask if bad is None else (bad | mask)
-
-        text = text or {}
-        for role, values in arrays.items():
-            t = text.get(role)
-            for problem, kind in rules(role, self.finite_scores):
-                if kind == "text":
-                    if t is not None:
-                        flag(role, problem, t)
-                elif kind == "null":
-                    flag(role, problem, np.isnan(values) & ~t if t is not None
-                         else np.isnan(values))
-                elif kind == "inf":
-                    flag(role, problem, np.isinf(values))
-                elif kind == "range01":
-                    flag(role, problem, (values < 0.0) | (values > 1.0))
-                elif kind == "negative":
-                    flag(role, problem, values < 0.0)
-        if bad is None:
-            return None
-        return ~bad
-
-    def message(self) -> str:
-        parts = []
-        # A fixed order (values, labels, weights), whatever order batches found them in.
-        for role in sorted(self.columns, key=_role_rank):
-            for problem, _ in rules(role, self.finite_scores):
-                k = self.problems.get((role, problem), 0)
-                if k:
-                    noun = "row" if k == 1 else "rows"
-                    verb = problem if k != 1 else problem.replace("are ", "is ", 1)
-                    parts.append(f"column '{self.columns[role]}': {k} {noun} {verb}")
-        return "; ".join(parts)
-
-    def raise_if_invalid(self, on_invalid: str) -> None:
-        """Raise :class:`DataError` for the problems seen, unless dropping."""
-        if self.problems and on_invalid == "raise":
-            raise DataError(self.message() + " (pass on_invalid='drop' to drop such rows)")
-
 
 
 def check_vector_lengths(name: str, role: str, index: int, lengths: Mapping[int, int]) -> None:
