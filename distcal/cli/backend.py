@@ -199,7 +199,7 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
         if opt == "label_col" and command == "threshold" and opts.get("loss_col"):
             continue
         if opt == "prob_cols":  # each value: per-class columns, comma-separated
-            value = [n.strip() for v in value or [] for n in v.split(",")]
+            value = [n for v in value or [] for n in split_columns(v)]
         if opt == "interval_cols":
             value = list(interval_columns(value) or ())
         if opt == "score_cols":
@@ -211,7 +211,7 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
         names += [n for n in (opts.get("label_col"), opts.get("weight_col")) if n]
     seen: dict[str, tuple[str, str]] = {}
     rows = 0
-    by = [n.strip() for n in str(opts.get("by") or "").split(",") if n.strip()]
+    by = [n for n in split_columns(opts.get("by") or "") if n]
     for f in files:
         try:
             meta = pq.read_metadata(f)
@@ -282,8 +282,7 @@ def _check_roles(command: str, opts: dict[str, Any]) -> None:
     weight = opts.get("weight_col")
     if command == "evaluate":
         for value in opts.get("prob_cols") or []:
-            roles(prob_cols=[n.strip() for n in value.split(",")], label_col=label,
-                  weight_col=weight)
+            roles(prob_cols=split_columns(value), label_col=label, weight_col=weight)
         interval = list(interval_columns(opts.get("interval_cols")) or ()) or None
         for col in opts.get("prob_col") or []:
             roles(prob_col=col, label_col=label, weight_col=weight, interval_cols=interval)
@@ -324,26 +323,44 @@ def transform_for_cli(model: Any, data: Any, opts: dict[str, Any]) -> Any:
                            score_index=opts.get("score_index"), interval_cols=interval)
 
 
+def split_columns(value: Any) -> list[str]:
+    """Comma-separated column names (``--by a,b``), each stripped, empty ones kept.
+
+    The checks made before a command runs skip empty names; the command
+    refuses them with :func:`checked_columns`.
+    """
+    return [n.strip() for n in str(value).split(",")]
+
+
+def checked_columns(value: Any, option: str, least: int = 1, most: int | None = None
+                    ) -> list[str]:
+    """The column names of ``--option`` (comma-separated); a UsageError naming the option
+    for an empty name, or for fewer than ``least`` or more than ``most`` names."""
+    names = split_columns(value)
+    if all(names) and len(names) >= least and (most is None or len(names) <= most):
+        return names
+    if least == most == 2:
+        expected = "two column names separated by a comma"
+    elif least == 2:
+        expected = "two or more column names separated by commas"
+    else:
+        expected = "column names separated by commas"
+    raise UsageError(f"--{option} must be {expected}, got {value!r}")
+
+
 def interval_columns(value: str | None) -> tuple[str, str] | None:
     """``--interval-cols p0,p1`` as a pair of names (None without the option)."""
     if value is None:
         return None
-    names = [n.strip() for n in str(value).split(",")]
-    if len(names) != 2 or not all(names):
-        raise UsageError(f"--interval-cols must be two column names separated by a comma, "
-                         f"got {value!r}")
-    return names[0], names[1]
+    p0, p1 = checked_columns(value, "interval-cols", least=2, most=2)
+    return p0, p1
 
 
 def score_columns(value: str | None) -> list[str] | None:
     """``--score-cols a,b,c`` as a list of names (None without the option)."""
     if value is None:
         return None
-    names = [n.strip() for n in str(value).split(",")]
-    if len(names) < 1 or not all(names):
-        raise UsageError(f"--score-cols must be column names separated by commas, got "
-                         f"{value!r}")
-    return names
+    return checked_columns(value, "score-cols")
 
 
 def _score_role(opts: dict[str, Any]) -> Any:

@@ -17,7 +17,7 @@ from ..evaluation import evaluate, evaluate_many
 from ..keyed_model import KeyedModel
 from ..storage import MODEL, PARQUET, REPORT
 from ..threshold import optimal_threshold
-from .backend import Backend, interval_columns, score_columns
+from .backend import Backend, checked_columns, interval_columns, score_columns
 
 __all__ = ["COMMANDS", "cmd_fit", "cmd_apply", "cmd_evaluate", "cmd_threshold",
            "cmd_discretize", "cmd_export", "cmd_summarize", "cmd_monitor", "ALERT_EXIT"]
@@ -186,10 +186,7 @@ def _by_columns(value: str | None) -> list[str] | None:
     """``--by a,b`` as a list of column names (None without the option)."""
     if value is None:
         return None
-    names = [n.strip() for n in value.split(",")]
-    if not all(names):
-        raise UsageError(f"--by must be column names separated by commas, got {value!r}")
-    return names
+    return checked_columns(value, "by")
 
 
 def cmd_apply(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
@@ -237,11 +234,7 @@ def _predictions(opts: dict[str, Any]) -> list[Any]:
     """
     groups = []
     for value in opts.get("prob_cols") or []:
-        names = [n.strip() for n in value.split(",")]
-        if len(names) < 2 or not all(names):
-            raise UsageError("--prob-cols must be two or more column names separated by "
-                             f"commas, got {value!r}")
-        groups.append(names)
+        groups.append(checked_columns(value, "prob-cols", least=2))
     cols: list[Any] = list(opts.get("prob_col") or [])
     if not cols and not groups:
         cols = [DEFAULTS.output_col]

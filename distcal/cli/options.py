@@ -92,8 +92,18 @@ OPTIONS: tuple[Option, ...] = (
            choices=(*METHODS, "temperature"), default=DEFAULTS.method),
     Option("output", str, "also write the intervals as a Parquet file (default: only the "
            "JSON line)", commands=("discretize",)),
+    # A command's help lists its options in this tuple's order: summarize's own
+    # (calibration history, docs/history.md) come before the columns it shares.
+    Option("output", str, "summary directory to write: summary.json + table.parquet "
+           "(required)", commands=("summarize",)),
+    Option("period", str, "label kept with the summary, e.g. the date 2026-12-03 (default: "
+           "none)", commands=("summarize",)),
+    Option("decimals", int, "round the scores to this many decimals first: a smaller "
+           "summary, exact for the rounded scores (default: none, no rounding)",
+           commands=("summarize",)),
     Option("score-col", str, f"score column (default: {DEFAULTS.score_col})",
-           commands=("fit", "apply", "threshold", "discretize"), default=DEFAULTS.score_col),
+           commands=("fit", "apply", "threshold", "discretize", "summarize"),
+           default=DEFAULTS.score_col),
     Option("score-cols", str, "multiclass scores given as K per-class columns, comma-separated "
            "(e.g. s0,s1,s2; labels are the class indices 0..K-1), instead of --score-col; a "
            "--score-col of vectors (lists) is multiclass too (default: none)",
@@ -111,7 +121,7 @@ OPTIONS: tuple[Option, ...] = (
            "repeat to compare several (default: none)", commands=("evaluate",), repeat=True),
     Option("label-col", str, f"label column: 0/1 or rates in [0, 1] (default: "
            f"{DEFAULTS.label_col})",
-           commands=("fit", "apply", "evaluate", "threshold"),
+           commands=("fit", "apply", "evaluate", "threshold", "summarize"),
            default=DEFAULTS.label_col),
     Option("label-col", str, f"class label column: any labels, numbers or strings, each "
            f"value a class (default: {DEFAULTS.label_col})", commands=("discretize",),
@@ -122,7 +132,7 @@ OPTIONS: tuple[Option, ...] = (
     # Not for discretize: MODL counts rows (unit weights), and a weight column
     # it would ignore must not be accepted.
     Option("weight-col", str, "row weight column (default: none, every weight 1)",
-           commands=("fit", "apply", "evaluate", "threshold")),
+           commands=("fit", "apply", "evaluate", "threshold", "summarize")),
     Option("loss-col", str, "per-row loss of predicting positive, instead of labels and "
            "costs (default: none)", commands=("threshold",)),
     Option("output-col", str, f"column to add (default: {DEFAULTS.output_col})",
@@ -148,6 +158,9 @@ OPTIONS: tuple[Option, ...] = (
            "evaluate adds a table of segments, worst calibrated first, and their reliability "
            "curves; threshold adds each segment's threshold (default: none)",
            commands=("evaluate", "threshold")),
+    Option("by", str, "also summarise each value of these columns (comma-separated), so "
+           "that fits from the summary have one map per value (default: none)",
+           commands=("summarize",)),
     Option("min-segment-weight", float, "with --by: segments of less total weight use the "
            "global map (default: 0)", commands=("fit",), default=0.0),
     Option("n-bins", int, f"histogram / calibration-curve bins (default: {DEFAULTS.n_bins})",
@@ -162,35 +175,8 @@ OPTIONS: tuple[Option, ...] = (
            commands=("threshold",), default=DEFAULTS.cost_fn),
     Option("on-invalid", str, f"bad rows: fail, or drop and count them (default: "
            f"{DEFAULTS.on_invalid})", choices=("raise", "drop"), default=DEFAULTS.on_invalid,
-           commands=("fit", "apply", "evaluate", "threshold")),
-    Option("overwrite", bool, "replace an existing output once the new one is complete "
-           "(default: refuse)", commands=("fit", "apply", "evaluate", "discretize"),
-           default=False),
-    Option("scheduler", str, "address of a running Dask scheduler (default: start a "
-           "LocalCluster for the run)", entry_points=(DASK_JOB,), commands=(*ALL, "monitor")),
-    # calibration history (docs/history.md)
-    Option("output", str, "summary directory to write: summary.json + table.parquet "
-           "(required)", commands=("summarize",)),
-    Option("period", str, "label kept with the summary, e.g. the date 2026-12-03 (default: "
-           "none)", commands=("summarize",)),
-    Option("decimals", int, "round the scores to this many decimals first: a smaller "
-           "summary, exact for the rounded scores (default: none, no rounding)",
-           commands=("summarize",)),
-    Option("score-col", str, f"score column (default: {DEFAULTS.score_col})",
-           commands=("summarize",), default=DEFAULTS.score_col),
-    Option("label-col", str, f"label column: 0/1 or rates in [0, 1] (default: "
-           f"{DEFAULTS.label_col})", commands=("summarize",), default=DEFAULTS.label_col),
-    Option("weight-col", str, "row weight column (default: none, every weight 1)",
-           commands=("summarize",)),
-    Option("by", str, "also summarise each value of these columns (comma-separated), so "
-           "that fits from the summary have one map per value (default: none)",
-           commands=("summarize",)),
-    Option("on-invalid", str, f"bad rows: fail, or drop and count them (default: "
-           f"{DEFAULTS.on_invalid})", choices=("raise", "drop"), default=DEFAULTS.on_invalid,
-           commands=("summarize",)),
-    Option("summaries", str, "fit from these summary directories (written by 'summarize'; "
-           "a rolling window is the last N daily ones) instead of --input (default: none)",
-           commands=("fit",), many=True),
+           commands=("fit", "apply", "evaluate", "threshold", "summarize")),
+    # monitor's own (docs/history.md), before the --overwrite it shares
     Option("summaries", str, "summary directories, one per period in time order (required)",
            commands=("monitor",), many=True),
     Option("output", str, "monitor report directory to write: report.json, report.html "
@@ -202,7 +188,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("fail-on-alert", bool, "exit with status 3 when any period alerts (the JSON line "
            "is printed all the same) (default: exit 0)", commands=("monitor",), default=False),
     Option("overwrite", bool, "replace an existing output once the new one is complete "
-           "(default: refuse)", commands=("summarize", "monitor"), default=False),
+           "(default: refuse)",
+           commands=("fit", "apply", "evaluate", "discretize", "summarize", "monitor"),
+           default=False),
+    Option("scheduler", str, "address of a running Dask scheduler (default: start a "
+           "LocalCluster for the run)", entry_points=(DASK_JOB,), commands=(*ALL, "monitor")),
+    Option("summaries", str, "fit from these summary directories (written by 'summarize'; "
+           "a rolling window is the last N daily ones) instead of --input (default: none)",
+           commands=("fit",), many=True),
 )
 
 
