@@ -298,11 +298,11 @@ class ThresholdTracker:
         w = None if weights is None else np.asarray(weights, dtype=np.float64).ravel()
         if values.shape != s.shape or (w is not None and w.shape != s.shape):
             raise ValueError("scores, labels/losses and weights must have one length")
-        role = "label" if losses is None else "loss"
+        name, role = ("labels", "label") if losses is None else ("losses", "loss")
         # No columns here: the message names the arguments instead.
         problems = Problems(s.shape[0])
         problems.check("scores", "score", s)
-        problems.check(role + "s", role, values)
+        problems.check(name, role, values)
         if w is not None:
             problems.check("weights", "weight", w)
         if problems.bad.any():

@@ -187,6 +187,8 @@ def test_tracker_bad_rows():
         t.update(0.5)
     with pytest.raises(distcal.DataError, match="column 'labels': 1 row is outside"):
         t.update_many([0.1, 0.2], [0, 3])
+    with pytest.raises(distcal.DataError, match="column 'losses': 1 row is infinite"):
+        t.update_many([0.1, 0.2], losses=[0.5, math.inf])
     assert t.n_rows == 0 and t.threshold == math.inf
 
 

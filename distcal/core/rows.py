@@ -24,7 +24,7 @@ from .columns import column_to_float, vector_element
 from .multiclass import label_problems
 
 __all__ = ["fit_rows", "vector_lengths", "problems_message", "Problems", "read_scores",
-           "check_score_args", "RowPart",
+           "check_score_args", "RowPart", "count_classes",
            "read_rows", "add_up_rows", "RowTotals", "check_columns", "merge_stats", "read_score"]
 
 # ---------------------------------------------------------------------------

@@ -23,7 +23,7 @@ __all__ = ["rules", "check_vector_lengths", "is_real_dtype", "as_scores", "check
 def rules(role: str, finite_scores: bool = False) -> list[tuple[str, str]]:
     """The checks of a role, in message order: (problem as worded, kind).
 
-    Roles: "score", "prob" (a probability to evaluate; "prob:NAME" too),
+    Roles: "score", "prob" (a probability to evaluate),
     "label", "loss" (a per-row loss), "weight". Kinds: "text" (text in a
     numeric column), "null" (null or NaN), "inf", "range01" (outside
     [0, 1]), "negative". Every engine evaluates these same rules, so the
@@ -32,7 +32,7 @@ def rules(role: str, finite_scores: bool = False) -> list[tuple[str, str]]:
     out = [("are text, not numbers", "text"), ("are null or NaN", "null")]
     if role == "score" and finite_scores:
         out.append(("are infinite (this method needs finite scores)", "inf"))
-    elif role in ("label", "prob") or role.startswith("prob:"):
+    elif role in ("label", "prob"):
         out.append(("are outside [0, 1]", "range01"))
     elif role == "weight":
         out += [("are infinite", "inf"), ("are negative", "negative")]
