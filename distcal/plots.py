@@ -48,7 +48,8 @@ def _plt():
     return plt
 
 
-def _as_list(reports: Any) -> list:
+def report_list(reports: Any) -> list:
+    """One report, a list of them or a dict of them (by name) as a list (the figures' input)."""
     if isinstance(reports, dict):
         return list(reports.values())
     if isinstance(reports, (list, tuple)):
@@ -93,7 +94,7 @@ def plot_reliability(reports: Any, ax: Any = None, *, hist_ax: Any = None,
     metrics_from_report` of each report (computed when needed and None).
     The heaviest bin over all reports gets :data:`MARKER_AREA_MAX`.
     """
-    reports = _as_list(reports)
+    reports = report_list(reports)
     if ax is None:
         fig, (ax, hist_ax) = _plt().subplots(2, 1, figsize=(6.4, 7.0), sharex=True,
                                               gridspec_kw={"height_ratios": [3, 1]})
@@ -202,7 +203,7 @@ def plot_calibration_map(model: Any, ax: Any = None, *, confidence: float = 0.95
 
 def plot_roc(reports: Any, ax: Any = None) -> Any:
     """ROC curve of each report with its convex hull; AUC in the legend."""
-    reports = _as_list(reports)
+    reports = report_list(reports)
     ax = _new_ax(ax, (6.0, 5.6))
     ax.plot([0, 1], [0, 1], ls="--", color="0.5", lw=1, label="chance")
     for i, r in enumerate(reports):
@@ -224,7 +225,7 @@ def plot_cost_curve(reports: Any, ax: Any = None, *, cost_fp: float = 1.0,
     The cost is a step function: for t in (p_(k+1), p_k] (distinct
     probabilities descending) the rows with p >= p_k are positive.
     """
-    reports = _as_list(reports)
+    reports = report_list(reports)
     ax = _new_ax(ax, (6.4, 4.4))
     if curves is None:
         curves = [cm.cost_curve(r, cost_fp, cost_fn) for r in reports]

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .core.metrics import wilson_interval
-from .plots import MARKER_AREA_MAX
+from .plots import MARKER_AREA_MAX, report_list
 
 __all__ = ["plot_top_label_reliability", "plot_class_reliability", "plot_confusion_matrix",
            "MAX_OVERLAID_CLASSES", "MAX_ANNOTATED_CLASSES"]
@@ -38,14 +38,6 @@ __all__ = ["plot_top_label_reliability", "plot_class_reliability", "plot_confusi
 MAX_OVERLAID_CLASSES = 6
 #: Confusion cells are labelled with their weight up to this many classes.
 MAX_ANNOTATED_CLASSES = 12
-
-
-def _as_list(reports: Any) -> list:
-    if isinstance(reports, dict):
-        return list(reports.values())
-    if isinstance(reports, (list, tuple)):
-        return list(reports)
-    return [reports]
 
 
 def _figure(figsize: tuple[float, float], fig: Any = None) -> Any:
@@ -82,7 +74,7 @@ def plot_top_label_reliability(reports: Any, ax: Any = None, *, fig: Any = None)
 
     The heaviest bin over all reports gets :data:`~distcal.plots.MARKER_AREA_MAX`.
     """
-    reports = _as_list(reports)
+    reports = report_list(reports)
     if ax is None:
         ax = _figure((6.4, 5.6), fig).subplots()
     _diagonal(ax)
@@ -106,7 +98,7 @@ def plot_class_reliability(reports: Any, ax: Any = None, *, fig: Any = None) -> 
     most :data:`MAX_OVERLAID_CLASSES` classes); small multiples make their
     own figure (``fig`` if given). Returns the (first) Axes.
     """
-    reports = _as_list(reports)
+    reports = report_list(reports)
     k = max(r.n_classes for r in reports)
     wmax = max((float(c["weight"].max()) for r in reports for c in r.class_curves if len(c)),
                default=1.0)
@@ -156,7 +148,7 @@ def plot_confusion_matrix(reports: Any, ax: Any = None, *, fig: Any = None) -> A
     ``ax`` is used for a single report; several make their own figure
     (``fig`` if given), one panel each.
     """
-    reports = _as_list(reports)
+    reports = report_list(reports)
     if ax is None or len(reports) > 1:
         n = len(reports)
         k = max(r.n_classes for r in reports)

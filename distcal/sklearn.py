@@ -33,10 +33,9 @@ from sklearn.utils import _safe_indexing, get_tags, indexable
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
+from .defaults import MULTICLASS_METHODS as METHODS
 from .keyed_model import KeyedModel as MulticlassCalibrationModel
 from .params import check_bool
-
-METHODS = ("isotonic", "sigmoid", "histogram", "beta", "venn_abers", "temperature")
 
 __all__ = ["CalibratedClassifier"]
 
