@@ -11,12 +11,10 @@ calibration does. The negative log-likelihood
 
 only depends on each distinct score's positive and negative weights, so it
 is a function of the :class:`~distcal.core.distinct.DistinctTable` and the
-fit is exact on any engine. L is convex; we run Newton's method with a
-backtracking line search on standardised scores to full double precision
-(scikit-learn stops L-BFGS at a gradient of 1e-6), stopping after a Newton
-step below 1e-10 relative (the error left is its square): a rule on the
-step, not on the loss, so that every engine, whatever the order of its
-sums, stops at the same point to rounding.
+fit is exact on any engine: a logistic regression on the standardised
+score, fitted by Newton passes over the score ranges to full double
+precision (:mod:`distcal.core.logistic`; scikit-learn stops L-BFGS at a
+gradient of 1e-6).
 """
 
 from __future__ import annotations
@@ -31,6 +29,7 @@ from scipy.special import expit
 
 from ..errors import sums_overflow
 from .distinct import DistinctTable
+from .logistic import newton_plan
 from .plans import run_plan
 from .ranges import MapRanges, as_map_ranges
 
@@ -119,77 +118,22 @@ def sigmoid_plan(max_iter: int = 100) -> Generator[Any, list[Any], tuple[float, 
     sd = float(np.sqrt(spread[0] / wsum))
 
     def target(t: DistinctTable) -> np.ndarray:
-        # Target of q = 1 - p = sigmoid(z) per distinct score.
-        q: np.ndarray = (t.positives * (1.0 - hi) + (t.weight - t.positives) * (1.0 - lo)) \
-            / t.weight
-        return q
+        # Platt's target mass of q = 1 - p = sigmoid(z) per distinct score
+        y: np.ndarray = t.positives * (1.0 - hi) + (t.weight - t.positives) * (1.0 - lo)
+        return y
 
     if sd == 0.0:
         # One distinct score: only b is identified; p equals the mean target.
-        tsum = yield from _sum(scaled(lambda t: np.array([np.sum(t.weight * target(t))])))
+        tsum = yield from _sum(scaled(lambda t: np.array([np.sum(target(t))])))
         tbar = float(tsum[0]) / wsum
         return 0.0, float(np.log(tbar / (1.0 - tbar)))
 
-    def loss(alpha: float, beta: float) -> Generator[Any, list[Any], float]:
-        def part(t: DistinctTable) -> np.ndarray:
-            z = alpha * (t.score - mu) / sd + beta
-            q = target(t)
-            return np.array([np.sum(t.weight * (q * np.logaddexp(0.0, -z)
-                                                 + (1.0 - q) * np.logaddexp(0.0, z)))])
-        total = yield from _sum(scaled(part))
-        return float(total[0])
+    def feature(t: DistinctTable) -> list[np.ndarray]:
+        return [(t.score * s_scale - mu) / sd]
 
-    def newton_sums(alpha: float, beta: float) -> Generator[Any, list[Any], np.ndarray]:
-        def part(t: DistinctTable) -> np.ndarray:
-            x = (t.score - mu) / sd
-            q = expit(alpha * x + beta)
-            r = t.weight * (q - target(t))
-            h = t.weight * q * (1.0 - q)
-            return np.array([np.dot(r, x), r.sum(), np.dot(h, x * x), np.dot(h, x), h.sum()])
-        total = yield from _sum(scaled(part))
-        return total
-
-    alpha, beta = 0.0, float(np.log((n_neg + 1.0) / (n_pos + 1.0)))
-    current: float | None = None
-    for _ in range(max_iter):
-        g0, g1, hxx, hx1, h11 = yield from newton_sums(alpha, beta)
-        det = hxx * h11 - hx1 * hx1
-        newton = bool(det > 0.0 and np.isfinite(det))
-        if newton:
-            step = -np.array([h11 * g0 - hx1 * g1, hxx * g1 - hx1 * g0]) / det
-        else:  # flat curvature: a gradient step
-            step = -np.array([g0, g1]) / max(hxx + h11, np.finfo(float).tiny)
-        size, scale = abs(step[0]) + abs(step[1]), 1.0 + abs(alpha) + abs(beta)
-        # Stop on the step, not on the loss: near the optimum the loss changes
-        # by the square of the parameters' error, so it stops changing in
-        # floating point while the parameters are still ~1e-8 off, and where
-        # it stops would depend on the order of the sums (the engine).
-        if newton and size <= 1e-10 * scale:
-            # Quadratic convergence: after this step the error is ~ size^2,
-            # i.e. the rounding of the sums (an engine-independent stop).
-            alpha, beta = alpha + step[0], beta + step[1]
-            break
-        if newton and size <= 1e-4 * scale:
-            # Quadratic convergence region: full Newton steps (the loss
-            # cannot tell them apart from rounding any more).
-            alpha, beta, current = alpha + step[0], beta + step[1], None
-            continue
-        if current is None:
-            current = yield from loss(alpha, beta)
-        lam = 1.0
-        while True:
-            na, nb = alpha + lam * step[0], beta + lam * step[1]
-            new = yield from loss(na, nb)
-            if new <= current:
-                break
-            lam *= 0.5
-            if lam < 1e-12:  # no descent left: optimal to rounding
-                na, nb, new = alpha, beta, current
-                break
-        moved = abs(na - alpha) + abs(nb - beta)
-        alpha, beta, current = na, nb, new
-        if moved <= 1e-15 * (1.0 + abs(alpha) + abs(beta)):
-            break
+    alpha, beta = yield from newton_plan(
+        feature, target, [0.0, float(np.log((n_neg + 1.0) / (n_pos + 1.0)))],
+        w_scale=w_scale, max_iter=max_iter, name="sigmoid calibration")
     return float(alpha / sd * s_scale), float(beta - alpha * mu / sd)
 
 
