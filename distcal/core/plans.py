@@ -37,8 +37,9 @@ Plan = Generator[Request, list[Any], R]
 MapParts = Callable[[Callable[[Any], Any]], list[Any]]
 
 
-def run_plan(plan: Plan[R], map_parts: MapParts) -> R:
-    """Run one plan: each function it yields is mapped over the parts, results sent back."""
+def run_plan(plan: Generator[Any, list[Any], R], map_parts: Callable[[Any], list[Any]]) -> R:
+    """Run one plan: each request it yields (a function to map over the parts) goes to
+    ``map_parts``, whose results are sent back."""
     try:
         request = next(plan)
         while True:

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from .plans import run_plan
+
 __all__ = ["temperature_sums", "fit_temperature", "temperature_steps", "temperature_plan",
            "softmax_predict", "center_logits", "BETA_MIN", "BETA_MAX"]
 
@@ -169,14 +171,7 @@ def fit_temperature(map_parts: MapParts, max_iter: int = 200, rtol: float = 1e-1
     >>> bool(abs(temperature_sums(z, y, None, beta)[1]) < 1e-12)
     True
     """
-    steps = temperature_steps(max_iter, rtol, start)
-    try:
-        beta_asked = next(steps)
-        while True:
-            beta_asked = steps.send(map_parts(beta_asked))
-    except StopIteration as stop:
-        result: tuple[float, dict[str, Any]] = stop.value
-        return result
+    return run_plan(temperature_steps(max_iter, rtol, start), map_parts)
 
 
 def temperature_steps(max_iter: int = 200, rtol: float = 1e-13, start: float = 1.0,
