@@ -43,7 +43,7 @@ import numpy as np
 from .distinct import DistinctTable
 
 __all__ = ["range_partials", "combine_partials", "roc_points", "roc_hull", "roc_candidates",
-           "roc_sample", "roc_plan", "roc_select", "wilson_interval"]
+           "roc_sample", "roc_plan", "roc_select", "desc_cumsums", "wilson_interval"]
 
 EPS = float(np.finfo(np.float64).eps)
 
@@ -85,8 +85,7 @@ def roc_points(score: np.ndarray, pos: np.ndarray, neg: np.ndarray) -> dict[str,
     ``score`` ascending distinct probabilities with their positive and
     negative weights.
     """
-    tps = np.concatenate(([0.0], np.cumsum(pos[::-1])))
-    fps = np.concatenate(([0.0], np.cumsum(neg[::-1])))
+    tps, fps = _from_top(pos), _from_top(neg)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpr = tps / tps[-1] if tps[-1] > 0 else np.full_like(tps, np.nan)
         fpr = fps / fps[-1] if fps[-1] > 0 else np.full_like(fps, np.nan)
@@ -130,16 +129,18 @@ def roc_hull(pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if p_total <= 0.0 or n_total <= 0.0 or w.shape[0] == 0:
         return np.array([0.0, 1.0]), np.array([0.0, 1.0])
     at = _hull_steps(pos, neg)
-    tp = np.concatenate(([0.0], np.cumsum(pos[::-1])))[at]
-    fp = np.concatenate(([0.0], np.cumsum(neg[::-1])))[at]
+    tp, fp = _from_top(pos)[at], _from_top(neg)[at]
     return fp / n_total, tp / p_total
 
 
-def _desc_cumsums(t: DistinctTable) -> tuple[np.ndarray, np.ndarray]:
-    """Cumulative positives and negatives from the range's top, (d + 1,) each."""
-    y = t.positives[::-1]
-    n = t.weight[::-1] - y
-    return (np.concatenate(([0.0], np.cumsum(y))), np.concatenate(([0.0], np.cumsum(n))))
+def _from_top(v: np.ndarray) -> np.ndarray:
+    """0, then the cumulative sums of ``v`` from its last (highest) entry down."""
+    return np.concatenate(([0.0], np.cumsum(v[::-1])))
+
+
+def desc_cumsums(t: DistinctTable) -> tuple[np.ndarray, np.ndarray]:
+    """Cumulative positives and negatives from the table's top, (d + 1,) each."""
+    return _from_top(t.positives), _from_top(t.weight - t.positives)
 
 
 def roc_candidates(t: DistinctTable) -> dict[str, np.ndarray]:
@@ -157,7 +158,7 @@ def roc_candidates(t: DistinctTable) -> dict[str, np.ndarray]:
     d = len(t)
     res = isotonic_regression(t.positives / t.weight, weights=t.weight, increasing=True)
     j = (d - np.asarray(res.blocks[:-1], dtype=np.int64))[::-1]  # ascending, ends with d
-    cy, cn = _desc_cumsums(t)
+    cy, cn = desc_cumsums(t)
     return {"j": j, "tp": cy[j], "fp": cn[j], "threshold": t.score[d - j]}
 
 
@@ -170,7 +171,7 @@ def roc_sample(t: DistinctTable, at: dict[float, np.ndarray]) -> dict[str, np.nd
     if not j.shape[0]:
         e = np.empty(0)
         return {"j": np.empty(0, dtype=np.int64), "tp": e, "fp": e, "threshold": e}
-    cy, cn = _desc_cumsums(t)
+    cy, cn = desc_cumsums(t)
     return {"j": j, "tp": cy[j], "fp": cn[j], "threshold": t.score[len(t) - j]}
 
 
