@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,13 +13,16 @@ import pandas as pd
 from .core import calibration_metrics as cm
 from .core import metrics as m
 from .core.bins import bin_edges
-from .core.calibration_tests import calibration_tests
+from .core.calibration_tests import calibration_test_partials, calibration_tests
+from .core.distinct import DistinctTable
 from .core.interval_widths import width_summary
-from .core.keyed import KeySpec
+from .core.keyed import GLOBAL, KeyedTable, KeySpec, global_ww
+from .core.segment_metrics import combine_segment_partials, curve_frame, segment_partials
 from .defaults import DEFAULTS
 from .engines import get_engine, resolve_engine
 from .errors import DataError, ParameterError, sums_overflow
 from .jsonsafe import json_safe, key_value
+from .logs import log, phase
 from .params import (
     check_column_name,
     check_distinct_columns,
@@ -93,16 +97,17 @@ class EvaluationReport:
     # (a dict: distcal.core.interval_widths.width_summary); None without interval_cols.
     interval_widths: Any = None
 
-    def attach_segments(self, seg_eval: Any) -> None:
-        """Set ``segments`` from a :class:`~distcal.core.segment_metrics.SegmentEvaluation`."""
-        self.segments = seg_eval.table
-        self._segment_eval = seg_eval
+    def attach_segments(self, by: list[str], sums: Any) -> None:
+        """Set ``segments`` from the ``by`` columns and every key's sums
+        (:class:`~distcal.core.segment_metrics.SegmentEvaluation`)."""
+        self.segments = sums.table(by)
+        self._segments = (list(by), sums)
 
     @property
     def segment_by(self) -> list[str]:
         """The ``by`` columns of ``segments`` (empty without segments)."""
-        seg_eval = getattr(self, "_segment_eval", None)
-        return list(seg_eval.by) if seg_eval is not None else []
+        seg = getattr(self, "_segments", None)
+        return list(seg[0]) if seg is not None else []
 
     def segment_curve(self, key: Any) -> pd.DataFrame:
         """One segment's calibration curve (columns as ``calibration_curve``).
@@ -111,12 +116,11 @@ class EvaluationReport:
         Over the report's bins; from the sums of the same pass as
         ``segments``. A key with no row is a ``KeyError``.
         """
-        seg_eval = getattr(self, "_segment_eval", None)
-        if seg_eval is None:
+        seg = getattr(self, "_segments", None)
+        if seg is None:
             raise KeyError("this report has no segments (evaluate(..., by=...))")
-        if not isinstance(key, tuple):
-            key = (key,)
-        curve: pd.DataFrame = seg_eval.curve(key, self.confidence)
+        curve: pd.DataFrame = seg[1].curve(key if isinstance(key, tuple) else (key,),
+                                           self.confidence)
         return curve
 
     def __repr__(self) -> str:
@@ -169,18 +173,25 @@ def check_roc_points(roc_points: Any) -> int | None:
     return int(roc_points)
 
 
-def report_from_ranges(ranges: Any, *, prob_col: str, n_bins: int = 10,
-                       strategy: str = "uniform", bins: Any = None, threshold: float = 0.5,
-                       confidence: float = 0.95, roc_points: int | None = None
-                       ) -> EvaluationReport:
-    """Every metric from the ordered ranges of distinct probabilities (any engine).
+def _global_table(part: KeyedTable) -> DistinctTable:
+    """A range's table of all rows (every valid row has the global key)."""
+    g = part.global_index()
+    assert g is not None
+    return part.key_table(g)
 
-    ``ranges`` offers ``map`` (see ``MapRanges``) and, once mapped over,
-    ``n_rows``, ``dropped_rows``, ``sum_wyy`` (sum of w y^2) and
-    ``test_sums`` (:func:`~distcal.core.calibration_tests.calibration_test_partials`
-    added up). ``prob_col`` (the column named in the report), ``n_bins``,
-    ``strategy``, ``bins``, ``threshold``, ``confidence`` and ``roc_points``:
-    as for :func:`evaluate`.
+
+def report_from_ranges(keyed: Any, *, prob_col: str, by: list[str] | None = None,
+                       n_bins: int = 10, strategy: str = "uniform", bins: Any = None,
+                       threshold: float = 0.5, confidence: float = 0.95,
+                       roc_points: int | None = None) -> EvaluationReport:
+    """Every metric from the keyed ranges of one probability column (any engine).
+
+    ``keyed``: the engine's :class:`~distcal.engines.base.KeyedRanges`, keyed
+    by the global key and, with ``by``, by segment. The sums every key needs
+    (:mod:`distcal.core.segment_metrics`) are those of the global report
+    and, with ``by``, of ``segments``, from one pass. ``prob_col`` (the
+    column named in the report), ``n_bins``, ``strategy``, ``bins``,
+    ``threshold``, ``confidence`` and ``roc_points``: as for :func:`evaluate`.
 
     With ``roc_points``, the ranges send only their ROC hull candidates in
     the first pass; the points at evenly spaced ranks ride along with the
@@ -188,20 +199,32 @@ def report_from_ranges(ranges: Any, *, prob_col: str, n_bins: int = 10,
     need the ranges' offsets), so the curve costs no pass of its own
     (:func:`distcal.core.metrics.roc_plan`).
     """
+    def global_map(fn: Any) -> list[Any]:
+        return list(keyed.map(lambda part: fn(_global_table(part))))
+
     # More bins than rows (beyond the default's 10) is refused by the first, cheap pass,
     # before any bin is computed (a million bins on 2,000 rows took minutes).
     edges = (np.asarray(bins, dtype=np.float64) if bins is not None
-             else bin_edges(ranges.map, n_bins, strategy,
+             else bin_edges(global_map, n_bins, strategy,
                             rows_for_bins=n_bins > DEFAULTS.n_bins))
     if edges.ndim != 1 or edges.shape[0] < 2 or np.any(np.diff(edges) < 0):
         raise ValueError("bins must be at least two non-decreasing edges")
     full = roc_points is None
-    parts = ranges.map(lambda t: {**m.range_partials(t, edges, threshold, full),
-                                  "extra": cm.extra_range_partials(t)})
-    res = m.combine_partials(parts, ranges.sum_wyy)
-    if not math.isfinite(res["weight"]):  # weights near 1e308: every metric would be NaN
+
+    def partials(part: KeyedTable) -> dict[str, Any]:
+        t = _global_table(part)
+        return {**m.range_partials(t, threshold, full), "keys": segment_partials(part, edges),
+                "extra": cm.extra_range_partials(t),
+                "tests": calibration_test_partials(t, global_ww(part))}
+
+    parts = keyed.map(partials)
+    sums = combine_segment_partials([q["keys"] for q in parts])
+    g = sums.index(GLOBAL)
+    w_total, positives = float(sums.metrics["weight"][g]), float(sums.y[g])
+    if not math.isfinite(w_total):  # weights near 1e308: every metric would be NaN
         raise sums_overflow()
-    map_ranges = ranges.map
+    res = m.combine_partials(parts, positives, float(sums.neg[g]))
+    map_ranges = global_map
     samples: list[Any] = []
     plan: dict[str, Any] = {}
     if not full and parts:
@@ -214,47 +237,41 @@ def report_from_ranges(ranges: Any, *, prob_col: str, n_bins: int = 10,
 
         def map_ranges(fn: Any) -> list[Any]:  # the next pass also samples the curve
             if samples:
-                return ranges.map(fn)
-            both = ranges.map(lambda t: (fn(t), sample(t)))
+                return global_map(fn)
+            both = global_map(lambda t: (fn(t), sample(t)))
             samples.extend(b[1] for b in both)
             return [b[0] for b in both]
 
     extra = cm.extra_metrics(map_ranges, [q["extra"] for q in parts], n_bins=len(edges) - 1,
-                             sum_wyy=ranges.sum_wyy)
+                             sum_wyy=float(sums.wyy[g]))
     if plan:
         if not samples:
-            samples = ranges.map(sample)
+            samples = global_map(sample)
         roc = m.roc_select(plan, samples)
         hx, hy = plan["hull_fpr"], plan["hull_tpr"]
     else:
         roc = res["roc"]
         hx, hy = m.roc_hull(res["roc_pos"], res["roc_neg"])
-    n_rows, dropped_rows = ranges.n_rows, ranges.dropped_rows
-    w_total = res["weight"]
-    bw, bwp, bwy = res["bins"]
-    full = bw > 0
-    pred, true, share = bwp[full] / bw[full], bwy[full] / bw[full], bw[full] / w_total
-    gap = true - pred
-    ybar = res["positives"] / w_total
+    curve = curve_frame(sums.bins[g], confidence)
+    true = curve["prob_true"].to_numpy()
+    share = curve["weight"].to_numpy() / w_total
+    gap = true - curve["prob_pred"].to_numpy()
+    ybar = positives / w_total
     conf = res["confusion"]
     correct = conf["tp"] + conf["tn"]
     tp, fp, fn = conf["tp"], conf["fp"], conf["fn"]
     precision = tp / (tp + fp) if tp + fp > 0 else math.nan
     recall = tp / (tp + fn) if tp + fn > 0 else math.nan
     f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn > 0 else math.nan
-    # Wilson interval of each bin's observed rate (weight as the count)
-    ci = np.array([m.wilson_interval(t * n, n, confidence) for t, n in zip(true, bw[full])])
-    ci = ci.reshape(-1, 2)
-    tests = calibration_tests(ranges.test_sums, w_total, res["positives"])
-    return EvaluationReport(
-        prob_col=prob_col, n_rows=n_rows, weight_total=w_total, dropped_rows=dropped_rows,
-        brier=res["brier"], log_loss=res["log_loss"],
-        ece=float(np.sum(share * np.abs(gap))), mce=float(np.max(np.abs(gap))),
-        auc=res["auc"], reliability=float(np.sum(share * gap * gap)),
+    tests = calibration_tests(np.sum([q["tests"] for q in parts], axis=0), w_total, positives)
+    report = EvaluationReport(
+        prob_col=prob_col, n_rows=keyed.n_rows, weight_total=w_total,
+        dropped_rows=keyed.dropped_rows, brier=float(sums.metrics["brier"][g]),
+        log_loss=float(sums.metrics["log_loss"][g]), ece=float(sums.metrics["ece"][g]),
+        mce=float(sums.metrics["mce"][g]), auc=float(sums.metrics["auc"][g]),
+        reliability=float(np.sum(share * gap * gap)),
         resolution=float(np.sum(share * (true - ybar) ** 2)), uncertainty=ybar * (1.0 - ybar),
-        calibration_curve=pd.DataFrame({"prob_pred": pred, "prob_true": true,
-                                        "weight": bw[full], "ci_low": ci[:, 0],
-                                        "ci_high": ci[:, 1]}),
+        calibration_curve=curve,
         roc=pd.DataFrame(roc), roc_hull=pd.DataFrame({"fpr": hx, "tpr": hy}),
         threshold=float(threshold), confusion=conf, accuracy=correct / w_total,
         accuracy_interval=m.wilson_interval(correct, w_total, confidence),
@@ -265,6 +282,10 @@ def report_from_ranges(ranges: Any, *, prob_col: str, n_bins: int = 10,
         smece_sigma=extra["smece_sigma"], smooth_curve=extra["smooth_curve"],
         n_distinct=int(res["n_distinct"]), roc_complete=len(roc["fpr"]) == res["n_distinct"] + 1,
         **tests)
+    if by is not None:
+        report.attach_segments(by, sums)
+        log.info("evaluate by %s: %d segments", by, len(sums.keys) - 1)
+    return report
 
 
 def check_interval_cols(interval_cols: Any, roles: dict[str, Any]) -> tuple[str, str] | None:
@@ -416,8 +437,9 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
     name = resolve_engine(data, engine)
     engine_impl = get_engine(name)
     _, engine_opts = split_engine_options("evaluate", None, engine_opts, engine_impl.options)
+    names = None
     if by is not None:
-        from .segment_evaluation import check_segment_by, evaluate_by
+        from .segment_evaluation import check_segment_by
 
         names = check_segment_by(by, columns)
         if score_index is not None or prob_cols is not None:
@@ -427,13 +449,6 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
             raise DataError(f"column '{prob_col}' (prob) holds vectors (multiclass "
                             "probabilities); evaluate(by=) takes one probability per row in "
                             "this version")
-        return evaluate_by(engine_impl, data, {"prob": prob_col, "label": label_col,
-                                               "weight": weight_col}, names,
-                           report_from_ranges=report_from_ranges, prob_col=prob_col,
-                           n_bins=n_bins, strategy=strategy, bins=bins, threshold=threshold,
-                           confidence=confidence, roc_points=roc_points,
-                           on_invalid=on_invalid, engine_opts=engine_opts,
-                           interval_cols=interval_cols)
     if score_index is None and (prob_cols is not None or _is_vector(name, data, prob_col)):
         from .multiclass_evaluation import evaluate_multiclass
 
@@ -447,33 +462,28 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
                                    None if prob_cols is None else [str(c) for c in prob_cols],
                                    label_col, weight_col, n_bins, on_invalid, engine_opts)
     return _report(engine_impl, data, KeySpec(score_col=prob_col, label_col=label_col,
-                                             weight_col=weight_col, probabilities=True,
-                                             score_index=score_index,
+                                             weight_col=weight_col, by=tuple(names or ()),
+                                             probabilities=True, score_index=score_index,
                                              interval_cols=interval_cols),
-                   on_invalid, engine_opts, prob_col=prob_col, n_bins=n_bins, strategy=strategy,
-                   bins=bins, threshold=threshold, confidence=confidence,
+                   on_invalid, engine_opts, prob_col=prob_col, by=names, n_bins=n_bins,
+                   strategy=strategy, bins=bins, threshold=threshold, confidence=confidence,
                    roc_points=roc_points)
 
 
 def _report(engine_impl: Any, data: Any, spec: KeySpec, on_invalid: str,
             engine_opts: dict[str, Any], **kw: Any) -> EvaluationReport:
     """:func:`report_from_ranges` over the keyed rows of one probability column."""
-    from .segment_evaluation import GlobalRanges
-
     # The bins' passes, then the partials and the adaptive bins (offsets from
     # the partials): cluster engines keep the ranges between passes.
     passes = 2 if kw["bins"] is not None or kw["strategy"] == "uniform" else 4
+    by = list(spec.by)
     with engine_impl.open_keyed(data, spec, on_invalid=on_invalid, passes=passes,
                                 **engine_opts) as keyed:
-        report = report_from_ranges(GlobalRanges(keyed), **kw)
-        attach_interval_widths(report, keyed, spec)
-        return report
-
-
-def attach_interval_widths(report: EvaluationReport, keyed: Any, spec: KeySpec) -> None:
-    """Set ``report.interval_widths`` from the widths the keyed pass summed up (if any)."""
-    if spec.interval_cols is not None:
-        report.interval_widths = width_summary(keyed.interval_widths, spec.interval_cols)
+        with phase("evaluate by %s", by) if by else nullcontext():
+            report = report_from_ranges(keyed, **kw)
+        if spec.interval_cols is not None:
+            report.interval_widths = width_summary(keyed.interval_widths, spec.interval_cols)
+    return report
 
 
 def _is_vector(engine: str, data: Any, column: str) -> bool:

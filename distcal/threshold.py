@@ -286,8 +286,6 @@ class ThresholdTracker:
         ``losses`` (each row's own loss, as ``loss`` of :meth:`update`),
         with ``weights`` (None: all 1): arrays of one length.
         """
-        import numpy as np
-
         from .core.distinct import pool_ties
         from .core.rows import Problems
 
@@ -312,7 +310,7 @@ class ThresholdTracker:
             s, values, w = s[keep], values[keep], w[keep]
         table = pool_ties(s, values, w)
         if losses is None:
-            z = self.cost_fp * (table.weight - table.positives) - self.cost_fn * table.positives
+            z = loss_per_score(table, self.cost_fp, self.cost_fn)
             pos = table.positives
         else:
             z, pos = table.positives, np.zeros(len(table))

@@ -59,6 +59,7 @@ import numpy as np
 
 from . import smooth_ece as sm
 from .distinct import DistinctTable
+from .metrics import desc_cumsums
 from .ranges import MapRanges, as_map_ranges
 
 __all__ = ["murphy_partials", "combine_murphy", "adaptive_cuts", "adaptive_partials",
@@ -297,10 +298,7 @@ def cost_curve(report: Any, cost_fp: float = 1.0, cost_fn: float = 1.0) -> dict[
     (as :func:`distcal.optimal_threshold`).
     """
     t = table_from_report(report)
-    pos_desc = t.positives[::-1]
-    neg_desc = (t.weight - t.positives)[::-1]
-    tp = np.concatenate(([0.0], np.cumsum(pos_desc)))
-    fp = np.concatenate(([0.0], np.cumsum(neg_desc)))
+    tp, fp = desc_cumsums(t)
     fn = tp[-1] - tp
     cost = float(cost_fp) * fp + float(cost_fn) * fn
     threshold = np.concatenate(([np.inf], t.score[::-1]))

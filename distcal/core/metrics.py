@@ -16,6 +16,9 @@ W_p and weighted positives Y_p. Every metric below is a sum over that table
   (Mann-Whitney), with P_p = Y_p and N_p = W_p - Y_p;
 * the ROC curve, one point per distinct p, and its convex hull.
 
+The sums of the first four are added per key (all rows, each segment) by
+:mod:`distcal.core.segment_metrics`; this module keeps the ROC.
+
 **The ROC at scale.** The full curve has one point per distinct p, so it is
 gathered only on request (``roc_points=None``). Otherwise each range sends
 its *hull candidates* (:func:`roc_candidates`: the boundaries of the PAV
@@ -37,62 +40,37 @@ from typing import Any
 
 import numpy as np
 
-from .bins import bin_ids
 from .distinct import DistinctTable
 
 __all__ = ["range_partials", "combine_partials", "roc_points", "roc_hull", "roc_candidates",
-           "roc_sample", "roc_plan", "roc_select", "wilson_interval"]
+           "roc_sample", "roc_plan", "roc_select", "desc_cumsums", "wilson_interval"]
 
 EPS = float(np.finfo(np.float64).eps)
 
 
-def range_partials(t: DistinctTable, edges: np.ndarray, threshold: float,
-                   roc_full: bool = True) -> dict[str, Any]:
-    """Every sum the metrics need, for one range of distinct probabilities.
+def range_partials(t: DistinctTable, threshold: float, roc_full: bool = True) -> dict[str, Any]:
+    """What the global report needs of one range besides every key's sums
+    (:mod:`distcal.core.segment_metrics`): its positives and negatives at or
+    above ``threshold``, its ROC and its number of distinct probabilities.
 
     ``roc_full``: the range's whole ROC (one point per distinct p); else
     only its hull candidates (:func:`roc_candidates`).
     """
-    p, w, y = t.score, t.weight, t.positives
-    n = w - y
-    nb = edges.shape[0] - 1
-    ids = bin_ids(edges, p)
-    pc = np.clip(p, EPS, 1.0 - EPS)
+    p, y = t.score, t.positives
+    n = t.weight - y
     above = p >= threshold
-    return {
-        "w": float(w.sum()), "y": float(y.sum()), "n": float(n.sum()),
-        "brier": float(np.sum(w * p * p - 2.0 * p * y)),
-        "log": float(np.sum(y * np.log(pc) + n * np.log1p(-pc))),
-        "bins": np.stack([np.bincount(ids, weights=w, minlength=nb)[:nb],
-                          np.bincount(ids, weights=w * p, minlength=nb)[:nb],
-                          np.bincount(ids, weights=y, minlength=nb)[:nb]]),
-        # Mann-Whitney pairs inside the range, ties counting one half
-        "pairs": float(np.sum(y * (np.cumsum(n) - n + 0.5 * n))),
-        "above": (float(y[above].sum()), float(n[above].sum())),
-        "roc": (p, y, n) if roc_full else roc_candidates(t),
-        "d": int(p.shape[0]),
-    }
+    return {"above": (float(y[above].sum()), float(n[above].sum())),
+            "roc": (p, y, n) if roc_full else roc_candidates(t), "d": int(p.shape[0])}
 
 
-def combine_partials(parts: list[dict[str, Any]], sum_wyy: float) -> dict[str, Any]:
-    """Metrics from the ordered ranges' partials (see the module docstring)."""
-    w = sum(q["w"] for q in parts)
-    pos = sum(q["y"] for q in parts)
-    neg = sum(q["n"] for q in parts)
-    pairs, neg_below = 0.0, 0.0
-    for q in parts:  # a positive of a range lies above every negative below the range
-        pairs += q["pairs"] + q["y"] * neg_below
-        neg_below += q["n"]
-    bins = sum(q["bins"] for q in parts)
+def combine_partials(parts: list[dict[str, Any]], positives: float, negatives: float
+                     ) -> dict[str, Any]:
+    """The confusion at the threshold, the number of distinct probabilities and, from
+    full curves, the ROC, from the ordered ranges' partials and the global totals."""
     tp = sum(q["above"][0] for q in parts)
     fp = sum(q["above"][1] for q in parts)
-    out = {
-        "weight": w, "positives": pos, "brier": (sum(q["brier"] for q in parts) + sum_wyy) / w,
-        "log_loss": -sum(q["log"] for q in parts) / w,
-        "auc": pairs / (pos * neg) if pos > 0 and neg > 0 else math.nan,
-        "bins": bins, "n_distinct": sum(q.get("d", 0) for q in parts),
-        "confusion": {"tp": tp, "fp": fp, "tn": neg - fp, "fn": pos - tp},
-    }
+    out = {"n_distinct": sum(q["d"] for q in parts),
+           "confusion": {"tp": tp, "fp": fp, "tn": negatives - fp, "fn": positives - tp}}
     if parts and isinstance(parts[0]["roc"], tuple):  # full curves
         score = np.concatenate([q["roc"][0] for q in parts])
         ys = np.concatenate([q["roc"][1] for q in parts])
@@ -107,8 +85,7 @@ def roc_points(score: np.ndarray, pos: np.ndarray, neg: np.ndarray) -> dict[str,
     ``score`` ascending distinct probabilities with their positive and
     negative weights.
     """
-    tps = np.concatenate(([0.0], np.cumsum(pos[::-1])))
-    fps = np.concatenate(([0.0], np.cumsum(neg[::-1])))
+    tps, fps = _from_top(pos), _from_top(neg)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpr = tps / tps[-1] if tps[-1] > 0 else np.full_like(tps, np.nan)
         fpr = fps / fps[-1] if fps[-1] > 0 else np.full_like(fps, np.nan)
@@ -152,16 +129,18 @@ def roc_hull(pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if p_total <= 0.0 or n_total <= 0.0 or w.shape[0] == 0:
         return np.array([0.0, 1.0]), np.array([0.0, 1.0])
     at = _hull_steps(pos, neg)
-    tp = np.concatenate(([0.0], np.cumsum(pos[::-1])))[at]
-    fp = np.concatenate(([0.0], np.cumsum(neg[::-1])))[at]
+    tp, fp = _from_top(pos)[at], _from_top(neg)[at]
     return fp / n_total, tp / p_total
 
 
-def _desc_cumsums(t: DistinctTable) -> tuple[np.ndarray, np.ndarray]:
-    """Cumulative positives and negatives from the range's top, (d + 1,) each."""
-    y = t.positives[::-1]
-    n = t.weight[::-1] - y
-    return (np.concatenate(([0.0], np.cumsum(y))), np.concatenate(([0.0], np.cumsum(n))))
+def _from_top(v: np.ndarray) -> np.ndarray:
+    """0, then the cumulative sums of ``v`` from its last (highest) entry down."""
+    return np.concatenate(([0.0], np.cumsum(v[::-1])))
+
+
+def desc_cumsums(t: DistinctTable) -> tuple[np.ndarray, np.ndarray]:
+    """Cumulative positives and negatives from the table's top, (d + 1,) each."""
+    return _from_top(t.positives), _from_top(t.weight - t.positives)
 
 
 def roc_candidates(t: DistinctTable) -> dict[str, np.ndarray]:
@@ -179,7 +158,7 @@ def roc_candidates(t: DistinctTable) -> dict[str, np.ndarray]:
     d = len(t)
     res = isotonic_regression(t.positives / t.weight, weights=t.weight, increasing=True)
     j = (d - np.asarray(res.blocks[:-1], dtype=np.int64))[::-1]  # ascending, ends with d
-    cy, cn = _desc_cumsums(t)
+    cy, cn = desc_cumsums(t)
     return {"j": j, "tp": cy[j], "fp": cn[j], "threshold": t.score[d - j]}
 
 
@@ -192,7 +171,7 @@ def roc_sample(t: DistinctTable, at: dict[float, np.ndarray]) -> dict[str, np.nd
     if not j.shape[0]:
         e = np.empty(0)
         return {"j": np.empty(0, dtype=np.int64), "tp": e, "fp": e, "threshold": e}
-    cy, cn = _desc_cumsums(t)
+    cy, cn = desc_cumsums(t)
     return {"j": j, "tp": cy[j], "fp": cn[j], "threshold": t.score[len(t) - j]}
 
 

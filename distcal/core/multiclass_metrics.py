@@ -90,15 +90,10 @@ def add_sums(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
 
 def _curve(sums: np.ndarray) -> tuple[float, Any]:
     """(ECE, calibration-curve rows) from per-bin [weight, sum w p, sum w y]."""
-    import pandas as pd
+    from .segment_metrics import curve_frame
 
     weight, wp, wy = sums
-    total = weight.sum()
-    ece = float(np.abs(wy - wp).sum() / total)
-    full = weight > 0
-    curve = pd.DataFrame({"prob_pred": wp[full] / weight[full],
-                          "prob_true": wy[full] / weight[full], "weight": weight[full]})
-    return ece, curve
+    return float(np.abs(wy - wp).sum() / weight.sum()), curve_frame(sums, None)
 
 
 def metrics_from_sums(sums: dict[str, np.ndarray]) -> dict[str, Any]:

@@ -51,6 +51,7 @@ most :data:`SEARCH_GRID_SIZES` has 10 sizes).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -60,8 +61,7 @@ from .distinct import DistinctTable
 from .ranges import MapRanges, as_map_ranges
 
 __all__ = ["grid_size", "SEARCH_GRID_SIZES", "grid_partials", "combine_grid_partials",
-           "smooth_ece_sigma", "search_bandwidth", "smooth_ece", "smooth_ece_from_grids",
-           "smooth_curve"]
+           "smooth_ece_sigma", "search_bandwidth", "smooth_ece", "smooth_curve"]
 
 SEARCH_EPS = 0.001  # relplot's eps: bandwidths below it always pass the predicate
 SEARCH_REFINE = 10  # bisection steps
@@ -154,35 +154,21 @@ def smooth_ece_sigma(grid: np.ndarray, sigma: float) -> float:
     return float(np.sum(np.abs(rs) * dens) / np.sum(dens))
 
 
-def search_bandwidth(ece_at: Callable[[float], float], eps: float = SEARCH_EPS,
-                     refine: int = SEARCH_REFINE) -> float:
+def search_bandwidth(ece_at: Callable[[float], float]) -> float:
     """relplot's ``search_param`` for the fixed point smECE_sigma = sigma."""
     def ok(alpha: float) -> bool:
-        return alpha < eps or alpha < ece_at(alpha)
+        return alpha < SEARCH_EPS or alpha < ece_at(alpha)
 
     if ok(1.0):
         return 1.0
     start, end = 1.0, 0.0
-    for _ in range(refine):
+    for _ in range(SEARCH_REFINE):
         mid = (start + end) / 2
         if ok(mid):
             end = mid
         else:
             start = mid
     return start
-
-
-def smooth_ece_from_grids(get_grid: Callable[[int], np.ndarray]) -> tuple[float, float]:
-    """(smECE, sigma*) given the combined grid sums of each size asked for."""
-    cache: dict[float, float] = {}
-
-    def ece_at(sigma: float) -> float:
-        if sigma not in cache:
-            cache[sigma] = smooth_ece_sigma(get_grid(grid_size(sigma)), sigma)
-        return cache[sigma]
-
-    sigma = search_bandwidth(ece_at)
-    return ece_at(sigma), sigma
 
 
 def smooth_ece(data: DistinctTable | MapRanges, *, grids: dict[int, np.ndarray] | None = None
@@ -205,8 +191,12 @@ def smooth_ece(data: DistinctTable | MapRanges, *, grids: dict[int, np.ndarray] 
             raise ValueError("smooth ECE of no rows")
         return have[g]
 
-    value, sigma = smooth_ece_from_grids(get_grid)
-    return {"smece": value, "smece_sigma": sigma, "grid": have[grid_size(sigma)]}
+    @functools.cache  # each bandwidth's value once: the search reads sigma* again
+    def ece_at(sigma: float) -> float:
+        return smooth_ece_sigma(get_grid(grid_size(sigma)), sigma)
+
+    sigma = search_bandwidth(ece_at)
+    return {"smece": ece_at(sigma), "smece_sigma": sigma, "grid": have[grid_size(sigma)]}
 
 
 def smooth_curve(grid: np.ndarray, sigma: float, n_points: int = 200) -> dict[str, np.ndarray]:
