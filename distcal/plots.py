@@ -64,6 +64,34 @@ def _new_ax(ax: Any, figsize: tuple[float, float]) -> Any:
     return ax
 
 
+def heaviest(curves: Any) -> float:
+    """The largest bin weight of reliability curves (1 when all are empty): the bin drawn
+    with :data:`MARKER_AREA_MAX`."""
+    return max((float(c["weight"].max()) for c in curves if len(c)), default=1.0)
+
+
+def diagonal(ax: Any) -> None:
+    """The line of perfect calibration, on the unit square."""
+    ax.plot([0, 1], [0, 1], ls="--", color="0.5", lw=1, label="perfectly calibrated")
+    ax.set(xlim=(0, 1), ylim=(0, 1))
+
+
+def plot_bins(ax: Any, curve: Any, wmax: float, color: str, label: str, gid: str,
+              ci: Any = None, line: bool = False) -> None:
+    """A reliability curve's bins (``prob_pred``, ``prob_true``, ``weight``): interval bars
+    (``ci``: the low and the high end per bin), the line through the bins if ``line``,
+    and markers of area proportional to the weight (:data:`MARKER_AREA_MAX` at ``wmax``)."""
+    x, y, w = (curve[c].to_numpy(dtype=float) for c in ("prob_pred", "prob_true", "weight"))
+    if ci is not None:
+        ax.errorbar(x, y, yerr=np.clip(np.vstack([y - ci[0], ci[1] - y]), 0.0, None),
+                    fmt="none", ecolor=color, elinewidth=1, capsize=2, alpha=0.8)
+    if line:
+        ax.plot(x, y, color=color, lw=1, alpha=0.8)
+    sc = ax.scatter(x, y, s=MARKER_AREA_MAX * w / wmax, color=color, alpha=0.6,
+                    edgecolors="k", linewidths=0.5, label=label)
+    sc.set_gid(gid)
+
+
 def _effective_weight(curve: dict[str, np.ndarray], weight_total: float,
                       sigma: float) -> np.ndarray:
     return weight_total * curve["density"] * 2.0 * math.sqrt(math.pi) * sigma
@@ -100,22 +128,13 @@ def plot_reliability(reports: Any, ax: Any = None, *, hist_ax: Any = None,
                                               gridspec_kw={"height_ratios": [3, 1]})
     if smooth and metrics is None:
         metrics = [cm.metrics_from_report(r) for r in reports]
-    ax.plot([0, 1], [0, 1], ls="--", color="0.5", lw=1, label="perfectly calibrated")
-    wmax = max((float(r.calibration_curve["weight"].max()) for r in reports
-                if len(r.calibration_curve)), default=1.0)
+    diagonal(ax)
+    wmax = heaviest(r.calibration_curve for r in reports)
     for i, r in enumerate(reports):
         cc = r.calibration_curve
         color = f"C{i}"
-        x, y, w = (cc[c].to_numpy(dtype=float) for c in ("prob_pred", "prob_true", "weight"))
-        yerr = np.clip(np.vstack([y - cc["ci_low"].to_numpy(), cc["ci_high"].to_numpy() - y]),
-                       0.0, None)
-        ax.errorbar(x, y, yerr=yerr, fmt="none", ecolor=color, elinewidth=1, capsize=2,
-                    alpha=0.8)
-        sc = ax.scatter(x, y, s=MARKER_AREA_MAX * w / wmax, color=color, alpha=0.6,
-                        edgecolors="k", linewidths=0.5,
-                        label=f"{r.prob_col}: bins (area ∝ weight), "
-                              f"ECE {r.ece:.3g}")
-        sc.set_gid(f"bins:{r.prob_col}")
+        plot_bins(ax, cc, wmax, color, f"{r.prob_col}: bins (area ∝ weight), ECE {r.ece:.3g}",
+                  f"bins:{r.prob_col}", ci=(cc["ci_low"].to_numpy(), cc["ci_high"].to_numpy()))
         if smooth and metrics is not None:
             mt = metrics[i]
             curve = mt["smooth_curve"]
