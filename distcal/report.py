@@ -616,10 +616,6 @@ def _with_segments(reports: list[EvaluationReport]) -> list[EvaluationReport]:
     return [r for r in reports if getattr(r, "segments", None) is not None]
 
 
-def _key_text(r: EvaluationReport, row: Any) -> str:
-    return ", ".join(f"{b}={row[b]}" for b in r.segment_by)
-
-
 def _segments_html(reports: list[EvaluationReport]) -> str:
     """Per report with segments: the worst calibrated segments (highest ECE first)."""
     out = []
@@ -652,6 +648,8 @@ def _segment_figures(reports: list[EvaluationReport]) -> list[tuple[str, str, st
     """Small multiples: the reliability curves of the worst calibrated segments."""
     from matplotlib.figure import Figure
 
+    from . import plots
+
     out = []
     with_segments = _with_segments(reports)
     for i, r in enumerate(with_segments):
@@ -662,15 +660,16 @@ def _segment_figures(reports: list[EvaluationReport]) -> list[tuple[str, str, st
         nrows = -(-len(worst) // ncols)
         fig = Figure(figsize=(3.2 * ncols, 3.1 * nrows), layout="constrained")
         axes = np.atleast_1d(fig.subplots(nrows, ncols, sharex=True, sharey=True)).ravel()
-        heaviest = max(float(r.segment_curve(tuple(row[b] for b in r.segment_by))["weight"].max())
-                       for _, row in worst.iterrows())
-        for ax, (_, row) in zip(axes, worst.iterrows()):
-            curve = r.segment_curve(tuple(row[b] for b in r.segment_by))
+        curves = [r.segment_curve(tuple(row[b] for b in r.segment_by))
+                  for _, row in worst.iterrows()]
+        heaviest = plots.heaviest(curves)
+        for ax, (_, row), curve in zip(axes, worst.iterrows(), curves):
             ax.plot([0, 1], [0, 1], color="#999", lw=0.8, ls="--")
             ax.plot(curve["prob_pred"], curve["prob_true"], color="#1f77b4", lw=1)
             ax.scatter(curve["prob_pred"], curve["prob_true"], color="#1f77b4", zorder=3,
                        s=np.maximum(200.0 * curve["weight"] / heaviest, 4.0))
-            ax.set_title(f"{_key_text(r, row)}\nECE {format_value(row['ece'], 'metric')}, "
+            key = ", ".join(f"{b}={row[b]}" for b in r.segment_by)
+            ax.set_title(f"{key}\nECE {format_value(row['ece'], 'metric')}, "
                          f"{format_value(row['n_rows'], 'count')} rows", fontsize=9)
             ax.set_xlim(0, 1)
             ax.set_ylim(0, 1)
