@@ -24,6 +24,7 @@ everything is exact for the rounded scores.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -37,7 +38,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .core.keyed import KeyedTable, KeySpec, merge_keyed
+from .core.keyed import KeySpec, merge_keyed
 from .core.summary import (
     FIELDS,
     SCORE_SAMPLE_KEY,
@@ -189,16 +190,6 @@ class Summary:
 
 # -- summarize ---------------------------------------------------------------------------
 
-class _Rounded:
-    """A range's keyed table with its scores rounded (a function shipped to the workers)."""
-
-    def __init__(self, decimals: int | None):
-        self.decimals = decimals
-
-    def __call__(self, part: KeyedTable) -> KeyedTable:
-        return round_keyed(part, self.decimals)
-
-
 def _check_decimals(decimals: Any) -> int | None:
     if decimals is None:
         return None
@@ -281,7 +272,7 @@ def summarize(data: Any, score_col: str = DEFAULTS.score_col,
                    by=tuple(names), squares=True)
     with impl.open_keyed(data, spec, on_invalid=on_invalid, passes=1,
                          **engine_opts) as ranges:
-        parts = ranges.map(_Rounded(d))
+        parts = ranges.map(functools.partial(round_keyed, decimals=d))  # on the workers
         n_rows, weight_total, dropped = ranges.n_rows, ranges.weight_total, ranges.dropped_rows
     # Rounded scores equal across two ranges pool here (pooling again is exact).
     kt = merge_keyed(parts)
