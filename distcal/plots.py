@@ -42,12 +42,6 @@ MARKER_AREA_MAX = 400.0
 MIN_EFFECTIVE = 10.0
 
 
-def _plt():
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def report_list(reports: Any) -> list:
     """One report, a list of them or a dict of them (by name) as a list (the figures' input)."""
     if isinstance(reports, dict):
@@ -57,11 +51,19 @@ def report_list(reports: Any) -> list:
     return [reports]
 
 
-def _new_ax(ax: Any, figsize: tuple[float, float]) -> Any:
-    if ax is not None:
-        return ax
-    fig, ax = _plt().subplots(figsize=figsize)
-    return ax
+def figure(figsize: tuple[float, float], fig: Any = None) -> Any:
+    """``fig`` resized (the report passes a pyplot-free Figure), else a new pyplot figure."""
+    if fig is not None:
+        fig.set_size_inches(*figsize)
+        return fig
+    import matplotlib.pyplot as plt
+
+    return plt.figure(figsize=figsize)
+
+
+def new_ax(ax: Any, figsize: tuple[float, float], fig: Any = None) -> Any:
+    """``ax``, else the Axes of :func:`figure` ``(figsize, fig)``."""
+    return ax if ax is not None else figure(figsize, fig).subplots()
 
 
 def heaviest(curves: Any) -> float:
@@ -124,8 +126,8 @@ def plot_reliability(reports: Any, ax: Any = None, *, hist_ax: Any = None,
     """
     reports = report_list(reports)
     if ax is None:
-        fig, (ax, hist_ax) = _plt().subplots(2, 1, figsize=(6.4, 7.0), sharex=True,
-                                              gridspec_kw={"height_ratios": [3, 1]})
+        ax, hist_ax = figure((6.4, 7.0)).subplots(2, 1, sharex=True,
+                                                  gridspec_kw={"height_ratios": [3, 1]})
     if smooth and metrics is None:
         metrics = [cm.metrics_from_report(r) for r in reports]
     diagonal(ax)
@@ -176,7 +178,7 @@ def plot_calibration_map(model: Any, ax: Any = None, *, confidence: float = 0.95
     """The fitted map score -> probability; blocks and Wilson intervals when it has blocks."""
     from .core.metrics import wilson_interval
 
-    ax = _new_ax(ax, (6.4, 4.8))
+    ax = new_ax(ax, (6.4, 4.8))
     blocks = None
     try:
         blocks = model.blocks
@@ -223,7 +225,7 @@ def plot_calibration_map(model: Any, ax: Any = None, *, confidence: float = 0.95
 def plot_roc(reports: Any, ax: Any = None) -> Any:
     """ROC curve of each report with its convex hull; AUC in the legend."""
     reports = report_list(reports)
-    ax = _new_ax(ax, (6.0, 5.6))
+    ax = new_ax(ax, (6.0, 5.6))
     ax.plot([0, 1], [0, 1], ls="--", color="0.5", lw=1, label="chance")
     for i, r in enumerate(reports):
         ax.plot(r.roc["fpr"], r.roc["tpr"], lw=1.5, color=f"C{i}",
@@ -245,7 +247,7 @@ def plot_cost_curve(reports: Any, ax: Any = None, *, cost_fp: float = 1.0,
     probabilities descending) the rows with p >= p_k are positive.
     """
     reports = report_list(reports)
-    ax = _new_ax(ax, (6.4, 4.4))
+    ax = new_ax(ax, (6.4, 4.4))
     if curves is None:
         curves = [cm.cost_curve(r, cost_fp, cost_fn) for r in reports]
     for i, (r, c) in enumerate(zip(reports, curves)):
@@ -282,7 +284,7 @@ def plot_interval_widths(report: Any, ax: Any = None) -> Any:
     w = report.interval_widths
     if not w:
         raise ValueError("this report has no interval widths (evaluate(..., interval_cols=...))")
-    ax = _new_ax(ax, (6.4, 4.4))
+    ax = new_ax(ax, (6.4, 4.4))
     edges = np.asarray(w["histogram"]["edges"], dtype=float)
     weight = np.asarray(w["histogram"]["weight"], dtype=float)
     if edges.shape[0] >= 2:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .core.metrics import wilson_interval
-from .plots import diagonal, heaviest, plot_bins, report_list
+from .plots import diagonal, figure, heaviest, new_ax, plot_bins, report_list
 
 __all__ = ["plot_top_label_reliability", "plot_class_reliability", "plot_confusion_matrix",
            "MAX_OVERLAID_CLASSES", "MAX_ANNOTATED_CLASSES"]
@@ -38,16 +38,6 @@ __all__ = ["plot_top_label_reliability", "plot_class_reliability", "plot_confusi
 MAX_OVERLAID_CLASSES = 6
 #: Confusion cells are labelled with their weight up to this many classes.
 MAX_ANNOTATED_CLASSES = 12
-
-
-def _figure(figsize: tuple[float, float], fig: Any = None) -> Any:
-    """``fig`` resized (the report passes a pyplot-free Figure), else a new pyplot figure."""
-    if fig is not None:
-        fig.set_size_inches(*figsize)
-        return fig
-    import matplotlib.pyplot as plt
-
-    return plt.figure(figsize=figsize)
 
 
 def _wilson(curve: Any) -> np.ndarray:
@@ -62,8 +52,7 @@ def plot_top_label_reliability(reports: Any, ax: Any = None, *, fig: Any = None)
     The heaviest bin over all reports gets :data:`~distcal.plots.MARKER_AREA_MAX`.
     """
     reports = report_list(reports)
-    if ax is None:
-        ax = _figure((6.4, 5.6), fig).subplots()
+    ax = new_ax(ax, (6.4, 5.6), fig)
     diagonal(ax)
     wmax = heaviest(r.top_label_curve for r in reports)
     for i, r in enumerate(reports):
@@ -89,8 +78,7 @@ def plot_class_reliability(reports: Any, ax: Any = None, *, fig: Any = None) -> 
     wmax = heaviest(c for r in reports for c in r.class_curves)
     if len(reports) == 1 and k <= MAX_OVERLAID_CLASSES:
         r = reports[0]
-        if ax is None:
-            ax = _figure((6.4, 5.6), fig).subplots()
+        ax = new_ax(ax, (6.4, 5.6), fig)
         diagonal(ax)
         for c, (curve, name) in enumerate(zip(r.class_curves, r.class_names)):
             plot_bins(ax, curve, wmax, f"C{c}", f"class {name}: ECE {r.per_class_ece[c]:.3g}",
@@ -104,7 +92,7 @@ def plot_class_reliability(reports: Any, ax: Any = None, *, fig: Any = None) -> 
         return ax
     cols = min(4, k)
     rows = math.ceil(k / cols)
-    fig = _figure((2.6 * cols + 0.6, 2.5 * rows + 0.8), fig)
+    fig = figure((2.6 * cols + 0.6, 2.5 * rows + 0.8), fig)
     axes = np.atleast_1d(fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)
                          ).ravel()
     for c in range(k):
@@ -138,7 +126,7 @@ def plot_confusion_matrix(reports: Any, ax: Any = None, *, fig: Any = None) -> A
         n = len(reports)
         k = max(r.n_classes for r in reports)
         side = min(3.0 + 0.35 * k, 9.0)
-        fig = _figure((side * n + 0.4, side), fig)
+        fig = figure((side * n + 0.4, side), fig)
         axes = np.atleast_1d(fig.subplots(1, n, squeeze=False)).ravel()
     else:
         axes = np.array([ax])
