@@ -18,9 +18,7 @@ max_{j <= i} min(1, (m - j + 1) p_(j)).
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
 import math
 import os
@@ -176,15 +174,11 @@ def monitor(summaries: Any, alpha: float = 0.01, max_ece: float | None = None, *
 
 # -- report.html -----------------------------------------------------------------------------
 
-def _png(fig: Any) -> str:
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    return base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-def _figures(rep: MonitorReport) -> list[tuple[str, str, str]]:
-    """(id, caption, base64 PNG) of each time-series figure."""
+def _figures(rep: MonitorReport) -> list[tuple[str, str, bytes]]:
+    """(id, caption, PNG bytes) of each time-series figure."""
     from matplotlib.figure import Figure
+
+    from .report import _png
 
     t = rep.table
     x = np.arange(len(t))
@@ -214,7 +208,7 @@ def _figures(rep: MonitorReport) -> list[tuple[str, str, str]]:
     ax.axhline(0.0, color="k", lw=0.8)
     mark(ax, t["citl"].to_numpy())
     out.append(("citl", "Calibration-in-the-large per period with its 95% normal interval",
-                _png(fig)))
+                _png(fig, dpi=100)))
     fig, ax = axes("ECE and smooth ECE")
     ax.plot(x, t["ece"], "o-", label="ECE (binned)")
     ax.plot(x, t["smooth_ece"], "s--", label="smooth ECE")
@@ -222,10 +216,10 @@ def _figures(rep: MonitorReport) -> list[tuple[str, str, str]]:
         ax.axhline(rep.max_ece, color="#c62828", ls=":", label="max_ece")
     mark(ax, t["ece"].to_numpy())
     ax.legend(fontsize=8)
-    out.append(("ece", "Binned and smooth ECE per period", _png(fig)))
+    out.append(("ece", "Binned and smooth ECE per period", _png(fig, dpi=100)))
     fig, ax = axes("ROC AUC")
     ax.plot(x, t["auc"], "o-", color="#2e7d32")
-    out.append(("auc", "AUC per period", _png(fig)))
+    out.append(("auc", "AUC per period", _png(fig, dpi=100)))
     fig, ax = axes("Spiegelhalter z")
     z = _critical_z(rep.alpha)
     zb = _critical_z(rep.alpha / max(1, int(np.isfinite(rep.holm_p).sum())))
@@ -237,15 +231,15 @@ def _figures(rep: MonitorReport) -> list[tuple[str, str, str]]:
                    label=f"±z(1−α/2m) = {zb:.2f} (Holm's first step)" if sign > 0 else None)
     mark(ax, t["spiegelhalter_z"].to_numpy())
     ax.legend(fontsize=8)
-    out.append(("z", "Spiegelhalter's z per period with its critical lines", _png(fig)))
+    out.append(("z", "Spiegelhalter's z per period with its critical lines", _png(fig, dpi=100)))
     fig, ax = axes("Rows per period")
     ax.bar(x, t["n_rows"], color="#607d8b")
-    out.append(("rows", "Rows used per period", _png(fig)))
+    out.append(("rows", "Rows used per period", _png(fig, dpi=100)))
     return out
 
 
 def _html(rep: MonitorReport) -> str:
-    from .report import _CSS, format_value
+    from .report import _CSS, _figures_html, _page, format_value
 
     kinds = {"n_rows": "count", "weight": "weight"}
     head = "".join(f"<th scope=\"col\">{html.escape(c)}</th>" for c in COLUMNS)
@@ -259,26 +253,15 @@ def _html(rep: MonitorReport) -> str:
             cells.append(f"<td data-col=\"{c}\">{html.escape(text)}</td>")
         style = " class=\"alert\"" if row["alert"] else ""
         body.append(f"<tr{style}>{''.join(cells)}</tr>")
-    figs = "\n".join(f"<figure id=\"fig-{k}\"><img alt=\"{html.escape(cap, quote=True)}\" "
-                     f"src=\"data:image/png;base64,{png}\"><figcaption>{html.escape(cap)}"
-                     "</figcaption></figure>" for k, cap, png in _figures(rep))
     n = int(rep.table["alert"].sum())
     alerts = ", ".join(html.escape(str(p)) for p in rep.alerts["period"]) or "none"
     ece = "" if rep.max_ece is None else f" or ECE above {rep.max_ece:g}"
     css = _CSS + "tr.alert td{background:#fde0e0}\n"
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<meta http-equiv="Content-Security-Policy"
- content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
-<title>distcal calibration monitor</title><style>{css}</style></head>
-<body><h1>distcal calibration monitor</h1>
+    figs = _figures_html([(k, cap, cap, png) for k, cap, png in _figures(rep)])  # alt: caption
+    return _page("distcal calibration monitor", "distcal calibration monitor", f"""\
 <p class="note" id="summary">{n} of {len(rep.table)} periods alert (Spiegelhalter p-value
 below α = {rep.alpha:g} after Holm's correction over the periods{html.escape(ece)}):
 {alerts}.</p>
 <h2>Periods</h2><div class="scroll"><table id="periods"><thead><tr>{head}</tr></thead>
 <tbody>{''.join(body)}</tbody></table></div>
-<h2>Figures</h2><div class="figs">{figs}</div>
-<p>Every number on this page is in report.json, next to this file.</p>
-</body></html>
-"""
+<h2>Figures</h2><div class="figs">{figs}</div>""", css)

@@ -42,12 +42,6 @@ MARKER_AREA_MAX = 400.0
 MIN_EFFECTIVE = 10.0
 
 
-def _plt():
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
 def report_list(reports: Any) -> list:
     """One report, a list of them or a dict of them (by name) as a list (the figures' input)."""
     if isinstance(reports, dict):
@@ -57,11 +51,47 @@ def report_list(reports: Any) -> list:
     return [reports]
 
 
-def _new_ax(ax: Any, figsize: tuple[float, float]) -> Any:
-    if ax is not None:
-        return ax
-    fig, ax = _plt().subplots(figsize=figsize)
-    return ax
+def figure(figsize: tuple[float, float], fig: Any = None) -> Any:
+    """``fig`` resized (the report passes a pyplot-free Figure), else a new pyplot figure."""
+    if fig is not None:
+        fig.set_size_inches(*figsize)
+        return fig
+    import matplotlib.pyplot as plt
+
+    return plt.figure(figsize=figsize)
+
+
+def new_ax(ax: Any, figsize: tuple[float, float], fig: Any = None) -> Any:
+    """``ax``, else the Axes of :func:`figure` ``(figsize, fig)``."""
+    return ax if ax is not None else figure(figsize, fig).subplots()
+
+
+def heaviest(curves: Any) -> float:
+    """The largest bin weight of reliability curves (1 when all are empty): the bin drawn
+    with :data:`MARKER_AREA_MAX`."""
+    return max((float(c["weight"].max()) for c in curves if len(c)), default=1.0)
+
+
+def diagonal(ax: Any) -> None:
+    """The line of perfect calibration, on the unit square."""
+    ax.plot([0, 1], [0, 1], ls="--", color="0.5", lw=1, label="perfectly calibrated")
+    ax.set(xlim=(0, 1), ylim=(0, 1))
+
+
+def plot_bins(ax: Any, curve: Any, wmax: float, color: str, label: str, gid: str,
+              ci: Any = None, line: bool = False) -> None:
+    """A reliability curve's bins (``prob_pred``, ``prob_true``, ``weight``): interval bars
+    (``ci``: the low and the high end per bin), the line through the bins if ``line``,
+    and markers of area proportional to the weight (:data:`MARKER_AREA_MAX` at ``wmax``)."""
+    x, y, w = (curve[c].to_numpy(dtype=float) for c in ("prob_pred", "prob_true", "weight"))
+    if ci is not None:
+        ax.errorbar(x, y, yerr=np.clip(np.vstack([y - ci[0], ci[1] - y]), 0.0, None),
+                    fmt="none", ecolor=color, elinewidth=1, capsize=2, alpha=0.8)
+    if line:
+        ax.plot(x, y, color=color, lw=1, alpha=0.8)
+    sc = ax.scatter(x, y, s=MARKER_AREA_MAX * w / wmax, color=color, alpha=0.6,
+                    edgecolors="k", linewidths=0.5, label=label)
+    sc.set_gid(gid)
 
 
 def _effective_weight(curve: dict[str, np.ndarray], weight_total: float,
@@ -96,26 +126,17 @@ def plot_reliability(reports: Any, ax: Any = None, *, hist_ax: Any = None,
     """
     reports = report_list(reports)
     if ax is None:
-        fig, (ax, hist_ax) = _plt().subplots(2, 1, figsize=(6.4, 7.0), sharex=True,
-                                              gridspec_kw={"height_ratios": [3, 1]})
+        ax, hist_ax = figure((6.4, 7.0)).subplots(2, 1, sharex=True,
+                                                  gridspec_kw={"height_ratios": [3, 1]})
     if smooth and metrics is None:
         metrics = [cm.metrics_from_report(r) for r in reports]
-    ax.plot([0, 1], [0, 1], ls="--", color="0.5", lw=1, label="perfectly calibrated")
-    wmax = max((float(r.calibration_curve["weight"].max()) for r in reports
-                if len(r.calibration_curve)), default=1.0)
+    diagonal(ax)
+    wmax = heaviest(r.calibration_curve for r in reports)
     for i, r in enumerate(reports):
         cc = r.calibration_curve
         color = f"C{i}"
-        x, y, w = (cc[c].to_numpy(dtype=float) for c in ("prob_pred", "prob_true", "weight"))
-        yerr = np.clip(np.vstack([y - cc["ci_low"].to_numpy(), cc["ci_high"].to_numpy() - y]),
-                       0.0, None)
-        ax.errorbar(x, y, yerr=yerr, fmt="none", ecolor=color, elinewidth=1, capsize=2,
-                    alpha=0.8)
-        sc = ax.scatter(x, y, s=MARKER_AREA_MAX * w / wmax, color=color, alpha=0.6,
-                        edgecolors="k", linewidths=0.5,
-                        label=f"{r.prob_col}: bins (area ∝ weight), "
-                              f"ECE {r.ece:.3g}")
-        sc.set_gid(f"bins:{r.prob_col}")
+        plot_bins(ax, cc, wmax, color, f"{r.prob_col}: bins (area ∝ weight), ECE {r.ece:.3g}",
+                  f"bins:{r.prob_col}", ci=(cc["ci_low"].to_numpy(), cc["ci_high"].to_numpy()))
         if smooth and metrics is not None:
             mt = metrics[i]
             curve = mt["smooth_curve"]
@@ -157,7 +178,7 @@ def plot_calibration_map(model: Any, ax: Any = None, *, confidence: float = 0.95
     """The fitted map score -> probability; blocks and Wilson intervals when it has blocks."""
     from .core.metrics import wilson_interval
 
-    ax = _new_ax(ax, (6.4, 4.8))
+    ax = new_ax(ax, (6.4, 4.8))
     blocks = None
     try:
         blocks = model.blocks
@@ -204,7 +225,7 @@ def plot_calibration_map(model: Any, ax: Any = None, *, confidence: float = 0.95
 def plot_roc(reports: Any, ax: Any = None) -> Any:
     """ROC curve of each report with its convex hull; AUC in the legend."""
     reports = report_list(reports)
-    ax = _new_ax(ax, (6.0, 5.6))
+    ax = new_ax(ax, (6.0, 5.6))
     ax.plot([0, 1], [0, 1], ls="--", color="0.5", lw=1, label="chance")
     for i, r in enumerate(reports):
         ax.plot(r.roc["fpr"], r.roc["tpr"], lw=1.5, color=f"C{i}",
@@ -226,7 +247,7 @@ def plot_cost_curve(reports: Any, ax: Any = None, *, cost_fp: float = 1.0,
     probabilities descending) the rows with p >= p_k are positive.
     """
     reports = report_list(reports)
-    ax = _new_ax(ax, (6.4, 4.4))
+    ax = new_ax(ax, (6.4, 4.4))
     if curves is None:
         curves = [cm.cost_curve(r, cost_fp, cost_fn) for r in reports]
     for i, (r, c) in enumerate(zip(reports, curves)):
@@ -263,7 +284,7 @@ def plot_interval_widths(report: Any, ax: Any = None) -> Any:
     w = report.interval_widths
     if not w:
         raise ValueError("this report has no interval widths (evaluate(..., interval_cols=...))")
-    ax = _new_ax(ax, (6.4, 4.4))
+    ax = new_ax(ax, (6.4, 4.4))
     edges = np.asarray(w["histogram"]["edges"], dtype=float)
     weight = np.asarray(w["histogram"]["weight"], dtype=float)
     if edges.shape[0] >= 2:

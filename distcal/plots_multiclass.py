@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .core.metrics import wilson_interval
-from .plots import MARKER_AREA_MAX, report_list
+from .plots import diagonal, figure, heaviest, new_ax, plot_bins, report_list
 
 __all__ = ["plot_top_label_reliability", "plot_class_reliability", "plot_confusion_matrix",
            "MAX_OVERLAID_CLASSES", "MAX_ANNOTATED_CLASSES"]
@@ -40,33 +40,10 @@ MAX_OVERLAID_CLASSES = 6
 MAX_ANNOTATED_CLASSES = 12
 
 
-def _figure(figsize: tuple[float, float], fig: Any = None) -> Any:
-    """``fig`` resized (the report passes a pyplot-free Figure), else a new pyplot figure."""
-    if fig is not None:
-        fig.set_size_inches(*figsize)
-        return fig
-    import matplotlib.pyplot as plt
-
-    return plt.figure(figsize=figsize)
-
-
-def _curve(ax: Any, curve: Any, wmax: float, color: str, label: str, gid: str,
-           intervals: bool) -> None:
-    """One reliability curve: line, markers of area proportional to weight, intervals."""
-    x, y, w = (curve[c].to_numpy(dtype=float) for c in ("prob_pred", "prob_true", "weight"))
-    if intervals and len(x):
-        ci = np.array([wilson_interval(t * n, n) for t, n in zip(y, w)]).reshape(-1, 2)
-        ax.errorbar(x, y, yerr=np.clip(np.vstack([y - ci[:, 0], ci[:, 1] - y]), 0.0, None),
-                    fmt="none", ecolor=color, elinewidth=1, capsize=2, alpha=0.8)
-    ax.plot(x, y, color=color, lw=1, alpha=0.8)
-    sc = ax.scatter(x, y, s=MARKER_AREA_MAX * w / wmax, color=color, alpha=0.6,
-                    edgecolors="k", linewidths=0.5, label=label)
-    sc.set_gid(gid)
-
-
-def _diagonal(ax: Any) -> None:
-    ax.plot([0, 1], [0, 1], ls="--", color="0.5", lw=1, label="perfectly calibrated")
-    ax.set(xlim=(0, 1), ylim=(0, 1))
+def _wilson(curve: Any) -> np.ndarray:
+    """The Wilson interval of each bin, the bin's weight as the count: (lows, highs)."""
+    y, w = (curve[c].to_numpy(dtype=float) for c in ("prob_true", "weight"))
+    return np.array([wilson_interval(t * n, n) for t, n in zip(y, w)]).reshape(-1, 2).T
 
 
 def plot_top_label_reliability(reports: Any, ax: Any = None, *, fig: Any = None) -> Any:
@@ -75,15 +52,13 @@ def plot_top_label_reliability(reports: Any, ax: Any = None, *, fig: Any = None)
     The heaviest bin over all reports gets :data:`~distcal.plots.MARKER_AREA_MAX`.
     """
     reports = report_list(reports)
-    if ax is None:
-        ax = _figure((6.4, 5.6), fig).subplots()
-    _diagonal(ax)
-    wmax = max((float(r.top_label_curve["weight"].max()) for r in reports
-                if len(r.top_label_curve)), default=1.0)
+    ax = new_ax(ax, (6.4, 5.6), fig)
+    diagonal(ax)
+    wmax = heaviest(r.top_label_curve for r in reports)
     for i, r in enumerate(reports):
-        _curve(ax, r.top_label_curve, wmax, f"C{i}",
-               f"{r.prob_col}: top label (area ∝ weight), ECE {r.ece:.3g}",
-               f"top:{r.prob_col}", intervals=True)
+        plot_bins(ax, r.top_label_curve, wmax, f"C{i}",
+                  f"{r.prob_col}: top label (area ∝ weight), ECE {r.ece:.3g}",
+                  f"top:{r.prob_col}", ci=_wilson(r.top_label_curve), line=True)
     ax.set(xlabel="probability of the predicted class (argmax)",
            ylabel="accuracy (argmax = label)", title="Top-label reliability")
     ax.legend(loc="upper left", fontsize=7)
@@ -100,16 +75,14 @@ def plot_class_reliability(reports: Any, ax: Any = None, *, fig: Any = None) -> 
     """
     reports = report_list(reports)
     k = max(r.n_classes for r in reports)
-    wmax = max((float(c["weight"].max()) for r in reports for c in r.class_curves if len(c)),
-               default=1.0)
+    wmax = heaviest(c for r in reports for c in r.class_curves)
     if len(reports) == 1 and k <= MAX_OVERLAID_CLASSES:
         r = reports[0]
-        if ax is None:
-            ax = _figure((6.4, 5.6), fig).subplots()
-        _diagonal(ax)
+        ax = new_ax(ax, (6.4, 5.6), fig)
+        diagonal(ax)
         for c, (curve, name) in enumerate(zip(r.class_curves, r.class_names)):
-            _curve(ax, curve, wmax, f"C{c}", f"class {name}: ECE {r.per_class_ece[c]:.3g}",
-                   f"class:{r.prob_col}:{c}", intervals=False)
+            plot_bins(ax, curve, wmax, f"C{c}", f"class {name}: ECE {r.per_class_ece[c]:.3g}",
+                      f"class:{r.prob_col}:{c}", line=True)
         ax.set(xlabel="predicted probability of the class",
                ylabel="observed frequency of the class",
                title=f"Reliability per class (one-vs-rest), class-wise ECE "
@@ -119,17 +92,17 @@ def plot_class_reliability(reports: Any, ax: Any = None, *, fig: Any = None) -> 
         return ax
     cols = min(4, k)
     rows = math.ceil(k / cols)
-    fig = _figure((2.6 * cols + 0.6, 2.5 * rows + 0.8), fig)
+    fig = figure((2.6 * cols + 0.6, 2.5 * rows + 0.8), fig)
     axes = np.atleast_1d(fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)
                          ).ravel()
     for c in range(k):
         a = axes[c]
-        _diagonal(a)
+        diagonal(a)
         for i, r in enumerate(reports):
             if c < r.n_classes:
-                _curve(a, r.class_curves[c], wmax, f"C{i}",
-                       f"{r.prob_col}: ECE {r.per_class_ece[c]:.3g}",
-                       f"class:{r.prob_col}:{c}", intervals=False)
+                plot_bins(a, r.class_curves[c], wmax, f"C{i}",
+                          f"{r.prob_col}: ECE {r.per_class_ece[c]:.3g}",
+                          f"class:{r.prob_col}:{c}", line=True)
         a.set_title(f"class {reports[0].class_names[c] if c < reports[0].n_classes else c}",
                     fontsize=9)
         a.legend(loc="upper left", fontsize=6)
@@ -153,7 +126,7 @@ def plot_confusion_matrix(reports: Any, ax: Any = None, *, fig: Any = None) -> A
         n = len(reports)
         k = max(r.n_classes for r in reports)
         side = min(3.0 + 0.35 * k, 9.0)
-        fig = _figure((side * n + 0.4, side), fig)
+        fig = figure((side * n + 0.4, side), fig)
         axes = np.atleast_1d(fig.subplots(1, n, squeeze=False)).ravel()
     else:
         axes = np.array([ax])

@@ -165,26 +165,33 @@ def _strategy(edges: list[float]) -> str:
     return "quantile or explicit edges"
 
 
-def _provenance(reports: list[EvaluationReport], given: dict[str, Any] | None,
+def _provenance(reports: list[Any], given: dict[str, Any] | None,
                 model: Any) -> dict[str, Any]:
+    """What the page's Provenance lists: the first report's rows, weight and bins, the
+    version and time, ``model``'s method and rows, then ``given``; a binary report's
+    ``model_dir`` also gives the model's checksum when ``given`` has none."""
     from .version import __version__
 
     r0 = reports[0]
+    multiclass = _is_multiclass(r0)
     prov: dict[str, Any] = {
         "columns": [r.prob_col for r in reports],
         "rows_used": r0.n_rows, "rows_dropped": r0.dropped_rows,
         "weight_total": r0.weight_total,
-        "n_bins": len(r0.bin_edges) - 1, "strategy": _strategy(r0.bin_edges),
-        "threshold": r0.threshold, "confidence": r0.confidence,
-        "distcal_version": __version__,
-        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
+    if multiclass:
+        prov.update(n_classes=r0.n_classes, n_bins=r0.n_bins, strategy="uniform")
+    else:
+        prov.update(n_bins=len(r0.bin_edges) - 1, strategy=_strategy(r0.bin_edges),
+                    threshold=r0.threshold, confidence=r0.confidence)
+    prov.update(distcal_version=__version__,
+                generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     if model is not None:
         prov["model_method"] = model.method
         prov["model_rows"] = model.n_rows
     prov.update(given or {})
     model_dir = prov.get("model_dir")
-    if model_dir and not prov.get("model_checksum"):
+    if model_dir and not prov.get("model_checksum") and not multiclass:
         from .errors import ModelError
         from .model import read_model_json
 
@@ -415,23 +422,6 @@ def _multiclass_table(reports: list[Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _multiclass_provenance(reports: list[Any], given: dict[str, Any] | None
-                           ) -> dict[str, Any]:
-    from .version import __version__
-
-    r0 = reports[0]
-    prov: dict[str, Any] = {
-        "columns": [r.prob_col for r in reports], "rows_used": r0.n_rows,
-        "rows_dropped": r0.dropped_rows, "weight_total": r0.weight_total,
-        "n_classes": r0.n_classes, "n_bins": r0.n_bins, "strategy": "uniform",
-        "distcal_version": __version__,
-        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-    }
-    prov.update(given or {})
-    return {k: json_safe(v) if not isinstance(v, (str, os.PathLike)) else str(v)
-            for k, v in prov.items() if v is not None}
-
-
 def _multiclass_figures(reports: list[Any]) -> list[tuple[str, str, str, bytes]]:
     """(file stem, title, alt text, PNG bytes): top-label, per-class, confusion."""
     from matplotlib.figure import Figure
@@ -439,24 +429,20 @@ def _multiclass_figures(reports: list[Any]) -> list[tuple[str, str, str, bytes]]
     from . import plots_multiclass as pm
 
     out = []
-    fig = Figure()
-    pm.plot_top_label_reliability(reports, fig=fig)
-    out.append(("reliability", "Top-label reliability diagram",
-                "Top-label reliability diagram: accuracy of the predicted class against its "
-                "probability per bin, marker area proportional to bin weight, Wilson "
-                "intervals", _png(fig)))
-    fig = Figure()
-    pm.plot_class_reliability(reports, fig=fig)
-    out.append(("reliability_classes", "Reliability per class (one-vs-rest)",
-                "One reliability curve per class: observed frequency of the class against "
-                "its mean predicted probability per bin, marker area proportional to bin "
-                "weight", _png(fig)))
-    fig = Figure()
-    pm.plot_confusion_matrix(reports, fig=fig)
-    out.append(("confusion", "Confusion matrix",
-                "Confusion matrix heatmap: rows are true classes, columns predicted classes, "
-                "cells shaded by their share of the row and labelled with their weight",
-                _png(fig)))
+    for stem, draw, title, alt in (
+            ("reliability", pm.plot_top_label_reliability, "Top-label reliability diagram",
+             "Top-label reliability diagram: accuracy of the predicted class against its "
+             "probability per bin, marker area proportional to bin weight, Wilson intervals"),
+            ("reliability_classes", pm.plot_class_reliability,
+             "Reliability per class (one-vs-rest)",
+             "One reliability curve per class: observed frequency of the class against its "
+             "mean predicted probability per bin, marker area proportional to bin weight"),
+            ("confusion", pm.plot_confusion_matrix, "Confusion matrix",
+             "Confusion matrix heatmap: rows are true classes, columns predicted classes, "
+             "cells shaded by their share of the row and labelled with their weight")):
+        fig = Figure()
+        draw(reports, fig=fig)
+        out.append((stem, title, alt, _png(fig)))
     return out
 
 
@@ -478,43 +464,17 @@ def _confusion_html(r: Any) -> str:
             + "\n".join(rows) + "\n</tbody></table></div>")
 
 
-def _multiclass_document(reports: list[Any], provenance: dict[str, Any] | None,
-                         fragment: bool) -> dict[str, Any]:
-    """:func:`build_document` of multiclass reports (same keys and layout)."""
-    table = _multiclass_table(reports)
-    prov = _multiclass_provenance(reports, provenance)
-    figures = _multiclass_figures(reports)
-    doc: dict[str, Any] = {"kind": "multiclass", "columns": [r.prob_col for r in reports],
-                           "reports": {r.prob_col: json_safe(r.to_dict()) for r in reports}}
-    if len(reports) == 1:
-        doc.update(doc["reports"][reports[0].prob_col])
-    doc.update({"table": table, "provenance": prov, "notes": [],
-                "figures": [stem + ".png" for stem, *_ in figures]})
-    legend = "".join(f"<dt>{html.escape(label)}</dt><dd>{html.escape(desc)}</dd>"
-                     for _, label, _, desc in MULTICLASS_METRICS)
-    body = (f"<h2>Metrics</h2>{_table_html(reports, table)}"
-            f"<h2>Confusion matrix</h2><p>Weight per true class (rows) and predicted class "
-            f"(argmax, columns).</p>{''.join(_confusion_html(r) for r in reports)}"
-            f"<h2>Figures</h2><div class=\"figs\">{_figures_html(figures)}</div>"
-            f"<h2>What the metrics mean</h2><dl class=\"legend\">{legend}</dl>")
-    return {"json": doc, "html": _page(body, _prov_html(prov), doc["columns"], fragment),
-            "figures": figures}
-
-
-def _page(body: str, prov_html: str, columns: list[str], fragment: bool) -> str:
-    """The whole page around ``body`` (provenance first), or a ``<div>`` for a notebook."""
-    if fragment:
-        return f"<div class=\"distcal-report\"><style>{_CSS.replace('body', '.distcal-report')}" \
-               f"</style>{body}</div>"
+def _page(title: str, heading: str, body: str, css: str = _CSS) -> str:
+    """A whole self-contained page around ``body`` (report.html, the monitor's): images
+    only as data URIs, no script, nothing fetched (its Content-Security-Policy)."""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <meta http-equiv="Content-Security-Policy"
  content="default-src 'none'; img-src data:; style-src 'unsafe-inline'">
-<title>distcal evaluation: {html.escape(', '.join(columns))}</title>
-<style>{_CSS}</style></head>
-<body><h1>distcal evaluation</h1>
-<h2>Provenance</h2>{prov_html}
+<title>{title}</title>
+<style>{css}</style></head>
+<body><h1>{heading}</h1>
 {body}
 <p>Every number on this page is in report.json, next to this file.</p>
 </body></html>
@@ -528,6 +488,8 @@ def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
 
     Returns ``{"json": doc, "html": text, "figures": [(stem, title, alt, png)]}``.
     ``fragment=True`` gives a ``<div>`` for a notebook instead of a page.
+    Multiclass reports have the same keys and layout, with their own table,
+    figures and confusion matrices (``model`` and the costs do not apply).
     """
     if isinstance(reports, dict):
         reports = list(reports.values())
@@ -536,52 +498,67 @@ def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
     reports = list(reports)
     if not reports:
         raise ValueError("no reports to write")
+    doc: dict[str, Any] = {}
     if any(_is_multiclass(r) for r in reports):
-        return _multiclass_document(reports, provenance, fragment)
-    extras = [cm.metrics_from_report(r) for r in reports]
-    costs = [cm.cost_curve(r, cost_fp, cost_fn) for r in reports]
-    values = {r.prob_col: _values(r, e, c) for r, e, c in zip(reports, extras, costs)}
-    table = [{"key": k, "label": label, "kind": kind, "description": desc,
-              "values": {c: values[c][k] for c in values}} for k, label, kind, desc in METRICS]
-    table += _width_rows(reports)
+        model, doc["kind"], costs_key = None, "multiclass", {}
+        table = _multiclass_table(reports)
+        legend = table[:len(MULTICLASS_METRICS)]  # not each class's ECE again
+        per_report = {r.prob_col: json_safe(r.to_dict()) for r in reports}
+        notes: list[dict[str, Any]] = []
+        figures = _multiclass_figures(reports)
+        after_table = ("<h2>Confusion matrix</h2><p>Weight per true class (rows) and predicted "
+                       "class (argmax, columns).</p>"
+                       + "".join(_confusion_html(r) for r in reports))
+        after_figures = ""
+    else:
+        extras = [cm.metrics_from_report(r) for r in reports]
+        costs = [cm.cost_curve(r, cost_fp, cost_fn) for r in reports]
+        values = {r.prob_col: _values(r, e, c) for r, e, c in zip(reports, extras, costs)}
+        table = [{"key": k, "label": label, "kind": kind, "description": desc,
+                  "values": {c: values[c][k] for c in values}}
+                 for k, label, kind, desc in METRICS]
+        table += _width_rows(reports)
+        legend = table
+        per_report = {}
+        for r, e, c in zip(reports, extras, costs):
+            d = r.to_dict()
+            d["extra"] = json_safe({k: v for k, v in e.items() if k != "smooth_curve"})
+            d["extra"]["smooth_curve"] = json_safe(e["smooth_curve"])
+            d["cost_curve"] = json_safe({k: c[k] for k in ("best_threshold", "best_cost",
+                                                            "best_fp", "best_fn", "cost_fp",
+                                                            "cost_fn")})
+            per_report[r.prob_col] = d
+        notes = _notes(reports, model)
+        figures = _figures(reports, extras, costs, model, cost_fp, cost_fn)
+        figures += _width_figures(reports)
+        figures += _segment_figures(reports)
+        costs_key = {"costs": {"cost_fp": float(cost_fp), "cost_fn": float(cost_fn)}}
+        cost_text = (f"Costs: false positive {format_value(cost_fp, 'metric')}, false negative "
+                     f"{format_value(cost_fn, 'metric')}; threshold for the confusion counts "
+                     f"{format_value(reports[0].threshold, 'metric')}.")
+        after_table = f"<p>{html.escape(cost_text)}</p>"
+        after_figures = _segments_html(reports)
     prov = _provenance(reports, provenance, model)
-    notes = _notes(reports, model)
-    figures = _figures(reports, extras, costs, model, cost_fp, cost_fn)
-    figures += _width_figures(reports)
-    figures += _segment_figures(reports)
 
-    doc: dict[str, Any] = {"columns": [r.prob_col for r in reports]}
-    doc["reports"] = {}
-    for r, e, c in zip(reports, extras, costs):
-        d = r.to_dict()
-        d["extra"] = json_safe({k: v for k, v in e.items() if k != "smooth_curve"})
-        d["extra"]["smooth_curve"] = json_safe(e["smooth_curve"])
-        d["cost_curve"] = json_safe({k: c[k] for k in ("best_threshold", "best_cost", "best_fp",
-                                                        "best_fn", "cost_fp", "cost_fn")})
-        doc["reports"][r.prob_col] = d
+    doc.update({"columns": [r.prob_col for r in reports], "reports": per_report})
     if len(reports) == 1:
-        doc.update(reports[0].to_dict())
-    doc.update({"table": table, "provenance": prov, "notes": notes,
-                "costs": {"cost_fp": float(cost_fp), "cost_fn": float(cost_fn)},
+        doc.update(json_safe(reports[0].to_dict()))
+    doc.update({"table": table, "provenance": prov, "notes": notes, **costs_key,
                 "figures": [stem + ".png" for stem, *_ in figures]})
 
-    figs_html = _figures_html(figures)
     notes_html = "".join(f"<p class=\"note\" data-note=\"{n['kind']}\">{html.escape(n['text'])}</p>"
                          for n in notes)
-    legend = "".join(f"<dt>{html.escape(label)}</dt><dd>{html.escape(desc)}</dd>"
-                     for _, label, _, desc in METRICS)
-    legend += "".join(f"<dt>{html.escape(row['label'])}</dt>"
-                      f"<dd>{html.escape(row['description'])}</dd>"
-                      for row in _width_rows(reports))
-    cost_text = (f"Costs: false positive {format_value(cost_fp, 'metric')}, false negative "
-                 f"{format_value(cost_fn, 'metric')}; threshold for the confusion counts "
-                 f"{format_value(reports[0].threshold, 'metric')}.")
-    body = (f"{notes_html}<h2>Metrics</h2>{_table_html(reports, table)}"
-            f"<p>{html.escape(cost_text)}</p>"
-            f"<h2>Figures</h2><div class=\"figs\">{figs_html}</div>"
-            f"{_segments_html(reports)}"
-            f"<h2>What the metrics mean</h2><dl class=\"legend\">{legend}</dl>")
-    page = _page(body, _prov_html(prov), doc["columns"], fragment)
+    legend_html = "".join(f"<dt>{html.escape(row['label'])}</dt>"
+                          f"<dd>{html.escape(row['description'])}</dd>" for row in legend)
+    body = (f"{notes_html}<h2>Metrics</h2>{_table_html(reports, table)}{after_table}"
+            f"<h2>Figures</h2><div class=\"figs\">{_figures_html(figures)}</div>{after_figures}"
+            f"<h2>What the metrics mean</h2><dl class=\"legend\">{legend_html}</dl>")
+    if fragment:  # for a notebook: no page, no provenance
+        page = (f"<div class=\"distcal-report\"><style>{_CSS.replace('body', '.distcal-report')}"
+                f"</style>{body}</div>")
+    else:
+        page = _page(f"distcal evaluation: {html.escape(', '.join(doc['columns']))}",
+                     "distcal evaluation", f"<h2>Provenance</h2>{_prov_html(prov)}\n{body}")
     return {"json": doc, "html": page, "figures": figures}
 
 
@@ -639,10 +616,6 @@ def _with_segments(reports: list[EvaluationReport]) -> list[EvaluationReport]:
     return [r for r in reports if getattr(r, "segments", None) is not None]
 
 
-def _key_text(r: EvaluationReport, row: Any) -> str:
-    return ", ".join(f"{b}={row[b]}" for b in r.segment_by)
-
-
 def _segments_html(reports: list[EvaluationReport]) -> str:
     """Per report with segments: the worst calibrated segments (highest ECE first)."""
     out = []
@@ -675,6 +648,8 @@ def _segment_figures(reports: list[EvaluationReport]) -> list[tuple[str, str, st
     """Small multiples: the reliability curves of the worst calibrated segments."""
     from matplotlib.figure import Figure
 
+    from . import plots
+
     out = []
     with_segments = _with_segments(reports)
     for i, r in enumerate(with_segments):
@@ -685,15 +660,16 @@ def _segment_figures(reports: list[EvaluationReport]) -> list[tuple[str, str, st
         nrows = -(-len(worst) // ncols)
         fig = Figure(figsize=(3.2 * ncols, 3.1 * nrows), layout="constrained")
         axes = np.atleast_1d(fig.subplots(nrows, ncols, sharex=True, sharey=True)).ravel()
-        heaviest = max(float(r.segment_curve(tuple(row[b] for b in r.segment_by))["weight"].max())
-                       for _, row in worst.iterrows())
-        for ax, (_, row) in zip(axes, worst.iterrows()):
-            curve = r.segment_curve(tuple(row[b] for b in r.segment_by))
+        curves = [r.segment_curve(tuple(row[b] for b in r.segment_by))
+                  for _, row in worst.iterrows()]
+        heaviest = plots.heaviest(curves)
+        for ax, (_, row), curve in zip(axes, worst.iterrows(), curves):
             ax.plot([0, 1], [0, 1], color="#999", lw=0.8, ls="--")
             ax.plot(curve["prob_pred"], curve["prob_true"], color="#1f77b4", lw=1)
             ax.scatter(curve["prob_pred"], curve["prob_true"], color="#1f77b4", zorder=3,
                        s=np.maximum(200.0 * curve["weight"] / heaviest, 4.0))
-            ax.set_title(f"{_key_text(r, row)}\nECE {format_value(row['ece'], 'metric')}, "
+            key = ", ".join(f"{b}={row[b]}" for b in r.segment_by)
+            ax.set_title(f"{key}\nECE {format_value(row['ece'], 'metric')}, "
                          f"{format_value(row['n_rows'], 'count')} rows", fontsize=9)
             ax.set_xlim(0, 1)
             ax.set_ylim(0, 1)

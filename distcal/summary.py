@@ -24,6 +24,7 @@ everything is exact for the rounded scores.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -37,7 +38,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .core.keyed import KeyedTable, KeySpec, merge_keyed
+from .core.keyed import KeySpec, merge_keyed
 from .core.summary import (
     FIELDS,
     SCORE_SAMPLE_KEY,
@@ -144,8 +145,7 @@ class Summary:
 
     def source(self) -> SummarySource:
         """This summary as a keyed input of the engines."""
-        return SummarySource(dict(self.columns), tuple(self.by), (self._table,), (),
-                             self.n_rows, self.weight_total, self.dropped_rows)
+        return _source([self], "summaries")
 
     # -- persistence ---------------------------------------------------------------
 
@@ -189,16 +189,6 @@ class Summary:
 
 
 # -- summarize ---------------------------------------------------------------------------
-
-class _Rounded:
-    """A range's keyed table with its scores rounded (a function shipped to the workers)."""
-
-    def __init__(self, decimals: int | None):
-        self.decimals = decimals
-
-    def __call__(self, part: KeyedTable) -> KeyedTable:
-        return round_keyed(part, self.decimals)
-
 
 def _check_decimals(decimals: Any) -> int | None:
     if decimals is None:
@@ -282,7 +272,7 @@ def summarize(data: Any, score_col: str = DEFAULTS.score_col,
                    by=tuple(names), squares=True)
     with impl.open_keyed(data, spec, on_invalid=on_invalid, passes=1,
                          **engine_opts) as ranges:
-        parts = ranges.map(_Rounded(d))
+        parts = ranges.map(functools.partial(round_keyed, decimals=d))  # on the workers
         n_rows, weight_total, dropped = ranges.n_rows, ranges.weight_total, ranges.dropped_rows
     # Rounded scores equal across two ranges pool here (pooling again is exact).
     kt = merge_keyed(parts)
@@ -297,11 +287,12 @@ def summarize(data: Any, score_col: str = DEFAULTS.score_col,
 
 # -- merge ---------------------------------------------------------------------------------
 
-def _same_rows(first: Any, other: Any, what: str) -> None:
-    """DataError unless ``other`` summarises rows of the same columns as ``first``."""
+def _same_rows(first: dict[str, Any], other: dict[str, Any], what: str) -> None:
+    """DataError unless ``other`` summarises rows of the same columns as ``first`` (two
+    summaries' metadata: :meth:`Summary._meta` or a saved summary.json)."""
     for attr in ("columns", "by", "decimals"):
-        a, b = getattr(first, attr), getattr(other, attr)
-        if (list(a) if attr == "by" else a) != (list(b) if attr == "by" else b):
+        a, b = first[attr], other[attr]
+        if a != b:
             raise DataError(f"{what}: the summaries differ in {attr} ({a!r} and {b!r}); "
                             "only summaries of the same columns (and decimals) merge")
 
@@ -325,16 +316,12 @@ def merge_summaries(summaries: Sequence[Summary]) -> Summary:
     items = list(summaries)
     if not items or not all(isinstance(s, Summary) for s in items):
         raise TypeError("merge_summaries takes a non-empty list of distcal.Summary")
-    first = items[0]
-    for s in items[1:]:
-        _same_rows(first, s, "merge_summaries")
-    table = pa.concat_tables([s.arrow for s in items], promote_options="permissive")
-    kt = keyed_from_arrow(table, len(first.by))
-    return Summary(arrow_from_keyed(kt, len(first.by)), columns=first.columns, by=first.by,
-                   n_rows=sum(s.n_rows for s in items),
-                   weight_total=math.fsum(s.weight_total for s in items),
-                   dropped_rows=sum(s.dropped_rows for s in items), period=None,
-                   decimals=first.decimals)
+    src = _source(items, "merge_summaries")
+    n_by = len(src.by)
+    kt = keyed_from_arrow(pa.concat_tables(list(src.tables), promote_options="permissive"), n_by)
+    return Summary(arrow_from_keyed(kt, n_by), columns=src.columns, by=src.by,
+                   n_rows=src.n_rows, weight_total=src.weight_total,
+                   dropped_rows=src.dropped_rows, period=None, decimals=items[0].decimals)
 
 
 # -- load ------------------------------------------------------------------------------------
@@ -475,29 +462,35 @@ def summary_source(data: Any) -> SummarySource | None:
         items = list(data)  # every item must then be a summary (ModelError otherwise)
     else:
         return None
+    return _source(items, "summaries")
+
+
+def _source(items: list[Any], what: str) -> SummarySource:
+    """Summaries and saved summaries' paths as one keyed input: of the same columns (else
+    a DataError naming ``what``), with the totals of all of them."""
     tables: list[pa.Table] = []
     files: list[str] = []
-    metas: list[Any] = []  # Summary or _MetaView: what _same_rows compares
+    metas: list[dict[str, Any]] = []  # what _same_rows compares and the totals add up
     for item in items:
         if isinstance(item, (str, os.PathLike)) and not is_local_uri(os.fspath(item)):
             # On another store: copied here and checked, as distcal.load reads a model there.
             item = load_summary(item)
         if isinstance(item, Summary):
             tables.append(item.arrow)
-            metas.append(item)
+            metas.append(item._meta())
         else:
             root = Path(local_path(os.fspath(item)))
             meta = _read_meta(root)
             _check_file_hash(root, meta)
             files.append(str(root / TABLE_FILE))
-            metas.append(_MetaView(meta))
-    for m in metas[1:]:
-        _same_rows(metas[0], m, "summaries")
+            metas.append(meta)
     first = metas[0]
-    return SummarySource(dict(first.columns), tuple(first.by), tuple(tables), tuple(files),
-                         sum(m.n_rows for m in metas),
-                         math.fsum(m.weight_total for m in metas),
-                         sum(m.dropped_rows for m in metas))
+    for m in metas[1:]:
+        _same_rows(first, m, what)
+    return SummarySource(dict(first["columns"]), tuple(first["by"]), tuple(tables),
+                         tuple(files), sum(m["n_rows"] for m in metas),
+                         math.fsum(m["weight_total"] for m in metas),
+                         sum(m["dropped_rows"] for m in metas))
 
 
 def _check_file_hash(root: Path, meta: dict[str, Any]) -> None:
@@ -508,11 +501,3 @@ def _check_file_hash(root: Path, meta: dict[str, Any]) -> None:
         raise ModelError(f"'{root}' is damaged: {SUMMARY_JSON} names no '{TABLE_FILE}'")
     read_table_bytes(root, entry, TABLE_FILE)
 
-
-class _MetaView:
-    """The attributes of a saved summary that :func:`_same_rows` compares."""
-
-    def __init__(self, meta: dict[str, Any]):
-        self.columns, self.by, self.decimals = meta["columns"], meta["by"], meta["decimals"]
-        self.n_rows, self.weight_total = meta["n_rows"], float(meta["weight_total"])
-        self.dropped_rows = meta["dropped_rows"]

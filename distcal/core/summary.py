@@ -131,18 +131,16 @@ def arrow_from_keyed(kt: KeyedTable, n_by: int, fields: Sequence[str] = FIELDS,
     assert ("wyy" not in fields or kt.wyy is not None) and (
         "ww" not in fields or kt.ww is not None), "the sums of w y^2 and w^2 are pooled"
     kt = _canonical(kt)
-    per_key = np.diff(kt.starts)
-    codes = pa.array(np.repeat(np.arange(len(kt.keys)), per_key))
+    codes, _, t, _ = kt.rows()
     cols: dict[str, Any] = {}
     for j in range(n_by):
         values = pa.array([None if seg is GLOBAL else seg[j] for seg, _ in kt.keys],
                           type=None if by_types is None else by_types[j])
-        cols[by_name(j)] = values.take(codes)
-    t = kt.table
+        cols[by_name(j)] = values.take(pa.array(codes))
     # A key's flag on each of its rows: pooled again, the key is binary iff none is set.
     sums = {"score": t.score, "weight": t.weight, "positives": t.positives, "wyy": kt.wyy,
             "ww": kt.ww, "count": t.count.astype(np.int64), "label_sum": t.label_sum,
-            "nonbinary": np.repeat(~kt.binary, per_key)}
+            "nonbinary": ~kt.binary[codes]}
     cols.update({f: sums[f] for f in fields})
     return pa.table(cols)
 
@@ -169,11 +167,9 @@ def round_keyed(kt: KeyedTable, decimals: int | None) -> KeyedTable:
     """Every score rounded to ``decimals`` (numpy's ``round``), pooled again by (key, score)."""
     if decimals is None or not len(kt.table):
         return kt
-    t = kt.table
-    codes = np.repeat(np.arange(len(kt.keys)), np.diff(kt.starts))
-    nonbinary = np.repeat(~kt.binary, np.diff(kt.starts))
-    return pool_sums(codes, kt.keys, np.round(t.score, decimals), t.weight, t.positives,
-                     t.count, t.label_sum, nonbinary, kt.wyy, kt.ww)
+    codes, keys, t, _ = kt.rows()
+    return pool_sums(codes, keys, np.round(t.score, decimals), t.weight, t.positives,
+                     t.count, t.label_sum, ~kt.binary[codes], kt.wyy, kt.ww)
 
 
 def summary_keyed(batch: pa.Table, n_by: int) -> KeyedTable:
@@ -211,8 +207,8 @@ def global_totals(kt: KeyedTable) -> tuple[int, float]:
     g = kt.global_index()
     if g is None:
         return 0, 0.0
-    sl = slice(int(kt.starts[g]), int(kt.starts[g + 1]))
-    return int(kt.table.count[sl].sum()), float(kt.table.weight[sl].sum())
+    t = kt.key_table(g)
+    return int(t.count.sum()), float(t.weight.sum())
 
 
 @dataclass(frozen=True)
@@ -287,8 +283,8 @@ class SummarySource:
         g = kt.global_index()
         if g is None:
             return {}
-        sl = slice(int(kt.starts[g]), int(kt.starts[g + 1]))
-        s, n = kt.table.score[sl], kt.table.count[sl]
+        t = kt.key_table(g)
+        s, n = t.score, t.count
         out = {_ROWS: int(n.sum())}
         if finite_scores:
             out["are infinite (this method needs finite scores)"] = int(n[np.isinf(s)].sum())

@@ -31,7 +31,6 @@ import pyarrow.parquet as pq
 
 from ...core.keyed import KeyedTable, KeySpec, range_bounds
 from ...core.rows import RowPart
-from ...core.summary import by_name, moved_fields
 from ...logs import log, phase
 from .keyed import CHUNK_ROWS, RANGE_ROWS, RESULT_SCHEMA, KeyedRuns, chunks, range_result
 from .session import with_arrow_batches
@@ -96,10 +95,9 @@ class SparkSummaryRanges:
         self.source, self.spec, self.finite_scores = source, spec, finite_scores
         self.chunk_rows = chunk_rows
         self.spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
-        # Only the columns the pass reads move (moved_fields); the files' schema is the
-        # first footer's, given to Spark (no job to infer it).
-        names = [by_name(j) for j in range(len(spec.by))] + moved_fields(
-            source.columns["weight"] is not None, spec.pool_squares)
+        # Only the columns the pass reads move; the files' schema is the first footer's,
+        # given to Spark (no job to infer it).
+        names = source.columns_read(spec)
         frames = []
         if source.files:
             schema = from_arrow_schema(pq.read_schema(source.files[0]))
