@@ -48,6 +48,7 @@ from .core.keyed import GLOBAL, Key, factorize_keys, key_text
 from .core.multiclass import normalise_ovr, to_logits
 from .core.temperature import softmax_predict
 from .core.validate import as_scores
+from .defaults import METHODS
 from .errors import DataError, ModelError, column_not_found
 from .logs import log
 from .model import (
@@ -76,8 +77,6 @@ from .storage import filesystem_for, publish_dir
 
 __all__ = ["KeyedModel", "MulticlassCalibrationModel", "SegmentedCalibrationModel",
            "TemperatureMap", "load_keyed", "class_columns", "key_kind"]
-
-ONE_VS_REST = ("isotonic", "sigmoid", "histogram", "modl", "beta", "venn_abers")
 
 
 @dataclass(frozen=True)
@@ -161,7 +160,7 @@ class KeyedModel:
         if self.method == "temperature":
             if self.n_classes < 2:
                 raise ValueError("temperature scaling needs K >= 2 classes")
-        elif self.method not in ONE_VS_REST:
+        elif self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}")
         for cls in classes:
             if (GLOBAL, cls) not in self._maps:
@@ -764,24 +763,19 @@ def _local_keys(data: Any, by: list[str]) -> pd.DataFrame:
     from .tables import is_path, open_dataset
 
     if is_path(data):
-        dataset = open_dataset(data)
-        for b in by:
-            if b not in dataset.schema.names:
-                raise column_not_found(b, "segment", dataset.schema.names)
-        data = dataset.to_table(columns=by)
-    if isinstance(data, pa.RecordBatch):
+        data = open_dataset(data)
+    elif isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
-    if isinstance(data, pa.Table):
-        for b in by:
-            if b not in data.schema.names:
-                raise column_not_found(b, "segment", data.schema.names)
-        return data.select(by).to_pandas(integer_object_nulls=True, date_as_object=True)
+    elif not isinstance(data, (pd.DataFrame, pa.Table)):
+        raise TypeError(f"cannot read data of type {type(data).__name__}")
+    names = data.columns if isinstance(data, pd.DataFrame) else data.schema.names
+    for b in by:
+        if b not in names:
+            raise column_not_found(b, "segment", map(str, names))
     if isinstance(data, pd.DataFrame):
-        for b in by:
-            if b not in data.columns:
-                raise column_not_found(b, "segment", map(str, data.columns))
         return data[by]
-    raise TypeError(f"cannot read data of type {type(data).__name__}")
+    table = data.select(by) if isinstance(data, pa.Table) else data.to_table(columns=by)
+    return table.to_pandas(integer_object_nulls=True, date_as_object=True)
 
 
 # The names of distcal 0.1's multiclass and segmented models: one class now.
@@ -808,7 +802,7 @@ def load_keyed(root: Path) -> KeyedModel | CalibrationModel:
 def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel | CalibrationModel:
     bad = partial(damaged, root)
     method, by, k = meta["method"], meta["by"], meta["n_classes"]
-    if method not in (*ONE_VS_REST, "temperature"):
+    if method not in (*METHODS, "temperature"):
         raise bad(f"unknown method {str(method)[:40]!r}")
     if not (isinstance(by, list) and all(isinstance(b, str) for b in by)
             and len(set(by)) == len(by)):
