@@ -35,6 +35,7 @@ from .keyed_model import KeyedModel, TemperatureMap
 from .model import (
     CalibrationModel,
     MapRows,
+    _is_count,
     _short,
     blocks_from_table,
     build_or_damaged,
@@ -175,7 +176,7 @@ def _model_from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
     if table is not None and used != table.num_rows:
         raise bad("the blocks table has rows of no class")
     for f in ("n_rows", "dropped_rows"):
-        if isinstance(meta[f], bool) or not isinstance(meta[f], int) or meta[f] < 0:
+        if not _is_count(meta[f]):
             raise bad(f"{f} must be an integer >= 0")
     maps: dict[Key, Any] = {(GLOBAL, c): m for c, m in enumerate(models) if m is not None}
     return KeyedModel(method, maps, n_classes=k, params=meta["params"], n_rows=meta["n_rows"],

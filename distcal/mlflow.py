@@ -54,10 +54,6 @@ def _score_columns(model: Any) -> list[str]:
     return [str(c) for c in scores]
 
 
-def _by(model: Any) -> list[str]:
-    return list(model.by) if is_keyed(model) else []
-
-
 def predict_frame(model: Any, df: pd.DataFrame) -> np.ndarray:
     """``model``'s probabilities for the rows of ``df`` (its score and ``by`` columns)."""
     scores = _score_columns(model)
@@ -179,7 +175,7 @@ def write_model_dir(model: Any, tmp: Path, *, mlflow_model: Any = None, signatur
     add_to_model(mlflow_model, loader_module="distcal.mlflow", data=MODEL_SUBDIR)
     mlflow_model.add_flavor(FLAVOR_NAME, distcal_version=__version__, data=MODEL_SUBDIR,
                             method=model.method, score_columns=_score_columns(model),
-                            by=_by(model))
+                            by=list(model.by) if is_keyed(model) else [])
     mlflow_model.save(str(tmp / MLMODEL_FILE_NAME))
 
 
