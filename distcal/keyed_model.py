@@ -36,6 +36,7 @@ import math
 import os
 import textwrap
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -47,14 +48,16 @@ from .core.keyed import GLOBAL, Key, factorize_keys, key_text
 from .core.multiclass import normalise_ovr, to_logits
 from .core.temperature import softmax_predict
 from .core.validate import as_scores
+from .defaults import METHODS
 from .errors import DataError, ModelError, column_not_found
 from .logs import log
 from .model import (
     CalibrationModel,
+    MapRows,
     _close,
-    blocks_from_table,
     build_or_damaged,
-    check_model,
+    checked_map,
+    damaged,
     parse_model_json,
     read_checked_meta,
     read_table_file,
@@ -74,8 +77,6 @@ from .storage import filesystem_for, publish_dir
 
 __all__ = ["KeyedModel", "MulticlassCalibrationModel", "SegmentedCalibrationModel",
            "TemperatureMap", "load_keyed", "class_columns", "key_kind"]
-
-ONE_VS_REST = ("isotonic", "sigmoid", "histogram", "modl", "beta", "venn_abers")
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ class KeyedModel:
         if self.method == "temperature":
             if self.n_classes < 2:
                 raise ValueError("temperature scaling needs K >= 2 classes")
-        elif self.method not in ONE_VS_REST:
+        elif self.method not in METHODS:
             raise ValueError(f"unknown method {self.method!r}")
         for cls in classes:
             if (GLOBAL, cls) not in self._maps:
@@ -334,26 +335,21 @@ class KeyedModel:
             return out
         if segments is None:
             raise TypeError(f"a model fitted by {self.by} needs each score's segment")
-        codes, keys = self.key_codes(segments, s.shape[0])
-        self.check_key_types(keys, codes)
-        p0, p1 = np.empty(s.shape[0]), np.empty(s.shape[0])
-        fitted = [k if (k, None) in self._maps else GLOBAL for k in keys]
-        for c, seg in [(-1, GLOBAL), *enumerate(fitted)]:
-            idx = np.flatnonzero(codes == c)
-            if idx.shape[0]:
-                p0[idx], p1[idx] = self._maps[(seg, None)].predict_interval(s[idx])
-        return p0, p1
+        both = self._predict_segments(s, segments, None, interval=True)
+        return both[:, 0].copy(), both[:, 1].copy()
 
-    def _predict_segments(self, s: np.ndarray, segments: Any,
-                          counts: dict[str, int] | None) -> np.ndarray:
+    def _predict_segments(self, s: np.ndarray, segments: Any, counts: dict[str, int] | None,
+                          interval: bool = False) -> np.ndarray:
         """:meth:`predict` with segments; adds the rows served by the global maps to
-        ``counts`` (:meth:`global_rows`' keys) when given."""
+        ``counts`` (:meth:`global_rows`' keys) when given. ``interval``: the columns
+        p0, p1 of :meth:`predict_interval` instead."""
         codes, keys = self.key_codes(segments, s.shape[0])
         self.check_key_types(keys, codes)
         if counts is not None:
             for reason, k in self._global_counts(codes, keys).items():
                 counts[reason] = counts.get(reason, 0) + k
-        out = np.empty((s.shape[0], self.n_classes) if self.n_classes >= 2 else s.shape[0])
+        width = 2 if interval else self.n_classes
+        out = np.empty((s.shape[0], width) if width >= 2 else s.shape[0])
         first = self._classes_keyed()[0]
         fitted = [k if (k, first) in self._maps else GLOBAL for k in keys]
         order = np.argsort(codes, kind="stable")
@@ -364,7 +360,8 @@ class KeyedModel:
         for seg, parts in groups.items():
             idx = np.concatenate(parts)
             if idx.shape[0]:
-                out[idx] = self._predict_maps(seg, s[idx])
+                out[idx] = np.column_stack(self._maps[(seg, None)].predict_interval(s[idx])) \
+                    if interval else self._predict_maps(seg, s[idx])
         return out
 
     # -- segment keys: their types, and the rows the global maps serve ----------
@@ -766,24 +763,19 @@ def _local_keys(data: Any, by: list[str]) -> pd.DataFrame:
     from .tables import is_path, open_dataset
 
     if is_path(data):
-        dataset = open_dataset(data)
-        for b in by:
-            if b not in dataset.schema.names:
-                raise column_not_found(b, "segment", dataset.schema.names)
-        data = dataset.to_table(columns=by)
-    if isinstance(data, pa.RecordBatch):
+        data = open_dataset(data)
+    elif isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
-    if isinstance(data, pa.Table):
-        for b in by:
-            if b not in data.schema.names:
-                raise column_not_found(b, "segment", data.schema.names)
-        return data.select(by).to_pandas(integer_object_nulls=True, date_as_object=True)
+    elif not isinstance(data, (pd.DataFrame, pa.Table)):
+        raise TypeError(f"cannot read data of type {type(data).__name__}")
+    names = data.columns if isinstance(data, pd.DataFrame) else data.schema.names
+    for b in by:
+        if b not in names:
+            raise column_not_found(b, "segment", map(str, names))
     if isinstance(data, pd.DataFrame):
-        for b in by:
-            if b not in data.columns:
-                raise column_not_found(b, "segment", map(str, data.columns))
         return data[by]
-    raise TypeError(f"cannot read data of type {type(data).__name__}")
+    table = data.select(by) if isinstance(data, pa.Table) else data.to_table(columns=by)
+    return table.to_pandas(integer_object_nulls=True, date_as_object=True)
 
 
 # The names of distcal 0.1's multiclass and segmented models: one class now.
@@ -808,11 +800,9 @@ def load_keyed(root: Path) -> KeyedModel | CalibrationModel:
 
 
 def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel | CalibrationModel:
-    def bad(why: str) -> ModelError:
-        return ModelError(f"'{root}' is damaged: {why}")
-
+    bad = partial(damaged, root)
     method, by, k = meta["method"], meta["by"], meta["n_classes"]
-    if method not in (*ONE_VS_REST, "temperature"):
+    if method not in (*METHODS, "temperature"):
         raise bad(f"unknown method {str(method)[:40]!r}")
     if not (isinstance(by, list) and all(isinstance(b, str) for b in by)
             and len(set(by)) == len(by)):
@@ -836,18 +826,12 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel | CalibrationMode
         else None
     if steps_t is not None and set(steps_t.schema.names) != {"map", "kind", "score", "prob"}:
         raise ModelError(f"'{root / STEPS_FILE}' does not hold the expected steps")
-    step_owner = (np.zeros(0, dtype=np.int64) if steps_t is None
-                  else steps_t.column("map").to_numpy().astype(np.int64))
-    step_order = np.argsort(step_owner, kind="stable")
-    owner = (np.zeros(0, dtype=np.int64) if blocks_t is None
-             else blocks_t.column("map").to_numpy().astype(np.int64))
-    order = np.argsort(owner, kind="stable")
-    sorted_owner = owner[order]
+    step_rows = MapRows(root, steps_t, STEPS_FILE, "map")
+    block_rows = MapRows(root, blocks_t, BLOCKS_FILE, "map")
     columns = meta["columns"]
     maps: dict[Key, Any] = {}
     seg_values = [maps_t.column(b).to_pylist() for b in by]
     classes = maps_t.column("class").to_pylist()
-    used = used_steps = 0
     for i in range(maps_t.num_rows):
         values: Any = tuple(col[i] for col in seg_values)
         segment: Any
@@ -874,38 +858,21 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel | CalibrationMode
             maps[key] = TemperatureMap(float(beta), params["input_"], int(n_rows),
                                        float(weight))
             continue
-        blocks = None
-        if nb != -1:
-            lo, hi = np.searchsorted(sorted_owner, [i, i + 1])
-            if isinstance(nb, bool) or not isinstance(nb, int) or hi - lo != nb \
-                    or blocks_t is None:
-                raise bad(f"{where} has {hi - lo} blocks in the table, {nb} expected")
-            part = blocks_t.take(pa.array(order[lo:hi]))
-            if np.all(np.isnan(part.column("score_mean").to_numpy())):
-                part = part.drop_columns(["score_mean"])
-            blocks = blocks_from_table(part, f"'{root / BLOCKS_FILE}' ({where})", keys=("map",))
-            used += nb
+        blocks = block_rows.blocks(i, nb, where)
         steps = None
         if method == "venn_abers":
-            lo, hi = np.searchsorted(step_owner[step_order], [i, i + 1])
-            if steps_t is None or hi == lo:
+            part = step_rows.take(i)
+            if part is None or part.num_rows == 0:
                 raise bad(f"{where} has no Venn-Abers steps")
-            steps = steps_from_table(steps_t.take(pa.array(step_order[lo:hi])),
-                                     f"'{root / STEPS_FILE}' ({where})", keys=("map",))
-            used_steps += hi - lo
+            steps = steps_from_table(part, f"'{root / STEPS_FILE}' ({where})", keys=("map",))
         # A binary model's map is the model: it keeps the rows its fit dropped.
-        counts = {"n_rows": n_rows, "weight_total": weight,
-                  "dropped_rows": meta["dropped_rows"] if binary else 0}
-        try:
-            check_model(method, params, blocks, columns=class_columns(columns, key),
-                        steps=steps, **counts)
-        except ValueError as exc:
-            raise bad(f"{where}: {exc}") from exc
-        maps[key] = CalibrationModel(method, params, blocks, columns=class_columns(columns, key),
-                                     steps=steps, **counts)
-    if used != owner.shape[0]:
+        maps[key] = checked_map(root, where, method, params, blocks,
+                                columns=class_columns(columns, key), steps=steps,
+                                n_rows=n_rows, weight_total=weight,
+                                dropped_rows=meta["dropped_rows"] if binary else 0)
+    if block_rows.taken != block_rows.total:
         raise bad("the blocks table has blocks of no map")
-    if used_steps != step_owner.shape[0]:
+    if step_rows.taken != step_rows.total:
         raise bad("the steps table has steps of no map")
     segments = None
     if by:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +34,14 @@ from .errors import ModelError
 from .keyed_model import KeyedModel, TemperatureMap
 from .model import (
     CalibrationModel,
+    MapRows,
+    _is_count,
     _short,
     blocks_from_table,
     build_or_damaged,
     check_model,
+    checked_map,
+    damaged,
     parse_model_json,
     read_checked_meta,
     read_table_file,
@@ -57,10 +62,6 @@ STEPS_FILE = "steps.parquet"
 _SEGMENT = "segment"  # the blocks table's column: row of the segments table, -1 global
 
 
-def _key_text(by: list[str], key: tuple[Any, ...]) -> str:
-    return key_text(by, (key, None))
-
-
 def load_binary(root: Path) -> CalibrationModel:
     """Read a binary model directory of format ``distcal-model`` version 1.
 
@@ -79,7 +80,7 @@ def load_binary(root: Path) -> CalibrationModel:
 def _binary_from_meta(root: Path, meta: dict[str, Any]) -> CalibrationModel:
     tables = meta["tables"]
     if not isinstance(tables, dict) or set(tables) - {"blocks", "steps"}:
-        raise ModelError(f"'{root}' is damaged: unexpected tables in model.json")
+        raise damaged(root, "unexpected tables in model.json")
     blocks = steps = None
     if "blocks" in tables:
         blocks = blocks_from_table(read_table_file(root, tables["blocks"], BLOCKS_FILE),
@@ -107,9 +108,7 @@ def load_multiclass(path: str | os.PathLike) -> KeyedModel:
 
 
 def _model_from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
-    def bad(why: str) -> ModelError:
-        return ModelError(f"'{root}' is damaged: {why}")
-
+    bad = partial(damaged, root)
     method, k = meta["method"], meta["n_classes"]
     if method not in METHODS:
         raise bad(f"unknown method {str(method)[:40]!r}")
@@ -173,15 +172,11 @@ def _model_from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
                                        f"'{root / _TABLE_FILE}' (class {i})", keys=("class",))
             used += len(rows)
         parts = {f: e[f] for f in ("n_rows", "weight_total", "dropped_rows", "columns")}
-        try:
-            check_model(method, e["params"], blocks, **parts)
-        except ValueError as exc:
-            raise bad(f"class {i}: {exc}") from exc
-        models.append(CalibrationModel(method, e["params"], blocks, **parts))
+        models.append(checked_map(root, f"class {i}", method, e["params"], blocks, **parts))
     if table is not None and used != table.num_rows:
         raise bad("the blocks table has rows of no class")
     for f in ("n_rows", "dropped_rows"):
-        if isinstance(meta[f], bool) or not isinstance(meta[f], int) or meta[f] < 0:
+        if not _is_count(meta[f]):
             raise bad(f"{f} must be an integer >= 0")
     maps: dict[Key, Any] = {(GLOBAL, c): m for c, m in enumerate(models) if m is not None}
     return KeyedModel(method, maps, n_classes=k, params=meta["params"], n_rows=meta["n_rows"],
@@ -202,9 +197,7 @@ def load_segmented(root: Path) -> KeyedModel:
 
 
 def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
-    def bad(why: str) -> ModelError:
-        return ModelError(f"'{root}' is damaged: {why}")
-
+    bad = partial(damaged, root)
     by, tables = meta["by"], meta["tables"]
     if not (isinstance(by, list) and by and all(isinstance(b, str) for b in by)
             and len(set(by)) == len(by)):
@@ -222,32 +215,13 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
             set(blocks_table.schema.names) != {_SEGMENT, *_BLOCK_COLUMNS, "score_mean"}
             or not pa.types.is_integer(blocks_table.schema.field(_SEGMENT).type)):
         raise ModelError(f"'{root / BLOCKS_FILE}' does not hold the expected blocks")
-    owner = (np.zeros(0, dtype=np.int64) if blocks_table is None
-             else blocks_table.column(_SEGMENT).to_numpy().astype(np.int64))
-    order = np.argsort(owner, kind="stable")
-    sorted_owner = owner[order]
-
-    def blocks_of(i: int, expected_n: Any, where: str) -> Any:
-        if expected_n == -1:
-            return None
-        lo, hi = np.searchsorted(sorted_owner, [i, i + 1])
-        if isinstance(expected_n, bool) or not isinstance(expected_n, int) \
-                or hi - lo != expected_n or blocks_table is None:
-            raise bad(f"{where} has {hi - lo} blocks in the table, {_short(expected_n)} "
-                      "expected")
-        part = blocks_table.take(pa.array(order[lo:hi]))
-        if np.all(np.isnan(part.column("score_mean").to_numpy())):
-            part = part.drop_columns(["score_mean"])
-        return blocks_from_table(part, f"'{root / BLOCKS_FILE}' ({where})", keys=(_SEGMENT,))
-
+    rows = MapRows(root, blocks_table, BLOCKS_FILE, _SEGMENT)
     method, params, columns = meta["method"], meta["params"], meta["columns"]
     counts = {k: meta[k] for k in ("n_rows", "weight_total", "dropped_rows")}
-    gblocks = blocks_of(-1, meta["global_blocks"], "the global map")
-    try:
-        check_model(method, params, gblocks, columns=columns, **counts)
-    except ValueError as exc:
-        raise bad(f"the global map: {exc}") from exc
-    glob = CalibrationModel(method, params, gblocks, columns=columns, **counts)
+    where = "the global map"
+    glob = checked_map(root, where, method, params,
+                       rows.blocks(-1, meta["global_blocks"], where, _short), columns=columns,
+                       **counts)
     keys = list(zip(*[seg.column(b).to_pylist() for b in by])) if seg.num_rows else []
     if len(set(keys)) != len(keys):
         raise bad("a segment key appears twice")
@@ -257,9 +231,8 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
     seg_params = seg.column("params").to_pylist()
     n_blocks = seg.column("blocks").to_pylist()
     models: dict[tuple[Any, ...], CalibrationModel | None] = {}
-    used = len(gblocks) if gblocks is not None else 0
     for i, key in enumerate(keys):
-        where = f"segment {_key_text(by, key)}"
+        where = f"segment {key_text(by, (key, None))}"
         if any(v is None for v in key):
             raise bad(f"{where} has a null key")
         if not isinstance(fallback[i], bool):
@@ -273,15 +246,10 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
             models[key] = None
             continue
         p = parse_model_json(seg_params[i], root / SEGMENTS_FILE, f"params of {where}: ")
-        b = blocks_of(i, n_blocks[i], where)
-        used += 0 if b is None else len(b)
-        parts = {"n_rows": n_rows[i], "weight_total": weight[i], "dropped_rows": 0}
-        try:
-            check_model(method, p, b, columns=columns, **parts)
-        except ValueError as exc:
-            raise bad(f"{where}: {exc}") from exc
-        models[key] = CalibrationModel(method, p, b, columns=columns, **parts)
-    if used != owner.shape[0]:
+        models[key] = checked_map(root, where, method, p,
+                                  rows.blocks(i, n_blocks[i], where, _short), columns=columns,
+                                  n_rows=n_rows[i], weight_total=weight[i], dropped_rows=0)
+    if rows.taken != rows.total:
         raise bad("the blocks table has blocks of no segment")
     msw = meta["min_segment_weight"]
     if isinstance(msw, bool) or not isinstance(msw, (int, float)) or msw < 0:

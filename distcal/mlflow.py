@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .core.piecewise import is_keyed
 from .loading import load as _load_dir
 from .storage import filesystem_for, publish_dir
 
@@ -43,28 +44,20 @@ FLAVOR_NAME = "distcal"
 MODEL_SUBDIR = "model"
 
 
-def _is_keyed(model: Any) -> bool:
-    return hasattr(model, "n_classes")
-
-
 def _score_columns(model: Any) -> list[str]:
     """The columns predict reads from the input frame: the scores, then the keys."""
     cols = model.columns
-    if _is_keyed(model) and model.n_classes >= 2:
+    if is_keyed(model) and model.n_classes >= 2:
         scores = cols.get("scores") or [cols.get("score") or "score"]
     else:
         scores = [cols.get("score") or "score"]
     return [str(c) for c in scores]
 
 
-def _by(model: Any) -> list[str]:
-    return list(model.by) if _is_keyed(model) else []
-
-
 def predict_frame(model: Any, df: pd.DataFrame) -> np.ndarray:
     """``model``'s probabilities for the rows of ``df`` (its score and ``by`` columns)."""
     scores = _score_columns(model)
-    if not _is_keyed(model):
+    if not is_keyed(model):
         if scores[0] not in df.columns:
             from .errors import column_not_found
 
@@ -79,10 +72,10 @@ def predict_frame(model: Any, df: pd.DataFrame) -> np.ndarray:
 def example_input(model: Any, rows: int = 5) -> pd.DataFrame:
     """A small input frame for ``model``: scores across its fitted range and a fitted key."""
     lo, hi = 0.0, 1.0
-    glob = model.global_model if _is_keyed(model) and model.by else model
-    base = glob.class_model(glob.n_classes - 1) if _is_keyed(glob) and glob.method != \
+    glob = model.global_model if is_keyed(model) and model.by else model
+    base = glob.class_model(glob.n_classes - 1) if is_keyed(glob) and glob.method != \
         "temperature" else glob
-    if not _is_keyed(base) and base.method not in ("sigmoid", "beta", "venn_abers"):
+    if not is_keyed(base) and base.method not in ("sigmoid", "beta", "venn_abers"):
         b = base.blocks
         finite = np.concatenate([b["score_min"], b["score_max"]])
         finite = finite[np.isfinite(finite)]
@@ -90,10 +83,10 @@ def example_input(model: Any, rows: int = 5) -> pd.DataFrame:
             lo, hi = float(finite.min()), float(finite.max())
     s = np.linspace(lo, hi, rows)
     frame: dict[str, Any] = {c: s for c in _score_columns(model)}
-    if _is_keyed(model) and model.n_classes >= 2 and not model.columns.get("scores"):
+    if is_keyed(model) and model.n_classes >= 2 and not model.columns.get("scores"):
         # one vector column of K scores per row
         frame = {c: [np.full(model.n_classes, v) for v in s] for c in frame}
-    if _is_keyed(model) and model.by:
+    if is_keyed(model) and model.by:
         seg = model.segments
         first = seg.iloc[0] if len(seg) else None
         for c in model.by:
@@ -182,7 +175,7 @@ def write_model_dir(model: Any, tmp: Path, *, mlflow_model: Any = None, signatur
     add_to_model(mlflow_model, loader_module="distcal.mlflow", data=MODEL_SUBDIR)
     mlflow_model.add_flavor(FLAVOR_NAME, distcal_version=__version__, data=MODEL_SUBDIR,
                             method=model.method, score_columns=_score_columns(model),
-                            by=_by(model))
+                            by=list(model.by) if is_keyed(model) else [])
     mlflow_model.save(str(tmp / MLMODEL_FILE_NAME))
 
 

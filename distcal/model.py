@@ -48,7 +48,7 @@ from .core.keyed import GLOBAL
 from .core.sigmoid import sigmoid_predict
 from .core.validate import as_scores
 from .core.venn_abers import Steps
-from .defaults import DEFAULTS, METHOD_PARAMS
+from .defaults import DEFAULTS, INTERPOLATIONS, METHOD_PARAMS, METHODS, STRATEGIES
 from .errors import ModelError, ParameterError, sums_overflow
 from .model_format import _BLOCK_COLUMNS, _json_checksum, steps_table, write_model_dir
 from .storage import filesystem_for, publish_dir
@@ -85,7 +85,7 @@ class CalibrationModel:
     def __init__(self, method: str, params: dict[str, Any], blocks: Blocks | None = None,
                  *, n_rows: int = 0, weight_total: float = 0.0, dropped_rows: int = 0,
                  columns: dict[str, str | None] | None = None, steps: Steps | None = None):
-        if method not in ("isotonic", "sigmoid", "histogram", "modl", "beta", "venn_abers"):
+        if method not in METHODS:
             raise ValueError(f"unknown method {method!r}")
         if (steps is not None) != (method == "venn_abers"):
             raise ValueError("a venn_abers model, and only one, has steps")
@@ -104,9 +104,7 @@ class CalibrationModel:
     @property
     def blocks(self) -> pd.DataFrame:
         """One row per block (isotonic) or non-empty bin (histogram), ascending."""
-        if self._blocks is None:
-            raise AttributeError(f"a {self.method} model has no blocks; see model.params")
-        b = self._blocks
+        b = self._fitted_blocks()
         out = pd.DataFrame({"score_min": b.score_min, "score_max": b.score_max,
                             "prob": b.prob, "weight": b.weight, "positives": b.positives})
         if b.score_mean is not None:
@@ -452,6 +450,10 @@ class _IntervalPart:
         return out
 
 
+# The fitted numbers of the methods that are a formula (no blocks, no steps).
+_FORMULA_PARAMS = {"sigmoid": ("a", "b"), "beta": ("a", "b", "c")}
+
+
 def _refuse_overflow(method: str, params: dict[str, Any], blocks: Blocks | None,
                      weight_total: float) -> None:
     """:class:`DataError` instead of a model holding inf or NaN from overflowing sums.
@@ -466,10 +468,9 @@ def _refuse_overflow(method: str, params: dict[str, Any], blocks: Blocks | None,
             bad = bad or not (np.all(np.isfinite(blocks.weight))
                               and np.all(np.isfinite(blocks.positives))
                               and not np.any(np.isnan(blocks.prob)))
-    if method in ("sigmoid", "beta"):
+    if method in _FORMULA_PARAMS:
         bad = bad or not all(isinstance(params.get(k), (int, float))
-                             and math.isfinite(params[k])
-                             for k in (("a", "b") if method == "sigmoid" else ("a", "b", "c")))
+                             and math.isfinite(params[k]) for k in _FORMULA_PARAMS[method])
     elif method == "histogram" and "bin_prob" in params:
         bad = bad or not np.all(np.isfinite(np.asarray(params["bin_prob"], dtype=np.float64)))
     if bad:
@@ -540,8 +541,8 @@ def read_plain_file(root: Path, name: Any, limit: int, what: str = "file") -> by
     """
     if (not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name
             or "\x00" in name or os.path.isabs(name)):
-        raise ModelError(f"'{root}' is damaged: the {what} {str(name)[:80]!r} is not a plain "
-                         "file name inside the model directory")
+        raise damaged(root, f"the {what} {str(name)[:80]!r} is not a plain file name inside "
+                      "the model directory")
     path = root / name
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
@@ -588,18 +589,23 @@ def parse_model_json(raw: Any, where: str | os.PathLike[str], what: str = "",
     ``what`` names the document inside the file ("params of segment g=1: ").
     """
     if not isinstance(raw, (bytes, str)):
-        raise ModelError(f"'{where}' is damaged: {what}not JSON text")
+        raise damaged(where, f"{what}not JSON text")
     if len(raw) > limit:
-        raise ModelError(f"'{where}' is damaged: {what}larger than {limit} bytes")
+        raise damaged(where, f"{what}larger than {limit} bytes")
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
         doc = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
     except (ValueError, TypeError, RecursionError, MemoryError) as exc:  # UnicodeDecodeError too
         why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
-        raise ModelError(f"'{where}' is damaged: {what}{why}") from exc
+        raise damaged(where, f"{what}{why}") from exc
     if _depth(doc) > MAX_JSON_DEPTH:
-        raise ModelError(f"'{where}' is damaged: {what}nested too deeply")
+        raise damaged(where, f"{what}nested too deeply")
     return doc
+
+
+def damaged(where: str | os.PathLike[str], why: str) -> ModelError:
+    """The error of a damaged model directory (or file) ``where``: ``why``."""
+    return ModelError(f"'{where}' is damaged: {why}")
 
 
 def read_model_json(root: Path, name: str = "model.json", noun: str = "model"
@@ -657,14 +663,13 @@ def build_or_damaged(root: Path, build: Callable[[], T]) -> T:
     except ModelError:
         raise
     except DAMAGE_ERRORS as exc:
-        raise ModelError(f"'{root}' is damaged: {str(exc)[:300]}") from exc
+        raise damaged(root, str(exc)[:300]) from exc
 
 
 def read_table_bytes(root: Path, info: Any, expected_file: str) -> bytes:
     """The bytes of the file a ``tables`` entry of model.json names, checked against its hash."""
     if not isinstance(info, dict) or info.get("file") != expected_file:
-        raise ModelError(f"'{root}' is damaged: a table entry does not name "
-                         f"'{expected_file}'")
+        raise damaged(root, f"a table entry does not name '{expected_file}'")
     data = read_plain_file(root, info["file"], MAX_TABLE_BYTES, "table file")
     if hashlib.sha256(data).hexdigest() != info.get("sha256"):
         raise ModelError(f"'{root / expected_file}' is missing or damaged (checksum mismatch)")
@@ -708,6 +713,60 @@ def blocks_from_table(table: pa.Table, where: str, keys: tuple[str, ...] = ()) -
                   cols["prob"], mean)
 
 
+def checked_map(root: Path, where: str, method: Any, params: Any, blocks: Blocks | None,
+                **parts: Any) -> CalibrationModel:
+    """The map of one key read from ``root``: :func:`check_model`, then the model.
+
+    What is inconsistent is a :class:`ModelError` naming the map (``where``).
+    """
+    try:
+        check_model(method, params, blocks, **parts)
+    except ValueError as exc:
+        raise damaged(root, f"{where}: {exc}") from exc
+    return CalibrationModel(method, params, blocks, **parts)
+
+
+class MapRows:
+    """The rows of each map in a table of every map's rows (blocks, steps) of ``root``.
+
+    ``owner`` is the table's column of the map's number; :attr:`taken`
+    counts the rows taken, so that rows of no map can be refused.
+    """
+
+    def __init__(self, root: Path, table: pa.Table | None, file: str, owner: str):
+        ids = (np.zeros(0, dtype=np.int64) if table is None
+               else table.column(owner).to_numpy().astype(np.int64))
+        self.root, self.table, self.file, self.owner = root, table, file, owner
+        self.total, self.taken = ids.shape[0], 0
+        self._order = np.argsort(ids, kind="stable")
+        self._sorted = ids[self._order]
+
+    def take(self, i: int) -> pa.Table | None:
+        """Map ``i``'s rows, in the table's order (None without a table)."""
+        lo, hi = np.searchsorted(self._sorted, [i, i + 1])
+        self.taken += int(hi - lo)
+        return None if self.table is None else self.table.take(pa.array(self._order[lo:hi]))
+
+    def blocks(self, i: int, expected: Any, what: str,
+               shown: Callable[[Any], str] = str) -> Blocks | None:
+        """Map ``i``'s blocks, ``expected`` of them (-1: none); ``score_mean`` all NaN: none.
+
+        ``what`` names the map in messages, ``shown`` a wrong ``expected``.
+        """
+        if expected == -1:
+            return None
+        part = self.take(i)
+        n = 0 if part is None else part.num_rows
+        if isinstance(expected, bool) or not isinstance(expected, int) or n != expected \
+                or part is None:
+            raise damaged(self.root, f"{what} has {n} blocks in the table, {shown(expected)} "
+                          "expected")
+        if np.all(np.isnan(part.column("score_mean").to_numpy())):
+            part = part.drop_columns(["score_mean"])
+        return blocks_from_table(part, f"'{self.root / self.file}' ({what})",
+                                 keys=(self.owner,))
+
+
 def _short(v: Any) -> str:
     """``repr(v)``, cut to 40 characters (values from untrusted files go into messages)."""
     text = repr(v)
@@ -731,8 +790,6 @@ def check_model(method: Any, params: Any, blocks: Blocks | None, *, n_rows: Any 
     ordered edges and block bounds; probabilities in [0, 1]; monotone blocks
     for isotonic regression.
     """
-    from .defaults import INTERPOLATIONS, METHODS, STRATEGIES
-
     if method not in METHODS:
         raise ValueError(f"unknown method {method!r}")
     if not isinstance(params, dict):
@@ -747,26 +804,15 @@ def check_model(method: Any, params: Any, blocks: Blocks | None, *, n_rows: Any 
         raise ValueError("columns must map roles to column names")
     if (steps is not None) != (method == "venn_abers"):
         raise ValueError("a venn_abers model, and only one, has a steps table")
-    if method == "venn_abers":
-        if blocks is not None:
-            raise ValueError("a venn_abers model has no blocks table")
-        assert steps is not None
+    if method in ("venn_abers", *_FORMULA_PARAMS) and blocks is not None:
+        raise ValueError(f"a {method} model has no blocks table")
+    if steps is not None:
         check_steps(steps)
         return
-    if method == "beta":
-        if blocks is not None:
-            raise ValueError("a beta model has no blocks table")
-        for k in ("a", "b", "c"):
+    if method in _FORMULA_PARAMS:
+        for k in _FORMULA_PARAMS[method]:
             if not _is_number(params.get(k)):
-                raise ValueError(f"beta parameter {k} must be a finite number, got "
-                                 f"{params.get(k)!r}")
-        return
-    if method == "sigmoid":
-        if blocks is not None:
-            raise ValueError("a sigmoid model has no blocks table")
-        for k in ("a", "b"):
-            if not _is_number(params.get(k)):
-                raise ValueError(f"sigmoid parameter {k} must be a finite number, got "
+                raise ValueError(f"{method} parameter {k} must be a finite number, got "
                                  f"{params.get(k)!r}")
         return
     if blocks is None:

@@ -186,9 +186,7 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         return model
 
     def _fit_kwargs(self, estimator: Any, sample_weight: Any) -> dict[str, Any]:
-        if sample_weight is None:
-            return {}
-        if "sample_weight" in signature(estimator.fit).parameters:
+        if sample_weight is not None and "sample_weight" in signature(estimator.fit).parameters:
             return {"sample_weight": sample_weight}
         return {}
 

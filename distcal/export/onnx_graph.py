@@ -69,10 +69,12 @@ class _Graph:
 
 def _search(g: _Graph, pw: Piecewise, s: str) -> str:
     """int64 [N]: the leaf index of each score (branchless binary search)."""
+    from onnx import numpy_helper
+
     m = pw.thresholds.shape[0]
     rounds = m.bit_length()  # 2^rounds - 1 >= m: every count 0..m is reachable
     pos = g.op("ConstantOfShape", [g.op("Shape", [s])], "pos",
-               value=_tensor(np.zeros(1, dtype=np.int64)))
+               value=numpy_helper.from_array(np.zeros(1, dtype=np.int64)))
     if rounds == 0:
         return pos
     padded = np.full((1 << rounds) - 1, np.nan)
@@ -86,12 +88,6 @@ def _search(g: _Graph, pw: Piecewise, s: str) -> str:
         grown = g.op("Add", [pos, g.const(step, "i", np.int64)])
         pos = g.op("Where", [g.op(compare, [t, s]), grown, pos], "pos")
     return pos
-
-
-def _tensor(array: np.ndarray) -> Any:
-    from onnx import numpy_helper
-
-    return numpy_helper.from_array(array)
 
 
 def _binary(g: _Graph, model: Any, s: str) -> str:

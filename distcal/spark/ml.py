@@ -149,15 +149,12 @@ class _ModelWriter(MLWriter):
         super().__init__()
         self.instance = instance
 
-    def _model(self) -> CalibrationModel:
-        assert self.instance.model is not None, "a CalibratorModel holds a fitted model"
-        return self.instance.model
-
     def saveImpl(self, path: str) -> None:
         DefaultParamsWriter.saveMetadata(self.instance, path, self.sc)
+        assert self.instance.model is not None, "a CalibratorModel holds a fitted model"
         target = path.rstrip("/") + "/model"
         publish_dir(filesystem_for(target, self.sparkSession), target,
-                    self._model().write_dir, overwrite=True)
+                    self.instance.model.write_dir, overwrite=True)
 
 
 class _ModelReader(MLReader):

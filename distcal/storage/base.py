@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Protocol
 
@@ -13,7 +14,8 @@ class FileSystem(Protocol):
 
     ``local`` says whether a path of this store can be written directly by
     this process (then writers get the temporary path itself, otherwise a
-    local staging directory that :meth:`put` copies up).
+    local staging directory that :meth:`put` copies up). The stores subclass
+    it for :meth:`rename` and :meth:`exchange`, the same on every store.
     """
 
     local: bool
@@ -29,6 +31,8 @@ class FileSystem(Protocol):
 
     def rename(self, src: str, dst: str) -> None:
         """Move ``src`` to ``dst``, which must not exist."""
+        if not self.rename_noreplace(src, dst):
+            raise FileExistsError(errno.EEXIST, "exists", dst)
 
     def rename_noreplace(self, src: str, dst: str) -> bool:
         """Move ``src`` to ``dst`` only if ``dst`` does not exist; False if it does.
@@ -39,6 +43,7 @@ class FileSystem(Protocol):
 
     def exchange(self, a: str, b: str) -> bool:
         """Swap ``a`` and ``b`` atomically; False when the store cannot."""
+        return False
 
     def remove(self, path: str) -> None:
         """Remove a file or a directory tree; nothing if missing."""

@@ -11,10 +11,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .base import FileSystem
+
 __all__ = ["FsspecFileSystem"]
 
 
-class FsspecFileSystem:
+class FsspecFileSystem(FileSystem):
     """Paths of one fsspec filesystem, given as full URLs (with the scheme)."""
 
     local = False
@@ -45,19 +47,11 @@ class FsspecFileSystem:
             return []
         return [str(e).rstrip("/").rpartition("/")[2] for e in entries]
 
-    def rename(self, src: str, dst: str) -> None:
-        if self.exists(dst):
-            raise FileExistsError(dst)
-        self.fs.mv(self._p(src), self._p(dst), recursive=True)
-
     def rename_noreplace(self, src: str, dst: str) -> bool:
         if self.exists(dst):
             return False
         self.fs.mv(self._p(src), self._p(dst), recursive=True)
         return True
-
-    def exchange(self, a: str, b: str) -> bool:
-        return False
 
     def remove(self, path: str) -> None:
         if self.exists(path):

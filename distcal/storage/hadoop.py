@@ -12,10 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from .base import FileSystem
+
 __all__ = ["HadoopFileSystem"]
 
 
-class HadoopFileSystem:
+class HadoopFileSystem(FileSystem):
     """The FileSystem calls the publish algorithm needs, for one Spark session."""
 
     local = False
@@ -42,10 +44,6 @@ class HadoopFileSystem:
             return []
         return [str(st.getPath().getName()) for st in fs.listStatus(p)]
 
-    def rename(self, src: str, dst: str) -> None:
-        if not self.rename_noreplace(src, dst):
-            raise FileExistsError(dst)
-
     def rename_noreplace(self, src: str, dst: str) -> bool:
         # Hadoop's rename onto an existing directory moves src *into* it: check first.
         ps, fs = self._path(src)
@@ -55,9 +53,6 @@ class HadoopFileSystem:
         if not fs.rename(ps, pd):
             raise OSError(f"could not rename '{src}' to '{dst}'")
         return True
-
-    def exchange(self, a: str, b: str) -> bool:
-        return False
 
     def remove(self, path: str) -> None:
         p, fs = self._path(path)

@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from .base import local_path
+from .base import FileSystem, local_path
 
 __all__ = ["LocalFileSystem"]
 
@@ -52,7 +52,7 @@ def _rename_flags(src: str, dst: str, flags: int) -> int:
     return 0 if rc == 0 else ctypes.get_errno()
 
 
-class LocalFileSystem:
+class LocalFileSystem(FileSystem):
     """Files and directories of this machine (plain paths or ``file:`` URLs)."""
 
     local = True
@@ -71,11 +71,6 @@ class LocalFileSystem:
             return os.listdir(path or ".")
         except (FileNotFoundError, NotADirectoryError):
             return []
-
-    def rename(self, src: str, dst: str) -> None:
-        src, dst = local_path(src), local_path(dst)
-        if not self.rename_noreplace(src, dst):
-            raise FileExistsError(errno.EEXIST, "exists", dst)
 
     def rename_noreplace(self, src: str, dst: str) -> bool:
         src, dst = local_path(src), local_path(dst)
