@@ -11,7 +11,7 @@ local directories published through the storage layer
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from ..defaults import DEFAULTS
@@ -20,8 +20,6 @@ from ..loading import load_dir
 from ..model import CalibrationModel
 from ..params import check_distinct_columns
 from ..storage import (
-    MODEL,
-    PARQUET,
     REPORT,
     FileSystem,
     check_regular_input,
@@ -92,10 +90,11 @@ class Backend:
         refuse_existing(fs, resolve_local(target) if fs.local else target, overwrite, kind,
                         shown=target)
 
-    # -- models and reports ---------------------------------------------------
-    def save_model(self, model: CalibrationModel, path: str, overwrite: bool) -> None:
-        publish_dir(self.filesystem(path), path, model.write_dir, overwrite=overwrite,
-                    kind=MODEL)
+    # -- models, reports, summaries, small tables --------------------------------
+    def publish(self, path: str, write: Callable[[Any], None], overwrite: bool = False,
+                kind: str | None = None) -> None:
+        """``write(tmp)`` aside on this backend's store, then commit it as ``path``."""
+        publish_dir(self.filesystem(path), path, write, overwrite=overwrite, kind=kind)
 
     def load_model(self, path: str) -> CalibrationModel:
         fs = self.filesystem(path)
@@ -112,14 +111,7 @@ class Backend:
         def write(d: Any) -> None:
             write_report(reports, d, provenance=prov, model=model)
 
-        publish_dir(self.filesystem(path), path, write, overwrite=overwrite, kind=REPORT)
-
-    def write_table(self, table: Any, path: str, overwrite: bool) -> None:
-        """A small pandas table as one Parquet file at ``path``."""
-        def write(p: Any) -> None:
-            table.rename(columns=str).to_parquet(p, index=False)
-
-        publish_dir(self.filesystem(path), path, write, overwrite=overwrite, kind=PARQUET)
+        self.publish(path, write, overwrite, REPORT)
 
     # -- the calibrated table -------------------------------------------------
     def apply(self, model: CalibrationModel, opts: dict[str, Any],
@@ -146,13 +138,6 @@ def _inside(a: str, b: str) -> bool:
     return na == nb or na.startswith(nb.rstrip("/") + "/")
 
 
-# The columns each command reads, by option name.
-_COLUMNS = {"fit": ("score_col", "score_cols", "label_col", "weight_col"),
-            "apply": ("score_col", "score_cols"),
-            "evaluate": ("prob_col", "prob_cols", "label_col", "weight_col", "interval_cols"),
-            "threshold": ("score_col", "label_col", "weight_col", "loss_col"),
-            "discretize": ("score_col", "label_col"),
-            "summarize": ("score_col", "label_col", "weight_col")}
 # Past this many files, only the first ones are checked (a footer read each).
 _MAX_CHECKED_FILES = 10_000
 
@@ -172,7 +157,8 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
 
     from ..core.columns import arrow_kind, is_list_type
 
-    _check_roles(command, opts)
+    for group in _roles(command, opts):  # a column given twice: a DataError naming it
+        check_distinct_columns({"--" + k.replace("_", "-"): v for k, v in group.items()})
     fmt = opts.get("input_format") or "parquet"
     if fmt != "parquet":
         if opts.get("engine") != "spark":
@@ -193,22 +179,16 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
         files = _dataset_files(path)
     else:
         files = [path]
-    names: list[str] = []
-    for opt in _COLUMNS.get(command, ()):
-        value = opts.get(opt)
-        if opt == "label_col" and command == "threshold" and opts.get("loss_col"):
-            continue
-        if opt == "prob_cols":  # each value: per-class columns, comma-separated
-            value = [n for v in value or [] for n in split_columns(v)]
-        if opt == "interval_cols":
-            value = list(interval_columns(value) or ())
-        if opt == "score_cols":
-            value = score_columns(value) or []
-        if opt == "score_col" and opts.get("score_cols"):
-            continue  # per-class columns instead
-        names += value if isinstance(value, list) else ([value] if value else [])
-    if command == "apply" and opts.get("report"):
-        names += [n for n in (opts.get("label_col"), opts.get("weight_col")) if n]
+    if command == "evaluate":  # every prediction's columns, also when none is given
+        names = [*(opts.get("prob_col") or []), *(n for v in opts.get("prob_cols") or []
+                                                  for n in split_columns(v)),
+                 opts.get("label_col"), opts.get("weight_col"),
+                 *(interval_columns(opts.get("interval_cols")) or ())]
+    else:  # the columns it reads, not those it writes
+        names = [n for opt, v in next(_roles(command, opts)).items()
+                 if opt not in ("output_col", "interval_cols")
+                 for n in (v if isinstance(v, list) else [v])]
+    names = [n for n in names if n]
     seen: dict[str, tuple[str, str]] = {}
     rows = 0
     by = [n for n in split_columns(opts.get("by") or "") if n]
@@ -218,7 +198,7 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
             schema = meta.schema.to_arrow_schema()
         except (OSError, ValueError) as exc:
             raise DataError(f"input file '{f}' is not a readable Parquet file: "
-                            f"{_one_line(exc)}") from exc
+                            f"{one_line(exc)[:300]}") from exc
         rows += meta.num_rows
         _check_column_names(schema.names, f)
         for name in by:
@@ -272,33 +252,32 @@ def _check_column_names(names: list[str], f: str) -> None:
                         f"{', '.join(repr(d) for d in dup[:5])}; give each column its own name")
 
 
-def _check_roles(command: str, opts: dict[str, Any]) -> None:
-    """No column given twice, in one role or two (``--prob-cols p0,p0,p1``,
-    ``--label-col score``): a DataError naming it, before anything is read."""
-    def roles(**named: Any) -> None:
-        check_distinct_columns({"--" + k.replace("_", "-"): v for k, v in named.items()})
-
+def _roles(command: str, opts: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The columns ``command`` is given, by option (None: not in play): a mapping for each
+    prediction ``evaluate`` compares, one for any other command. Within a mapping, a
+    column plays one role once (``--prob-cols p0,p0,p1`` and ``--label-col score`` are
+    refused)."""
     label = opts.get("label_col")
     weight = opts.get("weight_col")
     if command == "evaluate":
         for value in opts.get("prob_cols") or []:
-            roles(prob_cols=split_columns(value), label_col=label, weight_col=weight)
+            yield dict(prob_cols=split_columns(value), label_col=label, weight_col=weight)
         interval = list(interval_columns(opts.get("interval_cols")) or ()) or None
         for col in opts.get("prob_col") or []:
-            roles(prob_col=col, label_col=label, weight_col=weight, interval_cols=interval)
+            yield dict(prob_col=col, label_col=label, weight_col=weight, interval_cols=interval)
     elif command == "apply":
         report = bool(opts.get("report"))
-        roles(score_col=_score_role(opts), output_col=opts.get("output_col"),
-              label_col=label if report else None, weight_col=weight if report else None,
-              interval_cols=list(interval_columns(opts.get("interval_cols")) or ()) or None)
+        yield dict(score_col=_score_role(opts), output_col=opts.get("output_col"),
+                   label_col=label if report else None, weight_col=weight if report else None,
+                   interval_cols=list(interval_columns(opts.get("interval_cols")) or ()) or None)
     elif command == "threshold":
-        roles(score_col=opts.get("score_col"),
-              label_col=None if opts.get("loss_col") else label, weight_col=weight,
-              loss_col=opts.get("loss_col"))
+        yield dict(score_col=opts.get("score_col"),
+                   label_col=None if opts.get("loss_col") else label, weight_col=weight,
+                   loss_col=opts.get("loss_col"))
     elif command == "discretize":
-        roles(score_col=opts.get("score_col"), label_col=label)
+        yield dict(score_col=opts.get("score_col"), label_col=label)
     else:
-        roles(score_col=_score_role(opts), label_col=label, weight_col=weight)
+        yield dict(score_col=_score_role(opts), label_col=label, weight_col=weight)
 
 
 def transform_for_cli(model: Any, data: Any, opts: dict[str, Any]) -> Any:
@@ -314,7 +293,7 @@ def transform_for_cli(model: Any, data: Any, opts: dict[str, Any]) -> Any:
         if opts.get("score_index") is not None:
             raise UsageError("--score-index reads one element as a binary score; this model "
                              f"is {'multiclass' if model.n_classes >= 2 else 'per segment'}")
-        cols = score_columns(opts.get("score_cols"))
+        cols = column_list(opts.get("score_cols"), "score-cols")
         return model.transform(data, score_col=None if cols else opts["score_col"],
                                score_cols=cols, output_col=opts["output_col"])
     if opts.get("score_cols"):
@@ -356,16 +335,14 @@ def interval_columns(value: str | None) -> tuple[str, str] | None:
     return p0, p1
 
 
-def score_columns(value: str | None) -> list[str] | None:
-    """``--score-cols a,b,c`` as a list of names (None without the option)."""
-    if value is None:
-        return None
-    return checked_columns(value, "score-cols")
+def column_list(value: str | None, option: str) -> list[str] | None:
+    """``--score-cols a,b,c`` or ``--by a,b`` as a list of names (None without the option)."""
+    return None if value is None else checked_columns(value, option)
 
 
 def _score_role(opts: dict[str, Any]) -> Any:
     """The score column(s) of fit and apply: --score-cols when given, else --score-col."""
-    return score_columns(opts.get("score_cols")) or opts.get("score_col")
+    return column_list(opts.get("score_cols"), "score-cols") or opts.get("score_col")
 
 
 def _dataset_files(root: str) -> list[str]:
@@ -389,6 +366,20 @@ def _is_nested(t: Any) -> bool:
                 or pa.types.is_large_binary(t) or pa.types.is_fixed_size_binary(t))
 
 
-def _one_line(exc: BaseException) -> str:
+def one_line(exc: BaseException) -> str:
+    """The message's first line; for a Spark worker's failure, the worker's own exception.
+
+    Spark's ``PythonException`` starts with "An exception was thrown from
+    the Python worker" and carries the worker's traceback below; the line
+    that says what happened (e.g. ``ModuleNotFoundError: No module named
+    'distcal'``) is the last "...Error: ..." line of it.
+    """
     text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
+    first = text.splitlines()[0] if text else type(exc).__name__
+    if "Python worker" in first:
+        from ..engines.spark.session import worker_error
+
+        cause = worker_error(exc)
+        if cause:
+            return f"{first.rstrip(': ')}: {cause}"
+    return first

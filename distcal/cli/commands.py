@@ -17,7 +17,7 @@ from ..evaluation import evaluate, evaluate_many
 from ..keyed_model import KeyedModel
 from ..storage import MODEL, PARQUET, REPORT
 from ..threshold import optimal_threshold
-from .backend import Backend, checked_columns, interval_columns, score_columns
+from .backend import Backend, checked_columns, column_list, interval_columns
 
 __all__ = ["COMMANDS", "cmd_fit", "cmd_apply", "cmd_evaluate", "cmd_threshold",
            "cmd_discretize", "cmd_export", "cmd_summarize", "cmd_monitor", "ALERT_EXIT"]
@@ -63,17 +63,17 @@ def cmd_fit(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     io.check_paths(opts, outputs=[opts["output"]])
     data = io.read(opts)
     io.refuse_existing(opts["output"], opts["overwrite"], kind=MODEL)
-    by = _by_columns(opts.get("by"))
+    by = column_list(opts.get("by"), "by")
     segments = {} if by is None else {"by": by,
                                       "min_segment_weight": opts["min_segment_weight"]}
-    score_cols = score_columns(opts.get("score_cols"))
+    score_cols = column_list(opts.get("score_cols"), "score-cols")
     if score_cols is not None:
         segments["score_cols"] = score_cols
     model = fit(data, method=opts["method"], score_col=opts["score_col"],
                 label_col=opts["label_col"], weight_col=opts["weight_col"],
                 engine=io.engine, on_invalid=opts["on_invalid"],
                 score_index=opts.get("score_index"), **segments, **_method_params(opts))
-    io.save_model(model, opts["output"], opts["overwrite"])
+    io.publish(opts["output"], model.write_dir, opts["overwrite"], MODEL)
     out = {"model": str(opts["output"]), "method": model.method, "n_rows": model.n_rows,
            "weight_total": model.weight_total, "dropped_rows": model.dropped_rows}
     if by is not None:
@@ -85,10 +85,8 @@ def cmd_fit(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
         if glob.method == "temperature":
             out.update(beta=glob.beta, temperature=1.0 / glob.beta)
         return out
-    if model.method == "sigmoid":
-        out.update(a=glob.params["a"], b=glob.params["b"])
-    elif model.method == "beta":
-        out.update(a=glob.params["a"], b=glob.params["b"], c=glob.params["c"])
+    if model.method in ("sigmoid", "beta"):  # params: a, b (and c)
+        out.update(glob.params)
     elif model.method == "venn_abers":
         out["steps"] = len(glob._steps.x0) + len(glob._steps.x1)
     else:
@@ -129,7 +127,7 @@ def _fit_summaries(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     io.refuse_existing(opts["output"], opts["overwrite"], kind=MODEL)
     model = fit(dirs, method=opts["method"], engine=io.engine,
                 min_segment_weight=opts["min_segment_weight"], **_method_params(opts))
-    io.save_model(model, opts["output"], opts["overwrite"])
+    io.publish(opts["output"], model.write_dir, opts["overwrite"], MODEL)
     out = {"model": str(opts["output"]), "method": model.method, "summaries": len(dirs),
            "n_rows": model.n_rows, "weight_total": model.weight_total,
            "dropped_rows": model.dropped_rows}
@@ -139,7 +137,7 @@ def _fit_summaries(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
 
 
 def cmd_summarize(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
-    from ..storage import SUMMARY, publish_dir
+    from ..storage import SUMMARY
     from ..summary import summarize
 
     _require(opts, "input", "output")
@@ -147,11 +145,10 @@ def cmd_summarize(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     data = io.read(opts)
     io.refuse_existing(opts["output"], opts["overwrite"], kind=SUMMARY)
     s = summarize(data, score_col=opts["score_col"], label_col=opts["label_col"],
-                  weight_col=opts["weight_col"], by=_by_columns(opts.get("by")),
+                  weight_col=opts["weight_col"], by=column_list(opts.get("by"), "by"),
                   engine=io.engine, period=opts.get("period"), decimals=opts.get("decimals"),
                   on_invalid=opts["on_invalid"])
-    publish_dir(io.filesystem(opts["output"]), opts["output"], s.write_dir,
-                overwrite=opts["overwrite"], kind=SUMMARY)
+    io.publish(opts["output"], s.write_dir, opts["overwrite"], SUMMARY)
     return {"summary": str(opts["output"]), "period": s.period, "n_rows": s.n_rows,
             "weight_total": s.weight_total, "dropped_rows": s.dropped_rows,
             "distinct": len(s), "by": s.by, "decimals": s.decimals}
@@ -169,24 +166,13 @@ def cmd_monitor(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     dirs = _summary_dirs(opts, io, [opts["output"]])
     io.refuse_existing(opts["output"], opts["overwrite"], kind=REPORT)
     rep = monitor(dirs, alpha=opts["alpha"], max_ece=opts.get("max_ece"), engine=io.engine)
-
-    from ..storage import publish_dir
-
-    publish_dir(io.filesystem(opts["output"]), opts["output"], rep.write_dir,
-                overwrite=opts["overwrite"], kind=REPORT)
+    io.publish(opts["output"], rep.write_dir, opts["overwrite"], REPORT)
     alerts = rep.alerts["period"].tolist()
     out: dict[str, Any] = {"report": str(opts["output"]), "periods": len(rep.table),
                            "alerts": alerts, "n_alerts": len(alerts)}
     if alerts and opts.get("fail_on_alert"):
         out["exit_status"] = ALERT_EXIT
     return out
-
-
-def _by_columns(value: str | None) -> list[str] | None:
-    """``--by a,b`` as a list of column names (None without the option)."""
-    if value is None:
-        return None
-    return checked_columns(value, "by")
 
 
 def cmd_apply(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
@@ -216,7 +202,7 @@ def cmd_apply(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
                                     interval_cols=interval_columns(opts.get("interval_cols")))
             io.write_report(list(reports.values()), opts["report"], opts["overwrite"],
                             provenance={**_provenance(opts, "apply"),
-                                        "output": io.output_name(opts),
+                                        "output": target,
                                         "model_dir": str(opts["model"])},
                             model=model)
 
@@ -261,7 +247,7 @@ def cmd_evaluate(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
           "threshold": opts["threshold"], "engine": io.engine,
           "on_invalid": opts["on_invalid"],
           "interval_cols": interval_columns(opts.get("interval_cols"))}
-    by = _by_columns(opts.get("by"))
+    by = column_list(opts.get("by"), "by")
     if by is None:
         reports = list(evaluate_many(data, predictions, **kw).values())
     else:  # one segmented evaluation per column (each on its own valid rows)
@@ -290,7 +276,7 @@ def cmd_threshold(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
                                     loss_col=opts["loss_col"], engine=io.engine,
                                     on_invalid=opts["on_invalid"],
                                     score_index=opts.get("score_index"),
-                                    by=_by_columns(opts.get("by")))
+                                    by=column_list(opts.get("by"), "by"))
     # +inf (predict nothing positive) prints as null with the reason in "why_null"
     # (standard JSON has no Infinity: distcal.jsonsafe).
     out: dict[str, Any] = {
@@ -309,8 +295,9 @@ def cmd_discretize(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
         io.refuse_existing(opts["output"], opts["overwrite"], kind=PARQUET)
     table = discretize(io.read(opts), score_col=opts["score_col"], label_col=opts["label_col"],
                        engine=io.engine, max_classes=opts["max_classes"])
-    if opts.get("output"):
-        io.write_table(table, opts["output"], opts["overwrite"])
+    if opts.get("output"):  # one Parquet file; the class labels' columns named as text
+        io.publish(opts["output"], lambda p: table.rename(columns=str).to_parquet(p, index=False),
+                   opts["overwrite"], PARQUET)
     return {"cost": table.attrs["cost"], "exact": table.attrs["exact"],
             "intervals": [{str(k): v for k, v in row.items()}
                           for row in table.to_dict(orient="records")],
@@ -325,8 +312,6 @@ def cmd_export(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     """
     from pathlib import Path
 
-    from ..storage import publish_dir
-
     _require(opts, "model", "format", "output")
     out, fmt = str(opts["output"]), opts["format"]
     io.check_paths(opts, outputs=[out])
@@ -340,7 +325,7 @@ def cmd_export(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
         if fmt == "sql":
             score: Any = opts.get("score_col")
             if opts.get("score_cols"):
-                score = score_columns(opts["score_cols"])
+                score = column_list(opts["score_cols"], "score-cols")
             elif score is None and not isinstance(model, KeyedModel):
                 score = model.columns.get("score") or DEFAULTS.score_col
             try:
@@ -357,7 +342,7 @@ def cmd_export(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
 
             write_model_dir(model, tmp)
 
-    publish_dir(io.filesystem(out), out, write)
+    io.publish(out, write)
     return result
 
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
 from ..model import CalibrationModel
-from .backend import Backend, interval_columns, score_columns
+from .backend import Backend, column_list, interval_columns
 
 __all__ = ["LocalBackend"]
 
@@ -27,13 +26,9 @@ class LocalBackend(Backend):
               before_commit: Callable[[Any], None] | None = None) -> int:
         from ..apply import apply_to_parquet
 
-        def check(path: Path) -> None:
-            if before_commit is not None:
-                before_commit(str(path))
-
         return apply_to_parquet(model, self.read(opts), self.output_name(opts),
                                 score_col=opts["score_col"], output_col=opts["output_col"],
                                 score_index=opts.get("score_index"),
-                                score_cols=score_columns(opts.get("score_cols")),
+                                score_cols=column_list(opts.get("score_cols"), "score-cols"),
                                 interval_cols=interval_columns(opts.get("interval_cols")),
-                                overwrite=opts["overwrite"], before_commit=check)
+                                overwrite=opts["overwrite"], before_commit=before_commit)

@@ -246,29 +246,22 @@ def _check_value(o: Option, value: Any, source: str) -> Any:
     return [value] if o.repeat or o.many else value
 
 
-def _reject_aliases(text: str, path: str) -> None:
-    """YAML anchors and aliases can expand a small file into gigabytes: refuse them."""
-    import yaml
-
-    try:
-        for event in yaml.parse(text, Loader=yaml.SafeLoader):
-            if isinstance(event, yaml.AliasEvent):
-                raise UsageError(f"config '{path}' uses a YAML alias (*name); write the values "
-                                 "out")
-    except yaml.YAMLError as exc:
-        raise UsageError(f"config '{path}' is not valid YAML: {exc}".splitlines()[0]) from exc
+class _Refused(Exception):
+    """What YAML allows but a config must not have; the message follows "config 'PATH' "."""
 
 
-class _DuplicateKey(Exception):
-    """A key given twice in one YAML mapping."""
-
-
-def _unique_key_loader() -> Any:
+def _config_loader() -> Any:
     import yaml
 
     class Loader(yaml.SafeLoader):
-        """SafeLoader that refuses a key given twice in one mapping (YAML says keys are
-        unique; PyYAML silently keeps the last)."""
+        """SafeLoader that refuses aliases (``*name``: a few lines can expand into
+        gigabytes) and a key given twice in one mapping (YAML says keys are unique;
+        PyYAML silently keeps the last)."""
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                raise _Refused("uses a YAML alias (*name); write the values out")
+            return super().compose_node(parent, index)
 
         def construct_mapping(self, node: Any, deep: bool = False) -> Any:
             seen = set()
@@ -276,8 +269,9 @@ def _unique_key_loader() -> Any:
                 key = self.construct_object(key_node, deep=True)
                 try:
                     if key in seen:
-                        raise _DuplicateKey(f"key {key!r} twice (line "
-                                            f"{key_node.start_mark.line + 1})")
+                        raise _Refused(f"gives key {key!r} twice (line "
+                                       f"{key_node.start_mark.line + 1}); give each option "
+                                       "once")
                     seen.add(key)
                 except TypeError:  # an unhashable key: PyYAML's own error follows
                     pass
@@ -292,7 +286,6 @@ def load_config(path: str | None, command: str, entry_point: str) -> dict[str, A
         return {}
     import yaml
 
-    _UniqueKeyLoader = _unique_key_loader()  # noqa: N806
     try:
         # Only a regular file, checked before it is opened (a FIFO would block,
         # /dev/zero never ends), and at most MAX_CONFIG_BYTES actually read.
@@ -305,13 +298,12 @@ def load_config(path: str | None, command: str, entry_point: str) -> dict[str, A
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UsageError(f"config '{path}' is not UTF-8 text") from exc
-    _reject_aliases(text, path)
     try:
-        doc = yaml.load(text, Loader=_UniqueKeyLoader) or {}  # noqa: S506 (a SafeLoader)
+        doc = yaml.load(text, Loader=_config_loader()) or {}  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError as exc:
         raise UsageError(f"config '{path}' is not valid YAML: {exc}".splitlines()[0]) from exc
-    except _DuplicateKey as exc:
-        raise UsageError(f"config '{path}' gives {exc}; give each option once") from exc
+    except _Refused as exc:
+        raise UsageError(f"config '{path}' {exc}") from exc
     if not isinstance(doc, dict):
         raise UsageError(f"config '{path}' must be a mapping of option names to values")
     known = {o.dest: o for o in options_for(command, entry_point)}

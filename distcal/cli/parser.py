@@ -59,14 +59,13 @@ def attach_negative_values(argv: list[str]) -> list[str]:
     are attached, so ``--score-col -v`` still reads ``-v`` as the flag.
     """
     takes_value = {"--" + o.name for o in OPTIONS if o.kind is not bool}
-    flags = {"--" + o.name for o in OPTIONS} | {"-v", "--verbose", "-q", "--quiet", "-h",
-                                                  "--help", "--version"}
+    short_flags = {"-v", "-q", "-h"}  # a word starting with "--" is never attached
     out: list[str] = []
     i = 0
     while i < len(argv):
         tok = argv[i]
         if (tok in takes_value and i + 1 < len(argv) and argv[i + 1].startswith("-")
-                and argv[i + 1] not in flags and not argv[i + 1].startswith("--")):
+                and argv[i + 1] not in short_flags and not argv[i + 1].startswith("--")):
             out.append(f"{tok}={argv[i + 1]}")
             i += 2
             continue

@@ -33,7 +33,7 @@ from ..errors import (
 )
 from ..jsonsafe import json_safe
 from ..storage import OutputExistsError
-from .backend import Backend, check_input_files
+from .backend import Backend, check_input_files, one_line
 from .commands import COMMANDS
 from .options import resolve_options
 from .parser import attach_negative_values, build_parser
@@ -78,25 +78,6 @@ def _configure_logging(verbose: int, quiet: bool) -> None:
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
-
-
-def _one_line(exc: BaseException) -> str:
-    """The message's first line; for a Spark worker's failure, the worker's own exception.
-
-    Spark's ``PythonException`` starts with "An exception was thrown from
-    the Python worker" and carries the worker's traceback below; the line
-    that says what happened (e.g. ``ModuleNotFoundError: No module named
-    'distcal'``) is the last "...Error: ..." line of it.
-    """
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else type(exc).__name__
-    if "Python worker" in first:
-        from ..engines.spark.session import worker_error
-
-        cause = worker_error(exc)
-        if cause:
-            return f"{first.rstrip(': ')}: {cause}"
-    return first
 
 
 def _silence_children() -> Callable[[], None]:
@@ -166,7 +147,7 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
             backend = backend_factory(opts)
             result = COMMANDS[args.command](opts, backend)
     except _USER_ERRORS as exc:
-        msg = _one_line(exc)
+        msg = one_line(exc)
         if not msg.startswith(prog):
             msg = f"{prog}: error: {msg}"
         _say(msg, err())
@@ -179,7 +160,7 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
     except Exception as exc:  # one line for schedulers; the type helps triage
         if verbose:
             traceback.print_exc(file=sys.stderr)
-        _say(f"{prog}: failed: {type(exc).__name__}: {_one_line(exc)}", err())
+        _say(f"{prog}: failed: {type(exc).__name__}: {one_line(exc)}", err())
         return 1
     finally:
         try:

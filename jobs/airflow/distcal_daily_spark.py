@@ -21,11 +21,9 @@ Configuration (see README.md beside this file):
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
-
 import distcal_loop as loop
 from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG
 
 JOB = loop.JOBS_DIR + "/spark_calibrate.py"
 
@@ -53,27 +51,7 @@ def spark_job(task_id: str, *args: str) -> loop.DistcalSparkSubmitOperator:
 with DAG(
     dag_id="distcal_daily_spark",
     description="Daily probability calibration with distcal on Spark",
-    schedule="@daily",  # fires at 00:00 of ds: pick the hour today's scores land at
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    max_active_runs=1,  # runs share models/CURRENT.json: one at a time, in order
-    default_args={"retries": 2, "retry_delay": timedelta(minutes=5)},
-    params={
-        "method": Param("isotonic", enum=["isotonic", "sigmoid", "histogram"]),
-        "metric": Param("log_loss", enum=loop.METRICS,
-                        description="holdout metric the candidate must not be worse in"),
-        "score_col": Param("score", type="string"),
-        "label_col": Param("label", type="string"),
-        "output_col": Param("calibrated", type="string",
-                            description="probability column of the calibrated table"),
-        "cost_fp": Param(1.0, type="number", description="cost of a false positive"),
-        "cost_fn": Param(1.0, type="number", description="cost of a false negative"),
-        "window_days": Param(30, type="integer", minimum=1,
-                             description="fit on (and monitor) the summaries of this many "
-                                         "last days"),
-        "alpha": Param(0.01, type="number",
-                       description="the monitor's family-wise error rate (Holm)"),
-    },
+    **loop.dag_settings(),
     tags=["distcal", "calibration", "spark"],
 ) as dag:
     summarize_scores = spark_job(

@@ -42,11 +42,12 @@ from __future__ import annotations
 
 import json
 import uuid
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import task
+from airflow.sdk import Param, task
 
 # -- configuration: Airflow Variables, read when a task is rendered -----------------
 # (templates, not Variable.get() at import: the DAG file parses without a database)
@@ -89,6 +90,34 @@ CURRENT_COL = "p_current"
 
 # Metrics of evaluate where lower is better; the DAG param "metric" picks one.
 METRICS = ["log_loss", "brier", "ece"]
+
+
+def dag_settings() -> dict[str, Any]:
+    """The arguments of ``DAG(...)`` both example DAGs share: schedule, retries, and the
+    params of a run (a new dict for each DAG)."""
+    return dict(
+        schedule="@daily",  # fires at 00:00 of ds: pick the hour today's scores land at
+        start_date=datetime(2026, 1, 1),
+        catchup=False,
+        max_active_runs=1,  # runs share models/CURRENT.json: one at a time, in order
+        default_args={"retries": 2, "retry_delay": timedelta(minutes=5)},
+        params={
+            "method": Param("isotonic", enum=["isotonic", "sigmoid", "histogram"]),
+            "metric": Param("log_loss", enum=METRICS,
+                            description="holdout metric the candidate must not be worse in"),
+            "score_col": Param("score", type="string"),
+            "label_col": Param("label", type="string"),
+            "output_col": Param("calibrated", type="string",
+                                description="probability column of the calibrated table"),
+            "cost_fp": Param(1.0, type="number", description="cost of a false positive"),
+            "cost_fn": Param(1.0, type="number", description="cost of a false negative"),
+            "window_days": Param(30, type="integer", minimum=1,
+                                 description="fit on (and monitor) the summaries of this many "
+                                             "last days"),
+            "alpha": Param(0.01, type="number",
+                           description="the monitor's family-wise error rate (Holm)"),
+        },
+    )
 
 
 # -- the pointer to the current model -----------------------------------------------
@@ -159,8 +188,6 @@ def compare(evaluation: Any, metric: str, monitor: Any, ds: str | None = None) -
 
 
 def _yesterday(ds: str | None) -> str:
-    from datetime import date, timedelta
-
     assert ds is not None
     return (date.fromisoformat(ds) - timedelta(days=1)).isoformat()
 
@@ -170,8 +197,6 @@ def window(base: str, kind: str, args_file: str, days: Any, ds: str | None = Non
     """The summaries of the last ``days`` days up to yesterday that exist (the rolling
     window), written to ``args_file`` as the job's arguments (``--summaries`` and one
     directory a line: ``@args_file`` on the job's command line)."""
-    from datetime import date, timedelta
-
     end = date.fromisoformat(_yesterday(ds))
     root = f"{base.rstrip('/')}/summaries/{kind}"
     fs, _ = _fs(root)
