@@ -439,9 +439,9 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
     _, engine_opts = split_engine_options("evaluate", None, engine_opts, engine_impl.options)
     names = None
     if by is not None:
-        from .segment_evaluation import check_segment_by
+        from .keyed_fit import check_by
 
-        names = check_segment_by(by, columns)
+        names = check_by(by, columns, 0.0)
         if score_index is not None or prob_cols is not None:
             raise ParameterError("by= evaluates one plain probability column; score_index and "
                                  "prob_cols cannot be combined with by= in this version")

@@ -1,8 +1,18 @@
-"""``distcal.optimal_threshold``: the cost-minimising rule "positive iff score >= t"."""
+"""``distcal.optimal_threshold``: the cost-minimising rule "positive iff score >= t".
+
+It opens the keyed rows of the input (:meth:`~distcal.engines.base.Engine.open_keyed`:
+the global key, and with ``by=`` one key per segment), so one range shuffle
+on the score serves the global result and every segment. Restricted to one
+key, the ranges are that key's own ordered ranges: each range sends the
+threshold summary of every key's table (:mod:`distcal.core.threshold`), and
+the driver merges each key's summaries in score order. Rows with a null in
+a ``by`` column belong to no segment; they count in the global result only.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -10,17 +20,20 @@ import numpy as np
 import pandas as pd
 
 from .core.distinct import DistinctTable
+from .core.keyed import GLOBAL, KeyedTable, KeySpec
 from .core.threshold import (
+    EMPTY,
     SegmentSummary,
     loss_per_score,
+    merge_segments,
     summarise_segment,
 )
 from .defaults import DEFAULTS
 from .engines import get_engine, resolve_engine
 from .errors import DataError, sums_overflow
 from .jsonsafe import json_safe, key_value
+from .logs import log, phase
 from .params import check_finite, check_on_invalid, check_score_index, split_engine_options
-from .segment_evaluation import threshold_by
 
 __all__ = ["ThresholdResult", "ThresholdTracker", "optimal_threshold"]
 
@@ -173,9 +186,9 @@ def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
 
     names: list[str] = []
     if by is not None:
-        from .segment_evaluation import check_segment_by
+        from .keyed_fit import check_by
 
-        names = check_segment_by(by, columns)
+        names = check_by(by, columns, 0.0)
         if score_index is not None:
             from .errors import ParameterError
 
@@ -185,10 +198,67 @@ def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
     def result(seg: SegmentSummary, n_rows: int, dropped_rows: int) -> ThresholdResult:
         return result_from_segment(seg, cost_fp, cost_fn, per_row_loss, n_rows, dropped_rows)
 
-    glob, table = threshold_by(engine_impl, data, columns, names, summary=summary,
+    glob, table = _threshold_by(engine_impl, data, columns, names, summary=summary,
                                result=result, on_invalid=on_invalid, score_index=score_index,
                                engine_opts=engine_opts)
     return replace(glob, segments=table) if by is not None else glob
+
+
+class _Summaries:
+    """Every key's ``summary`` in one range, with its rows and weight."""
+
+    def __init__(self, summary: Callable[[DistinctTable], SegmentSummary]):
+        self.summary = summary
+
+    def __call__(self, part: KeyedTable) -> list[tuple[Any, int, float, SegmentSummary]]:
+        n_rows, weight = part.key_totals()
+        return [(key[0], int(n), float(w), self.summary(part.key_table(i)))
+                for i, (key, n, w) in enumerate(zip(part.keys, n_rows.tolist(),
+                                                    weight.tolist()))]
+
+
+def _threshold_by(impl: Any, data: Any, columns: dict[str, str | None], by: list[str], *,
+                 summary: Callable[[DistinctTable], SegmentSummary],
+                 result: Callable[[SegmentSummary, int, int], Any], on_invalid: str,
+                 engine_opts: dict[str, Any], score_index: int | None = None) -> Any:
+    """The global threshold result and the table of segments (``by``; may be empty):
+    one pass for every segment.
+
+    ``summary`` turns a distinct-score table into its threshold summary and
+    ``result(summary, n_rows, dropped_rows)`` a merged summary into a
+    :class:`~distcal.threshold.ThresholdResult`, as without ``by``.
+    """
+    loss = columns.get("loss")
+    spec = KeySpec(score_col=str(columns["score"]),
+                   label_col=str(loss if loss is not None else columns["label"]),
+                   weight_col=columns.get("weight"), by=tuple(by),
+                   target="loss" if loss is not None else "label", score_index=score_index)
+    with impl.open_keyed(data, spec, on_invalid=on_invalid, passes=1,
+                         **engine_opts) as keyed:
+        with phase("threshold by %s", by):
+            ranges = keyed.map(_Summaries(summary))
+        n_rows, dropped = keyed.n_rows, keyed.dropped_rows
+    merged: dict[Any, list[Any]] = {}
+    for part in ranges:  # ascending ranges: each key's own order
+        for segment, n, w, s in part:
+            entry = merged.setdefault(segment, [0, 0.0, EMPTY])
+            entry[0] += n
+            entry[1] += w
+            entry[2] = merge_segments(entry[2], s)
+    glob = result(merged.pop(GLOBAL, [0, 0.0, EMPTY])[2], n_rows, dropped)
+    keys = list(merged)
+    try:
+        keys.sort()
+    except TypeError:  # keys of mixed types: keep the order of first appearance
+        pass
+    rows = []
+    for key in keys:
+        n, w, s = merged[key]
+        r = result(s, n, 0)
+        rows.append((*key, n, w, r.threshold, r.cost, r.fp, r.fn, r.tp, r.tn, r.predict_none))
+    log.info("threshold by %s: %d segments", by, len(keys))
+    return glob, pd.DataFrame(rows, columns=[*by, "n_rows", "weight", "threshold", "cost",
+                                             "fp", "fn", "tp", "tn", "predict_none"])
 
 
 def result_from_segment(seg: Any, cost_fp: float, cost_fn: float, per_row_loss: bool,
