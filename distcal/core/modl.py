@@ -47,8 +47,9 @@ lgamma of integers below 2^16 is read from a table of ``math.lgamma``
 values, scipy's ``gammaln`` beyond; class terms are summed in ascending
 order of the counts, so f depends on the multiset of counts only and equal
 merges get equal gains. Greedy merging and span pricing are compiled with
-numba (:mod:`distcal.core.modl_jit`) on tables of 5,000 rows or more when
-numba is importable; the Python path is the reference.
+numba (:mod:`distcal.core.modl_jit`) on tables of 5,000 rows or more (below,
+numba's import and compilation cost more than they save); the Python path
+is the reference.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import ModuleType
 from typing import NamedTuple
 
 import numpy as np
@@ -69,7 +71,7 @@ __all__ = ["ModlResult", "RangeGroups", "granularise", "greedy_merge", "group_ra
 
 # A post-optimisation move must lower the cost by more than this (relative).
 _TOL = 1e-9
-# Tables of this many rows or more take the compiled kernels (when numba imports).
+# Tables of this many rows or more take the compiled kernels.
 COMPILED_MIN_ROWS = 5000
 _LG_TABLE = 1 << 16
 
@@ -204,6 +206,15 @@ def _run_starts(c: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.concatenate(([True], ~same)))
 
 
+def _pool(counts: np.ndarray, starts: np.ndarray, lo: np.ndarray, hi: np.ndarray
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows pooled into the runs beginning at ``starts``: their counts, first lo and last hi."""
+    ends = np.append(starts[1:], counts.shape[0]) - 1
+    if starts.shape[0] < counts.shape[0]:
+        counts = np.add.reduceat(counts, starts, axis=0)
+    return counts, lo[starts], hi[ends]
+
+
 def premerge_range(counts: np.ndarray, scores: np.ndarray | None = None
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Merge the rows of one score range that no MODL optimum needs to cut apart.
@@ -240,13 +251,8 @@ def premerge_range(counts: np.ndarray, scores: np.ndarray | None = None
     c = _check_counts(counts)
     if scores is not None and np.shape(scores)[0] != c.shape[0]:
         raise ValueError("scores and counts must have the same number of rows")
-    starts = _run_starts(c)
-    ends = np.append(starts[1:], c.shape[0]) - 1
-    merged = c if starts.shape[0] == c.shape[0] else np.add.reduceat(c, starts, axis=0)
-    if scores is None:
-        return merged, starts, ends
-    s = np.asarray(scores)
-    return merged, s[starts], s[ends]
+    s = np.arange(c.shape[0]) if scores is None else np.asarray(scores)
+    return _pool(c, _run_starts(c), s, s)
 
 
 # ----------------------------------------------------------------------------
@@ -328,8 +334,8 @@ def group_range(counts: np.ndarray, spec: RangeGroups, scores: np.ndarray | None
     start[0] = spec.first_start
     ids = start * spec.max_groups // spec.total_rows  # (fits int64 for N G < 9.2e18)
     first = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
-    last = np.append(first[1:], ids.shape[0]) - 1
-    return np.add.reduceat(merged, first, axis=0), ids[first], lo[first], hi[last]
+    grouped, lo, hi = _pool(merged, first, lo, hi)
+    return grouped, ids[first], lo, hi
 
 
 def join_groups(parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]
@@ -340,12 +346,8 @@ def join_groups(parts: Sequence[tuple[np.ndarray, np.ndarray, np.ndarray, np.nda
     start of the next with the same id; its rows are added up. Returns
     (counts (G', J), lo, hi).
     """
-    counts = np.concatenate([p[0] for p in parts])
-    ids = np.concatenate([p[1] for p in parts])
-    lo, hi = np.concatenate([p[2] for p in parts]), np.concatenate([p[3] for p in parts])
-    first = np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1])))
-    last = np.append(first[1:], ids.shape[0]) - 1
-    return np.add.reduceat(counts, first, axis=0), lo[first], hi[last]
+    counts, ids, lo, hi = (np.concatenate([p[i] for p in parts]) for i in range(4))
+    return _pool(counts, np.flatnonzero(np.concatenate(([True], ids[1:] != ids[:-1]))), lo, hi)
 
 
 def granularise(counts: np.ndarray, max_groups: int) -> np.ndarray | None:
@@ -479,21 +481,15 @@ def _greedy_path_py(C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return arr[:, 0].astype(np.int64), arr[:, 1].astype(np.int64), arr[:, 2]
 
 
-def _kernels(K: int, compiled: bool | None) -> tuple[Callable[..., tuple[np.ndarray, ...]],
-                                                      Callable[..., np.ndarray]] | None:
-    """The compiled (greedy_path, span_f), or None for the Python path."""
+def _kernels(K: int, compiled: bool | None) -> ModuleType | None:
+    """:mod:`distcal.core.modl_jit` for a table of K rows, or None for the Python path."""
     if compiled is False or (compiled is None and K < COMPILED_MIN_ROWS):
         return None
-    try:
-        from . import modl_jit
-    except ImportError:
-        if compiled:
-            raise
-        return None
-    return modl_jit.greedy_path, modl_jit.span_f
+    from . import modl_jit
+    return modl_jit
 
 
-def _greedy(C: np.ndarray, compiled: bool | None, to_end: bool) -> np.ndarray:
+def _greedy(C: np.ndarray, jit: ModuleType | None, to_end: bool) -> np.ndarray:
     """First rows of the intervals greedy merging leaves.
 
     Plain greedy stops before the first merge that does not lower c, i.e.
@@ -504,9 +500,8 @@ def _greedy(C: np.ndarray, compiled: bool | None, to_end: bool) -> np.ndarray:
     K = C.shape[0]
     if K == 1:
         return np.zeros(1, dtype=np.intp)
-    kern = _kernels(K, compiled)
-    left, right, gain = (kern[0](np.ascontiguousarray(C), lgamma_table()) if kern is not None
-                         else _greedy_path_py(C))
+    left, right, gain = (jit.greedy_path(np.ascontiguousarray(C), lgamma_table())
+                         if jit is not None else _greedy_path_py(C))
     N = int(C.sum())
     I = K - np.arange(K - 1)  # intervals before each merge
     delta = gain + np.log((I - 1) / (N + I - 1))
@@ -535,7 +530,7 @@ def greedy_merge(counts: np.ndarray) -> np.ndarray:
     >>> greedy_merge(np.array([[3, 0], [2, 0], [0, 4], [0, 1]])).tolist()
     [0, 2]
     """
-    return _greedy(_check_counts(counts), False, to_end=False)
+    return _greedy(_check_counts(counts), None, to_end=False)
 
 
 # ----------------------------------------------------------------------------
@@ -659,15 +654,16 @@ def _solve(T: np.ndarray, exact_max: int, compiled: bool | None) -> tuple[np.nda
     rows = runs if all_pure else np.arange(K)
     B = np.add.reduceat(T, rows, axis=0) if all_pure else T
     P = np.vstack([np.zeros((1, J), dtype=np.int64), np.cumsum(B, axis=0)])
-    kern = _kernels(B.shape[0], compiled)
+    jit = _kernels(B.shape[0], compiled)
     table = lgamma_table()
 
     def span_f(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-        if kern is None:
+        if jit is None:
             return _span_f_py(P, u, v)
-        return kern[1](P, u.astype(np.int64), v.astype(np.int64), table)
+        out: np.ndarray = jit.span_f(P, u.astype(np.int64), v.astype(np.int64), table)
+        return out
 
-    starts = _post_optimise(P, _greedy(B, compiled, to_end=True), span_f)
+    starts = _post_optimise(P, _greedy(B, jit, to_end=True), span_f)
     return rows[starts], False
 
 
@@ -704,7 +700,7 @@ def modl_partition(counts: np.ndarray, exact_max: int = 1000, max_groups: int = 
     compiled : bool or None
         Greedy merging and span pricing compiled with numba (True), in
         Python (False), or compiled on tables of ``COMPILED_MIN_ROWS`` rows
-        or more when numba is importable (None). Equal costs to rounding.
+        or more (None). Equal costs to rounding.
 
     Returns
     -------
