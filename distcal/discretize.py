@@ -15,16 +15,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .core.discretize import MAX_GROUPS, RangeCounts, modl_from_counts
+from .core.discretize import MAX_GROUPS, RangeCounts, modl_from_counts, range_rows, rows_plan
 from .core.keyed import KeyedTable, KeySpec, split_global
-from .core.modl import (
-    RangeGroups,
-    group_range,
-    join_groups,
-    plan_groups,
-    premerge_range,
-    range_summary,
-)
+from .core.modl import RangeGroups, range_summary
+from .core.plans import run_plan
 from .defaults import DEFAULTS
 from .engines import get_engine, resolve_engine
 from .errors import DataError, ParameterError
@@ -131,9 +125,7 @@ class _Rows:
 
     def __call__(self, part: KeyedTable) -> Any:
         scores, counts, _ = _class_counts(part, self.classes)
-        if self.plan is None:
-            return premerge_range(counts, scores)
-        return group_range(counts, self.plan[float(scores[0])], scores)
+        return range_rows(counts, scores, self.plan)
 
 
 def _class_tables(data: Any, engine: str, score_col: str, label_col: str, max_groups: int,
@@ -143,8 +135,8 @@ def _class_tables(data: Any, engine: str, score_col: str, label_col: str, max_gr
     The keyed rows have one key per class (:class:`~distcal.core.keyed.KeySpec`,
     ``target="classes"``) and the global key; the first pass brings each
     range's classes and five integers, from which the driver checks the
-    classes and plans the groups (:func:`~distcal.core.modl.plan_groups`);
-    the second each range's rows.
+    classes and plans the groups; the second each range's rows
+    (:func:`~distcal.core.discretize.rows_plan`).
     """
     spec = KeySpec(score_col=score_col, label_col=label_col, target="classes")
     with get_engine(engine).open_keyed(data, spec, on_invalid="raise", passes=2) as keyed:
@@ -163,12 +155,9 @@ def _class_tables(data: Any, engine: str, score_col: str, label_col: str, max_gr
                 if summary[at] >= 0:
                     summary[at] = number[present[summary[at]]]
             summaries.append(summary)
-        plan = plan_groups(summaries, max_groups)
-        if plan is None:
-            return classes, keyed.map(_Rows(classes, None)), None
-        table = join_groups(keyed.map(_Rows(classes, {f: g for (f, _, _), g
-                                                       in zip(first, plan)})))
-        return classes, [table], int(table[0].shape[0])
+        parts, groups = run_plan(rows_plan([f for f, _, _ in first], summaries, max_groups,
+                                           lambda plan: _Rows(classes, plan)), keyed.map)
+        return classes, parts, groups
 
 
 def discretize(data: Any, score_col: str = DEFAULTS.score_col,

@@ -19,7 +19,7 @@ steps are safe range by range: docs/modl.md.
 from __future__ import annotations
 
 import functools
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
@@ -29,6 +29,7 @@ from .isotonic import Blocks
 from .modl import (
     RangeGroups,
     group_range,
+    interval_bounds,
     join_groups,
     modl_partition,
     plan_groups,
@@ -67,11 +68,33 @@ def _summary(t: DistinctTable) -> tuple[float, Any]:
     return float(t.score[0]), problem if problem is not None else range_summary(_counts(t))
 
 
-def _rows(plan: dict[float, RangeGroups] | None, t: DistinctTable) -> Any:
+def range_rows(counts: np.ndarray, scores: np.ndarray, plan: dict[float, RangeGroups] | None
+               ) -> Any:
     """Pass 2 of one range: pre-merged, or grouped as the plan says (found by its first score)."""
     if plan is None:
-        return premerge_range(_counts(t), t.score)
-    return group_range(_counts(t), plan[float(t.score[0])], t.score)
+        return premerge_range(counts, scores)
+    return group_range(counts, plan[float(scores[0])], scores)
+
+
+def _rows(plan: dict[float, RangeGroups] | None, t: DistinctTable) -> Any:
+    return range_rows(_counts(t), t.score, plan)
+
+
+def rows_plan(firsts: list[float], summaries: list[np.ndarray], max_groups: int,
+              rows: Callable[[dict[float, RangeGroups] | None], Callable[[Any], Any]]
+              ) -> Generator[Any, list[Any], tuple[list[RangeCounts], int | None]]:
+    """Pass 2 as a plan, from pass 1's first scores and summaries: the count tables to search.
+
+    ``rows(plan)`` is the function of a range (:func:`range_rows` of its
+    counts). Returns the ranges' pre-merged tables, or, when grouped, the
+    joined grouped table; and the number of groups (None: not grouped).
+    """
+    plan = plan_groups(summaries, max_groups)
+    if plan is None:
+        parts = yield rows(None)
+        return parts, None
+    table = join_groups((yield rows(dict(zip(firsts, plan)))))
+    return [table], int(table[0].shape[0])
 
 
 def modl_from_counts(parts: list[RangeCounts], exact_max: int = 1000,
@@ -96,10 +119,9 @@ def modl_from_counts(parts: list[RangeCounts], exact_max: int = 1000,
     counts, first, last = premerge_range(counts)
     lo, hi = lo[first], hi[last]
     res = modl_partition(counts, exact_max=exact_max, max_groups=max_groups)
-    starts = np.asarray(res.cuts, dtype=np.int64)
-    ends = np.append(starts[1:], counts.shape[0]) - 1
     used = res.groups if groups is None else groups
-    return lo[starts], hi[ends], np.asarray(res.interval_counts), float(res.cost), res.exact, used
+    return (interval_bounds(res, lo)[0], interval_bounds(res, hi)[1],
+            np.asarray(res.interval_counts), float(res.cost), res.exact, used)
 
 
 def modl_plan(exact_max: int = 1000, max_groups: int = MAX_GROUPS
@@ -116,15 +138,10 @@ def modl_plan(exact_max: int = 1000, max_groups: int = MAX_GROUPS
     for _, summary in summaries:
         if isinstance(summary, str):
             raise ValueError(summary)
-    plan = plan_groups([s for _, s in summaries], max_groups) if summaries else None
-    by_first = None if plan is None else {f: g for (f, _), g in zip(summaries, plan)}
-    parts = yield functools.partial(_rows, by_first)
-    if by_first is None:
-        out = modl_from_counts(parts, exact_max, max_groups)
-    else:
-        table = join_groups(parts)
-        out = modl_from_counts([table], exact_max, max_groups, groups=table[0].shape[0])
-    smin, smax, counts, cost, exact, groups = out
+    parts, groups = yield from rows_plan([f for f, _ in summaries], [s for _, s in summaries],
+                                         max_groups, lambda plan: functools.partial(_rows, plan))
+    smin, smax, counts, cost, exact, groups = modl_from_counts(parts, exact_max, max_groups,
+                                                               groups)
     n = counts.sum(axis=1).astype(np.float64)
     pos = counts[:, 1].astype(np.float64)
     return Blocks(smin, smax, n, pos, pos / n), cost, exact, groups
