@@ -20,6 +20,7 @@ what every engine of distcal is built on (docs/design.md). PAV itself is scipy's
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,7 @@ from ..errors import sums_overflow
 from .distinct import DistinctTable
 
 __all__ = ["Blocks", "pav_blocks", "merge_blocks", "clip_blocks", "combine_spearman",
-           "isotonic_part", "isotonic_from_parts", "isotonic_plan"]
+           "isotonic_part", "isotonic_plan"]
 
 
 @dataclass(frozen=True)
@@ -194,7 +195,7 @@ def combine_spearman(partials: list[tuple[int, int, int] | None]) -> bool | None
 
 
 def isotonic_part(table: DistinctTable, increasing: bool | str = True) -> tuple[Any, ...]:
-    """What one range contributes to an isotonic fit (see :func:`isotonic_from_parts`).
+    """What one range contributes to an isotonic fit (:func:`isotonic_plan`).
 
     ``(Spearman partial, increasing blocks, decreasing blocks)`` when
     ``increasing`` is "auto", else the range's PAV blocks.
@@ -204,15 +205,18 @@ def isotonic_part(table: DistinctTable, increasing: bool | str = True) -> tuple[
     return (pav_blocks(table, bool(increasing)),)
 
 
-def isotonic_from_parts(parts: list[tuple[Any, ...]], increasing: bool | str = True,
-                        y_min: float | None = None, y_max: float | None = None,
-                        spearman_rows: Callable[[], bool] | None = None) -> tuple[Blocks, bool]:
-    """Blocks of the isotonic fit from the ordered ranges' :func:`isotonic_part` results.
+def isotonic_plan(increasing: bool | str = True, y_min: float | None = None,
+                  y_max: float | None = None, spearman_rows: Callable[[], bool] | None = None
+                  ) -> Generator[Any, list[Any], tuple[Blocks, bool]]:
+    """Blocks of the isotonic fit over ordered ranges, as a plan (:mod:`distcal.core.plans`).
 
-    With "auto" the direction is the sign of Spearman's rho from the
-    partials, or (labels not all 0/1) ``spearman_rows()``; the chosen
-    direction's blocks are merged in score order (exact, module docstring).
+    One pass: each range runs PAV on its own (both directions when
+    ``increasing`` is "auto", with its Spearman partial); the blocks are
+    merged in score order (exact, module docstring). With "auto" the
+    direction is the sign of Spearman's rho from the partials, or (labels
+    not all 0/1) ``spearman_rows()``, which decides it from the rows.
     """
+    parts = yield functools.partial(isotonic_part, increasing=increasing)
     if increasing == "auto":
         direction = combine_spearman([p[0] for p in parts])
         if direction is None:
@@ -225,27 +229,3 @@ def isotonic_from_parts(parts: list[tuple[Any, ...]], increasing: bool | str = T
         direction = bool(increasing)
         blocks = merge_blocks([p[0] for p in parts], direction)
     return clip_blocks(blocks, y_min, y_max), direction
-
-
-class _IsotonicPart:
-    """:func:`isotonic_part` of a range (a picklable function of the table)."""
-
-    def __init__(self, increasing: bool | str):
-        self.increasing = increasing
-
-    def __call__(self, table: DistinctTable) -> tuple[Any, ...]:
-        return isotonic_part(table, self.increasing)
-
-
-def isotonic_plan(increasing: bool | str = True, y_min: float | None = None,
-                  y_max: float | None = None, spearman_rows: Callable[[], bool] | None = None
-                  ) -> Generator[Any, list[Any], tuple[Blocks, bool]]:
-    """Blocks of the isotonic fit over ordered ranges, as a plan (:mod:`distcal.core.plans`).
-
-    One pass: each range runs PAV on its own (both directions when
-    ``increasing`` is "auto", with its Spearman partial); the blocks are
-    merged in score order. With "auto" and labels that are not all 0/1,
-    ``spearman_rows`` decides the direction from the rows.
-    """
-    parts = yield _IsotonicPart(increasing)
-    return isotonic_from_parts(parts, increasing, y_min, y_max, spearman_rows)
