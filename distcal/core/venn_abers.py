@@ -53,7 +53,7 @@ the rows they pool, as in PAV. The price: a walk costs the blocks it
 pools (a handful on real data; at worst every block of a side), where the
 paper's corner stacks are strictly linear.
 
-The loop is compiled with numba when it is importable (as
+The loop is compiled with numba on large tables (as
 :mod:`distcal.core.segment_pav`'s); scipy and numpy have no persistent-stack
 PAV, so it is written here.
 """
@@ -183,14 +183,11 @@ def _values(w: np.ndarray, y: np.ndarray, m_left: int, n: int, left_rec: np.ndar
 
 @functools.cache
 def _kernels() -> tuple[Any, Any]:
-    """(:func:`_scan`, :func:`_values`) compiled once per process by numba (Python without).
+    """(:func:`_scan`, :func:`_values`) compiled once per process by numba.
 
     Not cached on disk (as :mod:`distcal.core.segment_pav`'s kernel).
     """
-    try:
-        from numba import njit
-    except ImportError:
-        return _scan, _values
+    from numba import njit
     return njit(cache=False, nogil=True)(_scan), njit(cache=False, nogil=True)(_values)
 
 
@@ -238,16 +235,11 @@ def _runs(x: np.ndarray, v: np.ndarray, first: bool) -> tuple[np.ndarray, np.nda
     return x[keep], v[keep]
 
 
-def _compress(x: np.ndarray, p0: np.ndarray, p1: np.ndarray) -> Steps:
-    """Run-length compression: p0 keeps the first score of each run, p1 the last."""
-    if x.shape[0] == 0:
-        z = np.zeros(0)
-        return Steps(z, z, z, z)
-    return Steps(*_runs(x, p0, True), *_runs(x, p1, False))
-
-
 def join_steps(parts: list[Steps]) -> Steps:
-    """The steps of neighbouring score ranges (ascending) as one, compressed across joins."""
+    """The steps of neighbouring score ranges (ascending) as one, compressed across joins.
+
+    Run-length compression: p0 keeps the first score of each run, p1 the last.
+    """
     parts = [p for p in parts if p.x0.shape[0]]
     if not parts:
         z = np.zeros(0)
@@ -268,15 +260,13 @@ def count_not_binary(rows: Any) -> int:
     return int(np.count_nonzero((rows.label != 0.0) & (rows.label != 1.0)))
 
 
-class _First:
+def _first(t: DistinctTable) -> tuple[Blocks, float, int]:
     """Pass 1 of a range: its PAV blocks, first score and rows with labels not 0/1."""
-
-    def __call__(self, t: DistinctTable) -> tuple[Blocks, float, int]:
-        frac = t.label_sum != np.round(t.label_sum)
-        bad = int(t.count[frac].sum()) if not t.binary else 0
-        if not t.binary and bad == 0:
-            bad = -1  # labels other than 0/1 whose sums are whole numbers: count unknown
-        return pav_blocks(t, True), float(t.score[0]) if len(t) else np.inf, bad
+    frac = t.label_sum != np.round(t.label_sum)
+    bad = int(t.count[frac].sum()) if not t.binary else 0
+    if not t.binary and bad == 0:
+        bad = -1  # labels other than 0/1 whose sums are whole numbers: count unknown
+    return pav_blocks(t, True), float(t.score[0]) if len(t) else np.inf, bad
 
 
 class _Second:
@@ -287,12 +277,12 @@ class _Second:
 
     def __call__(self, t: DistinctTable) -> Steps:
         if not len(t):
-            return _compress(np.zeros(0), np.zeros(0), np.zeros(0))
+            return join_steps([])
         r = bisect.bisect_right(self.firsts, float(t.score[0])) - 1
         left = merge_blocks(self.blocks[:r]) if r > 0 else None
         right = merge_blocks(self.blocks[r + 1:]) if r + 1 < len(self.blocks) else None
         p0, p1 = venn_abers_values(t, left, right)
-        return _compress(t.score, p0, p1)
+        return join_steps([Steps(t.score, p0, t.score, p1)])
 
 
 def venn_abers_plan(label_col: str | None = None) -> Generator[Any, list[Any], Steps]:
@@ -300,7 +290,7 @@ def venn_abers_plan(label_col: str | None = None) -> Generator[Any, list[Any], S
 
     ``label_col`` names the label column in the messages.
     """
-    firsts_parts = yield _First()
+    firsts_parts = yield _first
     bad = [b for _, _, b in firsts_parts if b]
     if bad:
         # The pooled table knows which scores hold labels other than 0/1, not
