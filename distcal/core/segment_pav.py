@@ -13,10 +13,10 @@ The segments with a violation are pooled by one stack loop over all their
 blocks (PAV in one left-to-right pass: a block is pooled into the run below
 while the run's mean is out of order or equal). On many blocks the loop is
 compiled with numba (:func:`_pav_runs`, one call for every segment); on
-few, or without numba, it runs in Python for small segments and as scipy's
-PAV (one call each) for large ones, where numba's import would cost more
-than it saves. Both give the unique isotonic solution, with strictly
-monotone pooled means.
+few it runs in Python for small segments and as scipy's PAV (one call
+each) for large ones, where numba's import would cost more than it saves.
+Both give the unique isotonic solution, with strictly monotone pooled
+means.
 """
 
 from __future__ import annotations
@@ -80,9 +80,7 @@ def pav_segments(blocks: Blocks, starts: np.ndarray, increasing: bool
         return blocks, starts
     sizes = np.diff(starts).copy()
     if n >= _JIT_MIN_BLOCKS:
-        kernel = _jit_pav_runs()
-        if kernel is not None:
-            return _pav_compiled(kernel, blocks, starts, has_bad, sizes, increasing)
+        return _pav_compiled(blocks, starts, has_bad, sizes, increasing)
     small = bad[sizes[bad] <= _SMALL]
     pooled_small, small_at = _pav_small(blocks, starts, small, increasing)
     parts: list[Blocks] = []
@@ -153,9 +151,9 @@ def _pav_small(blocks: Blocks, starts: np.ndarray, segs: np.ndarray, increasing:
     return pooled, where
 
 
-# At least this many blocks go to the compiled loop (when numba is importable):
-# below, importing numba and loading the compiled code (~0.6 s once per
-# process) costs more than the Python loop and scipy calls it replaces.
+# At least this many blocks go to the compiled loop: below, importing numba and
+# loading the compiled code (~0.6 s once per process) costs more than the Python
+# loop and scipy calls it replaces.
 _JIT_MIN_BLOCKS = 100_000
 
 
@@ -204,38 +202,32 @@ def _pav_runs(positives: np.ndarray, weight: np.ndarray, starts: np.ndarray,
     return first[:top], run_p[:top] / run_w[:top], seg_first
 
 
-RunsKernel = Callable[[np.ndarray, np.ndarray, np.ndarray, np.ndarray, bool],
-                      tuple[np.ndarray, np.ndarray, np.ndarray]]
-
-
 @functools.cache
-def _jit_pav_runs() -> RunsKernel | None:
-    """:func:`_pav_runs` compiled once per process, or None without numba.
+def _jit_pav_runs() -> Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """:func:`_pav_runs` compiled once per process.
 
     Not cached on disk: numba's cache would be written next to the installed
     package, whatever ``PYTHONDONTWRITEBYTECODE`` says.
     """
-    try:
-        from numba import njit
+    from numba import njit
 
-        kernel: Any = njit(cache=False, nogil=True)(_pav_runs)
-    except ImportError:
-        return None
-    return kernel  # type: ignore[no-any-return]
+    kernel: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]] = njit(
+        cache=False, nogil=True)(_pav_runs)
+    return kernel
 
 
-def _pav_compiled(kernel: RunsKernel, blocks: Blocks, starts: np.ndarray, has_bad: np.ndarray,
-                  sizes: np.ndarray, increasing: bool) -> tuple[Blocks, np.ndarray]:
-    """:func:`pav_segments` for the segments with a violation (``has_bad``), by ``kernel``.
+def _pav_compiled(blocks: Blocks, starts: np.ndarray, has_bad: np.ndarray, sizes: np.ndarray,
+                  increasing: bool) -> tuple[Blocks, np.ndarray]:
+    """:func:`pav_segments` for the segments with a violation (``has_bad``), compiled.
 
     The kernel gives the runs' first blocks; every block of a monotone
     segment is a run of its own, so one reduceat over all blocks pools
     every segment at once.
     """
     bad = np.flatnonzero(has_bad)
-    first, prob, seg_first = kernel(blocks.positives, blocks.weight,
-                                    np.asarray(starts, dtype=np.int64),
-                                    np.asarray(bad, dtype=np.int64), bool(increasing))
+    first, prob, seg_first = _jit_pav_runs()(blocks.positives, blocks.weight,
+                                             np.asarray(starts, dtype=np.int64),
+                                             np.asarray(bad, dtype=np.int64), bool(increasing))
     # Blocks of the segments without a violation are runs of their own.
     is_start = np.repeat(~has_bad, sizes)
     is_start[first] = True
