@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ParameterError
 from .distinct import DistinctTable
 from .plans import run_plan
 from .ranges import MapRanges, as_map_ranges
@@ -26,17 +27,6 @@ def _range_stats(t: DistinctTable) -> tuple[float, float, float, float, int]:
     """First and last value, total and last weight, and rows of one range."""
     return (float(t.score[0]), float(t.score[-1]), float(t.weight.sum()), float(t.weight[-1]),
             t.n_rows)
-
-
-def _check_rows(stats: list[tuple[float, float, float, float, int]], n_bins: int,
-                rows_for_bins: bool) -> None:
-    if rows_for_bins:
-        n_rows = sum(st[4] for st in stats)
-        if n_bins > n_rows:
-            from ..errors import ParameterError
-
-            raise ParameterError(f"n_bins must not exceed the number of rows ({n_rows}), got "
-                                 f"{n_bins}")
 
 
 def uniform_edges(lo: float, hi: float, n_bins: int) -> np.ndarray:
@@ -52,19 +42,22 @@ def uniform_edges(lo: float, hi: float, n_bins: int) -> np.ndarray:
     return np.maximum.accumulate(edges)
 
 
-def quantiles_plan(q: np.ndarray, stats: list[tuple[float, float, float, float, int]] | None = None
+def quantiles_plan(q: np.ndarray, stats: list[tuple[float, float, float, float, int]]
                    ) -> Generator[Any, list[Any], np.ndarray]:
-    """:func:`ordered_quantiles` as a plan: two passes over the ranges.
+    """Weighted quantiles at ``q`` of the distinct values of ascending ranges, as a plan.
 
-    Their first and last values and weights give each range its offset;
-    then each range evaluates the positions that fall inside it, and the
-    driver interpolates positions that fall between two ranges from the
-    first pass alone.
+    Generalises ``np.percentile(..., method="linear")``: with cumulative
+    weight C_i, value i occupies the positions [C_{i-1}, C_i - 1] of the
+    weight-repeated sample, the function is linear between neighbouring
+    values, and quantile q sits at position q (W - 1). For integer weights
+    this is exactly ``np.percentile`` of the rows repeated by weight; for
+    unit weights, of the rows themselves.
+
+    The ranges' :func:`_range_stats` (non-empty: first and last values and
+    weights) give each range its offset; then one pass evaluates in each
+    range the positions that fall inside it, and the driver interpolates
+    positions that fall between two ranges from the stats alone.
     """
-    if stats is None:
-        stats = yield _range_stats
-    if not stats:
-        raise ValueError("quantiles of no values")
     weights = np.array([st[2] for st in stats])
     offsets = np.concatenate(([0.0], np.cumsum(weights)[:-1]))
     total = float(weights.sum())
@@ -134,7 +127,9 @@ def edges_plan(n_bins: int = 10, strategy: str = "uniform", *, rows_for_bins: bo
     stats = yield _range_stats
     if not stats:
         raise ValueError("bin edges of no values")
-    _check_rows(stats, n_bins, rows_for_bins)
+    n_rows = sum(st[4] for st in stats)
+    if rows_for_bins and n_bins > n_rows:
+        raise ParameterError(f"n_bins must not exceed the number of rows ({n_rows}), got {n_bins}")
     if strategy == "quantile":
         edges = yield from quantiles_plan(np.linspace(0.0, 1.0, n_bins + 1), stats)
         return edges
