@@ -85,11 +85,12 @@ def is_keyed(model: Any) -> bool:
     return hasattr(model, "n_classes")
 
 
-def _constants(thresholds: np.ndarray, right: bool, values: np.ndarray) -> Piecewise:
+def _constants(thresholds: np.ndarray, right: bool, values: np.ndarray,
+               at_neg_inf: float | None = None, at_pos_inf: float | None = None) -> Piecewise:
     y = np.asarray(values, dtype=np.float64)
     n = y.shape[0]
     return Piecewise(np.asarray(thresholds, dtype=np.float64), right, np.ones(n, dtype=bool),
-                     np.zeros(n), np.zeros(n), y)
+                     np.zeros(n), np.zeros(n), y, at_neg_inf, at_pos_inf)
 
 
 def piecewise(model: Any) -> Piecewise | None:
@@ -127,9 +128,7 @@ def _venn_abers(model: Any) -> Piecewise:
     at = np.append(u, np.nextafter(u[-1], np.inf) if u.shape[0] else 0.0)
     y = model.predict(at)
     ends = model.predict(np.array([-np.inf, np.inf]))
-    return Piecewise(u, False, np.ones(y.shape[0], dtype=bool), np.zeros(y.shape[0]),
-                     np.zeros(y.shape[0]), y, at_neg_inf=float(ends[0]),
-                     at_pos_inf=float(ends[1]))
+    return _constants(u, False, y, float(ends[0]), float(ends[1]))
 
 
 def _linear(model: Any, prob: np.ndarray) -> Piecewise:
