@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .core.discretize import MAX_GROUPS, RangeCounts, modl_from_counts, range_rows, rows_plan
+from .core.discretize import RangeCounts, modl_from_counts, range_rows, rows_plan
 from .core.keyed import KeyedTable, KeySpec, split_global
-from .core.modl import RangeGroups, range_summary
+from .core.modl import MAX_GROUPS, RangeGroups, range_summary
 from .core.plans import run_plan
 from .defaults import DEFAULTS
 from .engines import get_engine, resolve_engine

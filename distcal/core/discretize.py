@@ -27,6 +27,7 @@ import numpy as np
 from .distinct import DistinctTable
 from .isotonic import Blocks
 from .modl import (
+    MAX_GROUPS,
     RangeGroups,
     group_range,
     interval_bounds,
@@ -40,7 +41,6 @@ from .modl import (
 __all__ = ["modl_from_counts"]
 
 RangeCounts = tuple[np.ndarray, np.ndarray, np.ndarray]
-MAX_GROUPS = 100_000
 
 
 def _problem(t: DistinctTable) -> str | None:

@@ -73,6 +73,8 @@ __all__ = ["ModlResult", "RangeGroups", "granularise", "greedy_merge", "group_ra
 _TOL = 1e-9
 # Tables of this many rows or more take the compiled kernels.
 COMPILED_MIN_ROWS = 5000
+# The default bound on the rows searched (larger tables are granularised).
+MAX_GROUPS = 100_000
 _LG_TABLE = 1 << 16
 
 SpanF = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -481,14 +483,6 @@ def _greedy_path_py(C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return arr[:, 0].astype(np.int64), arr[:, 1].astype(np.int64), arr[:, 2]
 
 
-def _kernels(K: int, compiled: bool | None) -> ModuleType | None:
-    """:mod:`distcal.core.modl_jit` for a table of K rows, or None for the Python path."""
-    if compiled is False or (compiled is None and K < COMPILED_MIN_ROWS):
-        return None
-    from . import modl_jit
-    return modl_jit
-
-
 def _greedy(C: np.ndarray, jit: ModuleType | None, to_end: bool) -> np.ndarray:
     """First rows of the intervals greedy merging leaves.
 
@@ -654,7 +648,9 @@ def _solve(T: np.ndarray, exact_max: int, compiled: bool | None) -> tuple[np.nda
     rows = runs if all_pure else np.arange(K)
     B = np.add.reduceat(T, rows, axis=0) if all_pure else T
     P = np.vstack([np.zeros((1, J), dtype=np.int64), np.cumsum(B, axis=0)])
-    jit = _kernels(B.shape[0], compiled)
+    jit: ModuleType | None = None  # the Python path
+    if compiled is not False and (compiled is not None or B.shape[0] >= COMPILED_MIN_ROWS):
+        from . import modl_jit as jit
     table = lgamma_table()
 
     def span_f(u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -667,7 +663,7 @@ def _solve(T: np.ndarray, exact_max: int, compiled: bool | None) -> tuple[np.nda
     return rows[starts], False
 
 
-def modl_partition(counts: np.ndarray, exact_max: int = 1000, max_groups: int = 100_000,
+def modl_partition(counts: np.ndarray, exact_max: int = 1000, max_groups: int = MAX_GROUPS,
                    compiled: bool | None = None) -> ModlResult:
     """MODL discretisation of a count table: exact when small, greedy-or-better otherwise.
 

@@ -1,7 +1,7 @@
 """The compiled half of MODL: greedy merging and span pricing on large tables (numba).
 
 Two functions, the same algorithms as the Python reference in
-:mod:`distcal.core.modl` (``_greedy_path`` and ``_span_f``), for tables of
+:mod:`distcal.core.modl` (``_greedy_path_py`` and ``_span_f_py``), for tables of
 thousands of rows where Python's per-merge overhead dominates. The
 arithmetic is the reference's, step for step: log-gamma of integers below
 ``len(table)`` is read from the same table of ``math.lgamma`` values, larger
