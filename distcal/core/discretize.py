@@ -53,10 +53,8 @@ def _problem(t: DistinctTable) -> str | None:
 
 
 def _counts(t: DistinctTable) -> np.ndarray:
-    """(V, 2) class counts of one range's distinct scores (0/1 labels, unit weights)."""
-    problem = _problem(t)
-    if problem is not None:
-        raise ValueError(problem)
+    """(V, 2) class counts of one range's distinct scores (0/1 labels, unit weights: pass 1
+    checked every range, :func:`_summary`)."""
     ones = np.rint(t.label_sum).astype(np.int64)
     return np.column_stack([t.count.astype(np.int64) - ones, ones])
 
