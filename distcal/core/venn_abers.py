@@ -198,17 +198,13 @@ def venn_abers_values(table: DistinctTable, left: Blocks | None = None,
     ``left``/``right``: the PAV blocks of all rows below/above the table's
     scores (none: the table is all the rows).
     """
-    parts_w = [np.asarray(table.weight, dtype=np.float64)]
-    parts_y = [np.asarray(table.positives, dtype=np.float64)]
-    m_left = 0
-    if left is not None and len(left):
-        parts_w.insert(0, left.weight)
-        parts_y.insert(0, left.positives)
-        m_left = len(left)
-    if right is not None and len(right):
-        parts_w.append(right.weight)
-        parts_y.append(right.positives)
-    w, y = np.concatenate(parts_w), np.concatenate(parts_y)
+    lo = [left] if left is not None and len(left) else []
+    hi = [right] if right is not None and len(right) else []
+    w = np.concatenate([b.weight for b in lo] + [np.asarray(table.weight, dtype=np.float64)]
+                       + [b.weight for b in hi])
+    y = np.concatenate([b.positives for b in lo] + [np.asarray(table.positives, dtype=np.float64)]
+                       + [b.positives for b in hi])
+    m_left = len(left) if left is not None else 0
     if not (np.all(np.isfinite(w)) and np.all(np.isfinite(y))):
         raise sums_overflow()
     # Scores a Python loop handles faster than numba's import and compilation (~1 s).
