@@ -20,9 +20,9 @@ what every engine of distcal is built on (docs/design.md). PAV itself is scipy's
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Generator
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,7 @@ __all__ = ["Blocks", "pav_blocks", "merge_blocks", "clip_blocks", "combine_spear
            "isotonic_part", "isotonic_plan"]
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Blocks:
     """Pooled blocks in ascending score order.
 
@@ -74,10 +74,6 @@ class Blocks:
         mean = None if any(m is None for m in means) else np.concatenate(
             [m for m in means if m is not None])
         return Blocks(smin, smax, weight, positives, prob, mean)
-
-    def with_prob(self, prob: np.ndarray) -> Blocks:
-        return Blocks(self.score_min, self.score_max, self.weight, self.positives, prob,
-                      self.score_mean)
 
 
 def _pool_runs(blocks: Blocks, starts: np.ndarray, prob: np.ndarray | None = None) -> Blocks:
@@ -155,7 +151,7 @@ def clip_blocks(blocks: Blocks, y_min: float | None, y_max: float | None) -> Blo
     hi = np.inf if y_max is None else float(y_max)
     if lo > hi:
         raise ValueError(f"y_min ({lo}) is greater than y_max ({hi})")
-    return _merge_equal_neighbours(blocks.with_prob(np.clip(blocks.prob, lo, hi)))
+    return _merge_equal_neighbours(dataclasses.replace(blocks, prob=np.clip(blocks.prob, lo, hi)))
 
 
 def _spearman_partial(table: DistinctTable) -> tuple[int, int, int] | None:
