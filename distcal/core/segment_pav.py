@@ -31,19 +31,13 @@ import numpy as np
 from ..errors import sums_overflow
 from .isotonic import Blocks, _pav, _pool_runs
 
-__all__ = ["take_blocks", "pav_segments", "segment_of_blocks", "KeyedBlocks", "KeyedPav",
-           "merge_keyed_pav"]
+__all__ = ["take_blocks", "pav_segments", "KeyedBlocks", "KeyedPav", "merge_keyed_pav"]
 
 
 def take_blocks(b: Blocks, idx: np.ndarray | slice) -> Blocks:
     """The blocks at ``idx`` (an index array or a slice)."""
     return Blocks(b.score_min[idx], b.score_max[idx], b.weight[idx], b.positives[idx],
                   b.prob[idx], None if b.score_mean is None else b.score_mean[idx])
-
-
-def segment_of_blocks(starts: np.ndarray) -> np.ndarray:
-    """The segment index of every block, from the segments' start offsets."""
-    return np.repeat(np.arange(starts.shape[0] - 1), np.diff(starts))
 
 
 def pav_segments(blocks: Blocks, starts: np.ndarray, increasing: bool
@@ -286,7 +280,7 @@ def merge_keyed_pav(parts: list[KeyedBlocks], increasing: bool
     for p in parts:
         local = np.fromiter((ids.setdefault(k, len(ids)) for k in p.keys), dtype=np.int64,
                             count=len(p.keys))
-        owner.append(local[segment_of_blocks(p.starts)])
+        owner.append(np.repeat(local, np.diff(p.starts)))  # the key of every block
         id_parts.append(local)
         n_parts.append(p.n_rows)
         w_parts.append(p.weight)
