@@ -101,8 +101,8 @@ def _class_counts(part: KeyedTable, classes: list[Any] | None) -> tuple[np.ndarr
 
 class _Summary:
     """Pass 1 of a range: its first score, its classes and :func:`range_summary` (classes
-    numbered in the range's own order: the driver renumbers them); no summary (None) for
-    more than ``max_classes`` classes, whose count table is never built."""
+    numbered in the range's own order: the driver renumbers them); for more than
+    ``max_classes`` classes, whose count table is never built, their number instead."""
 
     def __init__(self, max_classes: int):
         self.max_classes = max_classes
