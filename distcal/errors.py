@@ -13,7 +13,8 @@ from collections.abc import Iterable
 
 __all__ = ["DataError", "ModelError", "UsageError", "ParameterError", "column_not_found",
            "column_type", "output_column_exists", "unexpected_arguments", "sums_overflow",
-           "OutputPathError", "VECTORS_EXPECTED", "EngineSetupError", "ParameterTypeError"]
+           "OutputPathError", "VECTORS_EXPECTED", "EngineSetupError", "ParameterTypeError",
+           "short_repr"]
 
 # What a column read with ``score_index`` must hold (column_type's "expected").
 VECTORS_EXPECTED = "vectors (lists or arrays) of numbers, since score_index is given"
@@ -54,6 +55,12 @@ class ParameterTypeError(ParameterError, TypeError):
 
 class OutputPathError(ValueError):
     """An output path that cannot be written: its parent is a file, its name is too long."""
+
+
+def short_repr(value: object, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for a message naming a user's value."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def sums_overflow(what: str = "weights") -> DataError:

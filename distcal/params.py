@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .defaults import INTERPOLATIONS, METHOD_PARAMS, METHODS, STRATEGIES
-from .errors import DataError, ParameterError, ParameterTypeError, unexpected_arguments
+from .errors import DataError, ParameterError, ParameterTypeError, short_repr, unexpected_arguments
 
 __all__ = ["method_params", "check_fit_params", "split_engine_options", "check_n_bins",
            "check_strategy", "check_bool", "check_column_name", "check_distinct_columns",
@@ -31,13 +31,8 @@ def check_bool(value: Any, name: str) -> bool:
     """
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
-    raise ParameterTypeError(f"{name} must be True or False, got {_short(value)} "
+    raise ParameterTypeError(f"{name} must be True or False, got {short_repr(value, 80)} "
                              f"({type(value).__name__})")
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def check_column_name(value: Any, name: str, *, optional: bool = False) -> str | None:
@@ -46,7 +41,7 @@ def check_column_name(value: Any, name: str, *, optional: bool = False) -> str |
         return None
     if not isinstance(value, str) or not value:
         raise ParameterTypeError(f"{name} must be a column name (a non-empty string), got "
-                                 f"{_short(value)}")
+                                 f"{short_repr(value, 80)}")
     return value
 
 
@@ -64,7 +59,7 @@ def check_roles(*, score_col: Any, label_col: Any, weight_col: Any = None,
         check_column_name(score_col, f"{score}_col")
     elif not isinstance(score_cols, (list, tuple)) or not score_cols:
         raise ParameterTypeError(f"{score}_cols must be a list of column names, got "
-                                 f"{_short(score_cols)}")
+                                 f"{short_repr(score_cols, 80)}")
     else:
         for c in score_cols:
             check_column_name(c, f"each of {score}_cols")
