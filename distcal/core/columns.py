@@ -77,10 +77,6 @@ def _type_error(name: str, role: str | None, type_name: str) -> DataError:
     return column_type(name, role, type_name)
 
 
-def _vector_kind(t: pa.DataType) -> str:
-    return "number" if is_list_type(t) and arrow_kind(t.value_type) == "number" else "other"
-
-
 def vector_element(col: pa.ChunkedArray | pa.Array | pd.Series, index: int,
                    name: str = "", role: str = "score") -> tuple[np.ndarray, Counter[int]]:
     """Element ``index`` of every vector of ``col`` as float64, and the vector lengths.
@@ -102,7 +98,7 @@ def vector_element(col: pa.ChunkedArray | pa.Array | pd.Series, index: int,
         col = col.combine_chunks()
     if pa.types.is_null(col.type):  # no value at all (e.g. an empty pandas part): no vectors
         col = pa.nulls(len(col), pa.list_(pa.float64()))
-    if _vector_kind(col.type) != "number":
+    if not (is_list_type(col.type) and arrow_kind(col.type.value_type) == "number"):
         raise column_type(name, role, str(col.type), VECTORS_EXPECTED)
     lengths = pc.fill_null(pc.list_value_length(col), -1).to_numpy(zero_copy_only=False)
     out = np.full(len(col), np.nan)

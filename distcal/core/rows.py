@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import DataError
-from .columns import column_to_float, vector_element
+from .columns import column_to_float, is_list_type, vector_element
 from .multiclass import label_problems
 
 __all__ = ["vector_lengths", "problems_message", "Problems", "read_scores",
@@ -113,12 +113,10 @@ def _arrow_column(data: pd.DataFrame | pa.Table, name: str) -> pa.Array:
 
 def _as_lists(col: pa.Array, name: str) -> pa.Array:
     """A list, large list or fixed-size list array as a list array, else a DataError."""
-    if pa.types.is_fixed_size_list(col.type) or pa.types.is_large_list(col.type):
-        col = pc.cast(col, pa.list_(col.type.value_type))
-    if not pa.types.is_list(col.type):
+    if not is_list_type(col.type):
         raise DataError(f"column '{name}' has type {col.type}; expected a vector (list) of "
                         "numbers per row, or pass one column per class as score_cols")
-    return col
+    return col if pa.types.is_list(col.type) else pc.cast(col, pa.list_(col.type.value_type))
 
 
 def _numpy_vectors(s: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
@@ -253,7 +251,7 @@ def read_scores(data: pd.DataFrame | pa.Table, score_col: str | None,
     if score_cols is not None:
         if not score_cols:
             return np.empty((0, 0))
-        n = len(data) if isinstance(data, pd.DataFrame) else data.num_rows
+        n = len(data)
         out = np.empty((n, len(score_cols)))
         texts = []
         for j, c in enumerate(score_cols):
@@ -373,11 +371,6 @@ class RowPart:
                 for c in range(len(keys)) if bounds[c + 2] > bounds[c + 1]]
 
 
-def _columns_of(table: pd.DataFrame | pa.Table) -> list[str]:
-    return list(map(str, table.columns)) if isinstance(table, pd.DataFrame) \
-        else table.schema.names
-
-
 def check_columns(names: list[str], spec: Any) -> None:
     """The ``DataError`` of a column of ``spec`` (a KeySpec) missing from ``names``."""
     from ..errors import column_not_found
@@ -407,8 +400,9 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
     :class:`~distcal.DataError`). Every check is counted, also at zero, in
     one fixed order, so that the counts of batches add up item by item.
     """
-    check_columns(_columns_of(table), spec)
-    n = len(table) if isinstance(table, pd.DataFrame) else table.num_rows
+    check_columns(list(map(str, table.columns)) if isinstance(table, pd.DataFrame)
+                  else table.schema.names, spec)
+    n = len(table)
     lengths: dict[int, int] | None = None  # of the vectors read at score_index
     problems = Problems(n)
     if spec.multiclass:

@@ -11,6 +11,7 @@ totals for the whole input.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 import numpy as np
@@ -122,10 +123,8 @@ def check_unique_columns(names: list[str], used: object) -> None:
     column by name is ambiguous (pyarrow raises KeyError, pandas returns a
     frame). ``used``: the names the call reads.
     """
-    counts: dict[str, int] = {}
-    for n in names:
-        counts[n] = counts.get(n, 0) + 1
-    dup = sorted(n for n in set(used) if counts.get(n, 0) > 1)  # type: ignore[call-overload]
+    counts = Counter(names)
+    dup = sorted(n for n in set(used) if counts[n] > 1)  # type: ignore[call-overload]
     if dup:
         raise DataError(f"column '{dup[0]}' appears {counts[dup[0]]} times in the input; "
                         "give each column its own name")
