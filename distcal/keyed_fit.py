@@ -328,13 +328,10 @@ def _segments_table(by: list[str], counts: dict[Key, KeyCounts],
                     maps: dict[Key, Any]) -> pd.DataFrame:
     """One row per segment: the ``by`` values, rows, weight, and whether it falls back."""
     seen: dict[tuple[Any, ...], KeyCounts] = {}
-    fitted: set[tuple[Any, ...]] = set()
     for (segment, _), c in counts.items():
         if segment is not GLOBAL:
             seen.setdefault(segment, c)
-    for segment, _ in maps:
-        if segment is not GLOBAL:
-            fitted.add(segment)
+    fitted = {segment for segment, _ in maps}
     keys = list(seen)
     try:
         keys.sort()

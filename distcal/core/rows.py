@@ -85,8 +85,7 @@ def read_score(part: pd.DataFrame | pa.Table, name: str, index: int | None = Non
     if index is not None:
         from .validate import check_vector_lengths
 
-        column = part[name] if isinstance(part, pd.DataFrame) else part.column(name)
-        values, lengths = vector_element(column, index, name)
+        values, lengths = vector_element(part[name], index, name)
         check_vector_lengths(name, "score", index, lengths)
         return values
     values, text = column_to_float(part, name, "score")
@@ -398,7 +397,7 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
     binary problem). Returns the rows and the batch's counts
     (:func:`add_up_rows` adds the batches' counts up and raises the input's
     :class:`~distcal.DataError`). Every check is counted, also at zero, in
-    one fixed order, so that the counts of batches add up item by item.
+    one fixed order (the message's).
     """
     check_columns(list(map(str, table.columns)) if isinstance(table, pd.DataFrame)
                   else table.schema.names, spec)
@@ -442,9 +441,7 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
             if name is None:
                 continue
             if part == "score" and spec.score_index is not None:
-
-                column = table[name] if isinstance(table, pd.DataFrame) else table.column(name)
-                v, counted = vector_element(column, spec.score_index, name, roles["score"])
+                v, counted = vector_element(table[name], spec.score_index, name, roles["score"])
                 lengths = dict(counted)
                 text = np.zeros(v.shape[0], dtype=bool)
             else:
@@ -467,9 +464,7 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
     if by:
         from .keyed import factorize_keys
 
-        cols_by = [table[b] if isinstance(table, pd.DataFrame) else table.column(b)
-                   for b in by]
-        codes, keys = factorize_keys(cols_by)
+        codes, keys = factorize_keys([table[b] for b in by])
         if spec.target == "classes":  # a class per row: a null label is a problem
             problems.add(spec.label_col, "are null", codes < 0)
             keep &= codes >= 0
