@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import short_repr
-from .distinct import DistinctTable, pool_ties
+from .distinct import DistinctTable, is_binary, pool_ties
 
 __all__ = ["GLOBAL", "Key", "KeySpec", "KeyedTable", "factorize_keys", "explode",
            "pool_keyed", "pool_sums", "merge_keyed", "cut_keyed", "key_text", "pool_rows",
@@ -311,7 +311,7 @@ def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.
     if not live.all():
         codes, score, label = codes[live], score[live], label[live]
         weight = None if weight is None else weight[live]
-    if with_wyy and weight is None and bool(np.all((label == 0.0) | (label == 1.0))):
+    if with_wyy and weight is None and is_binary(label):
         # Unit weights and 0/1 labels: w y^2 = w y and w^2 = 1, so both sums are read off
         # the fast paths' table (positives, rows).
         kt = pool_keyed(codes, keys, score, label, None)
@@ -319,7 +319,7 @@ def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.
                                    ww=kt.table.count.astype(np.float64))
     if len(keys) == 1 and not with_wyy:
         return KeyedTable.single(pool_ties(score, label, weight), keys[0])
-    binary = bool(np.all((label == 0.0) | (label == 1.0)))
+    binary = is_binary(label)
     if weight is None and binary and not with_wyy:
         return _pool_unit(codes, keys, score, label)
     w = np.ones(score.shape[0]) if weight is None else weight

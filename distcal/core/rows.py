@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from ..errors import DataError
 from .columns import column_to_float, is_list_type, vector_element
+from .distinct import is_binary
 from .multiclass import label_problems
 
 __all__ = ["vector_lengths", "problems_message", "Problems", "read_scores",
@@ -352,7 +353,7 @@ class RowPart:
 
     @property
     def binary(self) -> bool:
-        return bool(np.all((self.label == 0.0) | (self.label == 1.0)))
+        return is_binary(self.label)
 
     def take(self, idx: np.ndarray) -> RowPart:
         """The rows at ``idx`` (no segments: a segment's own part)."""
