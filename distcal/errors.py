@@ -75,9 +75,12 @@ def column_not_found(name: str, role: str, available: Iterable[str]) -> DataErro
                      f"{list(available)}")
 
 
-def column_type(name: str, role: str, type_name: str, expected: str = "numbers") -> DataError:
-    """The one message for a column of the wrong type, whatever the engine."""
-    return DataError(f"column '{name}' ({role}) has type {type_name}; expected {expected}")
+def column_type(name: str, role: str | None, type_name: str,
+                expected: str = "numbers") -> DataError:
+    """The one message for a column of the wrong type, whatever the engine (``role`` None:
+    one of several per-class score columns)."""
+    where = "" if role is None else f" ({role})"
+    return DataError(f"column '{name}'{where} has type {type_name}; expected {expected}")
 
 
 def unexpected_arguments(function: str, names: Iterable[str]) -> TypeError:
