@@ -141,12 +141,8 @@ def _fit_keyed(data: Any, engine: str, method: str, score_col: str, score_cols: 
                caller: str = "fit") -> tuple[Any, list[Any]]:
     """Every fit: one keyed pass (:mod:`distcal.keyed_fit`); ``ride``: see ``fit_keyed``."""
     from .core.keyed import KeySpec
-    from .core.rows import check_score_args
     from .keyed_fit import check_by, fit_keyed
 
-    if multiclass:
-        score_cols = check_score_args(None if score_cols is not None else score_col,
-                                      score_cols)
     names = check_by(by, {"score": score_col if score_cols is None else None,
                           "label": label_col, "weight": weight_col,
                           **{f"score {c}": c for c in (score_cols or [])}},
@@ -156,15 +152,8 @@ def _fit_keyed(data: Any, engine: str, method: str, score_col: str, score_cols: 
         raise ParameterError(f"method must be one of {allowed}"
                              f"{' for multiclass scores' if multiclass else ''}, got {method!r}")
     impl = get_engine(engine)
-    if method == "temperature":
-        unknown = set(method_params) - set(impl.options)
-        if unknown:
-            raise unexpected_arguments(caller, unknown)
-        params: dict[str, Any] = {}
-        engine_opts = dict(method_params)
-    else:
-        given, engine_opts = split_engine_options(caller, method, method_params, impl.options)
-        params = checks.method_params(method, given)
+    given, engine_opts = split_engine_options(caller, method, method_params, impl.options)
+    params = checks.method_params(method, given) if method != "temperature" else {}
     if method == "modl" and weight_col is not None:
         raise DataError(f"column '{weight_col}' (weight): MODL counts rows; it takes no "
                         "weights (pass weight_col=None)")
@@ -175,8 +164,6 @@ def _fit_keyed(data: Any, engine: str, method: str, score_col: str, score_cols: 
                    score_index=score_index)
     log.info("fit: method %s%s%s on the %s engine", method, " multiclass" if multiclass else "",
              f" by {names}" if names else "", engine)
-    if on_invalid not in ("raise", "drop"):
-        raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
     return fit_keyed(impl, data, spec, method, params, float(min_segment_weight), on_invalid,
                      engine_opts, ride=ride)
 

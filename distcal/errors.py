@@ -13,7 +13,8 @@ from collections.abc import Iterable
 
 __all__ = ["DataError", "ModelError", "UsageError", "ParameterError", "column_not_found",
            "column_type", "output_column_exists", "unexpected_arguments", "sums_overflow",
-           "OutputPathError", "VECTORS_EXPECTED", "EngineSetupError", "ParameterTypeError"]
+           "OutputPathError", "VECTORS_EXPECTED", "EngineSetupError", "ParameterTypeError",
+           "short_repr"]
 
 # What a column read with ``score_index`` must hold (column_type's "expected").
 VECTORS_EXPECTED = "vectors (lists or arrays) of numbers, since score_index is given"
@@ -56,6 +57,12 @@ class OutputPathError(ValueError):
     """An output path that cannot be written: its parent is a file, its name is too long."""
 
 
+def short_repr(value: object, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for a message naming a user's value."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
 def sums_overflow(what: str = "weights") -> DataError:
     """Finite values whose sums exceed the largest double (weights near 1e308)."""
     return DataError(f"the {what} are too large: their sums overflow float64 (the largest "
@@ -68,9 +75,12 @@ def column_not_found(name: str, role: str, available: Iterable[str]) -> DataErro
                      f"{list(available)}")
 
 
-def column_type(name: str, role: str, type_name: str, expected: str = "numbers") -> DataError:
-    """The one message for a column of the wrong type, whatever the engine."""
-    return DataError(f"column '{name}' ({role}) has type {type_name}; expected {expected}")
+def column_type(name: str, role: str | None, type_name: str,
+                expected: str = "numbers") -> DataError:
+    """The one message for a column of the wrong type, whatever the engine (``role`` None:
+    one of several per-class score columns)."""
+    where = "" if role is None else f" ({role})"
+    return DataError(f"column '{name}'{where} has type {type_name}; expected {expected}")
 
 
 def unexpected_arguments(function: str, names: Iterable[str]) -> TypeError:

@@ -221,7 +221,7 @@ def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str
             riding.extend(b[1] for b in both)
             return [b[0] for b in both]
 
-        columns = _columns(spec, ranges.n_classes)
+        columns = _columns(spec)
         plan = _method_plan(method, params, _RowDirections(ranges.map_rows, bool(by), counts),
                             lambda key: None if key is None
                             else class_columns(columns, key).get("score"), spec.label_col)
@@ -259,8 +259,7 @@ def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str
         log.info("fit by %s: %d segments, %d fall back to the global map", by, len(segments),
                  int(segments["fallback"].sum()))
     return KeyedModel(method, maps, by=by, n_classes=n_classes,
-                      params={k: v for k, v in params.items()} if method != "temperature"
-                      else {}, segments=segments,
+                      params=dict(params), segments=segments,
                       min_segment_weight=min_segment_weight, n_rows=totals[0],
                       weight_total=totals[1], dropped_rows=totals[2], columns=columns), riding
 
@@ -317,7 +316,7 @@ def _key_error(by: list[str], failed: KeyFailed, method: str, label_col: str) ->
     return DataError(f"{key_text(by, failed.key)}: {err}")
 
 
-def _columns(spec: KeySpec, n_classes: int) -> dict[str, Any]:
+def _columns(spec: KeySpec) -> dict[str, Any]:
     if spec.multiclass:
         return {"score": None if spec.score_cols is not None else spec.score_col,
                 "scores": None if spec.score_cols is None else list(spec.score_cols),
@@ -329,13 +328,10 @@ def _segments_table(by: list[str], counts: dict[Key, KeyCounts],
                     maps: dict[Key, Any]) -> pd.DataFrame:
     """One row per segment: the ``by`` values, rows, weight, and whether it falls back."""
     seen: dict[tuple[Any, ...], KeyCounts] = {}
-    fitted: set[tuple[Any, ...]] = set()
     for (segment, _), c in counts.items():
         if segment is not GLOBAL:
             seen.setdefault(segment, c)
-    for segment, _ in maps:
-        if segment is not GLOBAL:
-            fitted.add(segment)
+    fitted = {segment for segment, _ in maps}
     keys = list(seen)
     try:
         keys.sort()

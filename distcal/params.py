@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from .defaults import INTERPOLATIONS, METHOD_PARAMS, METHODS, STRATEGIES
-from .errors import DataError, ParameterError, ParameterTypeError, unexpected_arguments
+from .errors import DataError, ParameterError, ParameterTypeError, short_repr, unexpected_arguments
 
 __all__ = ["method_params", "check_fit_params", "split_engine_options", "check_n_bins",
            "check_strategy", "check_bool", "check_column_name", "check_distinct_columns",
@@ -31,13 +31,8 @@ def check_bool(value: Any, name: str) -> bool:
     """
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
-    raise ParameterTypeError(f"{name} must be True or False, got {_short(value)} "
+    raise ParameterTypeError(f"{name} must be True or False, got {short_repr(value, 80)} "
                              f"({type(value).__name__})")
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def check_column_name(value: Any, name: str, *, optional: bool = False) -> str | None:
@@ -46,7 +41,7 @@ def check_column_name(value: Any, name: str, *, optional: bool = False) -> str |
         return None
     if not isinstance(value, str) or not value:
         raise ParameterTypeError(f"{name} must be a column name (a non-empty string), got "
-                                 f"{_short(value)}")
+                                 f"{short_repr(value, 80)}")
     return value
 
 
@@ -64,7 +59,7 @@ def check_roles(*, score_col: Any, label_col: Any, weight_col: Any = None,
         check_column_name(score_col, f"{score}_col")
     elif not isinstance(score_cols, (list, tuple)) or not score_cols:
         raise ParameterTypeError(f"{score}_cols must be a list of column names, got "
-                                 f"{_short(score_cols)}")
+                                 f"{short_repr(score_cols, 80)}")
     else:
         for c in score_cols:
             check_column_name(c, f"each of {score}_cols")
@@ -100,22 +95,25 @@ def check_on_invalid(on_invalid: str) -> str:
     return on_invalid
 
 
+def _check_int(value: Any, low: float, high: float, rule: str) -> int:
+    """``value`` as an int in [low, high] (numpy integers too, not a bool); else the
+    ParameterError ``"<rule>, got <value>"``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+            or not low <= value <= high:
+        raise ParameterError(f"{rule}, got {value!r}")
+    return int(value)
+
+
 def check_score_index(score_index: Any) -> int | None:
     """None (a column of numbers) or the element of each vector to read, an int >= 0."""
     if score_index is None:
         return None
-    if (isinstance(score_index, bool) or not isinstance(score_index, (int, np.integer))
-            or score_index < 0):
-        raise ParameterError(f"score_index must be None or an integer >= 0, got {score_index!r}")
-    return int(score_index)
+    return _check_int(score_index, 0, math.inf, "score_index must be None or an integer >= 0")
 
 
 def check_n_bins(n_bins: Any, name: str = "n_bins") -> int:
     """A positive integer (numpy integers too), at most 1,000,000 (more bins is a mistake)."""
-    if (isinstance(n_bins, (bool, np.bool_)) or not isinstance(n_bins, (int, np.integer))
-            or not 1 <= n_bins <= 1_000_000):
-        raise ParameterError(f"{name} must be an integer from 1 to 1000000, got {n_bins!r}")
-    return int(n_bins)
+    return _check_int(n_bins, 1, 1_000_000, f"{name} must be an integer from 1 to 1000000")
 
 
 def check_strategy(strategy: Any) -> str:
@@ -171,9 +169,7 @@ def method_params(method: str, given: dict[str, Any]) -> dict[str, Any]:
 
 def check_max_groups(value: Any) -> int:
     """MODL's ``max_groups``: an int >= 1 (not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-        raise ParameterError(f"max_groups must be an integer >= 1, got {value!r}")
-    return int(value)
+    return _check_int(value, 1, math.inf, "max_groups must be an integer >= 1")
 
 
 def check_fit_params(method: Any, given: dict[str, Any]) -> None:
@@ -184,9 +180,7 @@ def check_fit_params(method: Any, given: dict[str, Any]) -> None:
     """
     if method == "temperature":
         return
-    if not isinstance(method, str) or method not in METHODS:
-        method_params(method, {})  # raises the one message
-    own = METHOD_PARAMS[method]
+    own = METHOD_PARAMS[method] if method in METHODS else {}  # (not a method: raises)
     method_params(method, {k: v for k, v in given.items() if k in own})
 
 

@@ -58,7 +58,7 @@ def column_to_float(data: pd.DataFrame | pa.Table, name: str, role: str | None =
     if isinstance(data, pa.Table):
         col = data.column(name)
         if arrow_kind(col.type) == "other":
-            raise _type_error(name, role, str(col.type))
+            raise column_type(name, role, str(col.type))
         values, text = arrow_to_float(col)
         return values, np.zeros(len(values), bool) if text is None else text
     s = data[name]
@@ -68,17 +68,7 @@ def column_to_float(data: pd.DataFrame | pa.Table, name: str, role: str | None =
         if s.map(lambda v: isinstance(v, (list, tuple, np.ndarray))).any():
             raise DataError(f"column '{name}' holds vectors; pass it as score_col")
         return _coerce_text(s.astype(object))
-    raise _type_error(name, role, str(s.dtype))
-
-
-def _type_error(name: str, role: str | None, type_name: str) -> DataError:
-    if role is None:  # one of several per-class columns
-        return DataError(f"column '{name}' has type {type_name}; expected numbers")
-    return column_type(name, role, type_name)
-
-
-def _vector_kind(t: pa.DataType) -> str:
-    return "number" if is_list_type(t) and arrow_kind(t.value_type) == "number" else "other"
+    raise column_type(name, role, str(s.dtype))
 
 
 def vector_element(col: pa.ChunkedArray | pa.Array | pd.Series, index: int,
@@ -102,7 +92,7 @@ def vector_element(col: pa.ChunkedArray | pa.Array | pd.Series, index: int,
         col = col.combine_chunks()
     if pa.types.is_null(col.type):  # no value at all (e.g. an empty pandas part): no vectors
         col = pa.nulls(len(col), pa.list_(pa.float64()))
-    if _vector_kind(col.type) != "number":
+    if not (is_list_type(col.type) and arrow_kind(col.type.value_type) == "number"):
         raise column_type(name, role, str(col.type), VECTORS_EXPECTED)
     lengths = pc.fill_null(pc.list_value_length(col), -1).to_numpy(zero_copy_only=False)
     out = np.full(len(col), np.nan)

@@ -40,7 +40,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["DistinctTable", "pool_ties", "merge_tables", "choose_pool_path", "estimate_distinct"]
+__all__ = ["DistinctTable", "pool_ties", "merge_tables", "choose_pool_path", "estimate_distinct",
+           "is_binary"]
 
 _SIGN_BIT = np.uint64(1) << np.uint64(63)
 
@@ -83,7 +84,8 @@ class DistinctTable:
         return self.take(slice(start, stop))
 
 
-def _is_binary(labels: np.ndarray) -> bool:
+def is_binary(labels: np.ndarray) -> bool:
+    """Whether every label is 0 or 1."""
     return bool(np.all((labels == 0.0) | (labels == 1.0)))
 
 
@@ -149,7 +151,7 @@ def pool_ties(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | None
     labels = np.asarray(labels, dtype=np.float64)
     if scores.shape[0] == 0:
         return DistinctTable.empty()
-    binary = _is_binary(labels)
+    binary = is_binary(labels)
     if path is None:
         path = choose_pool_path(scores, labels, weights, binary)
     if path == "key":

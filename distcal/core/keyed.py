@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .distinct import DistinctTable, pool_ties
+from ..errors import short_repr
+from .distinct import DistinctTable, is_binary, pool_ties
 
 __all__ = ["GLOBAL", "Key", "KeySpec", "KeyedTable", "factorize_keys", "explode",
            "pool_keyed", "pool_sums", "merge_keyed", "cut_keyed", "key_text", "pool_rows",
@@ -115,24 +116,13 @@ class KeySpec:
 def key_text(by: Sequence[str], key: Key) -> str:
     """A key as users read it in messages: ``country=fr, class 2``."""
     segment, cls = key
-    parts = [] if segment is GLOBAL else [f"{b}={_short(v)}" for b, v in zip(by, segment)]
+    parts = [] if segment is GLOBAL else [f"{b}={short_repr(v)}" for b, v in zip(by, segment)]
     if cls is not None:
         parts.append(f"class {cls}")
     return ", ".join(parts) or "all rows"
 
 
-def _short(v: Any) -> str:
-    text = repr(v)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
 # -- segment keys ------------------------------------------------------------------
-
-def _python_values(uniques: Any) -> list[Any]:
-    """Plain Python scalars (int, float, str, bool, Timestamp) for dictionary keys."""
-    values: list[Any] = pd.Index(uniques).tolist()
-    return values
-
 
 def _factorize_column(col: Any) -> tuple[np.ndarray, list[Any]]:
     """Codes (-1: null) and distinct values of one key column (array-like or Arrow)."""
@@ -143,7 +133,8 @@ def _factorize_column(col: Any) -> tuple[np.ndarray, list[Any]]:
         col = col.to_pandas(integer_object_nulls=True, date_as_object=True)
     c, u = pd.factorize(pd.Series(col) if not isinstance(col, pd.Series) else col,
                         use_na_sentinel=True)
-    return np.asarray(c, dtype=np.int64), _python_values(u)
+    # Plain Python scalars (int, float, str, bool, Timestamp) for dictionary keys.
+    return np.asarray(c, dtype=np.int64), pd.Index(u).tolist()
 
 
 def _arrow_codes(col: Any) -> tuple[np.ndarray, list[Any]] | None:
@@ -231,8 +222,7 @@ def explode(score: np.ndarray, label: np.ndarray, weight: np.ndarray | None,
     # Segment keys after the global ones: (segment j, class i) is c + i * S + j.
     n_seg = len(seg_keys)
     keys += [(seg, cls) for cls in classes for seg in seg_keys]
-    seg_part = np.where(seg_codes >= 0, seg_codes, -1)
-    seg_all = np.tile(seg_part, c)
+    seg_all = np.tile(seg_codes, c)
     seg_codes_all = np.where(seg_all >= 0, c + codes * n_seg + seg_all, -1)
     return (np.concatenate([codes, seg_codes_all]), keys, np.concatenate([s, s]),
             np.concatenate([y, y]),
@@ -321,7 +311,7 @@ def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.
     if not live.all():
         codes, score, label = codes[live], score[live], label[live]
         weight = None if weight is None else weight[live]
-    if with_wyy and weight is None and bool(np.all((label == 0.0) | (label == 1.0))):
+    if with_wyy and weight is None and is_binary(label):
         # Unit weights and 0/1 labels: w y^2 = w y and w^2 = 1, so both sums are read off
         # the fast paths' table (positives, rows).
         kt = pool_keyed(codes, keys, score, label, None)
@@ -329,7 +319,7 @@ def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.
                                    ww=kt.table.count.astype(np.float64))
     if len(keys) == 1 and not with_wyy:
         return KeyedTable.single(pool_ties(score, label, weight), keys[0])
-    binary = bool(np.all((label == 0.0) | (label == 1.0)))
+    binary = is_binary(label)
     if weight is None and binary and not with_wyy:
         return _pool_unit(codes, keys, score, label)
     w = np.ones(score.shape[0]) if weight is None else weight

@@ -10,7 +10,7 @@ is the most common vector length.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,10 +20,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import DataError
-from .columns import column_to_float, vector_element
+from .columns import column_to_float, is_list_type, vector_element
+from .distinct import is_binary
 from .multiclass import label_problems
 
-__all__ = ["fit_rows", "vector_lengths", "problems_message", "Problems", "read_scores",
+__all__ = ["vector_lengths", "problems_message", "Problems", "read_scores",
            "check_score_args", "RowPart", "count_classes",
            "read_rows", "add_up_rows", "RowTotals", "check_columns", "merge_stats", "read_score"]
 
@@ -52,8 +53,8 @@ class Problems:
 
         if text is None:
             text = np.zeros(values.shape[0], dtype=bool)
-        for problem, kind in rules(role, finite_scores):
-            self.add(column, problem, _rule_mask(kind, values, text))
+        for problem, mask in rules(role, values, text, finite_scores):
+            self.add(column, problem, mask)
 
     def message(self) -> str:
         return problems_message(self.items)
@@ -85,24 +86,37 @@ def read_score(part: pd.DataFrame | pa.Table, name: str, index: int | None = Non
     if index is not None:
         from .validate import check_vector_lengths
 
-        column = part[name] if isinstance(part, pd.DataFrame) else part.column(name)
-        values, lengths = vector_element(column, index, name)
+        values, lengths = vector_element(part[name], index, name)
         check_vector_lengths(name, "score", index, lengths)
         return values
     values, text = column_to_float(part, name, "score")
     k = int(np.count_nonzero(text))
     if k:
-        raise DataError(f"column '{name}': {k} row{'s' if k > 1 else ''} "
-                        f"{'are' if k > 1 else 'is'} text, not numbers")
+        raise DataError(problems_message([(name, "are text, not numbers", k)]))
     return values
 
 
-def _vectors_to_arrow(s: pd.Series, name: str) -> pa.Array:
-    try:
-        arr = pa.array(s, from_pandas=True)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
-        raise DataError(f"column '{name}' does not hold numeric vectors: {exc}") from exc
-    return arr
+def _arrow_column(data: pd.DataFrame | pa.Table, name: str) -> pa.Array:
+    """Column ``name`` as one Arrow array (a pandas column converted by Arrow, which
+    names the problem of a column it cannot convert)."""
+    if isinstance(data, pd.DataFrame):
+        try:
+            col = pa.array(data[name], from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError) as exc:
+            raise DataError(f"column '{name}' does not hold numeric vectors: {exc}") from exc
+    else:
+        col = data.column(name)
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    return col
+
+
+def _as_lists(col: pa.Array, name: str) -> pa.Array:
+    """A list, large list or fixed-size list array as a list array, else a DataError."""
+    if not is_list_type(col.type):
+        raise DataError(f"column '{name}' has type {col.type}; expected a vector (list) of "
+                        "numbers per row, or pass one column per class as score_cols")
+    return col if pa.types.is_list(col.type) else pc.cast(col, pa.list_(col.type.value_type))
 
 
 def _numpy_vectors(s: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
@@ -113,8 +127,10 @@ def _numpy_vectors(s: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
     Other columns (lists, None, text, arrays of other shapes) are Arrow's,
     which names their problems.
     """
+    if s.dtype != object:  # (an Arrow-backed column is read as Arrow, not converted here)
+        return None
     vals = s.to_numpy()
-    if s.dtype != object or not len(vals) or not isinstance(vals[0], np.ndarray) \
+    if not len(vals) or not isinstance(vals[0], np.ndarray) \
             or set(map(type, vals)) != {np.ndarray} or vals[0].ndim != 1:
         return None
     return vals, np.fromiter(map(len, vals), dtype=np.intp, count=len(vals))
@@ -128,11 +144,8 @@ def _vector_column(data: pd.DataFrame | pa.Table, name: str, length: int | None 
     are NaN in the matrix. ``length`` imposes K (a cluster engine counts the
     lengths over all partitions first, :func:`vector_lengths`).
     """
-    if isinstance(data, pd.DataFrame) and isinstance(data[name].dtype, pd.ArrowDtype):
-        data = pa.table({name: pa.array(data[name])})  # Arrow-backed: read as Arrow
     if isinstance(data, pd.DataFrame):
-        s = data[name]
-        arrays = _numpy_vectors(s)
+        arrays = _numpy_vectors(data[name])
         if arrays is not None and length in (None, arrays[0][0].shape[0]):
             # Fast path: numeric vectors all of length K concatenate into the
             # (n, K) matrix (np.stack would make a 2-d view of each row first,
@@ -149,22 +162,11 @@ def _vector_column(data: pd.DataFrame | pa.Table, name: str, length: int | None 
             if m is not None and m.ndim == 2 and m.dtype.kind in "fiub":
                 z = np.zeros(len(vals), bool)
                 return m.astype(np.float64, copy=False), z, z
-        col: Any = _vectors_to_arrow(s, name)
-    else:
-        col = data.column(name)
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    t = col.type
-    if pa.types.is_null(t):  # no value at all (an empty part): null vectors
-        t = pa.list_(pa.float64())
-        col = pa.nulls(len(col), type=t)
-    if pa.types.is_fixed_size_list(t) or pa.types.is_large_list(t):
-        t = pa.list_(t.value_type)
-        col = pc.cast(col, t)
-    if not pa.types.is_list(t):
-        raise DataError(f"column '{name}' has type {col.type}; expected a vector (list) of "
-                        "numbers per row, or pass one column per class as score_cols")
-    vt = t.value_type
+    col = _arrow_column(data, name)
+    if pa.types.is_null(col.type):  # no value at all (an empty part): null vectors
+        col = pa.nulls(len(col), type=pa.list_(pa.float64()))
+    col = _as_lists(col, name)
+    vt = col.type.value_type
     if not (pa.types.is_integer(vt) or pa.types.is_floating(vt) or pa.types.is_null(vt)
             or pa.types.is_decimal(vt)):
         raise DataError(f"column '{name}' holds vectors of {vt}; expected numbers")
@@ -202,16 +204,7 @@ def vector_lengths(data: pd.DataFrame | pa.Table, name: str) -> np.ndarray:
                                       for v in (arrays[0][0], arrays[0][-1])):
             # (an array of other numbers or dimensions further on: read_rows refuses it)
             return np.bincount(arrays[1], minlength=1)
-        col: Any = _vectors_to_arrow(data[name], name)
-    else:
-        col = data.column(name)
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    if pa.types.is_fixed_size_list(col.type) or pa.types.is_large_list(col.type):
-        col = pc.cast(col, pa.list_(col.type.value_type))
-    if not pa.types.is_list(col.type):
-        raise DataError(f"column '{name}' has type {col.type}; expected a vector (list) of "
-                        "numbers per row, or pass one column per class as score_cols")
+    col = _as_lists(_arrow_column(data, name), name)
     lengths = pc.list_value_length(col).drop_null().to_numpy(zero_copy_only=False)
     return np.bincount(lengths.astype(np.int64), minlength=1)
 
@@ -252,13 +245,13 @@ def count_classes(spec: Any, lengths: Callable[[], Iterable[np.ndarray | Mapping
 
 
 def read_scores(data: pd.DataFrame | pa.Table, score_col: str | None,
-                 score_cols: list[str] | None, problems: Problems,
+                 score_cols: Sequence[str] | None, problems: Problems,
                  finite: bool, length: int | None = None) -> np.ndarray:
     """The (n, K) score matrix; row problems recorded in ``problems``."""
     if score_cols is not None:
         if not score_cols:
             return np.empty((0, 0))
-        n = len(data) if isinstance(data, pd.DataFrame) else data.num_rows
+        n = len(data)
         out = np.empty((n, len(score_cols)))
         texts = []
         for j, c in enumerate(score_cols):
@@ -302,13 +295,12 @@ def _n_classes(n_cols: int) -> int:
     return 2 if n_cols == 1 else n_cols
 
 
-def _checked_scores(table: pd.DataFrame | pa.Table, method: str, score_col: str | None,
-                    score_cols: list[str] | None, problems: Problems,
-                    length: int | None) -> np.ndarray:
-    """:func:`read_scores`, and for ``method="evaluate"`` each probability in [0, 1]."""
-    scores = read_scores(table, score_col, score_cols, problems,
-                         finite=method not in ("isotonic", "evaluate"), length=length)
-    if method == "evaluate":
+def _checked_scores(table: pd.DataFrame | pa.Table, score_col: str | None,
+                    score_cols: Sequence[str] | None, problems: Problems, length: int | None,
+                    finite: bool, probabilities: bool) -> np.ndarray:
+    """:func:`read_scores`, and with ``probabilities`` each score in [0, 1]."""
+    scores = read_scores(table, score_col, score_cols, problems, finite, length)
+    if probabilities:
         with np.errstate(invalid="ignore"):
             outside = (scores < 0) | (scores > 1)
         if score_cols is not None:
@@ -318,38 +310,6 @@ def _checked_scores(table: pd.DataFrame | pa.Table, method: str, score_col: str 
             problems.add(str(score_col), "contain values outside [0, 1]",
                          np.asarray(outside.any(axis=1)))
     return scores
-
-
-def fit_rows(table: pd.DataFrame | pa.Table, method: str, score_col: str | None,
-             score_cols: list[str] | None, label_col: str, weight_col: str | None,
-             length: int | None = None
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, int, Problems]:
-    """Scores (n, K'), labels and weights (float64) of one table, and their problems.
-
-    ``method="evaluate"``: the scores are probabilities (each in [0, 1]).
-    Nothing is dropped: ``problems.bad`` marks the invalid rows, and
-    ``problems.items`` holds every check's count in one fixed order (so the
-    partitions of a cluster engine add up). ``length``: the vector length
-    counted over all partitions (:func:`vector_lengths`).
-    """
-    n = len(table) if isinstance(table, pd.DataFrame) else table.num_rows
-    problems = Problems(n)
-    scores = _checked_scores(table, method, score_col, score_cols, problems, length)
-    k = _n_classes(scores.shape[1])
-    if k < 2:
-        raise DataError(f"column '{score_col}': no vectors to calibrate (need K >= 2 entries)")
-    labels, text = column_to_float(table, label_col, "label")
-    for problem, mask in label_problems(labels, k, text):
-        problems.add(label_col, problem, mask)
-    weights = None
-    if weight_col is not None:
-        weights, wtext = column_to_float(table, weight_col, "weight")
-        problems.add(weight_col, "are text, not numbers", wtext)
-        problems.add(weight_col, "are null or NaN", np.isnan(weights) & ~wtext)
-        problems.add(weight_col, "are infinite", np.isinf(weights))
-        with np.errstate(invalid="ignore"):
-            problems.add(weight_col, "are negative", weights < 0)
-    return scores, labels, weights, k, problems
 
 
 def check_score_args(score_col: str | None, score_cols: Any) -> list[str] | None:
@@ -393,7 +353,7 @@ class RowPart:
 
     @property
     def binary(self) -> bool:
-        return bool(np.all((self.label == 0.0) | (self.label == 1.0)))
+        return is_binary(self.label)
 
     def take(self, idx: np.ndarray) -> RowPart:
         """The rows at ``idx`` (no segments: a segment's own part)."""
@@ -409,11 +369,6 @@ class RowPart:
         bounds = np.searchsorted(codes[order], np.arange(-1, len(keys) + 1))
         return [(keys[c], self.take(order[bounds[c + 1]:bounds[c + 2]]))
                 for c in range(len(keys)) if bounds[c + 2] > bounds[c + 1]]
-
-
-def _columns_of(table: pd.DataFrame | pa.Table) -> list[str]:
-    return list(map(str, table.columns)) if isinstance(table, pd.DataFrame) \
-        else table.schema.names
 
 
 def check_columns(names: list[str], spec: Any) -> None:
@@ -435,29 +390,42 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
     """Check one batch of the user's columns and keep its valid rows with weight > 0.
 
     ``spec`` is a :class:`~distcal.core.keyed.KeySpec`. Binary scores
-    follow the rules of :mod:`distcal.core.validate`; multiclass rows those
-    of :func:`fit_rows` (``n_classes``: the vectors' common length counted
-    over the whole input, for vector columns: K, or 1 for the score of
-    class 1 of a binary problem). Returns the rows and the batch's counts
+    follow the rules of :mod:`distcal.core.validate`; multiclass rows have
+    K scores (:func:`read_scores`; probabilities to evaluate each in [0, 1]),
+    a label that is a class index (:func:`~distcal.core.multiclass.label_problems`)
+    and a weight (``n_classes``: the vectors' common length counted over the
+    whole input, for vector columns: K, or 1 for the score of class 1 of a
+    binary problem). Returns the rows and the batch's counts
     (:func:`add_up_rows` adds the batches' counts up and raises the input's
     :class:`~distcal.DataError`). Every check is counted, also at zero, in
-    one fixed order, so that the counts of batches add up item by item.
+    one fixed order (the message's).
     """
-    check_columns(_columns_of(table), spec)
-    n = len(table) if isinstance(table, pd.DataFrame) else table.num_rows
+    check_columns(list(map(str, table.columns)) if isinstance(table, pd.DataFrame)
+                  else table.schema.names, spec)
+    n = len(table)
     lengths: dict[int, int] | None = None  # of the vectors read at score_index
+    problems = Problems(n)
     if spec.multiclass:
-        score, label, weight, k, problems = fit_rows(
-            table, "evaluate" if spec.probabilities
-            else "sigmoid" if finite_scores else "isotonic",
-            None if spec.score_cols is not None else spec.score_col,
-            None if spec.score_cols is None else list(spec.score_cols), spec.label_col,
-            spec.weight_col, length=n_classes)
-        for entry in spec.check_cols:  # other predictions: checked, not used
-            _checked_scores(table, "evaluate", entry if isinstance(entry, str) else None,
-                            None if isinstance(entry, str) else list(entry), problems, None)
+        # Problems in message order: the scores, the label, the weight, then the
+        # other predictions (``check_cols``: read, checked, not used).
+        score = _checked_scores(table, spec.score_col, spec.score_cols, problems, n_classes,
+                                finite_scores and not spec.probabilities, spec.probabilities)
+        k = _n_classes(score.shape[1])
+        if k < 2:
+            raise DataError(f"column '{spec.score_col}': no vectors to calibrate (need K >= 2 "
+                            "entries)")
+        label, text = column_to_float(table, spec.label_col, "label")
+        for problem, mask in label_problems(label, k, text):
+            problems.add(spec.label_col, problem, mask)
+        weight = None
+        if spec.weight_col is not None:
+            weight, wtext = column_to_float(table, spec.weight_col, "weight")
+            problems.check(spec.weight_col, "weight", weight, wtext)
+        for entry in spec.check_cols:
+            _checked_scores(table, entry if isinstance(entry, str) else None,
+                            None if isinstance(entry, str) else entry, problems, None,
+                            False, True)
     else:
-        problems = Problems(n)
         # The rules of each column's role: a score, or a probability to evaluate;
         # a label, or a per-row loss (thresholds).
         roles = {"score": "prob" if spec.probabilities else "score",
@@ -474,9 +442,7 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
             if name is None:
                 continue
             if part == "score" and spec.score_index is not None:
-
-                column = table[name] if isinstance(table, pd.DataFrame) else table.column(name)
-                v, counted = vector_element(column, spec.score_index, name, roles["score"])
+                v, counted = vector_element(table[name], spec.score_index, name, roles["score"])
                 lengths = dict(counted)
                 text = np.zeros(v.shape[0], dtype=bool)
             else:
@@ -489,7 +455,7 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
                 with np.errstate(invalid="ignore"):
                     problems.add(p0_name, f"are above column '{name}' (an interval needs "
                                  f"{p0_name} <= {name})", values["p0"] > v)
-        score, label, weight, k = values["score"], values["label"], values.get("weight"), 0
+        score, label, weight = values["score"], values["label"], values.get("weight")
     keep = ~problems.bad
     if weight is not None:
         with np.errstate(invalid="ignore"):
@@ -499,16 +465,14 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
     if by:
         from .keyed import factorize_keys
 
-        cols_by = [table[b] if isinstance(table, pd.DataFrame) else table.column(b)
-                   for b in by]
-        codes, keys = factorize_keys(cols_by)
+        codes, keys = factorize_keys([table[b] for b in by])
         if spec.target == "classes":  # a class per row: a null label is a problem
             problems.add(spec.label_col, "are null", codes < 0)
             keep &= codes >= 0
         segments = (codes[keep], keys)
     rows = RowPart(score[keep], label[keep], None if weight is None else weight[keep], segments)
     stats = {"items": problems.items, "rows": n, "invalid": int(problems.bad.sum()),
-             "n_rows": rows.n_rows, "weight_total": rows.weight_total, "n_classes": k}
+             "n_rows": rows.n_rows, "weight_total": rows.weight_total}
     if spec.interval_cols is not None and not spec.multiclass:  # the valid rows' widths
         from .interval_widths import width_partials
 
@@ -519,41 +483,27 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
     return rows, stats
 
 
-def _rule_mask(kind: str, v: np.ndarray, text: np.ndarray) -> np.ndarray:
-    """The rows breaking one rule of :func:`distcal.core.validate.rules`."""
-    with np.errstate(invalid="ignore"):
-        if kind == "text":
-            mask = text
-        elif kind == "null":
-            mask = np.isnan(v) & ~text
-        elif kind == "inf":
-            mask = np.isinf(v)
-        elif kind == "range01":
-            mask = (v < 0.0) | (v > 1.0)
-        else:  # "negative"
-            mask = v < 0.0
-    return np.asarray(mask, dtype=bool)
+def _no_stats() -> dict[str, Any]:
+    """The counts of no batch, to which :func:`merge_stats` adds batches."""
+    return {"items": [], "rows": 0, "invalid": 0, "n_rows": 0, "weight_total": 0.0}
 
 
 def merge_stats(total: dict[str, Any] | None, part: dict[str, Any]) -> dict[str, Any]:
-    """Two batches' counts of :func:`read_rows` as one (items in the same fixed order)."""
+    """The counts of :func:`read_rows` of the batches in ``total`` (None: none yet) and of
+    one more batch, ``part``: ``total`` updated (problems added up by column and problem,
+    in the order first seen)."""
     if total is None:
-        out = dict(part, items=list(part["items"]))
-        if "vectors" in part:
-            out["vectors"] = (*part["vectors"][:3], dict(part["vectors"][3]))
-        return out
-    items = total["items"]
-    if len(items) == len(part["items"]):
-        total["items"] = [(c, p, k + part["items"][i][2]) for i, (c, p, k) in enumerate(items)]
-    else:  # not expected (fixed order); keep both lists, add_up_rows sums by name
-        total["items"] = items + list(part["items"])
+        total = _no_stats()
+    items = {(c, p): k for c, p, k in total["items"]}
+    for c, p, k in part["items"]:
+        items[(c, p)] = items.get((c, p), 0) + k
+    total["items"] = [(c, p, k) for (c, p), k in items.items()]
     for name in ("rows", "invalid", "n_rows", "weight_total"):
         total[name] += part[name]
     if "widths" in part:
         from .interval_widths import merge_widths
 
         total["widths"] = merge_widths(total.get("widths"), part["widths"])
-    total["n_classes"] = max(total.get("n_classes", 0), part.get("n_classes", 0))
     if "vectors" in part:
         lengths = total.setdefault("vectors", (*part["vectors"][:3], {}))[3]
         for k, v in part["vectors"][3].items():
@@ -566,7 +516,6 @@ class RowTotals:
     n_rows: int
     weight_total: float
     dropped_rows: int
-    n_classes: int
     # The valid rows' interval widths (distcal.core.interval_widths), when the spec has
     # interval_cols.
     interval_widths: dict[str, Any] | None = None
@@ -578,33 +527,18 @@ def add_up_rows(stats: list[dict[str, Any]], on_invalid: str) -> RowTotals:
     Raised for any problem unless ``on_invalid="drop"``, and for an input
     with no row of weight > 0 left.
     """
-    vectors = [st["vectors"] for st in stats if "vectors" in st]
-    if vectors:  # a problem of the column, raised whatever on_invalid says
-        from collections import Counter
-
+    total = _no_stats()
+    for st in stats:
+        merge_stats(total, st)
+    if "vectors" in total:  # a problem of the column, raised whatever on_invalid says
         from .validate import check_vector_lengths
 
-        lengths: Counter[int] = Counter()
-        for v in vectors:
-            lengths.update(v[3])
-        check_vector_lengths(vectors[0][0], vectors[0][1], vectors[0][2], lengths)
-    items: dict[tuple[str, str], int] = {}
-    for st in stats:
-        for column, problem, k in st["items"]:
-            items[(column, problem)] = items.get((column, problem), 0) + k
-    message = problems_message([(c, p, k) for (c, p), k in items.items()])
+        check_vector_lengths(*total["vectors"])
+    message = problems_message(total["items"])
     if message and on_invalid == "raise":
         raise DataError(message + " (pass on_invalid='drop' to drop such rows)")
-    rows = sum(st["rows"] for st in stats)
-    invalid = sum(st["invalid"] for st in stats)
-    n_rows = sum(st["n_rows"] for st in stats)
-    if n_rows == 0:
-        raise DataError(f"no rows with weight > 0 to use ({rows} rows read, {invalid} invalid)")
-    widths = None
-    if any("widths" in st for st in stats):
-        from .interval_widths import merge_widths
-
-        for st in stats:
-            widths = merge_widths(widths, st.get("widths"))
-    return RowTotals(n_rows, float(sum(st["weight_total"] for st in stats)), invalid,
-                     max((st.get("n_classes", 0) for st in stats), default=0), widths)
+    if total["n_rows"] == 0:
+        raise DataError(f"no rows with weight > 0 to use ({total['rows']} rows read, "
+                        f"{total['invalid']} invalid)")
+    return RowTotals(total["n_rows"], float(total["weight_total"]), total["invalid"],
+                     total.get("widths"))

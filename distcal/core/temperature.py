@@ -294,7 +294,7 @@ class _InputKind:
         from .multiclass import looks_like_probabilities
 
         s = rows.score
-        looks = bool(s.ndim == 2 and s.shape[1] >= 2 and looks_like_probabilities(s))
+        looks = looks_like_probabilities(s)  # (False for one column of scores)
         step = max(1, rows.n_rows // SAMPLE_PER_PART)
         w = np.full(s[::step].shape[0], float(step)) if rows.weight is None \
             else rows.weight[::step] * step

@@ -11,6 +11,7 @@ totals for the whole input.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 
 import numpy as np
@@ -20,24 +21,29 @@ from ..errors import DataError
 __all__ = ["rules", "check_vector_lengths", "is_real_dtype", "as_scores", "check_unique_columns"]
 
 
-def rules(role: str, finite_scores: bool = False) -> list[tuple[str, str]]:
-    """The checks of a role, in message order: (problem as worded, kind).
+def rules(role: str, values: np.ndarray, text: np.ndarray, finite_scores: bool = False
+          ) -> list[tuple[str, np.ndarray]]:
+    """The rows of ``values`` breaking each check of a role, in message order:
+    (problem as worded, mask).
 
-    Roles: "score", "prob" (a probability to evaluate),
-    "label", "loss" (a per-row loss), "weight". Kinds: "text" (text in a
-    numeric column), "null" (null or NaN), "inf", "range01" (outside
-    [0, 1]), "negative". Every engine evaluates these same rules, so the
-    messages are the same everywhere.
+    ``values``: float64, null as NaN; ``text``: the rows that held text.
+    Roles: "score", "prob" (a probability to evaluate), "label", "loss" (a
+    per-row loss), "weight". Checks: text in a numeric column, null or NaN,
+    then by role: infinite scores (``finite_scores``), values outside
+    [0, 1] (labels, probabilities), infinite or negative weights, infinite
+    losses. Every engine evaluates these same rules, so the messages are the
+    same everywhere.
     """
-    out = [("are text, not numbers", "text"), ("are null or NaN", "null")]
-    if role == "score" and finite_scores:
-        out.append(("are infinite (this method needs finite scores)", "inf"))
-    elif role in ("label", "prob"):
-        out.append(("are outside [0, 1]", "range01"))
-    elif role == "weight":
-        out += [("are infinite", "inf"), ("are negative", "negative")]
-    elif role == "loss":
-        out.append(("are infinite", "inf"))
+    with np.errstate(invalid="ignore"):
+        out = [("are text, not numbers", text), ("are null or NaN", np.isnan(values) & ~text)]
+        if role == "score" and finite_scores:
+            out.append(("are infinite (this method needs finite scores)", np.isinf(values)))
+        elif role in ("label", "prob"):
+            out.append(("are outside [0, 1]", (values < 0.0) | (values > 1.0)))
+        elif role == "weight":
+            out += [("are infinite", np.isinf(values)), ("are negative", values < 0.0)]
+        elif role == "loss":
+            out.append(("are infinite", np.isinf(values)))
     return out
 
 
@@ -117,10 +123,8 @@ def check_unique_columns(names: list[str], used: object) -> None:
     column by name is ambiguous (pyarrow raises KeyError, pandas returns a
     frame). ``used``: the names the call reads.
     """
-    counts: dict[str, int] = {}
-    for n in names:
-        counts[n] = counts.get(n, 0) + 1
-    dup = sorted(n for n in set(used) if counts.get(n, 0) > 1)  # type: ignore[call-overload]
+    counts = Counter(names)
+    dup = sorted(n for n in set(used) if counts[n] > 1)  # type: ignore[call-overload]
     if dup:
         raise DataError(f"column '{dup[0]}' appears {counts[dup[0]]} times in the input; "
                         "give each column its own name")
