@@ -14,13 +14,22 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from types import TracebackType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
 
 from ..core.keyed import KeyedTable, KeySpec
 from ..core.rows import RowPart, add_up_rows
+from ..errors import column_not_found, output_column_exists
 from ..logs import log
 
-__all__ = ["KeyedRanges", "Engine", "RowCounts"]
+__all__ = ["KeyedRanges", "Engine", "RowCounts", "check_transform_columns", "prediction_array",
+           "with_prediction"]
+
+_Ranges = TypeVar("_Ranges", bound="RowCounts")
+_Part = TypeVar("_Part", pd.DataFrame, pa.Table)
 
 
 @runtime_checkable
@@ -60,10 +69,12 @@ class KeyedRanges(Protocol):
 
 
 class RowCounts:
-    """The counts of a :class:`KeyedRanges` (zero until its first map), and how they are set.
+    """The counts of a :class:`KeyedRanges` (zero until its first map), how they are set,
+    and its use as a context manager.
 
     A base of the engines' ranges: each adds the counts of its input's parts
-    up once, with :meth:`add_up`.
+    up once, with :meth:`add_up`, and releases what it holds (persisted
+    frames, spilled runs) in its own :meth:`close`, which ``with`` calls.
     """
 
     n_rows: int = 0
@@ -79,6 +90,15 @@ class RowCounts:
         self.dropped_rows, self.interval_widths = totals.dropped_rows, totals.interval_widths
         log.info("%s: %d rows used (weight %g), %d dropped", engine, self.n_rows,
                  self.weight_total, self.dropped_rows)
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _Ranges) -> _Ranges:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class Engine(Protocol):
@@ -132,3 +152,44 @@ class Engine(Protocol):
         ``predict``'s.
         """
         ...
+
+
+# -- transform_rows: what every engine does with a part ----------------------------------
+
+def check_transform_columns(names: list[str], columns: dict[str, str], *outputs: str) -> None:
+    """The ``DataError`` of a model input column (``columns``: name -> role) missing from
+    ``names``, or of an output column already in them (:meth:`Engine.transform_rows`)."""
+    for c, role in columns.items():
+        if c not in names:
+            raise column_not_found(c, role, names)
+    for name in outputs:
+        if name in names:
+            raise output_column_exists(name)
+
+
+def prediction_array(values: Any, vector: bool) -> pa.Array:
+    """``predict``'s values as an Arrow column: double, or (``vector``: an (n, K) array)
+    ``list<double>`` of each row's K values."""
+    values = np.asarray(values, dtype=np.float64)
+    if not vector:
+        return pa.array(values.reshape(-1), type=pa.float64())
+    n, k = values.shape if values.ndim == 2 else (values.shape[0], 0)
+    return pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * k),
+                                    pa.array(values.reshape(-1), type=pa.float64()))
+
+
+def with_prediction(part: _Part, output_col: str, values: Any, vector: bool) -> _Part:
+    """``part`` with ``output_col`` = ``predict``'s ``values`` for its rows: in Arrow as
+    :func:`prediction_array`; in pandas a float64 column, or (``vector``) an object
+    column of each row's array of K values."""
+    if not isinstance(part, pd.DataFrame):
+        return part.append_column(output_col, prediction_array(values, vector))
+    values = np.asarray(values, dtype=np.float64)
+    out = part.copy(deep=False)
+    if vector:
+        values = values.reshape(len(part), -1) if len(part) else values.reshape(0, 0)
+        out[output_col] = pd.Series(list(values), index=part.index, dtype=object)
+    else:
+        out[output_col] = pd.Series(values.reshape(len(part)), index=part.index,
+                                    dtype=np.float64)
+    return out

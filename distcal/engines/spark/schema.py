@@ -13,8 +13,13 @@ from typing import Any
 from ...core.validate import check_vector_lengths
 from ...errors import VECTORS_EXPECTED, column_not_found, column_type
 
-__all__ = ["column_kind", "quote", "vector_element", "is_vector_udt", "vector_array",
+__all__ = ["fields_of", "column_kind", "quote", "vector_element", "is_vector_udt", "vector_array",
            "vector_length_counts"]
+
+
+def fields_of(df: Any) -> dict[str, Any]:
+    """The Spark types of ``df``'s columns, by name."""
+    return {f.name: f.dataType for f in df.schema.fields}
 
 
 def column_kind(dtype: Any) -> str:
@@ -41,7 +46,7 @@ def vector_element(df: Any, name: str, index: int, role: str = "score") -> Any:
     as the other engines (unequal lengths, index out of range). Null
     vectors and null elements give null (a null score to the row checks).
     """
-    fields = {f.name: f.dataType for f in df.schema.fields}
+    fields = fields_of(df)
     if name not in fields:
         raise column_not_found(name, role, fields)
     arr = vector_array(df, name)
@@ -71,7 +76,7 @@ def vector_array(df: Any, name: str) -> Any:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    dtype = {f.name: f.dataType for f in df.schema.fields}[name]
+    dtype = fields_of(df)[name]
     if isinstance(dtype, T.ArrayType) and column_kind(dtype.elementType) == "number":
         return F.col(quote(name)).cast("array<double>")
     if is_vector_udt(dtype):

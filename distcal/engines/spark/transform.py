@@ -39,7 +39,7 @@ import numpy as np
 
 from ...core.piecewise import Piecewise, piecewise
 from ...errors import column_not_found, column_type, output_column_exists
-from .schema import column_kind, quote, vector_element
+from .schema import column_kind, fields_of, quote, vector_element
 
 __all__ = ["transform", "transform_segmented"]
 
@@ -78,7 +78,7 @@ def _fresh_names(names: list[str], taken: set[str]) -> list[str]:
 
 def _check(df: Any, score_col: str, output_col: str, vectors: bool = False,
            by: tuple[str, ...] = ()) -> dict[str, Any]:
-    fields = {f.name: f.dataType for f in df.schema.fields}
+    fields = fields_of(df)
     if score_col not in fields:
         raise column_not_found(score_col, "score", fields)
     if not vectors and column_kind(fields[score_col]) != "number":
