@@ -12,9 +12,9 @@ applies a model to its own kind of frame (:meth:`Engine.transform_rows`).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
-from types import TracebackType
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -25,16 +25,16 @@ from ..core.rows import RowPart, add_up_rows
 from ..errors import column_not_found, output_column_exists
 from ..logs import log
 
-__all__ = ["KeyedRanges", "Engine", "RowCounts", "check_transform_columns", "prediction_array",
+__all__ = ["KeyedRanges", "Engine", "check_transform_columns", "prediction_array",
            "with_prediction"]
 
-_Ranges = TypeVar("_Ranges", bound="RowCounts")
+_Ranges = TypeVar("_Ranges", bound="KeyedRanges")
 _Part = TypeVar("_Part", pd.DataFrame, pa.Table)
 
 
-@runtime_checkable
-class KeyedRanges(Protocol):
-    """The keyed rows of one input (:mod:`distcal.core.keyed`), ready to be mapped over.
+class KeyedRanges(ABC):
+    """The keyed rows of one input (:mod:`distcal.core.keyed`), ready to be mapped over;
+    the base of every engine's.
 
     ``map(fn)`` applies ``fn`` to each non-empty score range of the keyed
     rows, pooled by (key, score) into a :class:`~distcal.core.keyed.KeyedTable`
@@ -42,45 +42,36 @@ class KeyedRanges(Protocol):
     ascending score order. ``map_rows(fn)`` applies ``fn`` to each part of
     the valid rows (:class:`~distcal.core.rows.RowPart`, whole rows with all
     their class scores; temperature scaling), results in any order. The
-    counts (over input rows, not keyed rows) are valid once either map has
-    run (cluster engines validate during the first pass); ``n_classes`` is K
-    for multiclass scores (0 for a binary score), known when opened;
-    ``interval_widths``, valid with the counts, the partials of
-    :mod:`distcal.core.interval_widths` of the valid rows when the spec has
-    ``interval_cols`` (else None).
-    """
-
-    n_rows: int
-    weight_total: float
-    dropped_rows: int
-    n_classes: int
-    interval_widths: dict[str, Any] | None
-
-    def map(self, fn: Callable[[KeyedTable], Any]) -> list[Any]: ...
-
-    def map_rows(self, fn: Callable[[RowPart], Any]) -> list[Any]: ...
-
-    def close(self) -> None: ...
-
-    def __enter__(self) -> KeyedRanges: ...
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None: ...
-
-
-class RowCounts:
-    """The counts of a :class:`KeyedRanges` (zero until its first map), how they are set,
-    and its use as a context manager.
-
-    A base of the engines' ranges: each adds the counts of its input's parts
-    up once, with :meth:`add_up`, and releases what it holds (persisted
-    frames, spilled runs) in its own :meth:`close`, which ``with`` calls.
+    counts (over input rows, not keyed rows; zero until then) are valid once
+    either map has run (cluster engines validate during the first pass):
+    each engine adds the counts of its input's parts up once, with
+    :meth:`add_up`. ``n_classes`` is K for multiclass scores (0 for a binary
+    score), known when opened; ``interval_widths``, valid with the counts,
+    the partials of :mod:`distcal.core.interval_widths` of the valid rows
+    when the spec has ``interval_cols`` (else None). ``close`` releases what
+    the ranges hold (persisted frames, spilled runs); ``with`` calls it.
     """
 
     n_rows: int = 0
     weight_total: float = 0.0
     dropped_rows: int = 0
+    n_classes: int
     interval_widths: dict[str, Any] | None = None
+
+    @abstractmethod
+    def map(self, fn: Callable[[KeyedTable], Any]) -> list[Any]: ...
+
+    @abstractmethod
+    def map_rows(self, fn: Callable[[RowPart], Any]) -> list[Any]: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self: _Ranges) -> _Ranges:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def add_up(self, stats: list[dict[str, Any]], on_invalid: str, engine: str) -> None:
         """The parts' counts of :func:`~distcal.core.rows.read_rows` added up, kept and logged
@@ -90,15 +81,6 @@ class RowCounts:
         self.dropped_rows, self.interval_widths = totals.dropped_rows, totals.interval_widths
         log.info("%s: %d rows used (weight %g), %d dropped", engine, self.n_rows,
                  self.weight_total, self.dropped_rows)
-
-    def close(self) -> None:
-        raise NotImplementedError
-
-    def __enter__(self: _Ranges) -> _Ranges:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class Engine(Protocol):

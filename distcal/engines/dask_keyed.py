@@ -60,7 +60,7 @@ from ..core.keyed import (
 )
 from ..core.rows import RowPart, check_columns, count_classes, read_rows, vector_lengths
 from ..logs import log, phase
-from .base import RowCounts, check_transform_columns, with_prediction
+from .base import KeyedRanges, check_transform_columns, with_prediction
 
 __all__ = ["DaskKeyedRanges", "DEFAULT_RANGE_ROWS", "n_ranges_for", "transform_rows"]
 
@@ -146,7 +146,7 @@ def _apply_rows(fn: Callable[[RowPart], Any], pair: tuple[RowPart, dict[str, Any
 
 # -- the ranges ----------------------------------------------------------------------
 
-class DaskKeyedRanges(RowCounts):
+class DaskKeyedRanges(KeyedRanges):
     """The keyed rows of a Dask DataFrame (implements ``KeyedRanges``; module docstring).
 
     Options: ``range_rows`` (pooled (key, score) rows per range, default

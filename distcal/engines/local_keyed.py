@@ -28,8 +28,8 @@ from ..core.rows import RowPart, check_columns, count_classes, read_rows, vector
 from ..core.summary import SummarySource, summary_keyed
 from ..core.validate import check_unique_columns
 from ..logs import describe_input, log, phase
-from ..tables import is_path, iter_tables, open_dataset, read_table
-from .base import RowCounts, check_transform_columns, with_prediction
+from ..tables import is_path, iter_tables, open_dataset
+from .base import KeyedRanges, check_transform_columns, with_prediction
 from .frames import refuse_cluster_frames
 
 __all__ = ["LocalKeyedRanges", "KeyedStore", "transform_rows"]
@@ -157,7 +157,7 @@ class KeyedStore:
             self._tmp = None
 
 
-class LocalKeyedRanges(RowCounts):
+class LocalKeyedRanges(KeyedRanges):
     """The keyed rows of a local input (see ``KeyedRanges``), read in batches.
 
     The first ``map`` reads, checks and pools the whole input once (the
@@ -261,7 +261,7 @@ def transform_rows(data: Any, columns: dict[str, str], output_col: str,
     """pandas in, pandas out; pyarrow in, pyarrow out; a Parquet path in, pandas out."""
     refuse_cluster_frames(data)
     if is_path(data):
-        data = read_table(data).to_pandas()
+        data = open_dataset(data).to_table().to_pandas()
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     if not isinstance(data, (pd.DataFrame, pa.Table)):

@@ -94,12 +94,11 @@ from ...core.keyed import (
     pool_keyed,
     pool_rows,
 )
-from ...core.rows import RowPart, count_classes, merge_stats, read_rows
-from ...core.rows import check_columns as check_rows_columns
+from ...core.rows import RowPart, check_columns, count_classes, merge_stats, read_rows
 from ...core.summary import arrow_from_keyed, keyed_from_arrow, moved_fields
 from ...errors import VECTORS_EXPECTED, DataError, column_type
 from ...logs import log, phase
-from ..base import RowCounts
+from ..base import KeyedRanges
 from .schema import column_kind, fields_of, is_vector_udt, quote, vector_array, vector_length_counts
 from .session import default_ranges, with_arrow_batches
 
@@ -186,20 +185,18 @@ def collect_results(df: Any, runner: Callable[[Iterator[pa.RecordBatch]],
                   key=lambda one: one[0])
 
 
-def _keyed(rows: RowPart, classes: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+def _keyed(rows: RowPart, classes: list[Any]) -> tuple[np.ndarray, np.ndarray,
                                                         np.ndarray | None, np.ndarray | None,
                                                         np.ndarray | None]:
-    """A part's valid rows exploded per class, segments not: (row index, score, label, weight,
-    class or None, segment code or None), one entry per keyed row."""
+    """A part's valid rows exploded per class, segments not: (score, label, weight, class or
+    None, segment code or None), one entry per keyed row."""
     codes, keys, score, label, weight = explode(rows.score, rows.label, rows.weight, None,
                                                 classes)
-    n = rows.n_rows
-    index = np.tile(np.arange(n), len(classes))
     cls = None
     if classes != [None]:
         cls = np.asarray([k[1] for k in keys], dtype=np.int64)[codes]
     seg = None if rows.segments is None else np.tile(rows.segments[0], len(classes))
-    return index, score, label, weight, cls, seg
+    return score, label, weight, cls, seg
 
 
 def _key_hashes(keys: list[Key]) -> np.ndarray:
@@ -325,7 +322,7 @@ def row_runner(spec: KeySpec, finite_scores: bool, n_classes: int | None, classe
             stats = merge_stats(stats, st)
             if not rows.n_rows:
                 continue
-            _, score, label, weight, cls, seg = _keyed(rows, classes)
+            score, label, weight, cls, seg = _keyed(rows, classes)
             cols: dict[str, Any] = {
                 "_r": np.searchsorted(bounds, score, side="right").astype(np.int64),
                 "_s": score, "_y": label.astype(np.float64)}
@@ -604,11 +601,6 @@ def parts_runner(fn: Callable[[RowPart], Any], spec: KeySpec, finite_scores: boo
 
 # -- the driver ------------------------------------------------------------------------
 
-def check_columns(df: Any, spec: KeySpec) -> None:
-    """Every column of ``spec`` is in ``df`` (``read_rows``'s ``DataError`` otherwise)."""
-    check_rows_columns([f.name for f in df.schema.fields], spec)
-
-
 def check_types(df: Any, spec: KeySpec) -> None:
     """A binary spec's columns of types Arrow cannot read as numbers (e.g. "date"), refused
     from the schema in Spark's words, before any job; a vector score only at score_index."""
@@ -652,7 +644,7 @@ def input_rows(df: Any, spec: KeySpec) -> Any:
     return df.select(*cols)
 
 
-class SparkRanges(RowCounts):
+class SparkRanges(KeyedRanges):
     """What the Spark ranges share: frames persisted between passes, until :meth:`close`."""
 
     persisted: list[Any]
@@ -679,10 +671,11 @@ class SparkKeyedRanges(SparkRanges):
                  range_rows: int = RANGE_ROWS, sample_rows: int = SAMPLE_ROWS,
                  chunk_rows: int = CHUNK_ROWS):
         from pyspark.sql import types as T
+        from pyspark.sql.pandas.types import to_arrow_schema
 
         if on_invalid not in ("raise", "drop"):
             raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
-        check_columns(df, spec)
+        check_columns(list(fields_of(df)), spec)  # read_rows' DataError
         if not spec.multiclass:
             check_types(df, spec)
         self.spec, self.on_invalid, self.finite_scores = spec, on_invalid, finite_scores
@@ -754,7 +747,8 @@ class SparkKeyedRanges(SparkRanges):
         out += [T.StructField(f"_k{j}", fields[b]) for j, b in enumerate(spec.by)]
         out.append(T.StructField("_st", T.BinaryType()))
         spark_schema = T.StructType(out)
-        arrow_schema = _arrow_schema(T.StructType([f for f in out if not f.name.startswith("_k")]))
+        arrow_schema = to_arrow_schema(T.StructType([f for f in out
+                                                     if not f.name.startswith("_k")]))
         keyed = self.rows_df.mapInArrow(
             row_runner(spec, finite_scores, self.length, self.classes, self.bounds,
                        arrow_schema), spark_schema)
@@ -844,10 +838,3 @@ class SparkKeyedRanges(SparkRanges):
             parts = [p for _, p in collect_results(self.rows_df, runner)]
         self._check([p["stats"] for p in parts if p["stats"] is not None])
         return [res for p in parts for res in p["results"]]
-
-
-def _arrow_schema(schema: Any) -> pa.Schema:
-    """The Arrow schema of a Spark struct type of plain columns (numbers, binary)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(schema)
