@@ -103,11 +103,6 @@ def _lengths(pdf: pd.DataFrame, name: str) -> np.ndarray:
     return vector_lengths(pdf, name) if len(pdf) else np.zeros(1, dtype=np.int64)
 
 
-def _read(pdf: pd.DataFrame, spec: KeySpec, finite_scores: bool, length: int | None
-          ) -> tuple[RowPart, dict[str, Any]]:
-    return read_rows(pdf, spec, finite_scores=finite_scores, n_classes=length)
-
-
 def _read_pool(pdf: pd.DataFrame, spec: KeySpec, finite_scores: bool, length: int | None,
                classes: list[int | None]) -> tuple[KeyedTable, dict[str, Any]]:
     rows, stats = read_rows(pdf, spec, finite_scores=finite_scores, n_classes=length)
@@ -130,10 +125,6 @@ def _sample(pair: tuple[KeyedTable, dict[str, Any]], size: int, offset: float
 
 def _cut(pair: tuple[KeyedTable, dict[str, Any]], bounds: np.ndarray) -> list[KeyedTable]:
     return cut_keyed(pair[0], bounds)
-
-
-def _merge(slices: list[KeyedTable]) -> KeyedTable:
-    return merge_keyed(slices)
 
 
 def _apply(fn: Callable[[KeyedTable], Any], table: KeyedTable) -> Any:
@@ -240,7 +231,7 @@ class DaskKeyedRanges(KeyedRanges):
         (self._pieces,) = dask.persist([delayed(_cut, pure=True, nout=len(bounds) + 1)(
             p, bounds) for p, _ in live])
         self._pooled = None
-        ranges = [delayed(_merge, pure=True)([piece[i] for piece in self._pieces])
+        ranges = [delayed(merge_keyed, pure=True)([piece[i] for piece in self._pieces])
                   for i in range(len(bounds) + 1)]
         if self.passes > 1:  # kept where they were merged; the slices are released
             (ranges,) = dask.persist(ranges)
@@ -266,8 +257,8 @@ class DaskKeyedRanges(KeyedRanges):
 
         rows = self._rows
         if rows is None:
-            rows = [delayed(_read, pure=True)(p, self.spec, self.finite_scores, self._length)
-                    for p in self._parts]
+            rows = [delayed(read_rows, pure=True)(p, self.spec, finite_scores=self.finite_scores,
+                                                  n_classes=self._length) for p in self._parts]
             if self.passes > 1:  # the valid rows are kept for the next passes
                 (rows,) = dask.persist(rows)
                 self._rows = rows
@@ -287,13 +278,11 @@ def transform_rows(ddf: Any, columns: dict[str, str], output_col: str,
                    predict: Callable[[Any], Any], vector: bool) -> Any:
     """``ddf`` with ``output_col`` = ``predict(partition[columns])``, lazily per partition.
 
-    The columns' types are checked on ``ddf``'s meta first (``predict`` on
+    The meta is the partitions' function on ``ddf``'s meta (``predict`` on
     its empty frame), so a column of another type fails here, not when computed.
     """
     check_transform_columns([str(c) for c in ddf.columns], columns, output_col)
-    predict(ddf._meta[list(columns)])
-    meta = ddf._meta.copy()
-    meta[output_col] = pd.Series([], dtype=object if vector else np.float64, index=meta.index)
+    meta = _predict_partition(ddf._meta, list(columns), output_col, predict, vector)
     return ddf.map_partitions(_predict_partition, list(columns), output_col, predict, vector,
                               meta=meta)
 

@@ -226,11 +226,8 @@ def sample_runner(spec: KeySpec, finite_scores: bool, n_classes: int | None,
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         scores, hashes = [], []
-        for batch in batches:
-            if not batch.num_rows:
-                continue
-            rows, _ = read_rows(pa.Table.from_batches([batch]), spec,
-                                finite_scores=finite_scores, n_classes=n_classes)
+        for data in chunks(batches, 1):  # each non-empty batch
+            rows, _ = read_rows(data, spec, finite_scores=finite_scores, n_classes=n_classes)
             s, h = _own_keys(rows, classes)
             scores.append(s)
             hashes.append(h)
@@ -312,13 +309,11 @@ def row_runner(spec: KeySpec, finite_scores: bool, n_classes: int | None, classe
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         stats: dict[str, Any] | None = None
         out = None
-        for batch in batches:
-            if not batch.num_rows:
-                continue
-            if out is None:  # the segment columns keep the input's Arrow types
-                out = _with_keys(schema, [batch.schema.field(b).type for b in by])
-            table = pa.Table.from_batches([batch])
-            rows, st = read_rows(table, spec, finite_scores=finite_scores, n_classes=n_classes)
+        for data in chunks(batches, 1):  # each non-empty batch
+            if out is None:  # _k0, _k1, ... before _st: the input's Arrow types of ``by``
+                keys = [pa.field(f"_k{j}", data.schema.field(b).type) for j, b in enumerate(by)]
+                out = pa.schema(list(schema)[:-1] + keys + list(schema)[-1:])
+            rows, st = read_rows(data, spec, finite_scores=finite_scores, n_classes=n_classes)
             stats = merge_stats(stats, st)
             if not rows.n_rows:
                 continue
@@ -347,13 +342,6 @@ def row_runner(spec: KeySpec, finite_scores: bool, n_classes: int | None, classe
                  for name in out.names}, schema=out)
 
     return run
-
-
-def _with_keys(schema: pa.Schema, types: list[pa.DataType]) -> pa.Schema:
-    """The keyed rows' schema: ``schema`` with ``_k0, _k1, ...`` before its last field."""
-    fields = list(schema)
-    keys = [pa.field(f"_k{j}", t) for j, t in enumerate(types)]
-    return pa.schema(fields[:-1] + keys + fields[-1:])
 
 
 # -- the range side ----------------------------------------------------------------------
@@ -502,7 +490,7 @@ def pool_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: b
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         stats, runs, first_schema = pool_raw(batches, spec, finite_scores, chunk_rows)
-        if stats is None or first_schema is None:
+        if first_schema is None:  # no rows
             return
         # the segment columns keep the input's Arrow types
         types = [first_schema.field(b).type for b in by]
