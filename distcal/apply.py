@@ -13,13 +13,8 @@ import pyarrow.parquet as pq
 
 from .core.columns import arrow_kind, arrow_to_float, vector_element
 from .core.validate import check_vector_lengths
-from .errors import (
-    VECTORS_EXPECTED,
-    ParameterError,
-    column_not_found,
-    column_type,
-    output_column_exists,
-)
+from .engines.base import check_transform_columns, prediction_array
+from .errors import VECTORS_EXPECTED, ParameterError, column_type
 from .keyed_model import KeyedModel
 from .model import CalibrationModel
 from .storage import local_publishing
@@ -86,13 +81,8 @@ def apply_to_parquet(model: CalibrationModel | KeyedModel, source: str | os.Path
             scores, seen = vector_element(table.column(score_col), score_index, score_col)
             lengths.update(seen)
             return model.predict(scores)
-    for name, role in inputs.items():
-        if name not in schema.names:
-            raise column_not_found(name, role, schema.names)
     added = [output_col, *(interval_cols or ())]
-    for name in added:
-        if name in schema.names:
-            raise output_column_exists(name)
+    check_transform_columns(schema.names, inputs, *added)
     keep = list(schema.names)
     vector = isinstance(model, KeyedModel) and model.n_classes >= 2
     out_type = pa.list_(pa.float64()) if vector else pa.float64()
@@ -103,16 +93,9 @@ def apply_to_parquet(model: CalibrationModel | KeyedModel, source: str | os.Path
         with pq.ParquetWriter(tmp, out_schema) as writer:
             for table in iter_tables(dataset, keep, batch_rows):
                 values = predict(table)
-                if vector:  # one list of K probabilities per row
-                    k = values.shape[1]
-                    offsets = np.arange(values.shape[0] + 1, dtype=np.int32) * k
-                    probs = pa.ListArray.from_arrays(pa.array(offsets), pa.array(
-                        values.reshape(-1), type=pa.float64()))
-                    new = [probs]
-                elif interval_cols is not None:
-                    new = [pa.array(v, type=pa.float64()) for v in values]
-                else:
-                    new = [pa.array(values, type=pa.float64())]
+                # p, p0, p1 with interval_cols; one list of K probabilities per row (vector)
+                new = [prediction_array(v, False) for v in values] if interval_cols is not None \
+                    else [prediction_array(values, vector)]
                 writer.write_table(pa.Table.from_arrays(
                     [table.column(n) for n in keep] + new, schema=out_schema))
                 rows += table.num_rows

@@ -20,7 +20,7 @@ from .core.validate import check_unique_columns
 from .errors import DataError
 from .storage import check_regular_input
 
-__all__ = ["open_dataset", "iter_tables", "is_path", "read_table", "is_vector_column"]
+__all__ = ["open_dataset", "iter_tables", "is_path", "is_vector_column"]
 
 
 def is_path(data: object) -> bool:
@@ -53,11 +53,6 @@ def iter_tables(dataset: ds.Dataset, columns: list[str],
             table = part.to_table(schema=dataset.schema, columns=columns)
             for start in range(0, table.num_rows, batch_rows):
                 yield table.slice(start, batch_rows)
-
-
-def read_table(path: str | os.PathLike) -> pa.Table:
-    """The whole Parquet file or dataset as one Arrow table."""
-    return open_dataset(path).to_table()
 
 
 def is_vector_column(data: object, name: str) -> bool:

@@ -12,20 +12,29 @@ applies a model to its own kind of frame (:meth:`Engine.transform_rows`).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable
-from types import TracebackType
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
 
 from ..core.keyed import KeyedTable, KeySpec
 from ..core.rows import RowPart, add_up_rows
+from ..errors import column_not_found, output_column_exists
 from ..logs import log
 
-__all__ = ["KeyedRanges", "Engine", "RowCounts"]
+__all__ = ["KeyedRanges", "Engine", "check_transform_columns", "prediction_array",
+           "with_prediction"]
+
+_Ranges = TypeVar("_Ranges", bound="KeyedRanges")
+_Part = TypeVar("_Part", pd.DataFrame, pa.Table)
 
 
-@runtime_checkable
-class KeyedRanges(Protocol):
-    """The keyed rows of one input (:mod:`distcal.core.keyed`), ready to be mapped over.
+class KeyedRanges(ABC):
+    """The keyed rows of one input (:mod:`distcal.core.keyed`), ready to be mapped over;
+    the base of every engine's.
 
     ``map(fn)`` applies ``fn`` to each non-empty score range of the keyed
     rows, pooled by (key, score) into a :class:`~distcal.core.keyed.KeyedTable`
@@ -33,43 +42,36 @@ class KeyedRanges(Protocol):
     ascending score order. ``map_rows(fn)`` applies ``fn`` to each part of
     the valid rows (:class:`~distcal.core.rows.RowPart`, whole rows with all
     their class scores; temperature scaling), results in any order. The
-    counts (over input rows, not keyed rows) are valid once either map has
-    run (cluster engines validate during the first pass); ``n_classes`` is K
-    for multiclass scores (0 for a binary score), known when opened;
-    ``interval_widths``, valid with the counts, the partials of
-    :mod:`distcal.core.interval_widths` of the valid rows when the spec has
-    ``interval_cols`` (else None).
-    """
-
-    n_rows: int
-    weight_total: float
-    dropped_rows: int
-    n_classes: int
-    interval_widths: dict[str, Any] | None
-
-    def map(self, fn: Callable[[KeyedTable], Any]) -> list[Any]: ...
-
-    def map_rows(self, fn: Callable[[RowPart], Any]) -> list[Any]: ...
-
-    def close(self) -> None: ...
-
-    def __enter__(self) -> KeyedRanges: ...
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None: ...
-
-
-class RowCounts:
-    """The counts of a :class:`KeyedRanges` (zero until its first map), and how they are set.
-
-    A base of the engines' ranges: each adds the counts of its input's parts
-    up once, with :meth:`add_up`.
+    counts (over input rows, not keyed rows; zero until then) are valid once
+    either map has run (cluster engines validate during the first pass):
+    each engine adds the counts of its input's parts up once, with
+    :meth:`add_up`. ``n_classes`` is K for multiclass scores (0 for a binary
+    score), known when opened; ``interval_widths``, valid with the counts,
+    the partials of :mod:`distcal.core.interval_widths` of the valid rows
+    when the spec has ``interval_cols`` (else None). ``close`` releases what
+    the ranges hold (persisted frames, spilled runs); ``with`` calls it.
     """
 
     n_rows: int = 0
     weight_total: float = 0.0
     dropped_rows: int = 0
+    n_classes: int
     interval_widths: dict[str, Any] | None = None
+
+    @abstractmethod
+    def map(self, fn: Callable[[KeyedTable], Any]) -> list[Any]: ...
+
+    @abstractmethod
+    def map_rows(self, fn: Callable[[RowPart], Any]) -> list[Any]: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self: _Ranges) -> _Ranges:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def add_up(self, stats: list[dict[str, Any]], on_invalid: str, engine: str) -> None:
         """The parts' counts of :func:`~distcal.core.rows.read_rows` added up, kept and logged
@@ -132,3 +134,44 @@ class Engine(Protocol):
         ``predict``'s.
         """
         ...
+
+
+# -- transform_rows: what every engine does with a part ----------------------------------
+
+def check_transform_columns(names: list[str], columns: dict[str, str], *outputs: str) -> None:
+    """The ``DataError`` of a model input column (``columns``: name -> role) missing from
+    ``names``, or of an output column already in them (:meth:`Engine.transform_rows`)."""
+    for c, role in columns.items():
+        if c not in names:
+            raise column_not_found(c, role, names)
+    for name in outputs:
+        if name in names:
+            raise output_column_exists(name)
+
+
+def prediction_array(values: Any, vector: bool) -> pa.Array:
+    """``predict``'s values as an Arrow column: double, or (``vector``: an (n, K) array)
+    ``list<double>`` of each row's K values."""
+    values = np.asarray(values, dtype=np.float64)
+    if not vector:
+        return pa.array(values.reshape(-1), type=pa.float64())
+    n, k = values.shape if values.ndim == 2 else (values.shape[0], 0)
+    return pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * k),
+                                    pa.array(values.reshape(-1), type=pa.float64()))
+
+
+def with_prediction(part: _Part, output_col: str, values: Any, vector: bool) -> _Part:
+    """``part`` with ``output_col`` = ``predict``'s ``values`` for its rows: in Arrow as
+    :func:`prediction_array`; in pandas a float64 column, or (``vector``) an object
+    column of each row's array of K values."""
+    if not isinstance(part, pd.DataFrame):
+        return part.append_column(output_col, prediction_array(values, vector))
+    values = np.asarray(values, dtype=np.float64)
+    out = part.copy(deep=False)
+    if vector:
+        values = values.reshape(len(part), -1) if len(part) else values.reshape(0, 0)
+        out[output_col] = pd.Series(list(values), index=part.index, dtype=object)
+    else:
+        out[output_col] = pd.Series(values.reshape(len(part)), index=part.index,
+                                    dtype=np.float64)
+    return out

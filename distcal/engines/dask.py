@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..core.columns import is_list_type
 from ..core.keyed import KeySpec
 from ..tables import is_path
 from .dask_keyed import DaskKeyedRanges, transform_rows, workers_threads
@@ -21,11 +22,9 @@ from .frames import engine_of
 __all__ = ["DaskEngine", "as_dask"]
 
 
-def as_dask(data: Any, npartitions: int | None = None) -> Any:
+def as_dask(data: Any) -> Any:
     """A Dask DataFrame for ``data`` (engine="dask" forced on local data)."""
     import dask.dataframe as dd
-
-    from .frames import engine_of
 
     if engine_of(data) == "dask":
         return data
@@ -36,7 +35,7 @@ def as_dask(data: Any, npartitions: int | None = None) -> Any:
     if isinstance(data, pa.Table):
         data = data.to_pandas()
     if isinstance(data, pd.DataFrame):
-        return dd.from_pandas(data, npartitions=npartitions or max(1, workers_threads()))
+        return dd.from_pandas(data, npartitions=max(1, workers_threads()))
     raise TypeError(f"the dask engine cannot read data of type {type(data).__name__}")
 
 
@@ -60,12 +59,8 @@ class DaskEngine:
         if name not in getattr(data, "columns", ()):
             return False
         dtype = data[name].dtype
-        if isinstance(dtype, pd.ArrowDtype):
-            import pyarrow as pa
-
-            t = dtype.pyarrow_dtype
-            return bool(pa.types.is_list(t) or pa.types.is_large_list(t)
-                        or pa.types.is_fixed_size_list(t))
+        if isinstance(dtype, pd.ArrowDtype):  # pandas' Arrow-backed list columns
+            return is_list_type(dtype.pyarrow_dtype)
         if not pd.api.types.is_object_dtype(dtype):
             return False
         column = data[name]

@@ -59,9 +59,8 @@ from ..core.keyed import (
     sorted_sample,
 )
 from ..core.rows import RowPart, check_columns, count_classes, read_rows, vector_lengths
-from ..errors import column_not_found, output_column_exists
 from ..logs import log, phase
-from .base import RowCounts
+from .base import KeyedRanges, check_transform_columns, with_prediction
 
 __all__ = ["DaskKeyedRanges", "DEFAULT_RANGE_ROWS", "n_ranges_for", "transform_rows"]
 
@@ -104,11 +103,6 @@ def _lengths(pdf: pd.DataFrame, name: str) -> np.ndarray:
     return vector_lengths(pdf, name) if len(pdf) else np.zeros(1, dtype=np.int64)
 
 
-def _read(pdf: pd.DataFrame, spec: KeySpec, finite_scores: bool, length: int | None
-          ) -> tuple[RowPart, dict[str, Any]]:
-    return read_rows(pdf, spec, finite_scores=finite_scores, n_classes=length)
-
-
 def _read_pool(pdf: pd.DataFrame, spec: KeySpec, finite_scores: bool, length: int | None,
                classes: list[int | None]) -> tuple[KeyedTable, dict[str, Any]]:
     rows, stats = read_rows(pdf, spec, finite_scores=finite_scores, n_classes=length)
@@ -133,10 +127,6 @@ def _cut(pair: tuple[KeyedTable, dict[str, Any]], bounds: np.ndarray) -> list[Ke
     return cut_keyed(pair[0], bounds)
 
 
-def _merge(slices: list[KeyedTable]) -> KeyedTable:
-    return merge_keyed(slices)
-
-
 def _apply(fn: Callable[[KeyedTable], Any], table: KeyedTable) -> Any:
     return fn(table) if len(table.table) else None
 
@@ -147,7 +137,7 @@ def _apply_rows(fn: Callable[[RowPart], Any], pair: tuple[RowPart, dict[str, Any
 
 # -- the ranges ----------------------------------------------------------------------
 
-class DaskKeyedRanges(RowCounts):
+class DaskKeyedRanges(KeyedRanges):
     """The keyed rows of a Dask DataFrame (implements ``KeyedRanges``; module docstring).
 
     Options: ``range_rows`` (pooled (key, score) rows per range, default
@@ -164,24 +154,30 @@ class DaskKeyedRanges(RowCounts):
                  samples_per_range: int = 64):
         if on_invalid not in ("raise", "drop"):
             raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
-        if int(range_rows) < 1:
-            raise ValueError(f"range_rows must be a positive number of rows, got {range_rows}")
+        self._options(spec, on_invalid, finite_scores, passes, range_rows, n_ranges,
+                      samples_per_range)
         check_columns([str(c) for c in ddf.columns], spec)
-        self.spec, self.on_invalid, self.finite_scores = spec, on_invalid, finite_scores
-        self.passes, self.range_rows = passes, int(range_rows)
-        self.min_ranges = int(n_ranges or 1)
-        self.samples_per_range = samples_per_range
         self._parts = ddf[spec.columns].to_delayed(optimize_graph=True)
         # K, and the vectors' length, counted over the whole input (read_rows needs it).
         self.n_classes, self._length = count_classes(spec, self._vector_lengths)
         self._classes = spec.classes(self.n_classes)
+        log.info("dask: keyed rows of %d partitions, K = %d, by %s", len(self._parts),
+                 self.n_classes, list(spec.by))
+
+    def _options(self, spec: KeySpec, on_invalid: str, finite_scores: bool, passes: int,
+                 range_rows: int, n_ranges: int | None, samples_per_range: int) -> None:
+        """The options (class docstring) kept, nothing computed yet."""
+        if int(range_rows) < 1:
+            raise ValueError(f"range_rows must be a positive number of rows, got {range_rows}")
+        self.spec, self.on_invalid, self.finite_scores = spec, on_invalid, finite_scores
+        self.passes, self.range_rows = passes, int(range_rows)
+        self.min_ranges = int(n_ranges or 1)
+        self.samples_per_range = samples_per_range
         self._checked = False
         self._pooled: list[Any] | None = None   # per partition: (KeyedTable, stats), persisted
         self._pieces: list[Any] | None = None   # per partition: its table's slices, persisted
         self._ranges: list[Any] | None = None   # per range: a KeyedTable (delayed)
         self._rows: list[Any] | None = None     # per partition: (RowPart, stats)
-        log.info("dask: keyed rows of %d partitions, K = %d, by %s", len(self._parts),
-                 self.n_classes, list(spec.by))
 
     def _vector_lengths(self) -> tuple[np.ndarray, ...]:
         """The vector score column's lengths, counted per partition (``count_classes``)."""
@@ -235,7 +231,7 @@ class DaskKeyedRanges(RowCounts):
         (self._pieces,) = dask.persist([delayed(_cut, pure=True, nout=len(bounds) + 1)(
             p, bounds) for p, _ in live])
         self._pooled = None
-        ranges = [delayed(_merge, pure=True)([piece[i] for piece in self._pieces])
+        ranges = [delayed(merge_keyed, pure=True)([piece[i] for piece in self._pieces])
                   for i in range(len(bounds) + 1)]
         if self.passes > 1:  # kept where they were merged; the slices are released
             (ranges,) = dask.persist(ranges)
@@ -261,8 +257,8 @@ class DaskKeyedRanges(RowCounts):
 
         rows = self._rows
         if rows is None:
-            rows = [delayed(_read, pure=True)(p, self.spec, self.finite_scores, self._length)
-                    for p in self._parts]
+            rows = [delayed(read_rows, pure=True)(p, self.spec, finite_scores=self.finite_scores,
+                                                  n_classes=self._length) for p in self._parts]
             if self.passes > 1:  # the valid rows are kept for the next passes
                 (rows,) = dask.persist(rows)
                 self._rows = rows
@@ -275,12 +271,6 @@ class DaskKeyedRanges(RowCounts):
     def close(self) -> None:
         self._pooled = self._pieces = self._ranges = self._rows = None
 
-    def __enter__(self) -> DaskKeyedRanges:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 # -- transform ------------------------------------------------------------------------
 
@@ -288,33 +278,18 @@ def transform_rows(ddf: Any, columns: dict[str, str], output_col: str,
                    predict: Callable[[Any], Any], vector: bool) -> Any:
     """``ddf`` with ``output_col`` = ``predict(partition[columns])``, lazily per partition.
 
-    The columns' types are checked on ``ddf``'s meta first (``predict`` on
+    The meta is the partitions' function on ``ddf``'s meta (``predict`` on
     its empty frame), so a column of another type fails here, not when computed.
     """
-    names = [str(c) for c in ddf.columns]
-    for c, role in columns.items():
-        if c not in names:
-            raise column_not_found(c, role, names)
-    if output_col in names:
-        raise output_column_exists(output_col)
-    predict(ddf._meta[list(columns)])
-    meta = ddf._meta.copy()
-    meta[output_col] = pd.Series([], dtype=object if vector else np.float64, index=meta.index)
+    check_transform_columns([str(c) for c in ddf.columns], columns, output_col)
+    meta = _predict_partition(ddf._meta, list(columns), output_col, predict, vector)
     return ddf.map_partitions(_predict_partition, list(columns), output_col, predict, vector,
                               meta=meta)
 
 
 def _predict_partition(pdf: pd.DataFrame, columns: list[str], output_col: str,
                        predict: Callable[[Any], Any], vector: bool) -> pd.DataFrame:
-    out = pdf.copy(deep=False)
-    values = np.asarray(predict(pdf[columns]), dtype=np.float64)
-    if vector:
-        values = values.reshape(len(pdf), -1) if len(pdf) else values.reshape(0, 0)
-        col = pd.Series(list(values), index=pdf.index, dtype=object)
-    else:
-        col = pd.Series(values.reshape(len(pdf)), index=pdf.index, dtype=np.float64)
-    out[output_col] = col
-    return out
+    return with_prediction(pdf, output_col, predict(pdf[columns]), vector)
 
 
 # -- summaries ------------------------------------------------------------------------
@@ -334,11 +309,9 @@ def _summary_piece(piece: Any, columns: list[str]) -> Any:
 def _pool_summary(piece: Any, source: Any, spec: KeySpec, finite_scores: bool
                   ) -> tuple[KeyedTable, dict[str, Any]]:
     """A piece of summary rows pooled by (key, score), checked as the rows would be."""
-    from ..core.summary import by_name, moved_fields, summary_keyed
+    from ..core.summary import summary_keyed
 
-    columns = [by_name(j) for j in range(len(spec.by))] + moved_fields(
-        source.columns["weight"] is not None, spec.pool_squares)
-    part = summary_keyed(_summary_piece(piece, columns), len(spec.by))
+    part = summary_keyed(_summary_piece(piece, source.columns_read(spec)), len(spec.by))
     return part, source.problems(part, spec, finite_scores)
 
 
@@ -360,17 +333,12 @@ class DaskSummaryRanges(DaskKeyedRanges):
         import pyarrow.parquet as pq
         from dask import delayed
 
-        if int(range_rows) < 1:
-            raise ValueError(f"range_rows must be a positive number of rows, got {range_rows}")
+        self._options(spec, on_invalid, finite_scores, passes, range_rows, n_ranges,
+                      samples_per_range)
         self.source = source
-        self.spec, self.on_invalid, self.finite_scores = spec, on_invalid, finite_scores
-        self.passes, self.range_rows = passes, int(range_rows)
-        self.min_ranges = int(n_ranges or 1)
-        self.samples_per_range = samples_per_range
         self.n_classes, self._length, self._classes = 0, None, [None]
         self.n_rows, self.weight_total = source.n_rows, source.weight_total
         self.dropped_rows, self.interval_widths = source.dropped_rows, None
-        self._checked = True  # the rows were checked when summarised; _check: the method's
         pieces: list[Any] = []
         step = max(1, self.range_rows // 4)
         for t in source.tables:
@@ -391,19 +359,14 @@ class DaskSummaryRanges(DaskKeyedRanges):
         with phase("dask: reading and pooling the summaries by (key, score)"):
             (self._pooled,) = dask.persist(pooled)
         self._parts = []
-        self._pieces = self._ranges = None
-        self._rows = None
         log.info("dask: %d pieces of %d summary table(s)", len(pieces),
                  len(source.tables) + len(source.files))
 
-    def _check(self, parts: list[Any]) -> list[int]:
-        """Each piece's size; the DataError of the summarised rows for this method, if any."""
-        import dask
-        from dask import delayed
-
-        info = dask.compute(*[delayed(_stats_and_size)(p) for p in parts])
-        self.source.raise_problems([st for st, _ in info])
-        return [n for _, n in info]
+    def add_up(self, stats: list[dict[str, Any]], on_invalid: str, engine: str) -> None:
+        """The counts are the summaries' (the rows were checked when summarised): only the
+        DataError of the summarised rows for this method, if any (``stats``: the pieces'
+        problems)."""
+        self.source.raise_problems(stats)
 
     def map_rows(self, fn: Callable[[RowPart], Any]) -> list[Any]:
         raise self.source.no_rows()

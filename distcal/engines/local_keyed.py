@@ -27,10 +27,9 @@ from ..core.keyed import Key, KeyedTable, KeySpec, merge_keyed, pool_rows, pool_
 from ..core.rows import RowPart, check_columns, count_classes, read_rows, vector_lengths
 from ..core.summary import SummarySource, summary_keyed
 from ..core.validate import check_unique_columns
-from ..errors import column_not_found, output_column_exists
 from ..logs import describe_input, log, phase
-from ..tables import is_path, iter_tables, open_dataset, read_table
-from .base import RowCounts
+from ..tables import is_path, iter_tables, open_dataset
+from .base import KeyedRanges, check_transform_columns, with_prediction
 from .frames import refuse_cluster_frames
 
 __all__ = ["LocalKeyedRanges", "KeyedStore", "transform_rows"]
@@ -158,7 +157,7 @@ class KeyedStore:
             self._tmp = None
 
 
-class LocalKeyedRanges(RowCounts):
+class LocalKeyedRanges(KeyedRanges):
     """The keyed rows of a local input (see ``KeyedRanges``), read in batches.
 
     The first ``map`` reads, checks and pools the whole input once (the
@@ -256,19 +255,13 @@ class LocalKeyedRanges(RowCounts):
     def close(self) -> None:
         self.store.close()
 
-    def __enter__(self) -> LocalKeyedRanges:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 def transform_rows(data: Any, columns: dict[str, str], output_col: str,
                    predict: Callable[[Any], Any], vector: bool) -> Any:
     """pandas in, pandas out; pyarrow in, pyarrow out; a Parquet path in, pandas out."""
     refuse_cluster_frames(data)
     if is_path(data):
-        data = read_table(data).to_pandas()
+        data = open_dataset(data).to_table().to_pandas()
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     if not isinstance(data, (pd.DataFrame, pa.Table)):
@@ -276,16 +269,5 @@ def transform_rows(data: Any, columns: dict[str, str], output_col: str,
     names = list(map(str, data.columns)) if isinstance(data, pd.DataFrame) \
         else data.schema.names
     check_unique_columns(names, columns)  # before data[c] reads
-    for c, role in columns.items():
-        if c not in names:
-            raise column_not_found(c, role, names)
-    if output_col in names:
-        raise output_column_exists(output_col)
-    values = np.asarray(predict(data), dtype=np.float64)
-    if isinstance(data, pd.DataFrame):
-        out = data.copy(deep=False)
-        out[output_col] = list(values) if vector else values
-        return out
-    col = (pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
-           .cast(pa.list_(pa.float64())) if vector else pa.array(values, type=pa.float64()))
-    return data.append_column(output_col, col)
+    check_transform_columns(names, columns, output_col)
+    return with_prediction(data, output_col, predict(data), vector)

@@ -37,9 +37,9 @@ class SparkEngine:
             return is_vector_column(data, name)
         from pyspark.sql import types as T
 
-        from .schema import is_vector_udt
+        from .schema import fields_of, is_vector_udt
 
-        fields = {f.name: f.dataType for f in data.schema.fields}
+        fields = fields_of(data)
         return name in fields and (isinstance(fields[name], T.ArrayType)
                                    or is_vector_udt(fields[name]))
 

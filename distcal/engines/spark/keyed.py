@@ -77,7 +77,6 @@ import math
 import pickle
 import zlib
 from collections.abc import Callable, Iterator
-from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -90,17 +89,17 @@ from ...core.keyed import (
     KeyedTable,
     KeySpec,
     explode,
+    factorize_keys,
     merge_keyed,
     pool_keyed,
     pool_rows,
 )
-from ...core.rows import RowPart, count_classes, merge_stats, read_rows
-from ...core.rows import check_columns as check_rows_columns
+from ...core.rows import RowPart, check_columns, count_classes, merge_stats, read_rows
 from ...core.summary import arrow_from_keyed, keyed_from_arrow, moved_fields
 from ...errors import VECTORS_EXPECTED, DataError, column_type
 from ...logs import log, phase
-from ..base import RowCounts
-from .schema import is_vector_udt, vector_array, vector_length_counts
+from ..base import KeyedRanges
+from .schema import column_kind, fields_of, is_vector_udt, quote, vector_array, vector_length_counts
 from .session import default_ranges, with_arrow_batches
 
 __all__ = ["SparkKeyedRanges", "KeyedRuns", "chunks", "result_batch", "range_result",
@@ -153,37 +152,51 @@ def result_batch(rid: int, payload: Any) -> pa.RecordBatch:
         schema=pa.schema([("rid", pa.int64()), ("payload", pa.binary())]))
 
 
+def partition_id() -> int:
+    """The partition of the running Spark task (a range partition: its range)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    assert context is not None, "runs inside a Spark task"
+    return context.partitionId()
+
+
 def range_result(fn: Callable[[KeyedTable], Any], runs: KeyedRuns, ok: bool = True,
                  **extra: Any) -> pa.RecordBatch:
     """The result row of a range partition: its partition id, and ``extra`` with whether
     the range has pooled rows (``empty``) and ``fn``'s result on its keyed table (None
     when empty or not ``ok``), pickled."""
-    from pyspark import TaskContext
-
     table = runs.table()
     runs.runs.clear()
     empty = not len(table.table)
     result = fn(table) if ok and not empty else None
     del table
-    context = TaskContext.get()
-    assert context is not None, "runs inside a Spark task"
-    return result_batch(context.partitionId(), {**extra, "empty": empty, "result": result})
+    return result_batch(partition_id(), {**extra, "empty": empty, "result": result})
 
 
-def _keyed(rows: RowPart, classes: list[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+def collect_results(df: Any, runner: Callable[[Iterator[pa.RecordBatch]],
+                                               Iterator[pa.RecordBatch]]) -> list[tuple[int, Any]]:
+    """``runner`` mapped over ``df``'s partitions (one ``mapInArrow`` job, in the Arrow
+    batches of :func:`.session.with_arrow_batches`): its result rows
+    (:data:`RESULT_SCHEMA`) as (range id, payload unpickled), by range id."""
+    got = with_arrow_batches(df.sparkSession, lambda: df.mapInArrow(
+        runner, RESULT_SCHEMA).collect())
+    return sorted(((int(r["rid"]), pickle.loads(r["payload"])) for r in got),
+                  key=lambda one: one[0])
+
+
+def _keyed(rows: RowPart, classes: list[Any]) -> tuple[np.ndarray, np.ndarray,
                                                         np.ndarray | None, np.ndarray | None,
                                                         np.ndarray | None]:
-    """A part's valid rows exploded per class, segments not: (row index, score, label, weight,
-    class or None, segment code or None), one entry per keyed row."""
+    """A part's valid rows exploded per class, segments not: (score, label, weight, class or
+    None, segment code or None), one entry per keyed row."""
     codes, keys, score, label, weight = explode(rows.score, rows.label, rows.weight, None,
                                                 classes)
-    n = rows.n_rows
-    index = np.tile(np.arange(n), len(classes))
     cls = None
     if classes != [None]:
         cls = np.asarray([k[1] for k in keys], dtype=np.int64)[codes]
     seg = None if rows.segments is None else np.tile(rows.segments[0], len(classes))
-    return index, score, label, weight, cls, seg
+    return score, label, weight, cls, seg
 
 
 def _key_hashes(keys: list[Key]) -> np.ndarray:
@@ -213,11 +226,8 @@ def sample_runner(spec: KeySpec, finite_scores: bool, n_classes: int | None,
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         scores, hashes = [], []
-        for batch in batches:
-            if not batch.num_rows:
-                continue
-            rows, _ = read_rows(pa.Table.from_batches([batch]), spec,
-                                finite_scores=finite_scores, n_classes=n_classes)
+        for data in chunks(batches, 1):  # each non-empty batch
+            rows, _ = read_rows(data, spec, finite_scores=finite_scores, n_classes=n_classes)
             s, h = _own_keys(rows, classes)
             scores.append(s)
             hashes.append(h)
@@ -299,17 +309,15 @@ def row_runner(spec: KeySpec, finite_scores: bool, n_classes: int | None, classe
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         stats: dict[str, Any] | None = None
         out = None
-        for batch in batches:
-            if not batch.num_rows:
-                continue
-            if out is None:  # the segment columns keep the input's Arrow types
-                out = _with_keys(schema, [batch.schema.field(b).type for b in by])
-            table = pa.Table.from_batches([batch])
-            rows, st = read_rows(table, spec, finite_scores=finite_scores, n_classes=n_classes)
+        for data in chunks(batches, 1):  # each non-empty batch
+            if out is None:  # _k0, _k1, ... before _st: the input's Arrow types of ``by``
+                keys = [pa.field(f"_k{j}", data.schema.field(b).type) for j, b in enumerate(by)]
+                out = pa.schema(list(schema)[:-1] + keys + list(schema)[-1:])
+            rows, st = read_rows(data, spec, finite_scores=finite_scores, n_classes=n_classes)
             stats = merge_stats(stats, st)
             if not rows.n_rows:
                 continue
-            _, score, label, weight, cls, seg = _keyed(rows, classes)
+            score, label, weight, cls, seg = _keyed(rows, classes)
             cols: dict[str, Any] = {
                 "_r": np.searchsorted(bounds, score, side="right").astype(np.int64),
                 "_s": score, "_y": label.astype(np.float64)}
@@ -334,13 +342,6 @@ def row_runner(spec: KeySpec, finite_scores: bool, n_classes: int | None, classe
                  for name in out.names}, schema=out)
 
     return run
-
-
-def _with_keys(schema: pa.Schema, types: list[pa.DataType]) -> pa.Schema:
-    """The keyed rows' schema: ``schema`` with ``_k0, _k1, ...`` before its last field."""
-    fields = list(schema)
-    keys = [pa.field(f"_k{j}", t) for j, t in enumerate(types)]
-    return pa.schema(fields[:-1] + keys + fields[-1:])
 
 
 # -- the range side ----------------------------------------------------------------------
@@ -383,8 +384,6 @@ def _merge(parts: list[KeyedTable]) -> KeyedTable:
 
 def pool_chunk(data: pa.Table, n_by: int, weighted: bool, per_class: bool) -> KeyedTable:
     """One chunk of a range's keyed rows pooled by (key, score); segments exploded here."""
-    from ...core.keyed import factorize_keys
-
     score = data.column("_s").to_numpy()
     label = data.column("_y").to_numpy()
     weight = data.column("_w").to_numpy() if weighted else None
@@ -446,6 +445,25 @@ def range_runner(fn: Callable[[KeyedTable], Any], n_by: int, weighted: bool, per
     return run
 
 
+def pool_raw(batches: Iterator[pa.RecordBatch], spec: KeySpec, finite_scores: bool,
+             chunk_rows: int) -> tuple[dict[str, Any] | None, KeyedRuns, pa.Schema | None]:
+    """A range partition of the user's rows (a binary score, raw) read, checked and pooled
+    as its chunks stream in: its counts and first chunk's schema (None without rows), and
+    its pooled runs."""
+    stats: dict[str, Any] | None = None
+    schema = None
+    runs = KeyedRuns()
+    for data in chunks(batches, chunk_rows):
+        if schema is None:
+            schema = data.schema
+        rows, st = read_rows(data, spec, finite_scores=finite_scores)
+        stats = merge_stats(stats, st)
+        del data
+        if rows.n_rows:
+            runs.add(pool_rows(rows, [None], spec.pool_squares))
+    return stats, runs, schema
+
+
 def raw_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: bool,
                chunk_rows: int = CHUNK_ROWS
                ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -453,14 +471,7 @@ def raw_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: bo
     id and the pickled (counts, ``fn`` result or None when it has no valid row)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        stats: dict[str, Any] | None = None
-        runs = KeyedRuns()
-        for data in chunks(batches, chunk_rows):
-            rows, st = read_rows(data, spec, finite_scores=finite_scores)
-            stats = merge_stats(stats, st)
-            del data
-            if rows.n_rows:
-                runs.add(pool_rows(rows, [None], spec.pool_squares))
+        stats, runs, _ = pool_raw(batches, spec, finite_scores, chunk_rows)
         yield range_result(fn, runs, stats=stats)
 
     return run
@@ -478,26 +489,14 @@ def pool_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: b
     by = key_columns(spec)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        stats: dict[str, Any] | None = None
-        types: list[pa.DataType] = []
-        runs = KeyedRuns()
-        for data in chunks(batches, chunk_rows):
-            if stats is None:  # the segment columns keep the input's Arrow types
-                types = [data.schema.field(b).type for b in by]
-            rows, st = read_rows(data, spec, finite_scores=finite_scores)
-            stats = merge_stats(stats, st)
-            del data
-            if rows.n_rows:
-                runs.add(pool_rows(rows, [None], spec.pool_squares))
-        if stats is None:
+        stats, runs, first_schema = pool_raw(batches, spec, finite_scores, chunk_rows)
+        if first_schema is None:  # no rows
             return
+        # the segment columns keep the input's Arrow types
+        types = [first_schema.field(b).type for b in by]
         table = runs.table()
         runs.runs.clear()
-        context = TaskContext.get()
-        assert context is not None, "runs inside a Spark task"
-        rid = context.partitionId()
+        rid = partition_id()
         schema = pa.schema([("rid", pa.int64()), ("part", pa.int64()), ("payload", pa.binary())])
         first = {"empty": not len(table.table),
                  "result": fn(table) if len(table.table) else None}
@@ -590,16 +589,9 @@ def parts_runner(fn: Callable[[RowPart], Any], spec: KeySpec, finite_scores: boo
 
 # -- the driver ------------------------------------------------------------------------
 
-def check_columns(df: Any, spec: KeySpec) -> None:
-    """Every column of ``spec`` is in ``df`` (``read_rows``'s ``DataError`` otherwise)."""
-    check_rows_columns([f.name for f in df.schema.fields], spec)
-
-
 def check_types(df: Any, spec: KeySpec) -> None:
     """A binary spec's columns of types Arrow cannot read as numbers (e.g. "date"), refused
     from the schema in Spark's words, before any job; a vector score only at score_index."""
-    from .schema import column_kind
-
     fields = fields_of(df)
     name, role = str(spec.score_col), "prob" if spec.probabilities else "score"
     if spec.score_index is not None and vector_array(df, name) is None:
@@ -618,7 +610,7 @@ def _vector_lengths(df: Any, spec: KeySpec) -> list[dict[int, int]]:
     """The vector score column's lengths over the input (``count_classes``; one small job),
     or the DataError of a column of another type."""
     name = str(spec.score_col)
-    dtype = {f.name: f.dataType for f in df.schema.fields}[name]
+    dtype = fields_of(df)[name]
     if vector_array(df, name) is None:
         raise DataError(f"column '{name}' has type {dtype.simpleString()}; expected a vector "
                         "(list) of numbers per row, or pass one column per class as score_cols")
@@ -626,17 +618,11 @@ def _vector_lengths(df: Any, spec: KeySpec) -> list[dict[int, int]]:
         return [vector_length_counts(df, name)]
 
 
-def fields_of(df: Any) -> dict[str, Any]:
-    return {f.name: f.dataType for f in df.schema.fields}
-
-
 def input_rows(df: Any, spec: KeySpec) -> Any:
     """The columns of ``spec``, a ``VectorUDT`` score column as ``array<double>`` (JVM)."""
     from pyspark.sql import functions as F
 
-    from .schema import quote
-
-    fields = {f.name: f.dataType for f in df.schema.fields}
+    fields = fields_of(df)
     cols = []
     for c in spec.columns:
         if is_vector_udt(fields[c]):
@@ -646,7 +632,26 @@ def input_rows(df: Any, spec: KeySpec) -> Any:
     return df.select(*cols)
 
 
-class SparkKeyedRanges(RowCounts):
+class SparkRanges(KeyedRanges):
+    """What the Spark ranges share: frames persisted between passes, until :meth:`close`."""
+
+    persisted: list[Any]
+
+    def persist(self, df: Any) -> Any:
+        """``df`` persisted (``MEMORY_AND_DISK``), unpersisted by :meth:`close`."""
+        from pyspark import StorageLevel
+
+        df = df.persist(StorageLevel.MEMORY_AND_DISK)
+        self.persisted.append(df)
+        return df
+
+    def close(self) -> None:
+        for df in self.persisted:
+            df.unpersist()
+        self.persisted = []
+
+
+class SparkKeyedRanges(SparkRanges):
     """The keyed rows of a Spark DataFrame in score ranges (module docstring)."""
 
     def __init__(self, df: Any, spec: KeySpec, *, on_invalid: str = "raise",
@@ -654,10 +659,11 @@ class SparkKeyedRanges(RowCounts):
                  range_rows: int = RANGE_ROWS, sample_rows: int = SAMPLE_ROWS,
                  chunk_rows: int = CHUNK_ROWS):
         from pyspark.sql import types as T
+        from pyspark.sql.pandas.types import to_arrow_schema
 
         if on_invalid not in ("raise", "drop"):
             raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
-        check_columns(df, spec)
+        check_columns(list(fields_of(df)), spec)  # read_rows' DataError
         if not spec.multiclass:
             check_types(df, spec)
         self.spec, self.on_invalid, self.finite_scores = spec, on_invalid, finite_scores
@@ -683,15 +689,13 @@ class SparkKeyedRanges(RowCounts):
                 fraction=fraction, seed=20261203)
             runner = sample_runner(spec, finite_scores, self.length, self.classes)
             with phase("spark: sampling the keyed rows for the range bounds"):
-                got = with_arrow_batches(self.spark, lambda: sample.mapInArrow(
-                    runner, RESULT_SCHEMA).collect())
-            parts = [pickle.loads(r["payload"]) for r in got]
+                parts = [p for _, p in collect_results(sample, runner)]
             s = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
             h = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.uint64)
             self.bounds, self.distinct_estimate, hot_share = ranges_for(
                 s, h, fraction, range_rows, default_ranges(df), n_ranges)
             self.k = self.bounds.shape[0] + 1
-        self.persisted: list[Any] = []
+        self.persisted = []
         self.pooled: Any = None
         self.pooled_read: Any = None
         self.rows_persisted = False
@@ -702,8 +706,6 @@ class SparkKeyedRanges(RowCounts):
         self.raw = not spec.multiclass
         if self.raw:
             from pyspark.sql import functions as F
-
-            from .schema import column_kind, quote
 
             name = str(spec.score_col)
             numeric = column_kind(fields_of(self.rows_df)[name]) == "number"
@@ -722,7 +724,7 @@ class SparkKeyedRanges(RowCounts):
             return
 
         # The keyed rows, partitioned by range.
-        fields = {f.name: f.dataType for f in self.rows_df.schema.fields}
+        fields = fields_of(self.rows_df)
         out = [T.StructField("_r", T.LongType()), T.StructField("_s", T.DoubleType()),
                T.StructField("_y", T.DoubleType())]
         if spec.weight_col is not None:
@@ -733,16 +735,14 @@ class SparkKeyedRanges(RowCounts):
         out += [T.StructField(f"_k{j}", fields[b]) for j, b in enumerate(spec.by)]
         out.append(T.StructField("_st", T.BinaryType()))
         spark_schema = T.StructType(out)
-        arrow_schema = _arrow_schema(T.StructType([f for f in out if not f.name.startswith("_k")]))
+        arrow_schema = to_arrow_schema(T.StructType([f for f in out
+                                                     if not f.name.startswith("_k")]))
         keyed = self.rows_df.mapInArrow(
             row_runner(spec, finite_scores, self.length, self.classes, self.bounds,
                        arrow_schema), spark_schema)
         self.ranged = self._partitioned(keyed)
         if passes > 1:
-            from pyspark import StorageLevel
-
-            self.ranged = self.ranged.persist(StorageLevel.MEMORY_AND_DISK)
-            self.persisted.append(self.ranged)
+            self.ranged = self.persist(self.ranged)
         log.info("spark: keyed rows in %d ranges (~%.3g distinct (key, score) pairs, budget "
                  "%d per range)", self.k, self.distinct_estimate, range_rows)
 
@@ -751,15 +751,10 @@ class SparkKeyedRanges(RowCounts):
         also runs the first pass's ``fn``; ``mapInArrow`` keeps the partitions),
         persisted: later passes read it without reading, checking and pooling the rows
         again."""
-        from pyspark import StorageLevel
-
         spec = self.spec
         fields = moved_fields(spec.weight_col is not None, spec.pool_squares)
-        pooled = self.ranged.mapInArrow(
-            pool_runner(fn, spec, self.finite_scores, fields, self.chunk_rows), POOLED_SCHEMA)
-        pooled = pooled.persist(StorageLevel.MEMORY_AND_DISK)
-        self.persisted.append(pooled)
-        return pooled
+        return self.persist(self.ranged.mapInArrow(
+            pool_runner(fn, spec, self.finite_scores, fields, self.chunk_rows), POOLED_SCHEMA))
 
     def _partitioned(self, keyed: Any) -> Any:
         from pyspark.sql import functions as F
@@ -782,17 +777,9 @@ class SparkKeyedRanges(RowCounts):
         runner = range_runner(fn, len(self.spec.by), self.spec.weight_col is not None,
                               self.per_class, self.chunk_rows)
         with phase("spark: one keyed pass over %d ranges", self.k):
-            got = with_arrow_batches(self.spark, lambda: self.ranged.mapInArrow(
-                runner, RESULT_SCHEMA).collect())
-        stats: list[dict[str, Any]] = []
-        results: dict[int, Any] = {}
-        for r in got:
-            if r["rid"] < 0:
-                stats += pickle.loads(r["payload"])
-            else:
-                results[int(r["rid"])] = r["payload"]
-        self._check(stats)
-        return [pickle.loads(results[v]) for v in sorted(results)]
+            got = collect_results(self.ranged, runner)
+        self._check([st for rid, payload in got if rid < 0 for st in payload])
+        return [payload for rid, payload in got if rid >= 0]
 
     def _map_raw(self, fn: Callable[[KeyedTable], Any]) -> list[Any]:
         if self.passes > 1 and self.pooled is None:
@@ -803,9 +790,7 @@ class SparkKeyedRanges(RowCounts):
                 if self.pooled is None else (self.pooled_read,
                                              table_runner(fn, len(key_columns(self.spec))))
             with phase("spark: one keyed pass over %d ranges", self.k):
-                got = with_arrow_batches(self.spark, lambda: source.mapInArrow(
-                    runner, RESULT_SCHEMA).collect())
-            parts = [pickle.loads(r["payload"]) for r in sorted(got, key=lambda r: r["rid"])]
+                parts = [p for _, p in collect_results(source, runner)]
         self._check([p["stats"] for p in parts if p["stats"] is not None])
         return [p["result"] for p in parts if not p["empty"]]
 
@@ -834,34 +819,10 @@ class SparkKeyedRanges(RowCounts):
 
     def map_rows(self, fn: Callable[[RowPart], Any]) -> list[Any]:
         if self.passes > 1 and not self.rows_persisted:
-            from pyspark import StorageLevel
-
-            self.rows_df = self.rows_df.persist(StorageLevel.MEMORY_AND_DISK)
-            self.persisted.append(self.rows_df)
+            self.rows_df = self.persist(self.rows_df)
             self.rows_persisted = True
         runner = parts_runner(fn, self.spec, self.finite_scores, self.length, self.chunk_rows)
         with phase("spark: one pass over the rows"):
-            got = with_arrow_batches(self.spark, lambda: self.rows_df.mapInArrow(
-                runner, RESULT_SCHEMA).collect())
-        parts = [pickle.loads(r["payload"]) for r in got]
+            parts = [p for _, p in collect_results(self.rows_df, runner)]
         self._check([p["stats"] for p in parts if p["stats"] is not None])
         return [res for p in parts for res in p["results"]]
-
-    def close(self) -> None:
-        for df in self.persisted:
-            df.unpersist()
-        self.persisted = []
-
-    def __enter__(self) -> SparkKeyedRanges:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()
-
-
-def _arrow_schema(schema: Any) -> pa.Schema:
-    """The Arrow schema of a Spark struct type of plain columns (numbers, binary)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(schema)

@@ -11,10 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 from ...core.validate import check_vector_lengths
-from ...errors import VECTORS_EXPECTED, column_not_found, column_type
+from ...errors import VECTORS_EXPECTED, column_type
 
-__all__ = ["column_kind", "quote", "vector_element", "is_vector_udt", "vector_array",
+__all__ = ["fields_of", "column_kind", "quote", "vector_element", "is_vector_udt", "vector_array",
            "vector_length_counts"]
+
+
+def fields_of(df: Any) -> dict[str, Any]:
+    """The Spark types of ``df``'s columns, by name."""
+    return {f.name: f.dataType for f in df.schema.fields}
 
 
 def column_kind(dtype: Any) -> str:
@@ -31,8 +36,9 @@ def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
 
 
-def vector_element(df: Any, name: str, index: int, role: str = "score") -> Any:
-    """Element ``index`` of the vectors in column ``name`` as a double column, in the JVM.
+def vector_element(df: Any, name: str, index: int) -> Any:
+    """Element ``index`` of the vectors in score column ``name`` (in ``df``: the caller
+    checked) as a double column, in the JVM.
 
     ``ArrayType`` of numbers, or pyspark.ml's ``VectorUDT`` (dense or
     sparse, through ``vector_to_array``): the element is taken by Spark's
@@ -41,14 +47,10 @@ def vector_element(df: Any, name: str, index: int, role: str = "score") -> Any:
     as the other engines (unequal lengths, index out of range). Null
     vectors and null elements give null (a null score to the row checks).
     """
-    fields = {f.name: f.dataType for f in df.schema.fields}
-    if name not in fields:
-        raise column_not_found(name, role, fields)
     arr = vector_array(df, name)
     if arr is None:
-        raise column_type(name, role, fields[name].simpleString(), VECTORS_EXPECTED)
-    counts = vector_length_counts(df, name)
-    check_vector_lengths(name, role, index, counts)
+        raise column_type(name, "score", fields_of(df)[name].simpleString(), VECTORS_EXPECTED)
+    check_vector_lengths(name, "score", index, vector_length_counts(df, name))
     from pyspark.sql import functions as F
 
     # get() is null beyond the end (arr[i] raises under ANSI mode); none are, after the check.
@@ -71,7 +73,7 @@ def vector_array(df: Any, name: str) -> Any:
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    dtype = {f.name: f.dataType for f in df.schema.fields}[name]
+    dtype = fields_of(df)[name]
     if isinstance(dtype, T.ArrayType) and column_kind(dtype.elementType) == "number":
         return F.col(quote(name)).cast("array<double>")
     if is_vector_udt(dtype):

@@ -20,9 +20,7 @@ samples, and older Spark, take ``repartitionByRange`` (a sampling job).
 from __future__ import annotations
 
 import math
-import pickle
 from collections.abc import Callable, Iterator
-from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -32,8 +30,15 @@ import pyarrow.parquet as pq
 from ...core.keyed import KeyedTable, KeySpec, range_bounds
 from ...core.rows import RowPart
 from ...logs import log, phase
-from .keyed import CHUNK_ROWS, RANGE_ROWS, RESULT_SCHEMA, KeyedRuns, chunks, range_result
-from .session import with_arrow_batches
+from .keyed import (
+    CHUNK_ROWS,
+    RANGE_ROWS,
+    KeyedRuns,
+    SparkRanges,
+    chunks,
+    collect_results,
+    range_result,
+)
 
 __all__ = ["SparkSummaryRanges"]
 
@@ -74,7 +79,7 @@ def range_id(score: Any, bounds: np.ndarray) -> Any:
     return search(0, bounds.shape[0])
 
 
-class SparkSummaryRanges:
+class SparkSummaryRanges(SparkRanges):
     """The keyed ranges of summaries on Spark (module docstring; ``KeyedRanges``).
 
     Options as :class:`~.keyed.SparkKeyedRanges`: ``range_rows`` (summary
@@ -123,12 +128,9 @@ class SparkSummaryRanges:
             self.ranged = df.repartitionById(self.k, range_id(F.col("score"), bounds))
         else:
             self.ranged = df.repartitionByRange(self.k, "score")
-        self.persisted: list[Any] = []
+        self.persisted = []
         if passes > 1:
-            from pyspark import StorageLevel
-
-            self.ranged = self.ranged.persist(StorageLevel.MEMORY_AND_DISK)
-            self.persisted.append(self.ranged)
+            self.ranged = self.persist(self.ranged)
         self.n_classes = 0
         self.n_rows, self.weight_total = source.n_rows, source.weight_total
         self.dropped_rows = source.dropped_rows
@@ -139,23 +141,9 @@ class SparkSummaryRanges:
         runner = summary_runner(fn, self.source, self.spec, self.finite_scores,
                                 self.chunk_rows)
         with phase("spark: one keyed pass over %d ranges of summary rows", self.k):
-            got = with_arrow_batches(self.spark, lambda: self.ranged.mapInArrow(
-                runner, RESULT_SCHEMA).collect())
-        parts = [pickle.loads(r["payload"]) for r in sorted(got, key=lambda r: r["rid"])]
+            parts = [p for _, p in collect_results(self.ranged, runner)]
         self.source.raise_problems([q for p in parts for q in p["problems"]])
         return [p["result"] for p in parts if not p["empty"]]
 
     def map_rows(self, fn: Callable[[RowPart], Any]) -> list[Any]:
         raise self.source.no_rows()
-
-    def close(self) -> None:
-        for df in self.persisted:
-            df.unpersist()
-        self.persisted = []
-
-    def __enter__(self) -> SparkSummaryRanges:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.close()

@@ -38,8 +38,9 @@ from typing import Any
 import numpy as np
 
 from ...core.piecewise import Piecewise, piecewise
-from ...errors import column_not_found, column_type, output_column_exists
-from .schema import column_kind, quote, vector_element
+from ...errors import column_type
+from ..base import check_transform_columns
+from .schema import column_kind, fields_of, quote, vector_element
 
 __all__ = ["transform", "transform_segmented"]
 
@@ -78,16 +79,11 @@ def _fresh_names(names: list[str], taken: set[str]) -> list[str]:
 
 def _check(df: Any, score_col: str, output_col: str, vectors: bool = False,
            by: tuple[str, ...] = ()) -> dict[str, Any]:
-    fields = {f.name: f.dataType for f in df.schema.fields}
-    if score_col not in fields:
-        raise column_not_found(score_col, "score", fields)
+    fields = fields_of(df)
+    check_transform_columns(list(fields), {score_col: "score"})
     if not vectors and column_kind(fields[score_col]) != "number":
         raise column_type(score_col, "score", fields[score_col].simpleString())
-    for name in by:
-        if name not in fields:
-            raise column_not_found(name, "segment", fields)
-    if output_col in fields:
-        raise output_column_exists(output_col)
+    check_transform_columns(list(fields), dict.fromkeys(by, "segment"), output_col)
     return fields
 
 

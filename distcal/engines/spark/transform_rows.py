@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
-from ...errors import column_not_found, output_column_exists
-from .schema import is_vector_udt, quote, vector_array
+from ..base import check_transform_columns, prediction_array
+from .schema import fields_of, is_vector_udt, quote, vector_array
 from .session import on_executors
 
 __all__ = ["transform_rows"]
@@ -29,12 +28,8 @@ def transform_rows(df: Any, columns: dict[str, str], output_col: str,
     from pyspark.sql import functions as F
     from pyspark.sql import types as T
 
-    fields = {f.name: f.dataType for f in df.schema.fields}
-    for c, role in columns.items():
-        if c not in fields:
-            raise column_not_found(c, role, list(fields))
-    if output_col in fields:
-        raise output_column_exists(output_col)
+    fields = fields_of(df)
+    check_transform_columns(list(fields), columns, output_col)
     converted = {c: _INPUT.format(i) for i, c in enumerate(columns) if is_vector_udt(fields[c])}
     work = df
     for c, hidden in converted.items():
@@ -49,13 +44,7 @@ def transform_rows(df: Any, columns: dict[str, str], output_col: str,
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             part = pa.Table.from_batches([batch]).select(inputs).rename_columns(names)
-            values = np.asarray(predict(part), dtype=np.float64)
-            if vector:
-                n, k = values.shape if values.ndim == 2 else (values.shape[0], 0)
-                col: Any = pa.ListArray.from_arrays(
-                    pa.array(np.arange(n + 1, dtype=np.int32) * k), pa.array(values.reshape(-1)))
-            else:
-                col = pa.array(values.reshape(-1))
+            col = prediction_array(predict(part), vector)
             yield pa.RecordBatch.from_arrays([*batch.columns, col],
                                              names=[*batch.schema.names, output_col])
 
