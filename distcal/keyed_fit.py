@@ -67,11 +67,13 @@ def check_by(by: Any, columns: dict[str, str | None], min_segment_weight: Any) -
 
 def _method_plan(method: str, params: dict[str, Any], directions: Callable[[Key], bool],
                  score_name: Callable[[Key | None], str | None] = lambda key: None,
-                 label_name: str | None = None
+                 label_name: str | None = None, fit_rows: Callable[[], int] = lambda: 0
                  ) -> Callable[[Key | None], Generator[Any, Any, Any]]:
     """The plan of ``method`` for a key; ``directions(key)``: the sign of Spearman's rho
     of the key's rows (isotonic "auto" with labels that are not all 0/1);
-    ``score_name(key)`` and ``label_name``: the key's columns, for messages."""
+    ``score_name(key)`` and ``label_name``: the key's columns, for messages;
+    ``fit_rows()``: the rows of the fit, all keys together (known once the
+    first pass has run, before any key's plan is made)."""
     if method == "isotonic":
         def isotonic(key: Key | None) -> Generator[Any, Any, Any]:
             return isotonic_plan(params["increasing"], params["y_min"], params["y_max"],
@@ -86,7 +88,7 @@ def _method_plan(method: str, params: dict[str, Any], directions: Callable[[Key]
     if method == "beta":
         return lambda key: beta_plan(score_name(key))
     if method == "venn_abers":
-        return lambda key: venn_abers_plan(label_name)
+        return lambda key: venn_abers_plan(label_name, fit_rows() if key else 0)
     return lambda key: temperature_plan()
 
 
@@ -224,7 +226,8 @@ def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str
         columns = _columns(spec)
         plan = _method_plan(method, params, _RowDirections(ranges.map_rows, bool(by), counts),
                             lambda key: None if key is None
-                            else class_columns(columns, key).get("score"), spec.label_col)
+                            else class_columns(columns, key).get("score"), spec.label_col,
+                            lambda: ranges.n_rows)
         what = "by " + ", ".join(by) if by else "multiclass" if spec.multiclass else "binary"
         with phase("fit %s: %s", what, method):
             try:

@@ -181,6 +181,10 @@ def _values(w: np.ndarray, y: np.ndarray, m_left: int, n: int, left_rec: np.ndar
     return p0, p1
 
 
+#: Past this many rows numba's kernels (~1 s to compile, once per process) are faster.
+COMPILE_ROWS = 20_000
+
+
 @functools.cache
 def _kernels() -> tuple[Any, Any]:
     """(:func:`_scan`, :func:`_values`) compiled once per process by numba.
@@ -192,11 +196,14 @@ def _kernels() -> tuple[Any, Any]:
 
 
 def venn_abers_values(table: DistinctTable, left: Blocks | None = None,
-                      right: Blocks | None = None) -> tuple[np.ndarray, np.ndarray]:
+                      right: Blocks | None = None, compiled: bool = False
+                      ) -> tuple[np.ndarray, np.ndarray]:
     """P0[j], P1[j] at every distinct score of ``table`` (module docstring).
 
     ``left``/``right``: the PAV blocks of all rows below/above the table's
-    scores (none: the table is all the rows).
+    scores (none: the table is all the rows). ``compiled``: run numba's
+    kernels however small the table (the same values; a fit of many small
+    keys pays their compilation once for all of them).
     """
     lo = [left] if left is not None and len(left) else []
     hi = [right] if right is not None and len(right) else []
@@ -208,7 +215,7 @@ def venn_abers_values(table: DistinctTable, left: Blocks | None = None,
     if not (np.all(np.isfinite(w)) and np.all(np.isfinite(y))):
         raise sums_overflow()
     # Scores a Python loop handles faster than numba's import and compilation (~1 s).
-    scan, values = _kernels() if w.shape[0] > 20_000 else (_scan, _values)
+    scan, values = _kernels() if compiled or w.shape[0] > COMPILE_ROWS else (_scan, _values)
     p0, p1 = values(w, y, m_left, len(table), scan(w, y, False), scan(w, y, True))
     return p0, p1
 
@@ -268,8 +275,8 @@ def _first(t: DistinctTable) -> tuple[Blocks, float, int]:
 class _Second:
     """Pass 2 of a range: its compressed steps, from every range's blocks (module docstring)."""
 
-    def __init__(self, blocks: list[Blocks], firsts: list[float]):
-        self.blocks, self.firsts = blocks, firsts
+    def __init__(self, blocks: list[Blocks], firsts: list[float], compiled: bool):
+        self.blocks, self.firsts, self.compiled = blocks, firsts, compiled
 
     def __call__(self, t: DistinctTable) -> Steps:
         if not len(t):
@@ -277,14 +284,18 @@ class _Second:
         r = bisect.bisect_right(self.firsts, float(t.score[0])) - 1
         left = merge_blocks(self.blocks[:r]) if r > 0 else None
         right = merge_blocks(self.blocks[r + 1:]) if r + 1 < len(self.blocks) else None
-        p0, p1 = venn_abers_values(t, left, right)
+        p0, p1 = venn_abers_values(t, left, right, self.compiled)
         return join_steps([Steps(t.score, p0, t.score, p1)])
 
 
-def venn_abers_plan(label_col: str | None = None) -> Generator[Any, list[Any], Steps]:
+def venn_abers_plan(label_col: str | None = None, fit_rows: int = 0
+                    ) -> Generator[Any, list[Any], Steps]:
     """The Venn-Abers steps as a plan (:mod:`distcal.core.plans`): two passes.
 
-    ``label_col`` names the label column in the messages.
+    ``label_col`` names the label column in the messages. ``fit_rows``: the
+    rows of the whole fit, all keys together; past :data:`COMPILE_ROWS`
+    every key runs numba's kernels (10,000 segments of 200 rows would
+    otherwise run 2e6 rows through the Python loops).
     """
     firsts_parts = yield _first
     bad = [b for _, _, b in firsts_parts if b]
@@ -298,5 +309,5 @@ def venn_abers_plan(label_col: str | None = None) -> Generator[Any, list[Any], S
                               "predictors take 0/1 labels")
     blocks = [b for b, _, _ in firsts_parts]
     firsts = [f for _, f, _ in firsts_parts]
-    parts = yield _Second(blocks, firsts)
+    parts = yield _Second(blocks, firsts, fit_rows > COMPILE_ROWS)
     return join_steps(parts)
