@@ -25,7 +25,7 @@ from .distinct import is_binary
 from .multiclass import label_problems
 
 __all__ = ["vector_lengths", "problems_message", "Problems", "read_scores",
-           "check_score_args", "RowPart", "count_classes",
+           "check_score_args", "RowPart", "group_by_code", "count_classes",
            "read_rows", "add_up_rows", "RowTotals", "check_columns", "merge_stats", "read_score"]
 
 # ---------------------------------------------------------------------------
@@ -365,10 +365,21 @@ class RowPart:
         if self.segments is None:
             return []
         codes, keys = self.segments
-        order = np.argsort(codes, kind="stable")
-        bounds = np.searchsorted(codes[order], np.arange(-1, len(keys) + 1))
-        return [(keys[c], self.take(order[bounds[c + 1]:bounds[c + 2]]))
-                for c in range(len(keys)) if bounds[c + 2] > bounds[c + 1]]
+        _, rows = group_by_code(codes, len(keys))
+        return [(keys[c], self.take(idx)) for c, idx in enumerate(rows) if idx.shape[0]]
+
+
+def group_by_code(codes: np.ndarray, n_keys: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The row indices of each segment code: (the rows coded -1, a null key;
+    ``[rows coded c for c in range(n_keys)]``), each in the rows' order.
+
+    ``codes``: each row's code, -1 to ``n_keys - 1`` (one stable sort, no
+    pass per code).
+    """
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(-1, n_keys + 1))
+    return (order[bounds[0]:bounds[1]],
+            [order[bounds[c + 1]:bounds[c + 2]] for c in range(n_keys)])
 
 
 def check_columns(names: list[str], spec: Any) -> None:
