@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import DataError
-from .columns import column_to_float, is_list_type, vector_element
+from .columns import arrow_kind, column_to_float, is_list_type, vector_element
 from .distinct import is_binary
 from .multiclass import label_problems
 
@@ -138,7 +138,8 @@ def _numpy_vectors(s: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
 
 def _vector_column(data: pd.DataFrame | pa.Table, name: str, length: int | None = None
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A vector column as an (n, K) float64 matrix, K the most common length.
+    """A vector column of numbers (booleans are 0 and 1, as in a score column) as an (n, K)
+    float64 matrix, K the most common length.
 
     Returns (matrix, null-row mask, ragged-row mask); null and ragged rows
     are NaN in the matrix. ``length`` imposes K (a cluster engine counts the
@@ -167,8 +168,7 @@ def _vector_column(data: pd.DataFrame | pa.Table, name: str, length: int | None 
         col = pa.nulls(len(col), type=pa.list_(pa.float64()))
     col = _as_lists(col, name)
     vt = col.type.value_type
-    if not (pa.types.is_integer(vt) or pa.types.is_floating(vt) or pa.types.is_null(vt)
-            or pa.types.is_decimal(vt)):
+    if arrow_kind(vt) != "number":
         raise DataError(f"column '{name}' holds vectors of {vt}; expected numbers")
     n = len(col)
     lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False)
