@@ -46,6 +46,7 @@ import pyarrow as pa
 
 from .core.keyed import GLOBAL, Key, factorize_keys, key_text
 from .core.multiclass import normalise_ovr, to_logits
+from .core.rows import group_by_code
 from .core.temperature import softmax_predict
 from .core.validate import as_scores
 from .defaults import METHODS
@@ -352,11 +353,10 @@ class KeyedModel:
         out = np.empty((s.shape[0], width) if width >= 2 else s.shape[0])
         first = self._classes_keyed()[0]
         fitted = [k if (k, first) in self._maps else GLOBAL for k in keys]
-        order = np.argsort(codes, kind="stable")
-        bounds = np.searchsorted(codes[order], np.arange(-1, len(keys) + 1))
-        groups: dict[Any, list[np.ndarray]] = {GLOBAL: [order[bounds[0]:bounds[1]]]}
-        for c, seg in enumerate(fitted):
-            groups.setdefault(seg, []).append(order[bounds[c + 1]:bounds[c + 2]])
+        null_rows, rows = group_by_code(codes, len(keys))
+        groups: dict[Any, list[np.ndarray]] = {GLOBAL: [null_rows]}
+        for seg, idx in zip(fitted, rows):
+            groups.setdefault(seg, []).append(idx)
         for seg, parts in groups.items():
             idx = np.concatenate(parts)
             if idx.shape[0]:

@@ -30,13 +30,12 @@ import pandas as pd
 import pyarrow as pa
 
 from .core.keyed import GLOBAL, Key, key_text
-from .errors import ModelError
+from .errors import ModelError, short_repr
 from .keyed_model import KeyedModel, TemperatureMap
 from .model import (
     CalibrationModel,
     MapRows,
     _is_count,
-    _short,
     blocks_from_table,
     build_or_damaged,
     check_model,
@@ -220,7 +219,7 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
     counts = {k: meta[k] for k in ("n_rows", "weight_total", "dropped_rows")}
     where = "the global map"
     glob = checked_map(root, where, method, params,
-                       rows.blocks(-1, meta["global_blocks"], where, _short), columns=columns,
+                       rows.blocks(-1, meta["global_blocks"], where, short_repr), columns=columns,
                        **counts)
     keys = list(zip(*[seg.column(b).to_pylist() for b in by])) if seg.num_rows else []
     if len(set(keys)) != len(keys):
@@ -247,7 +246,7 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
             continue
         p = parse_model_json(seg_params[i], root / SEGMENTS_FILE, f"params of {where}: ")
         models[key] = checked_map(root, where, method, p,
-                                  rows.blocks(i, n_blocks[i], where, _short), columns=columns,
+                                  rows.blocks(i, n_blocks[i], where, short_repr), columns=columns,
                                   n_rows=n_rows[i], weight_total=weight[i], dropped_rows=0)
     if rows.taken != rows.total:
         raise bad("the blocks table has blocks of no segment")

@@ -49,7 +49,7 @@ from .core.sigmoid import sigmoid_predict
 from .core.validate import as_scores
 from .core.venn_abers import Steps
 from .defaults import DEFAULTS, INTERPOLATIONS, METHOD_PARAMS, METHODS, STRATEGIES
-from .errors import ModelError, ParameterError, sums_overflow
+from .errors import ModelError, ParameterError, short_repr, sums_overflow
 from .model_format import _BLOCK_COLUMNS, _json_checksum, steps_table, write_model_dir
 from .storage import filesystem_for, publish_dir
 
@@ -635,14 +635,14 @@ def read_checked_meta(root: Path, fmt: str, version: int, kind: str = "", *,
 
     ``kind`` ("", "multiclass ", "segmented ") and ``noun`` ("model",
     "summary") name the directory in the messages; ``version_text`` shows
-    a wrong version in them (default :func:`_short`).
+    a wrong version in them (default :func:`~distcal.errors.short_repr`).
     """
     meta = read_model_json(root, name, noun)
     if meta.get("format") != fmt:
         raise ModelError(f"'{root}' is not a distcal {kind}{noun}")
     if type(meta.get("format_version")) is not int or meta["format_version"] != version:
         raise ModelError(f"'{root}' has {kind}{noun} format version "
-                         f"{(version_text or _short)(meta.get('format_version'))}; "
+                         f"{(version_text or short_repr)(meta.get('format_version'))}; "
                          f"this distcal reads version {version}")
     if meta.get("checksum") != _json_checksum(meta):
         raise ModelError(f"'{root / name}' is damaged (checksum mismatch)")
@@ -765,12 +765,6 @@ class MapRows:
             part = part.drop_columns(["score_mean"])
         return blocks_from_table(part, f"'{self.root / self.file}' ({what})",
                                  keys=(self.owner,))
-
-
-def _short(v: Any) -> str:
-    """``repr(v)``, cut to 40 characters (values from untrusted files go into messages)."""
-    text = repr(v)
-    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _is_number(v: Any) -> bool:

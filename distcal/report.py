@@ -168,8 +168,8 @@ def _strategy(edges: list[float]) -> str:
 def _provenance(reports: list[Any], given: dict[str, Any] | None,
                 model: Any) -> dict[str, Any]:
     """What the page's Provenance lists: the first report's rows, weight and bins, the
-    version and time, ``model``'s method and rows, then ``given``; a binary report's
-    ``model_dir`` also gives the model's checksum when ``given`` has none."""
+    version and time, ``model``'s method and rows, then ``given``; ``model_dir`` (a binary
+    or a multiclass model's) also gives the model's checksum when ``given`` has none."""
     from .version import __version__
 
     r0 = reports[0]
@@ -191,7 +191,7 @@ def _provenance(reports: list[Any], given: dict[str, Any] | None,
         prov["model_rows"] = model.n_rows
     prov.update(given or {})
     model_dir = prov.get("model_dir")
-    if model_dir and not prov.get("model_checksum") and not multiclass:
+    if model_dir and not prov.get("model_checksum"):
         from .errors import ModelError
         from .model import read_model_json
 

@@ -33,6 +33,7 @@ from sklearn.utils import _safe_indexing, get_tags, indexable
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
+from .core.multiclass import normalise_ovr
 from .defaults import MULTICLASS_METHODS as METHODS
 from .keyed_model import KeyedModel as MulticlassCalibrationModel
 from .params import check_bool
@@ -330,7 +331,8 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         return mean
 
     def _cross_venn_abers(self, X: Any) -> np.ndarray:
-        """p = GM(p1) / (GM(1 - p0) + GM(p1)) per class over the folds, then normalised.
+        """p = GM(p1) / (GM(1 - p0) + GM(p1)) per class over the folds, then normalised
+        as any one-vs-rest output (:func:`~distcal.core.multiclass.normalise_ovr`).
 
         Where both geometric means are 0 (one fold is sure of 0, another of
         1) the class gets 1/2.
@@ -340,14 +342,7 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             g1 = np.exp(np.mean(np.log(p1), axis=0))
             g0 = np.exp(np.mean(np.log(1.0 - p0), axis=0))
         den = g0 + g1
-        p = np.where(den > 0, g1 / np.where(den > 0, den, 1.0), 0.5)
-        k = len(self.classes_)
-        if k == 2:
-            p[:, 0] = 1.0 - p[:, 1]
-            return p
-        total = p.sum(axis=1, keepdims=True)
-        out: np.ndarray = np.where(total > 0, p / np.where(total > 0, total, 1.0), 1.0 / k)
-        return out
+        return normalise_ovr(np.where(den > 0, g1 / np.where(den > 0, den, 1.0), 0.5))
 
     def predict(self, X: Any) -> np.ndarray:
         """The class of highest calibrated probability."""

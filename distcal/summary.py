@@ -56,7 +56,7 @@ from .defaults import DEFAULTS
 from .engines import get_engine, resolve_engine
 from .errors import DataError, ModelError, ParameterError, sums_overflow, unexpected_arguments
 from .logs import log
-from .model import build_or_damaged, read_checked_meta, read_table_bytes, read_table_file
+from .model import build_or_damaged, damaged, read_checked_meta, read_table_bytes, read_table_file
 from .model_format import _json_checksum
 from .params import check_on_invalid, check_roles
 from .storage import fetch_dir, filesystem_for, is_local_uri, local_path, publish_dir
@@ -360,7 +360,7 @@ def _table_of(root: Path, meta: dict[str, Any]) -> pa.Table:
     def read() -> pa.Table:
         tables = meta["tables"]
         if not isinstance(tables, dict) or set(tables) != {"table"}:
-            raise ModelError(f"'{root}' is damaged: unexpected tables in {SUMMARY_JSON}")
+            raise damaged(root, f"unexpected tables in {SUMMARY_JSON}")
         table = read_table_file(root, tables["table"], TABLE_FILE)
         _check_schema(table, len(meta["by"]), root)
         sample = (table.schema.metadata or {}).get(SCORE_SAMPLE_KEY)
@@ -368,13 +368,11 @@ def _table_of(root: Path, meta: dict[str, Any]) -> pa.Table:
             stored_sample(sample, table.num_rows, str(root / TABLE_FILE))
         kt = summary_keyed(table, len(meta["by"]))
         if len(kt.table) != table.num_rows:
-            raise ModelError(f"'{root / TABLE_FILE}' is damaged: a (key, score) pair is "
-                             "listed twice")
+            raise damaged(root / TABLE_FILE, "a (key, score) pair is listed twice")
         n, w = global_totals(kt)
         if n != meta["n_rows"] or not math.isclose(w, meta["weight_total"], rel_tol=1e-9,
                                                    abs_tol=1e-12):
-            raise ModelError(f"'{root}' is damaged: the table's rows or weight differ from "
-                             f"{SUMMARY_JSON}")
+            raise damaged(root, f"the table's rows or weight differ from {SUMMARY_JSON}")
         return table
 
     return build_or_damaged(root, read)
@@ -390,8 +388,7 @@ def _check_schema(table: pa.Table, n_by: int, root: Path) -> None:
         ok = (pa.types.is_int64(t) if f == "count" else pa.types.is_boolean(t)
               if f == "nonbinary" else pa.types.is_float64(t))
         if not ok or table.column(f).null_count:
-            raise ModelError(f"'{root / TABLE_FILE}' is damaged: column {f!r} has type {t} "
-                             "or nulls")
+            raise damaged(root / TABLE_FILE, f"column {f!r} has type {t} or nulls")
 
 
 def _load_dir(root: Path) -> Summary:
@@ -498,6 +495,6 @@ def _check_file_hash(root: Path, meta: dict[str, Any]) -> None:
     info = meta.get("tables")
     entry = info.get("table") if isinstance(info, dict) else None
     if not isinstance(entry, dict) or entry.get("file") != TABLE_FILE:
-        raise ModelError(f"'{root}' is damaged: {SUMMARY_JSON} names no '{TABLE_FILE}'")
+        raise damaged(root, f"{SUMMARY_JSON} names no '{TABLE_FILE}'")
     read_table_bytes(root, entry, TABLE_FILE)
 

@@ -279,6 +279,22 @@ def test_multiclass_report_files_json_and_html(tmp_path):
     assert html.startswith('<div class="distcal-report">') and 'class="confusion"' in html
 
 
+def test_multiclass_report_records_the_model_checksum(tmp_path):
+    """A multiclass report given the model directory names the checksum of its model.json,
+    as a binary report does."""
+    import json
+
+    from distcal.report import build_document
+
+    df, _, _ = _report_frame(3)
+    model = distcal.fit(df, score_col="p", method="isotonic")
+    model.save(tmp_path / "m")
+    rep = distcal.evaluate(df.assign(c=list(model.predict(np.stack(df.p)))), prob_col="c")
+    doc = build_document(rep, provenance={"model_dir": str(tmp_path / "m")})["json"]
+    saved = json.loads((tmp_path / "m" / "model.json").read_text())["checksum"]
+    assert doc["kind"] == "multiclass" and doc["provenance"]["model_checksum"] == saved
+
+
 def test_multiclass_plots_draw_the_report():
     import matplotlib
 

@@ -198,6 +198,27 @@ def test_bad_vectors_same_errors_as_local(engine):
         distcal.fit(engine(ints, schema=f"{schema}, n int"), score_col="n", score_index=0)
 
 
+def test_boolean_vectors_are_0_and_1(engine, tmp_path):
+    """Vectors of booleans are scores 0 and 1 on every engine, as a boolean score column is:
+    a vector score (multiclass) and one element of it (score_index, Spark's in the JVM)."""
+    rng = np.random.default_rng(6)
+    hits = rng.random((600, 3)) < [0.3, 0.5, 0.6]
+    y = rng.integers(0, 3, 600)
+    b = (rng.random(600) < 0.2 + 0.5 * hits[:, 1]).astype(np.int64)
+    path = tmp_path / "bool.parquet"
+    pq.write_table(pa.table({"v": pa.array(hits.tolist(), pa.list_(pa.bool_())), "y": y,
+                             "b": b}), path, row_group_size=250)
+    plain = pd.DataFrame({"v": list(hits.astype(np.float64)), "y": y, "b": b})
+    data = engine.read_parquet(path)
+    assert (distcal.fit(data, score_col="v", label_col="y", method="isotonic")
+            == distcal.fit(plain, score_col="v", label_col="y", method="isotonic"))
+    model = distcal.fit(data, score_col="v", label_col="b", score_index=1)
+    assert model == distcal.fit(plain, score_col="v", label_col="b", score_index=1)
+    out = engine.collect(model.transform(data, score_col="v", score_index=1))
+    element = np.array([v[1] for v in out.v], dtype=np.float64)
+    np.testing.assert_allclose(out.calibrated.to_numpy(), model.predict(element), rtol=1e-12)
+
+
 # -- Spark only: pyspark.ml's VectorUDT and the Calibrator stage ------------------------
 
 @pytest.fixture(scope="module")

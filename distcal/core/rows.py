@@ -20,12 +20,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import DataError
-from .columns import column_to_float, is_list_type, vector_element
+from .columns import arrow_kind, column_to_float, is_list_type, vector_element
 from .distinct import is_binary
 from .multiclass import label_problems
 
 __all__ = ["vector_lengths", "problems_message", "Problems", "read_scores",
-           "check_score_args", "RowPart", "count_classes",
+           "check_score_args", "RowPart", "group_by_code", "count_classes",
            "read_rows", "add_up_rows", "RowTotals", "check_columns", "merge_stats", "read_score"]
 
 # ---------------------------------------------------------------------------
@@ -138,7 +138,8 @@ def _numpy_vectors(s: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
 
 def _vector_column(data: pd.DataFrame | pa.Table, name: str, length: int | None = None
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A vector column as an (n, K) float64 matrix, K the most common length.
+    """A vector column of numbers (booleans are 0 and 1, as in a score column) as an (n, K)
+    float64 matrix, K the most common length.
 
     Returns (matrix, null-row mask, ragged-row mask); null and ragged rows
     are NaN in the matrix. ``length`` imposes K (a cluster engine counts the
@@ -167,8 +168,7 @@ def _vector_column(data: pd.DataFrame | pa.Table, name: str, length: int | None 
         col = pa.nulls(len(col), type=pa.list_(pa.float64()))
     col = _as_lists(col, name)
     vt = col.type.value_type
-    if not (pa.types.is_integer(vt) or pa.types.is_floating(vt) or pa.types.is_null(vt)
-            or pa.types.is_decimal(vt)):
+    if arrow_kind(vt) != "number":
         raise DataError(f"column '{name}' holds vectors of {vt}; expected numbers")
     n = len(col)
     lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False)
@@ -365,10 +365,21 @@ class RowPart:
         if self.segments is None:
             return []
         codes, keys = self.segments
-        order = np.argsort(codes, kind="stable")
-        bounds = np.searchsorted(codes[order], np.arange(-1, len(keys) + 1))
-        return [(keys[c], self.take(order[bounds[c + 1]:bounds[c + 2]]))
-                for c in range(len(keys)) if bounds[c + 2] > bounds[c + 1]]
+        _, rows = group_by_code(codes, len(keys))
+        return [(keys[c], self.take(idx)) for c, idx in enumerate(rows) if idx.shape[0]]
+
+
+def group_by_code(codes: np.ndarray, n_keys: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The row indices of each segment code: (the rows coded -1, a null key;
+    ``[rows coded c for c in range(n_keys)]``), each in the rows' order.
+
+    ``codes``: each row's code, -1 to ``n_keys - 1`` (one stable sort, no
+    pass per code).
+    """
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(-1, n_keys + 1))
+    return (order[bounds[0]:bounds[1]],
+            [order[bounds[c + 1]:bounds[c + 2]] for c in range(n_keys)])
 
 
 def check_columns(names: list[str], spec: Any) -> None:
