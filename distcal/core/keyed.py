@@ -353,10 +353,17 @@ def _concat_disjoint(parts: list[KeyedTable]) -> KeyedTable:
                           np.concatenate([x.count for x in t]),
                           positives if same else np.concatenate([x.label_sum for x in t]),
                           all(x.binary for x in t))
-    wyy = None if any(p.wyy is None for p in parts) else np.concatenate([p.wyy for p in parts])
-    ww = None if any(p.ww is None for p in parts) else np.concatenate([p.ww for p in parts])
+    wyy, ww = _squares(parts)
     return KeyedTable([k for p in parts for k in p.keys], starts, table,
                       np.concatenate([p.binary for p in parts]), wyy, ww)
+
+
+def _squares(parts: list[KeyedTable]) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The parts' sums of w y^2 and of w^2, one part after the other (None: not pooled by
+    every part)."""
+    wyy = None if any(p.wyy is None for p in parts) else np.concatenate([p.wyy for p in parts])
+    ww = None if any(p.ww is None for p in parts) else np.concatenate([p.ww for p in parts])
+    return wyy, ww
 
 
 def pool_rows(rows: Any, classes: list[int | None], with_wyy: bool = False) -> KeyedTable:
@@ -398,8 +405,7 @@ def merge_keyed(parts: list[KeyedTable]) -> KeyedTable:
         codes.append(np.repeat(local, per_row))
         nonbinary.append(np.repeat(~p.binary, per_row))
     t = [p.table for p in parts]
-    wyy = None if any(p.wyy is None for p in parts) else np.concatenate([p.wyy for p in parts])
-    ww = None if any(p.ww is None for p in parts) else np.concatenate([p.ww for p in parts])
+    wyy, ww = _squares(parts)
     return pool_sums(np.concatenate(codes), list(ids),
                       np.concatenate([x.score for x in t]), np.concatenate([x.weight for x in t]),
                       np.concatenate([x.positives for x in t]),
