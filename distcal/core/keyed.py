@@ -311,22 +311,21 @@ def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.
     if not live.all():
         codes, score, label = codes[live], score[live], label[live]
         weight = None if weight is None else weight[live]
-    if with_wyy and weight is None and is_binary(label):
-        # Unit weights and 0/1 labels: w y^2 = w y and w^2 = 1, so both sums are read off
-        # the fast paths' table (positives, rows).
-        kt = pool_keyed(codes, keys, score, label, None)
-        return dataclasses.replace(kt, wyy=kt.table.positives.astype(np.float64),
-                                   ww=kt.table.count.astype(np.float64))
     if len(keys) == 1 and not with_wyy:
         return KeyedTable.single(pool_ties(score, label, weight), keys[0])
-    binary = is_binary(label)
-    if weight is None and binary and not with_wyy:
-        return _pool_unit(codes, keys, score, label)
+    if weight is None and is_binary(label):
+        kt = (KeyedTable.single(pool_ties(score, label, None), keys[0]) if len(keys) == 1
+              else _pool_unit(codes, keys, score, label))
+        if not with_wyy:
+            return kt
+        # Unit weights and 0/1 labels: w y^2 = w y and w^2 = 1, so both sums are read off
+        # the fast paths' table (positives, rows).
+        return dataclasses.replace(kt, wyy=kt.table.positives.astype(np.float64),
+                                   ww=kt.table.count.astype(np.float64))
     w = np.ones(score.shape[0]) if weight is None else weight
     return pool_sums(codes, keys, score, w, w * label, np.ones(score.shape[0], dtype=np.int64),
                       label, (label != 0.0) & (label != 1.0),
                       w * label * label if with_wyy else None, w * w if with_wyy else None)
-
 
 
 def empty_keyed() -> KeyedTable:
