@@ -307,10 +307,7 @@ def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.
     with unit weights count (:func:`_pool_unit`); anything else sums with
     one sort by (key, score) (:func:`pool_sums`).
     """
-    live = codes >= 0
-    if not live.all():
-        codes, score, label = codes[live], score[live], label[live]
-        weight = None if weight is None else weight[live]
+    codes, score, label, weight = _with_key(codes, score, label, weight)
     if len(keys) == 1 and not with_wyy:
         return KeyedTable.single(pool_ties(score, label, weight), keys[0])
     if weight is None and is_binary(label):
@@ -326,6 +323,16 @@ def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.
     return pool_sums(codes, keys, score, w, w * label, np.ones(score.shape[0], dtype=np.int64),
                       label, (label != 0.0) & (label != 1.0),
                       w * label * label if with_wyy else None, w * w if with_wyy else None)
+
+
+def _with_key(codes: np.ndarray, score: np.ndarray, label: np.ndarray,
+              weight: np.ndarray | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """The keyed rows that have a key (code >= 0; all of them: the arrays as they are)."""
+    live = codes >= 0
+    if live.all():
+        return codes, score, label, weight
+    return codes[live], score[live], label[live], None if weight is None else weight[live]
 
 
 def empty_keyed() -> KeyedTable:
@@ -417,7 +424,7 @@ def cut_keyed(part: KeyedTable, bounds: np.ndarray) -> list[KeyedTable]:
     """Split a keyed table into ``len(bounds) + 1`` score ranges (range i: scores below
     ``bounds[i]``, at or above ``bounds[i - 1]``), each key's rows cut at the same bounds."""
     rng = np.searchsorted(bounds, part.table.score, side="right")
-    codes = np.repeat(np.arange(len(part.keys)), np.diff(part.starts))
+    codes = part.rows()[0]
     out = []
     for r in range(bounds.shape[0] + 1):
         sel = np.flatnonzero(rng == r)
@@ -553,9 +560,7 @@ def _pool_unit(codes: np.ndarray, keys: list[Key], score: np.ndarray,
     m = len(keys)
     kernels = _jit_pool_unit_rows() if codes.shape[0] >= _JIT_MIN_ROWS else None
     if kernels is None:
-        live = codes >= 0
-        if not live.all():
-            codes, score, label = codes[live], score[live], label[live]
+        codes, score, label, _ = _with_key(codes, score, label)
         n = codes.shape[0]
         return pool_sums(codes, keys, score, np.ones(n), label, np.ones(n, dtype=np.int64),
                          label, np.zeros(n, dtype=bool))
