@@ -307,26 +307,32 @@ def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.
     with unit weights count (:func:`_pool_unit`); anything else sums with
     one sort by (key, score) (:func:`pool_sums`).
     """
-    live = codes >= 0
-    if not live.all():
-        codes, score, label = codes[live], score[live], label[live]
-        weight = None if weight is None else weight[live]
-    if with_wyy and weight is None and is_binary(label):
-        # Unit weights and 0/1 labels: w y^2 = w y and w^2 = 1, so both sums are read off
-        # the fast paths' table (positives, rows).
-        kt = pool_keyed(codes, keys, score, label, None)
-        return dataclasses.replace(kt, wyy=kt.table.positives.astype(np.float64),
-                                   ww=kt.table.count.astype(np.float64))
+    codes, score, label, weight = _with_key(codes, score, label, weight)
     if len(keys) == 1 and not with_wyy:
         return KeyedTable.single(pool_ties(score, label, weight), keys[0])
-    binary = is_binary(label)
-    if weight is None and binary and not with_wyy:
-        return _pool_unit(codes, keys, score, label)
+    if weight is None and is_binary(label):
+        kt = (KeyedTable.single(pool_ties(score, label, None), keys[0]) if len(keys) == 1
+              else _pool_unit(codes, keys, score, label))
+        if not with_wyy:
+            return kt
+        # Unit weights and 0/1 labels: w y^2 = w y and w^2 = 1, so both sums are read off
+        # the fast paths' table (positives, rows).
+        return dataclasses.replace(kt, wyy=kt.table.positives.astype(np.float64),
+                                   ww=kt.table.count.astype(np.float64))
     w = np.ones(score.shape[0]) if weight is None else weight
     return pool_sums(codes, keys, score, w, w * label, np.ones(score.shape[0], dtype=np.int64),
                       label, (label != 0.0) & (label != 1.0),
                       w * label * label if with_wyy else None, w * w if with_wyy else None)
 
+
+def _with_key(codes: np.ndarray, score: np.ndarray, label: np.ndarray,
+              weight: np.ndarray | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """The keyed rows that have a key (code >= 0; all of them: the arrays as they are)."""
+    live = codes >= 0
+    if live.all():
+        return codes, score, label, weight
+    return codes[live], score[live], label[live], None if weight is None else weight[live]
 
 
 def empty_keyed() -> KeyedTable:
@@ -353,10 +359,17 @@ def _concat_disjoint(parts: list[KeyedTable]) -> KeyedTable:
                           np.concatenate([x.count for x in t]),
                           positives if same else np.concatenate([x.label_sum for x in t]),
                           all(x.binary for x in t))
-    wyy = None if any(p.wyy is None for p in parts) else np.concatenate([p.wyy for p in parts])
-    ww = None if any(p.ww is None for p in parts) else np.concatenate([p.ww for p in parts])
+    wyy, ww = _squares(parts)
     return KeyedTable([k for p in parts for k in p.keys], starts, table,
                       np.concatenate([p.binary for p in parts]), wyy, ww)
+
+
+def _squares(parts: list[KeyedTable]) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """The parts' sums of w y^2 and of w^2, one part after the other (None: not pooled by
+    every part)."""
+    wyy = None if any(p.wyy is None for p in parts) else np.concatenate([p.wyy for p in parts])
+    ww = None if any(p.ww is None for p in parts) else np.concatenate([p.ww for p in parts])
+    return wyy, ww
 
 
 def pool_rows(rows: Any, classes: list[int | None], with_wyy: bool = False) -> KeyedTable:
@@ -398,8 +411,7 @@ def merge_keyed(parts: list[KeyedTable]) -> KeyedTable:
         codes.append(np.repeat(local, per_row))
         nonbinary.append(np.repeat(~p.binary, per_row))
     t = [p.table for p in parts]
-    wyy = None if any(p.wyy is None for p in parts) else np.concatenate([p.wyy for p in parts])
-    ww = None if any(p.ww is None for p in parts) else np.concatenate([p.ww for p in parts])
+    wyy, ww = _squares(parts)
     return pool_sums(np.concatenate(codes), list(ids),
                       np.concatenate([x.score for x in t]), np.concatenate([x.weight for x in t]),
                       np.concatenate([x.positives for x in t]),
@@ -412,7 +424,7 @@ def cut_keyed(part: KeyedTable, bounds: np.ndarray) -> list[KeyedTable]:
     """Split a keyed table into ``len(bounds) + 1`` score ranges (range i: scores below
     ``bounds[i]``, at or above ``bounds[i - 1]``), each key's rows cut at the same bounds."""
     rng = np.searchsorted(bounds, part.table.score, side="right")
-    codes = np.repeat(np.arange(len(part.keys)), np.diff(part.starts))
+    codes = part.rows()[0]
     out = []
     for r in range(bounds.shape[0] + 1):
         sel = np.flatnonzero(rng == r)
@@ -548,9 +560,7 @@ def _pool_unit(codes: np.ndarray, keys: list[Key], score: np.ndarray,
     m = len(keys)
     kernels = _jit_pool_unit_rows() if codes.shape[0] >= _JIT_MIN_ROWS else None
     if kernels is None:
-        live = codes >= 0
-        if not live.all():
-            codes, score, label = codes[live], score[live], label[live]
+        codes, score, label, _ = _with_key(codes, score, label)
         n = codes.shape[0]
         return pool_sums(codes, keys, score, np.ones(n), label, np.ones(n, dtype=np.int64),
                          label, np.zeros(n, dtype=bool))

@@ -272,6 +272,16 @@ class SummarySource:
             out.append((stored_sample(raw, meta.num_rows, f), meta.num_rows))
         return out + [(score_sample(t), t.num_rows) for t in self.tables]
 
+    def read_piece(self, piece: pa.Table, spec: KeySpec, finite_scores: bool,
+                   problems: list[dict[str, int]]) -> KeyedTable:
+        """A piece of the summaries' rows (a batch of :meth:`batches`, a range's chunk, a
+        file's row groups) pooled by (key, score) and checked (:func:`summary_keyed`); its
+        problems (:meth:`problems`) are appended to ``problems``, which the engines add up
+        over the pieces with :meth:`raise_problems` (pieces are read one at a time)."""
+        part = summary_keyed(piece, len(spec.by))
+        problems.append(self.problems(part, spec, finite_scores))
+        return part
+
     def problems(self, kt: KeyedTable, spec: KeySpec, finite_scores: bool) -> dict[str, int]:
         """The rows of a part of the summaries that a fit or evaluation of the summarised
         rows would refuse, by problem (added up over the parts, :meth:`raise_problems`).

@@ -309,10 +309,10 @@ def _summary_piece(piece: Any, columns: list[str]) -> Any:
 def _pool_summary(piece: Any, source: Any, spec: KeySpec, finite_scores: bool
                   ) -> tuple[KeyedTable, dict[str, Any]]:
     """A piece of summary rows pooled by (key, score), checked as the rows would be."""
-    from ..core.summary import summary_keyed
-
-    part = summary_keyed(_summary_piece(piece, source.columns_read(spec)), len(spec.by))
-    return part, source.problems(part, spec, finite_scores)
+    problems: list[dict[str, int]] = []
+    part = source.read_piece(_summary_piece(piece, source.columns_read(spec)), spec,
+                             finite_scores, problems)
+    return part, problems[0]
 
 
 class DaskSummaryRanges(DaskKeyedRanges):

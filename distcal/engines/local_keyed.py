@@ -25,7 +25,7 @@ import pyarrow as pa
 
 from ..core.keyed import Key, KeyedTable, KeySpec, merge_keyed, pool_rows, pool_sums
 from ..core.rows import RowPart, check_columns, count_classes, read_rows, vector_lengths
-from ..core.summary import SummarySource, summary_keyed
+from ..core.summary import SummarySource
 from ..core.validate import check_unique_columns
 from ..logs import describe_input, log, phase
 from ..tables import is_path, iter_tables, open_dataset
@@ -205,13 +205,12 @@ class LocalKeyedRanges(KeyedRanges):
 
     def _pool(self) -> None:
         if self.summary is not None:
-            problems = []
+            problems: list[dict[str, int]] = []
             with phase("local: read the summaries' pooled rows"):
                 for batch in self.summary.batches(self.batch_rows,
                                                   self.summary.columns_read(self.spec)):
-                    part = summary_keyed(batch, len(self.spec.by))
-                    problems.append(self.summary.problems(part, self.spec, self.finite_scores))
-                    self.store.add(part)
+                    self.store.add(self.summary.read_piece(batch, self.spec,
+                                                           self.finite_scores, problems))
             self.summary.raise_problems(problems)
             self.n_rows, self.weight_total = self.summary.n_rows, self.summary.weight_total
             self.dropped_rows = self.summary.dropped_rows

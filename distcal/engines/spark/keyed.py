@@ -166,12 +166,18 @@ def range_result(fn: Callable[[KeyedTable], Any], runs: KeyedRuns, ok: bool = Tr
     """The result row of a range partition: its partition id, and ``extra`` with whether
     the range has pooled rows (``empty``) and ``fn``'s result on its keyed table (None
     when empty or not ``ok``), pickled."""
-    table = runs.table()
-    runs.runs.clear()
-    empty = not len(table.table)
-    result = fn(table) if ok and not empty else None
+    table = runs.pop()
+    payload = {**extra, **_outcome(fn, table, ok)}
     del table
-    return result_batch(partition_id(), {**extra, "empty": empty, "result": result})
+    return result_batch(partition_id(), payload)
+
+
+def _outcome(fn: Callable[[KeyedTable], Any], table: KeyedTable, ok: bool = True
+            ) -> dict[str, Any]:
+    """Whether a range's keyed table has pooled rows (``empty``), and ``fn``'s result on it
+    (None when empty or not ``ok``)."""
+    empty = not len(table.table)
+    return {"empty": empty, "result": fn(table) if ok and not empty else None}
 
 
 def collect_results(df: Any, runner: Callable[[Iterator[pa.RecordBatch]],
@@ -370,6 +376,12 @@ class KeyedRuns:
     def table(self) -> KeyedTable:
         return _merge(self.runs)
 
+    def pop(self) -> KeyedTable:
+        """:meth:`table`, the runs released (the range then holds its table alone)."""
+        table = self.table()
+        self.runs.clear()
+        return table
+
 
 def _merge(parts: list[KeyedTable]) -> KeyedTable:
     """:func:`~distcal.core.keyed.merge_keyed`; runs of one and the same key (a binary
@@ -494,12 +506,10 @@ def pool_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: b
             return
         # the segment columns keep the input's Arrow types
         types = [first_schema.field(b).type for b in by]
-        table = runs.table()
-        runs.runs.clear()
+        table = runs.pop()
         rid = partition_id()
         schema = pa.schema([("rid", pa.int64()), ("part", pa.int64()), ("payload", pa.binary())])
-        first = {"empty": not len(table.table),
-                 "result": fn(table) if len(table.table) else None}
+        first = _outcome(fn, table)
         yield pa.RecordBatch.from_pydict(
             {"rid": [rid, rid], "part": [-1, -2],
              "payload": [pickle.dumps(stats, pickle.HIGHEST_PROTOCOL),

@@ -48,17 +48,12 @@ def summary_runner(fn: Callable[[KeyedTable], Any], source: Any, spec: KeySpec,
                    ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """A range partition of summary rows to one row: its partition id and the pickled
     ``fn`` result (None for an empty partition)."""
-    from ...core.summary import summary_keyed
-
-    n_by = len(spec.by)
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         runs = KeyedRuns()
-        problems = []
+        problems: list[dict[str, int]] = []
         for data in chunks(batches, chunk_rows):
-            part = summary_keyed(data, n_by)
-            problems.append(source.problems(part, spec, finite_scores))
-            runs.add(part)
+            runs.add(source.read_piece(data, spec, finite_scores, problems))
         yield range_result(fn, runs, not source.refused(problems), problems=problems)
 
     return run
