@@ -20,7 +20,7 @@ key's table. The maps and the combiner make a
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Container, Generator, Iterable
 from typing import Any
 
 import numpy as np
@@ -31,7 +31,7 @@ from .core.discretize import modl_plan
 from .core.histogram import histogram_plan
 from .core.isotonic import clip_blocks, isotonic_plan
 from .core.keyed import GLOBAL, Key, KeyedTable, KeySpec, key_text
-from .core.plans import KeyCounts, KeyFailed, run_plans
+from .core.plans import KeyCounts, KeyFailed, Split, run_plans
 from .core.rows import RowPart
 from .core.segment_pav import KeyedPav, merge_keyed_pav, take_blocks
 from .core.sigmoid import sigmoid_plan
@@ -99,8 +99,8 @@ class _KeyRows:
         self.wanted, self.by = wanted, by
 
     def __call__(self, rows: RowPart) -> dict[Key, tuple[np.ndarray, np.ndarray]]:
-        return {key: (part.score, part.label) for key, part in _split_rows(self.by)(rows)
-                if key in self.wanted}
+        return {key: (part.score, part.label)
+                for key, part in _split_rows(self.by)(rows, self.wanted)}
 
 
 class _RowDirections:
@@ -178,13 +178,17 @@ def _map_from(method: str, params: dict[str, Any], result: Any, counts: KeyCount
                             weight_total=counts.weight, columns=columns)
 
 
-def _split_rows(by: bool) -> Callable[[RowPart], Iterable[tuple[Key, RowPart]]]:
-    """A part of the rows as its segment keys' parts (and all rows for the global key)."""
-    def split(rows: RowPart) -> Iterable[tuple[Key, RowPart]]:
-        yield (GLOBAL, None), rows
+def _split_rows(by: bool) -> Split:
+    """A part of the rows as its segment keys' parts (and all rows for the global key),
+    of the wanted keys (:data:`~distcal.core.plans.Split`)."""
+    def split(rows: RowPart, wanted: Container[Key] | None = None
+              ) -> Iterable[tuple[Key, RowPart]]:
+        if wanted is None or (GLOBAL, None) in wanted:
+            yield (GLOBAL, None), rows
         if by:
             for seg, part in rows.by_segment():
-                yield (seg, None), part
+                if wanted is None or (seg, None) in wanted:
+                    yield (seg, None), part
     return split
 
 

@@ -40,7 +40,7 @@ from scipy.special import expit
 
 from ..errors import sums_overflow
 from .distinct import DistinctTable
-from .logistic import newton_plan
+from .logistic import Terms, newton_plan
 
 __all__ = ["beta_plan", "beta_predict", "beta_features", "CLIP", "NoMinimum"]
 
@@ -53,8 +53,23 @@ def beta_features(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     ``ln(1 - s)``, not ``log1p(-s)``: the contract's formula (1 - s)^b, and
     what the SQL and ONNX exports compute, operand for operand.
     """
-    s = np.clip(np.asarray(scores, dtype=np.float64), CLIP, 1.0 - CLIP)
-    return np.log(s), -np.log(1.0 - s)
+    return _log_s(scores), _log_1ms(scores)
+
+
+def _clipped(scores: Any) -> np.ndarray:
+    return np.clip(np.asarray(scores, dtype=np.float64), CLIP, 1.0 - CLIP)
+
+
+def _log_s(s: np.ndarray) -> np.ndarray:
+    """ln s of the clipped scores (:func:`beta_features`' first feature)."""
+    out: np.ndarray = np.log(_clipped(s))
+    return out
+
+
+def _log_1ms(s: np.ndarray) -> np.ndarray:
+    """-ln(1 - s) of the clipped scores (:func:`beta_features`' second feature)."""
+    out: np.ndarray = -np.log(1.0 - _clipped(s))
+    return out
 
 
 def beta_predict(a: float, b: float, c: float, scores: Any) -> np.ndarray:
@@ -73,26 +88,15 @@ class _Totals:
                          float(len(t))])
 
 
-class _Features:
-    """The free ones of (ln s, -ln(1 - s)) of a range's distinct scores."""
-
-    def __init__(self, active: tuple[bool, bool]):
-        self.active = active
-
-    def __call__(self, t: DistinctTable) -> list[np.ndarray]:
-        return [x for x, on in zip(beta_features(t.score), self.active) if on]
-
-
-def _positives(t: DistinctTable) -> np.ndarray:
-    return t.positives
-
-
 def _newton(active: tuple[bool, bool], w_scale: float, max_iter: int
             ) -> Generator[Any, list[Any], tuple[float, float, float]]:
     """The minimiser of L with the free parameters ``active`` (+ c), by Newton passes
     (:func:`~distcal.core.logistic.newton_plan`) from the identity map a = b = 1, c = 0."""
-    theta = yield from newton_plan(_Features(active), _positives, [1.0] * sum(active) + [0.0],
-                                   w_scale=w_scale, max_iter=max_iter, name="beta calibration")
+    features = tuple(f for f, on in zip((_log_s, _log_1ms), active) if on)
+    # The free ones of (ln s, -ln(1 - s)) as they are; the target masses the positives.
+    terms = Terms(features, (0.0,) * len(features), (1.0,) * len(features), w_scale=w_scale)
+    theta = yield from newton_plan(terms, [1.0] * len(features) + [0.0], max_iter=max_iter,
+                                   name="beta calibration")
     it = iter(theta[:-1].tolist())
     return (next(it) if active[0] else 0.0, next(it) if active[1] else 0.0, float(theta[-1]))
 

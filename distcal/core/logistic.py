@@ -10,7 +10,12 @@ target mass (its positives, or Platt's smoothed targets times W) and x(s)
 one or two features of s. L, its gradient sum (W expit(z) - Y) (x, 1) and
 its Hessian sum W expit(z) (1 - expit(z)) (x, 1)(x, 1)^T are sums over the
 score ranges, so each Newton iterate is one pass over the ranges plus a
-small solve on the driver, and the fit is exact on any engine.
+small solve on the driver, and the fit is exact on any engine. Per row they
+are computed as (W - Y) softplus(z) + Y softplus(-z), (W - Y) p - Y q and
+W p q (p = expit(z), q = expit(-z)): with 0 <= Y <= W no term cancels
+another, so L stays accurate where scores that separate the classes drive
+|z| up, and backtracking compares true losses there, not rounding noise.
+A pass sums many keys' problems at once (:class:`Terms`, :meth:`_Sums.run_batch`).
 
 L is convex. Each pass gives L with the derivatives, so a step is checked
 by the pass that computes the next: a step that does not lower L is halved
@@ -28,57 +33,125 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Generator
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.special import expit
 
 from ..errors import sums_overflow
 from .distinct import DistinctTable
 
-__all__ = ["newton_plan"]
+__all__ = ["Terms", "newton_plan"]
 
-#: Features of a range's distinct scores, and their target masses Y.
-Features = Callable[[DistinctTable], list[np.ndarray]]
-Targets = Callable[[DistinctTable], np.ndarray]
+
+@dataclass(frozen=True)
+class Terms:
+    """One problem's features and target masses, as numbers (many keys' passes run at once).
+
+    Feature j of a distinct score s is ``(f_j(s) * s_scale - shift_j) /
+    spread_j`` (``f_j`` a module-level function of the scores, so that the
+    terms travel to the workers); its target mass is ``pos_mass P(s) +
+    neg_mass (W(s) - P(s))``, P(s) its positives. Weights and target masses
+    are multiplied by ``w_scale`` (a power of two: exact; the minimiser does
+    not change).
+    """
+
+    features: tuple[Callable[[np.ndarray], np.ndarray], ...]
+    shift: tuple[float, ...]
+    spread: tuple[float, ...]
+    s_scale: float = 1.0
+    pos_mass: float = 1.0
+    neg_mass: float = 0.0
+    w_scale: float = 1.0
+
+
+def _per_row(values: list[float], sizes: np.ndarray) -> float | np.ndarray:
+    """One number per problem as one per row (a scalar when all problems share it)."""
+    if all(v == values[0] for v in values):
+        return values[0]
+    return np.repeat(np.asarray(values, dtype=np.float64), sizes)
 
 
 class _Sums:
     """L, its gradient and its Hessian at ``theta`` over one range's table (one pass).
 
-    Weights and target masses are multiplied by ``w_scale`` (a power of
-    two: exact; the minimiser does not change).
+    Problems with the same feature functions (``batch_id``) are summed
+    together over the range (:meth:`run_batch`: one pass of numpy over all
+    their rows, then each problem's sums by ``np.add.reduceat``, which sums
+    pairwise as ``np.sum`` does), so thousands of keys cost one vectorised
+    pass, not one Python call each.
     """
 
-    def __init__(self, theta: np.ndarray, features: Features, targets: Targets,
-                 w_scale: float):
-        self.theta, self.features, self.targets = theta, features, targets
-        self.w_scale = w_scale
+    def __init__(self, theta: np.ndarray, terms: Terms):
+        self.theta, self.terms = theta, terms
+        self.batch_id = terms.features
 
     def __call__(self, t: DistinctTable) -> np.ndarray:
-        cols = self.features(t)
-        z = self.theta[-1] + sum(c * x for c, x in zip(self.theta[:-1].tolist(), cols))
-        w, y = t.weight * self.w_scale, self.targets(t) * self.w_scale
-        p = expit(z)
-        r = w * p - y
-        h = w * p * (1.0 - p)
-        hx = [h * x for x in cols]
-        m = len(cols) + 1
-        out = np.empty(1 + m + m * m)
-        out[0] = np.dot(w, np.logaddexp(0.0, z)) - np.dot(y, z)
-        out[1:1 + m] = [*(np.dot(r, x) for x in cols), r.sum()]
-        hess = out[1 + m:].reshape(m, m)
-        for i in range(m - 1):
-            for j in range(i, m - 1):
-                hess[i, j] = hess[j, i] = np.dot(hx[i], cols[j])
-            hess[i, m - 1] = hess[m - 1, i] = hx[i].sum()
-        hess[m - 1, m - 1] = h.sum()
+        out: np.ndarray = _Sums.run_batch([self], [t])[0]
+        return out
+
+    @staticmethod
+    def run_batch(requests: list[_Sums], tables: list[DistinctTable]) -> np.ndarray:
+        """Row k: the sums of ``requests[k]`` over ``tables[k]`` (no table empty)."""
+        sizes = np.array([len(t) for t in tables], dtype=np.intp)
+        assert sizes.all(), "every problem of a range has rows in it"
+
+        def cat(field: str) -> np.ndarray:
+            arrays = [getattr(t, field) for t in tables]
+            return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
+
+        def rows(values: list[float]) -> float | np.ndarray:
+            return _per_row(values, sizes)
+
+        terms = [r.terms for r in requests]
+        score, weight, positives = cat("score"), cat("weight"), cat("positives")
+        w_scale = rows([x.w_scale for x in terms])
+        w = weight * w_scale
+        y = (positives * rows([x.pos_mass for x in terms])
+             + (weight - positives) * rows([x.neg_mass for x in terms])) * w_scale
+        s_scale = rows([x.s_scale for x in terms])
+        cols = []
+        for j, f in enumerate(terms[0].features):
+            shift, spread = rows([x.shift[j] for x in terms]), rows([x.spread[j] for x in terms])
+            cols.append((f(score) * s_scale - shift) / spread)
+        theta = np.array([r.theta for r in requests], dtype=np.float64)
+        z = rows(theta[:, 0].tolist()) * cols[0]
+        for j in range(1, len(cols)):
+            z = z + rows(theta[:, j].tolist()) * cols[j]
+        z = rows(theta[:, -1].tolist()) + z
+        # p = expit(z), q = 1 - p = expit(-z) and softplus(+-z) from e = exp(-|z|) (two
+        # transcendental functions a row). With 0 <= y <= w every term below is a sum
+        # of terms of one sign: no cancellation, however far z is from 0 (scores that
+        # separate the classes drive it there).
+        e = np.exp(-np.abs(z))
+        log1p_e = np.log1p(e)
+        pos = z >= 0.0
+        p, q = np.where(pos, 1.0, e) / (1.0 + e), np.where(pos, e, 1.0) / (1.0 + e)
+        r = (w - y) * p - y * q
+        h = w * p * q
+        xs = [*cols, None]  # None: the intercept's feature, 1
+        m = len(xs)
+        offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+
+        def sums(v: np.ndarray) -> np.ndarray:
+            return np.add.reduceat(v, offsets)
+
+        out = np.empty((len(requests), 1 + m + m * m))
+        out[:, 0] = sums((w - y) * (np.maximum(z, 0.0) + log1p_e)
+                         + y * (np.maximum(-z, 0.0) + log1p_e))
+        for i, xi in enumerate(xs):
+            out[:, 1 + i] = sums(r if xi is None else r * xi)
+        hess = out[:, 1 + m:].reshape(-1, m, m)
+        for i, xi in enumerate(xs):
+            hx = h if xi is None else h * xi
+            for j in range(i, m):
+                xj = xs[j]
+                hess[:, i, j] = hess[:, j, i] = sums(hx if xj is None else hx * xj)
         return out
 
 
-def newton_plan(features: Features, targets: Targets, start: list[float], *,
-                w_scale: float = 1.0, max_iter: int = 100, name: str = "logistic regression"
-                ) -> Generator[Any, list[Any], np.ndarray]:
+def newton_plan(terms: Terms, start: list[float], *, max_iter: int = 100,
+                name: str = "logistic regression") -> Generator[Any, list[Any], np.ndarray]:
     """The minimiser theta of L (module docstring) from ``start``, by Newton passes.
 
     A plan (:mod:`distcal.core.plans`): one pass per iterate. ``theta``'s
@@ -89,7 +162,7 @@ def newton_plan(features: Features, targets: Targets, start: list[float], *,
     m = len(start)
 
     def at(theta: np.ndarray) -> Generator[Any, list[Any], tuple[float, np.ndarray, np.ndarray]]:
-        sums: np.ndarray = np.sum((yield _Sums(theta, features, targets, w_scale)), axis=0)
+        sums: np.ndarray = np.sum((yield _Sums(theta, terms)), axis=0)
         if not np.all(np.isfinite(sums)):
             raise sums_overflow()
         return float(sums[0]), sums[1:1 + m], sums[1 + m:].reshape(m, m)

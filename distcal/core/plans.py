@@ -23,18 +23,20 @@ key's table.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Callable, Container, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .keyed import Key, KeyedTable
 
-__all__ = ["Plan", "run_plan", "run_plans", "KeyFailed", "KeyCounts", "split_keyed"]
+__all__ = ["Plan", "run_plan", "run_plans", "KeyFailed", "KeyCounts", "Split", "split_keyed"]
 
 R = TypeVar("R")
 Request = Callable[[Any], Any]
 Plan = Generator[Request, list[Any], R]
 MapParts = Callable[[Callable[[Any], Any]], list[Any]]
+#: A part's (key, data) pairs, only the wanted keys' (None: every key's).
+Split = Callable[[Any, Container[Key] | None], Iterable[tuple[Key, Any]]]
 
 
 def run_plan(plan: Generator[Any, list[Any], R], map_parts: Callable[[Any], list[Any]]) -> R:
@@ -65,47 +67,63 @@ class KeyCounts:
     binary: bool = True
 
 
-def split_keyed(part: KeyedTable) -> Iterable[tuple[Key, Any]]:
-    """The keys of one range and their distinct-score tables."""
+def split_keyed(part: KeyedTable, wanted: Container[Key] | None = None
+                ) -> Iterable[tuple[Key, Any]]:
+    """The keys of one range and their distinct-score tables (only the ``wanted`` keys':
+    a late pass of a few keys does not build the others' tables)."""
     for i, key in enumerate(part.keys):
-        yield key, part.key_table(i)
+        if wanted is None or key in wanted:
+            yield key, part.key_table(i)
 
 
 class _Pass:
     """The function a pass applies to one part (shipped to the workers as is)."""
 
     def __init__(self, requests: dict[Key, Request] | None, first: Request | None,
-                 split: Callable[[Any], Iterable[tuple[Key, Any]]], count: bool):
+                 split: Split, count: bool):
         self.requests, self.first, self.split, self.count = requests, first, split, count
 
     def __call__(self, part: Any) -> dict[Key, Any]:
-        out: dict[Key, Any] = {}
-        for key, sub in self.split(part):
-            fn = self.first if self.requests is None else self.requests.get(key)
-            if fn is None:
-                continue
-            result = fn(sub)
-            if self.count:
-                result = (result, sub.n_rows, sub.weight_total, bool(sub.binary))
-            out[key] = result
-        return out
+        results: dict[Key, Any] = {}
+        # Requests with a ``batch_id`` (a vectorised pass, e.g. a Newton step's sums) run
+        # as one call of their class's ``run_batch`` per batch, over all their keys' data.
+        batches: dict[Any, tuple[list[Key], list[Any], list[Any]]] = {}
+        subs: dict[Key, Any] = {}
+        for key, sub in self.split(part, self.requests):
+            fn = self.requests[key] if self.requests is not None else self.first
+            assert fn is not None  # the first pass has ``first``, later ones ``requests``
+            subs[key] = sub
+            batch_id = getattr(fn, "batch_id", None)
+            if batch_id is None:
+                results[key] = fn(sub)
+            else:
+                keys, fns, data = batches.setdefault((type(fn), batch_id), ([], [], []))
+                keys.append(key)
+                fns.append(fn)
+                data.append(sub)
+        for keys, fns, data in batches.values():
+            results.update(zip(keys, type(fns[0]).run_batch(fns, data)))
+        if not self.count:
+            return results
+        return {key: (res, subs[key].n_rows, subs[key].weight_total, bool(subs[key].binary))
+                for key, res in results.items()}
 
 
 def run_plans(make_plan: Callable[[Key | None], Plan[Any]], map_parts: MapParts,
-              split: Callable[[Any], Iterable[tuple[Key, Any]]] = split_keyed,
+              split: Split = split_keyed,
               keep: Callable[[Key, KeyCounts], bool] | None = None,
               counts: dict[Key, KeyCounts] | None = None) -> dict[Key, Any]:
     """Run ``make_plan(key)`` for every key found in the parts, all keys in lock step.
 
     ``map_parts`` maps a function over the parts (an engine's ranges, or
     row parts) and returns its results in order; ``split`` lists a part's
-    (key, data) pairs. The first function a plan yields must not depend on
-    the key (``make_plan(None)`` gives it): it is applied to every key in
-    the first pass, which also counts each key's rows and weight (into
-    ``counts``, when given); keys for which ``keep(key, counts)`` is false
-    are dropped after it (a segment too small to fit). Returns each kept
-    key's plan result; a plan that raises stops the fit with
-    :class:`KeyFailed`.
+    (key, data) pairs, of the keys it is given (:data:`Split`). The first
+    function a plan yields must not depend on the key (``make_plan(None)``
+    gives it): it is applied to every key in the first pass, which also
+    counts each key's rows and weight (into ``counts``, when given); keys
+    for which ``keep(key, counts)`` is false are dropped after it (a
+    segment too small to fit). Returns each kept key's plan result; a plan
+    that raises stops the fit with :class:`KeyFailed`.
     """
     probe = make_plan(None)
     first = next(probe)

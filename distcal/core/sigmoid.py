@@ -29,7 +29,7 @@ from scipy.special import expit
 
 from ..errors import sums_overflow
 from .distinct import DistinctTable
-from .logistic import newton_plan
+from .logistic import Terms, newton_plan
 from .plans import run_plan
 from .ranges import MapRanges, as_map_ranges
 
@@ -128,13 +128,17 @@ def sigmoid_plan(max_iter: int = 100) -> Generator[Any, list[Any], tuple[float, 
         tbar = float(tsum[0]) / wsum
         return 0.0, float(np.log(tbar / (1.0 - tbar)))
 
-    def feature(t: DistinctTable) -> list[np.ndarray]:
-        return [(t.score * s_scale - mu) / sd]
-
+    # The standardised score (s - mu) / sd, and Platt's targets as above.
+    terms = Terms((_score,), (mu,), (sd,), s_scale, 1.0 - hi, 1.0 - lo, w_scale)
     alpha, beta = yield from newton_plan(
-        feature, target, [0.0, float(np.log((n_neg + 1.0) / (n_pos + 1.0)))],
-        w_scale=w_scale, max_iter=max_iter, name="sigmoid calibration")
+        terms, [0.0, float(np.log((n_neg + 1.0) / (n_pos + 1.0)))], max_iter=max_iter,
+        name="sigmoid calibration")
     return float(alpha / sd * s_scale), float(beta - alpha * mu / sd)
+
+
+def _score(s: np.ndarray) -> np.ndarray:
+    """The score itself: the one feature of Platt's model (before standardising)."""
+    return s
 
 
 def sigmoid_predict(a: float, b: float, scores: np.ndarray) -> np.ndarray:
