@@ -15,7 +15,7 @@ are computed as (W - Y) softplus(z) + Y softplus(-z), (W - Y) p - Y q and
 W p q (p = expit(z), q = expit(-z)): with 0 <= Y <= W no term cancels
 another, so L stays accurate where scores that separate the classes drive
 |z| up, and backtracking compares true losses there, not rounding noise.
-A pass sums many keys' problems at once (:class:`Terms`, :meth:`_Sums.run_batch`).
+A pass sums many keys' problems at once (:class:`Terms`, :class:`_SumsBatch`).
 
 L is convex. Each pass gives L with the derivatives, so a step is checked
 by the pass that computes the next: a step that does not lower L is halved
@@ -65,21 +65,19 @@ class Terms:
     w_scale: float = 1.0
 
 
-def _per_row(values: list[float], sizes: np.ndarray) -> float | np.ndarray:
+def _per_row(values: np.ndarray, sizes: np.ndarray) -> float | np.ndarray:
     """One number per problem as one per row (a scalar when all problems share it)."""
-    if all(v == values[0] for v in values):
-        return values[0]
-    return np.repeat(np.asarray(values, dtype=np.float64), sizes)
+    if values.shape[0] and np.all(values == values[0]):
+        return float(values[0])
+    return np.repeat(values, sizes)
 
 
 class _Sums:
     """L, its gradient and its Hessian at ``theta`` over one range's table (one pass).
 
-    Problems with the same feature functions (``batch_id``) are summed
-    together over the range (:meth:`run_batch`: one pass of numpy over all
-    their rows, then each problem's sums by ``np.add.reduceat``, which sums
-    pairwise as ``np.sum`` does), so thousands of keys cost one vectorised
-    pass, not one Python call each.
+    Requests with the same feature functions (``batch_id``) travel and run
+    together (:meth:`pack`: a :class:`_SumsBatch`), so thousands of keys
+    cost one vectorised pass over a range, not one Python call each.
     """
 
     def __init__(self, theta: np.ndarray, terms: Terms):
@@ -87,12 +85,30 @@ class _Sums:
         self.batch_id = terms.features
 
     def __call__(self, t: DistinctTable) -> np.ndarray:
-        out: np.ndarray = _Sums.run_batch([self], [t])[0]
+        out: np.ndarray = _Sums.pack([self]).run(np.zeros(1, np.intp), [t])[0]
         return out
 
     @staticmethod
-    def run_batch(requests: list[_Sums], tables: list[DistinctTable]) -> np.ndarray:
-        """Row k: the sums of ``requests[k]`` over ``tables[k]`` (no table empty)."""
+    def pack(requests: list[_Sums]) -> _SumsBatch:
+        """Requests of one ``batch_id`` as arrays, one row per request."""
+        terms = [r.terms for r in requests]
+        numbers = np.array([[x.w_scale, x.pos_mass, x.neg_mass, x.s_scale, *x.shift,
+                             *x.spread] for x in terms], dtype=np.float64)
+        theta = np.array([r.theta for r in requests], dtype=np.float64)
+        return _SumsBatch(terms[0].features, theta, numbers)
+
+
+class _SumsBatch:
+    """Many problems' :class:`_Sums` requests as arrays (what one pass ships for them)."""
+
+    def __init__(self, features: tuple[Callable[[np.ndarray], np.ndarray], ...],
+                 theta: np.ndarray, numbers: np.ndarray):
+        self.features, self.theta, self.numbers = features, theta, numbers
+
+    def run(self, which: np.ndarray, tables: list[DistinctTable]) -> np.ndarray:
+        """Row k: the sums of problem ``which[k]`` over ``tables[k]`` (no table empty):
+        one pass of numpy over all their rows, then each problem's sums by
+        ``np.add.reduceat`` (which sums pairwise, as ``np.sum`` does)."""
         sizes = np.array([len(t) for t in tables], dtype=np.intp)
         assert sizes.all(), "every problem of a range has rows in it"
 
@@ -100,25 +116,24 @@ class _Sums:
             arrays = [getattr(t, field) for t in tables]
             return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
 
-        def rows(values: list[float]) -> float | np.ndarray:
+        numbers, theta = self.numbers[which], self.theta[which]
+
+        def rows(values: np.ndarray) -> float | np.ndarray:
             return _per_row(values, sizes)
 
-        terms = [r.terms for r in requests]
+        m = len(self.features)
         score, weight, positives = cat("score"), cat("weight"), cat("positives")
-        w_scale = rows([x.w_scale for x in terms])
+        w_scale = rows(numbers[:, 0])
         w = weight * w_scale
-        y = (positives * rows([x.pos_mass for x in terms])
-             + (weight - positives) * rows([x.neg_mass for x in terms])) * w_scale
-        s_scale = rows([x.s_scale for x in terms])
-        cols = []
-        for j, f in enumerate(terms[0].features):
-            shift, spread = rows([x.shift[j] for x in terms]), rows([x.spread[j] for x in terms])
-            cols.append((f(score) * s_scale - shift) / spread)
-        theta = np.array([r.theta for r in requests], dtype=np.float64)
-        z = rows(theta[:, 0].tolist()) * cols[0]
-        for j in range(1, len(cols)):
-            z = z + rows(theta[:, j].tolist()) * cols[j]
-        z = rows(theta[:, -1].tolist()) + z
+        y = (positives * rows(numbers[:, 1]) + (weight - positives) * rows(numbers[:, 2])
+             ) * w_scale
+        s_scale = rows(numbers[:, 3])
+        cols = [(f(score) * s_scale - rows(numbers[:, 4 + j])) / rows(numbers[:, 4 + m + j])
+                for j, f in enumerate(self.features)]
+        z = rows(theta[:, 0]) * cols[0]
+        for j in range(1, m):
+            z = z + rows(theta[:, j]) * cols[j]
+        z = rows(theta[:, -1]) + z
         # p = expit(z), q = 1 - p = expit(-z) and softplus(+-z) from e = exp(-|z|) (two
         # transcendental functions a row). With 0 <= y <= w every term below is a sum
         # of terms of one sign: no cancellation, however far z is from 0 (scores that
@@ -136,7 +151,7 @@ class _Sums:
         def sums(v: np.ndarray) -> np.ndarray:
             return np.add.reduceat(v, offsets)
 
-        out = np.empty((len(requests), 1 + m + m * m))
+        out = np.empty((len(tables), 1 + m + m * m))
         out[:, 0] = sums((w - y) * (np.maximum(z, 0.0) + log1p_e)
                          + y * (np.maximum(-z, 0.0) + log1p_e))
         for i, xi in enumerate(xs):

@@ -27,6 +27,8 @@ from collections.abc import Callable, Container, Generator, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+import numpy as np
+
 from .keyed import Key, KeyedTable
 
 __all__ = ["Plan", "run_plan", "run_plans", "KeyFailed", "KeyCounts", "Split", "split_keyed"]
@@ -77,36 +79,76 @@ def split_keyed(part: KeyedTable, wanted: Container[Key] | None = None
 
 
 class _Pass:
-    """The function a pass applies to one part (shipped to the workers as is)."""
+    """The function a pass applies to one part (shipped to the workers as is).
+
+    Requests that have a ``batch_id`` (a vectorised pass, e.g. a Newton
+    step's sums) are packed by their class (``pack``: one object, arrays of
+    all their keys' numbers) and run once per part for all their keys
+    there (``run``); the others run key by key.
+    """
 
     def __init__(self, requests: dict[Key, Request] | None, first: Request | None,
                  split: Split, count: bool):
-        self.requests, self.first, self.split, self.count = requests, first, split, count
-
-    def __call__(self, part: Any) -> dict[Key, Any]:
-        results: dict[Key, Any] = {}
-        # Requests with a ``batch_id`` (a vectorised pass, e.g. a Newton step's sums) run
-        # as one call of their class's ``run_batch`` per batch, over all their keys' data.
-        batches: dict[Any, tuple[list[Key], list[Any], list[Any]]] = {}
-        subs: dict[Key, Any] = {}
-        for key, sub in self.split(part, self.requests):
-            fn = self.requests[key] if self.requests is not None else self.first
-            assert fn is not None  # the first pass has ``first``, later ones ``requests``
-            subs[key] = sub
+        self.first, self.split, self.count = first, split, count
+        self.single: dict[Key, Request] = {}
+        self.batches: list[Any] = []
+        # Every requested key: (its batch, its position in it), or (-1, 0): run singly.
+        self.where: dict[Key, tuple[int, int]] | None = None
+        if requests is None:
+            return
+        self.where = {}
+        groups: dict[Any, list[Key]] = {}
+        for key, fn in requests.items():
             batch_id = getattr(fn, "batch_id", None)
             if batch_id is None:
+                self.single[key] = fn
+                self.where[key] = (-1, 0)
+            else:
+                groups.setdefault((type(fn), batch_id), []).append(key)
+        for b, keys in enumerate(groups.values()):
+            fns = [requests[key] for key in keys]
+            self.batches.append(type(fns[0]).pack(fns))  # type: ignore[attr-defined]
+            self.where.update((key, (b, i)) for i, key in enumerate(keys))
+
+    def __call__(self, part: Any) -> PassResult:
+        """(results of the keys run singly, [(keys, their results as one array: row i is
+        key i's)] of the batches, each key's (rows, weight, all labels 0/1) when
+        counting). A batch's results travel as one array, not one object per key:
+        pickling 10^4 keys' small arrays costs more than computing them."""
+        results: dict[Key, Any] = {}
+        batched: list[tuple[list[Key], list[int], list[Any]]] = [([], [], [])
+                                                                  for _ in self.batches]
+        counted: dict[Key, tuple[int, float, bool]] = {}
+        for key, sub in self.split(part, self.where):
+            if self.count:
+                counted[key] = (sub.n_rows, sub.weight_total, bool(sub.binary))
+            b, i = (-1, 0) if self.where is None else self.where[key]
+            if b < 0:
+                fn = self.first if self.where is None else self.single[key]
+                assert fn is not None  # the first pass has ``first``, later ones requests
                 results[key] = fn(sub)
             else:
-                keys, fns, data = batches.setdefault((type(fn), batch_id), ([], [], []))
+                keys, which, data = batched[b]
                 keys.append(key)
-                fns.append(fn)
+                which.append(i)
                 data.append(sub)
-        for keys, fns, data in batches.values():
-            results.update(zip(keys, type(fns[0]).run_batch(fns, data)))
-        if not self.count:
-            return results
-        return {key: (res, subs[key].n_rows, subs[key].weight_total, bool(subs[key].binary))
-                for key, res in results.items()}
+        return results, [(keys, batch.run(np.array(which, dtype=np.intp), data))
+                         for batch, (keys, which, data) in zip(self.batches, batched)
+                         if keys], counted
+
+
+#: What a pass returns from one part (:meth:`_Pass.__call__`).
+PassResult = tuple[dict[Key, Any], list[tuple[list[Key], Any]], dict[Key, tuple[int, float, bool]]]
+
+
+def _gather(outs: list[PassResult], into: dict[Key, list[Any]]) -> None:
+    """Each key's results of the parts, in the parts' order, appended to ``into[key]``."""
+    for results, batched, _ in outs:
+        for key, res in results.items():
+            into.setdefault(key, []).append(res)
+        for keys, rows in batched:
+            for key, row in zip(keys, rows):
+                into.setdefault(key, []).append(row)
 
 
 def run_plans(make_plan: Callable[[Key | None], Plan[Any]], map_parts: MapParts,
@@ -130,9 +172,10 @@ def run_plans(make_plan: Callable[[Key | None], Plan[Any]], map_parts: MapParts,
     probe.close()
     results: dict[Key, list[Any]] = {}
     totals = counts if counts is not None else {}
-    for out in map_parts(_Pass(None, first, split, True)):
-        for key, (res, n, w, binary) in out.items():
-            results.setdefault(key, []).append(res)
+    outs = map_parts(_Pass(None, first, split, True))
+    _gather(outs, results)
+    for _, _, counted in outs:
+        for key, (n, w, binary) in counted.items():
             c = totals.setdefault(key, KeyCounts())
             c.n_rows += n
             c.weight += w
@@ -150,9 +193,7 @@ def run_plans(make_plan: Callable[[Key | None], Plan[Any]], map_parts: MapParts,
         requests = dict(pending)
         pending.clear()
         gathered: dict[Key, list[Any]] = {key: [] for key in requests}
-        for out in map_parts(_Pass(requests, None, split, False)):
-            for key, res in out.items():
-                gathered[key].append(res)
+        _gather(map_parts(_Pass(requests, None, split, False)), gathered)
         for key in requests:
             _advance(key, plans[key], gathered[key], plans, pending, done)
     return done
