@@ -173,6 +173,63 @@ def test_many_segments_newton_passes_equal_the_oracles_per_segment(engine):
     assert refits == {(False, False), (True, False), (False, True)}
 
 
+def _log_loss(th, s, y, w):
+    """The beta map's weighted log loss at (a, b, c), brute force."""
+    p = beta_map(th, s)
+    with np.errstate(divide="ignore"):
+        return float(np.sum(w * -np.where(y == 1, np.log(p), np.log1p(-p))))
+
+
+@pytest.mark.parametrize("pattern", ["threshold", "middle"])
+def test_beta_stops_once_separated_scores_fit_their_labels(engine, pattern):
+    """Scores that separate the classes have no finite optimum: the fit warns and stops
+    once the loss is below 2^-40 of its start, long before 100 passes. Negatives below
+    positives: the fit (a < 0, so refitted with a = 0, separated again) puts every
+    fitted probability on its label (brute force). Positives between negatives (beta's
+    two features bend, so they separate these too): b < 0, and the refit with b = 0
+    has a finite optimum, the oracle's. The same on every engine, and for such a
+    segment among others with ``by=``."""
+    from distcal.core.beta import beta_plan
+    from distcal.core.distinct import pool_ties
+    from distcal.core.plans import run_plan
+
+    rng = np.random.default_rng(3)
+    s = np.sort(rng.uniform(0.05, 0.95, 40))
+    y = (s > 0.5).astype(float) if pattern == "threshold" else ((s > 0.3) & (s < 0.7)) * 1.0
+    w = rng.choice([0.5, 1.0, 2.0], 40)
+    df = pd.DataFrame({"score": s, "label": y, "w": w, "g": "sep"})
+    passes = []
+
+    def map_parts(fn):
+        passes.append(fn)
+        return [fn(pool_ties(s, y, w))]
+
+    with pytest.warns(RuntimeWarning, match="separate the classes"):
+        th = np.array(run_plan(beta_plan(), map_parts))
+    assert len(passes) < 100  # 1 of totals, ~30 Newton passes per fit (and the refit's)
+    if pattern == "threshold":
+        assert th[0] == 0.0  # refitted from (a, b, c) = (0, 1, 0)
+        assert 0 < _log_loss(th, s, y, w) <= _log_loss((0.0, 1.0, 0.0), s, y, w) * 2.0 ** -40
+    else:
+        assert th[1] == 0.0
+        np.testing.assert_allclose(th, beta_oracle(s, y, w), rtol=1e-6, atol=1e-7)
+    with pytest.warns(RuntimeWarning, match="separate the classes"):
+        model = distcal.fit(engine(df), method="beta", weight_col="w", **engine.opts)
+    np.testing.assert_allclose([model.params[k] for k in "abc"], th, rtol=1e-9)
+    if pattern == "threshold":
+        np.testing.assert_allclose(model.predict(s), y, atol=1e-9)
+    # The same rows as one segment among others.
+    other = rows(2000, weights=True).assign(g="other")
+    both = pd.concat([df, other], ignore_index=True)
+    with pytest.warns(RuntimeWarning, match="separate the classes"):
+        seg = distcal.fit(engine(both), method="beta", weight_col="w", by="g",
+                          min_segment_weight=0, **engine.opts)
+    assert seg.segment("sep").params == pytest.approx(model.params, rel=1e-9)
+    want = beta_oracle(other.score.to_numpy(), other.label.to_numpy(), other.w.to_numpy())
+    np.testing.assert_allclose(seg.segment("other").predict(PROBE[:-1]),
+                               beta_map(want, PROBE[:-1]), rtol=1e-6, atol=1e-8)
+
+
 def test_beta_clips_scores_outside_the_unit_interval_with_a_warning_refuses_one_class(
         engine):
     df = rows(500)

@@ -24,14 +24,15 @@ are likely not probabilities). Rows whose labels are all 0 (or all 1) have
 no minimiser (the loss falls towards 0 as c -> -inf), and neither do
 scores that separate the classes; the first ends the plan with
 :class:`NoMinimum` (the fit refuses it, or a segment falls back to the
-global map), the second stops after ``max_iter`` passes with a warning.
+global map), the second stops with a warning once the loss is below 2^-40
+of its start (:data:`~distcal.core.logistic.SEPARATED`).
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +42,7 @@ from scipy.special import expit
 from ..errors import sums_overflow
 from .distinct import DistinctTable
 from .logistic import Terms, newton_plan
+from .plans import KeySums
 
 __all__ = ["beta_plan", "beta_predict", "beta_features", "CLIP", "NoMinimum"]
 
@@ -79,13 +81,14 @@ def beta_predict(a: float, b: float, c: float, scores: Any) -> np.ndarray:
     return p
 
 
-class _Totals:
+class _Totals(KeySums):
     """Weight, positives, rows with scores outside [0, 1] and distinct scores of a range."""
 
-    def __call__(self, t: DistinctTable) -> np.ndarray:
+    def columns(self, t: DistinctTable, number: Callable[[int], float | np.ndarray]
+                ) -> list[np.ndarray]:
         outside = (t.score < 0.0) | (t.score > 1.0)
-        return np.array([t.weight.sum(), t.positives.sum(), float(t.count[outside].sum()),
-                         float(len(t))])
+        return [t.weight, t.positives, np.where(outside, t.count, 0).astype(np.float64),
+                np.ones(len(t))]
 
 
 def _newton(active: tuple[bool, bool], w_scale: float, max_iter: int

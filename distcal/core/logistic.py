@@ -15,7 +15,7 @@ are computed as (W - Y) softplus(z) + Y softplus(-z), (W - Y) p - Y q and
 W p q (p = expit(z), q = expit(-z)): with 0 <= Y <= W no term cancels
 another, so L stays accurate where scores that separate the classes drive
 |z| up, and backtracking compares true losses there, not rounding noise.
-A pass sums many keys' problems at once (:class:`Terms`, :class:`_SumsBatch`).
+A pass sums many keys' problems at once (:class:`Terms`, :class:`_Sums`).
 
 L is convex. Each pass gives L with the derivatives, so a step is checked
 by the pass that computes the next: a step that does not lower L is halved
@@ -24,6 +24,8 @@ relative), where L cannot tell steps apart from rounding any more. The fit
 stops after a Newton step below 1e-10 relative (the error left is its
 square): a rule on the step, not on the loss, so that every engine,
 whatever the order of its sums, stops at the same point to rounding. A
+fit whose loss falls below 2^-40 of its start stops too (:data:`SEPARATED`:
+scores that separate the classes, no finite optimum). A
 singular Hessian (the optimum is then a line or a plane of parameters,
 all giving the same predictions at the fitted scores) takes the
 least-squares (minimum-norm) step.
@@ -40,8 +42,19 @@ import numpy as np
 
 from ..errors import sums_overflow
 from .distinct import DistinctTable
+from .plans import KeySums
 
-__all__ = ["Terms", "newton_plan"]
+__all__ = ["Terms", "newton_plan", "SEPARATED"]
+
+#: The fit stops once the loss is below this fraction of its value at the start.
+#: Only scores that separate the classes get there: the loss then falls on
+#: towards 0 by about a factor e per Newton step while the parameters grow
+#: without bound, so more passes change nothing but how steep the map is
+#: between the classes (every fitted probability is within ~1e-12 of its
+#: label, relative to the weights). R's ``glm.fit`` stops on the loss's
+#: change too (``glm.control(epsilon = 1e-8)``) and warns that "fitted
+#: probabilities numerically 0 or 1 occurred".
+SEPARATED = 2.0 ** -40
 
 
 @dataclass(frozen=True)
@@ -65,75 +78,39 @@ class Terms:
     w_scale: float = 1.0
 
 
-def _per_row(values: np.ndarray, sizes: np.ndarray) -> float | np.ndarray:
-    """One number per problem as one per row (a scalar when all problems share it)."""
-    if values.shape[0] and np.all(values == values[0]):
-        return float(values[0])
-    return np.repeat(values, sizes)
-
-
-class _Sums:
+class _Sums(KeySums):
     """L, its gradient and its Hessian at ``theta`` over one range's table (one pass).
 
-    Requests with the same feature functions (``batch_id``) travel and run
-    together (:meth:`pack`: a :class:`_SumsBatch`), so thousands of keys
-    cost one vectorised pass over a range, not one Python call each.
+    Requests with the same feature functions (``batch_id``) run together
+    (:class:`~distcal.core.plans.KeySums`): thousands of keys cost one
+    vectorised pass over a range, not one Python call each. The sums come
+    as L, then the gradient, then the Hessian's rows.
     """
 
     def __init__(self, theta: np.ndarray, terms: Terms):
         self.theta, self.terms = theta, terms
         self.batch_id = terms.features
 
-    def __call__(self, t: DistinctTable) -> np.ndarray:
-        out: np.ndarray = _Sums.pack([self]).run(np.zeros(1, np.intp), [t])[0]
-        return out
+    def numbers(self) -> tuple[float, ...]:
+        x = self.terms
+        return (x.w_scale, x.pos_mass, x.neg_mass, x.s_scale, *x.shift, *x.spread,
+                *self.theta)
 
-    @staticmethod
-    def pack(requests: list[_Sums]) -> _SumsBatch:
-        """Requests of one ``batch_id`` as arrays, one row per request."""
-        terms = [r.terms for r in requests]
-        numbers = np.array([[x.w_scale, x.pos_mass, x.neg_mass, x.s_scale, *x.shift,
-                             *x.spread] for x in terms], dtype=np.float64)
-        theta = np.array([r.theta for r in requests], dtype=np.float64)
-        return _SumsBatch(terms[0].features, theta, numbers)
-
-
-class _SumsBatch:
-    """Many problems' :class:`_Sums` requests as arrays (what one pass ships for them)."""
-
-    def __init__(self, features: tuple[Callable[[np.ndarray], np.ndarray], ...],
-                 theta: np.ndarray, numbers: np.ndarray):
-        self.features, self.theta, self.numbers = features, theta, numbers
-
-    def run(self, which: np.ndarray, tables: list[DistinctTable]) -> np.ndarray:
-        """Row k: the sums of problem ``which[k]`` over ``tables[k]`` (no table empty):
-        one pass of numpy over all their rows, then each problem's sums by
-        ``np.add.reduceat`` (which sums pairwise, as ``np.sum`` does)."""
-        sizes = np.array([len(t) for t in tables], dtype=np.intp)
-        assert sizes.all(), "every problem of a range has rows in it"
-
-        def cat(field: str) -> np.ndarray:
-            arrays = [getattr(t, field) for t in tables]
-            return arrays[0] if len(arrays) == 1 else np.concatenate(arrays)
-
-        numbers, theta = self.numbers[which], self.theta[which]
-
-        def rows(values: np.ndarray) -> float | np.ndarray:
-            return _per_row(values, sizes)
-
-        m = len(self.features)
-        score, weight, positives = cat("score"), cat("weight"), cat("positives")
-        w_scale = rows(numbers[:, 0])
-        w = weight * w_scale
-        y = (positives * rows(numbers[:, 1]) + (weight - positives) * rows(numbers[:, 2])
-             ) * w_scale
-        s_scale = rows(numbers[:, 3])
-        cols = [(f(score) * s_scale - rows(numbers[:, 4 + j])) / rows(numbers[:, 4 + m + j])
-                for j, f in enumerate(self.features)]
-        z = rows(theta[:, 0]) * cols[0]
+    def columns(self, t: DistinctTable, number: Callable[[int], float | np.ndarray]
+                ) -> list[np.ndarray]:
+        features = self.terms.features
+        m = len(features)
+        w_scale = number(0)
+        w = t.weight * w_scale
+        y = (t.positives * number(1) + (t.weight - t.positives) * number(2)) * w_scale
+        s_scale = number(3)
+        cols = [(f(t.score) * s_scale - number(4 + j)) / number(4 + m + j)
+                for j, f in enumerate(features)]
+        theta = 4 + 2 * m
+        z = number(theta) * cols[0]
         for j in range(1, m):
-            z = z + rows(theta[:, j]) * cols[j]
-        z = rows(theta[:, -1]) + z
+            z = z + number(theta + j) * cols[j]
+        z = number(theta + m) + z
         # p = expit(z), q = 1 - p = expit(-z) and softplus(+-z) from e = exp(-|z|) (two
         # transcendental functions a row). With 0 <= y <= w every term below is a sum
         # of terms of one sign: no cancellation, however far z is from 0 (scores that
@@ -144,25 +121,14 @@ class _SumsBatch:
         p, q = np.where(pos, 1.0, e) / (1.0 + e), np.where(pos, e, 1.0) / (1.0 + e)
         r = (w - y) * p - y * q
         h = w * p * q
-        xs = [*cols, None]  # None: the intercept's feature, 1
-        m = len(xs)
-        offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-
-        def sums(v: np.ndarray) -> np.ndarray:
-            return np.add.reduceat(v, offsets)
-
-        out = np.empty((len(tables), 1 + m + m * m))
-        out[:, 0] = sums((w - y) * (np.maximum(z, 0.0) + log1p_e)
-                         + y * (np.maximum(-z, 0.0) + log1p_e))
-        for i, xi in enumerate(xs):
-            out[:, 1 + i] = sums(r if xi is None else r * xi)
-        hess = out[:, 1 + m:].reshape(-1, m, m)
-        for i, xi in enumerate(xs):
-            hx = h if xi is None else h * xi
-            for j in range(i, m):
-                xj = xs[j]
-                hess[:, i, j] = hess[:, j, i] = sums(hx if xj is None else hx * xj)
-        return out
+        loss = (w - y) * (np.maximum(z, 0.0) + log1p_e) + y * (np.maximum(-z, 0.0) + log1p_e)
+        grad = [*(r * x for x in cols), r]  # the intercept's feature last: 1
+        hx = [*(h * x for x in cols), h]
+        # (the Hessian is symmetric: entry (j, i) is entry (i, j)'s very array)
+        upper = {(i, j): hx[i] * cols[j] if j < m else hx[i]
+                 for i in range(m + 1) for j in range(i, m + 1)}
+        hess = [upper[min(i, j), max(i, j)] for i in range(m + 1) for j in range(m + 1)]
+        return [loss, *grad, *hess]
 
 
 def newton_plan(terms: Terms, start: list[float], *, max_iter: int = 100,
@@ -184,7 +150,14 @@ def newton_plan(terms: Terms, start: list[float], *, max_iter: int = 100,
 
     theta = np.array(start, dtype=np.float64)
     loss, g, h = yield from at(theta)
+    separated = loss * SEPARATED
     for _ in range(max_iter):
+        if loss <= separated:
+            warnings.warn(f"{name}: the scores separate the classes (the loss fell below "
+                          "2^-40 of its start, and would fall on towards 0: there is no "
+                          "finite optimum); the last step's parameters are used",
+                          RuntimeWarning, stacklevel=2)
+            return theta
         step = -np.linalg.lstsq(h, g, rcond=None)[0]
         size, scale = float(np.abs(step).sum()), 1.0 + float(np.abs(theta).sum())
         if size <= 1e-10 * scale:  # the error left is size^2: the rounding of the sums

@@ -29,9 +29,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from .distinct import DistinctTable
 from .keyed import Key, KeyedTable
 
-__all__ = ["Plan", "run_plan", "run_plans", "KeyFailed", "KeyCounts", "Split", "split_keyed"]
+__all__ = ["Plan", "run_plan", "run_plans", "KeyFailed", "KeyCounts", "Split", "split_keyed",
+           "KeySums"]
 
 R = TypeVar("R")
 Request = Callable[[Any], Any]
@@ -78,13 +80,89 @@ def split_keyed(part: KeyedTable, wanted: Container[Key] | None = None
             yield key, part.key_table(i)
 
 
+class KeySums:
+    """A request whose result is a few sums over a key's rows of a range: batchable.
+
+    A subclass gives :meth:`numbers` (this request's parameters) and
+    :meth:`columns` (the terms summed, one array per sum, over the rows of a
+    table that may hold many keys' rows). The requests of one class and
+    ``batch_id`` run together in a pass (:meth:`pack`, then ``run``): one
+    numpy pass over all their keys' rows of a range, then each key's sums
+    by ``np.add.reduceat``, which sums pairwise as ``np.sum`` does (the
+    columns listed in ``maxima`` take ``np.maximum.reduceat`` instead).
+    Thousands of keys then cost one vectorised pass, not a Python call each.
+    """
+
+    batch_id: Any = ()
+    maxima: tuple[int, ...] = ()
+
+    def numbers(self) -> tuple[float, ...]:
+        """This request's parameters (the same count for every request of a batch)."""
+        return ()
+
+    def columns(self, t: DistinctTable, number: Callable[[int], float | np.ndarray]
+                ) -> list[np.ndarray]:
+        """The terms of each sum, one per row of ``t`` (rows of many keys);
+        ``number(j)``: parameter j of each row's key (a float when all share it)."""
+        raise NotImplementedError
+
+    def __call__(self, t: DistinctTable) -> np.ndarray:
+        if not len(t):  # (a range without rows: every sum is 0)
+            numbers = self.numbers()
+            return np.zeros(len(self.columns(t, lambda j: numbers[j])))
+        out: np.ndarray = self.pack([self]).run(np.zeros(1, np.intp), [t])[0]
+        return out
+
+    @classmethod
+    def pack(cls, requests: list[KeySums]) -> _KeySumsBatch:
+        """Requests of one batch as one object: an array of their numbers, one row each."""
+        numbers = np.array([r.numbers() for r in requests], dtype=np.float64)
+        return _KeySumsBatch(requests[0], numbers.reshape(len(requests), -1))
+
+
+class _KeySumsBatch:
+    """Many :class:`KeySums` requests of one batch (what a pass ships for them)."""
+
+    def __init__(self, first: KeySums, numbers: np.ndarray):
+        self.first, self.numbers = first, numbers
+
+    def run(self, which: np.ndarray, tables: list[DistinctTable]) -> np.ndarray:
+        """Row k: the sums of request ``which[k]`` over ``tables[k]`` (none empty)."""
+        sizes = np.array([len(t) for t in tables], dtype=np.intp)
+        assert sizes.all(), "every key of a range has rows in it"
+        if len(tables) == 1:
+            t = tables[0]
+        else:
+            score, weight, positives, count, label_sum = (
+                np.concatenate([getattr(x, f) for x in tables])
+                for f in ("score", "weight", "positives", "count", "label_sum"))
+            t = DistinctTable(score, weight, positives, count, label_sum)
+        numbers = self.numbers[which]
+
+        def number(j: int) -> float | np.ndarray:
+            values = numbers[:, j]
+            if np.all(values == values[0]):
+                return float(values[0])
+            return np.repeat(values, sizes)
+
+        offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+        cols = self.first.columns(t, number)
+        out = np.empty((len(tables), len(cols)))
+        with np.errstate(over="ignore", invalid="ignore"):  # inf: each plan checks its sums
+            for j, col in enumerate(cols):
+                reduce = np.maximum if j in self.first.maxima else np.add
+                out[:, j] = reduce.reduceat(col, offsets)
+        return out
+
+
 class _Pass:
     """The function a pass applies to one part (shipped to the workers as is).
 
-    Requests that have a ``batch_id`` (a vectorised pass, e.g. a Newton
-    step's sums) are packed by their class (``pack``: one object, arrays of
+    :class:`KeySums` requests (e.g. a Newton step's sums) are packed by
+    their class and ``batch_id`` (``pack``: one object, arrays of
     all their keys' numbers) and run once per part for all their keys
-    there (``run``); the others run key by key.
+    there (``run``); the others run key by key. The first pass's function
+    is one request for every key, batched in the same way when it can be.
     """
 
     def __init__(self, requests: dict[Key, Request] | None, first: Request | None,
@@ -94,20 +172,24 @@ class _Pass:
         self.batches: list[Any] = []
         # Every requested key: (its batch, its position in it), or (-1, 0): run singly.
         self.where: dict[Key, tuple[int, int]] | None = None
+        # The first pass's one function, for every key: batched when it can be.
+        self.first_at = (-1, 0)
         if requests is None:
+            if isinstance(first, KeySums):
+                self.batches.append(first.pack([first]))
+                self.first_at = (0, 0)
             return
         self.where = {}
         groups: dict[Any, list[Key]] = {}
         for key, fn in requests.items():
-            batch_id = getattr(fn, "batch_id", None)
-            if batch_id is None:
+            if isinstance(fn, KeySums):
+                groups.setdefault((type(fn), fn.batch_id), []).append(key)
+            else:
                 self.single[key] = fn
                 self.where[key] = (-1, 0)
-            else:
-                groups.setdefault((type(fn), batch_id), []).append(key)
         for b, keys in enumerate(groups.values()):
             fns = [requests[key] for key in keys]
-            self.batches.append(type(fns[0]).pack(fns))  # type: ignore[attr-defined]
+            self.batches.append(fns[0].pack(fns))  # type: ignore[attr-defined]
             self.where.update((key, (b, i)) for i, key in enumerate(keys))
 
     def __call__(self, part: Any) -> PassResult:
@@ -122,7 +204,7 @@ class _Pass:
         for key, sub in self.split(part, self.where):
             if self.count:
                 counted[key] = (sub.n_rows, sub.weight_total, bool(sub.binary))
-            b, i = (-1, 0) if self.where is None else self.where[key]
+            b, i = self.first_at if self.where is None else self.where[key]
             if b < 0:
                 fn = self.first if self.where is None else self.single[key]
                 assert fn is not None  # the first pass has ``first``, later ones requests

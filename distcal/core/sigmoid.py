@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Generator
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -30,7 +29,7 @@ from scipy.special import expit
 from ..errors import sums_overflow
 from .distinct import DistinctTable
 from .logistic import Terms, newton_plan
-from .plans import run_plan
+from .plans import KeySums, run_plan
 from .ranges import MapRanges, as_map_ranges
 
 __all__ = ["fit_sigmoid", "sigmoid_plan", "sigmoid_predict"]
@@ -47,39 +46,70 @@ def fit_sigmoid(data: DistinctTable | MapRanges, max_iter: int = 100) -> tuple[f
     return run_plan(sigmoid_plan(max_iter), as_map_ranges(data))
 
 
-def _sum(fn: Callable[[DistinctTable], np.ndarray]) -> Generator[Any, list[Any], np.ndarray]:
-    """One pass: ``fn`` of every range, added up."""
-    parts = yield lambda t: np.asarray(fn(t), dtype=np.float64)
+def _sum(request: KeySums) -> Generator[Any, list[Any], np.ndarray]:
+    """One pass: ``request``'s sums over every range, added up."""
+    parts = yield request
     if not parts:
         raise ValueError("fit_sigmoid needs at least one row")
     total: np.ndarray = np.sum(parts, axis=0)
     return total
 
 
-def _totals(t: DistinctTable) -> np.ndarray:
-    finite = np.isfinite(t.score)
-    with np.errstate(over="ignore", invalid="ignore"):
-        return np.array([t.weight.sum(), t.positives.sum(), np.sum(t.weight * t.score),
-                         len(t), np.count_nonzero(~finite),
-                         np.max(np.abs(t.score), initial=0.0, where=finite)])
+class _Totals(KeySums):
+    """Weight, positives, weight x score, distinct scores, non-finite scores and the
+    largest finite |score| (a bound, summed over the ranges), of scores and weights
+    scaled by ``s_scale`` and ``w_scale`` (powers of two: exact)."""
+
+    maxima = (5,)
+
+    def __init__(self, s_scale: float = 1.0, w_scale: float = 1.0):
+        self.s_scale, self.w_scale = s_scale, w_scale
+
+    def numbers(self) -> tuple[float, ...]:
+        return self.s_scale, self.w_scale
+
+    def columns(self, t: DistinctTable, number: Callable[[int], float | np.ndarray]
+                ) -> list[np.ndarray]:
+        s, w = t.score * number(0), t.weight * number(1)
+        finite = np.isfinite(s)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return [w, t.positives * number(1), w * s, np.ones(len(s)),
+                    (~finite).astype(np.float64), np.where(finite, np.abs(s), 0.0)]
 
 
-class _Scaled:
-    """``fn`` of a range whose scores and weights are scaled by powers of two (exact)."""
+class _Spread(KeySums):
+    """Sum of w (s - mu)^2, of scores and weights scaled as in :class:`_Totals`."""
 
-    def __init__(self, fn: Callable[[DistinctTable], Any], s_scale: float, w_scale: float):
-        self.fn, self.s_scale, self.w_scale = fn, s_scale, w_scale
+    def __init__(self, mu: float, s_scale: float, w_scale: float):
+        self.mu, self.s_scale, self.w_scale = mu, s_scale, w_scale
 
-    def __call__(self, t: DistinctTable) -> Any:
-        if self.s_scale != 1.0 or self.w_scale != 1.0:
-            t = replace(t, score=t.score * self.s_scale, weight=t.weight * self.w_scale,
-                        positives=t.positives * self.w_scale)
-        return self.fn(t)
+    def numbers(self) -> tuple[float, ...]:
+        return self.mu, self.s_scale, self.w_scale
+
+    def columns(self, t: DistinctTable, number: Callable[[int], float | np.ndarray]
+                ) -> list[np.ndarray]:
+        with np.errstate(over="ignore", invalid="ignore"):
+            return [t.weight * number(2) * (t.score * number(1) - number(0)) ** 2]
+
+
+class _Targets(KeySums):
+    """Platt's target mass of q = 1 - p = sigmoid(z) (weights scaled by ``w_scale``)."""
+
+    def __init__(self, hi: float, lo: float, w_scale: float):
+        self.hi, self.lo, self.w_scale = hi, lo, w_scale
+
+    def numbers(self) -> tuple[float, ...]:
+        return self.hi, self.lo, self.w_scale
+
+    def columns(self, t: DistinctTable, number: Callable[[int], float | np.ndarray]
+                ) -> list[np.ndarray]:
+        return [(t.positives * (1.0 - number(0)) + (t.weight - t.positives)
+                 * (1.0 - number(1))) * number(2)]
 
 
 def sigmoid_plan(max_iter: int = 100) -> Generator[Any, list[Any], tuple[float, float]]:
     """Platt's (a, b) as a plan (:mod:`distcal.core.plans`): a few passes of sums."""
-    sums = yield from _sum(_totals)
+    sums = yield from _sum(_Totals())
     if sums[3] == 0:
         raise ValueError("fit_sigmoid needs at least one row")
     if sums[4]:
@@ -97,35 +127,19 @@ def sigmoid_plan(max_iter: int = 100) -> Generator[Any, list[Any], tuple[float, 
     # of two (exact) and scale a back.
     s_scale = math.ldexp(1.0, -math.frexp(float(sums[5]))[1]) if sums[5] > 2.0 ** 500 else 1.0
     w_scale = math.ldexp(1.0, -math.frexp(wsum)[1]) if wsum > 2.0 ** 500 else 1.0
-
-    def scaled(fn: Callable[[DistinctTable], Any]) -> Callable[[DistinctTable], Any]:
-        return _Scaled(fn, s_scale, w_scale)
-
     if s_scale != 1.0 or w_scale != 1.0:
-        sums = yield from _sum(scaled(_totals))
+        sums = yield from _sum(_Totals(s_scale, w_scale))
         wsum = float(sums[0])
     if not math.isfinite(sums[2]):
         raise sums_overflow("weights times scores")
     mu = float(sums[2]) / wsum
-
-    def spread_part(t: DistinctTable) -> np.ndarray:
-        with np.errstate(over="ignore", invalid="ignore"):
-            return np.array([np.sum(t.weight * (t.score - mu) ** 2)])
-
-    spread = yield from _sum(scaled(spread_part))
+    spread = yield from _sum(_Spread(mu, s_scale, w_scale))
     if not math.isfinite(spread[0]):
         raise sums_overflow("weights times scores")
     sd = float(np.sqrt(spread[0] / wsum))
-
-    def target(t: DistinctTable) -> np.ndarray:
-        # Platt's target mass of q = 1 - p = sigmoid(z) per distinct score
-        y: np.ndarray = t.positives * (1.0 - hi) + (t.weight - t.positives) * (1.0 - lo)
-        return y
-
     if sd == 0.0:
         # One distinct score: only b is identified; p equals the mean target.
-        tsum = yield from _sum(scaled(lambda t: np.array([np.sum(target(t))])))
-        tbar = float(tsum[0]) / wsum
+        tbar = float((yield from _sum(_Targets(hi, lo, w_scale)))[0]) / wsum
         return 0.0, float(np.log(tbar / (1.0 - tbar)))
 
     # The standardised score (s - mu) / sd, and Platt's targets as above.
