@@ -242,7 +242,8 @@ def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str
                     results = _isotonic_fixed(map_ranges, bool(params["increasing"]), params,
                                               keep, counts)
                 else:
-                    results = run_plans(plan, map_ranges, keep=keep, counts=counts)
+                    results = run_plans(plan, map_ranges, keep=keep, counts=counts,
+                                        narrow=ranges.narrow)
             except KeyFailed as failed:
                 if isinstance(failed.error, LabelsNotBinary):  # count the rows: one pass
                     n = sum(ranges.map_rows(count_not_binary))

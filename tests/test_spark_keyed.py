@@ -241,12 +241,15 @@ SEGMENTS_CHILD = textwrap.dedent("""
                 t[1] += b
         return total
 
-    totals = []
+    totals, narrowed = [], None
     for passes in map(int, (sys.argv[4] if len(sys.argv) > 4 else "1").split(",")):
         with SparkEngine().open_keyed(df, KeySpec(by=("seg",)), on_invalid="raise",
                                       passes=passes) as kr:
             runs = [kr.map(sums) for _ in range(passes)]  # passes > 1: the pooled ranges
             n_rows = kr.n_rows
+            if passes > 1:  # later passes of five keys read only their rows
+                kr.narrow({((s,), None) for s in range(5)})
+                narrowed = added(kr.map(sums))
         assert all(r == runs[0] for r in runs)
         parts = runs[0]
         totals.append(added(parts))
@@ -256,7 +259,8 @@ SEGMENTS_CHILD = textwrap.dedent("""
             df.groupBy("seg").agg(F.count("*").alias("n"), F.sum("label").alias("p")).collect()}
     ok = all(tuple(total[k]) == want[k] for k in want) and len(total) == segs + 1
     out = {"ok": ok, "n_rows": n_rows, "global": total[-1], "keys": len(total),
-           "ranges": len(parts)}
+           "ranges": len(parts),
+           "narrow_ok": narrowed is None or narrowed == {k: total[k] for k in range(5)}}
     if connect:  # a refit from saved summaries: ranges from their score samples
         import tempfile
         import distcal, pandas as pd
@@ -293,7 +297,7 @@ def test_many_segments_under_a_small_driver_result_cap():
 def test_keyed_map_on_spark_connect():
     out = _child(SEGMENTS_CHILD, "connect", "20000", "20", "1,2")  # one pass, then several
     assert out["ok"] and out["keys"] == 21 and out["n_rows"] == 20_000, out
-    assert out["refit_ok"], out
+    assert out["refit_ok"] and out["narrow_ok"], out
 
 
 # -- issue 35: 2e7 rows in 600 MB Python workers -------------------------------------------

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -275,6 +275,10 @@ class KeyedTable:
                           None if self.wyy is None else self.wyy[rows],
                           None if self.ww is None else self.ww[rows])
 
+    def only(self, wanted: Container[Key]) -> KeyedTable:
+        """The ``wanted`` keys and their rows (what a later pass of a few keys reads)."""
+        return self.take([i for i, key in enumerate(self.keys) if key in wanted])
+
     def global_index(self) -> int | None:
         """The index of the (first) key of all rows, None if it has none."""
         return next((i for i, k in enumerate(self.keys) if k[0] is GLOBAL), None)
@@ -480,8 +484,8 @@ def split_global(part: KeyedTable) -> tuple[DistinctTable, float, KeyedTable]:
     """
     g = part.global_index()
     if g is None:
-        return DistinctTable.empty(), 0.0, KeyedTable(
-            [k[0] for k in part.keys], part.starts, part.table, part.binary, part.wyy)
+        return DistinctTable.empty(), 0.0, dataclasses.replace(
+            part, keys=[k[0] for k in part.keys])
     a, b = int(part.starts[g]), int(part.starts[g + 1])
     wyy = float(part.wyy[a:b].sum()) if part.wyy is not None else float("nan")
     segs = part.take(np.delete(np.arange(len(part.keys)), g))

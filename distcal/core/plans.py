@@ -236,7 +236,8 @@ def _gather(outs: list[PassResult], into: dict[Key, list[Any]]) -> None:
 def run_plans(make_plan: Callable[[Key | None], Plan[Any]], map_parts: MapParts,
               split: Split = split_keyed,
               keep: Callable[[Key, KeyCounts], bool] | None = None,
-              counts: dict[Key, KeyCounts] | None = None) -> dict[Key, Any]:
+              counts: dict[Key, KeyCounts] | None = None,
+              narrow: Callable[[set[Key]], None] | None = None) -> dict[Key, Any]:
     """Run ``make_plan(key)`` for every key found in the parts, all keys in lock step.
 
     ``map_parts`` maps a function over the parts (an engine's ranges, or
@@ -247,7 +248,12 @@ def run_plans(make_plan: Callable[[Key | None], Plan[Any]], map_parts: MapParts,
     counts each key's rows and weight (into ``counts``, when given); keys
     for which ``keep(key, counts)`` is false are dropped after it (a
     segment too small to fit). Returns each kept key's plan result; a plan
-    that raises stops the fit with :class:`KeyFailed`.
+    that raises stops the fit with :class:`KeyFailed`. ``narrow(keys)``
+    tells the parts that later passes read only ``keys``: called when the
+    keys still running hold at most a quarter of the rows last read (the
+    big keys, the global one first, converge in a few passes; keys whose
+    classes are separated run for tens), so a late pass reads their rows
+    only, not every range whole.
     """
     probe = make_plan(None)
     first = next(probe)
@@ -271,7 +277,12 @@ def run_plans(make_plan: Callable[[Key | None], Plan[Any]], map_parts: MapParts,
         plan = make_plan(key)
         next(plan)
         _advance(key, plan, results[key], plans, pending, done)
+    held = sum(c.n_rows for c in totals.values())
     while pending:
+        needed = sum(totals[key].n_rows for key in pending)
+        if narrow is not None and needed <= held // 4:
+            narrow(set(pending))
+            held = needed
         requests = dict(pending)
         pending.clear()
         gathered: dict[Key, list[Any]] = {key: [] for key in requests}

@@ -13,14 +13,14 @@ applies a model to its own kind of frame (:meth:`Engine.transform_rows`).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from ..core.keyed import KeyedTable, KeySpec
+from ..core.keyed import Key, KeyedTable, KeySpec
 from ..core.rows import RowPart, add_up_rows
 from ..errors import column_not_found, output_column_exists
 from ..logs import log
@@ -66,6 +66,12 @@ class KeyedRanges(ABC):
 
     @abstractmethod
     def close(self) -> None: ...
+
+    def narrow(self, keys: Collection[Key]) -> None:
+        """Later passes of :meth:`map` need only ``keys``' tables: an engine that keeps
+        its ranges between passes may keep only these keys' rows (fewer rows to read
+        per pass); the others read their ranges as they are."""
+        return None
 
     def __enter__(self: _Ranges) -> _Ranges:
         return self

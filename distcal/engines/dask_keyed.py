@@ -43,13 +43,14 @@ before keys (raw rows per range) exceeded a 650 MB limit on the same data.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..core.keyed import (
+    Key,
     KeyedTable,
     KeySpec,
     cut_keyed,
@@ -129,6 +130,10 @@ def _cut(pair: tuple[KeyedTable, dict[str, Any]], bounds: np.ndarray) -> list[Ke
 
 def _apply(fn: Callable[[KeyedTable], Any], table: KeyedTable) -> Any:
     return fn(table) if len(table.table) else None
+
+
+def _only(table: KeyedTable, wanted: set[Key]) -> KeyedTable:
+    return table.only(wanted)
 
 
 def _apply_rows(fn: Callable[[RowPart], Any], pair: tuple[RowPart, dict[str, Any]]) -> Any:
@@ -248,6 +253,17 @@ class DaskKeyedRanges(KeyedRanges):
         with phase("dask: one pass over the keyed ranges"):
             results = dask.compute(*[delayed(_apply)(fn, r) for r in ranges])
         return [r for r in results if r is not None]
+
+    def narrow(self, keys: Collection[Key]) -> None:
+        if self._ranges is None or self.passes <= 1:  # (one pass: nothing kept)
+            return
+        import dask
+        from dask import delayed
+
+        wanted = set(keys)
+        (self._ranges,) = dask.persist([delayed(_only, pure=True)(r, wanted)
+                                        for r in self._ranges])
+        log.info("dask: later passes read the rows of %d keys", len(wanted))
 
     # -- row parts ------------------------------------------------------------------
 

@@ -76,7 +76,7 @@ from __future__ import annotations
 import math
 import pickle
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any
 
 import numpy as np
@@ -95,7 +95,7 @@ from ...core.keyed import (
     pool_rows,
 )
 from ...core.rows import RowPart, check_columns, count_classes, merge_stats, read_rows
-from ...core.summary import arrow_from_keyed, keyed_from_arrow, moved_fields
+from ...core.summary import arrow_from_keyed, by_name, keyed_from_arrow, moved_fields
 from ...errors import VECTORS_EXPECTED, DataError, column_type
 from ...logs import log, phase
 from ..base import KeyedRanges
@@ -125,6 +125,7 @@ RESULT_SCHEMA = "rid long, payload binary"
 # A range's pooled rows (pool_runner): the range id, the part (-1: validation counts) and
 # the payload.
 POOLED_SCHEMA = "rid long, part long, payload binary"
+_POOLED_ARROW = pa.schema([("rid", pa.int64()), ("part", pa.int64()), ("payload", pa.binary())])
 
 
 # -- both sides ------------------------------------------------------------------------
@@ -508,28 +509,33 @@ def pool_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: b
         types = [first_schema.field(b).type for b in by]
         table = runs.pop()
         rid = partition_id()
-        schema = pa.schema([("rid", pa.int64()), ("part", pa.int64()), ("payload", pa.binary())])
         first = _outcome(fn, table)
         yield pa.RecordBatch.from_pydict(
             {"rid": [rid, rid], "part": [-1, -2],
              "payload": [pickle.dumps(stats, pickle.HIGHEST_PROTOCOL),
-                         pickle.dumps(first, pickle.HIGHEST_PROTOCOL)]}, schema=schema)
+                         pickle.dumps(first, pickle.HIGHEST_PROTOCOL)]}, schema=_POOLED_ARROW)
         if not len(table.table):
             return
         out = arrow_from_keyed(table, len(by), fields, types)
         del table
-        # LZ4 about halves what the cache holds (the counts and label sums of distinct
-        # scores are runs of small numbers) and is read back at ~5 ms per 10^6 rows.
-        options = pa.ipc.IpcWriteOptions(compression="lz4")
-        for i, batch in enumerate(out.to_batches(chunk_rows)):
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
-                writer.write_batch(batch)
-            payload = sink.getvalue().to_pybytes()
-            yield pa.RecordBatch.from_pydict({"rid": [rid], "part": [i], "payload": [payload]},
-                                             schema=schema)
+        yield from _pooled_rows(rid, out, chunk_rows)
 
     return run
+
+
+def _pooled_rows(rid: int, table: pa.Table, chunk_rows: int) -> Iterator[pa.RecordBatch]:
+    """A range's keyed table (as summary rows) as rows (rid, part 0, 1, ..., payload): an
+    Arrow IPC stream of at most ``chunk_rows`` rows each."""
+    # LZ4 about halves what the cache holds (the counts and label sums of distinct
+    # scores are runs of small numbers) and is read back at ~5 ms per 10^6 rows.
+    options = pa.ipc.IpcWriteOptions(compression="lz4")
+    for i, batch in enumerate(table.to_batches(chunk_rows)):
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
+            writer.write_batch(batch)
+        yield pa.RecordBatch.from_pydict({"rid": [rid], "part": [i],
+                                          "payload": [sink.getvalue().to_pybytes()]},
+                                         schema=_POOLED_ARROW)
 
 
 def key_columns(spec: KeySpec) -> list[str]:
@@ -546,37 +552,59 @@ def table_runner(fn: Callable[[KeyedTable], Any], n_by: int
     pooled rows are one keyed table as written (each key's rows together, ascending
     scores), so no sort rebuilds it; one range is held at a time."""
 
-    def result(rid: int, stats: dict[str, Any] | None, parts: list[pa.Table]
-               ) -> pa.RecordBatch:
-        table = keyed_from_arrow(pa.concat_tables(parts), n_by) if parts else None
-        parts.clear()
-        return result_batch(rid, {"stats": stats, "empty": table is None,
-                                  "result": None if table is None else fn(table)})
-
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        current: int | None = None
-        done: set[int] = set()
-        stats: dict[str, Any] | None = None
-        parts: list[pa.Table] = []
-        for batch in batches:
-            payloads = batch.column("payload")
-            for i, (rid, part) in enumerate(zip(batch.column("rid").to_pylist(),
-                                                batch.column("part").to_pylist())):
-                if rid != current:
-                    if current is not None:
-                        yield result(current, stats, parts)
-                        done.add(current)
-                    # (a coalesced partition reads its ranges one after the other)
-                    assert rid not in done, "a range's pooled rows are together"
-                    current, stats = rid, None
-                if part == -1:
-                    stats = merge_stats(stats, pickle.loads(payloads[i].as_py()))
-                elif part >= 0:
-                    parts.append(pa.ipc.open_stream(payloads[i].as_buffer()).read_all())
-        if current is not None:
-            yield result(current, stats, parts)
+        for rid, stats, table in pooled_ranges(batches):
+            keyed = keyed_from_arrow(table, n_by) if table is not None else None
+            yield result_batch(rid, {"stats": stats, "empty": keyed is None,
+                                     "result": None if keyed is None else fn(keyed)})
 
     return run
+
+
+def narrow_runner(wanted: set[Key], n_by: int, fields: list[str], chunk_rows: int
+                  ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """A partition of :func:`pool_runner`'s rows to the same rows of the ``wanted`` keys
+    only (no counts: they are added up already; nothing for a range without them)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for rid, _, table in pooled_ranges(batches):
+            if table is None:
+                continue
+            kept = keyed_from_arrow(table, n_by).only(wanted)
+            if len(kept.table):
+                types = [table.schema.field(by_name(j)).type for j in range(n_by)]
+                yield from _pooled_rows(rid, arrow_from_keyed(kept, n_by, fields, types),
+                                        chunk_rows)
+
+    return run
+
+
+def pooled_ranges(batches: Iterator[pa.RecordBatch]
+                  ) -> Iterator[tuple[int, dict[str, Any] | None, pa.Table | None]]:
+    """The ranges in a partition of :func:`pool_runner`'s rows (one range or, coalesced,
+    several one after the other), one at a time: (id, validation counts or None, its
+    summary rows or None when it has none)."""
+    current: int | None = None
+    done: set[int] = set()
+    stats: dict[str, Any] | None = None
+    parts: list[pa.Table] = []
+    for batch in batches:
+        payloads = batch.column("payload")
+        for i, (rid, part) in enumerate(zip(batch.column("rid").to_pylist(),
+                                            batch.column("part").to_pylist())):
+            if rid != current:
+                if current is not None:
+                    yield current, stats, pa.concat_tables(parts) if parts else None
+                    done.add(current)
+                    parts = []
+                assert rid not in done, "a range's pooled rows are together"
+                current, stats = rid, None
+            if part == -1:
+                stats = merge_stats(stats, pickle.loads(payloads[i].as_py()))
+            elif part >= 0:
+                parts.append(pa.ipc.open_stream(payloads[i].as_buffer()).read_all())
+    if current is not None:
+        yield current, stats, pa.concat_tables(parts) if parts else None
 
 
 def parts_runner(fn: Callable[[RowPart], Any], spec: KeySpec, finite_scores: bool,
@@ -826,6 +854,17 @@ class SparkKeyedRanges(SparkRanges):
         # ranges per task (coalesce reads its partitions one after the other).
         self.pooled_read = self.pooled.coalesce(min(self.k, default_ranges(self.rows_df)))
         return [ranges[v] for v in sorted(ranges)]
+
+    def narrow(self, keys: Collection[Key]) -> None:
+        if self.pooled is None:  # (per-class rows: read as they are)
+            return
+        spec = self.spec
+        runner = narrow_runner(set(keys), len(key_columns(spec)),
+                               moved_fields(spec.weight_col is not None, spec.pool_squares),
+                               self.chunk_rows)
+        # Computed and kept by the next pass; the ranges before stay kept until close.
+        self.pooled_read = self.persist(self.pooled_read.mapInArrow(runner, POOLED_SCHEMA))
+        log.info("spark: later passes read the rows of %d keys", len(keys))
 
     def map_rows(self, fn: Callable[[RowPart], Any]) -> list[Any]:
         if self.passes > 1 and not self.rows_persisted:
