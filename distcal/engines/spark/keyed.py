@@ -9,28 +9,27 @@ scores need a Python map side before the shuffle (each class has its own
 score); they take the route below. Either way the number of ranges comes
 from the sample of step 1 and a range is pooled as its batches stream in.
 
-With ``passes > 1`` a binary score's ranges are pooled once and kept
-pooled. The first pass maps :func:`pool_runner` over the ranges: each range
-is read, checked and pooled as above, ``fn`` runs on its keyed table, and
-the range becomes rows (range id, part, payload): its validation counts
-(part -1) and ``fn``'s result (part -2), pickled, then its keyed table as
-the summary rows of :func:`~distcal.core.summary.arrow_from_keyed` (the key
-columns and only the sums :func:`~distcal.core.summary.moved_fields` names),
-an LZ4-compressed Arrow IPC stream of at most ``CHUNK_ROWS`` rows per row
-(parts 0, 1, ...). That frame keeps the ranges' partitions (``mapInArrow``
-is narrow) and is persisted (``MEMORY_AND_DISK``; unpersisted by
-``close``); the first pass's results are its rows of parts < 0, read in
-the JVM. Every later pass maps :func:`table_runner` over it, coalesced to
-the default number of ranges (a pass over pooled ranges is mostly a task's
-fixed cost): each range's streams are read back in turn and
-:func:`~distcal.core.summary.keyed_from_arrow` rebuilds its
-:class:`~distcal.core.keyed.KeyedTable` without a sort (each key's rows
-together, scores ascending, as written), then ``fn`` runs. A later pass
-thus reads each range's distinct (key, score) pairs (~9 B each for a
-distinct score with unit weights, compressed), never its rows, and checks
-and pools nothing again; a Python worker holds one range's pairs at a
-time. With ``passes == 1`` one job reads, pools and maps each range
-(:func:`raw_runner`), and nothing is persisted.
+With ``passes > 1`` the ranges are pooled once and kept pooled. The first
+pass maps :func:`pool_runner` (a binary score) or :func:`pool_keyed_runner`
+(per-class rows, after the shuffle below) over the ranges: each range is
+read, checked and pooled, ``fn`` runs on its keyed table, and the range
+becomes rows (range id, part, payload): validation counts (part -1) and
+``fn``'s result (part -2), pickled, then its keyed table
+(:func:`table_payloads`: its keys pickled (part 0), its sums as
+LZ4-compressed Arrow IPC streams of at most ``CHUNK_ROWS`` rows (parts 1,
+2, ...)). That frame keeps the ranges' partitions (``mapInArrow`` is
+narrow) and is persisted (``MEMORY_AND_DISK``; unpersisted by ``close``);
+the first pass's results are its rows of parts < 0, read in the JVM. Every
+later pass maps :func:`table_runner` over its tables, coalesced to the
+default number of ranges (a pass over pooled ranges is mostly a task's
+fixed cost): each range's table is read back as written, then ``fn`` runs.
+A later pass thus reads each range's distinct (key, score) pairs (~9 B each
+for a distinct score with unit weights, compressed), never its rows, and
+checks and pools nothing again; a Python worker holds one range's pairs at
+a time. Once the keys still running are few (``narrow``), the tables are
+cut to theirs (:func:`narrow_runner`) and kept so for the passes left.
+With ``passes == 1`` one job reads, pools and maps each range
+(:func:`raw_runner`, :func:`range_runner`), and nothing is persisted.
 
 How per-class rows flow (one job per ``map``, after a sample when opened):
 
@@ -82,7 +81,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ...core.distinct import estimate_distinct, merge_tables
+from ...core.distinct import DistinctTable, estimate_distinct, merge_tables
 from ...core.keyed import (
     GLOBAL,
     Key,
@@ -95,7 +94,6 @@ from ...core.keyed import (
     pool_rows,
 )
 from ...core.rows import RowPart, check_columns, count_classes, merge_stats, read_rows
-from ...core.summary import arrow_from_keyed, by_name, keyed_from_arrow, moved_fields
 from ...errors import VECTORS_EXPECTED, DataError, column_type
 from ...logs import log, phase
 from ..base import KeyedRanges
@@ -418,6 +416,36 @@ def pool_chunk(data: pa.Table, n_by: int, weighted: bool, per_class: bool) -> Ke
                       None if weight is None else np.concatenate([weight, weight]))
 
 
+def pool_ranges(batches: Iterator[pa.RecordBatch], n_by: int, weighted: bool, per_class: bool,
+                chunk_rows: int) -> tuple[list[bytes], dict[int, KeyedRuns]]:
+    """A range partition's keyed rows (:func:`row_runner`'s, shuffled) pooled as their
+    chunks stream in: the map side's validation counts that came with them (pickled) and
+    each range's pooled runs, by range id."""
+    import pyarrow.compute as pc
+
+    runs: dict[int, KeyedRuns] = {}
+    stats: list[bytes] = []
+    for data in chunks(batches, chunk_rows):
+        rid = data.column("_r")
+        counts = data.column("_st")
+        if counts.null_count < data.num_rows:
+            stats += counts.drop_null().to_pylist()
+            data = data.filter(pc.is_null(counts))
+            rid = data.column("_r")
+        if not data.num_rows:
+            continue
+        lo, hi = pc.min_max(rid).values()
+        if lo.as_py() == hi.as_py():
+            parts = [(int(lo.as_py()), data)]
+        else:  # two ranges in one task (not expected: see partition_ids)
+            r = rid.to_numpy()
+            parts = [(int(v), data.filter(pa.array(r == v))) for v in np.unique(r)]
+        for v, part in parts:
+            runs.setdefault(v, KeyedRuns()).add(pool_chunk(part, n_by, weighted, per_class))
+        del data, parts
+    return stats, runs
+
+
 def range_runner(fn: Callable[[KeyedTable], Any], n_by: int, weighted: bool, per_class: bool,
                  chunk_rows: int = CHUNK_ROWS
                  ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
@@ -425,35 +453,31 @@ def range_runner(fn: Callable[[KeyedTable], Any], n_by: int, weighted: bool, per
     the map side's validation counts (rows of id -1) to one row of id -1."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        import pyarrow.compute as pc
-
-        runs: dict[int, KeyedRuns] = {}
-        stats: list[Any] = []
-        for data in chunks(batches, chunk_rows):
-            rid = data.column("_r")
-            counts = data.column("_st")
-            if counts.null_count < data.num_rows:
-                stats += [pickle.loads(p) for p in counts.drop_null().to_pylist()]
-                data = data.filter(pc.is_null(counts))
-                rid = data.column("_r")
-            if not data.num_rows:
-                continue
-            lo, hi = pc.min_max(rid).values()
-            if lo.as_py() == hi.as_py():
-                parts = [(int(lo.as_py()), data)]
-            else:  # two ranges in one task (not expected: see partition_ids)
-                r = rid.to_numpy()
-                parts = [(int(v), data.filter(pa.array(r == v))) for v in np.unique(r)]
-            for v, part in parts:
-                runs.setdefault(v, KeyedRuns()).add(pool_chunk(part, n_by, weighted, per_class))
-            del data, parts
+        stats, runs = pool_ranges(batches, n_by, weighted, per_class, chunk_rows)
         if stats:
-            yield result_batch(-1, stats)
+            yield result_batch(-1, [pickle.loads(st) for st in stats])
         for v in sorted(runs):
             table = runs.pop(v).table()
             result = fn(table)
             del table
             yield result_batch(v, result)
+
+    return run
+
+
+def pool_keyed_runner(fn: Callable[[KeyedTable], Any], n_by: int, weighted: bool,
+                      per_class: bool, chunk_rows: int = CHUNK_ROWS
+                      ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """:func:`range_runner`'s pooling, kept: each range's pooled rows (:func:`pooled_rows`),
+    the task's validation counts with its first range (or alone)."""
+
+    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        stats, runs = pool_ranges(batches, n_by, weighted, per_class, chunk_rows)
+        if not runs and stats:
+            yield _pooled_batch(partition_id(), [-1] * len(stats), stats)
+        for v in sorted(runs):
+            yield from pooled_rows(v, fn, runs.pop(v).pop(), stats, weighted, chunk_rows)
+            stats = []
 
     return run
 
@@ -491,51 +515,82 @@ def raw_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: bo
 
 
 def pool_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: bool,
-                fields: list[str], chunk_rows: int = CHUNK_ROWS
+                chunk_rows: int = CHUNK_ROWS
                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """A range partition of the user's rows (a binary score, raw) to rows (range id = its
-    partition id, part, payload): its validation counts, pickled (part -1), the first
-    pass's pickled (``fn`` result or None when it has no valid row) (part -2), then its
-    keyed table as summary rows (:func:`~distcal.core.summary.arrow_from_keyed`: ``by_j``
-    and ``fields``), an Arrow IPC stream of at most ``chunk_rows`` rows per row (parts 0,
-    1, ...); nothing for a partition without rows."""
-    by = key_columns(spec)
+    """A range partition of the user's rows (a binary score, raw) read, checked and pooled
+    (:func:`pool_raw`), as its pooled rows (:func:`pooled_rows`; the range id is its
+    partition id); nothing for a partition without rows."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         stats, runs, first_schema = pool_raw(batches, spec, finite_scores, chunk_rows)
         if first_schema is None:  # no rows
             return
-        # the segment columns keep the input's Arrow types
-        types = [first_schema.field(b).type for b in by]
-        table = runs.pop()
-        rid = partition_id()
-        first = _outcome(fn, table)
-        yield pa.RecordBatch.from_pydict(
-            {"rid": [rid, rid], "part": [-1, -2],
-             "payload": [pickle.dumps(stats, pickle.HIGHEST_PROTOCOL),
-                         pickle.dumps(first, pickle.HIGHEST_PROTOCOL)]}, schema=_POOLED_ARROW)
-        if not len(table.table):
-            return
-        out = arrow_from_keyed(table, len(by), fields, types)
-        del table
-        yield from _pooled_rows(rid, out, chunk_rows)
+        yield from pooled_rows(partition_id(), fn, runs.pop(),
+                               [pickle.dumps(stats, pickle.HIGHEST_PROTOCOL)],
+                               spec.weight_col is not None, chunk_rows)
 
     return run
 
 
-def _pooled_rows(rid: int, table: pa.Table, chunk_rows: int) -> Iterator[pa.RecordBatch]:
-    """A range's keyed table (as summary rows) as rows (rid, part 0, 1, ..., payload): an
-    Arrow IPC stream of at most ``chunk_rows`` rows each."""
+def _pooled_batch(rid: int, parts: list[int], payloads: list[bytes]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"rid": [rid] * len(parts), "part": parts,
+                                       "payload": payloads}, schema=_POOLED_ARROW)
+
+
+def pooled_rows(rid: int, fn: Callable[[KeyedTable], Any], table: KeyedTable,
+                stats: list[bytes], weighted: bool, chunk_rows: int
+                ) -> Iterator[pa.RecordBatch]:
+    """A range as rows (rid, part, payload) of the frame that keeps it pooled: validation
+    counts (part -1, pickled, one row each), ``fn``'s outcome on its keyed table (part -2,
+    pickled: :func:`_outcome`), then the table itself (:func:`table_payloads`, parts 0,
+    1, ...; none when empty)."""
+    first = pickle.dumps(_outcome(fn, table), pickle.HIGHEST_PROTOCOL)
+    yield _pooled_batch(rid, [-1] * len(stats) + [-2], [*stats, first])
+    if len(table.table):
+        payloads = table_payloads(table, weighted, chunk_rows)
+        yield _pooled_batch(rid, list(range(len(payloads))), payloads)
+
+
+def table_payloads(kt: KeyedTable, weighted: bool, chunk_rows: int) -> list[bytes]:
+    """A keyed table as payloads: its keys, their row offsets and 0/1 flags, pickled, then
+    its sums as Arrow IPC streams of at most ``chunk_rows`` rows each. Unweighted, the
+    weights, positives and sums of w^2 are not written (w = 1 makes them the counts and
+    the label sums: :func:`table_from_payloads`)."""
+    t = kt.table
+    cols: dict[str, np.ndarray | None] = {"score": t.score, "count": t.count,
+                                          "label_sum": t.label_sum}
+    if weighted:
+        cols.update(weight=t.weight, positives=t.positives)
+    squares = kt.wyy is not None
+    if squares:
+        cols.update(wyy=kt.wyy, **({"ww": kt.ww} if weighted else {}))
+    out = [pickle.dumps((kt.keys, kt.starts, kt.binary, weighted, squares),
+                        pickle.HIGHEST_PROTOCOL)]
     # LZ4 about halves what the cache holds (the counts and label sums of distinct
     # scores are runs of small numbers) and is read back at ~5 ms per 10^6 rows.
     options = pa.ipc.IpcWriteOptions(compression="lz4")
-    for i, batch in enumerate(table.to_batches(chunk_rows)):
+    for batch in pa.table(cols).to_batches(chunk_rows):
         sink = pa.BufferOutputStream()
         with pa.ipc.new_stream(sink, batch.schema, options=options) as writer:
             writer.write_batch(batch)
-        yield pa.RecordBatch.from_pydict({"rid": [rid], "part": [i],
-                                          "payload": [sink.getvalue().to_pybytes()]},
-                                         schema=_POOLED_ARROW)
+        out.append(sink.getvalue().to_pybytes())
+    return out
+
+
+def table_from_payloads(head: bytes, streams: list[pa.Table]) -> KeyedTable:
+    """The keyed table :func:`table_payloads` wrote, as it was (no sort, no pooling)."""
+    keys, starts, binary, weighted, squares = pickle.loads(head)
+    data = pa.concat_tables(streams)
+
+    def col(name: str) -> np.ndarray:
+        return data.column(name).to_numpy()
+
+    count, label_sum = col("count"), col("label_sum")
+    ones = count.astype(np.float64)  # the sums of w and w^2 with w = 1
+    table = DistinctTable(col("score"), col("weight") if weighted else ones,
+                          col("positives") if weighted else label_sum, count, label_sum)
+    return KeyedTable(keys, starts, table, binary, col("wyy") if squares else None,
+                      (col("ww") if weighted else ones) if squares else None)
 
 
 def key_columns(spec: KeySpec) -> list[str]:
@@ -544,67 +599,58 @@ def key_columns(spec: KeySpec) -> list[str]:
     return [spec.label_col] if spec.target == "classes" else list(spec.by)
 
 
-def table_runner(fn: Callable[[KeyedTable], Any], n_by: int
+def table_runner(fn: Callable[[KeyedTable], Any]
                  ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """A partition of :func:`pool_runner`'s rows (persisted; one range or, coalesced,
-    several ranges one after the other) to one row per range: its id and the pickled
-    (validation counts or None, ``fn`` result or None when it has no pooled row). A range's
-    pooled rows are one keyed table as written (each key's rows together, ascending
-    scores), so no sort rebuilds it; one range is held at a time."""
+    """A partition of the pooled frame's tables (persisted; one range or, coalesced,
+    several one after the other) to one row per range: its id and ``fn``'s result,
+    pickled. A range's table is read back as written (:func:`table_from_payloads`);
+    one range is held at a time."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for rid, stats, table in pooled_ranges(batches):
-            keyed = keyed_from_arrow(table, n_by) if table is not None else None
-            yield result_batch(rid, {"stats": stats, "empty": keyed is None,
-                                     "result": None if keyed is None else fn(keyed)})
+        for rid, table in pooled_tables(batches):
+            yield result_batch(rid, fn(table))
 
     return run
 
 
-def narrow_runner(wanted: set[Key], n_by: int, fields: list[str], chunk_rows: int
+def narrow_runner(wanted: set[Key], weighted: bool, chunk_rows: int
                   ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """A partition of :func:`pool_runner`'s rows to the same rows of the ``wanted`` keys
-    only (no counts: they are added up already; nothing for a range without them)."""
+    """A partition of the pooled frame's tables to the tables of the ``wanted`` keys only
+    (nothing for a range without them)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        for rid, _, table in pooled_ranges(batches):
-            if table is None:
-                continue
-            kept = keyed_from_arrow(table, n_by).only(wanted)
+        for rid, table in pooled_tables(batches):
+            kept = table.only(wanted)
             if len(kept.table):
-                types = [table.schema.field(by_name(j)).type for j in range(n_by)]
-                yield from _pooled_rows(rid, arrow_from_keyed(kept, n_by, fields, types),
-                                        chunk_rows)
+                payloads = table_payloads(kept, weighted, chunk_rows)
+                yield _pooled_batch(rid, list(range(len(payloads))), payloads)
 
     return run
 
 
-def pooled_ranges(batches: Iterator[pa.RecordBatch]
-                  ) -> Iterator[tuple[int, dict[str, Any] | None, pa.Table | None]]:
-    """The ranges in a partition of :func:`pool_runner`'s rows (one range or, coalesced,
-    several one after the other), one at a time: (id, validation counts or None, its
-    summary rows or None when it has none)."""
+def pooled_tables(batches: Iterator[pa.RecordBatch]) -> Iterator[tuple[int, KeyedTable]]:
+    """The ranges' keyed tables in a partition of the pooled frame's rows of parts >= 0,
+    one range at a time (a coalesced partition reads its ranges one after the other)."""
     current: int | None = None
     done: set[int] = set()
-    stats: dict[str, Any] | None = None
-    parts: list[pa.Table] = []
+    head = b""
+    streams: list[pa.Table] = []
     for batch in batches:
         payloads = batch.column("payload")
         for i, (rid, part) in enumerate(zip(batch.column("rid").to_pylist(),
                                             batch.column("part").to_pylist())):
             if rid != current:
                 if current is not None:
-                    yield current, stats, pa.concat_tables(parts) if parts else None
+                    yield current, table_from_payloads(head, streams)
                     done.add(current)
-                    parts = []
                 assert rid not in done, "a range's pooled rows are together"
-                current, stats = rid, None
-            if part == -1:
-                stats = merge_stats(stats, pickle.loads(payloads[i].as_py()))
-            elif part >= 0:
-                parts.append(pa.ipc.open_stream(payloads[i].as_buffer()).read_all())
+                current, streams = rid, []
+            if part == 0:
+                head = payloads[i].as_py()
+            else:
+                streams.append(pa.ipc.open_stream(payloads[i].as_buffer()).read_all())
     if current is not None:
-        yield current, stats, pa.concat_tables(parts) if parts else None
+        yield current, table_from_payloads(head, streams)
 
 
 def parts_runner(fn: Callable[[RowPart], Any], spec: KeySpec, finite_scores: bool,
@@ -778,21 +824,9 @@ class SparkKeyedRanges(SparkRanges):
         keyed = self.rows_df.mapInArrow(
             row_runner(spec, finite_scores, self.length, self.classes, self.bounds,
                        arrow_schema), spark_schema)
-        self.ranged = self._partitioned(keyed)
-        if passes > 1:
-            self.ranged = self.persist(self.ranged)
+        self.ranged = self._partitioned(keyed)  # (passes > 1: pooled once, then kept)
         log.info("spark: keyed rows in %d ranges (~%.3g distinct (key, score) pairs, budget "
                  "%d per range)", self.k, self.distinct_estimate, range_rows)
-
-    def _pooled_ranges(self, fn: Callable[[KeyedTable], Any]) -> Any:
-        """Each range's keyed table, in the range's partition (:func:`pool_runner`, which
-        also runs the first pass's ``fn``; ``mapInArrow`` keeps the partitions),
-        persisted: later passes read it without reading, checking and pooling the rows
-        again."""
-        spec = self.spec
-        fields = moved_fields(spec.weight_col is not None, spec.pool_squares)
-        return self.persist(self.ranged.mapInArrow(
-            pool_runner(fn, spec, self.finite_scores, fields, self.chunk_rows), POOLED_SCHEMA))
 
     def _partitioned(self, keyed: Any) -> Any:
         from pyspark.sql import functions as F
@@ -810,8 +844,17 @@ class SparkKeyedRanges(SparkRanges):
         self.checked = True
 
     def map(self, fn: Callable[[KeyedTable], Any]) -> list[Any]:
+        if self.passes > 1 and self.pooled is None:
+            return self._pool_first(fn)
+        if self.pooled is not None:
+            with phase("spark: one keyed pass over %d ranges", self.k):
+                return [p for _, p in collect_results(self.pooled_read, table_runner(fn))]
         if self.raw:
-            return self._map_raw(fn)
+            with phase("spark: one keyed pass over %d ranges", self.k):
+                parts = [p for _, p in collect_results(self.ranged, raw_runner(
+                    fn, self.spec, self.finite_scores, self.chunk_rows))]
+            self._check([p["stats"] for p in parts if p["stats"] is not None])
+            return [p["result"] for p in parts if not p["empty"]]
         runner = range_runner(fn, len(self.spec.by), self.spec.weight_col is not None,
                               self.per_class, self.chunk_rows)
         with phase("spark: one keyed pass over %d ranges", self.k):
@@ -819,49 +862,38 @@ class SparkKeyedRanges(SparkRanges):
         self._check([st for rid, payload in got if rid < 0 for st in payload])
         return [payload for rid, payload in got if rid >= 0]
 
-    def _map_raw(self, fn: Callable[[KeyedTable], Any]) -> list[Any]:
-        if self.passes > 1 and self.pooled is None:
-            parts = self._pool_first(fn)
-        else:
-            source, runner = (self.ranged, raw_runner(fn, self.spec, self.finite_scores,
-                                                      self.chunk_rows)) \
-                if self.pooled is None else (self.pooled_read,
-                                             table_runner(fn, len(key_columns(self.spec))))
-            with phase("spark: one keyed pass over %d ranges", self.k):
-                parts = [p for _, p in collect_results(source, runner)]
-        self._check([p["stats"] for p in parts if p["stats"] is not None])
-        return [p["result"] for p in parts if not p["empty"]]
-
-    def _pool_first(self, fn: Callable[[KeyedTable], Any]) -> list[dict[str, Any]]:
+    def _pool_first(self, fn: Callable[[KeyedTable], Any]) -> list[Any]:
         """The first of several passes: each range pooled and persisted with ``fn``'s
-        result (:meth:`_pooled_ranges`), which the JVM reads back (no Python task reads the
-        ranges again); per range (ascending), its counts and result."""
+        result (:func:`pooled_rows`), which the JVM reads back (no Python task reads the
+        ranges again); the results of the non-empty ranges, ascending."""
         from pyspark.sql import functions as F
 
-        self.pooled = self._pooled_ranges(fn)
+        spec = self.spec
+        weighted = spec.weight_col is not None
+        runner = pool_runner(fn, spec, self.finite_scores, self.chunk_rows) if self.raw \
+            else pool_keyed_runner(fn, len(spec.by), weighted, self.per_class, self.chunk_rows)
+        self.pooled = self.persist(self.ranged.mapInArrow(runner, POOLED_SCHEMA))
         with phase("spark: one keyed pass over %d ranges, pooled and persisted", self.k):
             got = with_arrow_batches(self.spark, lambda: self.pooled.where(
                 F.col("part") < 0).collect())
-        ranges: dict[int, dict[str, Any]] = {}
+        stats, first = [], {}
         for r in got:
-            one = ranges.setdefault(int(r["rid"]), {"stats": None})
             if r["part"] == -1:
-                one["stats"] = pickle.loads(r["payload"])
+                stats.append(pickle.loads(r["payload"]))
             else:
-                one.update(pickle.loads(r["payload"]))
+                first[int(r["rid"])] = pickle.loads(r["payload"])
+        self._check(stats)
         # A pass over the pooled ranges is mostly a task's fixed cost (~0.1 s: 51 ranges
         # of 1e7 distinct scores took 2.7 s on 2 cores), so later passes read several
         # ranges per task (coalesce reads its partitions one after the other).
-        self.pooled_read = self.pooled.coalesce(min(self.k, default_ranges(self.rows_df)))
-        return [ranges[v] for v in sorted(ranges)]
+        self.pooled_read = self.pooled.where(F.col("part") >= 0).coalesce(
+            min(self.k, default_ranges(self.rows_df)))
+        return [first[v]["result"] for v in sorted(first) if not first[v]["empty"]]
 
     def narrow(self, keys: Collection[Key]) -> None:
-        if self.pooled is None:  # (per-class rows: read as they are)
+        if self.pooled is None:  # (one pass: nothing kept)
             return
-        spec = self.spec
-        runner = narrow_runner(set(keys), len(key_columns(spec)),
-                               moved_fields(spec.weight_col is not None, spec.pool_squares),
-                               self.chunk_rows)
+        runner = narrow_runner(set(keys), self.spec.weight_col is not None, self.chunk_rows)
         # Computed and kept by the next pass; the ranges before stay kept until close.
         self.pooled_read = self.persist(self.pooled_read.mapInArrow(runner, POOLED_SCHEMA))
         log.info("spark: later passes read the rows of %d keys", len(keys))
