@@ -110,7 +110,8 @@ class KeySums:
         if not len(t):  # (a range without rows: every sum is 0)
             numbers = self.numbers()
             return np.zeros(len(self.columns(t, lambda j: numbers[j])))
-        out: np.ndarray = self.pack([self]).run(np.zeros(1, np.intp), [t])[0]
+        out: np.ndarray = self.pack([self]).run(np.zeros(1, np.intp), t,
+                                                np.array([len(t)]))[0]
         return out
 
     @classmethod
@@ -126,17 +127,10 @@ class _KeySumsBatch:
     def __init__(self, first: KeySums, numbers: np.ndarray):
         self.first, self.numbers = first, numbers
 
-    def run(self, which: np.ndarray, tables: list[DistinctTable]) -> np.ndarray:
-        """Row k: the sums of request ``which[k]`` over ``tables[k]`` (none empty)."""
-        sizes = np.array([len(t) for t in tables], dtype=np.intp)
+    def run(self, which: np.ndarray, t: DistinctTable, sizes: np.ndarray) -> np.ndarray:
+        """Row k: the sums of request ``which[k]`` over the k-th of the consecutive row
+        blocks of ``t``, of ``sizes`` rows each (none empty)."""
         assert sizes.all(), "every key of a range has rows in it"
-        if len(tables) == 1:
-            t = tables[0]
-        else:
-            score, weight, positives, count, label_sum = (
-                np.concatenate([getattr(x, f) for x in tables])
-                for f in ("score", "weight", "positives", "count", "label_sum"))
-            t = DistinctTable(score, weight, positives, count, label_sum)
         numbers = self.numbers[which]
 
         def number(j: int) -> float | np.ndarray:
@@ -147,7 +141,7 @@ class _KeySumsBatch:
 
         offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
         cols = self.first.columns(t, number)
-        out = np.empty((len(tables), len(cols)))
+        out = np.empty((len(sizes), len(cols)))
         with np.errstate(over="ignore", invalid="ignore"):  # inf: each plan checks its sums
             for j, col in enumerate(cols):
                 reduce = np.maximum if j in self.first.maxima else np.add
@@ -197,26 +191,42 @@ class _Pass:
         key i's)] of the batches, each key's (rows, weight, all labels 0/1) when
         counting). A batch's results travel as one array, not one object per key:
         pickling 10^4 keys' small arrays costs more than computing them."""
+        if isinstance(part, KeyedTable) and self.split is split_keyed:
+            return self._range(part)
+        assert not self.batches, "batched requests run over keyed tables"
         results: dict[Key, Any] = {}
-        batched: list[tuple[list[Key], list[int], list[Any]]] = [([], [], [])
-                                                                  for _ in self.batches]
         counted: dict[Key, tuple[int, float, bool]] = {}
         for key, sub in self.split(part, self.where):
             if self.count:
                 counted[key] = (sub.n_rows, sub.weight_total, bool(sub.binary))
-            b, i = self.first_at if self.where is None else self.where[key]
-            if b < 0:
-                fn = self.first if self.where is None else self.single[key]
-                assert fn is not None  # the first pass has ``first``, later ones requests
-                results[key] = fn(sub)
-            else:
-                keys, which, data = batched[b]
-                keys.append(key)
-                which.append(i)
-                data.append(sub)
-        return results, [(keys, batch.run(np.array(which, dtype=np.intp), data))
-                         for batch, (keys, which, data) in zip(self.batches, batched)
-                         if keys], counted
+            results[key] = self._single(key)(sub)
+        return results, [], counted
+
+    def _single(self, key: Key) -> Request:
+        fn = self.first if self.where is None else self.single[key]
+        assert fn is not None  # the first pass has ``first``, later ones requests
+        return fn
+
+    def _range(self, part: KeyedTable) -> PassResult:
+        """:meth:`__call__` of a score range's keyed table: the keys of a batch run on
+        their rows as they lie in the table (one index, no table per key)."""
+        spots = [self.first_at if self.where is None else self.where.get(key, (-2, 0))
+                 for key in part.keys]  # (-2, 0): not wanted
+        counted: dict[Key, tuple[int, float, bool]] = {}
+        if self.count:
+            rows, weight = part.key_totals()
+            counted = {key: (int(n), float(w), bool(b)) for key, n, w, b in
+                       zip(part.keys, rows.tolist(), weight.tolist(), part.binary)}
+        results = {key: self._single(key)(part.key_table(i))
+                   for i, (key, (b, _)) in enumerate(zip(part.keys, spots)) if b == -1}
+        batched = []
+        for b, batch in enumerate(self.batches):
+            mine = [i for i, spot in enumerate(spots) if spot[0] == b]
+            if mine:
+                sub = part if len(mine) == len(part.keys) else part.take(mine)
+                which = np.array([spots[i][1] for i in mine], dtype=np.intp)
+                batched.append((sub.keys, batch.run(which, sub.table, np.diff(sub.starts))))
+        return results, batched, counted
 
 
 #: What a pass returns from one part (:meth:`_Pass.__call__`).
