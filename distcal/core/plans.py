@@ -214,7 +214,8 @@ class _Pass:
                  for key in part.keys]  # (-2, 0): not wanted
         counted: dict[Key, tuple[int, float, bool]] = {}
         if self.count:
-            rows, weight = part.key_totals()
+            with np.errstate(over="ignore"):  # inf: the fit refuses such weights
+                rows, weight = part.key_totals()
             counted = {key: (int(n), float(w), bool(b)) for key, n, w, b in
                        zip(part.keys, rows.tolist(), weight.tolist(), part.binary)}
         results = {key: self._single(key)(part.key_table(i))
