@@ -1,15 +1,17 @@
 """Multiclass calibration on Spark local[2], from Parquet, with the driver's peak memory.
 
     python -u bench/multiclass_spark.py 1e6 [--k 10] [--repeat 1] [--anchors all|local]
-        [--no-transform]
+        [--no-transform] [--methods temperature,isotonic,sigmoid]
 
 N rows x K classes of logits (bench/multiclass.py's generator) are written
 to one Parquet file with a list<double> column, and the same N x K (score,
 one-vs-rest label) pairs to another as one binary score: the binary
 isotonic fit of those pairs on Spark is the anchor of the two multiclass
 fits (ratios printed). Spark reads the first and fits
-one-vs-rest isotonic (one range shuffle on (class, score), one pass) and
-temperature scaling (one pass per Newton step), then applies the model in
+one-vs-rest isotonic (one range shuffle on (class, score), one pass),
+temperature scaling (one pass per Newton step) and, with ``--methods``,
+one-vs-rest sigmoid (its ranges pooled once, then one pass of the kept
+tables per Newton step), then applies the model in
 the JVM and writes the result. Every Spark phase runs before any anchor,
 and reports the peak resident memory during that phase of
 
@@ -83,7 +85,11 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--anchors", choices=("all", "local"), default=None)
     ap.add_argument("--no-transform", action="store_true", help="time the fits only")
+    ap.add_argument("--methods", default="temperature,isotonic",
+                    help="comma-separated methods (temperature, isotonic, sigmoid: the "
+                         "scores are logits)")
     args = ap.parse_args()
+    methods = args.methods.split(",")
     n, k = int(args.n), args.k
     anchors = args.anchors or ("all" if n <= 2_000_000 else "local")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -128,7 +134,7 @@ def main() -> None:
     t_bin, _, peaks = measured(lambda: distcal.fit(spark.read.parquet(bin_path)), args.repeat,
                                pids)
     row("isotonic", f"anchor: binary Spark fit of the {n * k:.0e} pairs", t_bin, peaks)
-    for method in ("temperature", "isotonic"):
+    for method in methods:
         t_sp, model, peaks = measured(lambda: distcal.fit(
             spark.read.parquet(path), method=method, score_col="scores"), args.repeat, pids)
         row(method, "distcal Spark fit (from Parquet)", t_sp, peaks,
@@ -147,7 +153,7 @@ def main() -> None:
         outs[method] = out
     spark.stop()
     # Anchors, after every Spark phase (their memory is not the driver's).
-    for method in ("temperature", "isotonic"):
+    for method in methods:
         t_loc, local, peaks = measured(lambda: distcal.fit(path, method=method,
                                                            score_col="scores"),
                                        args.repeat, (me,))
@@ -162,7 +168,7 @@ def main() -> None:
         X = np.arange(n, dtype=np.float64).reshape(-1, 1)
         frozen = FrozenEstimator(StoredScores(Z).fit(X, Y))
         print(f"# anchors on the rows read to pandas ({t_collect:.2f} s)")
-        for method in ("temperature", "isotonic"):
+        for method in methods:
             def sk():
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
+from ..core.distinct import DistinctTable
 from ..core.keyed import Key, KeyedTable, KeySpec, merge_keyed, pool_rows, pool_sums
 from ..core.rows import RowPart, check_columns, count_classes, read_rows, vector_lengths
 from ..core.summary import SummarySource
@@ -69,9 +70,12 @@ class KeyedStore:
     being read.
     """
 
-    def __init__(self, memory_rows: int, with_wyy: bool = False):
+    def __init__(self, memory_rows: int, with_wyy: bool = False, keep: bool = False):
         self.memory_rows = int(memory_rows)
         self.with_wyy = with_wyy
+        # Several passes: spilled ranges, once pooled, are kept on disk as they are.
+        self.keep = keep
+        self._kept: list[Path] | None = None
         self.keys: dict[Key, int] = {}
         self._pending: list[KeyedTable] = []
         self._pending_rows = 0
@@ -124,9 +128,44 @@ class KeyedStore:
                 self._pending = [merged]
                 yield merged
             return
+        if self._kept is not None:
+            yield from map(self._read_range, self._kept)
+            return
         if self._pending:
             self._spill(merge_keyed(self._pending))
             self._pending, self._pending_rows = [], 0
+        kept: list[Path] = []
+        for table in self._pooled_ranges():
+            if self.keep:
+                kept.append(self._write_range(table, len(kept)))
+            yield table
+        if self.keep:  # read to the end: later passes read the pooled ranges
+            self._kept = kept
+
+    def _write_range(self, table: KeyedTable, i: int) -> Path:
+        """A pooled range written as it is (the store's key codes, the table's arrays)."""
+        assert self._tmp is not None
+        path = self._tmp / f"range{i:05d}.npz"
+        t = table.table
+        codes = np.fromiter((self.keys[k] for k in table.keys), np.int64, len(table.keys))
+        arrays = {"codes": codes, "starts": table.starts, "binary": table.binary,
+                  "score": t.score, "weight": t.weight, "positives": t.positives,
+                  "count": t.count, "label_sum": t.label_sum}
+        if table.wyy is not None and table.ww is not None:
+            arrays.update(wyy=table.wyy, ww=table.ww)
+        np.savez(path, **arrays)  # type: ignore[arg-type]
+        return path
+
+    def _read_range(self, path: Path) -> KeyedTable:
+        keys = list(self.keys)
+        with np.load(path) as z:
+            squares = "wyy" in z.files
+            return KeyedTable([keys[c] for c in z["codes"]], z["starts"], DistinctTable(
+                z["score"], z["weight"], z["positives"], z["count"], z["label_sum"]),
+                z["binary"], z["wyy"] if squares else None, z["ww"] if squares else None)
+
+    def _pooled_ranges(self) -> Iterator[KeyedTable]:
+        """The spilled runs read back in score ranges, each pooled by (key, score)."""
         keys = list(self.keys)
         total = sum(r["score"].shape[0] for r in self._runs)
         # four times as many: slack for skew, and a range read back within a quarter budget
@@ -151,7 +190,7 @@ class KeyedStore:
                                 cat["ww"] if self.with_wyy else None)
 
     def close(self) -> None:
-        self._runs, self._pending = [], []
+        self._runs, self._pending, self._kept = [], [], None
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
@@ -178,7 +217,7 @@ class LocalKeyedRanges(KeyedRanges):
         self.data, self.spec, self.on_invalid = data, spec, on_invalid
         self.finite_scores = finite_scores
         self.batch_rows, self.chunk_rows = int(batch_rows), int(chunk_rows)
-        self.store = KeyedStore(memory_rows, with_wyy=spec.pool_squares)
+        self.store = KeyedStore(memory_rows, with_wyy=spec.pool_squares, keep=passes > 1)
         # K, and the vectors' common length (K' = K, or 1 when K = 2)
         self.n_classes, self.length = count_classes(spec, self._vector_lengths)
         self._pooled = False
