@@ -7,8 +7,10 @@ they hold at most ``memory_rows`` distinct (key, score) pairs, and written
 to disk as runs sorted by score past that (:class:`KeyedStore`). Ranges are
 read back in score ranges: bounds from
 evenly spaced samples of the runs, each run cut at the bounds (equal scores
-stay together), the slices of a range pooled by (key, score). So memory is
-set by ``batch_rows`` and ``memory_rows``, never by the input's rows.
+stay together), the slices of a range pooled by (key, score); for several
+passes each pooled range is written to disk as it is, and later passes read
+those. So memory is set by ``batch_rows`` and ``memory_rows``, never by the
+input's rows.
 """
 
 from __future__ import annotations
