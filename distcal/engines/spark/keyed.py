@@ -120,8 +120,8 @@ SAMPLE_ROWS = 50_000
 HOT_PAIR = 10
 # Result rows: the range id (-1: validation counts) and the pickled result.
 RESULT_SCHEMA = "rid long, payload binary"
-# A range's pooled rows (pool_runner): the range id, the part (-1: validation counts) and
-# the payload.
+# A range's pooled rows (pooled_rows): the range id, the part (-1: validation counts, -2:
+# the first pass's result, 0: the table's keys, 1...: its sums) and the payload.
 POOLED_SCHEMA = "rid long, part long, payload binary"
 _POOLED_ARROW = pa.schema([("rid", pa.int64()), ("part", pa.int64()), ("payload", pa.binary())])
 
