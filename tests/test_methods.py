@@ -315,6 +315,24 @@ def test_venn_abers_by_segment_equals_the_oracle_per_group(engine, tmp_path):
                                                                 by="g")
 
 
+def test_venn_abers_of_many_segments_equals_the_oracle_per_group(engine):
+    # Past 20,000 rows every key runs numba's kernels, all keys of a range in one call.
+    df = rows(24_000, weights=False)
+    df["g"] = np.random.default_rng(3).integers(0, 300, len(df))
+    model = distcal.fit(engine(df), method="venn_abers", by="g", **engine.opts)
+    for g in (0, 7, 299):
+        part = df[df.g == g]
+        tests = probe_scores(part.score.to_numpy())[:-2]
+        want = ivap_oracle(part.score.to_numpy(), part.label.to_numpy(),
+                           np.ones(len(part)), tests)
+        np.testing.assert_allclose(np.stack(model.segment(g).predict_interval(tests)), want,
+                                   rtol=1e-9, atol=1e-12)
+    tests = probe_scores(df.score.to_numpy())[:-2]
+    want = ivap_oracle(df.score.to_numpy(), df.label.to_numpy(), np.ones(len(df)), tests[::5])
+    np.testing.assert_allclose(np.stack(model.global_model.predict_interval(tests[::5])), want,
+                               rtol=1e-9, atol=1e-12)
+
+
 def test_venn_abers_equals_the_venn_abers_package():
     from venn_abers import calc_p0p1, calc_probs
 

@@ -23,7 +23,7 @@ key's table.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Generator, Iterable
+from collections.abc import Callable, Container, Generator, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -33,7 +33,7 @@ from .distinct import DistinctTable
 from .keyed import Key, KeyedTable
 
 __all__ = ["Plan", "run_plan", "run_plans", "KeyFailed", "KeyCounts", "Split", "split_keyed",
-           "KeySums"]
+           "KeyBatch", "KeyResults", "KeySums"]
 
 R = TypeVar("R")
 Request = Callable[[Any], Any]
@@ -80,20 +80,64 @@ def split_keyed(part: KeyedTable, wanted: Container[Key] | None = None
             yield key, part.key_table(i)
 
 
-class KeySums:
-    """A request whose result is a few sums over a key's rows of a range: batchable.
+class KeyBatch:
+    """A request that runs for many keys at once (what a pass ships once for all of them).
 
-    A subclass gives :meth:`numbers` (this request's parameters) and
-    :meth:`columns` (the terms summed, one array per sum, over the rows of a
-    table that may hold many keys' rows). The requests of one class and
-    ``batch_id`` run together in a pass (:meth:`pack`, then ``run``): one
-    numpy pass over all their keys' rows of a range, then each key's sums
-    by ``np.add.reduceat``, which sums pairwise as ``np.sum`` does (the
-    columns listed in ``maxima`` take ``np.maximum.reduceat`` instead).
-    Thousands of keys then cost one vectorised pass, not a Python call each.
+    The requests of one class and ``batch_id`` run together in a pass:
+    ``pack(requests)`` makes one object of them, whose
+    ``run(which, part)`` returns, for the keys of the
+    :class:`~distcal.core.keyed.KeyedTable` ``part`` (none without rows),
+    a sequence whose item k is the result of request ``which[k]`` on
+    ``part``'s key k. Thousands of keys then cost one vectorised call per
+    range, not a Python call each, and their requests and results travel
+    as a few arrays (:class:`KeyResults`), not as an object per key.
     """
 
     batch_id: Any = ()
+
+    @classmethod
+    def pack(cls, requests: list[Any]) -> Any:
+        raise NotImplementedError
+
+    def __call__(self, t: DistinctTable) -> Any:
+        return self.pack([self]).run(np.zeros(1, np.intp), KeyedTable.single(t))[0]
+
+
+class KeyResults:
+    """A batch's results, key after key, as a few flat arrays (:class:`KeyBatch`).
+
+    Item i is a tuple with, for each column, ``column[starts[i]:starts[i + 1]]``
+    (a ragged column: its ``starts``) or ``column[i]`` (``starts`` None: one
+    value per key). Pickled, these are a few arrays: 10^4 keys' small
+    arrays pickled one by one cost more than computing them.
+    """
+
+    def __init__(self, columns: list[np.ndarray], starts: list[np.ndarray | None]):
+        self.columns, self.starts = columns, starts
+
+    def __len__(self) -> int:
+        s = self.starts[0]
+        return int(self.columns[0].shape[0] if s is None else s.shape[0] - 1)
+
+    def __getitem__(self, i: int) -> tuple[Any, ...]:
+        return tuple(c[i] if s is None else c[s[i]:s[i + 1]]
+                     for c, s in zip(self.columns, self.starts))
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        return (self[i] for i in range(len(self)))
+
+
+class KeySums(KeyBatch):
+    """A request whose result is a few sums over a key's rows of a range.
+
+    A subclass gives :meth:`numbers` (this request's parameters) and
+    :meth:`columns` (the terms summed, one array per sum, over the rows of a
+    table that may hold many keys' rows). A batch (:class:`KeyBatch`) makes
+    one numpy pass over all its keys' rows of a range, then each key's sums
+    by ``np.add.reduceat``, which sums pairwise as ``np.sum`` does (the
+    columns listed in ``maxima`` take ``np.maximum.reduceat`` instead).
+    """
+
     maxima: tuple[int, ...] = ()
 
     def numbers(self) -> tuple[float, ...]:
@@ -110,8 +154,7 @@ class KeySums:
         if not len(t):  # (a range without rows: every sum is 0)
             numbers = self.numbers()
             return np.zeros(len(self.columns(t, lambda j: numbers[j])))
-        out: np.ndarray = self.pack([self]).run(np.zeros(1, np.intp), t,
-                                                np.array([len(t)]))[0]
+        out: np.ndarray = super().__call__(t)
         return out
 
     @classmethod
@@ -127,9 +170,9 @@ class _KeySumsBatch:
     def __init__(self, first: KeySums, numbers: np.ndarray):
         self.first, self.numbers = first, numbers
 
-    def run(self, which: np.ndarray, t: DistinctTable, sizes: np.ndarray) -> np.ndarray:
-        """Row k: the sums of request ``which[k]`` over the k-th of the consecutive row
-        blocks of ``t``, of ``sizes`` rows each (none empty)."""
+    def run(self, which: np.ndarray, part: KeyedTable) -> np.ndarray:
+        """Row k: the sums of request ``which[k]`` over key k's rows of ``part``."""
+        sizes = np.diff(part.starts)
         assert sizes.all(), "every key of a range has rows in it"
         numbers = self.numbers[which]
 
@@ -139,23 +182,22 @@ class _KeySumsBatch:
                 return float(values[0])
             return np.repeat(values, sizes)
 
-        offsets = np.concatenate(([0], np.cumsum(sizes)[:-1]))
-        cols = self.first.columns(t, number)
+        cols = self.first.columns(part.table, number)
         out = np.empty((len(sizes), len(cols)))
         with np.errstate(over="ignore", invalid="ignore"):  # inf: each plan checks its sums
             for j, col in enumerate(cols):
                 reduce = np.maximum if j in self.first.maxima else np.add
-                out[:, j] = reduce.reduceat(col, offsets)
+                out[:, j] = reduce.reduceat(col, part.starts[:-1])
         return out
 
 
 class _Pass:
     """The function a pass applies to one part (shipped to the workers as is).
 
-    :class:`KeySums` requests (e.g. a Newton step's sums) are packed by
-    their class and ``batch_id`` (``pack``: one object, arrays of
-    all their keys' numbers) and run once per part for all their keys
-    there (``run``); the others run key by key. The first pass's function
+    :class:`KeyBatch` requests (e.g. a Newton step's sums) are packed by
+    their class and ``batch_id`` (``pack``: one object for all their keys)
+    and run once per part for all their keys there (``run``); the others
+    run key by key. The first pass's function
     is one request for every key, batched in the same way when it can be.
     """
 
@@ -169,14 +211,14 @@ class _Pass:
         # The first pass's one function, for every key: batched when it can be.
         self.first_at = (-1, 0)
         if requests is None:
-            if isinstance(first, KeySums):
+            if isinstance(first, KeyBatch):
                 self.batches.append(first.pack([first]))
                 self.first_at = (0, 0)
             return
         self.where = {}
         groups: dict[Any, list[Key]] = {}
         for key, fn in requests.items():
-            if isinstance(fn, KeySums):
+            if isinstance(fn, KeyBatch):
                 groups.setdefault((type(fn), fn.batch_id), []).append(key)
             else:
                 self.single[key] = fn
@@ -187,10 +229,8 @@ class _Pass:
             self.where.update((key, (b, i)) for i, key in enumerate(keys))
 
     def __call__(self, part: Any) -> PassResult:
-        """(results of the keys run singly, [(keys, their results as one array: row i is
-        key i's)] of the batches, each key's (rows, weight, all labels 0/1) when
-        counting). A batch's results travel as one array, not one object per key:
-        pickling 10^4 keys' small arrays costs more than computing them."""
+        """(results of the keys run singly, [(keys, their results: item i is key i's)]
+        of the batches, each key's (rows, weight, all labels 0/1) when counting)."""
         if isinstance(part, KeyedTable) and self.split is split_keyed:
             return self._range(part)
         assert not self.batches, "batched requests run over keyed tables"
@@ -226,7 +266,7 @@ class _Pass:
             if mine:
                 sub = part if len(mine) == len(part.keys) else part.take(mine)
                 which = np.array([spots[i][1] for i in mine], dtype=np.intp)
-                batched.append((sub.keys, batch.run(which, sub.table, np.diff(sub.starts))))
+                batched.append((sub.keys, batch.run(which, sub)))
         return results, batched, counted
 
 

@@ -39,12 +39,13 @@ worst every block on one side.
 
 Over score ranges (a cluster): each range's PAV blocks are a valid
 intermediate state of the global PAV (docs/design.md), so the prefix stack
-before range r is PAV of the blocks of ranges 0..r-1 merged in order, and
-the suffix stack after it PAV of the blocks of ranges r+1..; each range
-receives every range's blocks (what an isotonic fit brings to the driver),
-builds its two carries and scans its own scores (:func:`venn_abers_plan`,
-two passes). The steps are run-length compressed (a run of equal values
-needs one threshold), per range and across range boundaries.
+before range r is PAV of the blocks of ranges 0..r-1 in order, and the
+suffix stack after it PAV of the blocks of ranges r+1..: the scans run over
+those blocks as items, then the range's own scores. Each range receives
+every range's blocks (what an isotonic fit brings to the driver) and
+computes its scores' values (:func:`venn_abers_plan`, two passes, every key
+of a range at once). The steps are run-length compressed (a run of equal
+values needs one threshold), per range and across range boundaries.
 
 Blocks rather than the cumulative sum diagram's points: a slope between
 two running totals loses about log10(total / block weight) digits (1e-9
@@ -60,7 +61,6 @@ PAV, so it is written here.
 
 from __future__ import annotations
 
-import bisect
 import functools
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -69,10 +69,12 @@ from typing import Any
 import numpy as np
 
 from ..errors import DataError, sums_overflow
-from .distinct import DistinctTable
-from .isotonic import Blocks, merge_blocks, pav_blocks
+from .isotonic import Blocks
+from .keyed import KeyedTable
+from .plans import KeyBatch, KeyResults
+from .segment_pav import pav_segments
 
-__all__ = ["Steps", "venn_abers_values", "venn_abers_plan", "LabelsNotBinary",
+__all__ = ["Steps", "venn_abers_plan", "LabelsNotBinary",
            "count_not_binary"]
 
 
@@ -150,8 +152,8 @@ def _values(w: np.ndarray, y: np.ndarray, m_left: int, n: int, left_rec: np.ndar
     """P0, P1 of the ``n`` scores at items ``m_left .. m_left + n - 1`` of (w, y).
 
     ``left_rec``, ``right_rec``: :func:`_scan` forwards and backwards. Items
-    before the scores are the left carry's blocks, after them the right
-    carry's (a block of a valid pooling behaves as one row).
+    before the scores are the blocks of the rows below them, after them the
+    blocks of the rows above (a block of a valid pooling behaves as one row).
     """
     total = w.shape[0]
     p0 = np.empty(n, dtype=np.float64)
@@ -181,43 +183,68 @@ def _values(w: np.ndarray, y: np.ndarray, m_left: int, n: int, left_rec: np.ndar
     return p0, p1
 
 
+def _range_values_of(scan: Any, values: Any) -> Any:
+    """:func:`_range_values` calling ``scan`` and ``values`` (Python or compiled)."""
+
+    def range_values(bw: np.ndarray, by: np.ndarray, entry_blocks: np.ndarray,
+                     key_entries: np.ndarray, firsts: np.ndarray, which: np.ndarray,
+                     starts: np.ndarray, tw: np.ndarray, ty: np.ndarray, score: np.ndarray
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """P0, P1 of every row of a range's keyed table (:class:`_StepsBatch`), each
+        key's values made non-decreasing (exact arithmetic never decreases: rounding).
+
+        Key k (rows ``starts[k]:starts[k + 1]`` of (tw, ty, score)) is request
+        ``which[k]``, whose entries ``key_entries[i]:key_entries[i + 1]`` are its
+        ranges (first scores ``firsts``; PAV blocks ``entry_blocks[e]:entry_blocks[e + 1]``
+        of (bw, by)). Its items are the blocks of its ranges below this one,
+        its rows here, the blocks of its ranges above: :func:`_scan` of them
+        pools the ranges below as one PAV would (the left carry), and the
+        ranges above likewise.
+        """
+        p0 = np.empty(tw.shape[0], dtype=np.float64)
+        p1 = np.empty(tw.shape[0], dtype=np.float64)
+        for k in range(which.shape[0]):
+            lo, hi = starts[k], starts[k + 1]
+            i = which[k]
+            e0, e1 = key_entries[i], key_entries[i + 1]
+            r = e0  # this range's entry: the last whose first score is <= the key's here
+            while r + 1 < e1 and firsts[r + 1] <= score[lo]:
+                r += 1
+            a, b = entry_blocks[e0], entry_blocks[r]
+            c, d = entry_blocks[r + 1], entry_blocks[e1]
+            m, n = b - a, hi - lo
+            # (loops, not slices and np.concatenate: numba compiles them in a fraction)
+            w = np.empty(m + n + d - c)
+            y = np.empty(m + n + d - c)
+            for j in range(m):
+                w[j], y[j] = bw[a + j], by[a + j]
+            for j in range(n):
+                w[m + j], y[m + j] = tw[lo + j], ty[lo + j]
+            for j in range(d - c):
+                w[m + n + j], y[m + n + j] = bw[c + j], by[c + j]
+            q0, q1 = values(w, y, m, n, scan(w, y, False), scan(w, y, True))
+            for j in range(n):
+                p0[lo + j] = q0[j] if j == 0 or q0[j] > p0[lo + j - 1] else p0[lo + j - 1]
+                p1[lo + j] = q1[j] if j == 0 or q1[j] > p1[lo + j - 1] else p1[lo + j - 1]
+        return p0, p1
+
+    return range_values
+
+
+_range_values = _range_values_of(_scan, _values)
+
+
 #: Past this many rows numba's kernels (~1 s to compile, once per process) are faster.
 COMPILE_ROWS = 20_000
 
 
 @functools.cache
-def _kernels() -> tuple[Any, Any]:
-    """(:func:`_scan`, :func:`_values`) compiled once per process by numba.
-
-    Not cached on disk (as :mod:`distcal.core.segment_pav`'s kernel).
-    """
+def _compiled_range_values() -> Any:
+    """:func:`_range_values` compiled once per process by numba, with the kernels it
+    calls. Not cached on disk (as :mod:`distcal.core.segment_pav`'s kernel)."""
     from numba import njit
-    return njit(cache=False, nogil=True)(_scan), njit(cache=False, nogil=True)(_values)
-
-
-def venn_abers_values(table: DistinctTable, left: Blocks | None = None,
-                      right: Blocks | None = None, compiled: bool = False
-                      ) -> tuple[np.ndarray, np.ndarray]:
-    """P0[j], P1[j] at every distinct score of ``table`` (module docstring).
-
-    ``left``/``right``: the PAV blocks of all rows below/above the table's
-    scores (none: the table is all the rows). ``compiled``: run numba's
-    kernels however small the table (the same values; a fit of many small
-    keys pays their compilation once for all of them).
-    """
-    lo = [left] if left is not None and len(left) else []
-    hi = [right] if right is not None and len(right) else []
-    w = np.concatenate([b.weight for b in lo] + [np.asarray(table.weight, dtype=np.float64)]
-                       + [b.weight for b in hi])
-    y = np.concatenate([b.positives for b in lo] + [np.asarray(table.positives, dtype=np.float64)]
-                       + [b.positives for b in hi])
-    m_left = len(left) if left is not None else 0
-    if not (np.all(np.isfinite(w)) and np.all(np.isfinite(y))):
-        raise sums_overflow()
-    # Scores a Python loop handles faster than numba's import and compilation (~1 s).
-    scan, values = _kernels() if compiled or w.shape[0] > COMPILE_ROWS else (_scan, _values)
-    p0, p1 = values(w, y, m_left, len(table), scan(w, y, False), scan(w, y, True))
-    return p0, p1
+    jit = njit(cache=False, nogil=True)
+    return jit(_range_values_of(jit(_scan), jit(_values)))
 
 
 # Step values closer than this (relative) are one run. P0 and P1 are non-decreasing,
@@ -233,9 +260,21 @@ def _runs(x: np.ndarray, v: np.ndarray, first: bool) -> tuple[np.ndarray, np.nda
     """One (score, value) per run of equal values (:data:`RUN_RTOL`) of non-decreasing ``v``:
     the first score of each run (``first``, p0) or the last (p1)."""
     v = np.maximum.accumulate(v)  # exact arithmetic never decreases: rounding only
-    new = np.diff(v) > RUN_RTOL * v[1:]
-    keep = np.concatenate(([True], new)) if first else np.concatenate((new, [True]))
+    keep = _run_ends(v, np.array([0, len(v)]), first)
     return x[keep], v[keep]
+
+
+def _run_ends(v: np.ndarray, starts: np.ndarray, first: bool) -> np.ndarray:
+    """Which rows :func:`_runs` keeps, of the keys' non-decreasing values ``v`` (key k's
+    are ``starts[k]:starts[k + 1]``, none empty)."""
+    new = np.diff(v) > RUN_RTOL * v[1:]
+    if first:
+        keep = np.concatenate(([True], new))
+        keep[starts[:-1]] = True
+    else:
+        keep = np.concatenate((new, [True]))
+        keep[starts[1:-1] - 1] = True
+    return keep
 
 
 def join_steps(parts: list[Steps]) -> Steps:
@@ -263,29 +302,76 @@ def count_not_binary(rows: Any) -> int:
     return int(np.count_nonzero((rows.label != 0.0) & (rows.label != 1.0)))
 
 
-def _first(t: DistinctTable) -> tuple[Blocks, float, int]:
-    """Pass 1 of a range: its PAV blocks, first score and rows with labels not 0/1."""
-    frac = t.label_sum != np.round(t.label_sum)
-    bad = int(t.count[frac].sum()) if not t.binary else 0
-    if not t.binary and bad == 0:
-        bad = -1  # labels other than 0/1 whose sums are whole numbers: count unknown
-    return pav_blocks(t, True), float(t.score[0]) if len(t) else np.inf, bad
+class _Blocks(KeyBatch):
+    """Pass 1: each key's PAV blocks of a range (weights and label sums), its first score
+    there and its rows with labels not 0/1 (-1: some, count unknown), for all the
+    range's keys at once (:func:`~distcal.core.segment_pav.pav_segments`)."""
+
+    @classmethod
+    def pack(cls, requests: list[Any]) -> _Blocks:
+        return cls()
+
+    def run(self, which: np.ndarray, part: KeyedTable) -> KeyResults:
+        t, starts = part.table, part.starts
+        blocks, block_starts = pav_segments(Blocks.from_table(t), starts, True)
+        sizes = np.diff(starts)
+        first = np.full(len(sizes), np.inf)
+        first[sizes > 0] = t.score[starts[:-1][sizes > 0]]
+        # Only a fractional label sum shows which scores hold labels other than 0/1.
+        frac = t.label_sum != np.round(t.label_sum)
+        key = np.repeat(np.arange(len(sizes)), sizes)
+        bad = np.rint(np.bincount(key, t.count * frac, len(sizes))).astype(np.int64)
+        bad = np.where(part.binary, 0, np.where(bad == 0, -1, bad))
+        return KeyResults([blocks.weight, blocks.positives, first, bad],
+                          [block_starts, block_starts, None, None])
 
 
-class _Second:
-    """Pass 2 of a range: its compressed steps, from every range's blocks (module docstring)."""
+class _Steps(KeyBatch):
+    """Pass 2: a key's compressed steps in each range, from the blocks of all its ranges
+    (pass 1's results, ascending; module docstring)."""
 
-    def __init__(self, blocks: list[Blocks], firsts: list[float], compiled: bool):
-        self.blocks, self.firsts, self.compiled = blocks, firsts, compiled
+    def __init__(self, firsts_parts: list[tuple[np.ndarray, np.ndarray, float, int]],
+                 compiled: bool):
+        self.parts, self.compiled = firsts_parts, compiled
+        self.batch_id = compiled
 
-    def __call__(self, t: DistinctTable) -> Steps:
-        if not len(t):
-            return join_steps([])
-        r = bisect.bisect_right(self.firsts, float(t.score[0])) - 1
-        left = merge_blocks(self.blocks[:r]) if r > 0 else None
-        right = merge_blocks(self.blocks[r + 1:]) if r + 1 < len(self.blocks) else None
-        p0, p1 = venn_abers_values(t, left, right, self.compiled)
-        return join_steps([Steps(t.score, p0, t.score, p1)])
+    @classmethod
+    def pack(cls, requests: list[_Steps]) -> _StepsBatch:
+        return _StepsBatch(requests)
+
+
+class _StepsBatch:
+    """Many keys' :class:`_Steps`: all their ranges' blocks as flat arrays (what a pass
+    ships to every range)."""
+
+    def __init__(self, requests: list[_Steps]):
+        parts = [p for r in requests for p in r.parts]
+        self.key_entries = np.concatenate(([0], np.cumsum([len(r.parts) for r in requests])))
+        self.entry_blocks = np.concatenate(([0], np.cumsum([len(p[0]) for p in parts])))
+        self.weight = np.concatenate([p[0] for p in parts])
+        self.positives = np.concatenate([p[1] for p in parts])
+        self.firsts = np.array([p[2] for p in parts], dtype=np.float64)
+        self.compiled = requests[0].compiled
+        if not (np.all(np.isfinite(self.weight)) and np.all(np.isfinite(self.positives))):
+            raise sums_overflow()
+
+    def run(self, which: np.ndarray, part: KeyedTable) -> KeyResults:
+        t, starts = part.table, part.starts
+        if not (np.all(np.isfinite(t.weight)) and np.all(np.isfinite(t.positives))):
+            raise sums_overflow()
+        # Tables a Python loop handles faster than numba's import and compilation (~1 s).
+        range_values = _compiled_range_values() if self.compiled or len(t) > COMPILE_ROWS \
+            else _range_values
+        p0, p1 = range_values(self.weight, self.positives,
+                              self.entry_blocks, self.key_entries, self.firsts,
+                              np.asarray(which, dtype=np.int64), starts.astype(np.int64),
+                              np.asarray(t.weight, dtype=np.float64),
+                              np.asarray(t.positives, dtype=np.float64), t.score)
+        keep0, keep1 = _run_ends(p0, starts, True), _run_ends(p1, starts, False)
+        s0, s1 = (np.concatenate(([0], np.cumsum(np.add.reduceat(k, starts[:-1]))))
+                  if len(t) else np.zeros(len(starts), np.int64) for k in (keep0, keep1))
+        return KeyResults([t.score[keep0], p0[keep0], t.score[keep1], p1[keep1]],
+                          [s0, s0, s1, s1])
 
 
 def venn_abers_plan(label_col: str | None = None, fit_rows: int = 0
@@ -297,8 +383,8 @@ def venn_abers_plan(label_col: str | None = None, fit_rows: int = 0
     every key runs numba's kernels (10,000 segments of 200 rows would
     otherwise run 2e6 rows through the Python loops).
     """
-    firsts_parts = yield _first
-    bad = [b for _, _, b in firsts_parts if b]
+    firsts_parts = yield _Blocks()
+    bad = [b for _, _, _, b in firsts_parts if b]
     if bad:
         # The pooled table knows which scores hold labels other than 0/1, not
         # which of their rows: the caller counts the rows (LabelsNotBinary).
@@ -307,7 +393,5 @@ def venn_abers_plan(label_col: str | None = None, fit_rows: int = 0
         among = f" (among the {known} rows of the scores that hold them)" if known else ""
         raise LabelsNotBinary(f"{where}labels other than 0 and 1{among}; Venn-Abers "
                               "predictors take 0/1 labels")
-    blocks = [b for b, _, _ in firsts_parts]
-    firsts = [f for _, f, _ in firsts_parts]
-    parts = yield _Second(blocks, firsts, fit_rows > COMPILE_ROWS)
-    return join_steps(parts)
+    parts = yield _Steps(firsts_parts, fit_rows > COMPILE_ROWS)
+    return join_steps([Steps(*p) for p in parts])
