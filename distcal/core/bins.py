@@ -16,17 +16,27 @@ import numpy as np
 
 from ..errors import ParameterError
 from .distinct import DistinctTable
-from .plans import run_plan
+from .keyed import KeyedTable
+from .plans import KeyBatch, KeyResults, run_plan
 from .ranges import MapRanges, as_map_ranges
 
 __all__ = ["quantiles_plan", "bin_edges", "edges_plan", "bin_ids",
            "uniform_edges"]
 
 
-def _range_stats(t: DistinctTable) -> tuple[float, float, float, float, int]:
-    """First and last value, total and last weight, and rows of one range."""
-    return (float(t.score[0]), float(t.score[-1]), float(t.weight.sum()), float(t.weight[-1]),
-            t.n_rows)
+class _RangeStats(KeyBatch):
+    """First and last value, total and last weight, and rows of one range (of each key's
+    part of it: one call for all the keys of a range)."""
+
+    @classmethod
+    def pack(cls, requests: list[Any]) -> _RangeStats:
+        return cls()
+
+    def run(self, which: np.ndarray, part: KeyedTable) -> KeyResults:
+        t, first = part.table, part.starts[:-1]
+        last = part.starts[1:] - 1
+        return KeyResults([t.score[first], t.score[last], np.add.reduceat(t.weight, first),
+                           t.weight[last], np.add.reduceat(t.count, first)], [None] * 5)
 
 
 def uniform_edges(lo: float, hi: float, n_bins: int) -> np.ndarray:
@@ -53,7 +63,7 @@ def quantiles_plan(q: np.ndarray, stats: list[tuple[float, float, float, float, 
     this is exactly ``np.percentile`` of the rows repeated by weight; for
     unit weights, of the rows themselves.
 
-    The ranges' :func:`_range_stats` (non-empty: first and last values and
+    The ranges' :class:`_RangeStats` (non-empty: first and last values and
     weights) give each range its offset; then one pass evaluates in each
     range the positions that fall inside it, and the driver interpolates
     positions that fall between two ranges from the stats alone.
@@ -124,7 +134,7 @@ def edges_plan(n_bins: int = 10, strategy: str = "uniform", *, rows_for_bins: bo
         raise ValueError(f"n_bins must be a positive integer, got {n_bins!r}")
     if strategy not in ("uniform", "quantile"):
         raise ValueError(f"strategy must be 'uniform' or 'quantile', got {strategy!r}")
-    stats = yield _range_stats
+    stats = yield _RangeStats()
     if not stats:
         raise ValueError("bin edges of no values")
     n_rows = sum(st[4] for st in stats)

@@ -14,10 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from .bins import bin_ids, edges_plan
+from .bins import edges_plan
 from .distinct import DistinctTable
 from .isotonic import Blocks
-from .plans import run_plan
+from .keyed import KeyedTable
+from .plans import KeyBatch, run_plan
 from .ranges import MapRanges, as_map_ranges
 
 __all__ = ["fit_histogram", "histogram_plan", "fill_empty_bins"]
@@ -46,18 +47,39 @@ def fit_histogram(data: DistinctTable | MapRanges, n_bins: int = 10,
     return run_plan(histogram_plan(n_bins, strategy), as_map_ranges(data))
 
 
-class _BinSums:
-    """Weight and positives per bin of one range."""
+class _BinSums(KeyBatch):
+    """Weight and positives per bin of one range (a (2, n_bins) array)."""
+
+    def __init__(self, edges: np.ndarray):
+        self.edges = edges
+        self.batch_id = edges.shape[0]
+
+    @classmethod
+    def pack(cls, requests: list[_BinSums]) -> _BinSumsBatch:
+        return _BinSumsBatch(np.stack([r.edges for r in requests]))
+
+
+class _BinSumsBatch:
+    """Many keys' :class:`_BinSums` (the same number of bins): one call for all the keys
+    of a range."""
 
     def __init__(self, edges: np.ndarray):
         self.edges = edges
 
-    def __call__(self, t: DistinctTable) -> np.ndarray:
-        nb = self.edges.shape[0] - 1
-        ids = bin_ids(self.edges, t.score)
+    def run(self, which: np.ndarray, part: KeyedTable) -> np.ndarray:
+        t, sizes = part.table, np.diff(part.starts)
+        keys, nb = len(sizes), self.edges.shape[1] - 1
+        row_key = np.repeat(np.arange(keys), sizes)
+        # bin_ids of each row among its key's edges: the inner edges below its score
+        # (one comparison per inner edge and row, not a search per key).
+        ids = np.zeros(len(t), dtype=np.intp)
+        for inner in self.edges[which, 1:-1].T:
+            ids += inner[row_key] < t.score
+        cell = row_key * nb + ids
         with np.errstate(over="ignore", invalid="ignore"):  # overflow: refused by the model
-            return np.stack([np.bincount(ids, weights=t.weight, minlength=nb)[:nb],
-                             np.bincount(ids, weights=t.positives, minlength=nb)[:nb]])
+            return np.stack([np.bincount(cell, weights=t.weight, minlength=keys * nb),
+                             np.bincount(cell, weights=t.positives, minlength=keys * nb)]
+                            ).reshape(2, keys, nb).transpose(1, 0, 2)
 
 
 def histogram_plan(n_bins: int = 10, strategy: str = "uniform"

@@ -134,8 +134,10 @@ class KeySums(KeyBatch):
     :meth:`columns` (the terms summed, one array per sum, over the rows of a
     table that may hold many keys' rows). A batch (:class:`KeyBatch`) makes
     one numpy pass over all its keys' rows of a range, then each key's sums
-    by ``np.add.reduceat``, which sums pairwise as ``np.sum`` does (the
-    columns listed in ``maxima`` take ``np.maximum.reduceat`` instead).
+    by ``np.add.reduceat`` (the columns listed in ``maxima`` take
+    ``np.maximum.reduceat``). Its order of addition is not ``np.sum``'s: a
+    sum may differ from it in the last bits, the same on every run and
+    whether a key runs alone or among others.
     """
 
     maxima: tuple[int, ...] = ()
