@@ -68,6 +68,12 @@ def test_fit_modl_refuses_weights_and_non_binary_labels():
     df["label"] = df["label"] * 0.5
     with pytest.raises(distcal.DataError, match="column 'label'"):
         distcal.fit(df, method="modl")
+    df["g"] = np.arange(len(df)) % 3
+    df["label"] = (df["label"] > 0).astype(float)
+    df.loc[df.g == 2, "label"] *= 0.5  # one segment's labels are not 0/1
+    with pytest.raises(distcal.DataError, match=r"column 'label' \(label\): MODL calibration "
+                                                r"needs 0/1 labels"):
+        distcal.fit(df, method="modl", by="g")
 
 
 @pytest.mark.parametrize("classes", [2, 3, 5])

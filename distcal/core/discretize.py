@@ -12,7 +12,9 @@ Two passes over the ranges of the distinct-score table (any engine):
    (:func:`~distcal.core.modl.modl_partition`).
 
 So the driver never receives more than ``max_groups`` rows (plus one per
-range boundary), and every engine searches the same table. Why both
+range boundary), and every engine searches the same table. With many keys
+(``by=``, one-vs-rest) both passes run for all the keys of a range at once
+(grouping, needed by large keys only, key by key). Why both
 steps are safe range by range: docs/modl.md.
 """
 
@@ -26,6 +28,7 @@ import numpy as np
 
 from .distinct import DistinctTable
 from .isotonic import Blocks
+from .keyed import KeyedTable
 from .modl import (
     MAX_GROUPS,
     RangeGroups,
@@ -34,36 +37,58 @@ from .modl import (
     join_groups,
     modl_partition,
     plan_groups,
+    premerge_keys,
     premerge_range,
-    range_summary,
+    range_summaries,
 )
+from .plans import KeyBatch, KeyResults
 
 __all__ = ["modl_from_counts"]
 
 RangeCounts = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-def _problem(t: DistinctTable) -> str | None:
-    """Why MODL cannot count a range's rows (None: it can)."""
-    if not t.binary:
-        return "MODL calibration needs 0/1 labels"
-    if not np.array_equal(t.weight, t.count.astype(np.float64)):
-        return "MODL needs unit weights"
-    return None
+#: Why MODL cannot count a key's rows (pass 1 tells the driver, where the key's fit fails
+#: with it, instead of a worker's exception); index 0: it can.
+PROBLEMS = ("", "MODL calibration needs 0/1 labels", "MODL needs unit weights")
 
 
 def _counts(t: DistinctTable) -> np.ndarray:
-    """(V, 2) class counts of one range's distinct scores (0/1 labels, unit weights: pass 1
-    checked every range, :func:`_summary`)."""
+    """(V, 2) class counts of a table's distinct scores (0/1 labels, unit weights: pass 1
+    checked them, :class:`_Summaries`)."""
     ones = np.rint(t.label_sum).astype(np.int64)
     return np.column_stack([t.count.astype(np.int64) - ones, ones])
 
 
-def _summary(t: DistinctTable) -> tuple[float, Any]:
-    """Pass 1 of one range: its first score and summary, or the problem (told on the driver,
-    where the key's fit fails with it, instead of a worker's exception)."""
-    problem = _problem(t)
-    return float(t.score[0]), problem if problem is not None else range_summary(_counts(t))
+class _Summaries(KeyBatch):
+    """Pass 1 of a range, all its keys at once: each key's first score, its
+    :func:`~distcal.core.modl.range_summary` and its problem (an index of
+    :data:`PROBLEMS`)."""
+
+    @classmethod
+    def pack(cls, requests: list[Any]) -> _Summaries:
+        return cls()
+
+    def run(self, which: np.ndarray, part: KeyedTable) -> KeyResults:
+        t, heads = part.table, part.starts[:-1]
+        unit = np.logical_and.reduceat(t.weight == t.count, heads)
+        problem = np.where(~part.binary, 1, np.where(unit, 0, 2))
+        return KeyResults([t.score[heads], range_summaries(_counts(t), part.starts), problem],
+                          [None] * 3)
+
+
+class _Premerged(KeyBatch):
+    """Pass 2 of a range, all its keys at once, when no key needs grouping: each key's
+    pre-merged rows (:func:`~distcal.core.modl.premerge_range`)."""
+
+    @classmethod
+    def pack(cls, requests: list[Any]) -> _Premerged:
+        return cls()
+
+    def run(self, which: np.ndarray, part: KeyedTable) -> KeyResults:
+        t = part.table
+        merged, lo, hi, starts = premerge_keys(_counts(t), t.score, part.starts)
+        return KeyResults([merged, lo, hi], [starts] * 3)
 
 
 def range_rows(counts: np.ndarray, scores: np.ndarray, plan: dict[float, RangeGroups] | None
@@ -132,12 +157,13 @@ def modl_plan(exact_max: int = 1000, max_groups: int = MAX_GROUPS
     positive rate; its bounds are the lowest and highest score of the rows
     in it.
     """
-    summaries = yield _summary
-    for _, summary in summaries:
-        if isinstance(summary, str):
-            raise ValueError(summary)
-    parts, groups = yield from rows_plan([f for f, _ in summaries], [s for _, s in summaries],
-                                         max_groups, lambda plan: functools.partial(_rows, plan))
+    summaries = yield _Summaries()
+    for _, _, problem in summaries:
+        if problem:
+            raise ValueError(PROBLEMS[problem])
+    parts, groups = yield from rows_plan(
+        [f for f, _, _ in summaries], [s for _, s, _ in summaries], max_groups,
+        lambda plan: _Premerged() if plan is None else functools.partial(_rows, plan))
     smin, smax, counts, cost, exact, groups = modl_from_counts(parts, exact_max, max_groups,
                                                                groups)
     n = counts.sum(axis=1).astype(np.float64)

@@ -67,7 +67,7 @@ from scipy.special import gammaln
 
 __all__ = ["ModlResult", "RangeGroups", "granularise", "greedy_merge", "group_range",
            "interval_bounds", "join_groups", "modl_cost", "modl_partition", "plan_groups",
-           "premerge_range", "range_summary"]
+           "premerge_range", "premerge_keys", "range_summary", "range_summaries"]
 
 # A post-optimisation move must lower the cost by more than this (relative).
 _TOL = 1e-9
@@ -201,11 +201,22 @@ def _pure_class(c: np.ndarray) -> np.ndarray:
     return np.where(nonzero.sum(axis=1) == 1, np.argmax(nonzero, axis=1), -1)
 
 
-def _run_starts(c: np.ndarray) -> np.ndarray:
-    """First rows of the maximal runs of adjacent rows pure in the same class (mixed rows alone)."""
+def _run_starts(c: np.ndarray, heads: np.ndarray | None = None) -> np.ndarray:
+    """First rows of the maximal runs of adjacent rows pure in the same class (mixed rows
+    alone); ``heads``: rows that start a run whatever their class (the first of each key)."""
     cls = _pure_class(c)
     same = (cls[1:] == cls[:-1]) & (cls[1:] >= 0)
-    return np.flatnonzero(np.concatenate(([True], ~same)))
+    first = np.concatenate(([True], ~same))
+    if heads is not None:
+        first[heads] = True
+    return np.flatnonzero(first)
+
+
+def _runs_per_key(runs: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """How many of the ``runs`` (first rows, ascending) start in each key's rows
+    ``starts[k]:starts[k + 1]`` (every key's first row starts a run)."""
+    key = np.searchsorted(starts[:-1], runs, side="right") - 1
+    return np.bincount(key, minlength=starts.shape[0] - 1)
 
 
 def _pool(counts: np.ndarray, starts: np.ndarray, lo: np.ndarray, hi: np.ndarray
@@ -254,7 +265,21 @@ def premerge_range(counts: np.ndarray, scores: np.ndarray | None = None
     if scores is not None and np.shape(scores)[0] != c.shape[0]:
         raise ValueError("scores and counts must have the same number of rows")
     s = np.arange(c.shape[0]) if scores is None else np.asarray(scores)
-    return _pool(c, _run_starts(c), s, s)
+    merged, lo, hi, _ = premerge_keys(c, s, np.array([0, c.shape[0]]))
+    return merged, lo, hi
+
+
+def premerge_keys(counts: np.ndarray, scores: np.ndarray, starts: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`premerge_range` of many keys' tables at once (checked counts).
+
+    Key k's rows are ``starts[k]:starts[k + 1]`` (none empty); its merged
+    rows are ``new_starts[k]:new_starts[k + 1]`` of the result
+    (merged, lo, hi, new_starts).
+    """
+    runs = _run_starts(counts, starts[:-1])
+    merged, lo, hi = _pool(counts, runs, scores, scores)
+    return merged, lo, hi, np.concatenate(([0], np.cumsum(_runs_per_key(runs, starts))))
 
 
 # ----------------------------------------------------------------------------
@@ -284,10 +309,21 @@ def range_summary(counts: np.ndarray) -> np.ndarray:
     last pure run (the last row's own count when it is mixed)].
     """
     c = _check_counts(counts)
-    starts = _run_starts(c)
-    cls = _pure_class(c[[0, -1]])
-    return np.array([c.sum(), starts.shape[0], cls[0], cls[1], c[starts[-1]:].sum()],
-                    dtype=np.int64)
+    out: np.ndarray = range_summaries(c, np.array([0, c.shape[0]]))[0]
+    return out
+
+
+def range_summaries(counts: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """:func:`range_summary` of many keys' tables at once (checked counts): row k is
+    key k's, whose rows are ``starts[k]:starts[k + 1]`` (none empty)."""
+    heads, ends = starts[:-1], starts[1:]
+    runs = _run_starts(counts, heads)
+    n_runs = _runs_per_key(runs, starts)
+    last_run = runs[np.cumsum(n_runs) - 1]
+    cls = _pure_class(counts[np.concatenate((heads, ends - 1))])
+    rows = np.concatenate(([0], np.cumsum(counts.sum(axis=1))))
+    return np.column_stack([rows[ends] - rows[heads], n_runs, cls[:len(heads)],
+                            cls[len(heads):], rows[ends] - rows[last_run]]).astype(np.int64)
 
 
 def plan_groups(summaries: Sequence[np.ndarray], max_groups: int) -> list[RangeGroups] | None:
