@@ -28,10 +28,6 @@ class _RangeStats(KeyBatch):
     """First and last value, total and last weight, and rows of one range (of each key's
     part of it: one call for all the keys of a range)."""
 
-    @classmethod
-    def pack(cls, requests: list[Any]) -> _RangeStats:
-        return cls()
-
     def run(self, which: np.ndarray, part: KeyedTable) -> KeyResults:
         t, first = part.table, part.starts[:-1]
         last = part.starts[1:] - 1

@@ -65,10 +65,6 @@ class _Summaries(KeyBatch):
     :func:`~distcal.core.modl.range_summary` and its problem (an index of
     :data:`PROBLEMS`)."""
 
-    @classmethod
-    def pack(cls, requests: list[Any]) -> _Summaries:
-        return cls()
-
     def run(self, which: np.ndarray, part: KeyedTable) -> KeyResults:
         t, heads = part.table, part.starts[:-1]
         unit = np.logical_and.reduceat(t.weight == t.count, heads)
@@ -80,10 +76,6 @@ class _Summaries(KeyBatch):
 class _Premerged(KeyBatch):
     """Pass 2 of a range, all its keys at once, when no key needs grouping: each key's
     pre-merged rows (:func:`~distcal.core.modl.premerge_range`)."""
-
-    @classmethod
-    def pack(cls, requests: list[Any]) -> _Premerged:
-        return cls()
 
     def run(self, which: np.ndarray, part: KeyedTable) -> KeyResults:
         t = part.table

@@ -307,10 +307,6 @@ class _Blocks(KeyBatch):
     there and its rows with labels not 0/1 (-1: some, count unknown), for all the
     range's keys at once (:func:`~distcal.core.segment_pav.pav_segments`)."""
 
-    @classmethod
-    def pack(cls, requests: list[Any]) -> _Blocks:
-        return cls()
-
     def run(self, which: np.ndarray, part: KeyedTable) -> KeyResults:
         t, starts = part.table, part.starts
         blocks, block_starts = pav_segments(Blocks.from_table(t), starts, True)
@@ -357,6 +353,8 @@ class _StepsBatch:
 
     def run(self, which: np.ndarray, part: KeyedTable) -> KeyResults:
         t, starts = part.table, part.starts
+        if not len(t):  # (a range without rows: no steps)
+            return KeyResults([t.score] * 4, [np.zeros(len(starts), np.int64)] * 4)
         if not (np.all(np.isfinite(t.weight)) and np.all(np.isfinite(t.positives))):
             raise sums_overflow()
         # Tables a Python loop handles faster than numba's import and compilation (~1 s).
@@ -369,7 +367,7 @@ class _StepsBatch:
                               np.asarray(t.positives, dtype=np.float64), t.score)
         keep0, keep1 = _run_ends(p0, starts, True), _run_ends(p1, starts, False)
         s0, s1 = (np.concatenate(([0], np.cumsum(np.add.reduceat(k, starts[:-1]))))
-                  if len(t) else np.zeros(len(starts), np.int64) for k in (keep0, keep1))
+                  for k in (keep0, keep1))
         return KeyResults([t.score[keep0], p0[keep0], t.score[keep1], p1[keep1]],
                           [s0, s0, s1, s1])
 
