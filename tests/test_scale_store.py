@@ -14,8 +14,9 @@ from distcal.core.keyed import pool_keyed
 from distcal.engines.local_keyed import KeyedStore
 
 
+@pytest.mark.parametrize("keep", [False, True], ids=["one pass", "kept for later passes"])
 @pytest.mark.parametrize("decimals", [None, 4])
-def test_big_chunks_spill_as_runs_and_read_back_exactly(decimals):
+def test_big_chunks_spill_as_runs_and_read_back_exactly(decimals, keep):
     rng = np.random.default_rng(7)
     s = rng.random(120_000)
     if decimals:
@@ -26,12 +27,24 @@ def test_big_chunks_spill_as_runs_and_read_back_exactly(decimals):
     chunks = [pool_keyed(np.concatenate([np.zeros(20_000, np.int64), 1 + g[i:i + 20_000]]), key,
                          np.tile(s[i:i + 20_000], 2), np.tile(y[i:i + 20_000], 2), None)
               for i in range(0, 120_000, 20_000)]
-    store = KeyedStore(memory_rows=16_000)
+    store = KeyedStore(memory_rows=16_000, keep=keep)
     for c in chunks:
         store.add(c)
     assert store.spilled
+    spill_dir = store._tmp
     ranges = list(store.ranges())
+    # Kept: the pooled ranges replace the runs on disk, and later passes read them.
+    on_disk = sorted(p.name[:3] for p in spill_dir.iterdir())
+    assert on_disk == (["ran"] * len(ranges) if keep else ["run"] * (len(chunks) - 1))
+    if keep:
+        again = list(store.ranges())
+        assert [r.keys for r in again] == [r.keys for r in ranges]
+        for a, b in zip(again, ranges):
+            np.testing.assert_array_equal(a.starts, b.starts)
+            for f in ("score", "weight", "positives", "count", "label_sum"):
+                np.testing.assert_array_equal(getattr(a.table, f), getattr(b.table, f))
     store.close()
+    assert not spill_dir.exists()
     assert len(ranges) > 1
     for k in key:  # each key's ranges, in order, are its whole table
         whole = pool_ties(s if k[0] is None else s[g == k[0][0]],

@@ -120,7 +120,7 @@ class KeyedStore:
 
     @property
     def spilled(self) -> bool:
-        return bool(self._runs)
+        return bool(self._runs) or self._kept is not None
 
     def ranges(self) -> Iterator[KeyedTable]:
         """Ascending, non-overlapping score ranges, each pooled by (key, score)."""
@@ -141,8 +141,11 @@ class KeyedStore:
             if self.keep:
                 kept.append(self._write_range(table, len(kept)))
             yield table
-        if self.keep:  # read to the end: later passes read the pooled ranges
-            self._kept = kept
+        if self.keep:  # read to the end: later passes read the pooled ranges, not the runs
+            self._kept, self._runs = kept, []
+            assert self._tmp is not None
+            for run_dir in self._tmp.glob("run*"):
+                shutil.rmtree(run_dir)
 
     def _write_range(self, table: KeyedTable, i: int) -> Path:
         """A pooled range written as it is (the store's key codes, the table's arrays)."""
