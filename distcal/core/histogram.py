@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from .bins import edges_plan
+from .bins import bin_ids, edges_plan
 from .distinct import DistinctTable
 from .isotonic import Blocks
 from .keyed import KeyedTable
@@ -67,15 +67,14 @@ class _BinSumsBatch:
         self.edges = edges
 
     def run(self, which: np.ndarray, part: KeyedTable) -> np.ndarray:
-        t, sizes = part.table, np.diff(part.starts)
-        keys, nb = len(sizes), self.edges.shape[1] - 1
-        row_key = np.repeat(np.arange(keys), sizes)
-        # bin_ids of each row among its key's edges: the inner edges below its score
-        # (one comparison per inner edge and row, not a search per key).
-        ids = np.zeros(len(t), dtype=np.intp)
-        for inner in self.edges[which, 1:-1].T:
-            ids += inner[row_key] < t.score
-        cell = row_key * nb + ids
+        t, starts = part.table, part.starts
+        keys, nb = len(starts) - 1, self.edges.shape[1] - 1
+        # A search per key (numpy searches one sorted array at a time; a comparison per
+        # edge and row would cost n_bins passes over the range), then one bincount.
+        ids = np.empty(len(t), dtype=np.intp)
+        for k, (lo, hi) in enumerate(zip(starts[:-1].tolist(), starts[1:].tolist())):
+            ids[lo:hi] = bin_ids(self.edges[which[k]], t.score[lo:hi])
+        cell = np.repeat(np.arange(keys) * nb, np.diff(starts)) + ids
         with np.errstate(over="ignore", invalid="ignore"):  # overflow: refused by the model
             return np.stack([np.bincount(cell, weights=t.weight, minlength=keys * nb),
                              np.bincount(cell, weights=t.positives, minlength=keys * nb)]
