@@ -72,16 +72,17 @@ def quantiles_plan(q: np.ndarray, stats: list[tuple[float, float, float, float, 
     last = offsets + np.maximum(weights - np.array([st[3] for st in stats]), weights - 1.0)
     out = np.full(pos.shape, np.nan)
     inside: dict[float, tuple[float, np.ndarray]] = {}
-    for k, (first_value, *_) in enumerate(stats):
-        idx = np.flatnonzero((pos >= offsets[k]) & (pos <= last[k]))
+    at = np.searchsorted(offsets, pos, side="right") - 1  # the range each position starts in
+    for k in np.unique(at).tolist():  # (the ranges of a few positions, not every range)
+        idx = np.flatnonzero((at == k) & (pos <= last[k]))
         if idx.shape[0]:
-            inside[first_value] = (float(offsets[k]), idx)
-        if k + 1 < len(stats):  # between this range's last knot and the next one's first
-            gap = np.flatnonzero((pos > last[k]) & (pos < offsets[k + 1]))
-            if gap.shape[0]:
-                out[gap] = np.interp(pos[gap], [last[k], offsets[k + 1]],
-                                     [stats[k][1], stats[k + 1][0]])
-    out[pos > last[-1]] = stats[-1][1]
+            inside[float(stats[k][0])] = (float(offsets[k]), idx)
+        gap = np.flatnonzero((at == k) & (pos > last[k]))
+        if gap.shape[0] and k + 1 < len(stats):  # between the range's last knot and the next
+            out[gap] = np.interp(pos[gap], [last[k], offsets[k + 1]],
+                                 [stats[k][1], stats[k + 1][0]])
+        elif gap.shape[0]:  # past the last knot of all
+            out[gap] = stats[-1][1]
     if inside:
         found = yield _InsideRange(inside, pos)
         for res in found:
@@ -90,22 +91,42 @@ def quantiles_plan(q: np.ndarray, stats: list[tuple[float, float, float, float, 
     return out
 
 
-class _InsideRange:
+class _InsideRange(KeyBatch):
     """The quantile positions that fall inside one range, evaluated there."""
 
     def __init__(self, inside: dict[float, tuple[float, np.ndarray]], pos: np.ndarray):
         self.inside, self.pos = inside, pos
 
-    def __call__(self, t: DistinctTable) -> tuple[np.ndarray, np.ndarray] | None:
-        job = self.inside.get(float(t.score[0]))
-        if job is None:
-            return None
-        offset, idx = job
-        cum = offset + np.cumsum(t.weight)
-        first = cum - t.weight
-        xp = np.empty(2 * len(t))
-        xp[0::2], xp[1::2] = first, np.maximum(first, cum - 1.0)
-        return idx, np.interp(self.pos[idx], xp, np.repeat(t.score, 2))
+    @classmethod
+    def pack(cls, requests: list[_InsideRange]) -> _InsideRanges:
+        return _InsideRanges(requests)
+
+
+class _InsideRanges:
+    """Many keys' :class:`_InsideRange`: each key's rows of a range evaluated where they lie
+    (a key has positions in a few of its ranges; the others cost a lookup)."""
+
+    def __init__(self, requests: list[_InsideRange]):
+        self.requests = requests
+
+    def run(self, which: np.ndarray, part: KeyedTable
+            ) -> list[tuple[np.ndarray, np.ndarray] | None]:
+        t, starts = part.table, part.starts.tolist()
+        out: list[tuple[np.ndarray, np.ndarray] | None] = []
+        for k, i in enumerate(which.tolist()):
+            request, lo, hi = self.requests[i], starts[k], starts[k + 1]
+            job = request.inside.get(float(t.score[lo]))
+            if job is None:
+                out.append(None)
+                continue
+            offset, idx = job
+            w = t.weight[lo:hi]
+            cum = offset + np.cumsum(w)
+            first = cum - w
+            xp = np.empty(2 * (hi - lo))
+            xp[0::2], xp[1::2] = first, np.maximum(first, cum - 1.0)
+            out.append((idx, np.interp(request.pos[idx], xp, np.repeat(t.score[lo:hi], 2))))
+        return out
 
 
 def bin_edges(data: DistinctTable | MapRanges, n_bins: int = 10,
