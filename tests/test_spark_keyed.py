@@ -276,6 +276,27 @@ SEGMENTS_CHILD = textwrap.dedent("""
         want = IsotonicRegression(out_of_bounds="clip").fit(rows["score"], rows["label"])
         out["refit_ok"] = bool(np.allclose(model.predict(q), want.predict(q), rtol=1e-9,
                                            atol=1e-12))
+        # Fit by segment, transform (every segment's map from a join, the global
+        # map for a segment unseen at fit), evaluate and threshold, as on pandas.
+        rows = rows.assign(seg=rng.integers(0, 4, len(rows)))
+        sdf = spark.createDataFrame(rows)
+        for method in ("isotonic", "sigmoid"):
+            fitted, local = (distcal.fit(d, method=method, by="seg")
+                             for d in (sdf.where("seg < 3"), rows[rows["seg"] < 3]))
+            got = fitted.transform(sdf).toPandas()
+            out[f"{method}_by_ok"] = bool(fitted == local and np.allclose(
+                got["calibrated"], local.predict(got["score"].to_numpy(), got[["seg"]]),
+                rtol=1e-12, atol=0))
+        probs = fitted.transform(sdf)
+        report = distcal.evaluate(probs, prob_col="calibrated", by="seg")
+        want_report = distcal.evaluate(probs.toPandas(), prob_col="calibrated", by="seg")
+        got_seg, want_seg = (r.segments.sort_values("seg") for r in (report, want_report))
+        out["evaluate_ok"] = bool(np.allclose(report.brier, want_report.brier, rtol=1e-12)
+                                  and np.allclose(got_seg["brier"], want_seg["brier"], rtol=1e-12)
+                                  and len(got_seg) == 4)
+        out["threshold_ok"] = (distcal.optimal_threshold(probs, score_col="calibrated")
+                               == distcal.optimal_threshold(probs.toPandas(),
+                                                            score_col="calibrated"))
     print(json.dumps(out))
     spark.stop()
 """)
@@ -298,6 +319,8 @@ def test_keyed_map_on_spark_connect():
     out = _child(SEGMENTS_CHILD, "connect", "20000", "20", "1,2")  # one pass, then several
     assert out["ok"] and out["keys"] == 21 and out["n_rows"] == 20_000, out
     assert out["refit_ok"] and out["narrow_ok"], out
+    assert out["isotonic_by_ok"] and out["sigmoid_by_ok"], out
+    assert out["evaluate_ok"] and out["threshold_ok"], out
 
 
 # -- issue 35: 2e7 rows in 600 MB Python workers -------------------------------------------

@@ -46,6 +46,8 @@ from typing import Any
 
 import numpy as np
 
+from .distinct import starts_of_runs
+
 __all__ = ["Piecewise", "piecewise", "is_keyed"]
 
 
@@ -135,9 +137,9 @@ def _linear(model: Any, prob: np.ndarray) -> Piecewise:
     x, y = model.knots()
     if x.shape[0] == 0:  # every fitted score infinite: prob[-1] for s > 0, else prob[0]
         return _constants(np.array([0.0]), False, np.array([prob[0], prob[-1]]))
-    u = np.unique(x)  # ascending distinct knots
-    first = np.searchsorted(x, u, side="left")
-    last = np.searchsorted(x, u, side="right") - 1
+    first = starts_of_runs(x)  # x ascending: its distinct knots u start runs
+    u = x[first]
+    last = np.append(first[1:], x.shape[0]) - 1
     m = u.shape[0]
     yl, yr = y[last[:-1]], y[first[1:]]
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):

@@ -16,10 +16,10 @@ fast as MLlib's.
   the map's split points and its pieces' x0, y0, slope as arrays, the
   values at s = -inf / +inf) is joined to the data on the ``by`` columns (a
   broadcast hash join); rows whose key is null or not a fitted segment,
-  and segments that fall back, take the global map's arrays from a
-  one-row table joined to every row. The piece, i = #{split points <= s},
-  is a binary search in SQL over the row's own split points (binary
-  lifting: ceil(log2(largest map + 1)) steps of one ``try_element_at`` and
+  and segments that fall back, take the global map's arrays as constants
+  (one map's, as :func:`transform` uses them). The piece, i = #{split
+  points <= s}, is a binary search in SQL over the row's own split points
+  (binary lifting: ceil(log2(largest map + 1)) steps of one ``try_element_at`` and
   one comparison), so each search stays in one map's array (a few KB, in
   cache); a search over the union of all maps' split points (10^5 doubles)
   and a second join on the piece cost 2-3x more. The tables go to the JVM
@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from ...core.distinct import starts_of_runs
 from ...core.piecewise import Piecewise, piecewise
 from ...errors import column_type
 from ..base import check_transform_columns
@@ -60,7 +61,7 @@ def _pieces(pw: Piecewise) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarr
     leaves, skipped: bucket b is the leaf ``#{t <= U[b-1]}``.
     """
     t = pw.thresholds if pw.right else np.nextafter(pw.thresholds, np.inf)
-    u = np.unique(t)
+    u = t[starts_of_runs(t)]  # t ascending
     leaf = np.concatenate(([0], np.searchsorted(t, u, side="right")))
     slope = np.where(pw.constant, 0.0, pw.slope)
     return u, pw.x0[leaf], pw.y0[leaf], slope[leaf]
@@ -170,8 +171,8 @@ def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) ->
 
     Each row gets its segment's map (its split points and pieces as arrays,
     or Platt's / beta's parameters) from a broadcast join on the ``by``
-    columns; rows with no fitted segment take the global map's, from a
-    one-row table joined to every row. A piecewise map's piece is found by
+    columns; rows with no fitted segment take the global map's, as
+    constants. A piecewise map's piece is found by
     a binary search in SQL over the row's split points (module docstring).
     Keys of another type than the model's are a ``DataError`` from the
     columns' types, before any job.
@@ -186,29 +187,25 @@ def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) ->
     formula = model.method in ("sigmoid", "beta")
     base = {"sigmoid": ["_a", "_b"], "beta": ["_a", "_b", "_c"]}.get(
         model.method, ["_u", "_x0", "_y0", "_sl", "_lo", "_hi"])
-    fresh = _fresh_names(["_s", "_i", *base, *[f"_k{i}" for i in range(nk)],
-                          *[f"_G{c}" for c in base]], set(names))
-    cs, ci = fresh[:2]
-    cv, ck, cgv = (fresh[2:2 + len(base)], fresh[2 + len(base):2 + len(base) + nk],
-                   fresh[2 + len(base) + nk:])
+    fresh = _fresh_names(["_s", "_i", *base, *[f"_k{i}" for i in range(nk)]], set(names))
+    cs, ci, cv, ck = fresh[0], fresh[1], fresh[2:2 + len(base)], fresh[2 + len(base):]
     seg = model.segments
     keys = list(seg.loc[~seg["fallback"], model.by].itertuples(index=False, name=None))
     maps = [model.segment(tuple(k)) for k in keys] + [model.global_model]
     values = _map_values(maps, formula)
     table = _table(spark, keys, [fields[b] for b in model.by], ck, cv, [v[:-1] for v in values])
-    glob = _table(spark, [()], [], [], cgv, [v[-1:] for v in values])
     cond = None
     for j, name in enumerate(model.by):
         eq = df[quote(name)] == table[ck[j]]
         cond = eq if cond is None else cond & eq
-    joined = df.join(F.broadcast(table), on=cond, how="left").crossJoin(F.broadcast(glob))
+    joined = df.join(F.broadcast(table), on=cond, how="left")
     # Unmatched rows (null or unseen keys, segments that fall back) take the
-    # global map; a matched row's first value is never null.
+    # global map, as constants; a matched row's first value is never null.
     matched = table[cv[0]].isNotNull()
     staged = joined.select(*[df[quote(n)] for n in names],
                            F.col(quote(score_col)).cast("double").alias(cs),
-                           *[F.when(matched, table[c]).otherwise(glob[g]).alias(c)
-                             for c, g in zip(cv, cgv)])
+                           *[F.when(matched, table[c]).otherwise(_constant(spark, v[-1])).alias(c)
+                             for c, v in zip(cv, values)])
     sv, v = F.col(cs), [F.col(c) for c in cv]
     ends: list[Any] = [None, None]  # the values at s = -inf / +inf, for piecewise maps
     if model.method == "sigmoid":
@@ -273,6 +270,15 @@ def _table(spark: Any, keys: list[tuple[Any, ...]], key_types: list[Any], key_co
             fields.append(T.StructField(c, T.DoubleType(), True))
     return spark.createDataFrame(pa.table(arrays, names=[*key_cols, *cols]),
                                  T.StructType(fields))
+
+
+def _constant(spark: Any, value: Any) -> Any:
+    """A number, null or constant array<double> column."""
+    from pyspark.sql import functions as F
+
+    if isinstance(value, np.ndarray):
+        return _const_array(spark, value.tolist())
+    return F.lit(value).cast("double")
 
 
 def _java_doubles(spark: Any, values: Any) -> Any:
