@@ -243,7 +243,7 @@ def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str
                                               keep, counts)
                 else:
                     results = run_plans(plan, map_ranges, keep=keep, counts=counts,
-                                        narrow=ranges.narrow)
+                                        narrow=ranges.narrow, budget=ranges.result_bytes)
             except KeyFailed as failed:
                 if isinstance(failed.error, LabelsNotBinary):  # count the rows: one pass
                     n = sum(ranges.map_rows(count_not_binary))

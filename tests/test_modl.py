@@ -747,3 +747,54 @@ def test_grouped_driver_table_equals_the_local_one():
     assert cost <= oracle_cost(sum_rows(np.asarray(sum_rows(counts, plain_groups(counts, G))),
                                         greedy_merge(np.asarray(sum_rows(
                                             counts, plain_groups(counts, G)))))) + 1e-9
+
+
+def test_many_keys_bring_a_bounded_table_to_the_driver_per_job():
+    """MODL of many keys (run_plans with a budget, as an engine's ``result_bytes``): the
+    second pass runs in waves of keys whose tables add up to at most the budget (a key
+    alone may hold more), and every key's model is the one its own run_plan finds."""
+    from distcal.core.discretize import modl_plan
+    from distcal.core.distinct import pool_ties
+    from distcal.core.keyed import KeyedTable, merge_keyed
+    from distcal.core.plans import run_plan, run_plans
+
+    rng = np.random.default_rng(7)
+    tables = {}
+    for c, n in enumerate([40, 300, 90, 2000, 60, 60, 500]):
+        s = np.round(rng.random(n), 2 if c == 3 else 3)
+        t = pool_ties(s, (rng.random(n) < s).astype(float))
+        cut = [0, len(t) // 3, 2 * len(t) // 3, len(t)]
+        tables[c] = [t.slice(a, b) for a, b in zip(cut[:-1], cut[1:])]
+    ranges = [merge_keyed([KeyedTable.single(tables[c][i], (None, c)) for c in tables])
+              for i in range(3)]
+    G, budget = 150, 40 * 150
+    jobs = []
+
+    def map_parts(fn):  # each job: (keys, bytes of the tables it brings back)
+        out = [fn(r) for r in ranges]
+        if fn.where is None:  # the first pass: a few numbers per key
+            jobs.append((len(tables), 0))
+            return out
+        grouped = sum(len(r[0]) for results, _, _ in out for r in results.values())
+        merged = sum(len(item[0]) for _, batched, _ in out for _, items in batched
+                     for item in items)
+        jobs.append((len(fn.where), 40 * grouped + 32 * merged))
+        return out
+
+    got = run_plans(lambda key: modl_plan(max_groups=G), map_parts, budget=budget)
+    alone = {(None, c): run_plan(modl_plan(max_groups=G), lambda fn, ts=ts: [fn(t) for t in ts])
+             for c, ts in tables.items()}
+    assert got.keys() == alone.keys()
+    for key, (blocks, cost, exact, groups) in got.items():
+        want = alone[key]
+        for name in ("score_min", "score_max", "weight", "positives"):
+            np.testing.assert_array_equal(getattr(blocks, name), getattr(want[0], name))
+        assert (cost, exact, groups) == want[1:]
+    assert any(g[3] for g in got.values())  # a key grouped: its table alone is G rows
+    waves = jobs[1:]  # after the first pass (every key's summaries)
+    assert len(waves) >= 3
+    assert all(size <= budget or keys == 1 for keys, size in waves), waves
+    assert sum(keys for keys, _ in waves) == len(tables)
+    jobs.clear()
+    assert run_plans(lambda key: modl_plan(max_groups=G), map_parts).keys() == got.keys()
+    assert len(jobs) == 2  # no budget: one job for every key's second pass

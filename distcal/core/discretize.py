@@ -14,13 +14,15 @@ Two passes over the ranges of the distinct-score table (any engine):
 So the driver never receives more than ``max_groups`` rows (plus one per
 range boundary), and every engine searches the same table. With many keys
 (``by=``, one-vs-rest) both passes run for all the keys of a range at once
-(grouping, needed by large keys only, key by key). Why both
+(grouping, needed by large keys only, key by key); the second one's
+requests say how many bytes they bring, so that a pass over thousands of
+keys runs in waves within the engine's result budget
+(:func:`~distcal.core.plans.run_plans`). Why both
 steps are safe range by range: docs/modl.md.
 """
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -75,7 +77,11 @@ class _Summaries(KeyBatch):
 
 class _Premerged(KeyBatch):
     """Pass 2 of a range, all its keys at once, when no key needs grouping: each key's
-    pre-merged rows (:func:`~distcal.core.modl.premerge_range`)."""
+    pre-merged rows (:func:`~distcal.core.modl.premerge_range`): ``rows`` of them over
+    all ranges, 32 bytes each (two counts, two scores)."""
+
+    def __init__(self, rows: int = 0):
+        self.driver_bytes = 32 * rows
 
     def run(self, which: np.ndarray, part: KeyedTable) -> KeyResults:
         t = part.table
@@ -91,8 +97,16 @@ def range_rows(counts: np.ndarray, scores: np.ndarray, plan: dict[float, RangeGr
     return group_range(counts, plan[float(scores[0])], scores)
 
 
-def _rows(plan: dict[float, RangeGroups] | None, t: DistinctTable) -> Any:
-    return range_rows(_counts(t), t.score, plan)
+class _Grouped:
+    """Pass 2 of one key whose table needs grouping: each range's groups
+    (:func:`range_rows`), at most ``rows`` of them over all ranges, 40 bytes each
+    (two counts, a group id, two scores)."""
+
+    def __init__(self, plan: dict[float, RangeGroups], rows: int):
+        self.plan, self.driver_bytes = plan, 40 * rows
+
+    def __call__(self, t: DistinctTable) -> Any:
+        return range_rows(_counts(t), t.score, self.plan)
 
 
 def rows_plan(firsts: list[float], summaries: list[np.ndarray], max_groups: int,
@@ -153,9 +167,12 @@ def modl_plan(exact_max: int = 1000, max_groups: int = MAX_GROUPS
     for _, _, problem in summaries:
         if problem:
             raise ValueError(PROBLEMS[problem])
+    # The rows pass 2 brings: each range's pre-merged rows, or at most max_groups
+    # groups and one more per range (a group cut by a range boundary).
+    rows = min(sum(int(s[1]) for _, s, _ in summaries), max_groups + len(summaries))
     parts, groups = yield from rows_plan(
         [f for f, _, _ in summaries], [s for _, s, _ in summaries], max_groups,
-        lambda plan: _Premerged() if plan is None else functools.partial(_rows, plan))
+        lambda plan: _Premerged(rows) if plan is None else _Grouped(plan, rows))
     smin, smax, counts, cost, exact, groups = modl_from_counts(parts, exact_max, max_groups,
                                                                groups)
     n = counts.sum(axis=1).astype(np.float64)

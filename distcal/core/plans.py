@@ -94,6 +94,10 @@ class KeyBatch:
     """
 
     batch_id: Any = ()
+    #: About how many bytes this request's results bring to the driver, over all
+    #: ranges (0: a few numbers). :func:`run_plans` with a ``budget`` runs a pass
+    #: in waves of keys whose requests add up to at most that many.
+    driver_bytes: int = 0
 
     @classmethod
     def pack(cls, requests: list[Any]) -> Any:
@@ -295,7 +299,8 @@ def run_plans(make_plan: Callable[[Key | None], Plan[Any]], map_parts: MapParts,
               split: Split = split_keyed,
               keep: Callable[[Key, KeyCounts], bool] | None = None,
               counts: dict[Key, KeyCounts] | None = None,
-              narrow: Callable[[set[Key]], None] | None = None) -> dict[Key, Any]:
+              narrow: Callable[[set[Key]], None] | None = None,
+              budget: int | None = None) -> dict[Key, Any]:
     """Run ``make_plan(key)`` for every key found in the parts, all keys in lock step.
 
     ``map_parts`` maps a function over the parts (an engine's ranges, or
@@ -311,7 +316,12 @@ def run_plans(make_plan: Callable[[Key | None], Plan[Any]], map_parts: MapParts,
     keys still running hold at most a quarter of the rows last read (the
     big keys, the global one first, converge in a few passes; keys whose
     classes are separated run for tens), so a late pass reads their rows
-    only, not every range whole.
+    only, not every range whole. ``budget``: at most how many bytes of
+    results (the requests' ``driver_bytes``, :class:`KeyBatch`) one job
+    brings to the driver (the engine's ``result_bytes``); a pass whose
+    requests announce more runs as several jobs, each over a wave of keys
+    (a key alone may exceed it), so what the driver receives at once does
+    not grow with the number of keys.
     """
     probe = make_plan(None)
     first = next(probe)
@@ -344,10 +354,28 @@ def run_plans(make_plan: Callable[[Key | None], Plan[Any]], map_parts: MapParts,
         requests = dict(pending)
         pending.clear()
         gathered: dict[Key, list[Any]] = {key: [] for key in requests}
-        _gather(map_parts(_Pass(requests, None, split, False)), gathered)
+        for wave in _waves(requests, budget):
+            _gather(map_parts(_Pass(wave, None, split, False)), gathered)
         for key in requests:
             _advance(key, plans[key], gathered[key], plans, pending, done)
     return done
+
+
+def _waves(requests: dict[Key, Request], budget: int | None) -> Iterator[dict[Key, Request]]:
+    """The requests in key order, cut into waves of at most ``budget`` announced bytes."""
+    if budget is None:
+        yield requests
+        return
+    wave: dict[Key, Request] = {}
+    size = 0
+    for key, fn in requests.items():
+        grows = getattr(fn, "driver_bytes", 0)
+        if wave and size + grows > budget:
+            yield wave
+            wave, size = {}, 0
+        wave[key] = fn
+        size += grows
+    yield wave
 
 
 def _advance(key: Key, plan: Plan[Any], parts: list[Any], plans: dict[Key, Plan[Any]],

@@ -50,9 +50,13 @@ class KeyedRanges(ABC):
     the partials of :mod:`distcal.core.interval_widths` of the valid rows
     when the spec has ``interval_cols`` (else None). ``close`` releases what
     the ranges hold (persisted frames, spilled runs); ``with`` calls it.
+    ``result_bytes``: about how many bytes of results one map should bring to
+    the driver at the most (None: no limit; a fit then runs a pass whose
+    results would be larger in several maps, each over some of the keys).
     """
 
     n_rows: int = 0
+    result_bytes: int | None = None
     weight_total: float = 0.0
     dropped_rows: int = 0
     n_classes: int

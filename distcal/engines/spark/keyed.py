@@ -98,7 +98,7 @@ from ...errors import VECTORS_EXPECTED, DataError, column_type
 from ...logs import log, phase
 from ..base import KeyedRanges
 from .schema import column_kind, fields_of, is_vector_udt, quote, vector_array, vector_length_counts
-from .session import default_ranges, with_arrow_batches
+from .session import default_ranges, result_bytes, with_arrow_batches
 
 __all__ = ["SparkKeyedRanges", "KeyedRuns", "chunks", "result_batch", "range_result",
            "row_runner", "range_runner", "raw_runner",
@@ -757,6 +757,7 @@ class SparkKeyedRanges(SparkRanges):
         self.classes = spec.classes(self.n_classes)
         self.rows_df = input_rows(df, spec)
         self.spark = self.rows_df.sparkSession
+        self.result_bytes = result_bytes(self.spark)
 
         # The sample: the range count and bounds.
         total = self.rows_df.count()

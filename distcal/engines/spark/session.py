@@ -10,7 +10,7 @@ import pandas as pd
 import pyarrow as pa
 
 __all__ = ["with_arrow_batches", "parallelism", "default_ranges", "as_spark", "embedded_session",
-           "on_executors", "worker_error"]
+           "on_executors", "worker_error", "result_bytes"]
 
 # The last "SomeError: message" line of a Python worker's traceback.
 _WORKER_ERROR = re.compile(r"^(\w+(?:Error|Exception)): (.*)$", re.MULTILINE)
@@ -51,6 +51,23 @@ def on_executors(action: Callable[[], Any]) -> Any:
             "('make zip' builds dist/distcal.zip) with spark-submit --py-files "
             "dist/distcal.zip or the spark.submit.pyFiles setting; the executors' Python is "
             "PYSPARK_PYTHON / spark.pyspark.python") from exc
+
+
+def result_bytes(spark: Any) -> int | None:
+    """A quarter of ``spark.driver.maxResultSize`` (None when it is 0: no limit).
+
+    What one job may bring to the driver, with room for what the size
+    estimates of results leave out (pickling, keys). Spark's size strings:
+    a number of bytes, or with a unit k, m, g, t (kb, mb, ...).
+    """
+    try:
+        text = str(spark.conf.get("spark.driver.maxResultSize", "1g")).strip().lower()
+    except Exception:  # a session that does not say: Spark's default
+        text = "1g"
+    digits = text.rstrip("bkmgtp")
+    scale = 1024 ** "bkmgtp".index((text[len(digits):] or "b")[0])
+    size = int(float(digits) * scale)
+    return size // 4 if size > 0 else None
 
 
 def with_arrow_batches(spark: Any, action: Callable[[], Any], rows: int = 100_000) -> Any:
