@@ -19,9 +19,9 @@ fast as MLlib's.
   and segments that fall back, take the global map's arrays as constants
   (one map's, as :func:`transform` uses them). The piece, i = #{split
   points <= s}, is a binary search in SQL over the row's own split points
-  (binary lifting: ceil(log2(largest map + 1)) steps of one ``try_element_at`` and
-  one comparison), so each search stays in one map's array (a few KB, in
-  cache); a search over the union of all maps' split points (10^5 doubles)
+  (binary lifting: ceil(log2(largest map + 1)) steps of one
+  ``try_element_at`` and one comparison), so each search stays in one
+  map's array (a few KB, in cache); a search over the union of all maps' split points (10^5 doubles)
   and a second join on the piece cost 2-3x more. The tables go to the JVM
   as Arrow batches (local relations): as constant arrays, ~10^5 pieces
   would be printed into every plan description (10 MB a query at 10,000
@@ -172,8 +172,8 @@ def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) ->
     Each row gets its segment's map (its split points and pieces as arrays,
     or Platt's / beta's parameters) from a broadcast join on the ``by``
     columns; rows with no fitted segment take the global map's, as
-    constants. A piecewise map's piece is found by
-    a binary search in SQL over the row's split points (module docstring).
+    constants. A piecewise map's piece is found by a binary search in SQL
+    over the row's split points (module docstring).
     Keys of another type than the model's are a ``DataError`` from the
     columns' types, before any job.
     """
