@@ -21,11 +21,12 @@ fast as MLlib's.
   points <= s}, is a binary search in SQL over the row's own split points
   (binary lifting: ceil(log2(largest map + 1)) steps of one
   ``try_element_at`` and one comparison), so each search stays in one
-  map's array (a few KB, in cache); a search over the union of all maps' split points (10^5 doubles)
-  and a second join on the piece cost 2-3x more. The tables go to the JVM
-  as Arrow batches (local relations): as constant arrays, ~10^5 pieces
-  would be printed into every plan description (10 MB a query at 10,000
-  segments) and shipped in every task.
+  map's array (a few KB, in cache); a search over the union of all maps'
+  split points (10^5 doubles) and a second join on the piece cost 2-3x
+  more. The tables go to the JVM as Arrow batches (local relations): as
+  constant arrays, ~10^5 pieces would be printed into every plan
+  description (10 MB a query at 10,000 segments) and shipped in every
+  task.
 
 The output keeps every input column and adds a double column; an
 ``output_col`` that exists already is a ``DataError``.
