@@ -404,6 +404,8 @@ def granularise(counts: np.ndarray, max_groups: int) -> np.ndarray | None:
     True
     """
     c = _check_counts(counts)
+    if 0 < max_groups and c.shape[0] <= max_groups:  # (a row holds one run at least)
+        return None
     plan = plan_groups([range_summary(c)], max_groups)
     if plan is None:
         return None
