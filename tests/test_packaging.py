@@ -8,6 +8,8 @@ import sys
 import textwrap
 import zipfile
 
+import numpy as np
+
 from distcal.packaging import build_zip
 
 # Everything distcal may use on the driver or the command line but never on an executor.
@@ -61,3 +63,56 @@ def test_executor_side_imports_need_no_optional_package(tmp_path):
                        capture_output=True, text=True, cwd=tmp_path, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.split() == ["500", "[]"]
+
+
+# The executor-side kernels that numba compiles, run where numba cannot be imported (an
+# executor with numpy, pandas, pyarrow and scipy only): Venn-Abers' range pass past
+# COMPILE_ROWS rows, PAV over segments of at least _JIT_MIN_BLOCKS blocks, and the pooling
+# of many keys' unit rows (at least _JIT_MIN_ROWS).
+WITHOUT_NUMBA = textwrap.dedent("""
+    import sys
+    if {blocked}:
+        sys.modules["numba"] = None  # "import numba" now raises ImportError
+    import numpy as np
+    import pandas as pd
+
+    import distcal
+    from distcal.core import keyed, segment_pav, venn_abers
+    from distcal.core.isotonic import Blocks
+
+    rng = np.random.default_rng(7)
+    n = venn_abers.COMPILE_ROWS + 5_000
+    s = rng.random(n)
+    df = pd.DataFrame({{"score": s, "label": (rng.random(n) < s).astype(int)}})
+    p0, p1 = distcal.fit(df, method="venn_abers").predict_interval(np.linspace(0, 1, 101))
+    m = segment_pav._JIT_MIN_BLOCKS + 1_000  # blocks of 3-block segments, out of order
+    w = rng.integers(1, 4, m).astype(float)
+    pos = np.floor(w * rng.random(m))
+    score = np.tile(np.arange(3.0), m // 3 + 1)[:m]
+    blocks = Blocks(score, score, w, pos, pos / w)
+    starts = np.append(np.arange(0, m, 3), m)
+    pooled, new_starts = segment_pav.pav_segments(blocks, starts, True)
+    r = keyed._JIT_MIN_ROWS + 10_000  # 0/1 labels, unit weights, 50 keys, tied scores
+    table = keyed.pool_keyed(rng.integers(-1, 50, r), [(k, None) for k in range(50)],
+                             rng.integers(0, 500, r) / 500, rng.integers(0, 2, r) * 1.0, None)
+    np.savez({out!r}, p0=p0, p1=p1, prob=pooled.prob, starts=new_starts,
+             keys=table.starts, score=table.table.score, count=table.table.count,
+             positives=table.table.positives,
+             compiled=[segment_pav._jit_pav_runs() is not None,
+                       keyed._jit_pool_unit_rows() is not None])
+""")
+
+
+def test_compiled_kernels_fall_back_to_python_without_numba(tmp_path):
+    got = {}
+    for blocked in (True, False):
+        out = tmp_path / f"{blocked}.npz"
+        r = subprocess.run([sys.executable, "-c", WITHOUT_NUMBA.format(blocked=blocked,
+                                                                      out=str(out))],
+                           capture_output=True, text=True, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr[-3000:]
+        got[blocked] = dict(np.load(out))
+    assert not got[True]["compiled"].any() and got[False]["compiled"].all()  # both ran
+    for name in ("p0", "p1", "prob", "starts", "keys", "score", "count", "positives"):
+        np.testing.assert_allclose(got[True][name], got[False][name], rtol=1e-12, atol=0,
+                                   err_msg=name)

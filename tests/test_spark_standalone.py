@@ -10,7 +10,10 @@ environment's copies, so it costs no install. Then, as a user would:
    executors: exit 2 and one line naming the missing module and the fix
    (``EngineSetupError``, carrying the worker's ModuleNotFoundError);
 2. the same with ``--py-files distcal.zip`` (``make zip``): fit, then
-   apply, equal to the local engine to 1e-9.
+   apply, equal to the local engine to 1e-9;
+3. a Venn-Abers fit past ``COMPILE_ROWS``, whose range pass numba would
+   compile: the executors (no numba) run its Python loop, and the model
+   equals the local one.
 """
 
 from __future__ import annotations
@@ -185,3 +188,14 @@ def test_standalone_cluster_without_and_with_the_zip(cluster):
     expected = distcal.fit(df, weight_col="w").transform(df).sort_values(["score", "w"])
     np.testing.assert_allclose(out.calibrated.to_numpy(), expected.calibrated.to_numpy(),
                                rtol=1e-9, atol=1e-12)
+
+    # 3. a Venn-Abers fit large enough for the compiled range pass: without numba on the
+    # executors, they run its Python loop
+    from distcal.core.venn_abers import COMPILE_ROWS
+
+    big = make_scores(COMPILE_ROWS + 5_000, seed=22)
+    big.to_parquet(tmp / "big.parquet")
+    r = submit(url, tmp, python, [zipped], "fit", "--input", tmp / "big.parquet",
+               "--output", tmp / "va", "--method", "venn_abers")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert distcal.load(tmp / "va") == distcal.fit(big, method="venn_abers")

@@ -12,9 +12,10 @@ are already monotone (a segment of one block always is).
 The segments with a violation are pooled by one stack loop over all their
 blocks (PAV in one left-to-right pass: a block is pooled into the run below
 while the run's mean is out of order or equal). On many blocks the loop is
-compiled with numba (:func:`_pav_runs`, one call for every segment); on
-few it runs in Python for small segments and as scipy's PAV (one call
-each) for large ones, where numba's import would cost more than it saves.
+compiled with numba (:func:`_pav_runs`, one call for every segment) when
+numba is importable; on few (where numba's import would cost more than it
+saves), or without numba, it runs in Python for small segments and as
+scipy's PAV (one call each) for large ones.
 Both give the unique isotonic solution, with strictly monotone pooled
 means.
 """
@@ -73,7 +74,7 @@ def pav_segments(blocks: Blocks, starts: np.ndarray, increasing: bool
     if bad.shape[0] == 0:
         return blocks, starts
     sizes = np.diff(starts).copy()
-    if n >= _JIT_MIN_BLOCKS:
+    if n >= _JIT_MIN_BLOCKS and _jit_pav_runs() is not None:
         return _pav_compiled(blocks, starts, has_bad, sizes, increasing)
     small = bad[sizes[bad] <= _SMALL]
     pooled_small, small_at = _pav_small(blocks, starts, small, increasing)
@@ -197,14 +198,17 @@ def _pav_runs(positives: np.ndarray, weight: np.ndarray, starts: np.ndarray,
 
 
 @functools.cache
-def _jit_pav_runs() -> Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """:func:`_pav_runs` compiled once per process.
+def _jit_pav_runs() -> Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]] | None:
+    """:func:`_pav_runs` compiled once per process, or None without numba (Spark
+    executors may have only numpy, pandas, pyarrow and scipy: the Python path then runs).
 
     Not cached on disk: numba's cache would be written next to the installed
     package, whatever ``PYTHONDONTWRITEBYTECODE`` says.
     """
-    from numba import njit
-
+    try:
+        from numba import njit
+    except ImportError:
+        return None
     kernel: Callable[..., tuple[np.ndarray, np.ndarray, np.ndarray]] = njit(
         cache=False, nogil=True)(_pav_runs)
     return kernel
@@ -219,7 +223,9 @@ def _pav_compiled(blocks: Blocks, starts: np.ndarray, has_bad: np.ndarray, sizes
     every segment at once.
     """
     bad = np.flatnonzero(has_bad)
-    first, prob, seg_first = _jit_pav_runs()(blocks.positives, blocks.weight,
+    kernel = _jit_pav_runs()
+    assert kernel is not None  # (pav_segments asked)
+    first, prob, seg_first = kernel(blocks.positives, blocks.weight,
                                              np.asarray(starts, dtype=np.int64),
                                              np.asarray(bad, dtype=np.int64), bool(increasing))
     # Blocks of the segments without a violation are runs of their own.

@@ -54,7 +54,7 @@ the rows they pool, as in PAV. The price: a walk costs the blocks it
 pools (a handful on real data; at worst every block of a side), where the
 paper's corner stacks are strictly linear.
 
-The loop is compiled with numba on large tables (as
+The loop is compiled with numba on large tables when numba is importable (as
 :mod:`distcal.core.segment_pav`'s); scipy and numpy have no persistent-stack
 PAV, so it is written here.
 """
@@ -241,8 +241,13 @@ COMPILE_ROWS = 20_000
 @functools.cache
 def _compiled_range_values() -> Any:
     """:func:`_range_values` compiled once per process by numba, with the kernels it
-    calls. Not cached on disk (as :mod:`distcal.core.segment_pav`'s kernel)."""
-    from numba import njit
+    calls, or None without numba (Spark executors may have only numpy, pandas,
+    pyarrow and scipy: the Python loop then runs). Not cached on disk (as
+    :mod:`distcal.core.segment_pav`'s kernel)."""
+    try:
+        from numba import njit
+    except ImportError:
+        return None
     jit = njit(cache=False, nogil=True)
     return jit(_range_values_of(jit(_scan), jit(_values)))
 
@@ -358,8 +363,9 @@ class _StepsBatch:
         if not (np.all(np.isfinite(t.weight)) and np.all(np.isfinite(t.positives))):
             raise sums_overflow()
         # Tables a Python loop handles faster than numba's import and compilation (~1 s).
-        range_values = _compiled_range_values() if self.compiled or len(t) > COMPILE_ROWS \
-            else _range_values
+        compiled = _compiled_range_values() if self.compiled or len(t) > COMPILE_ROWS \
+            else None
+        range_values = _range_values if compiled is None else compiled
         p0, p1 = range_values(self.weight, self.positives,
                               self.entry_blocks, self.key_entries, self.firsts,
                               np.asarray(which, dtype=np.int64), starts.astype(np.int64),
@@ -378,8 +384,9 @@ def venn_abers_plan(label_col: str | None = None, fit_rows: int = 0
 
     ``label_col`` names the label column in the messages. ``fit_rows``: the
     rows of the whole fit, all keys together; past :data:`COMPILE_ROWS`
-    every key runs numba's kernels (10,000 segments of 200 rows would
-    otherwise run 2e6 rows through the Python loops).
+    every key runs numba's kernels where numba is importable (10,000
+    segments of 200 rows would otherwise run 2e6 rows through the Python
+    loops).
     """
     firsts_parts = yield _Blocks()
     bad = [b for _, _, _, b in firsts_parts if b]
