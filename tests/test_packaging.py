@@ -68,7 +68,8 @@ def test_executor_side_imports_need_no_optional_package(tmp_path):
 # The executor-side kernels that numba compiles, run where numba cannot be imported (an
 # executor with numpy, pandas, pyarrow and scipy only): Venn-Abers' range pass past
 # COMPILE_ROWS rows, PAV over segments of at least _JIT_MIN_BLOCKS blocks, and the pooling
-# of many keys' unit rows (at least _JIT_MIN_ROWS).
+# of many keys' unit rows (at least _JIT_MIN_ROWS); and on the driver, MODL's greedy
+# search past COMPILED_MIN_ROWS.
 WITHOUT_NUMBA = textwrap.dedent("""
     import sys
     if {blocked}:
@@ -77,7 +78,7 @@ WITHOUT_NUMBA = textwrap.dedent("""
     import pandas as pd
 
     import distcal
-    from distcal.core import keyed, segment_pav, venn_abers
+    from distcal.core import keyed, modl, segment_pav, venn_abers
     from distcal.core.isotonic import Blocks
 
     rng = np.random.default_rng(7)
@@ -95,11 +96,16 @@ WITHOUT_NUMBA = textwrap.dedent("""
     r = keyed._JIT_MIN_ROWS + 10_000  # 0/1 labels, unit weights, 50 keys, tied scores
     table = keyed.pool_keyed(rng.integers(-1, 50, r), [(k, None) for k in range(50)],
                              rng.integers(0, 500, r) / 500, rng.integers(0, 2, r) * 1.0, None)
+    # MODL (on the driver) past COMPILED_MIN_ROWS mixed rows: its greedy search
+    counts = rng.integers(1, 4, (modl.COMPILED_MIN_ROWS + 500, 2))
+    found = modl.modl_partition(counts)
     np.savez({out!r}, p0=p0, p1=p1, prob=pooled.prob, starts=new_starts,
+             modl_cost=found.cost, modl_exact=found.exact,
              keys=table.starts, score=table.table.score, count=table.table.count,
              positives=table.table.positives,
              compiled=[segment_pav._jit_pav_runs() is not None,
-                       keyed._jit_pool_unit_rows() is not None])
+                       keyed._jit_pool_unit_rows() is not None,
+                       "distcal.core.modl_jit" in sys.modules])
 """)
 
 
@@ -116,3 +122,6 @@ def test_compiled_kernels_fall_back_to_python_without_numba(tmp_path):
     for name in ("p0", "p1", "prob", "starts", "keys", "score", "count", "positives"):
         np.testing.assert_allclose(got[True][name], got[False][name], rtol=1e-12, atol=0,
                                    err_msg=name)
+    # the compiled greedy search prices spans with the C library's lgamma: equal to rounding
+    assert not got[True]["modl_exact"] and not got[False]["modl_exact"]
+    np.testing.assert_allclose(got[True]["modl_cost"], got[False]["modl_cost"], rtol=1e-9)

@@ -48,8 +48,8 @@ values, scipy's ``gammaln`` beyond; class terms are summed in ascending
 order of the counts, so f depends on the multiset of counts only and equal
 merges get equal gains. Greedy merging and span pricing are compiled with
 numba (:mod:`distcal.core.modl_jit`) on tables of 5,000 rows or more (below,
-numba's import and compilation cost more than they save); the Python path
-is the reference.
+numba's import and compilation cost more than they save) where numba is
+importable; the Python path is the reference.
 """
 
 from __future__ import annotations
@@ -688,7 +688,11 @@ def _solve(T: np.ndarray, exact_max: int, compiled: bool | None) -> tuple[np.nda
     P = np.vstack([np.zeros((1, J), dtype=np.int64), np.cumsum(B, axis=0)])
     jit: ModuleType | None = None  # the Python path
     if compiled is not False and (compiled is not None or B.shape[0] >= COMPILED_MIN_ROWS):
-        from . import modl_jit as jit
+        try:
+            from . import modl_jit as jit
+        except ImportError:  # no numba (a Python with numpy, pandas, pyarrow, scipy only)
+            if compiled:
+                raise
     table = lgamma_table()
 
     def span_f(u: np.ndarray, v: np.ndarray) -> np.ndarray:
@@ -734,7 +738,7 @@ def modl_partition(counts: np.ndarray, exact_max: int = 1000, max_groups: int = 
     compiled : bool or None
         Greedy merging and span pricing compiled with numba (True), in
         Python (False), or compiled on tables of ``COMPILED_MIN_ROWS`` rows
-        or more (None). Equal costs to rounding.
+        or more where numba is importable (None). Equal costs to rounding.
 
     Returns
     -------
