@@ -43,12 +43,13 @@ MIN_EFFECTIVE = 10.0
 
 
 def report_list(reports: Any) -> list:
-    """One report, a list of them or a dict of them (by name) as a list (the figures' input)."""
+    """One report, a list (any iterable) of them or a dict of them (by name) as a list
+    (the input of the figures and of :func:`distcal.report.build_document`)."""
     if isinstance(reports, dict):
         return list(reports.values())
-    if isinstance(reports, (list, tuple)):
-        return list(reports)
-    return [reports]
+    if hasattr(reports, "prob_col"):  # one report, binary or multiclass
+        return [reports]
+    return list(reports)
 
 
 def figure(figsize: tuple[float, float], fig: Any = None) -> Any:
@@ -64,6 +65,13 @@ def figure(figsize: tuple[float, float], fig: Any = None) -> Any:
 def new_ax(ax: Any, figsize: tuple[float, float], fig: Any = None) -> Any:
     """``ax``, else the Axes of :func:`figure` ``(figsize, fig)``."""
     return ax if ax is not None else figure(figsize, fig).subplots()
+
+
+def finish(ax: Any, legend_loc: str) -> Any:
+    """``ax`` with its legend (at ``legend_loc``), its figure's layout tightened."""
+    ax.legend(loc=legend_loc, fontsize=7)
+    ax.figure.tight_layout()
+    return ax
 
 
 def heaviest(curves: Any) -> float:
@@ -179,31 +187,29 @@ def plot_calibration_map(model: Any, ax: Any = None, *, confidence: float = 0.95
     from .core.metrics import wilson_interval
 
     ax = new_ax(ax, (6.4, 4.8))
-    blocks = None
-    try:
-        blocks = model.blocks
-    except AttributeError:
-        pass
-    if blocks is not None and len(blocks):
+    blocks: Any = getattr(model, "blocks", None)  # isotonic and histogram models only
+    has_blocks = blocks is not None and len(blocks) > 0
+    if has_blocks:
         lo_s = blocks["score_min"].to_numpy(dtype=float)
         hi_s = blocks["score_max"].to_numpy(dtype=float)
         finite = np.concatenate([lo_s[np.isfinite(lo_s)], hi_s[np.isfinite(hi_s)]])
         smin, smax = (float(finite.min()), float(finite.max())) if finite.size else (0.0, 1.0)
     else:
         smin, smax = model.params.get("score_min", 0.0), model.params.get("score_max", 1.0)
-    pad = 0.02 * (smax - smin or 1.0)
+    span = smax - smin or 1.0
+    pad = 0.02 * span
     grid = np.linspace(smin - pad, smax + pad, 801)
     ax.plot(grid, model.predict(grid), color="C0", lw=1.5,
             label=f"{model.method} map"
                   + (f" ({model.params.get('interpolation')})"
                      if model.method == "isotonic" else ""))
-    if blocks is not None and len(blocks):
+    if has_blocks:
         ci = np.array([wilson_interval(pos, w, confidence)
                        for pos, w in zip(blocks["positives"], blocks["weight"])])
         lo_c = np.clip(lo_s, smin - pad, smax + pad)
         hi_c = np.clip(hi_s, smin - pad, smax + pad)
         for k in range(len(blocks)):
-            ax.fill_between([lo_c[k], max(hi_c[k], lo_c[k] + 1e-3 * (smax - smin or 1.0))],
+            ax.fill_between([lo_c[k], max(hi_c[k], lo_c[k] + 1e-3 * span)],
                             ci[k, 0], ci[k, 1], color="C1", alpha=0.25, lw=0,
                             label=f"Wilson {confidence:.0%} interval per block" if k == 0 else None)
         ax.hlines(blocks["prob"], lo_c, hi_c, color="C1", lw=2.5, label="blocks")
@@ -217,9 +223,7 @@ def plot_calibration_map(model: Any, ax: Any = None, *, confidence: float = 0.95
                         label="Venn-Abers interval (p0, p1)")
     ax.set(xlabel="score", ylabel="calibrated probability", ylim=(0, 1),
            title="Calibration map")
-    ax.legend(loc="lower right", fontsize=7)
-    ax.figure.tight_layout()
-    return ax
+    return finish(ax, "lower right")
 
 
 def plot_roc(reports: Any, ax: Any = None) -> Any:
@@ -234,9 +238,7 @@ def plot_roc(reports: Any, ax: Any = None) -> Any:
                 label=f"{r.prob_col} convex hull")
     ax.set(xlabel="false positive rate", ylabel="true positive rate", xlim=(0, 1),
            ylim=(0, 1.01), title="ROC curve", aspect="equal")
-    ax.legend(loc="lower right", fontsize=7)
-    ax.figure.tight_layout()
-    return ax
+    return finish(ax, "lower right")
 
 
 def plot_cost_curve(reports: Any, ax: Any = None, *, cost_fp: float = 1.0,
@@ -269,9 +271,7 @@ def plot_cost_curve(reports: Any, ax: Any = None, *, cost_fp: float = 1.0,
     ax.set(xlabel="threshold t (positive iff p ≥ t)",
            ylabel=f"total cost = {cost_fp:g}·FP + {cost_fn:g}·FN", xlim=(0, 1),
            title="Cost curve")
-    ax.legend(loc="best", fontsize=7)
-    ax.figure.tight_layout()
-    return ax
+    return finish(ax, "best")
 
 
 def plot_interval_widths(report: Any, ax: Any = None) -> Any:
@@ -288,12 +288,11 @@ def plot_interval_widths(report: Any, ax: Any = None) -> Any:
     edges = np.asarray(w["histogram"]["edges"], dtype=float)
     weight = np.asarray(w["histogram"]["weight"], dtype=float)
     if edges.shape[0] >= 2:
-        lo = edges[1:-1] if edges[0] == 0 else edges[:-1]
-        hi = edges[2:] if edges[0] == 0 else edges[1:]
-        bars = weight[1:] if edges[0] == 0 else weight
-        ax.bar(lo, bars, width=hi - lo, align="edge", color="C0", edgecolor="white", lw=0.5,
-               label=f"weight per bin ({w['rows']:,} rows)")
-        if edges[0] == 0 and weight[0] > 0:
+        zero = 1 if edges[0] == 0 else 0  # the bin from 0 is drawn apart, hatched
+        lo, hi = edges[zero:-1], edges[zero + 1:]
+        ax.bar(lo, weight[zero:], width=hi - lo, align="edge", color="C0", edgecolor="white",
+               lw=0.5, label=f"weight per bin ({w['rows']:,} rows)")
+        if zero and weight[0] > 0:
             ax.bar([edges[1] / 10], [weight[0]], width=[edges[1] * 0.9], align="edge",
                    color="C0", hatch="//", edgecolor="white", label="width < 1e-6")
         ax.set_xscale("log")
@@ -304,6 +303,4 @@ def plot_interval_widths(report: Any, ax: Any = None) -> Any:
     p0, p1 = w["columns"]
     ax.set(xlabel=f"interval width {p1} − {p0} (log scale)", ylabel="weight",
            title="Venn-Abers interval widths")
-    ax.legend(loc="best", fontsize=7)
-    ax.figure.tight_layout()
-    return ax
+    return finish(ax, "best")

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from .core.metrics import wilson_interval
-from .plots import diagonal, figure, heaviest, new_ax, plot_bins, report_list
+from .plots import diagonal, figure, finish, heaviest, new_ax, plot_bins, report_list
 
 __all__ = ["plot_top_label_reliability", "plot_class_reliability", "plot_confusion_matrix",
            "MAX_OVERLAID_CLASSES", "MAX_ANNOTATED_CLASSES"]
@@ -61,9 +61,7 @@ def plot_top_label_reliability(reports: Any, ax: Any = None, *, fig: Any = None)
                   f"top:{r.prob_col}", ci=_wilson(r.top_label_curve), line=True)
     ax.set(xlabel="probability of the predicted class (argmax)",
            ylabel="accuracy (argmax = label)", title="Top-label reliability")
-    ax.legend(loc="upper left", fontsize=7)
-    ax.figure.tight_layout()
-    return ax
+    return finish(ax, "upper left")
 
 
 def plot_class_reliability(reports: Any, ax: Any = None, *, fig: Any = None) -> Any:
@@ -87,14 +85,11 @@ def plot_class_reliability(reports: Any, ax: Any = None, *, fig: Any = None) -> 
                ylabel="observed frequency of the class",
                title=f"Reliability per class (one-vs-rest), class-wise ECE "
                      f"{r.classwise_ece:.3g}")
-        ax.legend(loc="upper left", fontsize=7)
-        ax.figure.tight_layout()
-        return ax
+        return finish(ax, "upper left")
     cols = min(4, k)
     rows = math.ceil(k / cols)
     fig = figure((2.6 * cols + 0.6, 2.5 * rows + 0.8), fig)
-    axes = np.atleast_1d(fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)
-                         ).ravel()
+    axes = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False).ravel()
     for c in range(k):
         a = axes[c]
         diagonal(a)
@@ -127,7 +122,7 @@ def plot_confusion_matrix(reports: Any, ax: Any = None, *, fig: Any = None) -> A
         k = max(r.n_classes for r in reports)
         side = min(3.0 + 0.35 * k, 9.0)
         fig = figure((side * n + 0.4, side), fig)
-        axes = np.atleast_1d(fig.subplots(1, n, squeeze=False)).ravel()
+        axes = fig.subplots(1, n, squeeze=False).ravel()
     else:
         axes = np.array([ax])
     for a, r in zip(axes, reports):

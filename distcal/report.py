@@ -34,6 +34,7 @@ import numpy as np
 
 from .core import calibration_metrics as cm
 from .jsonsafe import json_safe
+from .plots import report_list
 from .storage import local_publishing
 
 # The reports (distcal.EvaluationReport) are only read here, by attribute:
@@ -209,7 +210,7 @@ def _notes(reports: list[EvaluationReport], model: Any) -> list[dict[str, Any]]:
         return []
     names = [r.prob_col for r in reports]
     base = reports[0]
-    score_col = (getattr(model, "columns", {}) or {}).get("score") if model is not None else None
+    score_col = (getattr(model, "columns", None) or {}).get("score")
     if score_col in names:
         base = reports[names.index(score_col)]
     notes = []
@@ -340,19 +341,25 @@ dl.legend dt{font-weight:600;margin-top:.4rem}dl.legend dd{margin:0 0 0 1rem;col
 """
 
 
+def _scroll_table(attrs: str, head: str, rows: list[str]) -> str:
+    """A ``<table {attrs}>`` in a horizontally scrolling ``<div>``: ``head`` the cells
+    of the header row, ``rows`` the body's ``<tr>`` elements, one a line."""
+    return (f"<div class=\"scroll\"><table {attrs}><thead><tr>{head}</tr></thead><tbody>\n"
+            + "\n".join(rows) + "\n</tbody></table></div>")
+
+
 def _table_html(reports: list[EvaluationReport], table: list[dict[str, Any]]) -> str:
-    head = "".join(f"<th scope=\"col\">{html.escape(r.prob_col)}</th>" for r in reports)
+    cols = [r.prob_col for r in reports]
+    head = "".join(f"<th scope=\"col\">{html.escape(c)}</th>" for c in cols)
     rows = []
     for row in table:
         cells = "".join(
             f"<td data-key=\"{row['key']}\" data-col=\"{html.escape(c, quote=True)}\">"
-            f"{html.escape(format_value(row['values'][c], row['kind']))}</td>"
-            for c in (r.prob_col for r in reports))
+            f"{html.escape(format_value(row['values'][c], row['kind']))}</td>" for c in cols)
         tip = html.escape(row["description"], quote=True)
         rows.append(f"<tr><th scope=\"row\" title=\"{tip}\">"
                     f"{html.escape(row['label'])}</th>{cells}</tr>")
-    return ("<div class=\"scroll\"><table id=\"metrics\"><thead><tr><th>metric</th>"
-            f"{head}</tr></thead><tbody>\n" + "\n".join(rows) + "\n</tbody></table></div>")
+    return _scroll_table("id=\"metrics\"", f"<th>metric</th>{head}", rows)
 
 
 def _prov_html(prov: dict[str, Any]) -> str:
@@ -458,10 +465,9 @@ def _confusion_html(r: Any) -> str:
                         for j in range(r.n_classes))
         rows.append(f"<tr><th scope=\"row\">{html.escape(r.class_names[i])}</th>{cells}"
                     f"<td>{html.escape(format_value(m[i].sum(), 'weight'))}</td></tr>")
-    return (f"<h3>{html.escape(r.prob_col)}</h3><div class=\"scroll\">"
-            f"<table class=\"confusion\" data-col=\"{col}\"><thead><tr>"
-            f"<th>true \\ predicted</th>{head}<th>total</th></tr></thead><tbody>\n"
-            + "\n".join(rows) + "\n</tbody></table></div>")
+    return (f"<h3>{html.escape(r.prob_col)}</h3>"
+            + _scroll_table(f"class=\"confusion\" data-col=\"{col}\"",
+                            f"<th>true \\ predicted</th>{head}<th>total</th>", rows))
 
 
 def _page(title: str, heading: str, body: str, css: str = _CSS) -> str:
@@ -491,11 +497,7 @@ def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
     Multiclass reports have the same keys and layout, with their own table,
     figures and confusion matrices (``model`` and the costs do not apply).
     """
-    if isinstance(reports, dict):
-        reports = list(reports.values())
-    elif hasattr(reports, "prob_col"):  # one EvaluationReport
-        reports = [reports]
-    reports = list(reports)
+    reports = report_list(reports)
     if not reports:
         raise ValueError("no reports to write")
     doc: dict[str, Any] = {}
@@ -630,6 +632,7 @@ def _segments_html(reports: list[EvaluationReport]) -> str:
             cells = "".join(f"<td data-col=\"{c}\">{html.escape(format_value(row[c], kind))}</td>"
                             for c, _, kind in _SEGMENT_COLUMNS)
             rows.append(f"<tr>{keys}{cells}</tr>")
+        attrs = f"class=\"segments\" data-col=\"{html.escape(r.prob_col, quote=True)}\""
         rest = len(table) - min(len(table), SEGMENT_ROWS)
         more = (f"<p>and {rest:,} more segment{'s' if rest != 1 else ''} (all of them in "
                 "report.json, <code>segments</code>).</p>" if rest else "")
@@ -638,9 +641,7 @@ def _segments_html(reports: list[EvaluationReport]) -> str:
             f"<p>{len(table):,} segment{'s' if len(table) != 1 else ''}, the worst calibrated "
             "(highest ECE over the report's bins) first; rows with a null key count in the "
             "global metrics only.</p>"
-            f"<div class=\"scroll\"><table class=\"segments\" "
-            f"data-col=\"{html.escape(r.prob_col, quote=True)}\"><thead><tr>{head}</tr></thead>"
-            "<tbody>\n" + "\n".join(rows) + f"\n</tbody></table></div>{more}")
+            + _scroll_table(attrs, head, rows) + more)
     return "".join(out)
 
 
@@ -671,8 +672,7 @@ def _segment_figures(reports: list[EvaluationReport]) -> list[tuple[str, str, st
             key = ", ".join(f"{b}={row[b]}" for b in r.segment_by)
             ax.set_title(f"{key}\nECE {format_value(row['ece'], 'metric')}, "
                          f"{format_value(row['n_rows'], 'count')} rows", fontsize=9)
-            ax.set_xlim(0, 1)
-            ax.set_ylim(0, 1)
+            ax.set(xlim=(0, 1), ylim=(0, 1))
         for ax in axes[len(worst):]:
             ax.set_visible(False)
         fig.supxlabel("mean predicted probability", fontsize=9)
