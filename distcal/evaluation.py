@@ -445,19 +445,17 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
         if score_index is not None or prob_cols is not None:
             raise ParameterError("by= evaluates one plain probability column; score_index and "
                                  "prob_cols cannot be combined with by= in this version")
-        if _is_vector(name, data, prob_col):
+        if engine_impl.is_vector_column(data, prob_col):
             raise DataError(f"column '{prob_col}' (prob) holds vectors (multiclass "
                             "probabilities); evaluate(by=) takes one probability per row in "
                             "this version")
-    if score_index is None and (prob_cols is not None or _is_vector(name, data, prob_col)):
+    if score_index is None and (prob_cols is not None
+                                or engine_impl.is_vector_column(data, prob_col)):
         from .multiclass_evaluation import evaluate_multiclass
 
         if interval_cols is not None:
             raise DataError(f"column '{prob_col}' (prob) holds vectors (multiclass "
                             "probabilities); interval_cols goes with one probability per row")
-
-        if isinstance(prob_cols, str):
-            raise TypeError("prob_cols must be a list of column names")
         return evaluate_multiclass(data, name, None if prob_cols is not None else prob_col,
                                    None if prob_cols is None else [str(c) for c in prob_cols],
                                    label_col, weight_col, n_bins, on_invalid, engine_opts)
@@ -484,13 +482,6 @@ def _report(engine_impl: Any, data: Any, spec: KeySpec, on_invalid: str,
         if spec.interval_cols is not None:
             report.interval_widths = width_summary(keyed.interval_widths, spec.interval_cols)
     return report
-
-
-def _is_vector(engine: str, data: Any, column: str) -> bool:
-    """Whether ``column`` holds vectors of per-class probabilities (multiclass)."""
-    from .engines import get_engine
-
-    return get_engine(engine).is_vector_column(data, column)
 
 
 def evaluate_many(data: Any, prob_cols: list[Any], label_col: str = DEFAULTS.label_col,
@@ -552,7 +543,7 @@ def evaluate_many(data: Any, prob_cols: list[Any], label_col: str = DEFAULTS.lab
     engine_impl = get_engine(name)
     _, engine_opts = split_engine_options("evaluate_many", None, engine_opts,
                                           engine_impl.options)
-    multi = [isinstance(e, list) or _is_vector(name, data, e) for e in entries]
+    multi = [isinstance(e, list) or engine_impl.is_vector_column(data, e) for e in entries]
     if any(multi):
         if not all(multi):
             plain = [e for e, m in zip(entries, multi) if not m]

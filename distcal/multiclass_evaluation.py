@@ -131,8 +131,9 @@ class _Sums:
 
     def __call__(self, rows: Any) -> Any:
         s = rows.score
-        return multiclass_sums(_two_columns(s) if s.shape[1] == 1 else s,
-                               rows.label.astype(np.intp), rows.weight, self.n_bins)
+        if s.shape[1] == 1:  # one probability column (of class 1): the pair (1 - p, p)
+            s = np.column_stack([1.0 - s[:, 0], s[:, 0]])
+        return multiclass_sums(s, rows.label.astype(np.intp), rows.weight, self.n_bins)
 
 
 def evaluate_multiclass(data: Any, engine: str, prob_col: str | None,
@@ -188,9 +189,3 @@ def evaluate_many_multiclass(data: Any, engine: str,
         data, engine, c, cs, label_col, weight_col, n_bins, on_invalid, engine_opts,
         others=tuple(e for j, e in enumerate(entries) if j != i))
         for i, (c, cs) in enumerate(predictions)}
-
-
-def _two_columns(s: np.ndarray) -> np.ndarray:
-    """One probability column (of class 1) as the pair (1 - p, p)."""
-    p = s[:, -1]
-    return np.column_stack([1.0 - p, p])

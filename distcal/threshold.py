@@ -30,7 +30,7 @@ from .core.threshold import (
 )
 from .defaults import DEFAULTS
 from .engines import get_engine, resolve_engine
-from .errors import DataError, sums_overflow
+from .errors import DataError, ParameterError, sums_overflow
 from .jsonsafe import json_safe, key_value
 from .logs import log, phase
 from .params import check_finite, check_on_invalid, check_score_index, split_engine_options
@@ -167,8 +167,6 @@ def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
     source = summary_source(data)
     if source is not None:  # summaries: the columns and segments they were made from
         if per_row_loss or score_index is not None:
-            from .errors import ParameterError
-
             raise ParameterError("a summary holds labels, not losses, and one score per row: "
                                  "loss_col and score_index do not apply")
         data, by = source, list(source.by) or None
@@ -190,8 +188,6 @@ def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
 
         names = check_by(by, columns, 0.0)
         if score_index is not None:
-            from .errors import ParameterError
-
             raise ParameterError("by= reads a plain score column; score_index cannot be "
                                  "combined with by= in this version")
 
@@ -257,8 +253,7 @@ def _threshold_by(impl: Any, data: Any, columns: dict[str, str | None], by: list
         r = result(s, n, 0)
         rows.append((*key, n, w, r.threshold, r.cost, r.fp, r.fn, r.tp, r.tn, r.predict_none))
     log.info("threshold by %s: %d segments", by, len(keys))
-    return glob, pd.DataFrame(rows, columns=[*by, "n_rows", "weight", "threshold", "cost",
-                                             "fp", "fn", "tp", "tn", "predict_none"])
+    return glob, pd.DataFrame(rows, columns=[*by, *_SEGMENT_FIELDS])
 
 
 def result_from_segment(seg: Any, cost_fp: float, cost_fn: float, per_row_loss: bool,
@@ -271,8 +266,10 @@ def result_from_segment(seg: Any, cost_fp: float, cost_fn: float, per_row_loss: 
     """
     none = not seg.best < 0.0
     with np.errstate(over="ignore", invalid="ignore"):
-        sums = (seg.z, seg.best, seg.weight, seg.positives, seg.best_weight,
-                seg.best_positives, cost_fn * seg.positives + seg.best)
+        # Everything negative costs cost_fn * positives; the best suffix adds seg.best.
+        cost = cost_fn * seg.positives + seg.best
+    sums = (seg.z, seg.best, seg.weight, seg.positives, seg.best_weight, seg.best_positives,
+            cost)
     if not all(math.isfinite(v) for v in sums):
         raise sums_overflow("weights (times the costs or losses)")
     if per_row_loss:
@@ -282,8 +279,6 @@ def result_from_segment(seg: Any, cost_fp: float, cost_fn: float, per_row_loss: 
     fp = seg.best_weight - seg.best_positives
     fn = seg.positives - tp
     tn = (seg.weight - seg.positives) - fp
-    # Everything negative costs cost_fn * positives; the best suffix adds seg.best.
-    cost = cost_fn * seg.positives + seg.best
     return ThresholdResult(seg.threshold, cost, seg.best_weight, tp=tp, fp=fp, tn=tn, fn=fn,
                            n_rows=n_rows, dropped_rows=dropped_rows, predict_none=none)
 
@@ -413,8 +408,6 @@ class ThresholdTracker:
 
     def summary(self) -> Any:
         """The segment summary of all rows so far (:class:`SegmentSummary`)."""
-        from .core.threshold import SegmentSummary
-
         tree = self._tree
         best, t = tree.best()
         if t == math.inf:  # the rows scored +inf, or (best == 0) none

@@ -105,7 +105,7 @@ def combine_murphy(parts: list[dict[str, Any]], sum_wyy: float | None = None
         return {"brier": nan, "reliability": nan, "resolution": nan, "uncertainty": nan,
                 "n_distinct": 0}
     ybar = pos / w
-    if sum_wyy is None or (binary and sum_wyy is not None and math.isnan(sum_wyy)):
+    if sum_wyy is None or (binary and math.isnan(sum_wyy)):
         sum_wyy = pos if binary else math.nan
     unc = ybar * (1.0 - ybar) if binary else sum_wyy / w - ybar * ybar
     return {"brier": (sum(q["brier"] for q in parts) + sum_wyy) / w,
@@ -243,7 +243,8 @@ def table_from_report(report: Any) -> DistinctTable:
     fpr = np.nan_to_num(roc["fpr"].to_numpy(dtype=np.float64))
     pos = np.diff(tpr * pos_total)[::-1]
     neg = np.diff(fpr * neg_total)[::-1]
-    if report.n_rows == report.weight_total:
+    units = report.n_rows == report.weight_total
+    if units:
         for v in (pos, neg):
             r = np.rint(v)
             if np.all(np.abs(v - r) < 1e-6):
@@ -252,9 +253,8 @@ def table_from_report(report: Any) -> DistinctTable:
     w = pos + neg
     keep = w > 0
     thr, w, pos = thr[keep], w[keep], pos[keep]
-    count = np.rint(w).astype(np.int64) if report.n_rows == report.weight_total else \
-        np.ones(w.shape[0], dtype=np.int64)
-    binary = bool(report.n_rows == report.weight_total and np.all(pos == np.rint(pos)))
+    count = np.rint(w).astype(np.int64) if units else np.ones(w.shape[0], dtype=np.int64)
+    binary = bool(units and np.all(pos == np.rint(pos)))
     return DistinctTable(thr.astype(np.float64), w, pos, count, pos, binary)
 
 
@@ -269,11 +269,10 @@ def metrics_from_report(report: Any, n_bins: int | None = None) -> dict[str, Any
     if n_bins is None:
         n_bins = max(len(report.bin_edges) - 1, 1)
     t = table_from_report(report)
-    sum_brier = float(np.sum(t.weight * t.score ** 2 - 2.0 * t.score * t.positives))
-    w = float(t.weight.sum())
-    sum_wyy = report.brier * w - sum_brier if math.isfinite(report.brier) else None
-    if t.binary:
-        sum_wyy = None
+    sum_wyy: float | None = None  # 0/1 labels (combine_murphy), or no finite Brier score
+    if not t.binary and math.isfinite(report.brier):
+        sum_brier = float(np.sum(t.weight * t.score ** 2 - 2.0 * t.score * t.positives))
+        sum_wyy = report.brier * float(t.weight.sum()) - sum_brier
     out = calibration_metrics(t, n_bins=n_bins, sum_wyy=sum_wyy)
     for k in ("adaptive_ece", "adaptive_mce", "smece", "smece_sigma"):
         v = getattr(report, k, None)

@@ -86,10 +86,16 @@ def roc_points(score: np.ndarray, pos: np.ndarray, neg: np.ndarray) -> dict[str,
     negative weights.
     """
     tps, fps = _from_top(pos), _from_top(neg)
+    return _rates(tps, fps, tps[-1], fps[-1], np.concatenate(([np.inf], score[::-1])))
+
+
+def _rates(tp: np.ndarray, fp: np.ndarray, p_total: float, n_total: float,
+           threshold: np.ndarray) -> dict[str, np.ndarray]:
+    """(fpr, tpr, threshold) from cumulative counts; a class of no weight has NaN rates."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        tpr = tps / tps[-1] if tps[-1] > 0 else np.full_like(tps, np.nan)
-        fpr = fps / fps[-1] if fps[-1] > 0 else np.full_like(fps, np.nan)
-    return {"fpr": fpr, "tpr": tpr, "threshold": np.concatenate(([np.inf], score[::-1]))}
+        tpr = tp / p_total if p_total > 0 else np.full_like(tp, np.nan)
+        fpr = fp / n_total if n_total > 0 else np.full_like(fp, np.nan)
+    return {"fpr": fpr, "tpr": tpr, "threshold": threshold}
 
 
 def _hull_steps(pos: np.ndarray, neg: np.ndarray) -> np.ndarray:
@@ -124,9 +130,8 @@ def roc_hull(pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     cumulative sums at block boundaries, read from the highest score;
     collinear points fall inside merged blocks.
     """
-    w = pos + neg
     p_total, n_total = float(pos.sum()), float(neg.sum())
-    if p_total <= 0.0 or n_total <= 0.0 or w.shape[0] == 0:
+    if p_total <= 0.0 or n_total <= 0.0:
         return np.array([0.0, 1.0]), np.array([0.0, 1.0])
     at = _hull_steps(pos, neg)
     tp, fp = _from_top(pos)[at], _from_top(neg)[at]
@@ -168,9 +173,6 @@ def roc_sample(t: DistinctTable, at: dict[float, np.ndarray]) -> dict[str, np.nd
     if j is None:
         raise RuntimeError("the score ranges changed between two passes over them; keep them "
                            "(persist) between passes")
-    if not j.shape[0]:
-        e = np.empty(0)
-        return {"j": np.empty(0, dtype=np.int64), "tp": e, "fp": e, "threshold": e}
     cy, cn = desc_cumsums(t)
     return {"j": j, "tp": cy[j], "fp": cn[j], "threshold": t.score[len(t) - j]}
 
@@ -249,12 +251,7 @@ def roc_select(plan: dict[str, Any], samples: list[dict[str, Any]]) -> dict[str,
     def pick(k: str) -> np.ndarray:
         return np.concatenate((plan["hull"][k], got[k][1:]))[order]
 
-    p_total, n_total = plan["p_total"], plan["n_total"]
-    tp, fp = pick("tp"), pick("fp")
-    with np.errstate(invalid="ignore", divide="ignore"):
-        tpr = tp / p_total if p_total > 0 else np.full_like(tp, np.nan)
-        fpr = fp / n_total if n_total > 0 else np.full_like(fp, np.nan)
-    return {"fpr": fpr, "tpr": tpr, "threshold": pick("threshold")}
+    return _rates(pick("tp"), pick("fp"), plan["p_total"], plan["n_total"], pick("threshold"))
 
 
 def wilson_interval(successes: float, n: float, confidence: float = 0.95) -> tuple[float, float]:

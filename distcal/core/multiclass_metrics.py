@@ -28,9 +28,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["multiclass_sums", "add_sums", "metrics_from_sums"]
+from .metrics import EPS
 
-_EPS = float(np.finfo(np.float64).eps)
+__all__ = ["multiclass_sums", "add_sums", "metrics_from_sums"]
 
 
 def multiclass_sums(probs: np.ndarray, labels: np.ndarray, weights: np.ndarray | None,
@@ -63,7 +63,7 @@ def multiclass_sums(probs: np.ndarray, labels: np.ndarray, weights: np.ndarray |
     return {
         "rows": np.array([float(n)]),
         "weight": np.array([w.sum()]),
-        "log_loss": np.array([-(w @ np.log(np.clip(py, _EPS, 1.0 - _EPS)))]),
+        "log_loss": np.array([-(w @ np.log(np.clip(py, EPS, 1.0 - EPS)))]),
         "brier": np.array([w @ ((p - onehot) ** 2).sum(axis=1)]),
         "correct": np.array([w @ right]),
         "top": np.stack([np.bincount(top, weights=w, minlength=n_bins),

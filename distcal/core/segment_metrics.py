@@ -192,8 +192,8 @@ def combine_segment_partials(parts: list[SegmentEvalPartials]) -> SegmentEvaluat
         w, y, neg = tot["w"], tot["y"], tot["neg"]
         bw, bwp, bwy = bins[:, 0], bins[:, 1], bins[:, 2]
         full = bw > 0
-        gap = np.where(full, np.abs(bwy / np.where(full, bw, 1.0)
-                                    - bwp / np.where(full, bw, 1.0)), 0.0)
+        safe = np.where(full, bw, 1.0)
+        gap = np.where(full, np.abs(bwy / safe - bwp / safe), 0.0)
         ece = np.sum((bw / w[:, None]) * gap, axis=1)
         auc = np.where((y > 0) & (neg > 0), tot["pairs"] / (y * neg), math.nan)
         metrics = {"n_rows": n_rows, "weight": w, "base_rate": y / w, "mean_prob": tot["wp"] / w,
