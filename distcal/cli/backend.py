@@ -32,6 +32,7 @@ from ..storage import (
     refuse_existing,
     resolve_local,
 )
+from ..storage.kinds import visible_files
 
 __all__ = ["Backend", "check_input_files"]
 
@@ -160,25 +161,19 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
     for group in _roles(command, opts):  # a column given twice: a DataError naming it
         check_distinct_columns({"--" + k.replace("_", "-"): v for k, v in group.items()})
     fmt = opts.get("input_format") or "parquet"
-    if fmt != "parquet":
-        if opts.get("engine") != "spark":
-            raise UsageError(f"--input-format {fmt} needs the Spark engine (--engine spark); "
-                             "the local and Dask engines read Parquet")
-        inp = opts.get("input")
-        if inp and is_local_uri(str(inp)) and not opts.get("input_table"):
-            check_regular_input(local_path(str(inp)))
-        return  # Spark's reader checks the rest
+    if fmt != "parquet" and opts.get("engine") != "spark":
+        raise UsageError(f"--input-format {fmt} needs the Spark engine (--engine spark); "
+                         "the local and Dask engines read Parquet")
     inp = opts.get("input")
     if not inp or not is_local_uri(str(inp)) or opts.get("input_table"):
         return
     path = local_path(str(inp))
-    if not os.path.exists(path):
+    if fmt == "parquet" and not os.path.exists(path):
         return  # each backend says so in its own words
     check_regular_input(path)  # a FIFO or a device would block or never end
-    if os.path.isdir(path):
-        files = _dataset_files(path)
-    else:
-        files = [path]
+    if fmt != "parquet":
+        return  # Spark's reader checks the rest
+    files = visible_files(path, _MAX_CHECKED_FILES) if os.path.isdir(path) else [path]
     if command == "evaluate":  # every prediction's columns, also when none is given
         names = [*(opts.get("prob_col") or []), *(n for v in opts.get("prob_cols") or []
                                                   for n in split_columns(v)),
@@ -343,17 +338,6 @@ def column_list(value: str | None, option: str) -> list[str] | None:
 def _score_role(opts: dict[str, Any]) -> Any:
     """The score column(s) of fit and apply: --score-cols when given, else --score-col."""
     return column_list(opts.get("score_cols"), "score-cols") or opts.get("score_col")
-
-
-def _dataset_files(root: str) -> list[str]:
-    """The files of a dataset directory as pyarrow lists them (no ``.``/``_`` names), sorted."""
-    out: list[str] = []
-    for d, dirs, files in os.walk(root):
-        dirs[:] = sorted(x for x in dirs if not x.startswith((".", "_")))
-        out += [os.path.join(d, f) for f in sorted(files) if not f.startswith((".", "_"))]
-        if len(out) >= _MAX_CHECKED_FILES:
-            break
-    return out[:_MAX_CHECKED_FILES]
 
 
 def _is_nested(t: Any) -> bool:

@@ -32,20 +32,17 @@ def _require(opts: dict[str, Any], *names: str) -> None:
                          + ", ".join("--" + n.replace("_", "-") for n in missing))
 
 
+# The options that are parameters of a --method (the others take none from the command line).
+_METHOD_OPTIONS = {"isotonic": ("increasing", "interpolation", "y_min", "y_max"),
+                   "histogram": ("n_bins", "strategy")}
+
+
 def _method_params(opts: dict[str, Any]) -> dict[str, Any]:
-    params = dict(opts.get("params") or {})
-    method = opts["method"]
-    if method == "isotonic":
-        if opts.get("increasing") is not None:
-            inc = str(opts["increasing"]).lower()
-            params["increasing"] = {"true": True, "false": False, "auto": "auto"}.get(inc, inc)
-        for k in ("interpolation", "y_min", "y_max"):
-            if opts.get(k) is not None:
-                params[k] = opts[k]
-    elif method == "histogram":
-        for k in ("n_bins", "strategy"):
-            if k in opts and opts[k] is not None:
-                params[k] = opts[k]
+    params = {k: opts[k] for k in _METHOD_OPTIONS.get(opts["method"], ())
+              if opts.get(k) is not None}
+    if "increasing" in params:  # "true", "false" or "auto"
+        inc = str(params["increasing"]).lower()
+        params["increasing"] = {"true": True, "false": False}.get(inc, inc)
     return params
 
 
@@ -96,7 +93,7 @@ def cmd_fit(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     return out
 
 
-def _summary_dirs(opts: dict[str, Any], io: Backend, outputs: list[str]) -> list[Any]:
+def _summary_dirs(opts: dict[str, Any], io: Backend) -> list[Any]:
     """The --summaries directories, each a summary (ModelError otherwise), none an output.
 
     Local ones as paths (the engine reads their tables); one on another store
@@ -111,7 +108,7 @@ def _summary_dirs(opts: dict[str, Any], io: Backend, outputs: list[str]) -> list
         if not (is_summary_dir(d) if fs.local
                 else fs.exists(d.rstrip("/") + "/" + SUMMARY_JSON)):
             raise ModelError(f"'{d}' is not a distcal summary directory (no summary.json)")
-        io.check_paths({"input": d}, outputs=outputs)
+        io.check_paths({"input": d}, outputs=[opts["output"]])
         items.append(d if fs.local else load_summary_on(fs, d))
     return items
 
@@ -123,7 +120,7 @@ def _fit_summaries(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
             "score_cols") or opts.get("score_index") is not None:
         raise UsageError("--summaries replaces --input (and --input-table); the columns and "
                          "--by are the summaries' own")
-    dirs = _summary_dirs(opts, io, [opts["output"]])
+    dirs = _summary_dirs(opts, io)
     io.refuse_existing(opts["output"], opts["overwrite"], kind=MODEL)
     model = fit(dirs, method=opts["method"], engine=io.engine,
                 min_segment_weight=opts["min_segment_weight"], **_method_params(opts))
@@ -163,7 +160,7 @@ def cmd_monitor(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     from ..monitor import monitor
 
     _require(opts, "summaries", "output")
-    dirs = _summary_dirs(opts, io, [opts["output"]])
+    dirs = _summary_dirs(opts, io)
     io.refuse_existing(opts["output"], opts["overwrite"], kind=REPORT)
     rep = monitor(dirs, alpha=opts["alpha"], max_ece=opts.get("max_ece"), engine=io.engine)
     io.publish(opts["output"], rep.write_dir, opts["overwrite"], REPORT)
@@ -218,9 +215,7 @@ def _predictions(opts: dict[str, Any]) -> list[Any]:
 
     Without either, the column 'apply' writes.
     """
-    groups = []
-    for value in opts.get("prob_cols") or []:
-        groups.append(checked_columns(value, "prob-cols", least=2))
+    groups = [checked_columns(v, "prob-cols", least=2) for v in opts.get("prob_cols") or []]
     cols: list[Any] = list(opts.get("prob_col") or [])
     if not cols and not groups:
         cols = [DEFAULTS.output_col]
@@ -271,12 +266,11 @@ def _n_segments(report: Any) -> int:
 
 def cmd_threshold(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     res = optimal_threshold(io.read(opts), score_col=opts["score_col"],
-                                    label_col=opts["label_col"], weight_col=opts["weight_col"],
-                                    cost_fp=opts["cost_fp"], cost_fn=opts["cost_fn"],
-                                    loss_col=opts["loss_col"], engine=io.engine,
-                                    on_invalid=opts["on_invalid"],
-                                    score_index=opts.get("score_index"),
-                                    by=column_list(opts.get("by"), "by"))
+                            label_col=opts["label_col"], weight_col=opts["weight_col"],
+                            cost_fp=opts["cost_fp"], cost_fn=opts["cost_fn"],
+                            loss_col=opts["loss_col"], engine=io.engine,
+                            on_invalid=opts["on_invalid"], score_index=opts.get("score_index"),
+                            by=column_list(opts.get("by"), "by"))
     # +inf (predict nothing positive) prints as null with the reason in "why_null"
     # (standard JSON has no Infinity: distcal.jsonsafe).
     out: dict[str, Any] = {

@@ -32,15 +32,14 @@ class DaskBackend(Backend):
         self.cluster = cluster
 
     @classmethod
-    def local(cls, opts: dict[str, Any] | None = None, workers: int = 2,
-              threads: int = 1) -> DaskBackend:
+    def local(cls, opts: dict[str, Any] | None = None) -> DaskBackend:
         """A LocalCluster of worker processes for this run, on loopback, no dashboard."""
         from distributed import Client, LocalCluster
 
         # dashboard_address=None still starts the scheduler's HTTP routes (health,
         # metrics) on port 8787: a random loopback port instead, and no dashboard.
-        cluster = LocalCluster(n_workers=workers, threads_per_worker=threads,
-                               processes=True, host="127.0.0.1", dashboard_address=None,
+        cluster = LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                               host="127.0.0.1", dashboard_address=None,
                                scheduler_kwargs={"dashboard_address": "127.0.0.1:0"})
         return cls(Client(cluster), cluster)
 

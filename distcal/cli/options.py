@@ -68,8 +68,7 @@ OPTIONS: tuple[Option, ...] = (
            entry_points=(SPARK_JOB,)),
     Option("output", str, "model directory to write (required)", commands=("fit",)),
     Option("output", str, "Parquet output to write: the input's columns plus --output-col "
-           "(required)",
-           commands=("apply",)),
+           "(required)", commands=("apply",)),
     Option("output", str, "report directory to write: report.json, report.html, PNGs (required)",
            commands=("evaluate",)),
     Option("output-table", str, "write this catalog table instead of --output (default: none)",
@@ -110,8 +109,7 @@ OPTIONS: tuple[Option, ...] = (
            commands=("fit", "apply")),
     Option("score-index", int, "read element i (0-based) of the vectors/arrays in --score-col "
            "as the score, e.g. 1 for a pyspark.ml classifier's probability column (default: "
-           "none, the column holds numbers)", commands=("fit", "apply", "threshold"),
-           default=None),
+           "none, the column holds numbers)", commands=("fit", "apply", "threshold")),
     Option("prob-col", str, f"probability column, or a vector (list) column of K class "
            f"probabilities for a multiclass report; repeat to compare several (default: "
            f"{DEFAULTS.output_col}, what 'apply' writes, unless --prob-cols is given)",
@@ -120,9 +118,8 @@ OPTIONS: tuple[Option, ...] = (
            "columns, comma-separated (e.g. p0,p1,p2; labels are the class indices 0..K-1); "
            "repeat to compare several (default: none)", commands=("evaluate",), repeat=True),
     Option("label-col", str, f"label column: 0/1 or rates in [0, 1] (default: "
-           f"{DEFAULTS.label_col})",
-           commands=("fit", "apply", "evaluate", "threshold", "summarize"),
-           default=DEFAULTS.label_col),
+           f"{DEFAULTS.label_col})", default=DEFAULTS.label_col,
+           commands=("fit", "apply", "evaluate", "threshold", "summarize")),
     Option("label-col", str, f"class label column: any labels, numbers or strings, each "
            f"value a class (default: {DEFAULTS.label_col})", commands=("discretize",),
            default=DEFAULTS.label_col),
@@ -188,9 +185,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("fail-on-alert", bool, "exit with status 3 when any period alerts (the JSON line "
            "is printed all the same) (default: exit 0)", commands=("monitor",), default=False),
     Option("overwrite", bool, "replace an existing output once the new one is complete "
-           "(default: refuse)",
-           commands=("fit", "apply", "evaluate", "discretize", "summarize", "monitor"),
-           default=False),
+           "(default: refuse)", default=False,
+           commands=("fit", "apply", "evaluate", "discretize", "summarize", "monitor")),
     Option("scheduler", str, "address of a running Dask scheduler (default: start a "
            "LocalCluster for the run)", entry_points=(DASK_JOB,), commands=(*ALL, "monitor")),
     Option("summaries", str, "fit from these summary directories (written by 'summarize'; "

@@ -155,8 +155,6 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
     except KeyboardInterrupt:
         _say(f"{prog}: interrupted", err())
         return 130
-    except SystemExit:
-        raise
     except Exception as exc:  # one line for schedulers; the type helps triage
         if verbose:
             traceback.print_exc(file=sys.stderr)

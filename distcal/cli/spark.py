@@ -165,9 +165,8 @@ class SparkBackend(Backend):
             rows = int(self.spark.table(tmp).count())
             if before_commit is not None:
                 before_commit(self.spark.table(tmp))
+            self.refuse_existing(table, overwrite, table=table)  # it may have appeared since
             if self.spark.catalog.tableExists(table):
-                if not overwrite:
-                    raise UsageError(f"output '{table}' exists (pass --overwrite to replace it)")
                 old = f"{prefix}_distcal_old_{name}_{uuid.uuid4().hex[:8]}"
                 self.spark.sql(f"ALTER TABLE {q(table)} RENAME TO {q(old)}")
                 try:
