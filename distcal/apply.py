@@ -11,7 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .core.columns import arrow_kind, arrow_to_float, vector_element
+from .core.columns import arrow_kind, vector_element
+from .core.rows import read_score
 from .core.validate import check_vector_lengths
 from .engines.base import check_transform_columns, prediction_array
 from .errors import VECTORS_EXPECTED, ParameterError, column_type
@@ -73,11 +74,11 @@ def apply_to_parquet(model: CalibrationModel | KeyedModel, source: str | os.Path
                               VECTORS_EXPECTED)
 
         def predict(table: pa.Table) -> np.ndarray:
-            if score_index is None and interval_cols is not None:  # p, p0, p1
-                s = arrow_to_float(table.column(score_col))[0]
-                return np.stack([model.predict(s), *model.predict_interval(s)])
-            if score_index is None:
-                return model.predict(arrow_to_float(table.column(score_col))[0])
+            if score_index is None:  # text cells: a DataError, as model.transform says
+                s = read_score(table, score_col)
+                if interval_cols is not None:  # p, p0, p1
+                    return np.stack([model.predict(s), *model.predict_interval(s)])
+                return model.predict(s)
             scores, seen = vector_element(table.column(score_col), score_index, score_col)
             lengths.update(seen)
             return model.predict(scores)

@@ -188,6 +188,53 @@ def test_apply_writes_before_after_report(scores_path, tmp_path):
             tmp_path / "o2.parquet", "--report", tmp_path / "rep2")
     assert r.returncode == 2 and "column 'label': 1 row is outside [0, 1]" in r.stderr
     assert not (tmp_path / "o2.parquet").exists() and not (tmp_path / "rep2").exists()
+    # text in the score column: the DataError of model.transform, nothing written (it
+    # was NaN in the output)
+    text = tmp_path / "text.parquet"
+    pq.write_table(pa.table({"score": ["0.1", "x", "0.9"], "label": [0, 1, 1]}), text)
+    r = run("apply", "--model", tmp_path / "m", "--input", text, "--output",
+            tmp_path / "o3.parquet")
+    assert r.returncode == 2 and "column 'score': 1 row is text, not numbers" in r.stderr
+    assert not (tmp_path / "o3.parquet").exists()
+
+
+def test_apply_publishes_its_report_only_with_its_output(scores_path, tmp_path, monkeypatch):
+    """The output's commit fails (another run created it meanwhile): no report either."""
+    from distcal.cli.main import main
+    from distcal.storage import publish
+
+    path, _ = scores_path
+    assert main(["fit", "--input", str(path), "--output", str(tmp_path / "m")]) == 0
+    commit = publish._commit
+
+    def output_appears(fs, tmp, target, *args, **kwargs):
+        if target.endswith(".parquet"):
+            raise publish.OutputExistsError(target)
+        return commit(fs, tmp, target, *args, **kwargs)
+
+    monkeypatch.setattr(publish, "_commit", output_appears)
+    argv = ["apply", "--model", str(tmp_path / "m"), "--input", str(path), "--output",
+            str(tmp_path / "o.parquet"), "--report", str(tmp_path / "rep")]
+    assert main(argv) == 2
+    assert not (tmp_path / "o.parquet").exists() and not (tmp_path / "rep").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m", "scores.parquet"]
+    monkeypatch.setattr(publish, "_commit", commit)
+    assert main(argv) == 0  # and both appear
+    assert (tmp_path / "o.parquet").is_file() and (tmp_path / "rep" / "report.json").is_file()
+
+
+def test_apply_to_parquet_refuses_text_scores(tmp_path):
+    """Binary, Venn-Abers with its interval columns: text scores are a DataError."""
+    from distcal.apply import apply_to_parquet
+
+    df = make_scores(500, seed=3)
+    src = tmp_path / "text.parquet"
+    pq.write_table(pa.table({"score": ["0.2", "0.5", "high"], "label": [0, 1, 1]}), src)
+    for model, cols in [(distcal.fit(df), None),
+                        (distcal.fit(df, method="venn_abers"), ("p0", "p1"))]:
+        with pytest.raises(distcal.DataError, match="column 'score': 1 row is text"):
+            apply_to_parquet(model, src, tmp_path / "o.parquet", interval_cols=cols)
+        assert not (tmp_path / "o.parquet").exists()
 
 
 def test_threshold_json_with_nothing_positive(tmp_path):

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Any
 
 from ..defaults import DEFAULTS
@@ -29,6 +31,7 @@ from ..storage import (
     is_local_uri,
     local_path,
     publish_dir,
+    publishing_dir,
     refuse_existing,
     resolve_local,
 )
@@ -97,6 +100,12 @@ class Backend:
         """``write(tmp)`` aside on this backend's store, then commit it as ``path``."""
         publish_dir(self.filesystem(path), path, write, overwrite=overwrite, kind=kind)
 
+    def publishing(self, path: str, overwrite: bool = False, kind: str | None = None
+                   ) -> AbstractContextManager[Path]:
+        """A local path to write aside, committed as ``path`` on this backend's store
+        when the block ends (:func:`~distcal.storage.publish.publishing_dir`)."""
+        return publishing_dir(self.filesystem(path), path, overwrite=overwrite, kind=kind)
+
     def load_model(self, path: str) -> CalibrationModel:
         fs = self.filesystem(path)
         if not fs.exists(path):
@@ -105,14 +114,16 @@ class Backend:
 
     def write_report(self, reports: list[Any], path: str, overwrite: bool, *,
                      provenance: dict[str, Any] | None = None, model: Any = None) -> None:
+        with self.publishing(path, overwrite, REPORT) as d:
+            self.report_files(reports, d, provenance=provenance, model=model)
+
+    def report_files(self, reports: list[Any], d: Path, *,
+                     provenance: dict[str, Any] | None = None, model: Any = None) -> None:
+        """The report's files in the local directory ``d`` (the engine in its provenance)."""
         from ..report import write_report
 
-        prov = {"engine": self.engine, **(provenance or {})}
-
-        def write(d: Any) -> None:
-            write_report(reports, d, provenance=prov, model=model)
-
-        self.publish(path, write, overwrite, REPORT)
+        write_report(reports, d, provenance={"engine": self.engine, **(provenance or {})},
+                     model=model)
 
     # -- the calibrated table -------------------------------------------------
     def apply(self, model: CalibrationModel, opts: dict[str, Any],

@@ -180,8 +180,9 @@ def cmd_apply(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     if opts.get("report"):
         io.refuse_existing(opts["report"], opts["overwrite"], kind=REPORT)
     model = io.load_model(opts["model"])
-    report = None
-    if opts.get("report"):
+    if not opts.get("report"):
+        rows = io.apply(model, opts)
+    else:
         # Before and after: the raw score too when the model was fitted on
         # scores in [0, 1] (probabilities, not logits).
         cols = [opts["output_col"]]
@@ -190,20 +191,22 @@ def cmd_apply(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
             b = getattr(model, "global_model", model).blocks
             if b.score_min.min() >= 0.0 and b.score_max.max() <= 1.0:
                 cols.insert(0, opts["score_col"])
+        # The report is written aside on the new output before that is published (a
+        # bad label stops both), and published after it: never a report of an output
+        # that did not appear.
+        with io.publishing(opts["report"], opts["overwrite"], REPORT) as report_dir:
 
-        def report(written: Any) -> None:
-            # On the new output before it is published: a bad label stops both.
-            reports = evaluate_many(written, cols, label_col=opts["label_col"],
-                                    weight_col=opts["weight_col"], engine=io.engine,
-                                    on_invalid=opts["on_invalid"],
-                                    interval_cols=interval_columns(opts.get("interval_cols")))
-            io.write_report(list(reports.values()), opts["report"], opts["overwrite"],
-                            provenance={**_provenance(opts, "apply"),
-                                        "output": target,
-                                        "model_dir": str(opts["model"])},
-                            model=model)
+            def report(written: Any) -> None:
+                reports = evaluate_many(
+                    written, cols, label_col=opts["label_col"], weight_col=opts["weight_col"],
+                    engine=io.engine, on_invalid=opts["on_invalid"],
+                    interval_cols=interval_columns(opts.get("interval_cols")))
+                io.report_files(list(reports.values()), report_dir,
+                                provenance={**_provenance(opts, "apply"), "output": target,
+                                            "model_dir": str(opts["model"])},
+                                model=model)
 
-    rows = io.apply(model, opts, before_commit=report)
+            rows = io.apply(model, opts, before_commit=report)
     out = {"output": target, "rows": rows, "output_col": opts["output_col"]}
     if opts.get("report"):
         out["report"] = str(opts["report"])

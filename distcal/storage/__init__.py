@@ -32,6 +32,7 @@ from .publish import (
     local_publishing,
     publish_dir,
     publishing,
+    publishing_dir,
     refuse_existing,
     resolve_local,
 )
@@ -39,6 +40,7 @@ from .publish import (
 __all__ = ["FileSystem", "LocalFileSystem", "OutputExistsError", "OutputPathError", "check_target",
            "filesystem_for", "fetch_dir",
            "is_local_uri", "local_path", "local_publishing", "publish_dir", "publishing",
+           "publishing_dir",
            "refuse_existing", "resolve_local", "check_regular_input", "read_regular_file",
            "MODEL", "REPORT", "PARQUET", "SUMMARY"]
 

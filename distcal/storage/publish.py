@@ -39,7 +39,8 @@ from ..params import check_bool
 from .base import FileSystem, local_path, split_uri
 from .kinds import check_replaceable, output_kind
 
-__all__ = ["OutputExistsError", "publishing", "local_publishing", "publish_dir", "fetch_dir",
+__all__ = ["OutputExistsError", "publishing", "local_publishing", "publish_dir",
+           "publishing_dir", "fetch_dir",
            "refuse_existing", "temp_sibling", "recover", "check_target", "OutputPathError",
            "resolve_local"]
 
@@ -279,22 +280,32 @@ def local_publishing(target: str | os.PathLike[str], *,
         yield Path(tmp)
 
 
-def publish_dir(fs: FileSystem, target: str, write: Callable[[Path], None], *,
-                overwrite: bool = False, kind: str | None = None) -> None:
-    """Publish what ``write(local_path)`` creates (a file or a directory) at ``target``.
+@contextmanager
+def publishing_dir(fs: FileSystem, target: str, *, overwrite: bool = False,
+                   kind: str | None = None) -> Iterator[Path]:
+    """Yield a local path at which to create a file or a directory; publish it at
+    ``target`` when the block ends (:func:`publishing`; nothing if it raises).
 
-    On a local store ``write`` writes the temporary sibling directly; on
-    remote stores it writes a local staging directory that is then copied
-    up, so ``write`` can always use plain local file APIs.
+    On a local store the path is the temporary sibling itself; on remote
+    stores it is a local staging directory, copied up at the end, so the
+    block can always use plain local file APIs.
     """
     with publishing(fs, target, overwrite=overwrite, kind=kind) as tmp:
         if fs.local:
-            write(Path(local_path(tmp)))
+            yield Path(local_path(tmp))
             return
         with tempfile.TemporaryDirectory(prefix="distcal-") as d:
             staged = Path(d) / "out"
-            write(staged)
+            yield staged
             fs.put(staged, tmp)
+
+
+def publish_dir(fs: FileSystem, target: str, write: Callable[[Path], None], *,
+                overwrite: bool = False, kind: str | None = None) -> None:
+    """Publish what ``write(local_path)`` creates (a file or a directory) at ``target``
+    (:func:`publishing_dir`)."""
+    with publishing_dir(fs, target, overwrite=overwrite, kind=kind) as path:
+        write(path)
 
 
 def fetch_dir(fs: FileSystem, uri: str, read: Callable[[Path], T]) -> T:
