@@ -441,7 +441,7 @@ class KeyedModel:
         if not self.by:
             raise AttributeError("a model fitted without by= has no segments")
         keys = _local_keys(data, self.by)
-        codes, distinct = factorize_keys([keys[b] for b in self.by])
+        codes, distinct = factorize_keys([keys[b] for b in self.by], self.by)
         self.check_key_types(distinct, codes)
         out = self._global_counts(codes, distinct)
         out["total"] = sum(out.values())
@@ -469,7 +469,7 @@ class KeyedModel:
             cols = [pd.Series(arr[:, j]) for j in range(len(self.by))]
         if any(len(c) != n for c in cols):
             raise ValueError(f"segments has {len(cols[0])} keys for {n} scores")
-        return factorize_keys(cols)
+        return factorize_keys(cols, self.by)
 
     def predict_part(self, part: pd.DataFrame | pa.Table, score_col: str | None,
                      score_cols: list[str] | None,

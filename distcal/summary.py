@@ -280,9 +280,31 @@ def summarize(data: Any, score_col: str = DEFAULTS.score_col,
         raise sums_overflow()
     log.info("summarize: %d rows (%d dropped) to %d (key, score) rows%s", n_rows, dropped,
              len(kt.table), f", period {period}" if period else "")
-    return Summary(arrow_from_keyed(kt, len(names)), columns=columns, by=names,
-                   n_rows=n_rows, weight_total=weight_total, dropped_rows=dropped,
-                   period=period, decimals=d)
+    try:
+        table = arrow_from_keyed(kt, len(names))
+    except (pa.ArrowTypeError, pa.ArrowInvalid):  # a by column of values of several types
+        raise _mixed_key_types(kt, names) from None
+    return Summary(table, columns=columns, by=names, n_rows=n_rows, weight_total=weight_total,
+                   dropped_rows=dropped, period=period, decimals=d)
+
+
+def _mixed_key_types(kt: Any, names: list[str]) -> DataError:
+    """The DataError of a ``by`` column whose segments' values are of several types
+    (one Arrow column holds one type), with the rows of each type."""
+    rows, _ = kt.key_totals()
+    for j, name in enumerate(names):
+        per_type: dict[str, int] = {}
+        for (seg, _), n in zip(kt.keys, rows.tolist()):
+            if isinstance(seg, tuple) and seg[j] is not None:
+                kind = type(seg[j]).__name__
+                per_type[kind] = per_type.get(kind, 0) + int(n)
+        if len(per_type) > 1:
+            counts = ", ".join(f"{n} row{'' if n == 1 else 's'} of {kind}"
+                               for kind, n in sorted(per_type.items()))
+            return DataError(f"column '{name}' (segment) holds values of several types "
+                             f"({counts}); a summary stores one type per column: cast the "
+                             "column to one type")
+    return DataError(f"the by columns {names} hold values Arrow cannot store in one column")
 
 
 # -- merge ---------------------------------------------------------------------------------
@@ -318,7 +340,17 @@ def merge_summaries(summaries: Sequence[Summary]) -> Summary:
         raise TypeError("merge_summaries takes a non-empty list of distcal.Summary")
     src = _source(items, "merge_summaries")
     n_by = len(src.by)
-    kt = keyed_from_arrow(pa.concat_tables(list(src.tables), promote_options="permissive"), n_by)
+    tables = list(src.tables)
+    for j, name in enumerate(src.by):  # e.g. int64 in one summary, string in another
+        types = sorted({str(t.schema.field(by_name(j)).type) for t in tables})
+        if len(types) > 1:
+            try:
+                pa.unify_schemas([t.schema for t in tables], promote_options="permissive")
+            except (pa.ArrowTypeError, pa.ArrowInvalid):
+                raise DataError(f"merge_summaries: column '{name}' (segment) has type "
+                                f"{' in some summaries and '.join(types)} in others; only "
+                                "summaries whose by columns have one type merge") from None
+    kt = keyed_from_arrow(pa.concat_tables(tables, promote_options="permissive"), n_by)
     return Summary(arrow_from_keyed(kt, n_by), columns=src.columns, by=src.by,
                    n_rows=src.n_rows, weight_total=src.weight_total,
                    dropped_rows=src.dropped_rows, period=None, decimals=items[0].decimals)

@@ -651,6 +651,12 @@ def _vectors(w: Path) -> pd.DataFrame:
                          "label": df.label, "g": np.arange(len(df)) % 2})
 
 
+def _vector_keys(w: Path) -> pd.DataFrame:
+    """A segment column of lists (all rows but the first, which holds a string)."""
+    df = _df(w)
+    return df.assign(v=["a"] + [[1, 2]] * (len(df) - 1))
+
+
 def _dup_pandas(w: Path) -> pd.DataFrame:
     return pd.concat([_df(w), _df(w)[["score"]]], axis=1)
 
@@ -741,6 +747,25 @@ API_CASES += [
     ApiCase("evaluate-weights-1e305", lambda w: distcal.evaluate(
         w / "w305.parquet", prob_col="score", weight_col="w"), distcal.DataError,
         "sums overflow float64"),
+    # A by column of vectors: one message, on every entry point that reads segments.
+    *(ApiCase(f"{name}-by-column-of-vectors", call, distcal.DataError,
+              r"column 'v' \(segment\): 1999 rows hold vectors \(lists or arrays\)")
+      for name, call in [
+          ("fit", lambda w: distcal.fit(_vector_keys(w), by="v")),
+          ("summarize", lambda w: distcal.summarize(_vector_keys(w), by="v")),
+          ("evaluate", lambda w: distcal.evaluate(_vector_keys(w), prob_col="score", by="v")),
+          ("threshold", lambda w: distcal.optimal_threshold(_vector_keys(w), by="v")),
+          ("transform", lambda w: distcal.fit(_vector_keys(w).assign(v=1), by="v").transform(
+              _vector_keys(w)))]),
+    ApiCase("summarize-by-column-of-mixed-types", lambda w: distcal.summarize(
+        _df(w).assign(g=["a"] + [1] * 1999), by="g"), distcal.DataError,
+        r"column 'g' \(segment\) holds values of several types \(1999 rows of int, "
+        r"1 row of str\)"),
+    ApiCase("merge-summaries-by-columns-of-two-types", lambda w: distcal.merge_summaries([
+        distcal.summarize(_df(w).assign(g=1), by="g"),
+        distcal.summarize(_df(w).assign(g="a"), by="g")]), distcal.DataError,
+        "merge_summaries: column 'g' \\(segment\\) has type int64 in some summaries and string "
+        "in others"),
 ]
 
 

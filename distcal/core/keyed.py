@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import short_repr
+from ..errors import DataError, short_repr
 from .distinct import DistinctTable, is_binary, pool_ties
 
 __all__ = ["GLOBAL", "Key", "KeySpec", "KeyedTable", "factorize_keys", "explode",
@@ -124,15 +124,22 @@ def key_text(by: Sequence[str], key: Key) -> str:
 
 # -- segment keys ------------------------------------------------------------------
 
-def _factorize_column(col: Any) -> tuple[np.ndarray, list[Any]]:
-    """Codes (-1: null) and distinct values of one key column (array-like or Arrow)."""
+def _factorize_column(col: Any, name: str | None = None) -> tuple[np.ndarray, list[Any]]:
+    """Codes (-1: null) and distinct values of one key column (array-like or Arrow);
+    vectors (lists, arrays) in it are a :class:`~distcal.DataError` naming ``name``."""
     if hasattr(col, "to_pylist"):  # a pyarrow Array or ChunkedArray
         fast = _arrow_codes(col)
         if fast is not None:
             return fast
         col = col.to_pandas(integer_object_nulls=True, date_as_object=True)
-    c, u = pd.factorize(pd.Series(col) if not isinstance(col, pd.Series) else col,
-                        use_na_sentinel=True)
+    values = pd.Series(col) if not isinstance(col, pd.Series) else col
+    try:
+        c, u = pd.factorize(values, use_na_sentinel=True)
+    except TypeError:  # unhashable values: counted only on this failure path
+        k = int(values.map(lambda v: isinstance(v, (list, np.ndarray, dict, set))).sum())
+        where = "a segment column" if name is None else f"column '{name}' (segment)"
+        raise DataError(f"{where}: {k} row{' holds' if k == 1 else 's hold'} vectors (lists "
+                        "or arrays), not segment keys") from None
     # Plain Python scalars (int, float, str, bool, Timestamp) for dictionary keys.
     return np.asarray(c, dtype=np.int64), pd.Index(u).tolist()
 
@@ -158,19 +165,20 @@ def _arrow_codes(col: Any) -> tuple[np.ndarray, list[Any]] | None:
     return codes.astype(np.int64), encoded.dictionary.to_pylist()
 
 
-def factorize_keys(columns: Sequence[Any]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+def factorize_keys(columns: Sequence[Any], names: Sequence[str] | None = None
+                   ) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
     """Dense codes of the rows' segment tuples, and the tuple of each code.
 
     ``columns`` are equal-length array-likes or pyarrow arrays (one per
-    ``by`` column). A row with a null (None, NaN, NaT) in any column gets
-    code -1 (it forms no segment). Codes number the distinct tuples from 0
-    in no particular order.
+    ``by`` column, named ``names`` in messages). A row with a null (None,
+    NaN, NaT) in any column gets code -1 (it forms no segment). Codes number
+    the distinct tuples from 0 in no particular order.
     """
     n = len(columns[0])
     codes, uniques = [], []
     null = np.zeros(n, dtype=bool)
-    for col in columns:
-        c, u = _factorize_column(col)
+    for j, col in enumerate(columns):
+        c, u = _factorize_column(col, None if names is None else names[j])
         null |= c < 0
         codes.append(c)
         uniques.append(u)

@@ -476,7 +476,7 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
     if by:
         from .keyed import factorize_keys
 
-        codes, keys = factorize_keys([table[b] for b in by])
+        codes, keys = factorize_keys([table[b] for b in by], by)
         if spec.target == "classes":  # a class per row: a null label is a problem
             problems.add(spec.label_col, "are null", codes < 0)
             keep &= codes >= 0
