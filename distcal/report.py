@@ -35,7 +35,7 @@ import numpy as np
 from .core import calibration_metrics as cm
 from .jsonsafe import json_safe
 from .plots import report_list
-from .storage import local_publishing
+from .storage import REPORT, filesystem_for, publishing_dir
 
 # The reports (distcal.EvaluationReport) are only read here, by attribute:
 # no import of distcal.evaluation, which imports this module for _repr_html_.
@@ -578,12 +578,15 @@ def write_report(reports: Any, output: str | os.PathLike, overwrite: bool = Fals
     the run (input, columns, engine, model_dir, model_checksum, ...); rows,
     bins, threshold, distcal version and time are added. ``model``: the
     :class:`~distcal.CalibrationModel` whose map to draw. ``cost_fp``,
-    ``cost_fn``: the costs of the cost curve. The directory appears complete
-    or not at all (written aside, renamed).
+    ``cost_fn``: the costs of the cost curve. ``output``: a local path or an
+    fsspec URL. The directory appears complete or not at all (written aside,
+    renamed); an existing one is replaced only by a report, with ``overwrite``.
     """
     doc = build_document(reports, provenance=provenance, model=model, cost_fp=cost_fp,
                          cost_fn=cost_fn)
-    with local_publishing(output, overwrite=overwrite) as tmp:
+    target = os.fspath(output)
+    with publishing_dir(filesystem_for(target), target, overwrite=overwrite,
+                        kind=REPORT) as tmp:
         tmp.mkdir()
         (tmp / "report.json").write_text(json.dumps(doc["json"], indent=2) + "\n")
         for stem, _, _, png in doc["figures"]:

@@ -328,3 +328,26 @@ def test_renders_in_chromium(written, tmp_path) -> None:
 
     img = Image.open(shots[0])
     assert img.size[0] >= 400 and np.asarray(img.convert("L")).std() > 10
+
+
+def test_report_to_an_fsspec_url_is_written_there(fitted, tmp_path, monkeypatch):
+    """A URL is a store, not a local directory named 'memory:' (as a model's save)."""
+    import fsspec
+
+    _, _, reports = fitted
+    monkeypatch.chdir(tmp_path)
+    url = "memory://distcal-report-test/rep"
+    write_report(list(reports.values()), url)
+    try:
+        fs = fsspec.filesystem("memory")
+        names = sorted(p.rsplit("/", 1)[-1] for p in fs.ls("/distcal-report-test/rep",
+                                                             detail=False))
+        assert names == ["cost.png", "reliability.png", "report.html", "report.json",
+                         "roc.png"]
+        doc = json.loads(fs.cat("/distcal-report-test/rep/report.json"))
+        assert doc["columns"] == ["score", "calibrated", "coarse"]
+        assert list(tmp_path.iterdir()) == []  # nothing local
+        with pytest.raises(FileExistsError, match="exists"):
+            write_report(list(reports.values()), url)
+    finally:
+        fsspec.filesystem("memory").rm("/distcal-report-test", recursive=True)
