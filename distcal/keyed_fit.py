@@ -32,11 +32,11 @@ from .core.histogram import histogram_plan
 from .core.isotonic import clip_blocks, isotonic_plan
 from .core.keyed import GLOBAL, Key, KeyedTable, KeySpec, key_text
 from .core.plans import KeyCounts, KeyFailed, Split, run_plans
-from .core.rows import RowPart
+from .core.rows import LabelsNotBinary, RowPart, count_not_binary
 from .core.segment_pav import KeyedPav, merge_keyed_pav, take_blocks
 from .core.sigmoid import sigmoid_plan
 from .core.temperature import temperature_plan
-from .core.venn_abers import LabelsNotBinary, count_not_binary, venn_abers_plan
+from .core.venn_abers import venn_abers_plan
 from .errors import DataError, ParameterError, sums_overflow
 from .keyed_model import KeyedModel, TemperatureMap, class_columns
 from .logs import log, phase
@@ -249,9 +249,8 @@ def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str
                     n = sum(ranges.map_rows(count_not_binary))
                     raise DataError(f"column '{spec.label_col}' (label): {n} row"
                                     f"{'s hold' if n != 1 else ' holds'} labels other than 0 "
-                                    "and 1; Venn-Abers predictors take 0/1 labels"
-                                    ) from failed.error
-                raise _key_error(by, failed, method, spec.label_col) from failed.error
+                                    f"and 1; {failed.error.needs}") from failed.error
+                raise _key_error(by, failed, method) from failed.error
         if method == "beta":
             results = _drop_one_class(by, results)
         maps = {key: _map_from(method, params, res, counts[key], class_columns(columns, key))
@@ -313,10 +312,10 @@ def _isotonic_fixed(map_ranges: Any, increasing: bool, params: dict[str, Any],
     return out
 
 
-def _key_error(by: list[str], failed: KeyFailed, method: str, label_col: str) -> Exception:
+def _key_error(by: list[str], failed: KeyFailed, method: str) -> Exception:
     err = failed.error
-    if method == "modl" and type(err) is ValueError:  # labels that are not 0/1
-        err = DataError(f"column '{label_col}' (label): {err}")
+    if method == "modl" and type(err) is ValueError:  # weights that are not 1 (refused
+        err = DataError(str(err))                      # before the fit, from its columns)
     if failed.key[0] is GLOBAL and failed.key[1] is None:
         return err  # the fit of all rows: the message of an unsegmented fit
     if isinstance(err, ParameterError):

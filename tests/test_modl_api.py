@@ -71,7 +71,9 @@ def test_fit_modl_refuses_weights_and_non_binary_labels():
     df["g"] = np.arange(len(df)) % 3
     df["label"] = (df["label"] > 0).astype(float)
     df.loc[df.g == 2, "label"] *= 0.5  # one segment's labels are not 0/1
-    with pytest.raises(distcal.DataError, match=r"column 'label' \(label\): MODL calibration "
+    bad = int(((df["label"] != 0) & (df["label"] != 1)).sum())  # the rows, counted
+    with pytest.raises(distcal.DataError, match=rf"column 'label' \(label\): {bad} rows hold "
+                                                r"labels other than 0 and 1; MODL calibration "
                                                 r"needs 0/1 labels"):
         distcal.fit(df, method="modl", by="g")
 

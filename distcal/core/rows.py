@@ -24,7 +24,8 @@ from .columns import arrow_kind, column_to_float, is_list_type, vector_element
 from .distinct import is_binary
 from .multiclass import label_problems
 
-__all__ = ["vector_lengths", "problems_message", "Problems", "read_scores",
+__all__ = ["vector_lengths", "problems_message", "Problems", "read_scores", "LabelsNotBinary",
+           "count_not_binary",
            "check_score_args", "RowPart", "group_by_code", "count_classes",
            "read_rows", "add_up_rows", "RowTotals", "check_columns", "merge_stats", "read_score"]
 
@@ -73,6 +74,21 @@ def problems_message(items: list[tuple[str, str, int]]) -> str:
                     break
         parts.append(f"column '{column}': {k} {'row' if k == 1 else 'rows'} {problem}")
     return "; ".join(parts)
+
+
+class LabelsNotBinary(DataError):
+    """Labels other than 0/1 reached a method that takes 0/1 labels only (Venn-Abers,
+    MODL), found in pooled tables; the fit counts the rows holding them
+    (:func:`count_not_binary`) and says what the method ``needs``."""
+
+    def __init__(self, message: str, needs: str):
+        super().__init__(message)
+        self.needs = needs
+
+
+def count_not_binary(rows: Any) -> int:
+    """Rows of a :class:`RowPart` whose label is neither 0 nor 1."""
+    return int(np.count_nonzero((rows.label != 0.0) & (rows.label != 1.0)))
 
 
 def read_score(part: pd.DataFrame | pa.Table, name: str, index: int | None = None

@@ -68,14 +68,14 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import DataError, sums_overflow
+from ..errors import sums_overflow
 from .isotonic import Blocks
 from .keyed import KeyedTable
 from .plans import KeyBatch, KeyResults
+from .rows import LabelsNotBinary
 from .segment_pav import pav_segments
 
-__all__ = ["Steps", "venn_abers_plan", "LabelsNotBinary",
-           "count_not_binary"]
+__all__ = ["Steps", "venn_abers_plan"]
 
 
 @dataclass(frozen=True)
@@ -298,15 +298,6 @@ def join_steps(parts: list[Steps]) -> Steps:
     return Steps(x0, v0, x1, v1)
 
 
-class LabelsNotBinary(DataError):
-    """Labels other than 0/1 reached a Venn-Abers fit (the fit counts the rows holding them)."""
-
-
-def count_not_binary(rows: Any) -> int:
-    """Rows of a :class:`~distcal.core.rows.RowPart` whose label is neither 0 nor 1."""
-    return int(np.count_nonzero((rows.label != 0.0) & (rows.label != 1.0)))
-
-
 class _Blocks(KeyBatch):
     """Pass 1: each key's PAV blocks of a range (weights and label sums), its first score
     there and its rows with labels not 0/1 (-1: some, count unknown), for all the
@@ -396,7 +387,7 @@ def venn_abers_plan(label_col: str | None = None, fit_rows: int = 0
         where = f"column '{label_col}' (label): " if label_col else ""
         known = sum(b for b in bad if b > 0)
         among = f" (among the {known} rows of the scores that hold them)" if known else ""
-        raise LabelsNotBinary(f"{where}labels other than 0 and 1{among}; Venn-Abers "
-                              "predictors take 0/1 labels")
+        needs = "Venn-Abers predictors take 0/1 labels"
+        raise LabelsNotBinary(f"{where}labels other than 0 and 1{among}; {needs}", needs)
     parts = yield _Steps(firsts_parts, fit_rows > COMPILE_ROWS)
     return join_steps([Steps(*p) for p in parts])
