@@ -62,7 +62,9 @@ def predict_frame(model: Any, df: pd.DataFrame) -> np.ndarray:
             from .errors import column_not_found
 
             raise column_not_found(scores[0], "score", map(str, df.columns))
-        out: np.ndarray = model.predict(df[scores[0]].to_numpy(dtype=np.float64))
+        from .core.rows import read_score  # text: a DataError naming the column and rows
+
+        out: np.ndarray = model.predict(read_score(df, scores[0]))
         return out
     multi = model.n_classes >= 2 and len(scores) > 1
     out = model.predict_part(df, None if multi else scores[0], scores if multi else None)

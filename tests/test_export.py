@@ -465,6 +465,8 @@ def test_mlflow_pyfunc_and_round_trip(tracking, segment_models, class_models):
         assert dmlflow.load_model(str(path)) == model
         with pytest.raises(Exception, match="exists"):
             dmlflow.save_model(model, path)
+    with pytest.raises(distcal.DataError, match="column 'score': 1 row is text, not numbers"):
+        dmlflow.predict_frame(binary, pd.DataFrame({"score": ["0.2", "high"]}))
     with mlflow.start_run():
         info = dmlflow.log_model(segment_models["string"], "calibrator")
     loaded = mlflow.pyfunc.load_model(info.model_uri)
