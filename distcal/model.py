@@ -616,7 +616,8 @@ def read_model_json(root: Path, name: str = "model.json", noun: str = "model"
     and ``noun`` ("summary.json", "summary") read a summary directory alike.
     """
     if not root.is_dir():
-        raise ModelError(f"{noun} directory '{root}' does not exist")
+        what = "is a file, not a directory" if root.exists() else "does not exist"
+        raise ModelError(f"{noun} directory '{root}' {what}")
     meta_path = root / name
     if not os.path.lexists(meta_path):
         raise ModelError(f"'{root}' is not a distcal {noun} (no {name})")

@@ -52,6 +52,9 @@ def _iso(tmp_path):
 def test_missing_and_foreign(tmp_path):
     with pytest.raises(distcal.ModelError, match="does not exist"):
         distcal.load(tmp_path / "none")
+    (tmp_path / "model.json").write_text("{}")  # a file where the directory goes
+    with pytest.raises(distcal.ModelError, match="'.*model.json' is a file, not a directory"):
+        distcal.load(tmp_path / "model.json")
     (tmp_path / "foreign").mkdir()
     with pytest.raises(distcal.ModelError, match="not a distcal model"):
         distcal.load(tmp_path / "foreign")
