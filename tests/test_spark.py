@@ -168,3 +168,38 @@ def test_input_formats_of_the_spark_backend(spark, tmp_path, capsys):
                  "--output", str(tmp_path / "m")]) == 2
     assert "--input-format csv needs the Spark engine" in capsys.readouterr().err
     assert not (tmp_path / "m").exists()
+
+
+def test_calibrator_directory_appears_whole_and_replaces_only_its_kind(spark, tmp_path,
+                                                                          monkeypatch):
+    """The stage's directory is published in one step: never half-written, an old one
+    kept when the new one fails, and overwrite() replaces only a calibrator directory."""
+    from distcal.spark import Calibrator, CalibratorModel
+    from distcal.storage import OutputExistsError, OutputPathError
+
+    df = make_scores(3000, seed=12)
+    sdf = spark.createDataFrame(df)
+    first = Calibrator().fit(sdf)
+    second = Calibrator(method="sigmoid").fit(sdf)
+    path = str(tmp_path / "cal")
+    first.write().save(path)
+    with pytest.raises(OutputExistsError):
+        second.write().save(path)
+    assert CalibratorModel.load(path).model == first.model
+
+    def broken(tmp):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(second.model, "write_dir", broken)
+    with pytest.raises(RuntimeError, match="disk full"):
+        second.write().overwrite().save(path)
+    assert CalibratorModel.load(path).model == first.model  # the old one, whole
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cal"]  # nothing left aside
+    monkeypatch.undo()
+    second.write().overwrite().save(path)
+    assert CalibratorModel.load(path).model == second.model
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    with pytest.raises(OutputPathError, match="not a distcal output"):
+        second.write().overwrite().save(str(tmp_path / "mine"))
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"

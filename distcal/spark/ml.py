@@ -37,7 +37,7 @@ from ..defaults import DEFAULTS, METHOD_PARAMS
 from ..errors import ModelError
 from ..loading import load_dir
 from ..model import CalibrationModel
-from ..storage import fetch_dir, filesystem_for, publish_dir
+from ..storage import STAGE, fetch_dir, filesystem_for, publish_dir, publishing
 
 __all__ = ["Calibrator", "CalibratorModel"]
 
@@ -149,12 +149,24 @@ class _ModelWriter(MLWriter):
         super().__init__()
         self.instance = instance
 
+    def save(self, path: str) -> None:
+        """The stage's directory (Spark's ``metadata/``, distcal's ``model/``) written aside
+        and published in one step (:func:`~distcal.storage.publish.publishing`): never
+        half-written. With ``overwrite()`` an earlier calibrator directory is replaced once
+        the new one is complete (Spark's own writers delete it first), and nothing else
+        is."""
+        if not isinstance(path, str):
+            raise TypeError(f"path should be a string, got type {type(path)}")
+        with publishing(filesystem_for(path, self.sparkSession), path,
+                        overwrite=self.shouldOverwrite, kind=STAGE) as tmp:
+            self.saveImpl(tmp)
+
     def saveImpl(self, path: str) -> None:
         DefaultParamsWriter.saveMetadata(self.instance, path, self.sc)
         assert self.instance.model is not None, "a CalibratorModel holds a fitted model"
         target = path.rstrip("/") + "/model"
         publish_dir(filesystem_for(target, self.sparkSession), target,
-                    self.instance.model.write_dir, overwrite=True)
+                    self.instance.model.write_dir)
 
 
 class _ModelReader(MLReader):

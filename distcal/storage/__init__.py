@@ -22,7 +22,15 @@ from __future__ import annotations
 from typing import Any
 
 from .base import FileSystem, is_local_uri, local_path
-from .kinds import MODEL, PARQUET, REPORT, SUMMARY, check_regular_input, read_regular_file
+from .kinds import (
+    MODEL,
+    PARQUET,
+    REPORT,
+    STAGE,
+    SUMMARY,
+    check_regular_input,
+    read_regular_file,
+)
 from .local import LocalFileSystem
 from .publish import (
     OutputExistsError,
@@ -42,7 +50,7 @@ __all__ = ["FileSystem", "LocalFileSystem", "OutputExistsError", "OutputPathErro
            "is_local_uri", "local_path", "local_publishing", "publish_dir", "publishing",
            "publishing_dir",
            "refuse_existing", "resolve_local", "check_regular_input", "read_regular_file",
-           "MODEL", "REPORT", "PARQUET", "SUMMARY"]
+           "MODEL", "REPORT", "PARQUET", "SUMMARY", "STAGE"]
 
 
 def filesystem_for(uri: str, spark: Any = None) -> FileSystem:

@@ -2,8 +2,10 @@
 
 ``--overwrite`` (``overwrite=True``) replaces only a previous output of the
 same kind: a model directory (it holds ``model.json``), a report directory
-(``report.json``), or Parquet (a file starting with the ``PAR1`` magic, or
-a dataset directory whose visible files are all Parquet). Anything else
+(``report.json``), a summary directory (``summary.json``), a Spark ML
+calibrator's directory (``model/model.json``), or Parquet (a file starting
+with the ``PAR1`` magic, or a dataset directory whose visible files are
+all Parquet). Anything else
 (a device, a FIFO, a socket, a symbolic link, a directory that is not one
 of ours, a file that is not Parquet) is refused before anything is written.
 
@@ -26,14 +28,17 @@ from typing import Any
 from ..errors import DataError, OutputPathError
 from .base import FileSystem, local_path
 
-__all__ = ["MODEL", "REPORT", "PARQUET", "SUMMARY", "KIND_NAMES", "output_kind",
+__all__ = ["MODEL", "REPORT", "PARQUET", "SUMMARY", "STAGE", "KIND_NAMES", "output_kind",
            "check_replaceable", "describe_mode", "read_regular_file", "check_regular_input",
            "visible_files"]
 
 MODEL, REPORT, PARQUET, SUMMARY = "model", "report", "parquet", "summary"
+STAGE = "stage"  # a pyspark.ml CalibratorModel's directory: Spark's metadata/, our model/
 KIND_NAMES = {MODEL: "a model directory", REPORT: "a report directory",
-              PARQUET: "a Parquet file or dataset", SUMMARY: "a summary directory"}
-_MARKERS = {MODEL: "model.json", REPORT: "report.json", SUMMARY: "summary.json"}
+              PARQUET: "a Parquet file or dataset", SUMMARY: "a summary directory",
+              STAGE: "a Spark ML calibrator directory"}
+_MARKERS = {MODEL: "model.json", REPORT: "report.json", SUMMARY: "summary.json",
+            STAGE: "model/model.json"}
 _PARQUET_MAGIC = b"PAR1"
 # A dataset directory with more files than this is taken on its first ones.
 _MAX_DATASET_FILES = 10_000
