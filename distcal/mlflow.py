@@ -35,7 +35,7 @@ import pandas as pd
 
 from .core.piecewise import is_keyed
 from .loading import load as _load_dir
-from .storage import filesystem_for, publish_dir
+from .storage import OutputExistsError, filesystem_for, publish_dir
 
 __all__ = ["FLAVOR_NAME", "save_model", "log_model", "load_model", "example_input",
            "predict_frame", "write_model_dir"]
@@ -149,7 +149,10 @@ def save_model(model: Any, path: str | os.PathLike[str], *, mlflow_model: Any = 
         write_model_dir(model, tmp, mlflow_model=mlflow_model, signature=signature,
                         input_example=input_example, metadata=metadata)
 
-    publish_dir(filesystem_for(target), target, write)
+    try:
+        publish_dir(filesystem_for(target), target, write)
+    except OutputExistsError as e:  # MLflow's savers have no overwrite either
+        raise OutputExistsError(e.target, "choose a new path, or remove this one") from None
 
 
 def write_model_dir(model: Any, tmp: Path, *, mlflow_model: Any = None, signature: Any = None,

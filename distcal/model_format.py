@@ -36,6 +36,7 @@ import pyarrow.parquet as pq
 
 from .core.keyed import GLOBAL, Key
 from .core.venn_abers import Steps
+from .errors import DataError
 from .version import __version__
 
 __all__ = ["FORMAT", "FORMAT_VERSION", "MAPS_FILE", "BLOCKS_FILE", "STEPS_FILE",
@@ -133,10 +134,21 @@ def steps_table(steps: Steps) -> pa.Table:
 
 
 def _arrow_column(values: list[Any], name: str) -> pa.Array:
+    """The segment keys of column ``name`` as one Arrow column; keys of several Python
+    types (a ``by`` column of ints and strings, which a fit accepts) are a DataError
+    naming the column and the keys of each type."""
     try:
         return pa.array(values)
     except (pa.ArrowException, TypeError, ValueError) as exc:
-        raise ValueError(f"segment keys of column {name!r} cannot be saved: {exc}") from exc
+        per_type: dict[str, int] = {}
+        for v in values:
+            if v is not None:
+                per_type[type(v).__name__] = per_type.get(type(v).__name__, 0) + 1
+        counts = ", ".join(f"{n} key{'' if n == 1 else 's'} of {kind}"
+                           for kind, n in sorted(per_type.items()))
+        raise DataError(f"column '{name}' (segment) holds keys of several types ({counts}); "
+                        "a saved model stores one type per column: cast the column to one "
+                        f"type and fit again ({exc})") from exc
 
 
 def _sha256(path: Path) -> str:

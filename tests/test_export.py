@@ -463,7 +463,7 @@ def test_mlflow_pyfunc_and_round_trip(tracking, segment_models, class_models):
         got = mlflow.pyfunc.load_model(str(path)).predict(frame)
         np.testing.assert_array_equal(np.asarray(got), want)
         assert dmlflow.load_model(str(path)) == model
-        with pytest.raises(Exception, match="exists"):
+        with pytest.raises(FileExistsError, match="exists .choose a new path, or remove"):
             dmlflow.save_model(model, path)
     with pytest.raises(distcal.DataError, match="column 'score': 1 row is text, not numbers"):
         dmlflow.predict_frame(binary, pd.DataFrame({"score": ["0.2", "high"]}))

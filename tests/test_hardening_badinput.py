@@ -761,6 +761,10 @@ API_CASES += [
         _df(w).assign(g=["a"] + [1] * 1999), by="g"), distcal.DataError,
         r"column 'g' \(segment\) holds values of several types \(1999 rows of int, "
         r"1 row of str\)"),
+    ApiCase("save-model-of-by-keys-of-mixed-types", lambda w: distcal.fit(
+        _df(w).assign(g=["a"] * 1000 + [1] * 1000), by="g").save(w / "mixed_keys"),
+        distcal.DataError, r"column 'g' \(segment\) holds keys of several types \(1 key of "
+        r"int, 1 key of str\); a saved model stores one type per column"),
     ApiCase("merge-summaries-by-columns-of-two-types", lambda w: distcal.merge_summaries([
         distcal.summarize(_df(w).assign(g=1), by="g"),
         distcal.summarize(_df(w).assign(g="a"), by="g")]), distcal.DataError,

@@ -183,7 +183,7 @@ def test_calibrator_directory_appears_whole_and_replaces_only_its_kind(spark, tm
     second = Calibrator(method="sigmoid").fit(sdf)
     path = str(tmp_path / "cal")
     first.write().save(path)
-    with pytest.raises(OutputExistsError):
+    with pytest.raises(OutputExistsError, match=r"exists .use write\(\)\.overwrite\(\)"):
         second.write().save(path)
     assert CalibratorModel.load(path).model == first.model
 

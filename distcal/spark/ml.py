@@ -37,7 +37,7 @@ from ..defaults import DEFAULTS, METHOD_PARAMS
 from ..errors import ModelError
 from ..loading import load_dir
 from ..model import CalibrationModel
-from ..storage import STAGE, fetch_dir, filesystem_for, publish_dir, publishing
+from ..storage import STAGE, OutputExistsError, fetch_dir, filesystem_for, publish_dir, publishing
 
 __all__ = ["Calibrator", "CalibratorModel"]
 
@@ -157,9 +157,13 @@ class _ModelWriter(MLWriter):
         is."""
         if not isinstance(path, str):
             raise TypeError(f"path should be a string, got type {type(path)}")
-        with publishing(filesystem_for(path, self.sparkSession), path,
-                        overwrite=self.shouldOverwrite, kind=STAGE) as tmp:
-            self.saveImpl(tmp)
+        try:
+            with publishing(filesystem_for(path, self.sparkSession), path,
+                            overwrite=self.shouldOverwrite, kind=STAGE) as tmp:
+                self.saveImpl(tmp)
+        except OutputExistsError as e:  # in the words of Spark's own writers
+            raise OutputExistsError(e.target, "use write().overwrite().save(path) to "
+                                    "replace it") from None
 
     def saveImpl(self, path: str) -> None:
         DefaultParamsWriter.saveMetadata(self.instance, path, self.sc)

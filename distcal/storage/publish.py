@@ -55,9 +55,9 @@ _MAX_BASE = 120
 class OutputExistsError(FileExistsError):
     """The output exists and ``overwrite`` was not given (or another run created it)."""
 
-    def __init__(self, target: str):
-        super().__init__(f"output '{target}' exists (pass --overwrite / overwrite=True to "
-                         "replace it)")
+    def __init__(self, target: str,
+                 remedy: str = "pass --overwrite / overwrite=True to replace it"):
+        super().__init__(f"output '{target}' exists ({remedy})")
         self.target = target
 
 
