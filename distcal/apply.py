@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .core.columns import arrow_kind, vector_element
-from .core.rows import read_score
+from .core.rows import RowProblems, read_score
 from .core.validate import check_vector_lengths
 from .engines.base import check_transform_columns, prediction_array
 from .errors import VECTORS_EXPECTED, ParameterError, column_type
@@ -92,8 +92,17 @@ def apply_to_parquet(model: CalibrationModel | KeyedModel, source: str | os.Path
     rows = 0
     with local_publishing(output, overwrite=overwrite) as tmp:
         with pq.ParquetWriter(tmp, out_schema) as writer:
-            for table in iter_tables(dataset, keep, batch_rows):
-                values = predict(table)
+            tables = iter_tables(dataset, keep, batch_rows)
+            for table in tables:
+                try:
+                    values = predict(table)
+                except RowProblems as found:  # refused: count the rows of the whole input
+                    for rest in tables:
+                        try:
+                            predict(rest)
+                        except RowProblems as more:
+                            found = found.plus(more)
+                    raise found from None
                 # p, p0, p1 with interval_cols; one list of K probabilities per row (vector)
                 new = [prediction_array(v, False) for v in values] if interval_cols is not None \
                     else [prediction_array(values, vector)]

@@ -224,17 +224,25 @@ def test_apply_publishes_its_report_only_with_its_output(scores_path, tmp_path, 
 
 
 def test_apply_to_parquet_refuses_text_scores(tmp_path):
-    """Binary, Venn-Abers with its interval columns: text scores are a DataError."""
+    """Binary, Venn-Abers with its interval columns, segments, multiclass: text scores are
+    a DataError counting the rows of the whole input, not of the first batch holding them."""
     from distcal.apply import apply_to_parquet
 
-    df = make_scores(500, seed=3)
+    df = make_scores(500, seed=3).assign(g=lambda d: np.arange(len(d)) % 2)
     src = tmp_path / "text.parquet"
-    pq.write_table(pa.table({"score": ["0.2", "0.5", "high"], "label": [0, 1, 1]}), src)
-    for model, cols in [(distcal.fit(df), None),
-                        (distcal.fit(df, method="venn_abers"), ("p0", "p1"))]:
-        with pytest.raises(distcal.DataError, match="column 'score': 1 row is text"):
-            apply_to_parquet(model, src, tmp_path / "o.parquet", interval_cols=cols)
-        assert not (tmp_path / "o.parquet").exists()
+    # 3 row groups of 4 rows, read a batch each; text in the first and the last.
+    scores = ["0.2", "0.5", "high", "0.1", "0.3", "0.4", "0.6", "0.7", "low", "x", "0.8", "0.9"]
+    pq.write_table(pa.table({"score": scores, "s1": scores, "label": [0, 1] * 6,
+                             "g": [0, 1] * 6}), src, row_group_size=4)
+    classes = df.assign(s0=1 - df["score"], s1=df["score"])
+    for model, options in [
+            (distcal.fit(df), {}),
+            (distcal.fit(df, method="venn_abers"), {"interval_cols": ("p0", "p1")}),
+            (distcal.fit(df, by="g"), {}),
+            (distcal.fit(classes, score_cols=["s0", "s1"]), {"score_cols": ["score", "s1"]})]:
+        with pytest.raises(distcal.DataError, match="column 'score': 3 rows are text"):
+            apply_to_parquet(model, src, tmp_path / "o.parquet", batch_rows=4, **options)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["text.parquet"]
 
 
 def test_threshold_json_with_nothing_positive(tmp_path):

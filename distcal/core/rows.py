@@ -76,6 +76,21 @@ def problems_message(items: list[tuple[str, str, int]]) -> str:
     return "; ".join(parts)
 
 
+class RowProblems(DataError):
+    """Rows of a part that cannot be read, as ``items`` of (column, problem, count):
+    a reader of many parts adds up every part's (:meth:`plus`) to count the whole input."""
+
+    def __init__(self, items: list[tuple[str, str, int]]):
+        self.items = [(c, p, k) for c, p, k in items if k]
+        super().__init__(problems_message(self.items))
+
+    def plus(self, other: RowProblems) -> RowProblems:
+        totals: dict[tuple[str, str], int] = {}
+        for c, p, k in [*self.items, *other.items]:
+            totals[c, p] = totals.get((c, p), 0) + k
+        return RowProblems([(c, p, k) for (c, p), k in totals.items()])
+
+
 class LabelsNotBinary(DataError):
     """Labels other than 0/1 reached a method that takes 0/1 labels only (Venn-Abers,
     MODL), found in pooled tables; the fit counts the rows holding them
@@ -108,7 +123,7 @@ def read_score(part: pd.DataFrame | pa.Table, name: str, index: int | None = Non
     values, text = column_to_float(part, name, "score")
     k = int(np.count_nonzero(text))
     if k:
-        raise DataError(problems_message([(name, "are text, not numbers", k)]))
+        raise RowProblems([(name, "are text, not numbers", k)])
     return values
 
 
