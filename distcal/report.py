@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from .core import calibration_metrics as cm
+from .core.piecewise import is_keyed
 from .jsonsafe import json_safe
 from .plots import report_list
 from .storage import REPORT, filesystem_for, publishing_dir
@@ -297,7 +298,7 @@ def _figures(reports: list[EvaluationReport], extras: list[dict[str, Any]],
                 "Reliability diagram: observed positive rate against mean predicted "
                 "probability per bin, marker area proportional to bin weight, Wilson "
                 "intervals, smoothed curve; weight per bin below on a log scale", _png(fig)))
-    if model is not None:
+    if model is not None and not is_keyed(model):  # one map to draw, not one per segment
         fig = Figure(figsize=(6.4, 4.8))
         plots.plot_calibration_map(model, fig.subplots())
         out.append(("calibration_map", "Calibration map",
@@ -577,7 +578,9 @@ def write_report(reports: Any, output: str | os.PathLike, overwrite: bool = Fals
     ``model`` and the costs do not apply). ``provenance``: what to record about
     the run (input, columns, engine, model_dir, model_checksum, ...); rows,
     bins, threshold, distcal version and time are added. ``model``: the
-    :class:`~distcal.CalibrationModel` whose map to draw. ``cost_fp``,
+    model applied (its method and rows are recorded); a
+    :class:`~distcal.CalibrationModel`'s map is drawn (a model per segment has
+    one per segment: none is). ``cost_fp``,
     ``cost_fn``: the costs of the cost curve. ``output``: a local path or an
     fsspec URL. The directory appears complete or not at all (written aside,
     renamed); an existing one is replaced only by a report, with ``overwrite``.

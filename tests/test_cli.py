@@ -198,6 +198,29 @@ def test_apply_writes_before_after_report(scores_path, tmp_path):
     assert not (tmp_path / "o3.parquet").exists()
 
 
+def test_apply_reports_on_a_model_per_segment(tmp_path):
+    """The report of a segmented model's output: before (the raw score) and after, with
+    no map figure (one map per segment); the numbers are scikit-learn's."""
+    from sklearn.metrics import brier_score_loss, roc_auc_score
+
+    df = make_scores(3000, seed=8).assign(g=lambda d: np.arange(len(d)) % 3)
+    df.to_parquet(tmp_path / "in.parquet")
+    assert run("fit", "--input", tmp_path / "in.parquet", "--output", tmp_path / "m",
+               "--by", "g").returncode == 0
+    r = run("apply", "--model", tmp_path / "m", "--input", tmp_path / "in.parquet",
+            "--output", tmp_path / "o.parquet", "--report", tmp_path / "rep")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert doc["columns"] == ["score", "calibrated"]
+    p = distcal.load(tmp_path / "m").predict(df.score, segments=df.g)
+    assert doc["reports"]["calibrated"]["brier"] == pytest.approx(
+        brier_score_loss(df.label, p), rel=1e-9)
+    assert doc["reports"]["score"]["auc"] == pytest.approx(roc_auc_score(df.label, df.score),
+                                                           rel=1e-12)
+    assert sorted(f.name for f in (tmp_path / "rep").glob("*.png")) == [
+        "cost.png", "reliability.png", "roc.png"]
+
+
 def test_apply_publishes_its_report_only_with_its_output(scores_path, tmp_path, monkeypatch):
     """The output's commit fails (another run created it meanwhile): no report either."""
     from distcal.cli.main import main

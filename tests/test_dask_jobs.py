@@ -96,6 +96,27 @@ def test_job_against_running_cluster(cluster, tmp_path):
     res = json.loads(r.stdout)
     assert res["threshold"] == distcal.optimal_threshold(df, cost_fn=3).threshold
 
+    # A multiclass model of a vector column: apply writes list<double> (Dask would infer
+    # text for the object columns), with its multiclass report
+    rng = np.random.default_rng(33)
+    probs = rng.dirichlet(np.ones(3), 3000)
+    labels = np.array([rng.choice(3, p=p) for p in probs])
+    pq.write_table(pa.table({"v": list(probs), "label": labels}), tmp_path / "classes.parquet")
+    r = job("fit", "--input", tmp_path / "classes.parquet", "--output", tmp_path / "mc",
+            "--score-col", "v", "--scheduler", cluster)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = job("apply", "--model", tmp_path / "mc", "--input", tmp_path / "classes.parquet",
+            "--output", tmp_path / "mc.parquet", "--score-col", "v", "--report",
+            tmp_path / "mc_rep", "--scheduler", cluster)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = pq.read_table(tmp_path / "mc.parquet")
+    assert out.schema.field("calibrated").type == pa.list_(pa.float64())
+    assert out.schema.field("v").type == pa.list_(pa.float64())
+    np.testing.assert_allclose(np.stack(out.column("calibrated").to_pylist()),
+                               distcal.load(tmp_path / "mc").predict(
+                                   np.stack(out.column("v").to_pylist())), rtol=1e-12)
+    assert json.loads((tmp_path / "mc_rep" / "report.json").read_text())["kind"] == "multiclass"
+
     bad = tmp_path / "bad.parquet"
     pq.write_table(pa.table({"score": [0.1, None], "label": [0, 1]}), bad)
     r = job("fit", "--input", bad, "--output", tmp_path / "bad_model", "--scheduler", cluster)

@@ -14,6 +14,7 @@ import pytest
 from scipy.optimize import minimize_scalar
 from scipy.special import log_softmax, softmax
 from sklearn.isotonic import IsotonicRegression
+from sklearn.metrics import log_loss
 
 import distcal
 from distcal import DataError, KeyedModel
@@ -206,11 +207,16 @@ def test_command_line_fits_and_applies_multiclass_by_segment(tmp_path, scores):
     assert model.global_model.beta == pytest.approx(api.global_model.beta, rel=1e-9)
     app = subprocess.run([*cli, "apply", "--model", str(tmp_path / "m"), "--input",
                           str(tmp_path / "in.parquet"), "--output", str(tmp_path / "out.parquet"),
-                          *opts], capture_output=True, text=True, timeout=300)
+                          "--report", str(tmp_path / "rep"), "--label-col", "y", *opts],
+                         capture_output=True, text=True, timeout=300)
     assert app.returncode == 0, app.stderr
     out = pd.read_parquet(tmp_path / "out.parquet")
-    np.testing.assert_allclose(np.stack(out["calibrated"].to_numpy()),
-                               api.predict(df[COLS].to_numpy(), segments=df.g), rtol=1e-9)
+    want = api.predict(df[COLS].to_numpy(), segments=df.g)
+    np.testing.assert_allclose(np.stack(out["calibrated"].to_numpy()), want, rtol=1e-9)
+    # --report: the multiclass report of the written probabilities
+    doc = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert doc["kind"] == "multiclass" and doc["columns"] == ["calibrated"]
+    assert doc["log_loss"] == pytest.approx(log_loss(df.y, want, labels=range(K)), rel=1e-9)
 
 
 def test_isotonic_auto_with_fractional_labels_decides_per_key(engine):

@@ -183,10 +183,11 @@ def cmd_apply(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     if not opts.get("report"):
         rows = io.apply(model, opts)
     else:
-        # Before and after: the raw score too when the model was fitted on
-        # scores in [0, 1] (probabilities, not logits).
+        # Before and after: the raw score too when the model (binary, or its global
+        # map per segment) was fitted on scores in [0, 1] (probabilities, not logits).
         cols = [opts["output_col"]]
-        if model.method not in ("sigmoid", "beta", "venn_abers") \
+        binary = not isinstance(model, KeyedModel) or model.n_classes < 2
+        if binary and model.method not in ("sigmoid", "beta", "venn_abers") \
                 and opts.get("score_index") is None:
             b = getattr(model, "global_model", model).blocks
             if b.score_min.min() >= 0.0 and b.score_max.max() <= 1.0:

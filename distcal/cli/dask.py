@@ -69,12 +69,33 @@ class DaskBackend(Backend):
         target = self.output_name(opts)
         fs = self.filesystem(target)
         with publishing(fs, target, overwrite=opts["overwrite"], kind=PARQUET) as tmp:
-            out.to_parquet(tmp, write_index=False)
+            out.to_parquet(tmp, write_index=False,
+                           schema=self._object_column_types(opts, out, model))
             written = dd.read_parquet(tmp)
             rows = int(written.shape[0].compute())
             if before_commit is not None:
                 before_commit(written)
         return rows
+
+    @staticmethod
+    def _object_column_types(opts: dict[str, Any], out: Any, model: Any) -> dict[str, Any]:
+        """The Arrow types of ``out``'s object columns, which Dask's ``to_parquet`` would
+        write as text (it infers them from a meta of strings): an input column's type
+        from the input dataset's schema (lists, structs, decimals), and a multiclass
+        model's probabilities ``list<double>``."""
+        import fsspec
+        import pyarrow as pa
+        import pyarrow.dataset as ds
+
+        from ..core.piecewise import is_keyed
+
+        objects = [str(c) for c, t in out.dtypes.items() if t == object]
+        fs, path = fsspec.core.url_to_fs(str(opts["input"]))
+        schema = ds.dataset(path, filesystem=fs, format="parquet", partitioning="hive").schema
+        types = {c: schema.field(c).type for c in objects if c in schema.names}
+        if is_keyed(model) and model.n_classes >= 2:
+            types[opts["output_col"]] = pa.list_(pa.float64())
+        return types
 
     def close(self) -> None:
         self.client.close()
