@@ -84,12 +84,13 @@ class DaskBackend(Backend):
         from the input dataset's schema (lists, structs, decimals), and a multiclass
         model's probabilities ``list<double>``."""
         import fsspec
+        import pandas as pd
         import pyarrow as pa
         import pyarrow.dataset as ds
 
         from ..core.piecewise import is_keyed
 
-        objects = [str(c) for c, t in out.dtypes.items() if t == object]
+        objects = [str(c) for c, t in out.dtypes.items() if pd.api.types.is_object_dtype(t)]
         fs, path = fsspec.core.url_to_fs(str(opts["input"]))
         schema = ds.dataset(path, filesystem=fs, format="parquet", partitioning="hive").schema
         types = {c: schema.field(c).type for c in objects if c in schema.names}
