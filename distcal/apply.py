@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .core.columns import arrow_kind, vector_element
-from .core.rows import RowProblems, read_score
+from .core.rows import InvalidRowsError, read_score
 from .core.validate import check_vector_lengths
 from .engines.base import check_transform_columns, prediction_array
 from .errors import VECTORS_EXPECTED, ParameterError, column_type
@@ -96,11 +96,11 @@ def apply_to_parquet(model: CalibrationModel | KeyedModel, source: str | os.Path
             for table in tables:
                 try:
                     values = predict(table)
-                except RowProblems as found:  # refused: count the rows of the whole input
+                except InvalidRowsError as found:  # refused: count the rows of the whole input
                     for rest in tables:
                         try:
                             predict(rest)
-                        except RowProblems as more:
+                        except InvalidRowsError as more:
                             found = found.plus(more)
                     raise found from None
                 # p, p0, p1 with interval_cols; one list of K probabilities per row (vector)

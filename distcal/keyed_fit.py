@@ -32,7 +32,7 @@ from .core.histogram import histogram_plan
 from .core.isotonic import clip_blocks, isotonic_plan
 from .core.keyed import GLOBAL, Key, KeyedTable, KeySpec, key_text
 from .core.plans import KeyCounts, KeyFailed, Split, run_plans
-from .core.rows import LabelsNotBinary, RowPart, count_not_binary
+from .core.rows import LabelsNotBinaryError, RowPart, count_not_binary
 from .core.segment_pav import KeyedPav, merge_keyed_pav, take_blocks
 from .core.sigmoid import sigmoid_plan
 from .core.temperature import temperature_plan
@@ -245,7 +245,7 @@ def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str
                     results = run_plans(plan, map_ranges, keep=keep, counts=counts,
                                         narrow=ranges.narrow, budget=ranges.result_bytes)
             except KeyFailed as failed:
-                if isinstance(failed.error, LabelsNotBinary):  # count the rows: one pass
+                if isinstance(failed.error, LabelsNotBinaryError):  # count the rows: one pass
                     n = sum(ranges.map_rows(count_not_binary))
                     raise DataError(f"column '{spec.label_col}' (label): {n} row"
                                     f"{'s hold' if n != 1 else ' holds'} labels other than 0 "

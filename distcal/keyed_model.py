@@ -476,7 +476,7 @@ class KeyedModel:
                      counts: dict[str, int] | None = None) -> np.ndarray:
         """Predictions for one part of a frame holding the score and ``by`` columns
         (``counts``: as :meth:`_predict_segments`)."""
-        from .core.rows import Problems, RowProblems, read_scores
+        from .core.rows import InvalidRowsError, Problems, read_scores
 
         n = len(part) if isinstance(part, pd.DataFrame) else part.num_rows
         names = list(map(str, part.columns)) if isinstance(part, pd.DataFrame) \
@@ -492,7 +492,7 @@ class KeyedModel:
             fatal = [(c, p, k) for c, p, k in problems.items
                      if k and ("ragged" in p or "text" in p)]
             if fatal:
-                raise RowProblems(fatal)
+                raise InvalidRowsError(fatal)
         else:
             from .core.rows import read_score
 

@@ -104,3 +104,21 @@ def test_unknown_parameters_are_rejected():
         distcal.fit(frame(), method="platt")
     with pytest.raises(ValueError, match="engine"):
         distcal.fit(frame(), engine="ray")
+
+
+def test_row_errors_raised_in_workers_survive_pickling():
+    """Spark and Dask send a worker's exception to the driver pickled: the same class,
+    message and counts come back (the classes take other arguments than the message)."""
+    import pickle
+
+    from distcal.core.rows import InvalidRowsError, LabelsNotBinaryError
+
+    e = InvalidRowsError([("score", "are text, not numbers", 3), ("w", "are negative", 0)])
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is InvalidRowsError and str(back) == str(e) == (
+        "column 'score': 3 rows are text, not numbers")
+    assert back.items == [("score", "are text, not numbers", 3)]
+    e = LabelsNotBinaryError("labels other than 0 and 1", "MODL needs 0/1 labels")
+    back = pickle.loads(pickle.dumps(e))
+    assert type(back) is LabelsNotBinaryError and str(back) == str(e)
+    assert back.needs == "MODL needs 0/1 labels"

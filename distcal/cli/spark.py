@@ -139,6 +139,8 @@ class SparkBackend(Backend):
     def apply(self, model: CalibrationModel, opts: dict[str, Any],
               before_commit: Callable[[Any], None] | None = None) -> int:
         """Write the calibrated table aside; ``before_commit(new_df)``; then commit it."""
+        from ..engines.spark.session import on_executors  # bad rows: a DataError
+
         out = transform_for_cli(model, self.read(opts), opts)
         if opts.get("output_table"):
             return self._write_table(out, opts["output_table"], opts["overwrite"],
@@ -146,7 +148,7 @@ class SparkBackend(Backend):
         target = self.output_name(opts)
         with publishing(self.filesystem(target), target, overwrite=opts["overwrite"],
                         kind=PARQUET) as tmp:
-            out.write.parquet(tmp)  # Spark's committer: complete or absent
+            on_executors(lambda: out.write.parquet(tmp))  # Spark's committer: whole or absent
             written = self.spark.read.parquet(tmp)
             rows = int(written.count())
             if before_commit is not None:
@@ -156,10 +158,12 @@ class SparkBackend(Backend):
     def _write_table(self, df: Any, table: str, overwrite: bool,
                      before_commit: Callable[[Any], None] | None = None) -> int:
         """Write a new table aside, then swap names: readers never see half a table."""
+        from ..engines.spark.session import on_executors
+
         db, _, name = table.rpartition(".")
         prefix = f"{db}." if db else ""
         tmp = f"{prefix}_distcal_tmp_{name}_{uuid.uuid4().hex[:8]}"
-        df.write.saveAsTable(tmp)
+        on_executors(lambda: df.write.saveAsTable(tmp))
         q = _quote_table
         try:
             rows = int(self.spark.table(tmp).count())

@@ -65,7 +65,9 @@ def column_to_float(data: pd.DataFrame | pa.Table, name: str, role: str | None =
     if is_real_dtype(s.dtype):  # not complex, dates or durations
         return s.to_numpy(dtype=np.float64, na_value=np.nan), np.zeros(len(s), bool)
     if pd.api.types.is_object_dtype(s.dtype) or pd.api.types.is_string_dtype(s.dtype):
-        if s.map(lambda v: isinstance(v, (list, tuple, np.ndarray))).any():
+        # Only an object column can hold vectors (a string one's map gives strings).
+        if pd.api.types.is_object_dtype(s.dtype) and \
+                s.map(lambda v: isinstance(v, (list, tuple, np.ndarray))).astype(bool).any():
             raise DataError(f"column '{name}' holds vectors; pass it as score_col")
         return _coerce_text(s.astype(object))
     raise column_type(name, role, str(s.dtype))

@@ -44,7 +44,7 @@ from .modl import (
     range_summaries,
 )
 from .plans import KeyBatch, KeyResults
-from .rows import LabelsNotBinary
+from .rows import LabelsNotBinaryError
 
 __all__ = ["modl_from_counts"]
 
@@ -168,7 +168,7 @@ def modl_plan(exact_max: int = 1000, max_groups: int = MAX_GROUPS
     for _, _, problem in summaries:
         if problem:
             if problem == 1:  # the fit counts the rows
-                raise LabelsNotBinary(PROBLEMS[problem], PROBLEMS[problem])
+                raise LabelsNotBinaryError(PROBLEMS[problem], PROBLEMS[problem])
             raise ValueError(PROBLEMS[problem])
     # The rows pass 2 brings: each range's pre-merged rows, or at most max_groups
     # groups and one more per range (a group cut by a range boundary).

@@ -24,7 +24,7 @@ from .columns import arrow_kind, column_to_float, is_list_type, vector_element
 from .distinct import is_binary
 from .multiclass import label_problems
 
-__all__ = ["vector_lengths", "problems_message", "Problems", "read_scores", "LabelsNotBinary",
+__all__ = ["vector_lengths", "problems_message", "Problems", "read_scores", "LabelsNotBinaryError",
            "count_not_binary",
            "check_score_args", "RowPart", "group_by_code", "count_classes",
            "read_rows", "add_up_rows", "RowTotals", "check_columns", "merge_stats", "read_score"]
@@ -76,7 +76,7 @@ def problems_message(items: list[tuple[str, str, int]]) -> str:
     return "; ".join(parts)
 
 
-class RowProblems(DataError):
+class InvalidRowsError(DataError):
     """Rows of a part that cannot be read, as ``items`` of (column, problem, count):
     a reader of many parts adds up every part's (:meth:`plus`) to count the whole input."""
 
@@ -84,14 +84,17 @@ class RowProblems(DataError):
         self.items = [(c, p, k) for c, p, k in items if k]
         super().__init__(problems_message(self.items))
 
-    def plus(self, other: RowProblems) -> RowProblems:
+    def __reduce__(self) -> tuple[Any, ...]:  # raised in Spark and Dask workers: picklable
+        return type(self), (self.items,)
+
+    def plus(self, other: InvalidRowsError) -> InvalidRowsError:
         totals: dict[tuple[str, str], int] = {}
         for c, p, k in [*self.items, *other.items]:
             totals[c, p] = totals.get((c, p), 0) + k
-        return RowProblems([(c, p, k) for (c, p), k in totals.items()])
+        return InvalidRowsError([(c, p, k) for (c, p), k in totals.items()])
 
 
-class LabelsNotBinary(DataError):
+class LabelsNotBinaryError(DataError):
     """Labels other than 0/1 reached a method that takes 0/1 labels only (Venn-Abers,
     MODL), found in pooled tables; the fit counts the rows holding them
     (:func:`count_not_binary`) and says what the method ``needs``."""
@@ -99,6 +102,9 @@ class LabelsNotBinary(DataError):
     def __init__(self, message: str, needs: str):
         super().__init__(message)
         self.needs = needs
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (str(self), self.needs)
 
 
 def count_not_binary(rows: Any) -> int:
@@ -123,7 +129,7 @@ def read_score(part: pd.DataFrame | pa.Table, name: str, index: int | None = Non
     values, text = column_to_float(part, name, "score")
     k = int(np.count_nonzero(text))
     if k:
-        raise RowProblems([(name, "are text, not numbers", k)])
+        raise InvalidRowsError([(name, "are text, not numbers", k)])
     return values
 
 

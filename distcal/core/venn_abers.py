@@ -72,7 +72,7 @@ from ..errors import sums_overflow
 from .isotonic import Blocks
 from .keyed import KeyedTable
 from .plans import KeyBatch, KeyResults
-from .rows import LabelsNotBinary
+from .rows import LabelsNotBinaryError
 from .segment_pav import pav_segments
 
 __all__ = ["Steps", "venn_abers_plan"]
@@ -383,11 +383,11 @@ def venn_abers_plan(label_col: str | None = None, fit_rows: int = 0
     bad = [b for _, _, _, b in firsts_parts if b]
     if bad:
         # The pooled table knows which scores hold labels other than 0/1, not
-        # which of their rows: the caller counts the rows (LabelsNotBinary).
+        # which of their rows: the caller counts the rows (LabelsNotBinaryError).
         where = f"column '{label_col}' (label): " if label_col else ""
         known = sum(b for b in bad if b > 0)
         among = f" (among the {known} rows of the scores that hold them)" if known else ""
         needs = "Venn-Abers predictors take 0/1 labels"
-        raise LabelsNotBinary(f"{where}labels other than 0 and 1{among}; {needs}", needs)
+        raise LabelsNotBinaryError(f"{where}labels other than 0 and 1{among}; {needs}", needs)
     parts = yield _Steps(firsts_parts, fit_rows > COMPILE_ROWS)
     return join_steps([Steps(*p) for p in parts])

@@ -12,8 +12,9 @@ import pyarrow as pa
 __all__ = ["with_arrow_batches", "parallelism", "default_ranges", "as_spark", "embedded_session",
            "on_executors", "worker_error", "result_bytes"]
 
-# The last "SomeError: message" line of a Python worker's traceback.
-_WORKER_ERROR = re.compile(r"^(\w+(?:Error|Exception)): (.*)$", re.MULTILINE)
+# The last "SomeError: message" line of a Python worker's traceback (a class outside
+# the builtins is named with its module: "distcal.errors.DataError: ...").
+_WORKER_ERROR = re.compile(r"^((?:\w+\.)*\w+(?:Error|Exception)): (.*)$", re.MULTILINE)
 _MISSING = re.compile(r"No module named '([^']+)'")
 
 
@@ -32,14 +33,19 @@ def on_executors(action: Callable[[], Any]) -> Any:
     Spark wraps as "An exception was thrown from the Python worker". That
     becomes one :class:`~distcal.errors.EngineSetupError` naming the module,
     the worker's exception and the two fixes; any other failure passes
-    through unchanged.
+    through unchanged, but a worker's :class:`~distcal.errors.DataError` (bad rows
+    found where they are read, e.g. as a transform is written) is raised again as one,
+    with the worker's message.
     """
-    from ...errors import EngineSetupError
+    from ...errors import DataError, EngineSetupError
 
     try:
         return action()
     except Exception as exc:
         line = worker_error(exc)
+        name, _, message = (line or "").partition(": ")
+        if name.startswith("distcal.") and _is_data_error(name):
+            raise DataError(message) from exc
         missing = _MISSING.search(line or "")
         if line is None or missing is None or not line.startswith(("ModuleNotFoundError",
                                                                     "ImportError")):
@@ -51,6 +57,20 @@ def on_executors(action: Callable[[], Any]) -> Any:
             "('make zip' builds dist/distcal.zip) with spark-submit --py-files "
             "dist/distcal.zip or the spark.submit.pyFiles setting; the executors' Python is "
             "PYSPARK_PYTHON / spark.pyspark.python") from exc
+
+
+def _is_data_error(qualified_name: str) -> bool:
+    """Whether the distcal class ``module.Class`` is a DataError."""
+    import importlib
+
+    from ...errors import DataError
+
+    module, _, name = qualified_name.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return False
+    return isinstance(cls, type) and issubclass(cls, DataError)
 
 
 def result_bytes(spark: Any) -> int | None:
