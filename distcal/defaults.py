@@ -20,7 +20,7 @@ class _Defaults:
     label_col = "label"
     weight_col: str | None = None
     prob_col = "prob"          # evaluation's probability column
-    output_col = "calibrated"  # what transform/apply add (and evaluate's CLI default reads)
+    output_col = "calibrated"  # what transform/apply add (evaluate's CLI reads it without prob)
     loss_col: str | None = None
     method = "isotonic"
     engine = "auto"            # Python API: from the type of the data

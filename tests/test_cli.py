@@ -71,6 +71,28 @@ def test_fit_apply_evaluate_threshold(scores_path, tmp_path):
     assert res["threshold"] == direct.threshold and res["cost"] == pytest.approx(direct.cost)
 
 
+def test_evaluate_reads_prob_by_default_or_what_apply_wrote(tmp_path):
+    """Without --prob-col: the library's prob_col ("prob"); in an input without it, the
+    column apply writes ("calibrated")."""
+    from sklearn.metrics import brier_score_loss
+
+    df = make_scores(2000, seed=5)
+    prob = np.clip(df.score + 0.1, 0, 1)
+    frames = {"both": df.assign(prob=prob, calibrated=df.score), "prob": df.assign(prob=prob),
+              "applied": df.assign(calibrated=prob)}
+    for name, frame in frames.items():
+        frame.to_parquet(tmp_path / f"{name}.parquet")
+        r = run("evaluate", "--input", tmp_path / f"{name}.parquet", "--output",
+                tmp_path / f"rep_{name}")
+        assert r.returncode == 0, r.stderr
+        (col, metrics), = json.loads(r.stdout)["metrics"].items()
+        assert col == ("calibrated" if name == "applied" else "prob")
+        assert metrics["brier"] == pytest.approx(brier_score_loss(df.label, prob), rel=1e-12)
+    df.to_parquet(tmp_path / "none.parquet")
+    r = run("evaluate", "--input", tmp_path / "none.parquet", "--output", tmp_path / "r")
+    assert r.returncode == 2 and "column 'prob' (prob) not found" in r.stderr
+
+
 def test_console_script_is_installed(scores_path, tmp_path):
     exe = shutil.which("distcal", path=os.path.dirname(sys.executable))
     assert exe, "the distcal console script is not installed next to python"

@@ -54,6 +54,10 @@ class Backend:
         """The input as the engine's kind of data."""
         raise NotImplementedError
 
+    def column_names(self, data: Any) -> list[str]:
+        """The columns of what :meth:`read` returned (a Spark or Dask DataFrame here)."""
+        return [str(c) for c in data.columns]
+
     def output_name(self, opts: dict[str, Any]) -> str:
         if not opts.get("output"):
             raise UsageError("missing required option(s): --output")

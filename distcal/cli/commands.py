@@ -7,6 +7,7 @@ go on its engine, and returns the dict printed as the command's JSON line.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..api import fit
@@ -214,15 +215,19 @@ def cmd_apply(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     return out
 
 
-def _predictions(opts: dict[str, Any]) -> list[Any]:
+def _predictions(opts: dict[str, Any], columns: Callable[[], list[str]]) -> list[Any]:
     """What ``evaluate`` compares: each --prob-col, then each --prob-cols as a list.
 
-    Without either, the column 'apply' writes.
+    Without either, the library's ``prob_col`` ("prob"); an input without it that
+    has the column 'apply' writes ("calibrated") is evaluated on that one.
+    ``columns()``: the input's column names.
     """
     groups = [checked_columns(v, "prob-cols", least=2) for v in opts.get("prob_cols") or []]
     cols: list[Any] = list(opts.get("prob_col") or [])
     if not cols and not groups:
-        cols = [DEFAULTS.output_col]
+        names = columns()
+        applied = DEFAULTS.prob_col not in names and DEFAULTS.output_col in names
+        cols = [DEFAULTS.output_col if applied else DEFAULTS.prob_col]
     return cols + groups
 
 
@@ -236,9 +241,9 @@ def _summary(r: Any) -> dict[str, Any]:
 
 def cmd_evaluate(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     _require(opts, "input", "output")
-    predictions = _predictions(opts)
     io.check_paths(opts, outputs=[opts["output"]])
     data = io.read(opts)
+    predictions = _predictions(opts, lambda: io.column_names(data))
     io.refuse_existing(opts["output"], opts["overwrite"], kind=REPORT)
     kw = {"label_col": opts["label_col"], "weight_col": opts["weight_col"],
           "n_bins": opts.get("n_bins") or DEFAULTS.n_bins,

@@ -22,6 +22,11 @@ class LocalBackend(Backend):
             raise UsageError("missing required option(s): --input")
         return opts["input"]
 
+    def column_names(self, data: Any) -> list[str]:
+        from ..tables import open_dataset
+
+        return list(open_dataset(data).schema.names)
+
     def apply(self, model: CalibrationModel, opts: dict[str, Any],
               before_commit: Callable[[Any], None] | None = None) -> int:
         from ..apply import apply_to_parquet
