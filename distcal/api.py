@@ -45,7 +45,9 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
         ``params["cost"]``, ``params["groups"]``: docs/modl.md), beta
         calibration (scores in [0, 1]; ``params`` a, b, c) or the inductive
         Venn-Abers predictor (0/1 labels; ``model.predict_interval``):
-        docs/methods.md. "temperature" is for multiclass scores only.
+        docs/methods.md. "temperature" is for multiclass scores; a
+        ``score_col`` of numbers is then one binary logit s per row, the
+        pair (-s, s) as in scikit-learn (as ``score_cols=[score_col]``).
     score_col, label_col, weight_col : str
         Column names; labels are 0/1 or rates in [0, 1]; weights finite and
         >= 0 (None: all 1). A ``score_col`` of vectors (lists or arrays of K
@@ -125,9 +127,11 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
     if by is not None and score_index is not None:
         raise ParameterError("by= reads a plain score column; score_index cannot be "
                              "combined with by= in this version")
+    vectors = get_engine(name).is_vector_column(data, score_col)
+    if method == "temperature" and score_cols is None and score_index is None and not vectors:
+        score_cols = [score_col]  # one logit s per row: the pair (-s, s), as scikit-learn
     multiclass = source is None and score_index is None and (
-        score_cols is not None or method == "temperature"
-        or get_engine(name).is_vector_column(data, score_col))
+        score_cols is not None or vectors)
     model, _ = _fit_keyed(data, name, method, score_col, score_cols, label_col, weight_col, by,
                           min_segment_weight, multiclass, on_invalid, method_params,
                           score_index=score_index)

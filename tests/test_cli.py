@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -91,6 +92,34 @@ def test_evaluate_reads_prob_by_default_or_what_apply_wrote(tmp_path):
     df.to_parquet(tmp_path / "none.parquet")
     r = run("evaluate", "--input", tmp_path / "none.parquet", "--output", tmp_path / "r")
     assert r.returncode == 2 and "column 'prob' (prob) not found" in r.stderr
+
+
+def test_apply_reads_the_per_class_columns_a_model_was_fitted_on(tmp_path):
+    """apply without --score-col / --score-cols: a model fitted on per-class columns (or on
+    one column of logits, for temperature) reads them, as model.transform does."""
+    from scipy.special import expit
+
+    rng = np.random.default_rng(6)
+    s = rng.normal(size=(1500, 3))
+    y = np.array([rng.choice(3, p=np.exp(r) / np.exp(r).sum()) for r in s])
+    df = pd.DataFrame({"s0": s[:, 0], "s1": s[:, 1], "s2": s[:, 2], "label": y,
+                       "score": s[:, 0], "binary": (y == 0).astype(np.int64)})
+    df.to_parquet(tmp_path / "in.parquet")
+    for name, fit_opts, label in [("ovr", ["--score-cols", "s0,s1,s2"], "label"),
+                                  ("temperature", ["--method", "temperature"], "binary")]:
+        r = run("fit", "--input", tmp_path / "in.parquet", "--output", tmp_path / name,
+                "--label-col", label, *fit_opts)
+        assert r.returncode == 0, r.stderr
+        r = run("apply", "--model", tmp_path / name, "--input", tmp_path / "in.parquet",
+                "--output", tmp_path / f"{name}.parquet")
+        assert r.returncode == 0, r.stderr
+        got = np.stack(pd.read_parquet(tmp_path / f"{name}.parquet")["calibrated"])
+        model = distcal.load(tmp_path / name)
+        if name == "ovr":
+            np.testing.assert_array_equal(got, model.predict(s))
+        else:  # one logit per row: p1 = sigmoid(2 beta s)
+            np.testing.assert_allclose(got[:, 1], expit(2 * model.params["beta"] * s[:, 0]),
+                                       rtol=1e-12)
 
 
 def test_console_script_is_installed(scores_path, tmp_path):

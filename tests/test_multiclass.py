@@ -223,6 +223,30 @@ def test_temperature_beta_is_the_weighted_log_loss_optimum(seed):
     np.testing.assert_allclose(model.predict(z), softmax(beta * z, axis=1), atol=1e-14)
 
 
+def test_temperature_of_one_logit_column(engine):
+    """A score column of numbers with method="temperature": one logit s per row, the pair
+    (-s, s) as in scikit-learn, so p1 = sigmoid(2 beta s); beta minimises the weighted log
+    loss (scipy), and the model is that of score_cols=[score_col]."""
+    from scipy.special import expit
+
+    rng = np.random.default_rng(21)
+    s = np.round(rng.normal(size=1500), 3)
+    y = (rng.random(1500) < expit(0.8 * s)).astype(np.int64)
+    w = rng.uniform(0.5, 2.0, 1500)
+    df = pd.DataFrame({"score": s, "label": y, "w": w})
+    model = distcal.fit(engine(df), method="temperature", weight_col="w")
+    assert model == distcal.fit(df, method="temperature", score_cols=["score"], weight_col="w")
+
+    def loss(log_beta):
+        p1 = expit(2 * np.exp(log_beta) * s)
+        return -np.sum(w * np.where(y == 1, np.log(p1), np.log1p(-p1)))
+
+    res = minimize_scalar(loss, bounds=(-5, 5), method="bounded", options={"xatol": 1e-12})
+    assert model.params["beta"] == pytest.approx(np.exp(res.x), rel=1e-6)
+    np.testing.assert_allclose(model.predict(s)[:, 1], expit(2 * model.params["beta"] * s),
+                               rtol=1e-12)
+
+
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_temperature_bounds_like_sklearn(sign):
     # Perfectly separated logits: the loss falls as beta grows (or, reversed, as

@@ -345,8 +345,11 @@ def interval_columns(value: str | None) -> tuple[str, str] | None:
     return p0, p1
 
 
-def column_list(value: str | None, option: str) -> list[str] | None:
-    """``--score-cols a,b,c`` or ``--by a,b`` as a list of names (None without the option)."""
+def column_list(value: str | list[str] | None, option: str) -> list[str] | None:
+    """``--score-cols a,b,c`` or ``--by a,b`` as a list of names (None without the option;
+    a list, e.g. a model's own columns, as it is)."""
+    if isinstance(value, list):
+        return value
     return None if value is None else checked_columns(value, option)
 
 

@@ -181,6 +181,7 @@ def cmd_apply(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     if opts.get("report"):
         io.refuse_existing(opts["report"], opts["overwrite"], kind=REPORT)
     model = io.load_model(opts["model"])
+    opts = {**opts, **_score_columns(model, opts)}
     if not opts.get("report"):
         rows = io.apply(model, opts)
     else:
@@ -213,6 +214,17 @@ def cmd_apply(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     if opts.get("report"):
         out["report"] = str(opts["report"])
     return out
+
+
+def _score_columns(model: Any, opts: dict[str, Any]) -> dict[str, Any]:
+    """apply's scores: --score-col or --score-cols as given; neither: the per-class columns
+    a multiclass model was fitted on (as ``transform`` reads them), else 'score'."""
+    if opts.get("score_col") is not None or opts.get("score_cols"):
+        return {}
+    fitted = model.columns.get("scores") if isinstance(model, KeyedModel) else None
+    if fitted:
+        return {"score_cols": list(fitted)}
+    return {"score_col": DEFAULTS.score_col}
 
 
 def _predictions(opts: dict[str, Any], columns: Callable[[], list[str]]) -> list[Any]:

@@ -101,8 +101,11 @@ OPTIONS: tuple[Option, ...] = (
            "summary, exact for the rounded scores (default: none, no rounding)",
            commands=("summarize",)),
     Option("score-col", str, f"score column (default: {DEFAULTS.score_col})",
-           commands=("fit", "apply", "threshold", "discretize", "summarize"),
+           commands=("fit", "threshold", "discretize", "summarize"),
            default=DEFAULTS.score_col),
+    Option("score-col", str, f"score column, or a vector (list) column of a multiclass "
+           f"model's K scores (default: {DEFAULTS.score_col}; a model fitted on per-class "
+           "columns reads those, as --score-cols)", commands=("apply",)),
     Option("score-cols", str, "multiclass scores given as K per-class columns, comma-separated "
            "(e.g. s0,s1,s2; labels are the class indices 0..K-1), instead of --score-col; a "
            "--score-col of vectors (lists) is multiclass too (default: none)",
