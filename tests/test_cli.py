@@ -122,6 +122,31 @@ def test_apply_reads_the_per_class_columns_a_model_was_fitted_on(tmp_path):
                                        rtol=1e-12)
 
 
+def test_fit_takes_each_methods_options(scores_path, tmp_path):
+    """Every method parameter has its option: the model is the API's with that parameter,
+    and a config file's options of other methods are left to those methods."""
+    path, df = scores_path
+    cases = [("modl", ["--max-groups", "50"], {"max_groups": 50}),
+             ("histogram", ["--n-bins", "7", "--strategy", "quantile"],
+              {"n_bins": 7, "strategy": "quantile"}),
+             ("isotonic", ["--increasing", "false", "--interpolation", "step"],
+              {"increasing": False, "interpolation": "step"})]
+    for method, options, params in cases:
+        r = run("fit", "--input", path, "--output", tmp_path / method, "--method", method,
+                *options)
+        assert r.returncode == 0, r.stderr
+        assert distcal.load(tmp_path / method) == distcal.fit(df, method=method, **params)
+    assert distcal.load(tmp_path / "modl").params["groups"] <= 50
+    r = run("discretize", "--input", path, "--max-groups", "20")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["cost"] == distcal.discretize(df, max_groups=20).attrs["cost"]
+    (tmp_path / "c.yaml").write_text("increasing: false\nn-bins: 7\n")
+    r = run("fit", "--input", path, "--output", tmp_path / "sig", "--method", "sigmoid",
+            "--config", tmp_path / "c.yaml")
+    assert r.returncode == 0, r.stderr
+    assert distcal.load(tmp_path / "sig") == distcal.fit(df, method="sigmoid")
+
+
 def test_console_script_is_installed(scores_path, tmp_path):
     exe = shutil.which("distcal", path=os.path.dirname(sys.executable))
     assert exe, "the distcal console script is not installed next to python"

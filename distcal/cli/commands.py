@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..api import fit
-from ..defaults import DEFAULTS
+from ..defaults import DEFAULTS, METHOD_PARAMS
 from ..discretize import discretize
 from ..errors import ModelError, UsageError
 from ..evaluation import evaluate, evaluate_many
@@ -33,13 +33,9 @@ def _require(opts: dict[str, Any], *names: str) -> None:
                          + ", ".join("--" + n.replace("_", "-") for n in missing))
 
 
-# The options that are parameters of a --method (the others take none from the command line).
-_METHOD_OPTIONS = {"isotonic": ("increasing", "interpolation", "y_min", "y_max"),
-                   "histogram": ("n_bins", "strategy")}
-
-
 def _method_params(opts: dict[str, Any]) -> dict[str, Any]:
-    params = {k: opts[k] for k in _METHOD_OPTIONS.get(opts["method"], ())
+    """The options that are parameters of --method (each one's option has its name)."""
+    params = {k: opts[k] for k in METHOD_PARAMS.get(opts["method"], {})
               if opts.get(k) is not None}
     if "increasing" in params:  # "true", "false" or "auto"
         inc = str(params["increasing"]).lower()
@@ -309,7 +305,8 @@ def cmd_discretize(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
         io.check_paths(opts, outputs=[opts["output"]])
         io.refuse_existing(opts["output"], opts["overwrite"], kind=PARQUET)
     table = discretize(io.read(opts), score_col=opts["score_col"], label_col=opts["label_col"],
-                       engine=io.engine, max_classes=opts["max_classes"])
+                       engine=io.engine, max_classes=opts["max_classes"],
+                       max_groups=opts.get("max_groups") or METHOD_PARAMS["modl"]["max_groups"])
     if opts.get("output"):  # one Parquet file; the class labels' columns named as text
         io.publish(opts["output"], lambda p: table.rename(columns=str).to_parquet(p, index=False),
                    opts["overwrite"], PARQUET)

@@ -13,7 +13,7 @@ import argparse
 from dataclasses import dataclass
 from typing import Any
 
-from ..defaults import DEFAULTS, INTERPOLATIONS, METHODS, STRATEGIES
+from ..defaults import DEFAULTS, INTERPOLATIONS, METHOD_PARAMS, METHODS, STRATEGIES
 from ..engines import ENGINES
 from ..errors import UsageError
 from ..export.sql import DIALECTS
@@ -55,7 +55,8 @@ class Option:
 
 OPTIONS: tuple[Option, ...] = (
     Option("config", str, "YAML file of option defaults (keys: long option names); the "
-           "command line wins (default: none)", commands=COMMANDS),
+           "command line wins; a method's options apply to that --method only (default: "
+           "none)", commands=COMMANDS),
     Option("engine", str, f"where to run (default: {DEFAULTS.cli_engine})", choices=ENGINES,
            entry_points=(CLI,), default=DEFAULTS.cli_engine, commands=(*ALL, "monitor")),
     Option("input", str, "input: a Parquet file or dataset directory, any path the engine "
@@ -166,6 +167,9 @@ OPTIONS: tuple[Option, ...] = (
            "global map (default: 0)", commands=("fit",), default=0.0),
     Option("n-bins", int, f"histogram / calibration-curve bins (default: {DEFAULTS.n_bins})",
            commands=("fit", "evaluate")),
+    Option("max-groups", int, "modl: the most groups of equal-count score ranges a key's "
+           f"scores are put in before the search (default: "
+           f"{METHOD_PARAMS['modl']['max_groups']})", commands=("fit", "discretize")),
     Option("strategy", str, f"bin edges (default: {DEFAULTS.strategy})",
            commands=("fit", "evaluate"), choices=STRATEGIES),
     Option("threshold", float, f"confusion matrix at prob >= this (default: "
@@ -336,4 +340,20 @@ def resolve_options(args: argparse.Namespace, entry_point: str) -> dict[str, Any
     opts.update(given)
     opts.setdefault("engine", {SPARK_JOB: "spark", DASK_JOB: "dask"}.get(entry_point,
                                                                            DEFAULTS.cli_engine))
+    if command == "fit":
+        _check_method_options(opts["method"], given)
     return opts
+
+
+def _check_method_options(method: str, given: dict[str, Any]) -> None:
+    """A method's option given on the command line for another --method is a UsageError
+    (``fit(method="sigmoid", n_bins=5)`` is a TypeError): it would be ignored, e.g. a
+    decreasing map asked of venn_abers. A config file's are defaults for the methods
+    that take them."""
+    if method not in METHOD_PARAMS:
+        return  # the fit names the methods
+    for name in given:
+        owners = [m for m, params in METHOD_PARAMS.items() if name in params]
+        if owners and method not in owners:
+            raise UsageError(f"--{name.replace('_', '-')} is an option of --method "
+                             f"{' / '.join(owners)}; this fit's method is {method}")
