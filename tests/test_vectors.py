@@ -268,3 +268,8 @@ def test_spark_calibrator_stage_score_index(spark, predictions, tmp_path):
     got = loaded.transform(pred).select("cal").toPandas().cal.to_numpy()
     np.testing.assert_allclose(got, fitted.stages[0].model.predict(plain.probability),
                                rtol=1e-12)
+    # Without scoreIndex the vectors are refused at the fit (they fitted a multiclass
+    # model that the stage could neither transform nor load back)
+    with pytest.raises(distcal.DataError, match="column 'probability' \\(score\\) holds "
+                       "vectors: set scoreIndex"):
+        Pipeline(stages=[Calibrator(scoreCol="probability")]).fit(pred)

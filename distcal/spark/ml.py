@@ -34,7 +34,7 @@ from pyspark.ml.util import (
 
 from ..api import fit
 from ..defaults import DEFAULTS, METHOD_PARAMS
-from ..errors import ModelError
+from ..errors import DataError, ModelError
 from ..loading import load_dir
 from ..model import CalibrationModel
 from ..storage import STAGE, OutputExistsError, fetch_dir, filesystem_for, publish_dir, publishing
@@ -118,6 +118,14 @@ class Calibrator(Estimator, _CalibratorParams, DefaultParamsReadable, DefaultPar
         return self._set(**{k: v for k, v in kwargs.items() if v is not None})
 
     def _fit(self, dataset: Any) -> CalibratorModel:
+        from ..engines import get_engine
+
+        col = self.getScoreCol()
+        if self.getScoreIndex() is None and get_engine("spark").is_vector_column(dataset, col):
+            # The stage calibrates one binary score; distcal.fit takes vectors as multiclass.
+            raise DataError(f"column '{col}' (score) holds vectors: set scoreIndex to the "
+                            "element to calibrate (e.g. 1, a binary classifier's probability "
+                            "of class 1); the Calibrator stage calibrates one binary score")
         model = CalibratorModel(fit(dataset, engine="spark", **self._fit_kwargs()))
         self._copyValues(model)
         return model
