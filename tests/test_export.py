@@ -121,7 +121,7 @@ def run_spark(spark, exprs: list[str], columns: dict[str, list]) -> list[list]:
              if isinstance(_first(v), (int, np.integer)) else "double" for c, v in columns.items()}
     rows = list(zip(*[[None if x is None else (float(x) if types[c] == "double" else x)
                        for x in v] for c, v in columns.items()]))
-    df = spark.createDataFrame(rows, ", ".join(f"{c} {t}" for c, t in types.items()))
+    df = spark.createDataFrame(rows, ", ".join(f"`{c}` {t}" for c, t in types.items()))
     df = df.coalesce(1)  # keep the row order
     return [list(r) for r in df.selectExpr(*[f"{e} AS p{i}" for i, e in enumerate(exprs)])
             .collect()]
@@ -167,7 +167,8 @@ def run_postgres(conn, exprs: list[str], columns: dict[str, list]) -> list[list]
              if isinstance(_first(v), (int, np.integer)) else "float8" for c, v in columns.items()}
     arrays = ", ".join(f"%s::{t}[]" for t in types.values())
     select = ", ".join(f"{e} AS p{i}" for i, e in enumerate(exprs))
-    sql = f"SELECT {select} FROM unnest({arrays}) AS t({', '.join(types)})"
+    names = ", ".join(f'"{c}"' for c in types)  # as created: case and spaces kept
+    sql = f"SELECT {select} FROM unnest({arrays}) AS t({names})"
     values = [[None if x is None else (float(x) if types[c] == "float8" else
                                        int(x) if types[c] == "int8" else x) for x in v]
               for c, v in columns.items()]
@@ -291,6 +292,33 @@ def test_sql_segments(engine, run_sql, segment_models, probes):
     for i, model in enumerate(segment_models.values()):
         want = model.predict(np.array(scores), segments=keys[model.by])
         _assert_close(_columns(result, i), want)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sql_segment_columns_of_any_name(engine, run_sql):
+    """by columns named with a space, as a keyword, in mixed case: quoted where the
+    dialect would read them otherwise (an alias, a query, a folded name)."""
+    rng = np.random.default_rng(14)
+    n = 800
+    df = pd.DataFrame({"score": np.round(rng.random(n), 2), "my seg": rng.choice(["a", "b"], n),
+                       "select": rng.choice(["x", "y"], n), "Seg": rng.choice(["u", "v"], n)})
+    df["label"] = (rng.random(n) < df.score).astype(int)
+    model = distcal.fit(df, by=["my seg", "select", "Seg"])
+    probe = df.sample(60, random_state=1)
+    result = run_sql([model.to_sql("score", dialect=engine)],
+                     {c: probe[c].tolist() for c in ["score", "my seg", "select", "Seg"]})
+    _assert_close(_columns(result, 0), model.predict(probe.score.to_numpy(),
+                                                     segments=probe[model.by]))
+
+
+def test_sql_expressions_of_one_value_only(binary_models):
+    """An alias, a query or a statement where a value goes is a ValueError, not SQL that
+    fails when the database runs it."""
+    model = binary_models["linear"]
+    for bad in ("x AS y", "my score", "select", "DROP TABLE t"):
+        with pytest.raises(ValueError, match="is not a postgres SQL expression of one value"):
+            model.to_sql(bad, dialect="postgres")
+    assert "(SELECT" in model.to_sql("(SELECT max(s) FROM t)", dialect="duckdb")
 
 
 def _class_data(n: int = 3000, k: int = 3, seed: int = 5, decimals: int | None = 2

@@ -134,10 +134,37 @@ class _Writer:
         except ParseError as exc:
             raise ValueError(f"{what} {sql!r} is not a {self.dialect} SQL expression: "
                              f"{str(exc).splitlines()[0]}") from exc
+        if not isinstance(tree, (self._exp.Condition, self._exp.Subquery)):
+            # "x AS y", "my score" (an alias), "select", "DROP TABLE t": not one value
+            raise ValueError(f"{what} {sql!r} is not a {self.dialect} SQL expression of one "
+                             f"value (it reads as {tree.sql(dialect=self.dialect)!r}); quote a "
+                             "column name that is not a plain identifier")
         text = str(tree.sql(dialect=self.dialect))
         atomic = isinstance(tree, (self._exp.Column, self._exp.Literal, self._exp.Identifier,
                                    self._exp.Paren))
         return text if atomic else f"({text})"
+
+    def column(self, name: str) -> str:
+        """The column ``name`` (a ``by`` column, named as the data has it): bare where
+        the dialect reads it back as exactly that column, as it would be written by hand;
+        quoted otherwise: spaces, keywords, dots (never read as an alias or a query), and
+        letters the dialect would fold (PostgreSQL lowers ``Seg``, Snowflake uppers
+        ``seg``: sqlglot's ``normalize_identifier``)."""
+        import sqlglot
+        from sqlglot.dialects.dialect import Dialect
+        from sqlglot.errors import ParseError
+
+        exp = self._exp
+        try:
+            tree = sqlglot.parse_one(name, read=self.dialect)
+        except ParseError:
+            tree = None
+        folded = Dialect.get_or_raise(self.dialect).normalize_identifier(
+            exp.to_identifier(name)).name
+        if isinstance(tree, exp.Column) and not tree.table and tree.name == name \
+                and not tree.this.quoted and folded == name:
+            return name
+        return str(exp.column(exp.to_identifier(name, quoted=True)).sql(dialect=self.dialect))
 
     def is_nan(self, s: str) -> str:
         if _NAN_BY_EQUALITY.get(self.dialect, False):
@@ -406,11 +433,15 @@ def to_sql(model: Any, score: str | Sequence[str] = "score", dialect: str = "spa
     if segments is not None and not by:
         raise ValueError("segments= is for a model fitted with by=")
     if by:
-        names = [segments] if isinstance(segments, str) else list(segments or by)
-        if len(names) != len(by):
-            raise ValueError(f"segments needs {len(by)} key expressions ({', '.join(by)}), "
-                             f"got {len(names)}")
-        out = _by_segment(model, rendered, [w.expression(n, "segment key") for n in names], w)
+        if segments is None:  # the by columns, by name
+            keys = [w.column(str(b)) for b in by]
+        else:
+            names = [segments] if isinstance(segments, str) else list(segments)
+            if len(names) != len(by):
+                raise ValueError(f"segments needs {len(by)} key expressions ({', '.join(by)}), "
+                                 f"got {len(names)}")
+            keys = [w.expression(n, "segment key") for n in names]
+        out = _by_segment(model, rendered, keys, w)
     else:
         out = _combined(model, rendered, w)
     return out if k >= 2 else out[0]
