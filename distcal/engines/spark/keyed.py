@@ -593,12 +593,6 @@ def table_from_payloads(head: bytes, streams: list[pa.Table]) -> KeyedTable:
                       (col("ww") if weighted else ones) if squares else None)
 
 
-def key_columns(spec: KeySpec) -> list[str]:
-    """The columns whose values make the segment keys of ``read_rows``'s rows: ``by``, or
-    the label (discretize's classes: ``target="classes"``)."""
-    return [spec.label_col] if spec.target == "classes" else list(spec.by)
-
-
 def table_runner(fn: Callable[[KeyedTable], Any]
                  ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """A partition of the pooled frame's tables (persisted; one range or, coalesced,
