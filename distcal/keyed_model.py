@@ -688,12 +688,14 @@ def class_columns(columns: dict[str, Any], key: Key) -> dict[str, Any]:
 # 2, 2.5 matches no integer key): pandas holds an integer column with nulls as
 # float64. Booleans are not numbers here (True == 1 in Python).
 _KIND_TEXT = {"number": "numbers", "string": "strings", "bool": "booleans", "date": "dates",
-              "timestamp": "timestamps", "binary": "bytes"}
+              "timestamp": "timestamps without a time zone",
+              "timestamp_tz": "timestamps with a time zone", "binary": "bytes"}
 
 
 def key_kind(value: Any) -> str | None:
-    """The kind of one segment key: "number", "string", "bool", "date", "timestamp",
-    "binary", another type's name, or None for a null (None, NaN, NaT)."""
+    """The kind of one segment key: "number", "string", "bool", "date", "timestamp" (naive),
+    "timestamp_tz" (never equal to a naive one), "binary", another type's name, or None
+    for a null (None, NaN, NaT)."""
     if value is None or value is pd.NaT:
         return None
     if isinstance(value, (bool, np.bool_)):
@@ -703,7 +705,9 @@ def key_kind(value: Any) -> str | None:
             else "number"
     if isinstance(value, str):
         return "string"
-    if isinstance(value, (datetime.datetime, np.datetime64)):
+    if isinstance(value, datetime.datetime):
+        return "timestamp" if value.tzinfo is None else "timestamp_tz"
+    if isinstance(value, np.datetime64):
         return "timestamp"
     if isinstance(value, datetime.date):
         return "date"
@@ -722,11 +726,15 @@ def type_kind(dtype: Any) -> str | None:
         return ("bool" if t.is_boolean(dtype) else
                 "number" if t.is_integer(dtype) or t.is_floating(dtype) or t.is_decimal(dtype)
                 else "string" if t.is_string(dtype) or t.is_large_string(dtype)
-                else "date" if t.is_date(dtype) else "timestamp" if t.is_timestamp(dtype)
+                else "date" if t.is_date(dtype)
+                else ("timestamp" if dtype.tz is None else "timestamp_tz")
+                if t.is_timestamp(dtype)
                 else "binary" if t.is_binary(dtype) or t.is_large_binary(dtype)
                 else None if t.is_null(dtype) else str(dtype))
     name = getattr(dtype, "typeName", None)
     if callable(name) and type(dtype).__module__.startswith("pyspark."):
+        # Spark's TIMESTAMP keys are its session's wall-clock times, as toPandas() gives
+        # them (naive): the Spark engine reads them as timestamp_ntz.
         spark = {"boolean": "bool", "byte": "number", "short": "number", "integer": "number",
                  "long": "number", "float": "number", "double": "number", "decimal": "number",
                  "string": "string", "varchar": "string", "char": "string", "date": "date",
@@ -742,7 +750,7 @@ def type_kind(dtype: Any) -> str | None:
     if pd.api.types.is_numeric_dtype(dt):
         return "number"
     if pd.api.types.is_datetime64_any_dtype(dt):
-        return "timestamp"
+        return "timestamp_tz" if isinstance(dt, pd.DatetimeTZDtype) else "timestamp"
     if pd.api.types.is_string_dtype(dt) and dt != np.dtype(object):
         return "string"
     return None  # object, category: the values tell

@@ -63,7 +63,7 @@ MISMATCHES = [
     ("bool", "int", "numbers", "booleans"),
     ("bool", "str", "strings", "booleans"),
     ("date", "str", "strings", "dates"),
-    ("date", "timestamp", "timestamps", "dates"),
+    ("date", "timestamp", "timestamps without a time zone", "dates"),
     ("date", "int", "numbers", "dates"),
 ]
 
@@ -164,7 +164,8 @@ def test_dask_transform_checks_key_types(fitted, client):
         model.transform(dd.from_pandas(_rows(_as("bool"), seed=10), npartitions=3)).compute()
     stamps = _rows(_as("timestamp"), seed=10)
     stamps["g"] = pd.to_datetime(stamps.g)
-    with pytest.raises(distcal.DataError, match=r"rows hold timestamps; the model's keys of 'g' "
+    with pytest.raises(distcal.DataError, match=r"rows hold timestamps without a time zone; "
+                                                r"the model's keys of 'g' "
                                                 r"are dates"):
         fitted["date"].transform(dd.from_pandas(stamps, npartitions=3)).compute()
     probe = _rows([1, 2, 7, None], seed=11)
@@ -196,3 +197,52 @@ def test_spark_transform_checks_key_types(fitted, spark):
     np.testing.assert_allclose(
         fitted["date"].transform(spark.createDataFrame(dates)).toPandas().calibrated,
         fitted["date"].transform(dates).calibrated, rtol=1e-12)
+
+
+def _stamps(tz: str | None = None) -> list:
+    out = list(pd.to_datetime(["2024-01-01 09:30", "2024-03-10 02:30", "2024-11-03 01:30"]))
+    return [t.tz_localize(tz) for t in out] if tz else out
+
+
+def test_naive_and_zoned_timestamps_are_two_kinds():
+    """A naive timestamp never equals one with a time zone: either against a model of
+    the other is a DataError, not every row on the global map."""
+    naive, zoned = _rows(_stamps()), _rows(_stamps("UTC"))
+    for model, data, got, want in [(distcal.fit(naive, by="g"), zoned, "with", "without"),
+                                   (distcal.fit(zoned, by="g"), naive, "without", "with")]:
+        with pytest.raises(distcal.DataError, match=f"{N} rows hold timestamps {got} a time "
+                                                    f"zone; the model's keys of 'g' are "
+                                                    f"timestamps {want} a time zone"):
+            model.transform(data)
+        same = zoned if want == "with" else naive
+        assert model.global_rows(same)["total"] == 0
+
+
+def test_spark_timestamp_keys_are_the_session_s_wall_clock_times(spark):
+    """Spark's TIMESTAMP keys are read as toPandas() gives them (the session time zone's
+    wall-clock times): the model of a Spark fit equals the pandas fit of those rows, and
+    a pandas model's segments match them in Spark's transform, in any session time zone
+    (New York: a DST gap and a repeated hour among the keys)."""
+    rows = _rows(_stamps(), seed=15)
+    assert distcal.fit(spark.createDataFrame(rows), by="g") == distcal.fit(rows, by="g")
+    previous = spark.conf.get("spark.sql.session.timeZone")
+    spark.conf.set("spark.sql.session.timeZone", "America/New_York")
+    try:
+        sdf = spark.createDataFrame(rows)
+        seen = sdf.toPandas()
+        local = distcal.fit(seen, by="g")
+        assert distcal.fit(sdf, by="g") == local
+        np.testing.assert_allclose(local.transform(sdf).toPandas().calibrated,
+                                   local.predict(seen.score, segments=seen.g), rtol=1e-12)
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", previous)
+
+
+def test_spark_transform_of_a_model_whose_segments_all_fall_back(spark):
+    """No segment map to join (every segment fell back, or every key was null): every row
+    takes the global map, as locally."""
+    rows = _rows(KEYS["int"], seed=16)
+    for model in (distcal.fit(rows, by="g", min_segment_weight=N),
+                  distcal.fit(rows.assign(g=None), by="g")):
+        got = model.transform(spark.createDataFrame(rows)).toPandas().calibrated
+        np.testing.assert_allclose(got, model.global_model.predict(rows.score), rtol=1e-12)

@@ -97,7 +97,15 @@ from ...core.rows import RowPart, check_columns, count_classes, merge_stats, rea
 from ...errors import VECTORS_EXPECTED, DataError, column_type
 from ...logs import log, phase
 from ..base import KeyedRanges
-from .schema import column_kind, fields_of, is_vector_udt, quote, vector_array, vector_length_counts
+from .schema import (
+    column_kind,
+    fields_of,
+    is_vector_udt,
+    quote,
+    vector_array,
+    vector_length_counts,
+    wall_clock,
+)
 from .session import default_ranges, result_bytes, with_arrow_batches
 
 __all__ = ["SparkKeyedRanges", "KeyedRuns", "chunks", "result_batch", "range_result",
@@ -697,7 +705,9 @@ def _vector_lengths(df: Any, spec: KeySpec) -> list[dict[int, int]]:
 
 
 def input_rows(df: Any, spec: KeySpec) -> Any:
-    """The columns of ``spec``, a ``VectorUDT`` score column as ``array<double>`` (JVM)."""
+    """The columns of ``spec``, a ``VectorUDT`` score column as ``array<double>`` (JVM),
+    a ``by`` column of TIMESTAMPs as the session's wall-clock times (:func:`.schema.
+    wall_clock`)."""
     from pyspark.sql import functions as F
 
     fields = fields_of(df)
@@ -705,6 +715,8 @@ def input_rows(df: Any, spec: KeySpec) -> Any:
     for c in spec.columns:
         if is_vector_udt(fields[c]):
             cols.append(vector_array(df, c).alias(c))
+        elif c in spec.by:
+            cols.append(wall_clock(F.col(quote(c)), fields[c]).alias(c))
         else:
             cols.append(F.col(quote(c)))
     return df.select(*cols)

@@ -90,3 +90,12 @@ def vector_length_counts(df: Any, name: str) -> dict[int, int]:
     n = F.size(vector_array(df, name))
     counts = df.where(F.col(quote(name)).isNotNull()).groupBy(n.alias("n")).count().collect()
     return {int(r["n"]): int(r["count"]) for r in counts}
+
+
+def wall_clock(col: Any, dtype: Any) -> Any:
+    """A segment key column of Spark's ``TIMESTAMP`` (an instant) as ``TIMESTAMP_NTZ``, the
+    session time zone's wall-clock time: the naive values ``toPandas()`` gives, so that a
+    fit on Spark has the keys of a fit on the same rows in pandas. Other types as they are."""
+    from pyspark.sql import types as T
+
+    return col.cast("timestamp_ntz") if isinstance(dtype, T.TimestampType) else col

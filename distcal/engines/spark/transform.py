@@ -42,7 +42,7 @@ from ...core.distinct import starts_of_runs
 from ...core.piecewise import Piecewise, piecewise
 from ...errors import column_type
 from ..base import check_transform_columns
-from .schema import column_kind, fields_of, quote, vector_element
+from .schema import column_kind, fields_of, quote, vector_element, wall_clock
 
 __all__ = ["transform", "transform_segmented"]
 
@@ -179,6 +179,7 @@ def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) ->
     columns' types, before any job.
     """
     from pyspark.sql import functions as F
+    from pyspark.sql import types as T
 
     fields = _check(df, score_col, output_col, by=tuple(model.by))
     model.check_column_types(fields)  # keys of another type would match no segment
@@ -192,12 +193,16 @@ def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) ->
     cs, ci, cv, ck = fresh[0], fresh[1], fresh[2:2 + len(base)], fresh[2 + len(base):]
     seg = model.segments
     keys = list(seg.loc[~seg["fallback"], model.by].itertuples(index=False, name=None))
+    if not keys:  # every segment fell back (or every key was null): the global map
+        return transform(model.global_model, df, score_col, output_col)
     maps = [model.segment(tuple(k)) for k in keys] + [model.global_model]
     values = _map_values(maps, formula)
-    table = _table(spark, keys, [fields[b] for b in model.by], ck, cv, [v[:-1] for v in values])
+    ntz = T.TimestampNTZType()  # TIMESTAMP keys compared as wall-clock times (as fitted)
+    table = _table(spark, keys, [ntz if isinstance(fields[b], T.TimestampType) else fields[b]
+                                 for b in model.by], ck, cv, [v[:-1] for v in values])
     cond = None
     for j, name in enumerate(model.by):
-        eq = df[quote(name)] == table[ck[j]]
+        eq = wall_clock(df[quote(name)], fields[name]) == table[ck[j]]
         cond = eq if cond is None else cond & eq
     joined = df.join(F.broadcast(table), on=cond, how="left")
     # Unmatched rows (null or unseen keys, segments that fall back) take the
