@@ -116,9 +116,11 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
         if method == "temperature" or score_cols is not None or score_index is not None:
             raise ParameterError("a summary holds one score per row: temperature scaling "
                                  "and multiclass scores need the rows themselves")
-        data, by = source, list(source.by) or None
-        score_col, label_col = str(source.columns["score"]), str(source.columns["label"])
-        weight_col = source.columns["weight"]
+        score_col, label_col, weight_col, by = source.own_columns(
+            "fit", score_col=(score_col, DEFAULTS.score_col),
+            label_col=(label_col, DEFAULTS.label_col), weight_col=(weight_col, None),
+            by=(by, None))
+        data = source
     name = resolve_engine(data, engine)
     # Unknown keyword arguments fail before anything (even a schema) is read.
     known = {k for p in METHOD_PARAMS.values() for k in p} | get_engine(name).options

@@ -430,9 +430,11 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
         if prob_cols is not None or score_index is not None:
             raise ParameterError("a summary holds one score per row: prob_cols and "
                                  "score_index do not apply")
-        data, by = source, list(source.by) or None
-        prob_col, label_col = str(source.columns["score"]), str(source.columns["label"])
-        weight_col = source.columns["weight"]
+        prob_col, label_col, weight_col, by = source.own_columns(
+            "evaluate", prob_col=(prob_col, DEFAULTS.prob_col),
+            label_col=(label_col, DEFAULTS.label_col), weight_col=(weight_col, None),
+            by=(by, None))
+        data = source
     columns = {"prob": prob_col, "label": label_col, "weight": weight_col}
     name = resolve_engine(data, engine)
     engine_impl = get_engine(name)

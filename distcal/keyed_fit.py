@@ -246,10 +246,13 @@ def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str
                                         narrow=ranges.narrow, budget=ranges.result_bytes)
             except KeyFailed as failed:
                 if isinstance(failed.error, LabelsNotBinaryError):  # count the rows: one pass
-                    n = sum(ranges.map_rows(count_not_binary))
-                    raise DataError(f"column '{spec.label_col}' (label): {n} row"
-                                    f"{'s hold' if n != 1 else ' holds'} labels other than 0 "
-                                    f"and 1; {failed.error.needs}") from failed.error
+                    try:
+                        n = sum(ranges.map_rows(count_not_binary))
+                        rows = f"{n} row{'s hold' if n != 1 else ' holds'}"
+                    except DataError:  # summaries: they hold sums, no rows to count
+                        rows = "the summarised rows hold"
+                    raise DataError(f"column '{spec.label_col}' (label): {rows} labels other "
+                                    f"than 0 and 1; {failed.error.needs}") from failed.error
                 raise _key_error(by, failed, method) from failed.error
         if method == "beta":
             results = _drop_one_class(by, results)

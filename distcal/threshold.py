@@ -169,9 +169,11 @@ def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
         if per_row_loss or score_index is not None:
             raise ParameterError("a summary holds labels, not losses, and one score per row: "
                                  "loss_col and score_index do not apply")
-        data, by = source, list(source.by) or None
-        score_col, label_col = str(source.columns["score"]), str(source.columns["label"])
-        weight_col = source.columns["weight"]
+        score_col, label_col, weight_col, by = source.own_columns(
+            "optimal_threshold", score_col=(score_col, DEFAULTS.score_col),
+            label_col=(label_col, DEFAULTS.label_col), weight_col=(weight_col, None),
+            by=(by, None))
+        data = source
     columns = {"score": score_col, "weight": weight_col,
                **({"loss": loss_col} if per_row_loss else {"label": label_col})}
     engine_impl = get_engine(resolve_engine(data, engine))

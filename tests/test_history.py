@@ -24,6 +24,7 @@ from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
 
 import distcal
 from distcal import DataError, ModelError
+from distcal.errors import ParameterError
 from distcal.storage import OutputExistsError
 
 Q = np.linspace(-0.2, 1.2, 1401)
@@ -103,6 +104,32 @@ def test_fit_of_one_summary_in_memory_and_refusals(engine):
     assert distcal.fit(si, engine=name) == distcal.fit(inf)
     with pytest.raises(DataError, match=r"column 'score': 3 rows are infinite"):
         distcal.fit(si, method="sigmoid", engine=name)
+    # 0/1-label methods say what the labels are, not that the rows are missing
+    for method, needs in [("modl", "MODL calibration needs 0/1 labels"),
+                          ("venn_abers", "Venn-Abers predictors take 0/1 labels")]:
+        with pytest.raises(DataError, match=f"column 'label' \\(label\\): the summarised rows "
+                                            f"hold labels other than 0 and 1; {needs}"):
+            distcal.fit(distcal.summarize(frame(frac)), method=method, engine=name)
+
+
+def test_columns_other_than_the_summaries_are_refused():
+    """A summary holds its columns and segments only: asking fit, evaluate or
+    optimal_threshold of it for others (weights, segments, another label) is a
+    ParameterError, not a fit that ignores them; its own columns may be named."""
+    df = days(1)[0].assign(c=lambda d: np.arange(len(d)) % 2)
+    plain, own = distcal.summarize(df), distcal.summarize(df, weight_col="w", by="c")
+    for call, arg in [(lambda: distcal.fit(plain, by="c"), "by=\\['c'\\]"),
+                      (lambda: distcal.fit(plain, weight_col="w"), "weight_col='w'"),
+                      (lambda: distcal.fit(plain, label_col="y"), "label_col='y'"),
+                      (lambda: distcal.evaluate(plain, weight_col="w"), "weight_col='w'"),
+                      (lambda: distcal.evaluate(plain, prob_col="p"), "prob_col='p'"),
+                      (lambda: distcal.optimal_threshold(plain, by="c"), "by=\\['c'\\]")]:
+        with pytest.raises(ParameterError, match=f"{arg}, but the summaries hold the "
+                                                         "rows of score 'score'"):
+            call()
+    assert distcal.fit(own, weight_col="w", by="c") == distcal.fit(df, weight_col="w", by="c")
+    assert distcal.evaluate(own, prob_col="score", by=["c"]).segments.equals(
+        distcal.evaluate(df, prob_col="score", weight_col="w", by="c").segments)
 
 
 def test_summarize_is_the_same_on_every_engine_and_counts_rows(engine):
@@ -140,6 +167,11 @@ def test_decimals_give_the_summary_of_the_rounded_scores(engine):
     assert distcal.fit(s, engine=name) == distcal.fit(rounded, weight_col="w")
     with pytest.raises(ValueError, match="decimals"):
         distcal.summarize(df, decimals=-1)
+    # Scores too large for s * 10^d (integers already) are kept, never made infinite
+    big = pd.DataFrame({"score": [1e305, 0.123, 0.456, -1e305, 2.0**53 + 2],
+                        "label": [1, 0, 1, 0, 1], "w": 1.0})
+    got = distcal.summarize(frame(big), decimals=2).table.score.tolist()
+    assert got == [-1e305, 0.12, 0.46, 2.0**53 + 2, 1e305]
 
 
 # -- evaluation and thresholds from summaries -------------------------------------------

@@ -99,6 +99,26 @@ def engine(request):
     return request.param
 
 
+def test_hard_predictions_that_are_wrong_alert(frames):
+    """Probabilities only 0, 1/2 and 1: Spiegelhalter's variance is 0. A label the model
+    calls impossible (1 at p = 0, 0 at p = 1) is then |z| = inf and p = 0, and the
+    period alerts; where every such label is right the statistic is 0/0: NaN."""
+    rng = np.random.default_rng(0)
+    p = rng.choice([0.0, 0.5, 1.0], 1000)
+    right = np.where(p == 0.5, rng.integers(0, 2, 1000), p).astype(int)
+    wrong = np.where(rng.random(1000) < 0.3, 1 - right, right)
+    report = distcal.monitor([distcal.summarize(frames[0]),
+                              distcal.summarize(pd.DataFrame({"score": p, "label": wrong})),
+                              distcal.summarize(pd.DataFrame({"score": p, "label": right}))])
+    table = report.table
+    num = np.sum((wrong - p) * (1 - 2 * p))  # the numerator of Z (numpy, the raw rows)
+    assert num > 0 and table.spiegelhalter_z[1] == np.inf
+    assert table.spiegelhalter_p[1] == 0.0 and bool(table.alert[1])
+    assert np.isnan(table.spiegelhalter_z[2]) and not table.alert[2]
+    rep = distcal.evaluate(pd.DataFrame({"score": p, "label": wrong}), prob_col="score")
+    assert rep.spiegelhalter_z == np.inf and rep.spiegelhalter_p == 0.0
+
+
 def test_bad_parameters_fail_before_reading(saved):
     for kw in ({"alpha": 0}, {"alpha": 1.5}, {"max_ece": -1}, {"max_ece": float("nan")}):
         with pytest.raises(ValueError):

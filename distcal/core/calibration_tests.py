@@ -54,11 +54,16 @@ def calibration_tests(sums: np.ndarray, weight: float, positives: float,
                       confidence: float = 0.95) -> dict[str, float]:
     """Spiegelhalter's z and p-value, CITL and its normal interval from the added partials.
 
-    A zero variance (every p in {0, 1/2, 1}) leaves z and its p-value NaN.
+    A zero variance (every p in {0, 1/2, 1}) with a non-zero numerator (a row the
+    model calls impossible: y = 1 at p = 0, or y = 0 at p = 1) is |z| = inf and p = 0;
+    with a zero numerator too (0/0), z and p are NaN.
     """
     num, den, wp, var = (float(x) for x in sums)
-    z = num / math.sqrt(den) if den > 0 else math.nan
-    p_value = float(2.0 * norm.sf(abs(z))) if math.isfinite(z) else math.nan
+    if den > 0:
+        z = num / math.sqrt(den)
+    else:
+        z = math.copysign(math.inf, num) if den == 0 and num != 0 else math.nan
+    p_value = float(2.0 * norm.sf(abs(z))) if not math.isnan(z) else math.nan
     citl = (wp - positives) / weight if weight > 0 else math.nan
     half = float(norm.ppf(0.5 + confidence / 2.0)) * math.sqrt(var) / weight \
         if weight > 0 and var >= 0 else math.nan

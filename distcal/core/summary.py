@@ -164,11 +164,17 @@ def _sortable(segs: list[Any]) -> bool:
 
 
 def round_keyed(kt: KeyedTable, decimals: int | None) -> KeyedTable:
-    """Every score rounded to ``decimals`` (numpy's ``round``), pooled again by (key, score)."""
+    """Every score rounded to ``decimals`` (numpy's ``round``), pooled again by (key, score).
+
+    Scores of 2^52 or more in magnitude are integers already and kept: numpy rounds
+    s * 10^d, which overflows to inf for the largest finite scores.
+    """
     if decimals is None or not len(kt.table):
         return kt
     codes, keys, t, _ = kt.rows()
-    return pool_sums(codes, keys, np.round(t.score, decimals), t.weight, t.positives,
+    with np.errstate(over="ignore", invalid="ignore"):
+        rounded = np.where(np.abs(t.score) < 2.0**52, np.round(t.score, decimals), t.score)
+    return pool_sums(codes, keys, rounded, t.weight, t.positives,
                      t.count, t.label_sum, ~kt.binary[codes], kt.wyy, kt.ww)
 
 
@@ -237,6 +243,36 @@ class SummarySource:
         return KeySpec(score_col=str(self.columns["score"]), label_col=str(self.columns["label"]),
                        weight_col=self.columns["weight"], by=self.by, squares=True,
                        probabilities=probabilities)
+
+    def own_columns(self, caller: str, **given: tuple[Any, Any]
+                    ) -> tuple[str, str, str | None, list[str] | None]:
+        """The summaries' score, label and weight columns and ``by``, for ``caller`` on them.
+
+        ``given``: each argument's (value, default) by name (``score_col`` or
+        ``prob_col``, ``label_col``, ``weight_col``, ``by``). One that names other
+        columns than the summaries' is a :class:`~distcal.ParameterError`: a summary
+        holds no others (it would be ignored, e.g. a weighted or segmented fit asked of
+        summaries of unweighted rows of no segments).
+        """
+        from ..errors import ParameterError
+
+        score, label, weight = (str(self.columns["score"]), str(self.columns["label"]),
+                                self.columns["weight"])
+        own: dict[str, Any] = {"score": score, "label": label, "weight": weight,
+                               "by": list(self.by)}
+        roles = {"score_col": "score", "prob_col": "score", "label_col": "label",
+                 "weight_col": "weight", "by": "by"}
+        for arg, (value, default) in given.items():
+            if value is None or value == default:
+                continue
+            if arg == "by":
+                value = [value] if isinstance(value, str) else list(value)
+            if value != own[roles[arg]]:
+                raise ParameterError(
+                    f"{caller}: {arg}={value!r}, but the summaries hold the rows of score "
+                    f"{own['score']!r}, label {own['label']!r}, weight {own['weight']!r} and "
+                    f"by {own['by']}: leave {arg} out (a summary holds no other columns)")
+        return score, label, weight, list(self.by) or None
 
     def columns_read(self, spec: KeySpec) -> list[str]:
         """The summary columns a pass of ``spec`` reads (:func:`moved_fields`)."""
