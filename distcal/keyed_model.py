@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import functools
 import math
 import os
 import textwrap
@@ -225,11 +226,23 @@ class KeyedModel:
         return self._view(GLOBAL)
 
     def _key(self, key: Any) -> tuple[Any, ...]:
+        """``key`` as a tuple of values of the model's key types: a key of another type is
+        not a fitted one, a ``KeyError`` (True where the keys are numbers, which a dict
+        would take for 1, too)."""
         if len(self.by) == 1 and not isinstance(key, tuple):
-            return (key,)
+            key = (key,)
         if not isinstance(key, tuple) or len(key) != len(self.by):
             raise KeyError(f"a segment key is a tuple of {len(self.by)} values "
                            f"({', '.join(self.by)}), got {key!r}")
+        try:
+            hash(key)
+        except TypeError:
+            raise KeyError(f"a segment key is a tuple of {len(self.by)} values "
+                           f"({', '.join(self.by)}), got {key!r}") from None
+        try:
+            self.check_key_types([key])
+        except DataError as exc:
+            raise KeyError(str(exc)) from None
         return key
 
     def segment(self, key: Any) -> Any:
@@ -365,8 +378,10 @@ class KeyedModel:
         return out
 
     # -- segment keys: their types, and the rows the global maps serve ----------
+    @functools.cached_property
     def _model_kinds(self) -> list[set[str]]:
-        """Per ``by`` column, the kinds (:func:`key_kind`) of the fitted segments' keys."""
+        """Per ``by`` column, the kinds (:func:`key_kind`) of the fitted segments' keys
+        (once: :meth:`segment` checks each key it is given)."""
         return [{k for k in map(key_kind, self._segments[b].tolist()) if k is not None}
                 for b in self.by]
 
@@ -380,7 +395,7 @@ class KeyedModel:
         rows, e.g. ``column 'g' (segment): 300 rows hold strings; the
         model's keys of 'g' are numbers``.
         """
-        for j, (b, want) in enumerate(zip(self.by, self._model_kinds())):
+        for j, (b, want) in enumerate(zip(self.by, self._model_kinds)):
             if not want:
                 continue
             bad = [i for i, k in enumerate(keys) if key_kind(k[j]) not in (None, *want)]
@@ -399,7 +414,7 @@ class KeyedModel:
         Arrow or Spark types, by column name), before any row is read; a type that does
         not fix the kind (pandas' object) is left to the values. For an engine that
         applies the model without :meth:`predict` (Spark's segmented transform)."""
-        for b, want in zip(self.by, self._model_kinds()):
+        for b, want in zip(self.by, self._model_kinds):
             got = type_kind(types[b]) if b in types else None
             if got is not None and want and got not in want:
                 raise DataError(
@@ -455,20 +470,26 @@ class KeyedModel:
                     raise column_not_found(c, "segment", map(str, segments.columns))
             cols = [segments[c] for c in self.by]
         elif len(self.by) == 1:
+            if np.ndim(segments) == 0 and not isinstance(segments, tuple):
+                segments = [segments]  # the key of one score
             values = segments.to_numpy() if isinstance(segments, (pd.Series, pd.Index)) \
                 else segments
-            cols = [pd.Series(list(values) if not isinstance(values, np.ndarray) else values,
-                              dtype=object if not isinstance(values, np.ndarray) else None)]
+            if isinstance(values, np.ndarray) and values.ndim == 2 and values.shape[1] == 1:
+                values = values[:, 0]  # one column of keys
+            if not isinstance(values, np.ndarray):  # values, or 1-tuples as segment() takes
+                values = [v[0] if isinstance(v, tuple) and len(v) == 1 else v for v in values]
+            cols = [pd.Series(values, dtype=object if not isinstance(values, np.ndarray)
+                              else None)]
         else:
             arr = np.empty((len(segments), len(self.by)), dtype=object)
             for i, row in enumerate(segments):
-                if len(row) != len(self.by):
-                    raise ValueError(f"each segment key needs {len(self.by)} values "
-                                     f"({', '.join(self.by)}), got {row!r}")
+                if np.ndim(row) != 1 or len(row) != len(self.by):
+                    raise DataError(f"each segment key needs {len(self.by)} values "
+                                    f"({', '.join(self.by)}), got {row!r}")
                 arr[i] = list(row)
             cols = [pd.Series(arr[:, j]) for j in range(len(self.by))]
         if any(len(c) != n for c in cols):
-            raise ValueError(f"segments has {len(cols[0])} keys for {n} scores")
+            raise DataError(f"segments has {len(cols[0])} keys for {n} scores")
         return factorize_keys(cols, self.by)
 
     def predict_part(self, part: pd.DataFrame | pa.Table, score_col: str | None,

@@ -24,6 +24,7 @@ No pickle. :func:`distcal.keyed_model.load_keyed` reads it;
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 from pathlib import Path
@@ -136,7 +137,14 @@ def steps_table(steps: Steps) -> pa.Table:
 def _arrow_column(values: list[Any], name: str) -> pa.Array:
     """The segment keys of column ``name`` as one Arrow column; keys of several Python
     types (a ``by`` column of ints and strings, which a fit accepts) are a DataError
-    naming the column and the keys of each type."""
+    naming the column and the keys of each type; durations are one too (pyarrow reads
+    pandas' Timedelta of other units than ns wrongly, and back they are another type)."""
+    durations = sum(isinstance(v, (datetime.timedelta, np.timedelta64)) for v in values)
+    if durations:
+        raise DataError(f"column '{name}' (segment) holds durations ({durations} "
+                        f"key{'' if durations == 1 else 's'}): a saved model does not store "
+                        "durations as keys; cast the column to numbers (e.g. seconds) and fit "
+                        "again")
     try:
         return pa.array(values)
     except (pa.ArrowException, TypeError, ValueError) as exc:

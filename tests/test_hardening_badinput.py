@@ -769,6 +769,10 @@ API_CASES += [
         _df(w).assign(g=["a"] * 1000 + [1] * 1000), by="g").save(w / "mixed_keys"),
         distcal.DataError, r"column 'g' \(segment\) holds keys of several types \(1 key of "
         r"int, 1 key of str\); a saved model stores one type per column"),
+    ApiCase("save-model-of-duration-keys", lambda w: distcal.fit(
+        _df(w).assign(g=pd.to_timedelta(np.arange(2000) % 3, unit="s")), by="g").save(
+        w / "duration_keys"), distcal.DataError,
+        r"column 'g' \(segment\) holds durations \(3 keys\): a saved model does not store"),
     ApiCase("merge-summaries-by-columns-of-two-types", lambda w: distcal.merge_summaries([
         distcal.summarize(_df(w).assign(g=1), by="g"),
         distcal.summarize(_df(w).assign(g="a"), by="g")]), distcal.DataError,

@@ -246,3 +246,31 @@ def test_spark_transform_of_a_model_whose_segments_all_fall_back(spark):
                   distcal.fit(rows.assign(g=None), by="g")):
         got = model.transform(spark.createDataFrame(rows)).toPandas().calibrated
         np.testing.assert_allclose(got, model.global_model.predict(rows.score), rtol=1e-12)
+
+
+def test_segments_given_to_predict_in_any_reasonable_form(fitted):
+    """One score's key as a scalar, a column of keys (n, 1), 1-tuples (as segment()
+    takes): the same predictions; a length or width that does not fit is a DataError."""
+    model = fitted["int"]
+    rows = _rows(KEYS["int"], n=6, seed=17)
+    want = model.predict(rows.score, segments=rows.g.tolist())
+    keys = rows.g.to_numpy()
+    for given in (keys.reshape(-1, 1), [(k,) for k in keys], pd.Series(keys), pd.Index(keys)):
+        np.testing.assert_array_equal(model.predict(rows.score, segments=given), want)
+    assert model.predict(rows.score[0], segments=keys[0]) == want[0]
+    with pytest.raises(distcal.DataError, match="segments has 5 keys for 6 scores"):
+        model.predict(rows.score, segments=keys[:5])
+    two = distcal.fit(_rows(KEYS["int"]).assign(h=lambda d: d.g % 2), by=["g", "h"])
+    with pytest.raises(distcal.DataError, match=r"each segment key needs 2 values \(g, h\)"):
+        two.predict([0.5], segments=[(1,)])
+
+
+def test_a_key_of_another_type_is_no_segment(fitted):
+    """segment(True) of a model of numbers (a dict would take True for 1), segment(1) of a
+    model of booleans, an unhashable key: KeyError, as for any key not fitted."""
+    for model, key in [(fitted["int"], True), (fitted["bool"], 1), (fitted["int"], "1"),
+                       (fitted["int"], [1])]:
+        with pytest.raises(KeyError):
+            model.segment(key)
+    assert fitted["bool"].segment(True).n_rows == N // 2
+    assert fitted["int"].segment(1.0) == fitted["int"].segment(1)
