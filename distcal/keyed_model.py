@@ -30,6 +30,7 @@ version 2, :mod:`distcal.model_format`); :func:`load_keyed` reads it back.
 
 from __future__ import annotations
 
+import copy
 import datetime
 import decimal
 import functools
@@ -211,7 +212,11 @@ class KeyedModel:
         classes = self._classes_keyed()
         maps = {(GLOBAL, c): self._maps[(segment, c)] for c in classes}
         if self.n_classes < 2:
-            return maps[(GLOBAL, None)]
+            binary = maps[(GLOBAL, None)]
+            if segment is GLOBAL and binary.dropped_rows != self.dropped_rows:
+                binary = copy.copy(binary)  # the rows dropped are the fit's, as multiclass
+                binary.dropped_rows = self.dropped_rows
+            return binary
         first = maps[(GLOBAL, classes[0])]
         return KeyedModel(self.method, maps, n_classes=self.n_classes, params=self._params,
                           n_rows=first.n_rows, weight_total=first.weight_total,

@@ -378,6 +378,9 @@ def test_bad_parameters_and_columns():
         distcal.fit(df, by="seg")
     dropped = distcal.fit(df, by="seg", on_invalid="drop")
     assert dropped.dropped_rows == 3 and dropped.segments.n_rows.sum() == len(df) - 3
+    # the global map's rows are the fit's: its dropped rows too, as the plain fit's
+    assert dropped.global_model == distcal.fit(df, on_invalid="drop")
+    assert dropped.global_model.dropped_rows == 3
 
 
 def test_cli_fit_by_and_apply(tmp_path):
