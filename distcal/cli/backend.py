@@ -277,7 +277,8 @@ def _roles(command: str, opts: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield dict(prob_col=col, label_col=label, weight_col=weight, interval_cols=interval)
     elif command == "apply":
         report = bool(opts.get("report"))
-        yield dict(score_col=_score_role(opts), output_col=opts.get("output_col"),
+        yield dict(score_col=_score_role(opts) or DEFAULTS.score_col,  # (before the model)
+                   output_col=opts.get("output_col"),
                    label_col=label if report else None, weight_col=weight if report else None,
                    interval_cols=list(interval_columns(opts.get("interval_cols")) or ()) or None)
     elif command == "threshold":

@@ -117,7 +117,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("prob-col", str, f"probability column, or a vector (list) column of K class "
            f"probabilities for a multiclass report; repeat to compare several (default: "
            f"{DEFAULTS.prob_col}, or {DEFAULTS.output_col}, what 'apply' writes, in an input "
-           f"without {DEFAULTS.prob_col}; none with --prob-cols)",
+           f"without {DEFAULTS.prob_col}; none when per-class columns are given)",
            commands=("evaluate",), repeat=True),
     Option("prob-cols", str, "one multiclass prediction given as K per-class probability "
            "columns, comma-separated (e.g. p0,p1,p2; labels are the class indices 0..K-1); "
