@@ -236,14 +236,14 @@ class KeyedModel:
         would take for 1, too)."""
         if len(self.by) == 1 and not isinstance(key, tuple):
             key = (key,)
-        if not isinstance(key, tuple) or len(key) != len(self.by):
-            raise KeyError(f"a segment key is a tuple of {len(self.by)} values "
-                           f"({', '.join(self.by)}), got {key!r}")
         try:
             hash(key)
-        except TypeError:
+            fits = isinstance(key, tuple) and len(key) == len(self.by)
+        except TypeError:  # (a list or an array among the values: no dict key)
+            fits = False
+        if not fits:
             raise KeyError(f"a segment key is a tuple of {len(self.by)} values "
-                           f"({', '.join(self.by)}), got {key!r}") from None
+                           f"({', '.join(self.by)}), got {key!r}")
         try:
             self.check_key_types([key])
         except DataError as exc:
