@@ -49,6 +49,29 @@ def test_calibration_curve_unweighted(strategy):
     np.testing.assert_allclose(rep.calibration_curve["prob_pred"], pp, atol=1e-9)
 
 
+def test_quantile_edges_on_values_are_numpys_to_the_last_bit(engine):
+    """With n = 6k + 1 rows every edge of 6 quantile bins lies on a value, where
+    np.percentile's rounding decides its bin: the same edges, bit for bit, so the
+    calibration curve and the histogram map bin every row as scikit-learn does (the
+    quantile positions fall inside and between the engines' ranges)."""
+    rng = np.random.default_rng(11)
+    for n in (601, 607, 1201):
+        p = rng.random(n)
+        y = (rng.random(n) < p).astype(int)
+        edges = np.percentile(p, np.linspace(0, 1, 7) * 100)
+        rep = distcal.evaluate(engine(pd.DataFrame({"prob": p, "label": y})), n_bins=6,
+                               strategy="quantile", **engine.opts)
+        np.testing.assert_array_equal(rep.bin_edges, edges)
+        pt, pp = calibration_curve(y, p, n_bins=6, strategy="quantile")
+        np.testing.assert_allclose(rep.calibration_curve["prob_true"], pt, atol=1e-12)
+        model = distcal.fit(engine(pd.DataFrame({"score": p, "label": y})),
+                            method="histogram", n_bins=6, strategy="quantile", **engine.opts)
+        np.testing.assert_array_equal(model.params["edges"], edges)
+        ids = np.searchsorted(edges[1:-1], p)
+        rate = np.bincount(ids, y, 6) / np.bincount(ids, None, 6)
+        np.testing.assert_allclose(model.predict(p), rate[ids], atol=1e-12)
+
+
 def test_calibration_curve_weighted_equals_repeated_rows():
     rng = np.random.default_rng(5)
     p = np.round(rng.random(3000), 2)

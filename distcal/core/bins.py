@@ -79,8 +79,8 @@ def quantiles_plan(q: np.ndarray, stats: list[tuple[float, float, float, float, 
             inside[float(stats[k][0])] = (float(offsets[k]), idx)
         gap = np.flatnonzero((at == k) & (pos > last[k]))
         if gap.shape[0] and k + 1 < len(stats):  # between the range's last knot and the next
-            out[gap] = np.interp(pos[gap], [last[k], offsets[k + 1]],
-                                 [stats[k][1], stats[k + 1][0]])
+            out[gap] = percentile_interp(pos[gap], np.array([last[k], offsets[k + 1]]),
+                                         np.array([stats[k][1], stats[k + 1][0]]))
         elif gap.shape[0]:  # past the last knot of all
             out[gap] = stats[-1][1]
     if inside:
@@ -88,6 +88,28 @@ def quantiles_plan(q: np.ndarray, stats: list[tuple[float, float, float, float, 
         for res in found:
             if res is not None:
                 out[res[0]] = res[1]
+    return out
+
+
+def percentile_interp(x: np.ndarray, xp: np.ndarray, fp: np.ndarray) -> np.ndarray:
+    """``np.interp(x, xp, fp)`` computed as ``np.percentile`` interpolates.
+
+    Between knots a and b at fraction t, numpy's percentile takes a + (b - a) t
+    below t = 1/2 and b - (b - a)(1 - t) from there (its ``_lerp``), where
+    ``np.interp`` always starts from a: the two differ in the last bit, and a
+    value lying on an edge then falls in another bin than scikit-learn's.
+    Written here because numpy exposes that rule only inside ``np.percentile``,
+    which needs all values in one array. Where that rule gives NaN (infinite
+    knots), ``np.interp``'s value.
+    """
+    j = np.clip(np.searchsorted(xp, x, side="right") - 1, 0, len(xp) - 2)
+    a, b, width = fp[j], fp[j + 1], xp[j + 1] - xp[j]
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        t = np.where(width > 0, (x - xp[j]) / np.where(width > 0, width, 1.0), 0.0)
+        out = np.where(t < 0.5, a + (b - a) * t, b - (b - a) * (1.0 - t))
+    bad = np.isnan(out)
+    if bad.any():
+        out[bad] = np.interp(x[bad], xp, fp)
     return out
 
 
@@ -125,7 +147,8 @@ class _InsideRanges:
             first = cum - w
             xp = np.empty(2 * (hi - lo))
             xp[0::2], xp[1::2] = first, np.maximum(first, cum - 1.0)
-            out.append((idx, np.interp(request.pos[idx], xp, np.repeat(t.score[lo:hi], 2))))
+            out.append((idx, percentile_interp(request.pos[idx], xp,
+                                               np.repeat(t.score[lo:hi], 2))))
         return out
 
 
@@ -158,7 +181,10 @@ def edges_plan(n_bins: int = 10, strategy: str = "uniform", *, rows_for_bins: bo
     if rows_for_bins and n_bins > n_rows:
         raise ParameterError(f"n_bins must not exceed the number of rows ({n_rows}), got {n_bins}")
     if strategy == "quantile":
-        edges = yield from quantiles_plan(np.linspace(0.0, 1.0, n_bins + 1), stats)
+        # scikit-learn asks np.percentile for linspace(0, 1) * 100, which divides by 100
+        # again: the same q to the last bit, so a value on an edge takes the same bin.
+        q = np.linspace(0.0, 1.0, n_bins + 1) * 100.0 / 100.0
+        edges = yield from quantiles_plan(q, stats)
         return edges
     lo, hi = stats[0][0], stats[-1][1]
     if not (np.isfinite(lo) and np.isfinite(hi)):
