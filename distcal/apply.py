@@ -18,7 +18,7 @@ from .engines.base import check_transform_columns, prediction_array
 from .errors import VECTORS_EXPECTED, ParameterError, column_type
 from .keyed_model import KeyedModel
 from .model import CalibrationModel
-from .storage import local_publishing
+from .storage import local_publishing, refuse_overlap
 from .tables import iter_tables, open_dataset
 
 __all__ = ["apply_to_parquet"]
@@ -34,7 +34,8 @@ def apply_to_parquet(model: CalibrationModel | KeyedModel, source: str | os.Path
     """Stream ``source`` batch by batch, add ``output_col``, write one Parquet file.
 
     Every input column is kept (hive partition columns included). The file
-    is written aside and renamed, so ``output`` is never half-written;
+    is written aside and renamed, so ``output`` is never half-written, and
+    never is, lies inside or contains ``source`` (a :class:`~distcal.DataError`);
     ``before_commit(path_of_the_new_file)`` runs in between (a report on the
     output: if it raises, nothing is published). Returns the rows written.
     With ``score_index`` the score is that element of the vectors in
@@ -53,6 +54,7 @@ def apply_to_parquet(model: CalibrationModel | KeyedModel, source: str | os.Path
         raise ParameterError(
             "interval_cols takes two new column names, for a Venn-Abers model of a column of "
             f"numbers; got {interval_cols!r} for a {model.method} model")
+    refuse_overlap(os.fspath(output), os.fspath(source))
     dataset = open_dataset(source)
     schema = dataset.schema
     lengths: Counter[int] = Counter()

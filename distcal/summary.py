@@ -59,7 +59,14 @@ from .logs import log
 from .model import build_or_damaged, damaged, read_checked_meta, read_table_bytes, read_table_file
 from .model_format import _json_checksum
 from .params import check_on_invalid, check_roles
-from .storage import fetch_dir, filesystem_for, is_local_uri, local_path, publish_dir
+from .storage import (
+    fetch_dir,
+    filesystem_for,
+    is_local_uri,
+    local_path,
+    publish_dir,
+    refuse_overlap,
+)
 
 __all__ = ["Summary", "summarize", "merge_summaries", "load_summary", "summary_source",
            "SUMMARY_FORMAT"]
@@ -87,12 +94,17 @@ class Summary:
         The rounding of the scores (None: none).
     n_rows, weight_total, dropped_rows : int, float, int
         Rows used (weight > 0), their total weight, rows dropped as invalid.
+    read_from : str or None
+        The path the rows were read from (not saved): :meth:`save` refuses a path
+        inside it, which a re-read of the input would take for rows.
     """
 
     def __init__(self, table: pa.Table, *, columns: dict[str, str | None], by: Sequence[str],
                  n_rows: int, weight_total: float, dropped_rows: int = 0,
-                 period: str | None = None, decimals: int | None = None):
+                 period: str | None = None, decimals: int | None = None,
+                 read_from: str | None = None):
         self._table = table
+        self.read_from = read_from
         self.columns = dict(columns)
         self.by = list(by)
         self.n_rows, self.weight_total = int(n_rows), float(weight_total)
@@ -164,8 +176,10 @@ class Summary:
         Written aside and committed into place (:mod:`distcal.storage`), so a
         reader sees the old or the new directory, never a mix; an existing
         one is replaced only with ``overwrite=True``. ``path``: a local
-        path or any fsspec URL.
+        path or any fsspec URL, not inside the input the rows were read from.
         """
+        if self.read_from is not None:
+            refuse_overlap(os.fspath(path), self.read_from)
         publish_dir(filesystem_for(os.fspath(path)), os.fspath(path), self.write_dir,
                     overwrite=overwrite, kind="summary")
 
@@ -285,7 +299,8 @@ def summarize(data: Any, score_col: str = DEFAULTS.score_col,
     except (pa.ArrowTypeError, pa.ArrowInvalid):  # a by column of values of several types
         raise _mixed_key_types(kt, names) from None
     return Summary(table, columns=columns, by=names, n_rows=n_rows, weight_total=weight_total,
-                   dropped_rows=dropped, period=period, decimals=d)
+                   dropped_rows=dropped, period=period, decimals=d,
+                   read_from=os.fspath(data) if isinstance(data, (str, os.PathLike)) else None)
 
 
 def _mixed_key_types(kt: Any, names: list[str]) -> DataError:

@@ -49,7 +49,12 @@ def iter_tables(dataset: ds.Dataset, columns: list[str],
     fitting needs. Hive partition columns are filled in from the path.
     """
     for fragment in dataset.get_fragments():
-        for part in fragment.split_by_row_group():
+        try:
+            parts = fragment.split_by_row_group()
+        except (pa.ArrowInvalid, OSError) as exc:  # (a file other than Parquet deeper down)
+            raise DataError(f"input file '{fragment.path}' is not a readable Parquet file: "
+                            f"{exc}") from exc
+        for part in parts:
             table = part.to_table(schema=dataset.schema, columns=columns)
             for start in range(0, table.num_rows, batch_rows):
                 yield table.slice(start, batch_rows)

@@ -11,6 +11,7 @@ import socket
 import uuid
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -283,3 +284,50 @@ def test_read_regular_file_is_capped_by_bytes_read(tmp_path):
     with pytest.raises(ValueError, match="larger than 100 bytes"):
         read_regular_file(str(tmp_path / "big"), 100, "config")
     assert read_regular_file(str(tmp_path / "big"), 101) == b"x" * 101
+
+
+def test_file_urls_are_read_as_rfc_8089(tmp_path):
+    """``file:`` URLs name the paths pyarrow reads from them: ``%20`` is a space,
+    ``localhost`` this machine; another host is refused, not made a relative path."""
+    model = distcal.fit(pd.DataFrame({"score": [.1, .3, .5, .7, .9], "label": [0, 1, 0, 1, 1]}))
+    spaced = tmp_path / "a b"
+    spaced.mkdir()
+    model.save(spaced.as_uri() + "/m")  # file:///.../a%20b/m
+    assert (spaced / "m" / "model.json").is_file() and distcal.load(spaced / "m") == model
+    model.save(f"file://localhost{tmp_path}/m2")
+    assert distcal.load(tmp_path / "m2") == model
+    with pytest.raises(ValueError, match="names the host 'server'"):
+        model.save("file://server/share/m")
+
+
+def test_outputs_of_the_api_never_replace_or_enter_their_input(tmp_path):
+    """As on the command line: ``apply_to_parquet`` and a summary's ``save`` refuse an
+    output that is, or lies inside, the input they read (any spelling of it), and the
+    input is left as it was; a file other than Parquet deep in a dataset is a DataError."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from distcal.apply import apply_to_parquet
+
+    df = pd.DataFrame({"score": np.linspace(0, 1, 40), "label": np.arange(40) % 2})
+    (tmp_path / "ds").mkdir()
+    pq.write_table(pa.Table.from_pandas(df), tmp_path / "ds" / "a.parquet")
+    pq.write_table(pa.Table.from_pandas(df), tmp_path / "in.parquet")
+    before = (tmp_path / "in.parquet").read_bytes()
+    model = distcal.fit(df)
+    for source, output in [(tmp_path / "ds", tmp_path / "ds" / "out.parquet"),
+                           (tmp_path / "in.parquet", tmp_path / "in.parquet"),
+                           (tmp_path / "in.parquet", (tmp_path / "in.parquet").as_uri()),
+                           (tmp_path / "ds", f"{tmp_path}/ds/../ds/")]:
+        with pytest.raises(distcal.DataError, match="the input"):
+            apply_to_parquet(model, source, output, overwrite=True)
+    assert (tmp_path / "in.parquet").read_bytes() == before
+    assert sorted(p.name for p in (tmp_path / "ds").iterdir()) == ["a.parquet"]
+    summary = distcal.summarize(str(tmp_path / "ds"))
+    with pytest.raises(distcal.DataError, match="is inside the input"):
+        summary.save(tmp_path / "ds" / "summary")
+    summary.save(tmp_path / "summary")  # beside it: fine
+    (tmp_path / "ds" / "sub").mkdir()
+    (tmp_path / "ds" / "sub" / "notes.json").write_text("{}")
+    with pytest.raises(distcal.DataError, match="notes.json' is not a readable Parquet file"):
+        distcal.fit(str(tmp_path / "ds"))

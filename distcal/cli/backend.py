@@ -33,7 +33,9 @@ from ..storage import (
     publish_dir,
     publishing_dir,
     refuse_existing,
+    refuse_overlap,
     resolve_local,
+    within,
 )
 from ..storage.kinds import visible_files
 
@@ -76,18 +78,11 @@ class Backend:
             check_target(self.filesystem(out), out)
         for role in ("input", "model"):
             src = opts.get(role)
-            if not src:
-                continue
-            for out in outputs:
-                where = ("is" if _normal(out) == _normal(str(src)) else "is inside"
-                         if _inside(out, str(src)) else "contains"
-                         if _inside(str(src), out) else None)
-                if where:
-                    raise DataError(f"output '{out}' {where} the {role} '{src}'; an output "
-                                    f"never replaces, or mixes with, what the command reads")
+            for out in outputs if src else ():
+                refuse_overlap(out, str(src), role)
         for i, a in enumerate(outputs):
             for b in outputs[i + 1:]:
-                if _inside(a, b) or _inside(b, a):
+                if within(a, b) or within(b, a):
                     raise UsageError(f"outputs '{a}' and '{b}' overlap; give each its own path")
 
     def refuse_existing(self, target: str, overwrite: bool, table: str | None = None,
@@ -137,21 +132,6 @@ class Backend:
 
     def close(self) -> None:
         """Release what the backend started (sessions, clusters)."""
-
-
-def _normal(uri: str) -> str:
-    """One spelling of a path: local paths resolved (symlinks, ``..``), URLs without
-    repeated or trailing slashes."""
-    if is_local_uri(uri):
-        return os.path.realpath(local_path(uri))
-    scheme, _, rest = uri.partition("://")
-    return scheme + "://" + "/".join(p for p in rest.split("/") if p not in ("", "."))
-
-
-def _inside(a: str, b: str) -> bool:
-    """Whether path ``a`` is ``b`` or lies under it."""
-    na, nb = _normal(a), _normal(b)
-    return na == nb or na.startswith(nb.rstrip("/") + "/")
 
 
 # Past this many files, only the first ones are checked (a footer read each).

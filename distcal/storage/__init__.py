@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import FileSystem, is_local_uri, local_path
+from .base import FileSystem, is_local_uri, local_path, within
 from .kinds import (
     MODEL,
     PARQUET,
@@ -42,14 +42,14 @@ from .publish import (
     publishing,
     publishing_dir,
     refuse_existing,
+    refuse_overlap,
     resolve_local,
 )
 
 __all__ = ["FileSystem", "LocalFileSystem", "OutputExistsError", "OutputPathError", "check_target",
-           "filesystem_for", "fetch_dir",
-           "is_local_uri", "local_path", "local_publishing", "publish_dir", "publishing",
-           "publishing_dir",
-           "refuse_existing", "resolve_local", "check_regular_input", "read_regular_file",
+           "filesystem_for", "fetch_dir", "is_local_uri", "local_path", "within",
+           "local_publishing", "publish_dir", "publishing", "publishing_dir", "refuse_existing",
+           "refuse_overlap", "resolve_local", "check_regular_input", "read_regular_file",
            "MODEL", "REPORT", "PARQUET", "SUMMARY", "STAGE"]
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import errno
+import os
 from pathlib import Path
 from typing import Protocol
+from urllib.parse import unquote
 
-__all__ = ["FileSystem", "is_local_uri", "local_path", "split_uri"]
+__all__ = ["FileSystem", "is_local_uri", "local_path", "split_uri", "normal_path", "within"]
 
 
 class FileSystem(Protocol):
@@ -62,13 +64,20 @@ def is_local_uri(uri: str) -> bool:
 
 
 def local_path(uri: str) -> str:
-    """The filesystem path of a local URI (``file:///x`` -> ``/x``)."""
+    """The filesystem path of a local URI, as RFC 8089 reads it (``file:///x``,
+    ``file://localhost/x`` and ``file:/x`` -> ``/x``; ``%20`` is a space, as for
+    pyarrow, which reads the same URLs). A path without a scheme is itself."""
     s = str(uri)
-    if s.startswith("file://"):
-        return s[len("file://"):]
-    if s.startswith("file:"):
-        return s[len("file:"):]
-    return s
+    if not s.startswith("file:"):
+        return s
+    s = s[len("file:"):]
+    if s.startswith("//"):
+        host, slash, rest = s[2:].partition("/")
+        if host not in ("", "localhost"):
+            raise ValueError(f"'{uri}' names the host '{host}': a file URL of this machine "
+                             "is file:///path")
+        s = slash + rest
+    return unquote(s)
 
 
 def split_uri(uri: str) -> tuple[str, str]:
@@ -76,3 +85,18 @@ def split_uri(uri: str) -> tuple[str, str]:
     s = str(uri).rstrip("/")
     head, _, name = s.rpartition("/")
     return head, name
+
+
+def normal_path(uri: str) -> str:
+    """One spelling of a path: local paths resolved (symlinks, ``..``), URLs without
+    repeated or trailing slashes."""
+    if is_local_uri(uri):
+        return os.path.realpath(local_path(uri))
+    scheme, _, rest = uri.partition("://")
+    return scheme + "://" + "/".join(p for p in rest.split("/") if p not in ("", "."))
+
+
+def within(a: str, b: str) -> bool:
+    """Whether path ``a`` is ``b`` or lies under it (any spelling of either)."""
+    na, nb = normal_path(a), normal_path(b)
+    return na == nb or na.startswith(nb.rstrip("/") + "/")

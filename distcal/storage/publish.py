@@ -34,15 +34,15 @@ from hashlib import sha1
 from pathlib import Path
 from typing import TypeVar
 
-from ..errors import OutputPathError
+from ..errors import DataError, OutputPathError
 from ..params import check_bool
-from .base import FileSystem, local_path, split_uri
+from .base import FileSystem, local_path, split_uri, within
 from .kinds import check_replaceable, output_kind
 
 __all__ = ["OutputExistsError", "publishing", "local_publishing", "publish_dir",
            "publishing_dir", "fetch_dir",
            "refuse_existing", "temp_sibling", "recover", "check_target", "OutputPathError",
-           "resolve_local"]
+           "resolve_local", "refuse_overlap"]
 
 log = logging.getLogger("distcal")
 T = TypeVar("T")
@@ -109,6 +109,17 @@ def recover(fs: FileSystem, target: str) -> None:
         if prefix is not None and (prefix.endswith("tmp-") or e in olds) and _dead_owner(e, prefix):
             log.info("removing %s, left by a run that no longer exists", join(e))
             fs.remove(join(e))
+
+
+def refuse_overlap(output: str, source: str, role: str = "input") -> None:
+    """A :class:`~distcal.DataError` for an output that is, lies inside or contains
+    ``source``, what it is computed from (any spelling: ``./d/../d``, a trailing slash,
+    a symbolic link): it would replace what it reads, or be read by a re-run."""
+    where = ("is" if within(output, source) and within(source, output) else "is inside"
+             if within(output, source) else "contains" if within(source, output) else None)
+    if where:
+        raise DataError(f"output '{output}' {where} the {role} '{source}'; an output never "
+                        "replaces, or mixes with, what it is computed from")
 
 
 def refuse_existing(fs: FileSystem, target: str, overwrite: bool, kind: str | None = None,
