@@ -263,7 +263,10 @@ def report_from_ranges(keyed: Any, *, prob_col: str, by: list[str] | None = None
     precision = tp / (tp + fp) if tp + fp > 0 else math.nan
     recall = tp / (tp + fn) if tp + fn > 0 else math.nan
     f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn > 0 else math.nan
-    tests = calibration_tests(np.sum([q["tests"] for q in parts], axis=0), w_total, positives)
+    test_sums = np.sum([q["tests"] for q in parts], axis=0)
+    if np.isinf(test_sums).any():  # sums of w^2: weights from ~1e154 on
+        raise sums_overflow()
+    tests = calibration_tests(test_sums, w_total, positives)
     report = EvaluationReport(
         prob_col=prob_col, n_rows=keyed.n_rows, weight_total=w_total,
         dropped_rows=keyed.dropped_rows, brier=float(sums.metrics["brier"][g]),

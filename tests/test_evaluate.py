@@ -261,3 +261,25 @@ def test_precision_recall_f1_and_bin_intervals():
         assert (row.ci_low, row.ci_high) == pytest.approx(
             wilson_interval(row.prob_true * row.weight, row.weight))
         assert row.ci_low <= row.prob_true <= row.ci_high
+
+
+def test_huge_weights_give_the_same_metrics_or_a_data_error(engine):
+    """Every metric is unchanged by scaling the weights. Scaled by 1e100 the report is
+    the unscaled one (Spiegelhalter's z against numpy on the rows); from ~1e154 on,
+    products of two weights (AUC's pairs, the sums of w^2) overflow: a DataError, not
+    z = 0 and p = 1 (a miscalibrated model that never alerts) or a NaN AUC."""
+    p = np.array([0.1, 0.4, 0.35, 0.8, 0.9, 0.05])
+    y = np.array([0, 0, 1, 1, 0, 1])
+    w = np.array([1, 2, 1, 3, 1, 2.0])
+    z = np.sum(w * (y - p) * (1 - 2 * p)) / np.sqrt(np.sum(w**2 * (1 - 2 * p) ** 2 * p * (1 - p)))
+    reports = [distcal.evaluate(engine(pd.DataFrame({"prob": p, "label": y, "w": w * c})),
+                                weight_col="w", **engine.opts) for c in (1.0, 1e100)]
+    for rep in reports:
+        assert rep.spiegelhalter_z == pytest.approx(z, rel=1e-12)
+        assert rep.auc == pytest.approx(roc_auc_score(y, p, sample_weight=w), rel=1e-12)
+    for name in ("reliability_exact", "citl_low", "citl_high", "brier", "log_loss"):
+        assert getattr(reports[1], name) == pytest.approx(getattr(reports[0], name), rel=1e-9)
+    for c in (1e160, 1e300):
+        with pytest.raises(distcal.DataError, match="overflow float64"):
+            distcal.evaluate(engine(pd.DataFrame({"prob": p, "label": y, "w": w * c})),
+                             weight_col="w", **engine.opts)

@@ -77,7 +77,9 @@ def murphy_partials(t: DistinctTable) -> dict[str, Any]:
     rate = y / w
     return {"w": wr, "y": float(y.sum()), "mean": mean,
             "m2": float(np.sum(w * (rate - mean) ** 2)),
-            "rel": float(np.sum((w * p - y) ** 2 / w)),
+            # sum (w p - y)^2 / w written as sum w (p - y / w)^2: (w p)^2 overflows
+            # from weights near 1e154 on, w (p - rate)^2 <= w does not
+            "rel": float(np.sum(w * (p - rate) ** 2)),
             "brier": float(np.sum(w * p * p - 2.0 * p * y)),
             "binary": bool(t.binary), "n_distinct": int(len(t))}
 

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..errors import sums_overflow
 from .bins import bin_ids
 from .keyed import GLOBAL, KeyedTable
 from .metrics import EPS, wilson_interval
@@ -195,7 +196,10 @@ def combine_segment_partials(parts: list[SegmentEvalPartials]) -> SegmentEvaluat
         safe = np.where(full, bw, 1.0)
         gap = np.where(full, np.abs(bwy / safe - bwp / safe), 0.0)
         ece = np.sum((bw / w[:, None]) * gap, axis=1)
-        auc = np.where((y > 0) & (neg > 0), tot["pairs"] / (y * neg), math.nan)
+        if np.isinf(tot["pairs"]).any():  # products of two weights, from ~1e154 on
+            raise sums_overflow()
+        with np.errstate(invalid="ignore", divide="ignore"):  # (y * neg overflows sooner)
+            auc = np.where((y > 0) & (neg > 0), tot["pairs"] / y / neg, math.nan)
         metrics = {"n_rows": n_rows, "weight": w, "base_rate": y / w, "mean_prob": tot["wp"] / w,
                    "log_loss": -tot["log"] / w, "brier": (tot["brier"] + tot["wyy"]) / w,
                    "ece": ece, "mce": np.max(gap, axis=1, initial=0.0), "auc": auc}
