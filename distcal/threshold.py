@@ -127,7 +127,7 @@ def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
         minimises the sum of z over the rows predicted positive.
     engine, on_invalid, score_index, **engine_opts
         As for :func:`distcal.fit` (``score_index``: element of a vector
-        ``score_col``).
+        ``score_col``; not with ``by``).
     by : str or list of str, optional
         Also the optimal threshold of each distinct value (tuple) of these
         columns, in ``res.segments`` (one pass for every segment;
