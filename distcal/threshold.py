@@ -317,7 +317,12 @@ class ThresholdTracker:
 
     def update(self, score: float, label: float | None = None, weight: float = 1.0, *,
                loss: float | None = None) -> None:
-        """Add one row: ``label`` in [0, 1] (class costs) or ``loss`` (its own z)."""
+        """Add one row: ``label`` in [0, 1] (class costs) or ``loss`` (its own z).
+
+        ``score``: the row's score (any number but NaN; +-inf allowed).
+        ``weight``: finite and >= 0 (default 1); a row of weight 0 is not
+        counted. Give exactly one of ``label`` and ``loss`` (finite).
+        """
         # Comparisons written so that NaN fails them: one test per rule.
         score = float(score)
         if score != score:
