@@ -60,6 +60,7 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
         ``probability``) and element ``score_index`` of each is the score of
         a binary calibration (MLlib's ``featureIndex``). Vectors of unequal
         length, or an index out of range, are a :class:`~distcal.DataError`.
+        Not with ``by`` (a :class:`~distcal.errors.ParameterError`).
     by : str or list of str, optional
         Fit one map per distinct value (tuple) of these columns, plus the
         global map, in one pass (:mod:`distcal.keyed_fit`, docs/segments.md).

@@ -363,7 +363,8 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
         the hull and the best cost read from the curve are exact either way.
     score_index : int, optional
         ``prob_col`` holds vectors (e.g. a pyspark.ml ``probability``) and
-        this element of each is the probability (as for :func:`distcal.fit`).
+        this element of each is the probability (as for :func:`distcal.fit`;
+        not with ``by``).
     prob_cols : list of str, optional
         Multiclass probabilities, one column per class (or pass a vector
         column as ``prob_col``); labels are then class indices 0..K-1 and

@@ -343,7 +343,12 @@ class KeyedModel:
     def predict_interval(self, scores: Any, segments: Any = None
                          ) -> tuple[np.ndarray, np.ndarray]:
         """The Venn-Abers interval (p0, p1) of each score, by its segment's map (a binary
-        Venn-Abers model with ``by``; null, unseen and fallen-back keys: the global map)."""
+        Venn-Abers model with ``by``; null, unseen and fallen-back keys: the global map).
+
+        ``scores``: (n,) binary scores. ``segments``: one key per score, as
+        for :meth:`predict` (needed with ``by``, a ``TypeError`` without).
+        Returns two (n,) arrays, p0 and p1. Other models: ``AttributeError``.
+        """
         if self.method != "venn_abers" or self.n_classes >= 2:
             raise AttributeError("predict_interval is for a Venn-Abers model of a binary "
                                  "score (multiclass: model.class_model(k).predict_interval)")
@@ -651,9 +656,11 @@ class KeyedModel:
         ``score``: a SQL expression of the score (binary), or a list of K
         expressions, one per class (multiclass; default: the fit's
         ``score_cols``). Returns one string (binary) or a list of K strings,
-        p_0 ... p_{K-1}. ``segments``: SQL expressions of the keys, in the
-        order of ``by`` (default: the ``by`` column names); segments that fell
-        back, unseen keys and null keys get the global map.
+        p_0 ... p_{K-1}. ``dialect``: "spark" (default), "duckdb",
+        "postgres", "bigquery" or "snowflake", the SQL of ``score``,
+        ``segments`` and the result. ``segments``: SQL expressions of the
+        keys, in the order of ``by`` (default: the ``by`` column names);
+        segments that fell back, unseen keys and null keys get the global map.
         """
         from .export.sql import to_sql
 

@@ -142,6 +142,9 @@ def save_model(model: Any, path: str | os.PathLike[str], *, mlflow_model: Any = 
         Default: inferred from ``input_example`` and its predictions.
     input_example : pandas.DataFrame, optional
         Default: :func:`example_input` of the model.
+    metadata : dict, optional
+        Free key-value metadata kept in the MLmodel file (the model's
+        ``metadata``).
     """
     target = os.fspath(path)
 
@@ -189,7 +192,22 @@ def log_model(model: Any, name: str, *, registered_model_name: str | None = None
               metadata: dict[str, Any] | None = None) -> Any:
     """Log ``model`` to the active MLflow run (or a new one) as the logged model ``name``.
 
-    Returns MLflow's ``ModelInfo`` (its ``model_uri`` loads the model back).
+    Parameters
+    ----------
+    model : CalibrationModel or KeyedModel
+    name : str
+        Name of the logged model.
+    registered_model_name : str, optional
+        Also register it as a new version of this registered model (created
+        if it does not exist). Default: not registered.
+    signature, input_example, metadata
+        As for :func:`save_model` (default: the signature inferred from
+        :func:`example_input` and its predictions; no metadata).
+
+    Returns
+    -------
+    mlflow.models.model.ModelInfo
+        Its ``model_uri`` loads the model back (:func:`load_model`).
     """
     from mlflow.models import Model
 
@@ -202,6 +220,9 @@ def load_model(model_uri: str, dst_path: str | None = None) -> Any:
     """The distcal model of an MLflow model (``runs:/...``, ``models:/...``, a path).
 
     Reads the ``distcal`` flavour's model directory with :func:`distcal.load`.
+    ``dst_path``: an existing local directory to download the model's
+    artifacts into (default: None, a new temporary directory; a local
+    model is read in place).
     """
     from mlflow.exceptions import MlflowException
     from mlflow.models import Model

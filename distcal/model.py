@@ -383,8 +383,11 @@ class CalibrationModel:
 
         ``score`` is a SQL expression in ``dialect`` ("spark", "duckdb",
         "postgres", "bigquery", "snowflake"), usually a column name. The
-        expression equals :meth:`predict` (a binary search written as
-        nested ``CASE``, the same double operations); NULL in gives NULL.
+        expression equals :meth:`predict` (the same double operations); NULL
+        in gives NULL. The binary search over the thresholds is a loop for
+        "spark" (``aggregate(...)``) and "duckdb" (``list_reduce(...)``,
+        with nested ``CASE`` over slices of a large map) and nested ``CASE``
+        for the other dialects.
 
         Examples
         --------

@@ -119,9 +119,12 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
     classes_ : ndarray
         The class labels (any labels, sorted as ``LabelEncoder`` sorts
         them); class index k of the distcal model is ``classes_[k]``.
-    calibration_model_ : MulticlassCalibrationModel or list of them
-        The distcal model; a list of one model per fold when
-        ``cv`` is set and ``ensemble=True``.
+    calibration_model_ : KeyedModel or list of them
+        The distcal model (a :class:`~distcal.KeyedModel`, of which
+        ``MulticlassCalibrationModel`` is another name), fitted on the
+        classifier's responses as the score columns ``score_0``,
+        ``score_1``, ...; a list of one model per fold when ``cv`` is set
+        and ``ensemble=True``.
     estimators_ : list
         The classifier(s) whose responses are calibrated (one per model).
     response_method_ : str

@@ -127,7 +127,7 @@ def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
         minimises the sum of z over the rows predicted positive.
     engine, on_invalid, score_index, **engine_opts
         As for :func:`distcal.fit` (``score_index``: element of a vector
-        ``score_col``).
+        ``score_col``; not with ``by``).
     by : str or list of str, optional
         Also the optimal threshold of each distinct value (tuple) of these
         columns, in ``res.segments`` (one pass for every segment;
@@ -317,7 +317,12 @@ class ThresholdTracker:
 
     def update(self, score: float, label: float | None = None, weight: float = 1.0, *,
                loss: float | None = None) -> None:
-        """Add one row: ``label`` in [0, 1] (class costs) or ``loss`` (its own z)."""
+        """Add one row: ``label`` in [0, 1] (class costs) or ``loss`` (its own z).
+
+        ``score``: the row's score (any number but NaN; +-inf allowed).
+        ``weight``: finite and >= 0 (default 1); a row of weight 0 is not
+        counted. Give exactly one of ``label`` and ``loss`` (finite).
+        """
         # Comparisons written so that NaN fails them: one test per rule.
         score = float(score)
         if score != score:

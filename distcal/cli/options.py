@@ -54,9 +54,14 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("config", str, "YAML file of option defaults (keys: long option names); the "
-           "command line wins; a method's options apply to that --method only (default: "
-           "none)", commands=COMMANDS),
+    Option("config", str, "YAML file of defaults for this command's options (keys: long "
+           "option names); the command line wins; a key that is not an option of this "
+           "command is an error; a calibration method's parameters apply only when that "
+           "method is fitted (default: none)", commands=("fit",)),
+    Option("config", str, "YAML file of defaults for this command's options (keys: long "
+           "option names); the command line wins; a key that is not an option of this "
+           "command is an error (default: none)",
+           commands=tuple(c for c in COMMANDS if c != "fit")),
     Option("engine", str, f"where to run (default: {DEFAULTS.cli_engine})", choices=ENGINES,
            entry_points=(CLI,), default=DEFAULTS.cli_engine, commands=(*ALL, "monitor")),
     Option("input", str, "input: a Parquet file or dataset directory, any path the engine "
@@ -156,10 +161,13 @@ OPTIONS: tuple[Option, ...] = (
            commands=("fit",)),
     Option("by", str, "fit one map per value of these columns (comma-separated), plus the "
            "global map (default: none, one map)", commands=("fit",)),
-    Option("by", str, "also report each value of these columns (comma-separated): "
-           "evaluate adds a table of segments, worst calibrated first, and their reliability "
-           "curves; threshold adds each segment's threshold (default: none)",
-           commands=("evaluate", "threshold")),
+    Option("by", str, "also report each value of these columns (comma-separated): a "
+           "table of segments, worst calibrated first, and their reliability curves "
+           "(default: none)", commands=("evaluate",)),
+    Option("by", str, "also find the optimal threshold of each value of these columns "
+           "(comma-separated): each segment's threshold, cost and confusion counts under "
+           "\"segments\" in the JSON line (default: none, one threshold)",
+           commands=("threshold",)),
     Option("by", str, "also summarise each value of these columns (comma-separated), so "
            "that fits from the summary have one map per value (default: none)",
            commands=("summarize",)),

@@ -51,8 +51,8 @@ def build_parser(prog: str, entry_point: str) -> argparse.ArgumentParser:
 
 
 def attach_negative_values(argv: list[str]) -> list[str]:
-    """``--y-min -inf`` as ``--y-min=-inf``: a value starting with "-" after an option
-    that takes one.
+    """``--cost-fp -1e-3`` as ``--cost-fp=-1e-3``: a value starting with "-" after an
+    option that takes one.
 
     argparse takes "-inf", "-1e3" or "-x" for an option of its own and fails
     with "expected one argument"; only words that are no option of ours

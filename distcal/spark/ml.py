@@ -56,7 +56,7 @@ class _CalibratorParams(Params):
     outputCol = _p("outputCol", "column for the calibrated probability")
     method = _p("method", "isotonic | sigmoid | histogram | modl | beta | venn_abers")
     increasing = _p("increasing", "isotonic: true | false | auto")
-    interpolation = _p("interpolation", "isotonic: linear | step")
+    interpolation = _p("interpolation", "isotonic: linear | step | centered")
     yMin = _p("yMin", "isotonic: lower bound of the fitted values", TypeConverters.toFloat)
     yMax = _p("yMax", "isotonic: upper bound of the fitted values", TypeConverters.toFloat)
     nBins = _p("nBins", "histogram: number of bins", TypeConverters.toInt)
@@ -101,7 +101,53 @@ class _CalibratorParams(Params):
 
 
 class Calibrator(Estimator, _CalibratorParams, DefaultParamsReadable, DefaultParamsWritable):
-    """Fits a distcal calibration map on a Spark DataFrame (exact, distributed)."""
+    """Fits a distcal calibration map on a Spark DataFrame (exact, distributed).
+
+    ``fit(df)`` runs :func:`distcal.fit` with ``engine="spark"`` on one
+    binary score per row and returns a :class:`CalibratorModel`.
+
+    Params (keyword arguments of the constructor and of ``setParams``):
+
+    scoreCol
+        Column of classifier scores (default: "score"). A vector column
+        (``ArrayType`` or ``VectorUDT``) needs ``scoreIndex``.
+    scoreIndex
+        Element of the vectors in ``scoreCol`` that is the score, e.g. 1 for
+        a binary classifier's ``probability`` (default: unset, ``scoreCol``
+        holds numbers).
+    labelCol
+        Column of 0/1 labels or rates in [0, 1] (default: "label").
+    weightCol
+        Column of row weights, finite and >= 0 (default: unset, every
+        weight 1).
+    outputCol
+        Column the fitted model adds (default: "calibrated").
+    method
+        "isotonic", "sigmoid", "histogram", "modl", "beta" or "venn_abers"
+        (default: "isotonic"). Only isotonic and histogram read Params of
+        their own (below); the other methods use their default parameters.
+    increasing
+        isotonic: direction of the map, "true", "false" or "auto" (default:
+        "true").
+    interpolation
+        isotonic: between blocks, "linear", "step" or "centered" (default:
+        "linear").
+    yMin, yMax
+        isotonic: lower and upper bound of the fitted values (default:
+        unset, no bound).
+    nBins
+        histogram: number of bins (default: 10).
+    strategy
+        histogram: bin edges, "uniform" or "quantile" (default: "uniform").
+
+    The fitted :class:`CalibratorModel` has the same Params and keeps the
+    :class:`distcal.CalibrationModel` as ``.model``. Its ``transform``
+    returns the DataFrame with every column kept and one more, ``outputCol``
+    (double): the calibrated probability of the row's score
+    (``model.predict``; a null score gives null), computed lazily inside
+    the JVM. An ``outputCol`` that already exists is a
+    :class:`~distcal.DataError`.
+    """
 
     @keyword_only
     def __init__(self, *, scoreCol: str = DEFAULTS.score_col, scoreIndex: int | None = None,

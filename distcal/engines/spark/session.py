@@ -93,12 +93,13 @@ def result_bytes(spark: Any) -> int | None:
 def with_arrow_batches(spark: Any, action: Callable[[], Any], rows: int = 100_000) -> Any:
     """Run ``action`` with Arrow batches of ``rows`` unless the user chose a size.
 
-    A range partition is concatenated in Python anyway; 100k-row batches
-    instead of Spark's 10k cut the fit by ~8% at 1e7 rows. The session's
-    setting is changed only while ``action`` runs and restored afterwards,
-    also on failure; a size the user set (anything but Spark's default
-    10000) is left alone. Queries that other threads run on the same
-    session meanwhile see the larger batches too.
+    A Python worker gathers a range's batches into chunks of 2^19 rows
+    (``CHUNK_ROWS`` in :mod:`.keyed`) and pools one chunk at a time;
+    100k-row batches instead of Spark's 10k cut the fit by ~8% at 1e7
+    rows. The session's setting is changed only while ``action`` runs and
+    restored afterwards, also on failure; a size the user set (anything
+    but Spark's default 10000) is left alone. Queries that other threads
+    run on the same session meanwhile see the larger batches too.
     """
     key = "spark.sql.execution.arrow.maxRecordsPerBatch"
     try:
