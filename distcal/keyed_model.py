@@ -898,7 +898,7 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel | CalibrationMode
             maps[key] = TemperatureMap(float(beta), params["input_"], int(n_rows),
                                        float(weight))
             continue
-        blocks = block_rows.blocks(i, nb, where)
+        blocks = block_rows.blocks(i, nb, where, means=method == "isotonic")
         steps = None
         if method == "venn_abers":
             part = step_rows.take(i)

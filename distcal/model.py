@@ -752,8 +752,9 @@ class MapRows:
         return None if self.table is None else self.table.take(pa.array(self._order[lo:hi]))
 
     def blocks(self, i: int, expected: Any, what: str,
-               shown: Callable[[Any], str] = str) -> Blocks | None:
-        """Map ``i``'s blocks, ``expected`` of them (-1: none); ``score_mean`` all NaN: none.
+               shown: Callable[[Any], str] = str, means: bool = False) -> Blocks | None:
+        """Map ``i``'s blocks, ``expected`` of them (-1: none); ``score_mean`` all NaN:
+        none, unless ``means`` (isotonic) and one block holds -inf and +inf (its mean).
 
         ``what`` names the map in messages, ``shown`` a wrong ``expected``.
         """
@@ -765,7 +766,10 @@ class MapRows:
                 or part is None:
             raise damaged(self.root, f"{what} has {n} blocks in the table, {shown(expected)} "
                           "expected")
-        if np.all(np.isnan(part.column("score_mean").to_numpy())):
+        if {"score_min", "score_max", "score_mean"} <= set(part.schema.names) and np.all(
+                np.isnan(part.column("score_mean").to_numpy(zero_copy_only=False))) and not (
+                means and (part.column("score_min").to_pylist(),
+                           part.column("score_max").to_pylist()) == ([-math.inf], [math.inf])):
             part = part.drop_columns(["score_mean"])
         return blocks_from_table(part, f"'{self.root / self.file}' ({what})",
                                  keys=(self.owner,))
@@ -889,7 +893,9 @@ def _check_blocks(method: str, b: Blocks) -> None:
         raise ValueError("block positives must be finite and in [0, weight]")
     if b.score_mean is not None:
         m = b.score_mean
-        if m.shape != (n,) or not np.all((m >= b.score_min) & (m <= b.score_max)):
+        # (the mean of a block holding -inf and +inf is NaN)
+        if m.shape != (n,) or not np.all((m >= b.score_min) & (m <= b.score_max) | (
+                (b.score_min == -np.inf) & (b.score_max == np.inf) & np.isnan(m))):
             raise ValueError("block score_mean must lie in [score_min, score_max]")
 
 

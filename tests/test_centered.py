@@ -84,6 +84,21 @@ def test_centered_save_load_round_trip(tmp_path):
     np.testing.assert_array_equal(back.predict(q), model.predict(q))
 
 
+@pytest.mark.parametrize("interpolation", ["centered", "linear", "step"])
+def test_one_block_of_minus_and_plus_infinity_saves_and_loads(tmp_path, interpolation):
+    """Labels that pool every score, -inf and +inf among them, into one block: its mean
+    score is NaN (no knot; the block's probability everywhere). The model a fit gives
+    loads back equal, mean included (it was a damaged-model error for centered)."""
+    df = pd.DataFrame({"score": [-np.inf, 0.2, 0.5, np.inf], "label": [1, 0, 1, 0]})
+    model = distcal.fit(df, interpolation=interpolation)
+    assert len(model.blocks) == 1 and np.isnan(model.blocks.score_mean.iloc[0])
+    model.save(tmp_path / "m")
+    back = distcal.load(tmp_path / "m")
+    assert back == model and list(back.blocks.columns) == list(model.blocks.columns)
+    q = [-np.inf, -1.0, 0.3, 2.0, np.inf]
+    np.testing.assert_array_equal(back.predict(q), np.full(5, 0.5))
+
+
 @pytest.mark.spark
 def test_centered_on_spark_equals_local(spark):
     df = make_scores(20000, seed=24, weights=True)
