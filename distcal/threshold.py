@@ -422,7 +422,7 @@ class ThresholdTracker:
         else:
             bw, bp = tree.sums_at_or_above(t)
         return SegmentSummary(tree.total_z(), best, t, tree.weight_total, tree.positives_total,
-                              bw, bp)
+                              bw, bp, tree.total_abs_z())
 
     def result(self) -> ThresholdResult:
         """What :func:`optimal_threshold` returns for these rows (confusion included)."""

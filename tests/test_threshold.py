@@ -70,6 +70,63 @@ def test_per_row_loss_brute_force(rows):
     assert res.threshold == t
 
 
+def _exact_best(s, cost, candidates):
+    """The largest of the thresholds of least cost, costs in exact decimal arithmetic."""
+    costs = {t: cost(s >= t) for t in candidates}
+    return max(t for t, c in costs.items() if c == min(costs.values()))
+
+
+def test_costs_equal_as_written_tie_on_every_engine(engine):
+    """Costs 0.1 and 0.3 (z of 0.1 ... 0.7): thresholds whose costs are equal as written
+    (3 x 0.1 and 0.3) differ in float by rounding, which depends on the order of the
+    sums, hence on the engine and its ranges. They tie: the largest is returned, as
+    exact decimal arithmetic (fractions) says, on every engine."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(0)
+    parts = []
+    for g in range(150):
+        n = int(rng.integers(3, 12))
+        parts.append(pd.DataFrame({"g": g, "score": np.arange(n, dtype=float),
+                                   "label": rng.integers(0, 2, n),
+                                   "z": rng.choice([-0.3, -0.2, -0.1, 0.1, 0.2, 0.3, 0.7], n)}))
+    df = pd.concat(parts, ignore_index=True)
+    by_class = distcal.optimal_threshold(engine(df), cost_fp=0.1, cost_fn=0.3, by="g",
+                                         **engine.opts).segments.set_index("g")
+    by_loss = distcal.optimal_threshold(engine(df), loss_col="z", by="g",
+                                        **engine.opts).segments.set_index("g")
+    tenth, three_tenths = Fraction("0.1"), Fraction("0.3")
+    for g, part in df.groupby("g"):
+        s, y = part.score.to_numpy(), part.label.to_numpy()
+        z = [Fraction(str(v)) for v in part.z]
+        candidates = [*s.tolist(), math.inf]
+        want = _exact_best(s, lambda pos, y=y: tenth * int(np.sum(pos & (y == 0)))
+                           + three_tenths * int(np.sum(~pos & (y == 1))), candidates)
+        assert by_class.threshold[g] == want, g
+        assert by_loss.threshold[g] == _exact_best(
+            s, lambda pos, z=z: sum((v for v, p in zip(z, pos) if p), Fraction(0)),
+            candidates), g
+
+
+def test_tracker_ties_costs_equal_as_written_in_any_order_of_updates():
+    """The tracker's sums are added in the order rows arrive: thresholds of costs equal
+    as written tie there too, whatever that order (exact decimal arithmetic)."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        n = int(rng.integers(3, 12))
+        s, y = np.arange(n, dtype=float), rng.integers(0, 2, n)
+        want = _exact_best(s, lambda pos, y=y: Fraction("0.1") * int(np.sum(pos & (y == 0)))
+                           + Fraction("0.3") * int(np.sum(~pos & (y == 1))),
+                           [*s.tolist(), math.inf])
+        for order in (np.arange(n)[::-1], np.arange(n), rng.permutation(n)):
+            tracker = distcal.ThresholdTracker(cost_fp=0.1, cost_fn=0.3)
+            for i in order:
+                tracker.update(s[i], y[i])
+            assert tracker.threshold == want
+
+
 def test_paper_example():
     pairs = [(1, 1), (8, -2), (5, 3), (4, -4), (6, 5), (3, -6), (7, 7), (2, -8)]
     df = pd.DataFrame(pairs, columns=["score", "z"])

@@ -21,6 +21,15 @@ L < R merge by
 per range partition, or per node of a balanced tree, and combined in score
 order. Preferring the right side on equal B returns the largest threshold
 among those of equal cost.
+
+Equal means equal to within ``TIE`` times the sum of |z| over the segments
+compared (the scale of every suffix sum there): the same z added in another
+order (other partitions, ranges or arrival order) differ in their last bits,
+and so do costs equal as written (3 x 0.1 against 0.3), so an exact
+comparison would let rounding pick among thresholds of equal cost, and two
+engines pick differently. A real difference in cost below 2^-36 of the
+total |z| is far below one row's loss for any table of fewer than 10^10
+rows of comparable losses.
 """
 
 from __future__ import annotations
@@ -32,7 +41,9 @@ import numpy as np
 
 from .distinct import DistinctTable
 
-__all__ = ["SegmentSummary", "summarise_segment", "merge_segments", "loss_per_score"]
+__all__ = ["SegmentSummary", "summarise_segment", "merge_segments", "loss_per_score", "TIE"]
+
+TIE = 2.0 ** -36
 
 
 @dataclass(frozen=True)
@@ -44,6 +55,7 @@ class SegmentSummary:
     positives: float = 0.0  # weighted positives of the segment
     best_weight: float = 0.0  # weight in the best suffix (predicted positive)
     best_positives: float = 0.0  # positives in the best suffix
+    scale: float = 0.0  # sum of |z| over the segment: costs this close (times TIE) tie
 
     def __add__(self, right: SegmentSummary) -> SegmentSummary:
         return merge_segments(self, right)
@@ -55,14 +67,15 @@ EMPTY = SegmentSummary()
 def merge_segments(left: SegmentSummary, right: SegmentSummary) -> SegmentSummary:
     """Summary of ``left`` followed by ``right`` (all of left's scores are lower)."""
     through = left.best + right.z
-    if right.best <= through:
+    scale = left.scale + right.scale
+    if right.best <= through + TIE * scale:
         best, t = right.best, right.threshold
         bw, bp = right.best_weight, right.best_positives
     else:
         best, t = through, left.threshold
         bw, bp = left.best_weight + right.weight, left.best_positives + right.positives
     return SegmentSummary(left.z + right.z, best, t, left.weight + right.weight,
-                          left.positives + right.positives, bw, bp)
+                          left.positives + right.positives, bw, bp, scale)
 
 
 def loss_per_score(table: DistinctTable, cost_fp: float, cost_fn: float) -> np.ndarray:
@@ -80,14 +93,17 @@ def summarise_segment(score: np.ndarray, z: np.ndarray, weight: np.ndarray,
         return EMPTY
     with np.errstate(over="ignore", invalid="ignore"):  # overflow: refused by the caller
         suffix = np.cumsum(z[::-1])  # suffix[j] = sum of the last j + 1 values of z
-    # Smallest suffix sum; on ties the shortest suffix (the largest threshold):
-    # argmin returns the first, i.e. shortest, in this reversed order.
-    j = int(np.argmin(suffix))
-    if suffix[j] < 0.0:
+        scale = float(np.sum(np.abs(z)))
+        tie = TIE * scale
+    # Smallest suffix sum; among those within ``tie`` of it the shortest (the largest
+    # threshold): the first in this reversed order; the empty one (0) if it ties.
+    low = float(np.min(suffix))
+    if low < -tie:
+        j = int(np.argmax(suffix <= low + tie))
         i = n - 1 - j
         best, t = float(suffix[j]), float(score[i])
         bw, bp = float(weight[i:].sum()), float(positives[i:].sum())
     else:
         best, t, bw, bp = 0.0, math.inf, 0.0, 0.0
     return SegmentSummary(float(suffix[-1]), best, t, float(weight.sum()),
-                          float(positives.sum()), bw, bp)
+                          float(positives.sum()), bw, bp, scale)

@@ -19,7 +19,8 @@ misses, not arithmetic (measured with bench/threshold.py):
 * a node's record is one 64-byte cache line of doubles: its two children's
   summaries side by side, (Z_left, B_left, Z_right, B_right), Z the sum of
   z and B the minimum suffix sum (the empty suffix included), then the
-  offset of its own slot in its parent's record. Going up, a node reads its
+  offset of its own slot in its parent's record, then (A_left, A_right),
+  the sums of |z| that scale the tie of :mod:`distcal.core.threshold`. Going up, a node reads its
   record and writes its summary into that slot, which the next step reads:
   about one new cache line per level (measured 30% faster than separate
   link and summary arrays at a million nodes);
@@ -41,6 +42,8 @@ from __future__ import annotations
 import math
 import struct
 from array import array
+
+from .threshold import TIE
 
 __all__ = ["SummaryTree", "score_key"]
 
@@ -64,9 +67,10 @@ class SummaryTree:
     Node i: ``link[4i:4i+4]`` = (left, right, parent, side in the parent),
     left = -1 for a leaf; ``crit[i]`` the bit an internal node tests (63 =
     most significant); ``rec[8i:8i+8]`` = (Z, B) of the left and the right
-    child, then ``8 parent + 2 side`` (-1 at the root), as doubles;
-    ``wp[4i:4i+4]`` = (W, P) of the left and right child (lazy). The root's
-    own summary is kept in ``root_z``/``root_b`` and ``root_w``/``root_p``.
+    child, then ``8 parent + 2 side`` (-1 at the root), then the children's
+    sums of |z| (A), as doubles; ``wp[4i:4i+4]`` = (W, P) of the left and
+    right child (lazy). The root's own summary is kept in
+    ``root_z``/``root_b``/``root_a`` and ``root_w``/``root_p``.
     """
 
     def __init__(self) -> None:
@@ -78,7 +82,7 @@ class SummaryTree:
         self.score = array("d")  # leaf: its score
         self.key: list[int] = []  # leaf: its key
         self.leaf_of: dict[int, int] = {}
-        self.root_z = self.root_b = self.root_w = self.root_p = 0.0
+        self.root_z = self.root_b = self.root_a = self.root_w = self.root_p = 0.0
         self.pending_leaf = array("q")
         self.pending_w = array("d")
         self.pending_p = array("d")
@@ -116,30 +120,34 @@ class SummaryTree:
         o = rec[8 * i + 4]
         if o < 0.0:  # the leaf is the root
             z = self.root_z + z
-            self.root_z, self.root_b = z, (z if z < 0.0 else 0.0)
+            self.root_z, self.root_b, self.root_a = z, (z if z < 0.0 else 0.0), abs(z)
             return
         # The leaf: its own segment; best suffix itself or empty (empty wins ties).
         o = int(o)
         z = rec[o] + z
         rec[o] = z
         rec[o + 1] = z if z < 0.0 else 0.0
-        # Up to the root: Z = Z_L + Z_R, B = min(B_R, B_L + Z_R), written into
-        # the node's slot in its parent's record (or the root's summary).
-        o -= o & 7
+        a = abs(z)
+        # Up to the root: Z = Z_L + Z_R, B = B_R if B_R <= B_L + Z_R (to the tie)
+        # else B_L + Z_R, A = A_L + A_R, written into the node's slot in its
+        # parent's record (or the root's summary).
         while True:
+            side = (o & 7) >> 1
+            o -= o & 7
+            rec[o + 5 + side] = a
             zr = rec[o + 2]
             br = rec[o + 3]
             through = rec[o + 1] + zr
             z = rec[o] + zr
-            b = br if br <= through else through
+            a = rec[o + 5] + rec[o + 6]
+            b = br if br <= through + TIE * a else through
             up = rec[o + 4]
             if up < 0.0:
-                self.root_z, self.root_b = z, b
+                self.root_z, self.root_b, self.root_a = z, b, a
                 return
             o = int(up)
             rec[o] = z
             rec[o + 1] = b
-            o -= o & 7
 
     def _insert(self, k: int, score: float) -> int:
         crit, link, key = self.crit, self.link, self.key
@@ -169,14 +177,16 @@ class SummaryTree:
         # walk the parent links as they are then.
         rec, wp = self.rec, self.wp
         if up < 0:
-            cz, cb, cw, cp = self.root_z, self.root_b, self.root_w, self.root_p
+            cz, cb, ca = self.root_z, self.root_b, self.root_a
+            cw, cp = self.root_w, self.root_p
         else:
             o = 8 * up + 2 * side
-            cz, cb = rec[o], rec[o + 1]
+            cz, cb, ca = rec[o], rec[o + 1], rec[8 * up + 5 + side]
             o = 4 * up + 2 * side
             cw, cp = wp[o], wp[o + 1]
         o = 8 * node + 2 * (1 - new_side)
         rec[o], rec[o + 1] = cz, cb
+        rec[8 * node + 5 + (1 - new_side)] = ca
         o = 4 * node + 2 * (1 - new_side)
         wp[o], wp[o + 1] = cw, cp
         link[4 * node + 2], link[4 * node + 3] = up, side
@@ -228,6 +238,10 @@ class SummaryTree:
 
     def total_z(self) -> float:
         return self.root_z
+
+    def total_abs_z(self) -> float:
+        """The sum of |z| over the distinct scores (the scale of ties)."""
+        return self.root_a
 
     def sums_at_or_above(self, t: float) -> tuple[float, float]:
         """(weight, positives) of the scores >= t, by one descent: O(depth)."""
