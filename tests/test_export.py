@@ -493,7 +493,7 @@ def test_mlflow_pyfunc_and_round_trip(tracking, segment_models, class_models):
         assert dmlflow.load_model(str(path)) == model
         with pytest.raises(FileExistsError, match="exists .choose a new path, or remove"):
             dmlflow.save_model(model, path)
-    with pytest.raises(distcal.DataError, match="column 'score': 1 row is text, not numbers"):
+    with pytest.raises(distcal.DataError, match="column 'score': 2 rows are text, not numbers"):
         dmlflow.predict_frame(binary, pd.DataFrame({"score": ["0.2", "high"]}))
     with mlflow.start_run():
         info = dmlflow.log_model(segment_models["string"], "calibrator")

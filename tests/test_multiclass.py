@@ -362,7 +362,7 @@ def test_zero_sum_rows_are_uniform():
     ([0, 1, 0.5, 2, 1.5, 1], "2 rows are not whole numbers"),
     ([0, 1, np.nan, 2, 1, 1], "1 row is null or NaN"),
     ([0, 1, -1, 2, 1, 1], "1 row is outside the class indices 0..2"),
-    (["0", "1", "x", "2", "1", "1"], "1 row is text, not numbers"),
+    (["0", "1", "x", "2", "1", "1"], "6 rows are text, not numbers"),  # "0" is text too
 ])
 def test_bad_labels(labels, problem):
     S = np.random.default_rng(0).normal(size=(6, 3))

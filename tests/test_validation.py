@@ -23,7 +23,7 @@ CASES = [
      r"column 'score': 1 row is null or NaN"),
     (frame(label=[0, 1, 2, -1, 1]), {}, r"column 'label': 2 rows are outside \[0, 1\]"),
     (frame(label=[0, np.nan, 0, 1, 1]), {}, r"column 'label': 1 row is null or NaN"),
-    (frame(label=["0", "yes", "1", "no", "1"]), {}, r"column 'label': 2 rows are text"),
+    (frame(label=["0", "yes", "1", "no", "1"]), {}, r"column 'label': 5 rows are text"),  # "0" too
     (frame(w=[1.0, -1.0, 1.0, -2.0, 1.0]), {"weight_col": "w"},
      r"column 'w': 2 rows are negative"),
     (frame(w=[1.0, np.nan, 1.0, 1.0, 1.0]), {"weight_col": "w"},
@@ -122,3 +122,24 @@ def test_row_errors_raised_in_workers_survive_pickling():
     back = pickle.loads(pickle.dumps(e))
     assert type(back) is LabelsNotBinaryError and str(back) == str(e)
     assert back.needs == "MODL needs 0/1 labels"
+
+
+def test_text_that_reads_as_a_number_is_still_text(engine):
+    """A label, score or weight column of text ("0", "1", "0.5") is refused, as any text:
+    rows are numbers, and text in them is a DataError counting its rows, on every engine,
+    for fit, evaluate and optimal_threshold, and for predict."""
+    base = pd.DataFrame({"score": np.linspace(0.05, 0.95, 10), "label": [0, 1] * 5,
+                         "w": np.ones(10)}).assign(prob=lambda d: d.score)
+    as_text = {"label": base.assign(label=base.label.astype(str)),
+               "score": base.assign(score=base.score.astype(str), prob=base.score.astype(str)),
+               "w": base.assign(w=base.w.astype(str))}
+    for column, df in as_text.items():
+        data = engine(df)
+        for call, read in ((distcal.fit, column), (distcal.optimal_threshold, column),
+                           (distcal.evaluate, "prob" if column == "score" else column)):
+            with pytest.raises(distcal.DataError, match=f"column '{read}'.*10 rows are text"):
+                call(data, weight_col="w", **engine.opts)
+    model = distcal.fit(base)
+    for scores in (["0.5"], np.array(["0.5", "0.2"]), pd.Series(["0.5", 0.2], dtype=object)):
+        with pytest.raises(distcal.DataError, match="text"):
+            model.predict(scores)

@@ -33,17 +33,22 @@ def arrow_kind(t: pa.DataType) -> str:
 
 
 def _coerce_text(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
-    numbers = pd.to_numeric(values, errors="coerce")
+    """Numbers of an object column as float64, and the mask of its cells that are not
+    numbers: text, "0.5" included (a column of text is never read as numbers)."""
+    strings = values.map(lambda v: isinstance(v, (str, bytes))).to_numpy(dtype=bool)
+    numbers = pd.to_numeric(values.where(~strings), errors="coerce")
     out = numbers.to_numpy(dtype=np.float64, na_value=np.nan)
-    text = values.notna().to_numpy() & np.isnan(out)
+    text = values.notna().to_numpy() & (np.isnan(out) | strings)
+    out[text] = np.nan
     return out, text
 
 
 def arrow_to_float(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray | None]:
     if pa.types.is_dictionary(col.type):
         col = pc.cast(col, col.type.value_type)
-    if arrow_kind(col.type) == "text":
-        return _coerce_text(pd.Series(col.to_pandas(), dtype=object))
+    if arrow_kind(col.type) == "text":  # every value of a text column is text
+        valid = np.asarray(pc.is_valid(col), dtype=bool)
+        return np.full(len(valid), np.nan), valid
     # safe=False: integers beyond 2^53 round (and fail the label/score checks, not Arrow).
     return pc.cast(col, pa.float64(), safe=False).to_numpy(zero_copy_only=False), None
 

@@ -101,17 +101,18 @@ def as_scores(scores: object, name: str = "scores") -> np.ndarray:
     """``scores`` (a number or array-like of real numbers) as a float64 array, at least 1-d.
 
     A scalar gives an array of one value. Complex numbers, datetime64 and
-    timedelta64 values are a :class:`DataError` (they would silently become
-    their real part or their nanoseconds); text that is not a number is a
-    ``ValueError`` as numpy says it.
+    timedelta64 values and text (``"0.5"`` too, as in a column) are a
+    :class:`DataError` (numpy would silently take their real part, their
+    nanoseconds, or parse the text).
     """
     arr = np.asarray(scores)
-    if arr.dtype.kind in "cMm" or (arr.dtype.kind == "O" and any(
-            isinstance(v, (complex, np.complexfloating, np.datetime64, np.timedelta64))
-            for v in arr.ravel()[:1000])):
-        what = {"c": "complex numbers", "M": "dates (datetime64)",
-                "m": "durations (timedelta64)"}.get(arr.dtype.kind, "complex numbers or dates")
-        raise DataError(f"{name}: {arr.size} {'value is' if arr.size == 1 else 'values are'} "
+    n = arr.size if arr.dtype.kind in "cMmUS" else sum(
+        isinstance(v, (complex, np.complexfloating, np.datetime64, np.timedelta64, str, bytes))
+        for v in arr.ravel()) if arr.dtype.kind == "O" else 0
+    if n:
+        what = {"c": "complex numbers", "M": "dates (datetime64)", "m": "durations (timedelta64)",
+                "U": "text", "S": "text"}.get(arr.dtype.kind, "complex numbers, dates or text")
+        raise DataError(f"{name}: {n} {'value is' if n == 1 else 'values are'} "
                         f"{what}; scores must be real numbers")
     return np.atleast_1d(arr.astype(np.float64))
 
