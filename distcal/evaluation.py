@@ -207,8 +207,7 @@ def report_from_ranges(keyed: Any, *, prob_col: str, by: list[str] | None = None
     edges = (np.asarray(bins, dtype=np.float64) if bins is not None
              else bin_edges(global_map, n_bins, strategy,
                             rows_for_bins=n_bins > DEFAULTS.n_bins))
-    if edges.ndim != 1 or edges.shape[0] < 2 or np.any(np.diff(edges) < 0):
-        raise ValueError("bins must be at least two non-decreasing edges")
+    check_bins(edges)
     full = roc_points is None
 
     def partials(part: KeyedTable) -> dict[str, Any]:
@@ -309,9 +308,19 @@ def check_interval_cols(interval_cols: Any, roles: dict[str, Any]) -> tuple[str,
     return str(interval_cols[0]), str(interval_cols[1])
 
 
+def check_bins(bins: Any) -> None:
+    """Explicit bin edges: at least two, non-decreasing, none NaN."""
+    edges = np.asarray(bins, dtype=np.float64)
+    if edges.ndim != 1 or edges.shape[0] < 2 or not np.all(np.diff(edges) >= 0):
+        raise ParameterError(f"bins must be at least two non-decreasing edges (no NaN), got "
+                             f"{bins!r}")
+
+
 def _check_evaluation_params(n_bins: int, strategy: str, threshold: float,
-                             confidence: float, on_invalid: str) -> None:
+                             confidence: float, on_invalid: str, bins: Any = None) -> None:
     check_on_invalid(on_invalid)
+    if bins is not None:
+        check_bins(bins)
     check_n_bins(n_bins)
     check_strategy(strategy)
     check_finite(threshold, "threshold")
@@ -413,7 +422,7 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
     >>> rep.auc, round(rep.brier, 4)
     (0.75, 0.1581)
     """
-    _check_evaluation_params(n_bins, strategy, threshold, confidence, on_invalid)
+    _check_evaluation_params(n_bins, strategy, threshold, confidence, on_invalid, bins)
     roc_points = check_roc_points(roc_points)
     score_index = check_score_index(score_index)
     check_roles(score_col=prob_col, score_cols=prob_cols, label_col=label_col,
@@ -531,7 +540,7 @@ def evaluate_many(data: Any, prob_cols: list[Any], label_col: str = DEFAULTS.lab
     >>> {c: r.auc for c, r in distcal.evaluate_many(df, ["raw", "cal"]).items()}
     {'raw': 0.75, 'cal': 0.875}
     """
-    _check_evaluation_params(n_bins, strategy, threshold, confidence, on_invalid)
+    _check_evaluation_params(n_bins, strategy, threshold, confidence, on_invalid, bins)
     roc_points = check_roc_points(roc_points)
     if isinstance(prob_cols, str):
         raise TypeError("prob_cols must be a list of column names")

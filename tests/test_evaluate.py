@@ -283,3 +283,27 @@ def test_huge_weights_give_the_same_metrics_or_a_data_error(engine):
         with pytest.raises(distcal.DataError, match="overflow float64"):
             distcal.evaluate(engine(pd.DataFrame({"prob": p, "label": y, "w": w * c})),
                              weight_col="w", **engine.opts)
+
+
+def test_full_roc_hull_ends_at_one_one_exactly():
+    """roc_points=None: the hull's last vertex is (1, 1) exactly and no rate exceeds 1,
+    as the curve's (weights whose pairwise and running sums round differently)."""
+    rng = np.random.default_rng(9)
+    for _ in range(17):
+        n = int(rng.integers(20, 3000))
+        p = np.round(rng.random(n), int(rng.integers(1, 5)))
+        y = (rng.random(n) < p**2).astype(int)
+        w = rng.random(n) * 2
+        rep = distcal.evaluate(pd.DataFrame({"prob": p, "label": y, "w": w}), weight_col="w",
+                               roc_points=None)
+        assert rep.roc_hull.iloc[-1].tolist() == [1.0, 1.0]
+        assert rep.roc.iloc[-1][["fpr", "tpr"]].tolist() == [1.0, 1.0]
+        assert rep.roc_hull.to_numpy().max() == 1.0
+
+
+@pytest.mark.parametrize("bins", [[0.0, np.nan, 1.0], [0.5], [1.0, 0.0], [[0.0, 1.0]]])
+def test_explicit_bins_are_checked_before_any_read(tmp_path, bins):
+    """Edges with a NaN (which passed the order check: NaN compares false) are refused
+    with the other invalid edges, before the input is read (it does not exist here)."""
+    with pytest.raises(ValueError, match="bins must be at least two"):
+        distcal.evaluate(str(tmp_path / "missing.parquet"), bins=bins)

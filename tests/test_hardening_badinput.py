@@ -1072,6 +1072,8 @@ CLI_CASES += [
     # Rule 7: --n-bins above the rows is refused from the files' footers, before reading.
     CliCase("evaluate-n-bins-1e6", EVALUATE + ["--output", "r", "--n-bins", "1000000"],
             r"n_bins must not exceed the number of rows \(2000\), got 1000000"),
+    CliCase("evaluate-n-bins-0", EVALUATE + ["--output", "r", "--n-bins", "0"],
+            "n_bins must be a positive integer, got 0"),
     CliCase("evaluate-quantile-n-bins-2001", EVALUATE + ["--output", "r", "--n-bins", "2001",
                                                          "--strategy", "quantile"],
             r"number of rows \(2000\)"),

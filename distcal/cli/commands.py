@@ -254,7 +254,7 @@ def cmd_evaluate(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     predictions = _predictions(opts, lambda: io.column_names(data))
     io.refuse_existing(opts["output"], opts["overwrite"], kind=REPORT)
     kw = {"label_col": opts["label_col"], "weight_col": opts["weight_col"],
-          "n_bins": opts.get("n_bins") or DEFAULTS.n_bins,
+          "n_bins": DEFAULTS.n_bins if opts.get("n_bins") is None else opts["n_bins"],
           "strategy": opts.get("strategy") or DEFAULTS.strategy,
           "threshold": opts["threshold"], "engine": io.engine,
           "on_invalid": opts["on_invalid"],

@@ -130,12 +130,13 @@ def roc_hull(pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     cumulative sums at block boundaries, read from the highest score;
     collinear points fall inside merged blocks.
     """
-    p_total, n_total = float(pos.sum()), float(neg.sum())
-    if p_total <= 0.0 or n_total <= 0.0:
+    if float(pos.sum()) <= 0.0 or float(neg.sum()) <= 0.0:
         return np.array([0.0, 1.0]), np.array([0.0, 1.0])
     at = _hull_steps(pos, neg)
-    tp, fp = _from_top(pos)[at], _from_top(neg)[at]
-    return fp / n_total, tp / p_total
+    # Divided by the cumulative sums' own totals (not pos.sum(), which numpy adds
+    # pairwise): the hull ends at (1, 1) exactly, as the curve does.
+    tp, fp = _from_top(pos), _from_top(neg)
+    return fp[at] / fp[-1], tp[at] / tp[-1]
 
 
 def _from_top(v: np.ndarray) -> np.ndarray:
