@@ -186,6 +186,26 @@ def _log_loss(th, s, y, w):
         return float(np.sum(w * -np.where(y == 1, np.log(p), np.log1p(-p))))
 
 
+def test_beta_on_nearly_separated_scores_stops_after_the_same_passes(tmp_path):
+    """Both labels at score 0.2, only positives above: the loss falls towards a limit
+    above 0 as a and c grow without bound. The fit warns and stops where the loss's
+    decrease crosses 2^-40 of it, after the same passes whatever the order of the rows
+    and the batches (it ran on until rounding stopped the descent: a = 37.8 or 36.9 by
+    the order). Rows' probabilities equal their limits (1/3 at 0.2) to 1e-9."""
+    df = pd.DataFrame({"score": [0.2, 0.5, 0.2, 0.9, 0.2], "label": [1, 1, 0, 1, 0]})
+    fits = []
+    for seed in range(6):
+        for opts in ({}, {"memory_rows": 2, "batch_rows": 2}):
+            with pytest.warns(RuntimeWarning, match="nearly separate the classes"):
+                fits.append(distcal.fit(df.sample(frac=1, random_state=seed), method="beta",
+                                        **opts))
+    for m in fits:
+        np.testing.assert_allclose(m.predict([0.2, 0.5, 0.9]), [1 / 3, 1.0, 1.0], rtol=1e-9)
+        assert m.params["b"] == 0.0
+        for k in "ac":  # the same passes: the paths' rounding apart, not a pass apart
+            assert m.params[k] == pytest.approx(fits[0].params[k], rel=1e-4)
+
+
 @pytest.mark.parametrize("pattern", ["threshold", "middle"])
 def test_beta_stops_once_separated_scores_fit_their_labels(engine, pattern):
     """Scores that separate the classes have no finite optimum: the fit warns and stops

@@ -56,6 +56,15 @@ __all__ = ["Terms", "newton_plan", "SEPARATED"]
 #: probabilities numerically 0 or 1 occurred".
 SEPARATED = 2.0 ** -40
 
+#: The fit stops once a long step (beyond Newton's quadratic region, where
+#: the steps shrink) lowers the loss by less than this fraction of it. Only
+#: scores that nearly separate the classes get there (both labels at some
+#: scores, one label above or below them): the loss falls towards a limit
+#: above 0, its decrease shrinking by about a factor e per step, while the
+#: parameters grow without bound; the fitted probabilities of the rows are
+#: then within ~1e-12 of that limit's.
+NEARLY_SEPARATED = 2.0 ** -40
+
 
 @dataclass(frozen=True)
 class Terms:
@@ -172,6 +181,17 @@ def newton_plan(terms: Terms, start: list[float], *, max_iter: int = 100,
             lam *= 0.5
             if lam < 1e-12:  # no descent left: optimal to rounding
                 return theta
+        if size > 1e-4 * scale and loss - c_loss <= NEARLY_SEPARATED * loss:
+            # Long steps that no longer lower the loss: it nears a limit above 0 as the
+            # parameters run off (labels of both classes at some scores only). Stopped
+            # here, where the loss's decrease crosses a bound far above its rounding,
+            # the fit ends after the same passes whatever the order of the sums; run
+            # on, it would end where rounding stops the descent, on each engine elsewhere.
+            warnings.warn(f"{name}: the scores nearly separate the classes (the loss "
+                          "approaches its infimum as the parameters grow: there is no "
+                          "finite optimum); the last step's parameters are used",
+                          RuntimeWarning, stacklevel=2)
+            return cand
         theta, loss, g, h = cand, c_loss, c_g, c_h
     # A warning, not a log record: the core imports no logging set-up (only
     # the core and the errors), and a caller sees it where the fit ran.
