@@ -49,6 +49,11 @@ def arrow_to_float(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndar
     if arrow_kind(col.type) == "text":  # every value of a text column is text
         valid = np.asarray(pc.is_valid(col), dtype=bool)
         return np.full(len(valid), np.nan), valid
+    if pa.types.is_decimal(col.type):
+        # Arrow's decimal -> double cast is off by an ulp for about half of 18-digit
+        # decimals; its text -> double parse rounds correctly, as float(Decimal) and
+        # pandas do, so every engine reads a decimal as the same double.
+        col = pc.cast(col, pa.string())
     # safe=False: integers beyond 2^53 round (and fail the label/score checks, not Arrow).
     return pc.cast(col, pa.float64(), safe=False).to_numpy(zero_copy_only=False), None
 
