@@ -941,7 +941,7 @@ CLI_CASES = [
     # workers; spark-submit's JVM, the job's parent, logs it whatever the job does.
     CliCase("dask-job-apply-text-scores", ["apply", "-q", "--model", "m_isotonic", "--input",
                                            "text.parquet", "--output", "o.parquet"],
-            "column 'score': 4 rows are text, not numbers", surface="dask"),
+            "column 'score': 2000 rows are text, not numbers", surface="dask"),
     CliCase("spark-job-apply-ragged-vectors", ["apply", "--model", "m_multi", "--input",
                                                "ragged.parquet", "--score-col", "s", "--output",
                                                "o.parquet"],
@@ -949,7 +949,7 @@ CLI_CASES = [
             engine_logs_the_task=True),
     CliCase("apply-text-scores", ["apply", "--model", "m_isotonic", "--input", "text.parquet",
                                   "--output", "o.parquet"],
-            "column 'score': 4 rows are text, not numbers"),
+            "column 'score': 2000 rows are text, not numbers"),
 ]
 
 
@@ -1073,7 +1073,7 @@ CLI_CASES += [
     CliCase("evaluate-n-bins-1e6", EVALUATE + ["--output", "r", "--n-bins", "1000000"],
             r"n_bins must not exceed the number of rows \(2000\), got 1000000"),
     CliCase("evaluate-n-bins-0", EVALUATE + ["--output", "r", "--n-bins", "0"],
-            "n_bins must be a positive integer, got 0"),
+            "n_bins must be an integer from 1 to 1000000, got 0"),
     CliCase("evaluate-quantile-n-bins-2001", EVALUATE + ["--output", "r", "--n-bins", "2001",
                                                          "--strategy", "quantile"],
             r"number of rows \(2000\)"),
