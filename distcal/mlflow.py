@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from .core.piecewise import is_keyed
+from .keyed_model import key_kind
 from .loading import load as _load_dir
 from .storage import OutputExistsError, filesystem_for, publish_dir
 
@@ -104,10 +105,28 @@ class _PyFuncModel:
 
     def predict(self, model_input: Any, params: dict[str, Any] | None = None) -> np.ndarray:
         df = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
-        return predict_frame(self.model, df)
+        return predict_frame(self.model, _dates_back(self.model, df))
 
     def get_raw_model(self) -> Any:
         return self.model
+
+
+def _dates_back(model: Any, df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with the ``by`` columns of a model keyed by dates as dates again.
+
+    MLflow's signature has one type for dates and timestamps: its schema
+    enforcement hands pyfunc a column of dates as datetime64, which a model of
+    date keys refuses (a timestamp is not a date). Naive midnights only: a
+    time of day is not a date, and stays the model's DataError.
+    """
+    for b in model.by if is_keyed(model) else ():
+        col = df.get(b)
+        if col is None or not pd.api.types.is_datetime64_dtype(col.dtype):
+            continue
+        if {key_kind(v) for v in model.segments[b].tolist()} - {None} == {"date"} and bool(
+                (col.dropna() == col.dropna().dt.normalize()).all()):
+            df = df.assign(**{b: col.dt.date})
+    return df
 
 
 def _load_pyfunc(path: str) -> _PyFuncModel:

@@ -10,6 +10,7 @@ Scores probe every knot, its neighbouring doubles, the range, beyond it,
 
 from __future__ import annotations
 
+import datetime
 import glob
 import os
 import shutil
@@ -485,6 +486,11 @@ def test_mlflow_pyfunc_and_round_trip(tracking, segment_models, class_models):
     vectors = pd.DataFrame({"probs": list(dfm[cols].to_numpy()), "label": dfm["label"]})
     by_vector = distcal.fit(vectors, score_col="probs", method="sigmoid")
     cases.append((by_vector, vectors, by_vector.predict(dfm[cols].to_numpy())))
+    # Keys of dates: MLflow's schema gives pyfunc the column as datetime64.
+    days = df.assign(day=[datetime.date(2026, 1, 1 + i % 3) for i in range(len(df))])
+    by_day = distcal.fit(days, by="day")
+    cases.append((by_day, days[["score", "day"]],
+                  by_day.predict(days["score"].to_numpy(), segments=days["day"])))
     for i, (model, frame, want) in enumerate(cases):
         path = tracking / f"saved{i}"
         dmlflow.save_model(model, path)
