@@ -147,6 +147,13 @@ def _arrow_column(values: list[Any], name: str) -> pa.Array:
                         "again")
     try:
         return pa.array(values)
+    except OverflowError:  # integers of 2^63 and more: unsigned, or beyond 64 bits
+        try:
+            return pa.array(values, type=pa.uint64())
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            raise DataError(f"column '{name}' (segment) holds integer keys beyond 64 bits or "
+                            "of both signs beyond 2^63; a saved model stores 64-bit integers: "
+                            f"cast the column to text and fit again ({exc})") from exc
     except (pa.ArrowException, TypeError, ValueError) as exc:
         per_type: dict[str, int] = {}
         for v in values:

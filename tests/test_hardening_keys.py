@@ -151,6 +151,26 @@ def test_a_saved_model_keeps_its_key_types(fitted, tmp_path):
             back.transform(_rows(["1", "2"], seed=9))
 
 
+def test_unsigned_64_bit_keys_save_and_load(tmp_path):
+    """Keys of 2^63 and more (a uint64 column) are stored as unsigned (pyarrow's int64
+    guess overflowed: a raw OverflowError); integers of both signs beyond 2^63 fit in
+    no 64-bit column: a DataError naming the column, nothing written."""
+    rng = np.random.default_rng(0)
+    keys = np.array([2**64 - 1, 7, 2**63], dtype=np.uint64)
+    df = pd.DataFrame({"score": rng.random(300), "label": rng.integers(0, 2, 300),
+                       "k": keys[rng.integers(0, 3, 300)]})
+    model = distcal.fit(df, by="k")
+    model.save(tmp_path / "m")
+    back = distcal.load(tmp_path / "m")
+    assert back == model and back.segments["k"].dtype == np.uint64
+    np.testing.assert_array_equal(back.predict(df.score, segments=df.k),
+                                  model.predict(df.score, segments=df.k))
+    mixed = distcal.fit(df.assign(k=[2**64 - 1 if i % 2 else -5 for i in range(300)]), by="k")
+    with pytest.raises(distcal.DataError, match="column 'k' .segment. holds integer keys"):
+        mixed.save(tmp_path / "mixed")
+    assert not (tmp_path / "mixed").exists()
+
+
 def test_dask_transform_checks_key_types(fitted, client):
     """Dask predicts each partition with the model: the keys' values are checked there."""
     import dask.dataframe as dd
