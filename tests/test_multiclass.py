@@ -784,3 +784,18 @@ def test_spark_one_shuffle_for_all_classes(spark, wine):
         plan = rows.ranged._jdf.queryExecution().executedPlan().toString()
         assert rows.n_classes == 3
     assert plan.count("Exchange") == 1
+
+
+def test_temperature_predicts_the_limit_of_infinite_logits():
+    """+inf logits take their limit, probability 1 shared by their classes (a large
+    finite logit's answer), not a NaN row; a row of -inf only has no limit: NaN."""
+    rng = np.random.default_rng(0)
+    z = rng.normal(size=(300, 3))
+    y = np.array([rng.choice(3, p=np.exp(r) / np.exp(r).sum()) for r in z])
+    model = fit_multiclass(pd.DataFrame({"z": list(z), "label": y}), score_col="z",
+                           method="temperature")
+    got = model.predict(np.array([[np.inf, 0.0, 1.0], [np.inf, np.inf, 0.0],
+                                  [-np.inf, -np.inf, -np.inf]]))
+    np.testing.assert_array_equal(got[:2], [[1.0, 0.0, 0.0], [0.5, 0.5, 0.0]])
+    np.testing.assert_array_equal(got[0], model.predict(np.array([[1e300, 0.0, 1.0]]))[0])
+    assert np.isnan(got[2]).all()

@@ -268,10 +268,16 @@ def temperature_steps(max_iter: int = 200, rtol: float = 1e-13, start: float = 1
 def softmax_predict(logits: np.ndarray, beta: float) -> np.ndarray:
     """softmax(beta * logits) row by row; NaN anywhere in a row gives a NaN row.
 
+    A row with +inf logits has its limit: their classes share probability 1
+    equally (inf - inf would make the row NaN); a row of -inf only, which has
+    none, is NaN.
+
     Examples
     --------
     >>> softmax_predict(np.array([[0.0, np.log(3.0)]]), 1.0)
     array([[0.25, 0.75]])
+    >>> softmax_predict(np.array([[np.inf, 0.0, np.inf]]), 2.0)
+    array([[0.5, 0. , 0.5]])
     """
     z = np.asarray(logits, dtype=np.float64)
     a = beta * z
@@ -279,7 +285,11 @@ def softmax_predict(logits: np.ndarray, beta: float) -> np.ndarray:
     with np.errstate(invalid="ignore"):
         e = np.exp(a - m)
         p: np.ndarray = e / e.sum(axis=1, keepdims=True)
-        return p
+    top = (m[:, 0] == np.inf) & ~np.isnan(a).any(axis=1)
+    if top.any():
+        hit = a[top] == np.inf
+        p[top] = hit / hit.sum(axis=1, keepdims=True)
+    return p
 
 
 # Rows of each part in the first pass's strided sample (the start of Newton's steps).
