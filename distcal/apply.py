@@ -17,7 +17,7 @@ from .core.validate import check_vector_lengths
 from .engines.base import check_transform_columns, prediction_array
 from .errors import VECTORS_EXPECTED, ParameterError, column_type
 from .keyed_model import KeyedModel
-from .model import CalibrationModel
+from .model import CalibrationModel, check_interval_columns
 from .storage import local_publishing, refuse_overlap
 from .tables import iter_tables, open_dataset
 
@@ -48,12 +48,11 @@ def apply_to_parquet(model: CalibrationModel | KeyedModel, source: str | os.Path
     :meth:`~distcal.CalibrationModel.predict_interval`, as
     ``model.transform`` does.
     """
-    if interval_cols is not None and (
-            not isinstance(model, CalibrationModel) or model.method != "venn_abers"
-            or score_index is not None or len(set(interval_cols) | {output_col}) != 3):
-        raise ParameterError(
-            "interval_cols takes two new column names, for a Venn-Abers model of a column of "
-            f"numbers; got {interval_cols!r} for a {model.method} model")
+    check_interval_columns(model, interval_cols, output_col, score_index)
+    if isinstance(model, KeyedModel) and score_index is not None:
+        raise ParameterError("score_index reads an element of a vector score, for a binary "
+                             "model; a multiclass model reads the whole vector (score_col) "
+                             "and a per-segment one a column of numbers")
     refuse_overlap(os.fspath(output), os.fspath(source))
     dataset = open_dataset(source)
     schema = dataset.schema
@@ -65,6 +64,9 @@ def apply_to_parquet(model: CalibrationModel | KeyedModel, source: str | os.Path
                   **dict.fromkeys(model.by, "segment")}
 
         def predict(table: pa.Table) -> np.ndarray:
+            if interval_cols is not None:  # p, p0, p1
+                return np.stack([model.predict_part(table, vector_col, score_cols, interval=j)
+                                 for j in (None, 0, 1)])
             return model.predict_part(table, vector_col, score_cols)
     else:
         inputs = {score_col: "score"}

@@ -59,6 +59,7 @@ from .model import (
     MapRows,
     _close,
     build_or_damaged,
+    check_interval_columns,
     checked_map,
     damaged,
     parse_model_json,
@@ -354,6 +355,8 @@ class KeyedModel:
                                  "score (multiclass: model.class_model(k).predict_interval)")
         s = self._scores(scores)
         if not self.by:
+            if segments is not None:
+                raise TypeError("segments= is for a model fitted with by=")
             out: tuple[np.ndarray, np.ndarray] = \
                 self._maps[(GLOBAL, None)].predict_interval(s)
             return out
@@ -504,9 +507,11 @@ class KeyedModel:
 
     def predict_part(self, part: pd.DataFrame | pa.Table, score_col: str | None,
                      score_cols: list[str] | None,
-                     counts: dict[str, int] | None = None) -> np.ndarray:
+                     counts: dict[str, int] | None = None, interval: int | None = None
+                     ) -> np.ndarray:
         """Predictions for one part of a frame holding the score and ``by`` columns
-        (``counts``: as :meth:`_predict_segments`)."""
+        (``counts``: as :meth:`_predict_segments`); ``interval`` 0 or 1: p0 or p1 of
+        :meth:`predict_interval` instead."""
         from .core.rows import InvalidRowsError, Problems, read_scores
 
         n = len(part) if isinstance(part, pd.DataFrame) else part.num_rows
@@ -529,14 +534,18 @@ class KeyedModel:
 
             s = read_score(part, str(score_col))
         if not self.by:
-            return self.predict(s)
+            return self.predict(s) if interval is None else self.predict_interval(s)[interval]
         keys = part[self.by] if isinstance(part, pd.DataFrame) else \
             part.select(self.by).to_pandas(integer_object_nulls=True, date_as_object=True)
+        if interval is not None:
+            both: np.ndarray = self._predict_segments(self._scores(s), keys, None, interval=True)
+            return both[:, interval].copy()
         return self._predict_segments(self._scores(s), keys, counts)
 
     def transform(self, data: Any, score_col: str | None = None,
                   score_cols: list[str] | None = None,
-                  output_col: str = "calibrated") -> Any:
+                  output_col: str = "calibrated", *,
+                  interval_cols: tuple[str, str] | None = None) -> Any:
         """``data`` with ``output_col`` = each row's calibrated probability (vector).
 
         Scores are read from ``score_col`` (a vector column for multiclass)
@@ -549,13 +558,17 @@ class KeyedModel:
         ``by`` keys of another type than the model's (:func:`key_kind`)
         are a :class:`~distcal.DataError`, raised where the rows are
         predicted (Dask: when computed; Spark's segmented transform: from
-        the columns' types, before any job). For local data the rows the
+        the columns' types, before any job). ``interval_cols=("p0", "p1")``
+        (a Venn-Abers model of a binary score) adds each row's interval
+        (:meth:`predict_interval`, by its segment's map) as two more
+        columns. For local data the rows the
         global maps serve (null keys, keys not seen in fitting, segments
         that fall back) are logged at INFO, and a pandas result holds
         their counts in ``.attrs["global_rows"]`` (:meth:`global_rows`).
         """
         from .engines import engine_of, get_engine
 
+        check_interval_columns(self, interval_cols, output_col)
         if score_col is None and score_cols is None:
             score_col, score_cols = self.columns.get("score"), self.columns.get("scores")
         if score_cols is not None:
@@ -571,6 +584,10 @@ class KeyedModel:
 
         out = get_engine(engine_of(data)).transform_rows(data, inputs, output_col, predict,
                                                          vector=self.n_classes >= 2, model=self)
+        for j, name in enumerate(interval_cols or ()):  # p0, p1: the workers' Python maps
+            out = get_engine(engine_of(out)).transform_rows(
+                out, inputs, name, partial(self.predict_part, score_col=score_col,
+                                           score_cols=None, interval=j), vector=False)
         # Local data is transformed by now, every row counted here; Spark and Dask
         # frames are lazy (their rows are predicted on the workers, later).
         if self.by and isinstance(out, (pd.DataFrame, pa.Table)):

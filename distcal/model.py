@@ -355,14 +355,7 @@ class CalibrationModel:
         from .engines import engine_of, get_engine
         from .params import check_score_index
 
-        if interval_cols is not None:
-            names = list(interval_cols) if isinstance(interval_cols, (list, tuple)) else []
-            if self._steps is None or score_index is not None or len(names) != 2 or \
-                    not all(isinstance(n, str) and n for n in names) or \
-                    len({*names, output_col}) != 3:
-                raise ParameterError(
-                    "interval_cols takes two new column names, for a Venn-Abers model of a "
-                    f"column of numbers; got {interval_cols!r} for a {self.method} model")
+        check_interval_columns(self, interval_cols, output_col, score_index)
         index = check_score_index(score_index)
 
         def predict(part: Any) -> np.ndarray:
@@ -438,6 +431,24 @@ class CalibrationModel:
                         columns=self.columns, n_rows=self.n_rows,
                         weight_total=self.weight_total, dropped_rows=self.dropped_rows,
                         min_segment_weight=0.0, segments=None)
+
+
+def check_interval_columns(model: Any, interval_cols: Any, output_col: str,
+                           score_index: int | None = None) -> None:
+    """``interval_cols`` (None: none asked) must be two new column names, other than
+    ``output_col``, for a Venn-Abers model of a binary score (a column of numbers: no
+    ``score_index``; with ``by`` or not): else a :class:`~distcal.ParameterError`."""
+    if interval_cols is None:
+        return
+    names = list(interval_cols) if isinstance(interval_cols, (list, tuple)) else []
+    binary = getattr(model, "n_classes", 1) < 2  # (a KeyedModel has classes)
+    if model.method != "venn_abers" or not binary or score_index is not None or \
+            len(names) != 2 or not all(isinstance(n, str) and n for n in names) or \
+            len({*names, output_col}) != 3:
+        raise ParameterError(
+            "interval_cols takes two new column names, for a Venn-Abers model of a column "
+            f"of numbers; got {interval_cols!r} for a {model.method} model"
+            f"{'' if binary else ' of several classes'}")
 
 
 class _IntervalPart:

@@ -583,9 +583,23 @@ def test_transform_adds_the_venn_abers_interval_on_every_engine(engine):
     np.testing.assert_allclose(got.p, model.predict(got.score), rtol=1e-12)
     with pytest.raises(ValueError, match="interval_cols"):
         distcal.fit(df, method="beta").transform(new, interval_cols=("p0", "p1"))
+    # By segment: each row's interval by its segment's map (the global one's for a key
+    # not fitted or null).
+    by_g = distcal.fit(df, method="venn_abers", weight_col="w", by="g")
+    keyed = new.assign(g=np.resize(np.array(["x", "y", "unseen", None], dtype=object),
+                                   len(new)))
+    out = engine.collect(by_g.transform(engine.frame(keyed), output_col="p",
+                                        interval_cols=("p0", "p1")))
+    p0, p1 = by_g.predict_interval(out.score.to_numpy(), segments=out.g)
+    np.testing.assert_array_equal(out.p0, p0)
+    np.testing.assert_array_equal(out.p1, p1)
+    np.testing.assert_array_equal(out.p, by_g.predict(out.score.to_numpy(), segments=out.g))
 
 
-def test_venn_abers_interval_by_segment():
+def test_venn_abers_interval_by_segment(tmp_path):
+    from distcal.apply import apply_to_parquet
+    from distcal.cli.main import main as cli_main
+
     df = rows(900, weights=False)
     model = distcal.fit(df, method="venn_abers", by="g")
     q = np.array([0.1, 0.3, 0.5, 0.7])
@@ -595,6 +609,21 @@ def test_venn_abers_interval_by_segment():
         m = model.segment(k) if k in ("x", "y") else model.global_model
         want = m.predict_interval(q[i:i + 1])
         assert (p0[i], p1[i]) == (want[0][0], want[1][0])
+    # Written by apply, from Python and from the command line.
+    df.to_parquet(tmp_path / "in.parquet")
+    model.save(tmp_path / "m")
+    apply_to_parquet(model, tmp_path / "in.parquet", tmp_path / "a.parquet",
+                     interval_cols=("p0", "p1"))
+    assert cli_main(["apply", "--model", str(tmp_path / "m"), "--input",
+                     str(tmp_path / "in.parquet"), "--output", str(tmp_path / "b.parquet"),
+                     "--interval-cols", "p0,p1"]) == 0
+    for name in ("a", "b"):
+        out = pd.read_parquet(tmp_path / f"{name}.parquet")
+        p0, p1 = model.predict_interval(out.score.to_numpy(), segments=out.g)
+        np.testing.assert_array_equal(out.p0, p0)
+        np.testing.assert_array_equal(out.p1, p1)
+    with pytest.raises(TypeError, match="segments"):
+        distcal.fit(df, method="venn_abers").predict_interval(q, segments=keys)
 
 
 def test_venn_abers_with_infinite_scores_on_every_engine(engine):

@@ -277,16 +277,16 @@ def transform_for_cli(model: Any, data: Any, opts: dict[str, Any]) -> Any:
 
     interval = interval_columns(opts.get("interval_cols"))
     if isinstance(model, KeyedModel):
-        if interval is not None:
-            kind = "multiclass" if model.n_classes >= 2 else "per segment"
+        if interval is not None and model.n_classes >= 2:
             raise UsageError("--interval-cols is for a Venn-Abers model of one binary score; "
-                             f"this model is {kind}")
+                             "this model is multiclass")
         if opts.get("score_index") is not None:
             raise UsageError("--score-index reads one element as a binary score; this model "
                              f"is {'multiclass' if model.n_classes >= 2 else 'per segment'}")
         cols = column_list(opts.get("score_cols"), "score-cols")
         return model.transform(data, score_col=None if cols else opts["score_col"],
-                               score_cols=cols, output_col=opts["output_col"])
+                               score_cols=cols, output_col=opts["output_col"],
+                               interval_cols=interval)
     if opts.get("score_cols"):
         raise UsageError("--score-cols is for a multiclass model; this one is binary")
     return model.transform(data, score_col=opts["score_col"], output_col=opts["output_col"],
