@@ -62,6 +62,8 @@ from .model import (
     check_interval_columns,
     checked_map,
     damaged,
+    is_count,
+    is_number,
     parse_model_json,
     read_checked_meta,
     read_table_file,
@@ -912,6 +914,8 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel | CalibrationMode
                     or not (math.isfinite(beta) and beta > 0) or nb != -1 \
                     or params.get("input_") not in ("logits", "probabilities"):
                 raise bad(f"{where}: not a temperature map")
+            if not (is_count(n_rows) and is_number(weight) and weight >= 0):
+                raise bad(f"{where}: n_rows and weight must be numbers >= 0")
             maps[key] = TemperatureMap(float(beta), params["input_"], int(n_rows),
                                        float(weight))
             continue
@@ -943,10 +947,14 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel | CalibrationMode
             raise bad("a segment key appears twice")
         if any(v is None for k in seg_keys for v in k):
             raise bad("a segment has a null key")
-        for f, dtype in (("n_rows", np.int64), ("weight", np.float64), ("fallback", bool)):
+        for f, dtype, ok in (("n_rows", np.int64, is_count),
+                             ("weight", np.float64, lambda v: is_number(v) and v >= 0),
+                             ("fallback", bool, lambda v: isinstance(v, bool))):
             values = info.get(f)
-            if not isinstance(values, list) or len(values) != len(segments):
-                raise bad(f"segments.{f} does not match the segments table")
+            if not isinstance(values, list) or len(values) != len(segments) or \
+                    not all(map(ok, values)):
+                raise bad(f"segments.{f} does not match the segments table (one value of "
+                          "the right type a segment)")
             segments[f] = np.asarray(values, dtype=dtype)
         # The key types are part of the model: the segments table and the maps must
         # name the same segments with keys of the same kind (1 is not "1").
@@ -960,6 +968,9 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel | CalibrationMode
     msw = meta["min_segment_weight"]
     if isinstance(msw, bool) or not isinstance(msw, (int, float)) or msw < 0:
         raise bad("min_segment_weight must be a number >= 0")
+    if not (is_count(meta["n_rows"]) and is_count(meta["dropped_rows"])
+            and is_number(meta["weight_total"]) and meta["weight_total"] >= 0):
+        raise bad("n_rows, dropped_rows and weight_total must be numbers >= 0")
     if binary:
         model = maps.get((GLOBAL, None))
         if len(maps) != 1 or not isinstance(model, CalibrationModel) or \

@@ -35,12 +35,12 @@ from .keyed_model import KeyedModel, TemperatureMap
 from .model import (
     CalibrationModel,
     MapRows,
-    _is_count,
     blocks_from_table,
     build_or_damaged,
     check_model,
     checked_map,
     damaged,
+    is_count,
     parse_model_json,
     read_checked_meta,
     read_table_file,
@@ -175,7 +175,7 @@ def _model_from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
     if table is not None and used != table.num_rows:
         raise bad("the blocks table has rows of no class")
     for f in ("n_rows", "dropped_rows"):
-        if not _is_count(meta[f]):
+        if not is_count(meta[f]):
             raise bad(f"{f} must be an integer >= 0")
     maps: dict[Key, Any] = {(GLOBAL, c): m for c, m in enumerate(models) if m is not None}
     return KeyedModel(method, maps, n_classes=k, params=meta["params"], n_rows=meta["n_rows"],

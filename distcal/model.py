@@ -589,6 +589,17 @@ def read_plain_file(root: Path, name: Any, limit: int, what: str = "file") -> by
         os.close(fd)
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are distinct (Python keeps the last of a repeated key,
+    other parsers the first: two readers would read two models)."""
+    doc = dict(pairs)
+    if len(doc) != len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+        raise ValueError(f"the key {twice[:40]!r} appears twice in an object")
+    return doc
+
+
 def parse_model_json(raw: Any, where: str | os.PathLike[str], what: str = "",
                      limit: int = MAX_JSON_BYTES) -> Any:
     """One JSON document read from a model directory, or :class:`ModelError` naming ``where``.
@@ -608,7 +619,8 @@ def parse_model_json(raw: Any, where: str | os.PathLike[str], what: str = "",
         raise damaged(where, f"{what}larger than {limit} bytes")
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-        doc = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
+        doc = json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
+                         object_pairs_hook=_unique_keys)
     except (ValueError, TypeError, RecursionError, MemoryError) as exc:  # UnicodeDecodeError too
         why = "nested too deeply" if isinstance(exc, RecursionError) else str(exc)[:200]
         raise damaged(where, f"{what}{why}") from exc
@@ -786,11 +798,11 @@ class MapRows:
                                  keys=(self.owner,))
 
 
-def _is_number(v: Any) -> bool:
+def is_number(v: Any) -> bool:
     return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
 
 
-def _is_count(v: Any) -> bool:
+def is_count(v: Any) -> bool:
     return not isinstance(v, bool) and isinstance(v, int) and v >= 0
 
 
@@ -807,9 +819,9 @@ def check_model(method: Any, params: Any, blocks: Blocks | None, *, n_rows: Any 
         raise ValueError(f"unknown method {method!r}")
     if not isinstance(params, dict):
         raise ValueError("params is not a mapping")
-    if not (_is_count(n_rows) and _is_count(dropped_rows)):
+    if not (is_count(n_rows) and is_count(dropped_rows)):
         raise ValueError("n_rows and dropped_rows must be integers >= 0")
-    if not (_is_number(weight_total) and weight_total >= 0):
+    if not (is_number(weight_total) and weight_total >= 0):
         raise ValueError(f"weight_total must be a finite number >= 0, got {weight_total!r}")
     if columns is not None and not (isinstance(columns, dict) and all(
             isinstance(k, str) and (v is None or isinstance(v, str))
@@ -824,9 +836,11 @@ def check_model(method: Any, params: Any, blocks: Blocks | None, *, n_rows: Any 
         return
     if method in _FORMULA_PARAMS:
         for k in _FORMULA_PARAMS[method]:
-            if not _is_number(params.get(k)):
+            if not is_number(params.get(k)):
                 raise ValueError(f"{method} parameter {k} must be a finite number, got "
                                  f"{params.get(k)!r}")
+        if method == "beta" and not (params["a"] >= 0 and params["b"] >= 0):
+            raise ValueError("beta parameters a and b must be >= 0 (a monotone map)")
         return
     if blocks is None:
         raise ValueError(f"the {method} model has no blocks table")
@@ -842,7 +856,7 @@ def check_model(method: Any, params: Any, blocks: Blocks | None, *, n_rows: Any 
             raise ValueError("a centered isotonic model needs the blocks' score_mean")
         for k in ("y_min", "y_max"):
             v = params.get(k)
-            if v is not None and not (_is_number(v) and 0.0 <= v <= 1.0):
+            if v is not None and not (is_number(v) and 0.0 <= v <= 1.0):
                 raise ValueError(f"{k} must be null or a number in [0, 1], got {v!r}")
         direction = params.get("increasing_", inc)
         if direction is not True and direction is not False:
@@ -860,10 +874,10 @@ def check_model(method: Any, params: Any, blocks: Blocks | None, *, n_rows: Any 
             raise ValueError(f"strategy must be one of {STRATEGIES}, got "
                              f"{params.get('strategy')!r}")
         if not (isinstance(edges, list) and len(edges) == n_bins + 1
-                and all(_is_number(e) for e in edges)):
+                and all(is_number(e) for e in edges)):
             raise ValueError(f"edges must be {n_bins + 1} finite numbers")
         if not (isinstance(rate, list) and len(rate) == n_bins
-                and all(_is_number(r) and 0.0 <= r <= 1.0 for r in rate)):
+                and all(is_number(r) and 0.0 <= r <= 1.0 for r in rate)):
             raise ValueError(f"bin_prob must be {n_bins} probabilities in [0, 1]")
         e = np.asarray(edges, dtype=np.float64)
         if np.any(np.diff(e) < 0):
@@ -871,7 +885,7 @@ def check_model(method: Any, params: Any, blocks: Blocks | None, *, n_rows: Any 
         if np.any(blocks.score_min < e[0]) or np.any(blocks.score_max > e[-1]):
             raise ValueError("blocks lie outside the bin edges")
     elif method == "modl":
-        if not _is_number(params.get("cost")):
+        if not is_number(params.get("cost")):
             raise ValueError(f"cost must be a finite number, got {params.get('cost')!r}")
         if not isinstance(params.get("exact"), bool):
             raise ValueError(f"exact must be true or false, got {params.get('exact')!r}")

@@ -21,6 +21,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -48,6 +49,10 @@ def models(tmp_path_factory) -> Path:
     distcal.fit(df, by="g").save(d / "keyed")
     distcal.fit(df, by="g", method="sigmoid").save(d / "keyed_sigmoid")
     distcal.fit(df.assign(g=df.g % 2), by="g").save(d / "keyed01")
+    distcal.fit(df, method="beta").save(d / "beta")
+    logits = rng.normal(size=(1500, 3))
+    distcal.fit(pd.DataFrame({"z": list(logits), "label": logits.argmax(1)}), score_col="z",
+                method="temperature").save(d / "temperature")
     for name in ("segmented_isotonic", "segmented_sigmoid", "multiclass_isotonic",
                  "binary_isotonic"):
         shutil.copytree(FIXTURES / name, d / name)
@@ -69,6 +74,21 @@ def _params(file: str, key: str, row: int, text: str | None):
         params[row] = text
         t = t.set_column(t.schema.get_field_index("params"), "params",
                          pa.array(params, pa.string()))
+        pq.write_table(t, d / file)
+        digest = hashlib.sha256((d / file).read_bytes()).hexdigest()
+        _resign(d, lambda m: m["tables"][key].__setitem__("sha256", digest))
+    return go
+
+
+def _cell(file: str, key: str, column: str, row: int, edit: Callable[[Any], Any]):
+    """Replace one cell of ``file``'s ``column`` by ``edit(cell)`` (its type kept), and
+    sign the table again."""
+    def go(d: Path) -> None:
+        t = pq.read_table(d / file)
+        values = t.column(column).to_pylist()
+        values[row] = edit(values[row])
+        i = t.schema.get_field_index(column)
+        t = t.set_column(i, column, pa.array(values, t.schema.field(i).type))
         pq.write_table(t, d / file)
         digest = hashlib.sha256((d / file).read_bytes()).hexdigest()
         _resign(d, lambda m: m["tables"][key].__setitem__("sha256", digest))
@@ -142,6 +162,27 @@ CASES = [
     ("0.1-multiclass-model-json-deep-field", "multiclass_isotonic", _deep_field, "model.json",
      "nested too deeply"),
     ("binary-model-json-deep-field", "binary", _deep_field, "model.json", "nested too deeply"),
+    # consistency: what a fit never writes (another parser would read another model, or
+    # the counts and maps would be impossible)
+    ("keyed-model-json-duplicate-key", "keyed",
+     _raw('{"format": "distcal-keyed-model", "format": "distcal-model"}'), "model.json",
+     "the key 'format' appears twice"),
+    ("keyed-params-duplicate-key", "keyed_sigmoid",
+     _params("maps.parquet", "maps", 0, '{"a": 1.0, "b": 0.0, "a": -3.0}'), "maps.parquet",
+     "the key 'a' appears twice"),
+    ("keyed-negative-n-rows", "keyed", lambda d: _resign(d, lambda m: m.__setitem__(
+        "n_rows", -5)), "", "n_rows, dropped_rows and weight_total must be numbers >= 0"),
+    ("keyed-segment-weight-text", "keyed", lambda d: _resign(
+        d, lambda m: m["segments"]["weight"].__setitem__(0, "nan")), "",
+     "segments.weight does not match"),
+    ("keyed-segment-n-rows-negative", "keyed", lambda d: _resign(
+        d, lambda m: m["segments"]["n_rows"].__setitem__(1, -1)), "",
+     "segments.n_rows does not match"),
+    ("beta-negative-a", "beta", _cell("maps.parquet", "maps", "params", 0, lambda p: json.dumps(
+        {**json.loads(p), "a": -1.0})), "", "a and b must be >= 0"),
+    ("temperature-negative-rows", "temperature", _cell("maps.parquet", "maps", "n_rows", 0,
+                                                       lambda n: -n), "",
+     "n_rows and weight must be numbers >= 0"),
     ("binary-model-json-not-utf8", "binary",
      lambda d: (d / "model.json").write_bytes(b'{"format": "\xff"}'), "model.json", "damaged"),
     ("0.1-binary-model-json-deep-field", "binary_isotonic", _deep_field, "model.json",
