@@ -124,13 +124,13 @@ class _RowDirections:
             from scipy.stats import spearmanr
 
             wanted = {k for k, c in self.counts.items() if not c.binary}
-            log.warning("increasing='auto' with labels that are not all 0/1: the scores and "
-                        "labels of %d key(s) come to the driver (Spearman's rho needs the "
-                        "rows' ranks); pass increasing=True or False to avoid it", len(wanted))
             rows: dict[Key, list[Any]] = {}
-            for part in self.map_rows(_KeyRows(wanted, self.by)):
+            for part in self.map_rows(_KeyRows(wanted, self.by)):  # (summaries: refused)
                 for k, pair in part.items():
                     rows.setdefault(k, []).append(pair)
+            log.warning("increasing='auto' with labels that are not all 0/1: the scores and "
+                        "labels of %d key(s) came to the driver (Spearman's rho needs the "
+                        "rows' ranks); pass increasing=True or False to avoid it", len(wanted))
             self.signs = {}
             for k, pairs in rows.items():
                 with np.errstate(invalid="ignore", divide="ignore"):

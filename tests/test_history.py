@@ -84,7 +84,7 @@ def test_fit_from_saved_summaries_equals_fit_on_the_rows(engine, tmp_path, weigh
                                ir.predict(Q), rtol=1e-9, atol=1e-12)
 
 
-def test_fit_of_one_summary_in_memory_and_refusals(engine):
+def test_fit_of_one_summary_in_memory_and_refusals(engine, caplog):
     name, frame = engine.name, engine.frame
     df = days(1)[0]
     s = distcal.summarize(frame(df), weight_col="w")
@@ -96,6 +96,7 @@ def test_fit_of_one_summary_in_memory_and_refusals(engine):
     frac = df.assign(label=df["label"] * 0.5)
     with pytest.raises(DataError, match="holds no rows"):
         distcal.fit(distcal.summarize(frame(frac)), increasing="auto", engine=name)
+    assert "to the driver" not in caplog.text  # (nothing came: no such warning)
     assert distcal.fit(distcal.summarize(frame(frac)), increasing=True, engine=name) == \
         distcal.fit(frac)
     # infinite scores: summarised (isotonic takes them), refused by Platt scaling
