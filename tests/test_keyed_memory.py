@@ -1,5 +1,5 @@
-"""Every variant streams a Parquet path on the local engine: ten times the rows, at most
-1.5 times the peak memory.
+"""Every variant, and discretize, streams a Parquet path on the local engine: ten times
+the rows, at most 1.5 times the peak memory.
 
 Each fit runs in a new Python process reading a Parquet file with
 ``memory_rows = batch_rows = chunk_rows`` small; a thread in that process
@@ -55,11 +55,14 @@ CHILD = textwrap.dedent("""
         model = distcal.fit(sys.argv[1], by="g", **opts)
     elif kind == "multiclass":
         model = distcal.fit(sys.argv[1], score_col="s", label_col="y", **opts)
+    elif kind == "discretize":
+        table = distcal.discretize(sys.argv[1], label_col="y", **opts)
     else:
         model = distcal.fit(sys.argv[1], method="sigmoid", score_col="s", label_col="y",
                             by="g", **opts)
     done.set()
-    print(json.dumps({"peak_mb": peak[0] - base, "n_rows": model.n_rows}))
+    n_rows = int(table["n"].sum()) if kind == "discretize" else model.n_rows
+    print(json.dumps({"peak_mb": peak[0] - base, "n_rows": n_rows}))
 """)
 
 
@@ -96,7 +99,7 @@ def _peak(path, kind):
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("kind", ["by", "multiclass", "multiclass-by-sigmoid"])
+@pytest.mark.parametrize("kind", ["by", "multiclass", "multiclass-by-sigmoid", "discretize"])
 def test_ten_times_the_rows_take_at_most_one_and_a_half_times_the_memory(files, kind):
     small, large = _peak(files["small"], kind), _peak(files["large"], kind)
     assert (small["n_rows"], large["n_rows"]) == (SMALL, LARGE)

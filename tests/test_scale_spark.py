@@ -59,6 +59,10 @@ def test_by_segment_fits_of_2000_segments_under_8m_results(tmp_path):
     score) pairs, 2e6 distinct scores overall): no method brings a table per segment
     to the driver, and each model is the one pandas fits from the same rows.
 
+    Temperature scaling's first pass samples each part's rows for Newton's start: a
+    segment's rows take the stride of their part (each segment sending up to 512
+    rows of every part sent them all, 24 MB).
+
     MODL needs each key's table after merging pure runs on the driver (617,000
     rows over the segments here, ~20 MB, and the global key's 100,000 groups): its
     second pass runs in waves of keys, each bringing at most a quarter of the cap.
@@ -75,10 +79,11 @@ def test_by_segment_fits_of_2000_segments_under_8m_results(tmp_path):
                        row_group_size=1 << 18)
         sdf, pdf = spark.read.parquet(path), pd.DataFrame({{"score": s, "label": y, "seg": seg}})
         same = {{}}
-        for method in ("sigmoid", "histogram", "modl", "isotonic"):
+        for method in ("sigmoid", "histogram", "modl", "isotonic", "temperature"):
             remote = distcal.fit(sdf, method=method, by="seg")
             same[method] = [remote == distcal.fit(pdf, method=method, by="seg"),
                             len(remote.segments)]
         print(json.dumps(same))
     """, conf={"spark.driver.maxResultSize": "8m", "spark.driver.memory": "2g"})
-    assert out == {m: [True, 2000] for m in ("sigmoid", "histogram", "modl", "isotonic")}, out
+    assert out == {m: [True, 2000] for m in ("sigmoid", "histogram", "modl", "isotonic",
+                                             "temperature")}, out

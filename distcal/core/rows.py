@@ -372,13 +372,16 @@ class RowPart:
     ``score``: (n,) for a binary score, or (n, K') per-class scores;
     ``label``: float64 (0/1 or a rate; the class index for multiclass);
     ``weight``: float64 or None (all 1); ``segments``: the rows' segment
-    codes (-1: a null key) and the segment tuple of each code, or None.
+    codes (-1: a null key) and the segment tuple of each code, or None;
+    ``cut_from``: the rows of the part a segment's part was cut from (0: none,
+    the part itself), which a sample per part takes its stride from.
     """
 
     score: np.ndarray
     label: np.ndarray
     weight: np.ndarray | None
     segments: tuple[np.ndarray, list[tuple[Any, ...]]] | None = None
+    cut_from: int = 0
 
     @property
     def n_rows(self) -> int:
@@ -395,7 +398,8 @@ class RowPart:
     def take(self, idx: np.ndarray) -> RowPart:
         """The rows at ``idx`` (no segments: a segment's own part)."""
         return RowPart(self.score[idx], self.label[idx],
-                       None if self.weight is None else self.weight[idx])
+                       None if self.weight is None else self.weight[idx],
+                       cut_from=self.n_rows)
 
     def by_segment(self) -> list[tuple[Any, RowPart]]:
         """(segment tuple, its rows) for every segment with rows."""

@@ -298,16 +298,24 @@ SAMPLE_PER_PART = 512
 
 class _InputKind:
     """Whether a part's scores look like ``predict_proba`` output (scikit-learn's rule),
-    and a strided sample of the part's rows, each weighted by the rows it stands for."""
+    and a strided sample of the part's rows, each weighted by the rows it stands for.
+
+    A segment's rows take the stride of the part they were cut from: the
+    samples of all segments of a part hold about ``SAMPLE_PER_PART`` rows
+    (and one row at least a segment), not each segment's every row, which
+    with thousands of small segments would be every row (to the driver).
+    """
 
     def __call__(self, rows: Any) -> tuple[bool, np.ndarray, np.ndarray, np.ndarray]:
         from .multiclass import looks_like_probabilities
 
         s = rows.score
         looks = looks_like_probabilities(s)  # (False for one column of scores)
-        step = max(1, rows.n_rows // SAMPLE_PER_PART)
-        w = np.full(s[::step].shape[0], float(step)) if rows.weight is None \
-            else rows.weight[::step] * step
+        step = max(1, max(rows.n_rows, rows.cut_from) // SAMPLE_PER_PART)
+        taken = s[::step].shape[0]
+        stands_for = rows.n_rows / taken if taken else 0.0
+        w = np.full(taken, stands_for) if rows.weight is None \
+            else rows.weight[::step] * stands_for
         return looks, np.array(s[::step]), np.array(rows.label[::step]), w
 
 
