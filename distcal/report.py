@@ -156,7 +156,19 @@ def _values(r: EvaluationReport, extra: dict[str, Any], cost: dict[str, Any]) ->
         "f1": r.f1, "tp": conf["tp"], "fp": conf["fp"], "tn": conf["tn"], "fn": conf["fn"],
         "best_threshold": cost["best_threshold"], "best_cost": cost["best_cost"],
     }
-    return {k: json_safe(v) for k, v in vals.items()}
+    return vals  # as they are (the page shows ±inf as ∞): _json_table makes them JSON
+
+
+def _json_table(table: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The metrics table as report.json holds it: a value JSON cannot hold is null, and
+    the row's ``why_null`` gives the reason per column (+infinity: a cost-optimal
+    threshold above every score, i.e. predict nothing positive)."""
+    out = []
+    for row in table:
+        values = json_safe(row["values"], why=True)
+        why = values.pop("why_null", None)
+        out.append({**row, "values": values, **({"why_null": why} if why else {})})
+    return out
 
 
 def _strategy(edges: list[float]) -> str:
@@ -274,6 +286,15 @@ def _width_figures(reports: list[EvaluationReport]) -> list[tuple[str, str, str,
                     f"Histogram of the interval widths {p1} − {p0} on a log scale, weight per "
                     "bin, mean, median and 90th percentile marked", _png(fig)))
     return out
+
+
+def figure_text_as_written() -> Any:
+    """A context in which figures show column names, segment keys and periods as
+    written: matplotlib reads "$...$" in text as math (``$\\frac$`` raised, ``US$ 10 -
+    US$ 20`` came out in italics)."""
+    import matplotlib
+
+    return matplotlib.rc_context({"text.parse_math": False})
 
 
 def _png(fig: Any, dpi: int = 110) -> bytes:
@@ -508,7 +529,8 @@ def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
         legend = table[:len(MULTICLASS_METRICS)]  # not each class's ECE again
         per_report = {r.prob_col: json_safe(r.to_dict()) for r in reports}
         notes: list[dict[str, Any]] = []
-        figures = _multiclass_figures(reports)
+        with figure_text_as_written():
+            figures = _multiclass_figures(reports)
         after_table = ("<h2>Confusion matrix</h2><p>Weight per true class (rows) and predicted "
                        "class (argmax, columns).</p>"
                        + "".join(_confusion_html(r) for r in reports))
@@ -532,9 +554,10 @@ def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
                                                             "cost_fn")})
             per_report[r.prob_col] = d
         notes = _notes(reports, model)
-        figures = _figures(reports, extras, costs, model, cost_fp, cost_fn)
-        figures += _width_figures(reports)
-        figures += _segment_figures(reports)
+        with figure_text_as_written():
+            figures = _figures(reports, extras, costs, model, cost_fp, cost_fn)
+            figures += _width_figures(reports)
+            figures += _segment_figures(reports)
         costs_key = {"costs": {"cost_fp": float(cost_fp), "cost_fn": float(cost_fn)}}
         cost_text = (f"Costs: false positive {format_value(cost_fp, 'metric')}, false negative "
                      f"{format_value(cost_fn, 'metric')}; threshold for the confusion counts "
@@ -546,7 +569,7 @@ def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
     doc.update({"columns": [r.prob_col for r in reports], "reports": per_report})
     if len(reports) == 1:
         doc.update(json_safe(reports[0].to_dict()))
-    doc.update({"table": table, "provenance": prov, "notes": notes, **costs_key,
+    doc.update({"table": _json_table(table), "provenance": prov, "notes": notes, **costs_key,
                 "figures": [stem + ".png" for stem, *_ in figures]})
 
     notes_html = "".join(f"<p class=\"note\" data-note=\"{n['kind']}\">{html.escape(n['text'])}</p>"

@@ -188,7 +188,10 @@ def test_json_has_every_number_shown(written) -> None:
     assert len(page.cells) == len(rows) * len(doc["columns"])
     for key, col, text in page.cells:
         row = rows[key]
-        assert format_value(row["values"][col], row["kind"]) == text, (key, col)
+        value = row["values"][col]  # null: the reason says which number the page shows
+        if value is None and col in row.get("why_null", {}):
+            value = {"+infinity": np.inf, "-infinity": -np.inf}.get(row["why_null"][col])
+        assert format_value(value, row["kind"]) == text, (key, col)
     assert {k for k, _ in page.prov} == set(doc["provenance"])
     for k, text in page.prov:
         v = doc["provenance"][k]
@@ -351,3 +354,32 @@ def test_report_to_an_fsspec_url_is_written_there(fitted, tmp_path, monkeypatch)
             write_report(list(reports.values()), url)
     finally:
         fsspec.filesystem("memory").rm("/distcal-report-test", recursive=True)
+
+
+def test_dollar_signs_in_names_keys_and_periods_are_text(tmp_path) -> None:
+    """Column names, segment keys and periods holding "$...$" are written as they are in
+    the figures (matplotlib read them as math: "$\\frac$" raised, so no report at all)."""
+    import html
+
+    weird = "cost $\\frac$ band"
+    df = pd.DataFrame({"p $x$": [0.1, 0.6, 0.8, 0.3] * 4, "label": [0, 1, 1, 0] * 4,
+                       "seg": [weird] * 8 + ["US$ 10 - US$ 20"] * 8})
+    write_report(distcal.evaluate(df, prob_col="p $x$", by="seg"), tmp_path / "r")
+    page = (tmp_path / "r" / "report.html").read_text()
+    assert html.escape(weird) in page and "p $x$" in page
+    assert (tmp_path / "r" / "segments_reliability.png").stat().st_size > 1000
+    summaries = [distcal.summarize(df.rename(columns={"p $x$": "score"}), period=p)
+                 for p in ("wk $\\frac$", "wk 2")]
+    distcal.monitor(summaries).save(tmp_path / "m")
+    assert "wk $\\frac$" in (tmp_path / "m" / "report.html").read_text()
+
+
+def test_an_infinite_best_threshold_shows_as_infinity_and_says_why(tmp_path) -> None:
+    """One class (every label 0): the cost-optimal threshold is +inf, predict nothing
+    positive. The page shows ∞ (it showed "—", a missing value) and report.json's null
+    has its reason."""
+    df = pd.DataFrame({"prob": [0.1, 0.4, 0.6, 0.8], "label": [0, 0, 0, 0]})
+    doc = build_document([distcal.evaluate(df)])
+    row = next(r for r in doc["json"]["table"] if r["key"] == "best_threshold")
+    assert row["values"]["prob"] is None and row["why_null"] == {"prob": "+infinity"}
+    assert '<td data-key="best_threshold" data-col="prob">∞</td>' in doc["html"]
