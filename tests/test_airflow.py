@@ -227,9 +227,12 @@ def expect(first: bool = False, published: bool = True) -> dict[str, str]:
 
 def check_outputs(base: Path, data: dict, day: str, yesterday: str, model_day: str,
                   result: dict) -> None:
-    """Calibrated table and threshold are those of the current model, recomputed here."""
-    model_dir = base / "models" / "candidates" / model_day
+    """Calibrated table and threshold are those of the current model (the candidate of
+    the run of ``model_day``, or its published copy), recomputed here."""
+    model_dir = Path(snapshot_current(base)["model"])
+    assert model_dir.name.startswith(model_day)
     model = distcal.load(model_dir)
+    assert model == distcal.load(base / "models" / "candidates" / model_day)
     today = read_table(base / "calibrated" / f"dt={day}")
     src = data[f"scores/dt={day}"]
     assert len(today) == N and list(today.columns[:3]) == ["id", "score", "label"]
@@ -292,6 +295,48 @@ def test_daily_loop(dag_id, airflow_home, dask_scheduler, tmp_path):
         third_day_monitor_vetoes(base, data, third, before)
 
 
+PUBLISH = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import distcal_loop as loop  # (its tasks' functions, called without a DAG run)
+base, candidate, ds = sys.argv[2:5]
+print(json.dumps(loop.publish.function(base, candidate, json.dumps({"n_rows": 1}), ds=ds)))
+"""
+
+
+def test_a_refit_never_touches_the_published_model(tmp_path):
+    """Publishing copies the candidate (named by its checksum) and points CURRENT.json at
+    the copy: a re-run's fit, which replaces candidates/<ds>, leaves the current model as
+    it was (it replaced the model in production, then compared it with itself); the
+    refit, published, is another copy; the same model published again writes nothing."""
+    _airflow_or_fail()
+    candidate = tmp_path / "models" / "candidates" / DAY1
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"score": rng.random(500)})
+    df["label"] = (rng.random(500) < df.score).astype(int)
+    first, refit = distcal.fit(df), distcal.fit(df.assign(label=1 - df.label))
+
+    def publish() -> dict:
+        r = subprocess.run([str(AIRFLOW_PY), "-c", PUBLISH, str(DAGS), str(tmp_path),
+                            str(candidate), DAY1], env=airflow_env(tmp_path / "home"),
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        record = json.loads(r.stdout.strip().splitlines()[-1])
+        assert snapshot_current(tmp_path) == record
+        return record
+
+    first.save(candidate)
+    one = publish()
+    assert Path(one["model"]).parent == tmp_path / "models" / "published"
+    refit.save(candidate, overwrite=True)  # the re-run's fit_candidate
+    assert distcal.load(one["model"]) == first  # production untouched
+    two = publish()
+    assert two["model"] != one["model"] and distcal.load(two["model"]) == refit
+    assert distcal.load(one["model"]) == first
+    assert publish() == two  # the same model again: the same copy
+    assert len(list((tmp_path / "models" / "published").iterdir())) == 2
+
+
 def job_line(result: dict, task: str) -> dict:
     line = result["xcom"][task]
     return json.loads(line.strip().splitlines()[-1]) if isinstance(line, str) else line
@@ -342,7 +387,12 @@ def first_day_and_rerun(base: Path, data: dict, first: dict, again: dict) -> dic
     assert first["tasks"] == expect(first=True)
     after_first, after_again = Path(f"{base}.after0"), Path(f"{base}.after1")
     current = snapshot_current(after_first)
-    assert current["model"] == str(base / "models" / "candidates" / DAY1)
+    # Published as a copy of the candidate, named by its checksum (never modified).
+    published = Path(current["model"])
+    assert published.parent == base / "models" / "published"
+    assert published.name.startswith(f"{DAY1}-")
+    assert current["candidate"] == str(base / "models" / "candidates" / DAY1)
+    assert distcal.load(published) == distcal.load(base / "models" / "candidates" / DAY1)
     assert current["ds"] == DAY1 and current["n_rows"] == N
     assert (after_first / "models" / "candidates" / DAY1 / "model.json").exists()
     check_outputs(base, data, DAY1, DAY0, DAY1, first)  # (the re-run left the same, below)

@@ -19,7 +19,10 @@ Data layout under the base directory (Airflow Variable ``distcal_base_dir``)::
 
     scores/dt=YYYY-MM-DD/        labelled scores of a day (score, label, ...)
     holdout/dt=YYYY-MM-DD/       labelled holdout of a day
-    models/candidates/<ds>/      the candidate fitted by the run of <ds>
+    models/candidates/<ds>/      the candidate fitted by the run of <ds> (a re-run refits it)
+    models/published/<ds>-<id>/  a published candidate's copy, never modified (<id>: its
+                                 model.json checksum, so publishing the same model again
+                                 writes nothing)
     models/CURRENT.json          which model is current: {"model": dir, "ds": ...}
     summaries/scores/dt=D/       the summary of day D's labelled scores (distcal summarize)
     summaries/holdout/dt=D/      the summary of day D's holdout scored by that day's candidate
@@ -27,12 +30,15 @@ Data layout under the base directory (Airflow Variable ``distcal_base_dir``)::
     calibrated/dt=<ds>/          today's scores with the current model's probability
     thresholds/dt=<ds>.json      the cost-optimal threshold of the run
 
-Publishing moves only ``models/CURRENT.json``, by writing a new file beside it
+Publishing copies the candidate to ``models/published/`` (aside, then renamed
+into place) and moves ``models/CURRENT.json``, by writing a new file beside it
 and renaming it over the old one: readers see the old or the new pointer,
-never half of one. Model directories are never modified once published
-(a re-run's fit replaces only its own ``candidates/<ds>``). Every job output
-belongs to one logical date and is written with ``--overwrite``, so re-running
-a date replaces its own outputs with the same ones.
+never half of one. Published models are never modified: a re-run's fit
+replaces only its own ``candidates/<ds>``, so re-running the date whose
+candidate is current compares the refit with the published copy, which stays
+current unless the refit wins. Every job output belongs to one logical date
+and is written with ``--overwrite``, so re-running a date replaces its own
+outputs with the same ones.
 
 This module is imported by the DAG files (Airflow puts the DAG folder on
 ``sys.path``); it defines no DAG itself.
@@ -222,20 +228,44 @@ def publish(base: str, candidate: str, fit: Any, ds: str | None = None) -> dict:
     in parameters named like context variables).
     """
     fit = job_result(fit)
-    record = {"model": candidate, "ds": ds, "method": fit.get("method"),
+    checksum = read_json(candidate.rstrip("/") + "/model.json")["checksum"]
+    target = f"{base.rstrip('/')}/models/published/{ds}-{checksum[:16]}"
+    copy_dir_once(candidate, target)
+    record = {"model": target, "candidate": candidate, "ds": ds, "method": fit.get("method"),
               "n_rows": fit.get("n_rows")}
     write_json_atomic(pointer_path(base), record)
-    print(f"published {candidate}")
+    print(f"published {candidate} as {target}")
     return record
+
+
+def copy_dir_once(src: str, dst: str) -> None:
+    """Copy the flat directory ``src`` to ``dst`` beside it, then rename it into place;
+    an existing ``dst`` is kept (named by its model's checksum: the same model)."""
+    fs, path = _fs(dst)
+    if fs.exists(path):
+        return
+    parent, _, name = path.rpartition("/")
+    tmp = f"{parent}/.{name}.{uuid.uuid4().hex[:12]}.tmp"
+    fs_src, src_path = _fs(src)
+    fs.makedirs(tmp, exist_ok=True)
+    try:
+        for f in fs_src.ls(src_path, detail=False):
+            fs.pipe_file(f"{tmp}/{f.rstrip('/').rpartition('/')[2]}", fs_src.cat_file(f))
+        fs.mv(tmp, path, recursive=True)
+    finally:
+        if fs.exists(tmp):
+            fs.rm(tmp, recursive=True)
 
 
 @task(trigger_rule="none_failed_min_one_success")
 def current_model(base: str, candidate: str, holdout_candidate: str,
-                  holdout_both: str) -> dict:
+                  holdout_both: str, ti: Any = None) -> dict:
     """After the decision: the current model and the holdout scored with it."""
     current = read_json(pointer_path(base))
-    if current["model"] == candidate:  # published by this run
-        return {"model": candidate, "holdout": holdout_candidate, "prob_col": CANDIDATE_COL}
+    published = ti.xcom_pull(task_ids="publish") if ti is not None else None
+    if published and published["model"] == current["model"]:  # published by this run
+        return {"model": current["model"], "holdout": holdout_candidate,
+                "prob_col": CANDIDATE_COL}
     return {"model": current["model"], "holdout": holdout_both, "prob_col": CURRENT_COL}
 
 
