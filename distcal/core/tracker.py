@@ -19,8 +19,7 @@ misses, not arithmetic (measured with bench/threshold.py):
 * a node's record is one 64-byte cache line of doubles: its two children's
   summaries side by side, (Z_left, B_left, Z_right, B_right), Z the sum of
   z and B the minimum suffix sum (the empty suffix included), then the
-  offset of its own slot in its parent's record, then (A_left, A_right),
-  the sums of |z| that scale the tie of :mod:`distcal.core.threshold`. Going up, a node reads its
+  offset of its own slot in its parent's record. Going up, a node reads its
   record and writes its summary into that slot, which the next step reads:
   about one new cache line per level (measured 30% faster than separate
   link and summary arrays at a million nodes);
@@ -67,10 +66,12 @@ class SummaryTree:
     Node i: ``link[4i:4i+4]`` = (left, right, parent, side in the parent),
     left = -1 for a leaf; ``crit[i]`` the bit an internal node tests (63 =
     most significant); ``rec[8i:8i+8]`` = (Z, B) of the left and the right
-    child, then ``8 parent + 2 side`` (-1 at the root), then the children's
-    sums of |z| (A), as doubles; ``wp[4i:4i+4]`` = (W, P) of the left and
-    right child (lazy). The root's own summary is kept in
-    ``root_z``/``root_b``/``root_a`` and ``root_w``/``root_p``.
+    child, then ``8 parent + 2 side`` (-1 at the root), as doubles;
+    ``wp[4i:4i+4]`` = (W, P) of the left and right child (lazy). The root's
+    own summary is kept in ``root_z``/``root_b`` and ``root_w``/``root_p``;
+    ``root_a`` is the sum of |z| over the leaves, the scale of the ties of
+    :mod:`distcal.core.threshold` at every node (the whole tree's, so that an
+    update adds no work per level).
     """
 
     def __init__(self) -> None:
@@ -124,30 +125,30 @@ class SummaryTree:
             return
         # The leaf: its own segment; best suffix itself or empty (empty wins ties).
         o = int(o)
-        z = rec[o] + z
+        old = rec[o]
+        z = old + z
         rec[o] = z
         rec[o + 1] = z if z < 0.0 else 0.0
-        a = abs(z)
+        self.root_a += abs(z) - abs(old)
+        tie = TIE * self.root_a
         # Up to the root: Z = Z_L + Z_R, B = B_R if B_R <= B_L + Z_R (to the tie)
-        # else B_L + Z_R, A = A_L + A_R, written into the node's slot in its
-        # parent's record (or the root's summary).
+        # else B_L + Z_R, written into the node's slot in its parent's record (or
+        # the root's summary).
+        o -= o & 7
         while True:
-            side = (o & 7) >> 1
-            o -= o & 7
-            rec[o + 5 + side] = a
             zr = rec[o + 2]
             br = rec[o + 3]
             through = rec[o + 1] + zr
             z = rec[o] + zr
-            a = rec[o + 5] + rec[o + 6]
-            b = br if br <= through + TIE * a else through
+            b = br if br <= through + tie else through
             up = rec[o + 4]
             if up < 0.0:
-                self.root_z, self.root_b, self.root_a = z, b, a
+                self.root_z, self.root_b = z, b
                 return
             o = int(up)
             rec[o] = z
             rec[o + 1] = b
+            o -= o & 7
 
     def _insert(self, k: int, score: float) -> int:
         crit, link, key = self.crit, self.link, self.key
@@ -177,16 +178,14 @@ class SummaryTree:
         # walk the parent links as they are then.
         rec, wp = self.rec, self.wp
         if up < 0:
-            cz, cb, ca = self.root_z, self.root_b, self.root_a
-            cw, cp = self.root_w, self.root_p
+            cz, cb, cw, cp = self.root_z, self.root_b, self.root_w, self.root_p
         else:
             o = 8 * up + 2 * side
-            cz, cb, ca = rec[o], rec[o + 1], rec[8 * up + 5 + side]
+            cz, cb = rec[o], rec[o + 1]
             o = 4 * up + 2 * side
             cw, cp = wp[o], wp[o + 1]
         o = 8 * node + 2 * (1 - new_side)
         rec[o], rec[o + 1] = cz, cb
-        rec[8 * node + 5 + (1 - new_side)] = ca
         o = 4 * node + 2 * (1 - new_side)
         wp[o], wp[o + 1] = cw, cp
         link[4 * node + 2], link[4 * node + 3] = up, side
