@@ -106,7 +106,7 @@ def percentile_interp(x: np.ndarray, xp: np.ndarray, fp: np.ndarray) -> np.ndarr
     a, b, width = fp[j], fp[j + 1], xp[j + 1] - xp[j]
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         t = np.where(width > 0, (x - xp[j]) / np.where(width > 0, width, 1.0), 0.0)
-        out = np.where(t < 0.5, a + (b - a) * t, b - (b - a) * (1.0 - t))
+        out: np.ndarray = np.where(t < 0.5, a + (b - a) * t, b - (b - a) * (1.0 - t))
     bad = np.isnan(out)
     if bad.any():
         out[bad] = np.interp(x[bad], xp, fp)

@@ -191,7 +191,8 @@ def newton_plan(terms: Terms, start: list[float], *, max_iter: int = 100,
                           "approaches its infimum as the parameters grow: there is no "
                           "finite optimum); the last step's parameters are used",
                           RuntimeWarning, stacklevel=2)
-            return cand
+            stopped: np.ndarray = cand
+            return stopped
         theta, loss, g, h = cand, c_loss, c_g, c_h
     # A warning, not a log record: the core imports no logging set-up (only
     # the core and the errors), and a caller sees it where the fit ran.
