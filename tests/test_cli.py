@@ -270,7 +270,7 @@ def test_apply_writes_before_after_report(scores_path, tmp_path):
     pq.write_table(pa.table({"score": ["0.1", "x", "0.9"], "label": [0, 1, 1]}), text)
     r = run("apply", "--model", tmp_path / "m", "--input", text, "--output",
             tmp_path / "o3.parquet")
-    assert r.returncode == 2 and "column 'score': 1 row is text, not numbers" in r.stderr
+    assert r.returncode == 2 and "column 'score': 3 rows are text, not numbers" in r.stderr
     assert not (tmp_path / "o3.parquet").exists()
 
 
@@ -329,7 +329,7 @@ def test_apply_to_parquet_refuses_text_scores(tmp_path):
 
     df = make_scores(500, seed=3).assign(g=lambda d: np.arange(len(d)) % 2)
     src = tmp_path / "text.parquet"
-    # 3 row groups of 4 rows, read a batch each; text in the first and the last.
+    # 3 row groups of 4 rows, read a batch each: every cell is text ("0.2" too).
     scores = ["0.2", "0.5", "high", "0.1", "0.3", "0.4", "0.6", "0.7", "low", "x", "0.8", "0.9"]
     pq.write_table(pa.table({"score": scores, "s1": scores, "label": [0, 1] * 6,
                              "g": [0, 1] * 6}), src, row_group_size=4)
@@ -339,7 +339,7 @@ def test_apply_to_parquet_refuses_text_scores(tmp_path):
             (distcal.fit(df, method="venn_abers"), {"interval_cols": ("p0", "p1")}),
             (distcal.fit(df, by="g"), {}),
             (distcal.fit(classes, score_cols=["s0", "s1"]), {"score_cols": ["score", "s1"]})]:
-        with pytest.raises(distcal.DataError, match="column 'score': 3 rows are text"):
+        with pytest.raises(distcal.DataError, match="column 'score': 12 rows are text"):
             apply_to_parquet(model, src, tmp_path / "o.parquet", batch_rows=4, **options)
         assert sorted(p.name for p in tmp_path.iterdir()) == ["text.parquet"]
 
