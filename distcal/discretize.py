@@ -10,6 +10,7 @@ driver finds the partition on the concatenation
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -21,8 +22,8 @@ from .core.modl import MAX_GROUPS, RangeGroups, range_summary
 from .core.plans import run_plan
 from .defaults import DEFAULTS
 from .engines import get_engine, resolve_engine
-from .errors import DataError, ParameterError
-from .params import check_max_groups, split_engine_options
+from .errors import DataError
+from .params import check_int, check_max_groups, split_engine_options
 
 __all__ = ["discretize", "MAX_CLASSES", "OWN_COLUMNS"]
 
@@ -37,9 +38,7 @@ OWN_COLUMNS = ("score_min", "score_max", "n")
 
 def check_max_classes(value: Any) -> int:
     """``max_classes``: an int >= 2 (not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 2:
-        raise ParameterError(f"max_classes must be an integer >= 2, got {value!r}")
-    return int(value)
+    return check_int(value, 2, math.inf, "max_classes must be an integer >= 2")
 
 
 def _too_many(label_col: str, count: int, max_classes: int, capped: bool) -> DataError:

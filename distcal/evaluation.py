@@ -27,6 +27,7 @@ from .params import (
     check_column_name,
     check_distinct_columns,
     check_finite,
+    check_int,
     check_n_bins,
     check_on_invalid,
     check_roles,
@@ -167,10 +168,7 @@ def check_roc_points(roc_points: Any) -> int | None:
     """None (the whole curve) or an int >= 2."""
     if roc_points is None:
         return None
-    if isinstance(roc_points, bool) or not isinstance(roc_points, (int, np.integer)) \
-            or roc_points < 2:
-        raise ParameterError(f"roc_points must be an integer >= 2 or None, got {roc_points!r}")
-    return int(roc_points)
+    return check_int(roc_points, 2, math.inf, "roc_points must be an integer >= 2 or None")
 
 
 def _global_table(part: KeyedTable) -> DistinctTable:

@@ -30,7 +30,7 @@ from .core.beta import NoMinimum, beta_plan
 from .core.discretize import modl_plan
 from .core.histogram import histogram_plan
 from .core.isotonic import clip_blocks, isotonic_plan
-from .core.keyed import GLOBAL, Key, KeyedTable, KeySpec, key_text
+from .core.keyed import GLOBAL, Key, KeyedTable, KeySpec, in_key_order, key_text
 from .core.plans import KeyCounts, KeyFailed, Split, run_plans
 from .core.rows import LabelsNotBinaryError, RowPart, count_not_binary
 from .core.segment_pav import KeyedPav, merge_keyed_pav, take_blocks
@@ -342,11 +342,7 @@ def _segments_table(by: list[str], counts: dict[Key, KeyCounts],
         if segment is not GLOBAL:
             seen.setdefault(segment, c)
     fitted = {segment for segment, _ in maps}
-    keys = list(seen)
-    try:
-        keys.sort()
-    except TypeError:  # keys of mixed types: keep the order of first appearance
-        pass
+    keys = in_key_order(seen)
     table = pd.DataFrame(keys, columns=by) if keys else pd.DataFrame({b: [] for b in by})
     table["n_rows"] = np.array([seen[k].n_rows for k in keys], dtype=np.int64)
     table["weight"] = np.array([seen[k].weight for k in keys], dtype=np.float64)

@@ -95,7 +95,7 @@ def check_on_invalid(on_invalid: str) -> str:
     return on_invalid
 
 
-def _check_int(value: Any, low: float, high: float, rule: str) -> int:
+def check_int(value: Any, low: float, high: float, rule: str) -> int:
     """``value`` as an int in [low, high] (numpy integers too, not a bool); else the
     ParameterError ``"<rule>, got <value>"``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
@@ -108,12 +108,12 @@ def check_score_index(score_index: Any) -> int | None:
     """None (a column of numbers) or the element of each vector to read, an int >= 0."""
     if score_index is None:
         return None
-    return _check_int(score_index, 0, math.inf, "score_index must be None or an integer >= 0")
+    return check_int(score_index, 0, math.inf, "score_index must be None or an integer >= 0")
 
 
 def check_n_bins(n_bins: Any, name: str = "n_bins") -> int:
     """A positive integer (numpy integers too), at most 1,000,000 (more bins is a mistake)."""
-    return _check_int(n_bins, 1, 1_000_000, f"{name} must be an integer from 1 to 1000000")
+    return check_int(n_bins, 1, 1_000_000, f"{name} must be an integer from 1 to 1000000")
 
 
 def check_strategy(strategy: Any) -> str:
@@ -169,7 +169,7 @@ def method_params(method: str, given: dict[str, Any]) -> dict[str, Any]:
 
 def check_max_groups(value: Any) -> int:
     """MODL's ``max_groups``: an int >= 1 (not a bool)."""
-    return _check_int(value, 1, math.inf, "max_groups must be an integer >= 1")
+    return check_int(value, 1, math.inf, "max_groups must be an integer >= 1")
 
 
 def check_fit_params(method: Any, given: dict[str, Any]) -> None:

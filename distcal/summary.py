@@ -58,7 +58,7 @@ from .errors import DataError, ModelError, ParameterError, sums_overflow, unexpe
 from .logs import log
 from .model import build_or_damaged, damaged, read_checked_meta, read_table_bytes, read_table_file
 from .model_format import _json_checksum
-from .params import check_on_invalid, check_roles
+from .params import check_int, check_on_invalid, check_roles
 from .storage import (
     fetch_dir,
     filesystem_for,
@@ -207,11 +207,8 @@ class Summary:
 def _check_decimals(decimals: Any) -> int | None:
     if decimals is None:
         return None
-    if isinstance(decimals, bool) or not isinstance(decimals, (int, np.integer)) \
-            or not 0 <= decimals <= MAX_DECIMALS:
-        raise ParameterError(f"decimals must be None or an integer in [0, {MAX_DECIMALS}], "
-                             f"got {decimals!r}")
-    return int(decimals)
+    return check_int(decimals, 0, MAX_DECIMALS,
+                     f"decimals must be None or an integer in [0, {MAX_DECIMALS}]")
 
 
 def _check_period(period: Any) -> str | None:

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from .core.distinct import DistinctTable
-from .core.keyed import GLOBAL, KeyedTable, KeySpec
+from .core.keyed import GLOBAL, KeyedTable, KeySpec, in_key_order
 from .core.threshold import (
     EMPTY,
     SegmentSummary,
@@ -244,11 +244,7 @@ def _threshold_by(impl: Any, data: Any, columns: dict[str, str | None], by: list
             entry[1] += w
             entry[2] = merge_segments(entry[2], s)
     glob = result(merged.pop(GLOBAL, [0, 0.0, EMPTY])[2], n_rows, dropped)
-    keys = list(merged)
-    try:
-        keys.sort()
-    except TypeError:  # keys of mixed types: keep the order of first appearance
-        pass
+    keys = in_key_order(merged)
     rows = []
     for key in keys:
         n, w, s = merged[key]

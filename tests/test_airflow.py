@@ -304,6 +304,7 @@ print(json.dumps(loop.publish.function(base, candidate, json.dumps({"n_rows": 1}
 """
 
 
+@pytest.mark.subprocess
 def test_a_refit_never_touches_the_published_model(tmp_path):
     """Publishing copies the candidate (named by its checksum) and points CURRENT.json at
     the copy: a re-run's fit, which replaces candidates/<ds>, leaves the current model as

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from scipy.optimize import isotonic_regression
 
 import distcal
 
@@ -83,11 +84,27 @@ def test_file_larger_than_memory_limit(big_file, tmp_path):
     size_mb = os.path.getsize(big_file) >> 20
     assert size_mb >= 2 * out["limit_mb"], "the file must be twice the whole limit"
     assert size_mb >= 4 * WORK_MB, "and four times the memory the fit may use"
-    bounded = distcal.load(tmp_path / "model")
+    bounded = distcal.load(tmp_path / "model").blocks
 
-    # Oracle: the same fit with everything in memory (no limit in this process).
+    # Oracle: scipy's PAV over the rows sorted by score, in this process (no limit);
+    # rows of equal scores pooled first (weights), as isotonic regression on scores does.
     table = pq.read_table(big_file)
-    in_memory = distcal.fit(table)
-    assert bounded == in_memory
-    q = np.linspace(0, 1, 100_001)
-    np.testing.assert_allclose(bounded.predict(q), in_memory.predict(q), rtol=0, atol=1e-12)
+    s, y = table["score"].to_numpy(), table["label"].to_numpy()
+    order = np.argsort(s)
+    s, y = s[order], y[order].astype(np.float64)
+    del table, order
+    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])
+    if len(starts) == len(s):
+        w = None
+    else:
+        w = np.diff(np.r_[starts, len(s)]).astype(np.float64)
+        y = np.add.reduceat(y, starts) / w
+    pav = isotonic_regression(y, weights=w).x
+    runs = np.flatnonzero(np.r_[True, pav[1:] != pav[:-1]])  # the blocks: runs of one value
+    ends = np.r_[runs[1:], len(pav)] - 1
+    distinct = s[starts]
+    np.testing.assert_array_equal(bounded["score_min"], distinct[runs])
+    np.testing.assert_array_equal(bounded["score_max"], distinct[ends])
+    weights = np.ones(len(pav)) if w is None else w
+    np.testing.assert_array_equal(bounded["weight"], np.add.reduceat(weights, runs))
+    np.testing.assert_allclose(bounded["prob"], pav[runs], rtol=0, atol=1e-12)

@@ -294,3 +294,16 @@ def test_a_key_of_another_type_is_no_segment(fitted):
             model.segment(key)
     assert fitted["bool"].segment(True).n_rows == N // 2
     assert fitted["int"].segment(1.0) == fitted["int"].segment(1)
+
+
+def test_keys_of_mixed_types_keep_the_order_of_first_appearance():
+    """Keys that do not compare (an object column of numbers and text) are listed in the
+    order they first appear, by the model, its thresholds and evaluate's key order
+    (``list.sort`` failing half way left them half sorted: 0, 1, 2, 'a')."""
+    df = _rows([0, 2, 1, "a"], n=2000)
+    df["g"] = df["g"].astype(object)
+    model = distcal.fit(df, by="g", method="sigmoid")
+    assert list(model.segments["g"]) == [0, 2, 1, "a"]
+    assert list(distcal.optimal_threshold(df, by="g").segments["g"]) == [0, 2, 1, "a"]
+    ranked = distcal.evaluate(model.transform(df), prob_col="calibrated", by="g").segments
+    assert sorted(map(str, ranked["g"])) == ["0", "1", "2", "a"]

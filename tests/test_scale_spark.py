@@ -54,22 +54,23 @@ def test_evaluate_threshold_fit_on_2e6_rows_865k_distinct_under_8m_results():
     assert abs(out["threshold"] - 1 / 3) < 0.02 and out["blocks"] > 10
 
 
-def test_by_segment_fits_of_2000_segments_under_8m_results(tmp_path):
-    """2e6 rows in 2,000 segments of ~1,000 distinct scores each (2e6 distinct (segment,
-    score) pairs, 2e6 distinct scores overall): no method brings a table per segment
-    to the driver, and each model is the one pandas fits from the same rows.
+def test_by_segment_fits_of_2000_segments_under_a_4m_result_cap(tmp_path):
+    """1e6 rows in 2,000 segments of ~500 rows (~790,000 distinct (segment, score)
+    pairs, ~5.6 MB as the per-segment tables the driver once collected) under
+    ``spark.driver.maxResultSize=4m``: no method brings a table per segment to the
+    driver, and each model is the one pandas fits from the same rows.
 
     Temperature scaling's first pass samples each part's rows for Newton's start: a
     segment's rows take the stride of their part (each segment sending up to 512
-    rows of every part sent them all, 24 MB).
+    rows of every part sent them all).
 
-    MODL needs each key's table after merging pure runs on the driver (617,000
-    rows over the segments here, ~20 MB, and the global key's 100,000 groups): its
-    second pass runs in waves of keys, each bringing at most a quarter of the cap.
+    MODL needs each key's table after merging pure runs on the driver (more than
+    the cap over all segments): its second pass runs in waves of keys, each
+    bringing at most a quarter of the cap.
     """
     out = run_child(f"""
         import numpy as np, pandas as pd, pyarrow as pa, pyarrow.parquet as pq
-        n, segs = 2_000_000, 2_000
+        n, segs = 1_000_000, 2_000
         rng = np.random.default_rng(0)
         seg = rng.integers(0, segs, n)
         s = rng.integers(0, 1000, n) / 1000 + seg * 1e-7
@@ -84,6 +85,6 @@ def test_by_segment_fits_of_2000_segments_under_8m_results(tmp_path):
             same[method] = [remote == distcal.fit(pdf, method=method, by="seg"),
                             len(remote.segments)]
         print(json.dumps(same))
-    """, conf={"spark.driver.maxResultSize": "8m", "spark.driver.memory": "2g"})
+    """, conf={"spark.driver.maxResultSize": "4m", "spark.driver.memory": "2g"})
     assert out == {m: [True, 2000] for m in ("sigmoid", "histogram", "modl", "isotonic",
                                              "temperature")}, out

@@ -260,7 +260,7 @@ def table_from_report(report: Any) -> DistinctTable:
     return DistinctTable(thr.astype(np.float64), w, pos, count, pos, binary)
 
 
-def metrics_from_report(report: Any, n_bins: int | None = None) -> dict[str, Any]:
+def metrics_from_report(report: Any) -> dict[str, Any]:
     """The new metrics of an :class:`~distcal.EvaluationReport` (engine-free).
 
     Uses the report's own fields when evaluate has been wired to fill them
@@ -268,8 +268,7 @@ def metrics_from_report(report: Any, n_bins: int | None = None) -> dict[str, Any
     distinct table read back from the ROC (:func:`table_from_report`). The
     Brier score is the report's, so the decomposition's label term uses it.
     """
-    if n_bins is None:
-        n_bins = max(len(report.bin_edges) - 1, 1)
+    n_bins = max(len(report.bin_edges) - 1, 1)
     t = table_from_report(report)
     sum_wyy: float | None = None  # 0/1 labels (combine_murphy), or no finite Brier score
     if not t.binary and math.isfinite(report.brier):

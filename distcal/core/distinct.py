@@ -43,8 +43,6 @@ import numpy as np
 __all__ = ["DistinctTable", "pool_ties", "merge_tables", "choose_pool_path", "estimate_distinct",
            "is_binary", "starts_of_runs"]
 
-_SIGN_BIT = np.uint64(1) << np.uint64(63)
-
 
 @dataclass(frozen=True)
 class DistinctTable:

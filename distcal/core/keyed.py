@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Container, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -39,11 +39,12 @@ import pandas as pd
 from ..errors import DataError, short_repr
 from .distinct import DistinctTable, is_binary, pool_ties
 
-__all__ = ["GLOBAL", "Key", "KeySpec", "KeyedTable", "factorize_keys", "explode",
+__all__ = ["GLOBAL", "Key", "KeySpec", "KeyedTable", "factorize_keys", "explode", "in_key_order",
            "pool_keyed", "pool_sums", "merge_keyed", "cut_keyed", "key_text", "pool_rows",
            "empty_keyed", "split_global", "global_ww", "sorted_sample", "range_bounds"]
 
 # The segment part of the key of the problems over all rows.
+T = TypeVar("T")
 GLOBAL = None
 # (segment, class): segment a tuple of ``by`` values or GLOBAL; class an
 # index or None for a binary score.
@@ -120,6 +121,16 @@ def key_text(by: Sequence[str], key: Key) -> str:
     if cls is not None:
         parts.append(f"class {cls}")
     return ", ".join(parts) or "all rows"
+
+
+def in_key_order(items: Iterable[T], key: Callable[[T], Any] = lambda item: item) -> list[T]:
+    """``items`` sorted (by ``key``), or in their given order when keys of mixed types
+    do not compare (``list.sort`` would leave them half sorted)."""
+    items = list(items)
+    try:
+        return sorted(items, key=key)
+    except TypeError:
+        return items
 
 
 # -- segment keys ------------------------------------------------------------------

@@ -36,7 +36,7 @@ import pandas as pd
 
 from ..errors import sums_overflow
 from .bins import bin_ids
-from .keyed import GLOBAL, KeyedTable
+from .keyed import GLOBAL, KeyedTable, in_key_order
 from .metrics import EPS, wilson_interval
 
 __all__ = ["SegmentEvalPartials", "segment_partials", "SegmentEvaluation",
@@ -155,11 +155,8 @@ class SegmentEvaluation:
         """The ``by`` columns and :data:`SEGMENT_METRICS`, one row per segment (not the
         global key), sorted by ECE descending (the worst calibrated first; ties in key
         order)."""
-        rows = [i for i, k in enumerate(self.keys) if k is not GLOBAL]
-        try:
-            rows.sort(key=lambda i: self.keys[i])
-        except TypeError:  # keys of mixed types: the order of first appearance
-            pass
+        rows = in_key_order((i for i, k in enumerate(self.keys) if k is not GLOBAL),
+                            key=lambda i: self.keys[i])
         table = pd.DataFrame([self.keys[i] for i in rows], columns=by) if rows \
             else pd.DataFrame(columns=by)
         table = table.assign(**{c: self.metrics[c][rows] for c in SEGMENT_METRICS})

@@ -19,7 +19,7 @@ plan runs unchanged.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,26 +122,23 @@ def moved_fields(weighted: bool, squares: bool) -> list[str]:
     return [f for f in FIELDS if f not in left_out]
 
 
-def arrow_from_keyed(kt: KeyedTable, n_by: int, fields: Sequence[str] = FIELDS,
-                     by_types: Sequence[pa.DataType] | None = None) -> pa.Table:
-    """The summary table of a keyed table: its ``by_j`` columns (of ``by_types``, else of
-    the types Arrow infers from the values) and the sums ``fields`` (by default all of
-    them: the keyed table pooled the sums of w y^2 and w^2; :func:`moved_fields` names the
-    ones :func:`keyed_from_arrow` cannot make from the others)."""
-    assert ("wyy" not in fields or kt.wyy is not None) and (
-        "ww" not in fields or kt.ww is not None), "the sums of w y^2 and w^2 are pooled"
+def arrow_from_keyed(kt: KeyedTable, n_by: int) -> pa.Table:
+    """The summary table of a keyed table: its ``by_j`` columns (of the types Arrow infers
+    from the values) and every sum of :data:`FIELDS` (the keyed table pooled the sums of
+    w y^2 and w^2; :func:`moved_fields` names the ones :func:`keyed_from_arrow` cannot make
+    from the others)."""
+    assert kt.wyy is not None and kt.ww is not None, "the sums of w y^2 and w^2 are pooled"
     kt = _canonical(kt)
     codes, _, t, _ = kt.rows()
     cols: dict[str, Any] = {}
     for j in range(n_by):
-        values = pa.array([None if seg is GLOBAL else seg[j] for seg, _ in kt.keys],
-                          type=None if by_types is None else by_types[j])
+        values = pa.array([None if seg is GLOBAL else seg[j] for seg, _ in kt.keys])
         cols[by_name(j)] = values.take(pa.array(codes))
     # A key's flag on each of its rows: pooled again, the key is binary iff none is set.
     sums = {"score": t.score, "weight": t.weight, "positives": t.positives, "wyy": kt.wyy,
             "ww": kt.ww, "count": t.count.astype(np.int64), "label_sum": t.label_sum,
             "nonbinary": ~kt.binary[codes]}
-    cols.update({f: sums[f] for f in fields})
+    cols.update(sums)
     return pa.table(cols)
 
 
