@@ -297,6 +297,21 @@ SEGMENTS_CHILD = textwrap.dedent("""
         out["threshold_ok"] = (distcal.optimal_threshold(probs, score_col="calibrated")
                                == distcal.optimal_threshold(probs.toPandas(),
                                                             score_col="calibrated"))
+        # The pyspark.ml stage saved and loaded (Spark's metadata through the session: a
+        # Connect client has no SparkContext), and the jobs' Spark backend on plain paths.
+        from pyspark.ml import Pipeline, PipelineModel
+        from distcal.spark import Calibrator
+        from distcal.cli.spark import SparkBackend
+        Pipeline(stages=[Calibrator(outputCol="cal")]).fit(sdf).write().save(f"{tmp}/pipe")
+        stage = PipelineModel.load(f"{tmp}/pipe").stages[0].model
+        out["stage_ok"] = stage == distcal.fit(rows)
+        rows.to_parquet(f"{tmp}/in.parquet", index=False)
+        n = SparkBackend(spark).apply(stage, {"input": f"{tmp}/in.parquet", "overwrite": False,
+                                              "output": f"{tmp}/out.parquet",
+                                              "score_col": "score", "output_col": "p"})
+        got = pd.read_parquet(f"{tmp}/out.parquet")
+        out["backend_ok"] = n == len(rows) and bool(np.allclose(
+            got["p"], stage.predict(got["score"].to_numpy()), rtol=0, atol=1e-12))
     print(json.dumps(out))
     spark.stop()
 """)
@@ -321,6 +336,7 @@ def test_keyed_map_on_spark_connect():
     assert out["refit_ok"] and out["narrow_ok"], out
     assert out["isotonic_by_ok"] and out["sigmoid_by_ok"], out
     assert out["evaluate_ok"] and out["threshold_ok"], out
+    assert out["stage_ok"] and out["backend_ok"], out
 
 
 # -- issue 35: 2e7 rows in 600 MB Python workers -------------------------------------------

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 from ..errors import DataError, UsageError
 from ..model import CalibrationModel
-from ..storage import PARQUET, FileSystem, LocalFileSystem, is_local_uri, publishing
+from ..storage import PARQUET, FileSystem, LocalFileSystem, filesystem_for, is_local_uri, publishing
 from .backend import Backend, transform_for_cli
 from .run import run
 
@@ -77,16 +77,28 @@ class SparkBackend(Backend):
     # -- where things are -----------------------------------------------------
     def filesystem(self, uri: str) -> FileSystem:
         """This machine's files for ``file:`` paths (and plain ones when Spark's default
-        filesystem is local); the session's Hadoop FileSystem for everything else."""
+        filesystem is local); the session's Hadoop FileSystem for everything else, or on
+        Spark Connect (no JVM on the client) fsspec's."""
         if is_local_uri(uri) and (str(uri).startswith("file:") or self._default_fs_local()):
             return LocalFileSystem()
         from ..storage.hadoop import HadoopFileSystem
 
-        return HadoopFileSystem(self.spark)
+        try:
+            return HadoopFileSystem(self.spark)
+        except AttributeError:  # Spark Connect
+            if is_local_uri(uri):
+                raise UsageError(
+                    f"'{uri}': the default filesystem of this Spark Connect session is not "
+                    "local; give the path as a full URI (hdfs://..., s3a://...)") from None
+            return filesystem_for(uri)
 
     def _default_fs_local(self) -> bool:
-        conf = self.spark.sparkContext._jsc.hadoopConfiguration()
-        return str(conf.get("fs.defaultFS", "file:///")).startswith("file:")
+        try:
+            conf = self.spark.sparkContext._jsc.hadoopConfiguration()
+            default = conf.get("fs.defaultFS", "file:///")
+        except AttributeError:  # Spark Connect: the session's setting, if it has one
+            default = self.spark.conf.get("spark.hadoop.fs.defaultFS", "file:///")
+        return str(default).startswith("file:")
 
     # -- inputs ---------------------------------------------------------------
     def read(self, opts: dict[str, Any]) -> Any:

@@ -198,6 +198,15 @@ class CalibratorModel(Model, _CalibratorParams, MLReadable, MLWritable):
         return _ModelReader(cls)
 
 
+def _metadata_session(io: MLWriter | MLReader) -> Any:
+    """What Spark's metadata helpers take: the SparkContext (pyspark 3.5 takes only that),
+    or on Spark Connect, which has no SparkContext on the client, the session (pyspark 4)."""
+    try:
+        return io.sc
+    except AttributeError:  # Spark Connect
+        return io.sparkSession
+
+
 class _ModelWriter(MLWriter):
     def __init__(self, instance: CalibratorModel):
         super().__init__()
@@ -220,7 +229,7 @@ class _ModelWriter(MLWriter):
                                     "replace it") from None
 
     def saveImpl(self, path: str) -> None:
-        DefaultParamsWriter.saveMetadata(self.instance, path, self.sc)
+        DefaultParamsWriter.saveMetadata(self.instance, path, _metadata_session(self))
         assert self.instance.model is not None, "a CalibratorModel holds a fitted model"
         target = path.rstrip("/") + "/model"
         publish_dir(filesystem_for(target, self.sparkSession), target,
@@ -233,7 +242,7 @@ class _ModelReader(MLReader):
         self.cls = cls
 
     def load(self, path: str) -> CalibratorModel:
-        metadata = DefaultParamsReader.loadMetadata(path, self.sc)
+        metadata = DefaultParamsReader.loadMetadata(path, _metadata_session(self))
         source = path.rstrip("/") + "/model"
         core = fetch_dir(filesystem_for(source, self.sparkSession), source, load_dir)
         if not isinstance(core, CalibrationModel):

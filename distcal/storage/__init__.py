@@ -58,14 +58,19 @@ def filesystem_for(uri: str, spark: Any = None) -> FileSystem:
 
     Paths without a scheme and ``file:`` URLs are local. Anything else goes
     through the JVM when a Spark session is given (so that Hadoop's
-    credentials and connectors apply), and through fsspec otherwise.
+    credentials and connectors apply), and through fsspec otherwise (a Spark
+    Connect session has no JVM on the client: fsspec, with the client's
+    credentials).
     """
     if is_local_uri(uri):
         return LocalFileSystem()
     if spark is not None:
         from .hadoop import HadoopFileSystem
 
-        return HadoopFileSystem(spark)
+        try:
+            return HadoopFileSystem(spark)
+        except AttributeError:  # Spark Connect
+            pass
     from .fsspec import FsspecFileSystem
 
     return FsspecFileSystem.for_uri(uri)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable
 from typing import Any
@@ -109,13 +110,25 @@ def with_arrow_batches(spark: Any, action: Callable[[], Any], rows: int = 100_00
     if current not in (None, "10000"):
         return on_executors(action)
     spark.conf.set(key, str(rows))
-    try:
-        return on_executors(action)
-    finally:
+
+    def restore() -> None:
         if current is None:
             spark.conf.unset(key)
         else:
             spark.conf.set(key, current)
+
+    try:
+        result = on_executors(action)
+    except BaseException as exc:
+        # The action's error is the one to report: restoring is one more call to the
+        # session, whose own failure must not replace it, and which is not tried when a
+        # Connect server is unreachable (it would wait out the client's retries again).
+        if type(exc).__name__ != "SparkConnectGrpcException":
+            with contextlib.suppress(Exception):
+                restore()
+        raise
+    restore()
+    return result
 
 
 def parallelism(df: Any) -> int:
