@@ -819,7 +819,7 @@ def _type_name(dtype: Any) -> str:
 
 def _local_keys(data: Any, by: list[str]) -> pd.DataFrame:
     """The ``by`` columns of local data (pandas, Arrow, a Parquet path) as pandas."""
-    from .tables import is_path, open_dataset
+    from .tables import is_path, open_dataset, read_all
 
     if is_path(data):
         data = open_dataset(data)
@@ -833,7 +833,7 @@ def _local_keys(data: Any, by: list[str]) -> pd.DataFrame:
             raise column_not_found(b, "segment", map(str, names))
     if isinstance(data, pd.DataFrame):
         return data[by]
-    table = data.select(by) if isinstance(data, pa.Table) else data.to_table(columns=by)
+    table = data.select(by) if isinstance(data, pa.Table) else read_all(data, by)
     return table.to_pandas(integer_object_nulls=True, date_as_object=True)
 
 

@@ -20,7 +20,7 @@ from .core.validate import check_unique_columns
 from .errors import DataError
 from .storage import check_regular_input
 
-__all__ = ["open_dataset", "iter_tables", "is_path", "is_vector_column"]
+__all__ = ["open_dataset", "iter_tables", "read_all", "is_path", "is_vector_column"]
 
 
 def is_path(data: object) -> bool:
@@ -54,10 +54,51 @@ def iter_tables(dataset: ds.Dataset, columns: list[str],
         except (pa.ArrowInvalid, OSError) as exc:  # (a file other than Parquet deeper down)
             raise DataError(f"input file '{fragment.path}' is not a readable Parquet file: "
                             f"{exc}") from exc
+        check_file_types(fragment, dataset.schema, columns)
         for part in parts:
             table = part.to_table(schema=dataset.schema, columns=columns)
             for start in range(0, table.num_rows, batch_rows):
                 yield table.slice(start, batch_rows)
+
+
+def read_all(dataset: ds.Dataset, columns: list[str] | None = None) -> pa.Table:
+    """The dataset's ``columns`` (default: all) as one table, its files' types checked."""
+    columns = dataset.schema.names if columns is None else columns
+    return pa.concat_tables([*iter_tables(dataset, columns)] or
+                            [dataset.schema.empty_table().select(columns)])
+
+
+def check_file_types(fragment: ds.Fragment, schema: pa.Schema, columns: list[str]) -> None:
+    """A DataError when a file stores a column read in a type that the dataset's (its
+    first file's) type would change: Arrow casts each file to that schema without a
+    word (labels 0.5 read as bools, float64 scores rounded to float32, text parsed).
+    Exact widenings (int32 to int64, float32 to float64, string to large_string) pass."""
+    physical = fragment.physical_schema
+    for name in columns:
+        i = physical.get_field_index(name)
+        if i < 0:  # a hive partition column, or missing (reported where rows are read)
+            continue
+        have, want = physical.field(i).type, schema.field(name).type
+        if have != want and not _widens(have, want):
+            raise DataError(
+                f"column '{name}' has type {have} in file '{fragment.path}' but {want} in the "
+                "dataset's first file; reading it as that type would change its values: "
+                "write the dataset's files with one type")
+
+
+def _widens(have: pa.DataType, want: pa.DataType) -> bool:
+    """Whether every value of type ``have`` is exactly a value of type ``want``."""
+    t = pa.types
+    if t.is_null(have):
+        return True
+    if t.is_integer(have) and t.is_integer(want):
+        if t.is_signed_integer(have) == t.is_signed_integer(want):
+            return want.bit_width >= have.bit_width
+        return t.is_unsigned_integer(have) and want.bit_width > have.bit_width
+    if t.is_floating(have) and t.is_floating(want):
+        return want.bit_width >= have.bit_width
+    return ((t.is_string(have) or t.is_large_string(have)) and t.is_large_string(want)) \
+        or (t.is_string(have) and t.is_string(want))
 
 
 def is_vector_column(data: object, name: str) -> bool:

@@ -1274,3 +1274,45 @@ def test_suite_size():
     surfaces = {c.surface for c in CLI_CASES}
     assert len(MODEL_CASES) + len(API_CASES) + len(CLI_CASES) >= 60
     assert {"cli", "spark", "dask"} <= surfaces
+
+
+_FILE_TYPES = [  # (column, first file's values, a later file's values, refused?)
+    ("label", pa.array([True, False] * 20), pa.array([0.5, 0.25] * 20), True),  # 0.5 -> True
+    ("score", pa.array(np.linspace(0.1, 0.9, 40), pa.float32()),
+     pa.array(np.linspace(0.11, 0.91, 40)), True),  # float64 rounded to float32
+    ("score", pa.array(np.linspace(0.1, 0.9, 40)), pa.array(["0.3"] * 40), True),  # parsed
+    ("score", pa.array(np.linspace(0.1, 0.9, 40), pa.float32()),
+     pa.array(np.linspace(0.1, 0.9, 40), pa.float32()), False),
+    ("label", pa.array([0, 1] * 20, pa.int64()), pa.array([1, 0] * 20, pa.int32()), False),
+]
+
+
+@pytest.mark.parametrize("column, first, later, refused", _FILE_TYPES)
+def test_a_dataset_whose_files_disagree_on_a_column_s_type(tmp_path, column, first, later,
+                                                           refused):
+    """A Parquet dataset is read through its first file's schema, and Arrow casts every
+    other file to it without a word: a type that would change values is a DataError
+    naming the column, the file and both types, for fits, path transforms and
+    apply_to_parquet (nothing written); exact widenings read the rows as pandas would."""
+    from distcal.apply import apply_to_parquet
+
+    rng = np.random.default_rng(0)
+    files = []
+    for i, values in enumerate((first, later)):
+        other = {"score": pa.array(rng.random(40)), "label": pa.array(rng.integers(0, 2, 40))}
+        other[column] = values
+        files.append(pa.table(other))
+        pq.write_table(files[-1], tmp_path / f"part-{i}.parquet")
+    if refused:
+        want = rf"column '{column}' has type .* in file '.*part-1.parquet' but .* first file"
+        with pytest.raises(distcal.DataError, match=want):
+            distcal.fit(str(tmp_path))
+        model = distcal.fit(files[0].to_pandas())
+        with pytest.raises(distcal.DataError, match=want):
+            model.transform(str(tmp_path))
+        with pytest.raises(distcal.DataError, match=want):
+            apply_to_parquet(model, str(tmp_path), str(tmp_path.parent / "out"))
+        assert not (tmp_path.parent / "out").exists()
+    else:
+        rows = pd.concat([f.to_pandas() for f in files], ignore_index=True)
+        assert distcal.fit(str(tmp_path)) == distcal.fit(rows)

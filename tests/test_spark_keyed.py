@@ -405,3 +405,15 @@ def test_issue_35_rows_in_600m_python_workers(tmp_path, hot):
     at = np.searchsorted(b["score_min"], s, side="right") - 1
     assert np.all(s <= b["score_max"][at])  # every distinct score is in a block
     np.testing.assert_allclose(b["prob"][at], fitted, rtol=0, atol=1e-12)
+
+
+def test_scores_distinct_in_their_type_but_one_double_share_a_range(spark):
+    """Longs beyond 2^53 (and decimals of many digits) are distinct to Spark but one double
+    to the workers: the ranges are cut on the double, so equal doubles never lie in two
+    ranges (the fit stopped: "merge_blocks needs parts in ascending, non-overlapping
+    score order"), and the model is the local one."""
+    rng = np.random.default_rng(9)
+    scores = np.r_[2**53 + np.arange(300), rng.integers(0, 2**40, 300)].astype(np.int64)
+    df = pd.DataFrame({"score": scores, "label": rng.integers(0, 2, 600)})
+    model = distcal.fit(spark.createDataFrame(df), n_ranges=16)
+    assert model == distcal.fit(df)

@@ -31,7 +31,7 @@ from ..core.rows import RowPart, check_columns, count_classes, read_rows, vector
 from ..core.summary import SummarySource
 from ..core.validate import check_unique_columns
 from ..logs import describe_input, log, phase
-from ..tables import is_path, iter_tables, open_dataset
+from ..tables import is_path, iter_tables, open_dataset, read_all
 from .base import KeyedRanges, check_transform_columns, with_prediction
 from .frames import refuse_cluster_frames
 
@@ -304,7 +304,7 @@ def transform_rows(data: Any, columns: dict[str, str], output_col: str,
     """pandas in, pandas out; pyarrow in, pyarrow out; a Parquet path in, pandas out."""
     refuse_cluster_frames(data)
     if is_path(data):
-        data = open_dataset(data).to_table().to_pandas()
+        data = read_all(open_dataset(data)).to_pandas()
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     if not isinstance(data, (pd.DataFrame, pa.Table)):

@@ -800,10 +800,12 @@ class SparkKeyedRanges(SparkRanges):
 
             name = str(spec.score_col)
             numeric = column_kind(fields_of(self.rows_df)[name]) == "number"
+            # Ranges of the score as the workers read it, a double: scores distinct in
+            # their own type but one double (decimals, longs beyond 2^53) in one range.
             if spec.score_index is not None:  # (a VectorUDT is an array here: input_rows)
-                score = F.get(F.col(quote(name)), int(spec.score_index))  # NULL beyond
+                score = F.get(F.col(quote(name)), int(spec.score_index)).cast("double")
             else:
-                score = F.col(quote(name)) if numeric else F.expr(
+                score = F.col(quote(name)).cast("double") if numeric else F.expr(
                     f"try_cast({quote(name)} AS DOUBLE)")
             # Equal bounds collapse: a hot share h of the rows takes ~h of Spark's
             # row-quantile bounds, so ask for k / (1 - h) to keep k for the rest.
