@@ -472,6 +472,7 @@ class KeyedModel:
             raise AttributeError("a model fitted without by= has no segments")
         keys = _local_keys(data, self.by)
         codes, distinct = factorize_keys([keys[b] for b in self.by], self.by)
+        distinct = self._as_fitted_keys(distinct)
         self.check_key_types(distinct, codes)
         out = self._global_counts(codes, distinct)
         out["total"] = sum(out.values())
@@ -505,7 +506,21 @@ class KeyedModel:
             cols = [pd.Series(arr[:, j]) for j in range(len(self.by))]
         if any(len(c) != n for c in cols):
             raise DataError(f"segments has {len(cols[0])} keys for {n} scores")
-        return factorize_keys(cols, self.by)
+        codes, keys = factorize_keys(cols, self.by)
+        return codes, self._as_fitted_keys(keys)
+
+    def _as_fitted_keys(self, keys: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+        """``keys`` as the fitted keys equal to them by value: numbers compare by value,
+        decimals by their double (as Spark's join compares them); Decimal('0.1') is not
+        Python-equal to 0.1, which left such rows to the global maps."""
+        def as_double(key: tuple[Any, ...]) -> tuple[Any, ...]:
+            return tuple(float(v) if isinstance(v, decimal.Decimal) else v for v in key)
+
+        fitted = self._segment_keys()
+        if not any(isinstance(v, decimal.Decimal) for k in (*keys, *fitted) for v in k):
+            return keys
+        by_double = {as_double(k): k for k in fitted}
+        return [by_double.get(as_double(k), k) for k in keys]
 
     def predict_part(self, part: pd.DataFrame | pa.Table, score_col: str | None,
                      score_cols: list[str] | None,

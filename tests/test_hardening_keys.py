@@ -307,3 +307,25 @@ def test_keys_of_mixed_types_keep_the_order_of_first_appearance():
     assert list(distcal.optimal_threshold(df, by="g").segments["g"]) == [0, 2, 1, "a"]
     ranked = distcal.evaluate(model.transform(df), prob_col="calibrated", by="g").segments
     assert sorted(map(str, ranked["g"])) == ["0", "1", "2", "a"]
+
+
+def test_decimal_keys_are_numbers_compared_by_value(client):
+    """Keys of a decimal column (Arrow, Parquet or Spark decimals) and the same keys as
+    floats are one segment, as Spark's join matches them: Decimal('0.1') is not
+    Python-equal to 0.1, and such rows took the global map without a word."""
+    import decimal
+
+    import dask.dataframe as dd
+
+    df = _rows([0.0, 0.1, 0.2])
+    dec = pa.Table.from_pandas(df.drop(columns="g")).append_column(
+        "g", pa.array([decimal.Decimal(str(v)) for v in df["g"]], pa.decimal128(5, 1)))
+    by_float, by_decimal = distcal.fit(df, by="g"), distcal.fit(dec, by="g")
+    want = by_float.transform(df)["calibrated"].to_numpy()
+    for model, data in [(by_decimal, df), (by_float, dec)]:
+        np.testing.assert_array_equal(np.asarray(model.transform(data).column("calibrated")
+                                                 if isinstance(data, pa.Table)
+                                                 else model.transform(data)["calibrated"]), want)
+        assert model.global_rows(data)["total"] == 0
+    got = by_decimal.transform(dd.from_pandas(df, npartitions=2)).compute()
+    np.testing.assert_array_equal(got["calibrated"].to_numpy(), want)
