@@ -254,6 +254,16 @@ def test_spark_timestamp_keys_are_the_session_s_wall_clock_times(spark):
         assert distcal.fit(sdf, by="g") == local
         np.testing.assert_allclose(local.transform(sdf).toPandas().calibrated,
                                    local.predict(seen.score, segments=seen.g), rtol=1e-12)
+        # A multiclass model's transform (Python workers, not the JVM's join) reads them
+        # the same way (its workers were handed instants and refused them).
+        rng = np.random.default_rng(15)
+        probs = rng.dirichlet([1, 1, 1], len(rows))
+        multi = rows.assign(score=list(probs), label=rng.integers(0, 3, len(rows)))
+        sdf = spark.createDataFrame(multi.assign(score=[list(p) for p in probs]))
+        seen = sdf.toPandas()
+        model = distcal.fit(sdf, by="g")
+        got = np.stack(model.transform(sdf).toPandas().calibrated)
+        np.testing.assert_allclose(got, model.predict(probs, segments=seen.g), rtol=1e-12)
     finally:
         spark.conf.set("spark.sql.session.timeZone", previous)
 

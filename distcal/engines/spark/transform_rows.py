@@ -1,7 +1,8 @@
 """A model applied to whole rows of a Spark DataFrame: one ``mapInArrow``, a column added.
 
 Each Arrow batch's model columns go to ``predict`` as a pyarrow Table (a
-``VectorUDT`` column as a list column, converted in the JVM); the batch
+``VectorUDT`` column as a list column, a ``TIMESTAMP`` key as its wall-clock
+time, converted in the JVM); the batch
 comes back with the prediction appended, ``double`` or ``array<double>``.
 """
 
@@ -13,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..base import check_transform_columns, prediction_array
-from .schema import fields_of, is_vector_udt, quote, vector_array
+from .schema import fields_of, is_vector_udt, quote, vector_array, wall_clock
 from .session import on_executors
 
 __all__ = ["transform_rows"]
@@ -30,12 +31,20 @@ def transform_rows(df: Any, columns: dict[str, str], output_col: str,
 
     fields = fields_of(df)
     check_transform_columns(list(fields), columns, output_col)
-    converted = {c: _INPUT.format(i) for i, c in enumerate(columns) if is_vector_udt(fields[c])}
+    # Converted in the JVM: a VectorUDT to a list; a TIMESTAMP segment key to the session's
+    # wall-clock time, the naive keys a fit on Spark has (Arrow would hand the workers
+    # instants in UTC).
+    conversions = {c: (vector_array(df, c), T.ArrayType(T.DoubleType()))
+                   if is_vector_udt(fields[c]) else
+                   (wall_clock(F.col(quote(c)), fields[c]), T.TimestampNTZType())
+                   for c in columns if is_vector_udt(fields[c])
+                   or isinstance(fields[c], T.TimestampType)}
+    converted = {c: _INPUT.format(i) for i, c in enumerate(columns) if c in conversions}
     work = df
     for c, hidden in converted.items():
-        work = work.withColumn(hidden, vector_array(df, c))
+        work = work.withColumn(hidden, conversions[c][0])
     passed = [f for f in df.schema.fields]
-    hidden_fields = [T.StructField(h, T.ArrayType(T.DoubleType())) for h in converted.values()]
+    hidden_fields = [T.StructField(h, conversions[c][1]) for c, h in converted.items()]
     out_type = T.ArrayType(T.DoubleType()) if vector else T.DoubleType()
     schema = T.StructType(passed + hidden_fields + [T.StructField(output_col, out_type)])
     inputs = [converted.get(c, c) for c in columns]
