@@ -89,3 +89,29 @@ def test_killed_worker_still_gives_the_exact_model():
         assert not t.is_alive()
         assert victim not in c.run(os.getpid).values()  # the nanny started a new process
     assert result["model"] == distcal.fit(df, weight_col="w")
+
+
+def test_engine_dask_on_local_data_reads_the_columns_as_the_local_engine(client):
+    """engine="dask" on pandas or Arrow data: object columns Arrow types (decimals, vectors,
+    Python ints) reach the workers as those types, not as the strings Dask's
+    ``from_pandas`` makes of object columns (refused as text, or keys '0', '1')."""
+    import decimal
+
+    import pandas as pd
+    import pyarrow as pa
+
+    rng = np.random.default_rng(0)
+    s = np.round(rng.random(60), 3)
+    y = (rng.random(60) < s).astype(int)
+    cases = [
+        (pa.table({"score": pa.array([decimal.Decimal(str(v)) for v in s], pa.decimal128(10, 3)),
+                   "label": y}), {}),
+        (pd.DataFrame({"score": s, "label": pd.Series([decimal.Decimal(int(v)) for v in y],
+                                                      dtype=object)}), {}),
+        (pd.DataFrame({"p": list(np.c_[1 - s, s]), "label": y}),
+         {"score_col": "p", "score_index": 1}),
+        (pd.DataFrame({"score": s, "label": y,
+                       "g": pd.Series(rng.integers(0, 3, 60), dtype=object)}), {"by": "g"}),
+    ]
+    for data, kw in cases:
+        assert distcal.fit(data, engine="dask", **kw) == distcal.fit(data, **kw), kw

@@ -35,8 +35,33 @@ def as_dask(data: Any) -> Any:
     if isinstance(data, pa.Table):
         data = data.to_pandas()
     if isinstance(data, pd.DataFrame):
+        converted = _arrow_objects(data)
+        if converted:
+            data = data.copy(deep=False)
+            for name, column in converted.items():
+                data[name] = column
         return dd.from_pandas(data, npartitions=max(1, workers_threads()))
     raise TypeError(f"the dask engine cannot read data of type {type(data).__name__}")
+
+
+def _arrow_objects(df: pd.DataFrame) -> dict[Any, pd.Series]:
+    """``df``'s object columns that Arrow types (vectors, decimals, Python ints, dates) as
+    pandas' Arrow columns: ``from_pandas`` would turn them into strings (Dask's
+    ``dataframe.convert-string``), which the local engine reads as numbers and vectors.
+    Columns Arrow cannot type (mixed values) stay as they are."""
+    import pyarrow as pa
+
+    out = {}
+    for name in df.columns:
+        if pd.api.types.is_object_dtype(df[name].dtype):
+            try:
+                values = pa.array(df[name], from_pandas=True)
+            except (pa.ArrowException, TypeError, ValueError):
+                continue
+            if not pa.types.is_string(values.type):
+                out[name] = pd.Series(pd.arrays.ArrowExtensionArray(values),
+                                           index=df.index)
+    return out
 
 
 class DaskEngine:
