@@ -143,3 +143,12 @@ def test_text_that_reads_as_a_number_is_still_text(engine):
     for scores in (["0.5"], np.array(["0.5", "0.2"]), pd.Series(["0.5", 0.2], dtype=object)):
         with pytest.raises(distcal.DataError, match="text"):
             model.predict(scores)
+
+
+def test_complex_numbers_in_an_object_column_are_not_read_as_their_real_part():
+    """pandas' to_numeric keeps complex cells and float64 keeps their real part: 0.3j was
+    fitted as the score 0. They are refused with the cells that are not numbers."""
+    df = pd.DataFrame({"score": pd.Series([0.3j, 0.2, 0.5, np.complex64(0.7)] * 5, dtype=object),
+                       "label": [0, 1] * 10})
+    with pytest.raises(distcal.DataError, match="column 'score': 10 rows are text, not numbers"):
+        distcal.fit(df)

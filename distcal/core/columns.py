@@ -34,8 +34,10 @@ def arrow_kind(t: pa.DataType) -> str:
 
 def _coerce_text(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
     """Numbers of an object column as float64, and the mask of its cells that are not
-    numbers: text, "0.5" included (a column of text is never read as numbers)."""
-    strings = values.map(lambda v: isinstance(v, (str, bytes))).to_numpy(dtype=bool)
+    numbers: text, "0.5" included (a column of text is never read as numbers), and complex
+    numbers (``to_numeric`` keeps them, and float64 would keep only their real part)."""
+    strings = values.map(lambda v: isinstance(v, (str, bytes, complex, np.complexfloating))
+                         ).to_numpy(dtype=bool)
     numbers = pd.to_numeric(values.where(~strings), errors="coerce")
     out = numbers.to_numpy(dtype=np.float64, na_value=np.nan)
     text = values.notna().to_numpy() & (np.isnan(out) | strings)
