@@ -59,8 +59,7 @@ def _arrow_objects(df: pd.DataFrame) -> dict[Any, pd.Series]:
             except (pa.ArrowException, TypeError, ValueError):
                 continue
             if not pa.types.is_string(values.type):
-                out[name] = pd.Series(pd.arrays.ArrowExtensionArray(values),
-                                           index=df.index)
+                out[name] = pd.Series(pd.arrays.ArrowExtensionArray(values), index=df.index)
     return out
 
 
