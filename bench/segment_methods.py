@@ -29,7 +29,8 @@ def main() -> None:
     ap.add_argument("--segments", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--spark", action="store_true")
-    ap.add_argument("--methods", default="isotonic,venn_abers,sigmoid,beta,histogram,modl")
+    ap.add_argument("--methods",
+                    default="isotonic,venn_abers,sigmoid,beta,histogram,modl,temperature")
     args = ap.parse_args()
     import logging
 

@@ -31,7 +31,7 @@ from .core.discretize import modl_plan
 from .core.histogram import histogram_plan
 from .core.isotonic import clip_blocks, isotonic_plan
 from .core.keyed import GLOBAL, Key, KeyedTable, KeySpec, in_key_order, key_text
-from .core.plans import KeyCounts, KeyFailed, Split, run_plans
+from .core.plans import KeyCounts, KeyFailed, run_plans
 from .core.rows import LabelsNotBinaryError, RowPart, count_not_binary
 from .core.segment_pav import KeyedPav, merge_keyed_pav, take_blocks
 from .core.sigmoid import sigmoid_plan
@@ -100,7 +100,7 @@ class _KeyRows:
 
     def __call__(self, rows: RowPart) -> dict[Key, tuple[np.ndarray, np.ndarray]]:
         return {key: (part.score, part.label)
-                for key, part in _split_rows(self.by)(rows, self.wanted)}
+                for key, part in _RowKeys(self.by)(rows, self.wanted)}
 
 
 class _RowDirections:
@@ -178,18 +178,35 @@ def _map_from(method: str, params: dict[str, Any], result: Any, counts: KeyCount
                             weight_total=counts.weight, columns=columns)
 
 
-def _split_rows(by: bool) -> Split:
-    """A part of the rows as its segment keys' parts (and all rows for the global key),
-    of the wanted keys (:data:`~distcal.core.plans.Split`)."""
-    def split(rows: RowPart, wanted: Container[Key] | None = None
-              ) -> Iterable[tuple[Key, RowPart]]:
+class _RowKeys:
+    """A part of the rows as its keys' rows: every row is the global key's and, with
+    ``by``, its segment's (:data:`~distcal.core.plans.Split`)."""
+
+    def __init__(self, by: bool):
+        self.by = by
+
+    def __call__(self, rows: RowPart, wanted: Container[Key] | None = None
+                 ) -> Iterable[tuple[Key, RowPart]]:
+        """The wanted keys' rows, a part each."""
         if wanted is None or (GLOBAL, None) in wanted:
             yield (GLOBAL, None), rows
-        if by:
+        if self.by:
             for seg, part in rows.by_segment():
                 if wanted is None or (seg, None) in wanted:
                     yield (seg, None), part
-    return split
+
+    def groups(self, rows: RowPart) -> list[tuple[list[Key], np.ndarray | None]]:
+        """The keys as groupings of the rows, for batched requests: the global key's
+        (every row), then the segments with rows and each row's index among them
+        (-1: a null segment's row, the global key's only)."""
+        out: list[tuple[list[Key], np.ndarray | None]] = [([(GLOBAL, None)], None)]
+        if self.by and rows.segments is not None:
+            codes, keys = rows.segments
+            present = np.bincount(codes[codes >= 0], minlength=len(keys)) > 0
+            index = np.append(np.cumsum(present) - 1, -1)  # (code -1 reads the last: -1)
+            out.append(([(keys[c], None) for c in np.flatnonzero(present).tolist()],
+                        index[codes]))
+        return out
 
 
 def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str, Any],
@@ -236,7 +253,7 @@ def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str
         with phase("fit %s: %s", what, method):
             try:
                 if method == "temperature":
-                    results = run_plans(plan, ranges.map_rows, split=_split_rows(bool(by)),
+                    results = run_plans(plan, ranges.map_rows, split=_RowKeys(bool(by)),
                                         keep=keep, counts=counts)
                 elif iso_fixed:
                     results = _isotonic_fixed(map_ranges, bool(params["increasing"]), params,

@@ -4,7 +4,8 @@
   unit weights) against a brute-force table built with Python dicts, and the one-vs-rest models on
   heavily tied scores against scikit-learn's IsotonicRegression per class.
 * Temperature scaling from any start (the subsample start, the stopping
-  rule on the estimated error left) against scipy's root of the gradient.
+  rule on the estimated error left) against scipy's root of the gradient;
+  many keys' sums in one pass over the rows against scipy, key by key.
 * Reading score vectors: the concatenating fast path against the Arrow
   path, and the NaN / infinity row checks against a brute-force scan.
 """
@@ -21,15 +22,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.optimize import brentq
-from scipy.special import softmax
+from scipy.special import logsumexp, softmax
 from sklearn.isotonic import IsotonicRegression
 
 from distcal import fit as fit_multiclass
 from distcal.core.distinct import pool_ties
 from distcal.core.keyed import pool_keyed
-from distcal.core.rows import Problems, read_scores
+from distcal.core.rows import Problems, RowPart, read_scores
 from distcal.core.temperature import (
     BETA_MAX,
+    _TemperatureSums,
     center_logits,
     fit_temperature,
     temperature_sums,
@@ -148,6 +150,36 @@ def test_temperature_from_the_subsample_start_takes_few_passes():
     model = fit_multiclass(df, method="temperature", score_col="z", label_col="y",
                            weight_col="w")
     assert model.beta == pytest.approx(ref, rel=1e-12)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 300), st.integers(2, 5), st.integers(1, 6), st.integers(0, 2**32 - 1))
+def test_many_keys_temperature_sums_in_one_pass_are_each_keys_own(n, k, n_keys, seed):
+    # One pass over a part's rows for every key (segment) at its own beta: each key's
+    # [loss, grad, hess] against scipy over that key's rows only; rows of no key (-1)
+    # and keys not asked count nowhere, and the other keys do not change a key's sums.
+    rng = np.random.default_rng(seed)
+    z, y, w = rng.normal(0, 3, (n, k)), rng.integers(0, k, n), rng.uniform(0.1, 3, n)
+    codes = rng.integers(-1, n_keys, n)
+    betas = rng.uniform(0.2, 4.0, n_keys)
+    which = np.where(rng.random(n_keys) < 0.8, rng.permutation(n_keys), -1)
+    rows = RowPart(z, y.astype(np.float64), w)
+    sums = _TemperatureSums.pack([_TemperatureSums(b, "logits") for b in betas])
+    got = sums.run_rows(which, codes, rows)
+    for key in range(n_keys):
+        mine = codes == key
+        if which[key] < 0 or not mine.any():
+            assert not got[key].any()
+            continue
+        beta, zk, yk, wk = betas[which[key]], z[mine], y[mine], w[mine]
+        p = softmax(beta * zk, axis=1)
+        ez = (p * zk).sum(axis=1)
+        want = [np.sum(wk * (logsumexp(beta * zk, axis=1) - beta * zk[np.arange(len(yk)), yk])),
+                np.sum(wk * (ez - zk[np.arange(len(yk)), yk])),
+                np.sum(wk * ((p * zk * zk).sum(axis=1) - ez ** 2))]
+        np.testing.assert_allclose(got[key], want, rtol=1e-9, atol=1e-9 * np.sum(wk))
+        alone = np.where(np.arange(n_keys) == key, which, -1)
+        np.testing.assert_array_equal(sums.run_rows(alone, codes, rows)[key], got[key])
 
 
 @pytest.mark.parametrize("start", [1.0, 5.0, 1e3, 1e4])

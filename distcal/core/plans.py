@@ -91,6 +91,10 @@ class KeyBatch:
     ``part``'s key k. Thousands of keys then cost one vectorised call per
     range, not a Python call each, and their requests and results travel
     as a few arrays (:class:`KeyResults`), not as an object per key.
+    A request over parts of the rows (not score ranges) is packed alike
+    and has ``run_rows(which, codes, rows)`` instead: item k of its result
+    is request ``which[k]``'s over the rows whose ``codes`` are k (``codes``
+    None: every row is key 0's; ``which[k]`` -1: key k is not wanted).
     """
 
     batch_id: Any = ()
@@ -244,14 +248,35 @@ class _Pass:
         of the batches, each key's (rows, weight, all labels 0/1) when counting)."""
         if isinstance(part, KeyedTable) and self.split is split_keyed:
             return self._range(part)
-        assert not self.batches, "batched requests run over keyed tables"
+        return self._rows(part)
+
+    def _rows(self, part: Any) -> PassResult:
+        """:meth:`__call__` of a part of the rows: the keys run singly get their rows
+        (``split``); a batch runs once per grouping of the rows by key
+        (``split.groups(part)``: [(keys, each row's key index)], the index None
+        when every row is the one key's), on the rows as they lie."""
+        assert self.where is not None or not self.batches, "a first pass over rows counts"
         results: dict[Key, Any] = {}
         counted: dict[Key, tuple[int, float, bool]] = {}
-        for key, sub in self.split(part, self.where):
-            if self.count:
-                counted[key] = (sub.n_rows, sub.weight_total, bool(sub.binary))
-            results[key] = self._single(key)(sub)
-        return results, [], counted
+        singles = None if self.where is None else \
+            {key for key, (b, _) in self.where.items() if b == -1}
+        if singles is None or singles:
+            for key, sub in self.split(part, singles):
+                if self.count:
+                    counted[key] = (sub.n_rows, sub.weight_total, bool(sub.binary))
+                results[key] = self._single(key)(sub)
+        batched = []
+        if self.batches:
+            assert self.where is not None
+            for keys, codes in self.split.groups(part):  # type: ignore[attr-defined]
+                spots = [self.where.get(key, (-2, 0)) for key in keys]
+                for b, batch in enumerate(self.batches):
+                    which = np.array([i if at == b else -1 for at, i in spots], dtype=np.intp)
+                    mine = np.flatnonzero(which >= 0)
+                    if mine.shape[0]:
+                        out = batch.run_rows(which, codes, part)
+                        batched.append(([keys[i] for i in mine.tolist()], out[mine]))
+        return results, batched, counted
 
     def _single(self, key: Key) -> Request:
         fn = self.first if self.where is None else self.single[key]

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .plans import run_plan
+from .plans import KeyBatch, run_plan
 
 __all__ = ["temperature_sums", "fit_temperature", "temperature_steps", "temperature_plan",
            "softmax_predict", "center_logits", "BETA_MIN", "BETA_MAX"]
@@ -96,15 +96,25 @@ def temperature_sums(logits: np.ndarray, labels: np.ndarray, weights: np.ndarray
     0.46211715726
     """
     z = np.asarray(logits, dtype=np.float64)
-    n = z.shape[0]
-    if n == 0:
+    if z.shape[0] == 0:
         return np.zeros(3)
     if not centered:
         z = center_logits(z)
-    zy = z[np.arange(n), np.asarray(labels, dtype=np.intp)]
+    per_loss, per_grad, var = _row_terms(z, np.asarray(labels, dtype=np.intp), beta)
+    if weights is None:
+        return np.array([per_loss.sum(), per_grad.sum(), var.sum()])
+    w = np.asarray(weights, dtype=np.float64)
+    return np.array([w @ per_loss, w @ per_grad, w @ var])
+
+
+def _row_terms(z: np.ndarray, labels: np.ndarray, beta: float | np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's loss, gradient and Hessian terms (:func:`temperature_sums`) at its beta
+    (one for all rows, or one per row), of centred logits ``z``."""
+    zy = z[np.arange(z.shape[0]), labels]
     # One (n, K) buffer: e = exp(beta z), then e * z; the row sums go through
     # einsum, which reduces a short last axis far faster than ndarray.sum.
-    e = np.multiply(z, beta)
+    e = np.multiply(z, beta if np.ndim(beta) == 0 else beta[:, None])  # type: ignore[index]
     np.exp(e, out=e)
     s = np.einsum("ij->i", e)
     ez = np.einsum("ij,ij->i", e, z)
@@ -112,13 +122,7 @@ def temperature_sums(logits: np.ndarray, labels: np.ndarray, weights: np.ndarray
     ez2 = np.einsum("ij,ij->i", e, z)
     ez /= s
     ez2 /= s
-    var = np.maximum(ez2 - ez * ez, 0.0)
-    per_loss = np.log(s) - beta * zy
-    per_grad = ez - zy
-    if weights is None:
-        return np.array([per_loss.sum(), per_grad.sum(), var.sum()])
-    w = np.asarray(weights, dtype=np.float64)
-    return np.array([w @ per_loss, w @ per_grad, w @ var])
+    return np.log(s) - beta * zy, ez - zy, np.maximum(ez2 - ez * ez, 0.0)
 
 
 def fit_temperature(map_parts: MapParts, max_iter: int = 200, rtol: float = 1e-13,
@@ -339,23 +343,54 @@ def _start(samples: list[tuple[bool, np.ndarray, np.ndarray, np.ndarray]], kind:
     return beta if BETA_MIN < beta < BETA_MAX else 1.0
 
 
-class _TemperatureSums:
-    """``[loss, grad, hess]`` of one part of the rows at ``beta``."""
+class _TemperatureSums(KeyBatch):
+    """``[loss, grad, hess]`` of one part of the rows at ``beta``; the requests of many
+    keys (segments) run as one pass over the part's rows (:meth:`pack`)."""
 
     def __init__(self, beta: float, kind: str):
         self.beta, self.kind = beta, kind
+        self.batch_id = kind
+
+    @classmethod
+    def pack(cls, requests: list[_TemperatureSums]) -> _TemperatureBatch:
+        return _TemperatureBatch(np.array([r.beta for r in requests]), requests[0].kind)
 
     def __call__(self, rows: Any) -> np.ndarray:
+        out: np.ndarray = self.pack([self]).run_rows(np.zeros(1, np.intp), None, rows)[0]
+        return out
+
+
+class _TemperatureBatch:
+    """Many keys' :class:`_TemperatureSums` (their betas), run on a part's rows at once."""
+
+    def __init__(self, betas: np.ndarray, kind: str):
+        self.betas, self.kind = betas, kind
+
+    def run_rows(self, which: np.ndarray, codes: np.ndarray | None, rows: Any) -> np.ndarray:
+        """Row k: ``[loss, grad, hess]`` at beta ``which[k]`` over the rows coded k
+        (:class:`~distcal.core.plans.KeyBatch`). Each key's sums are added in the
+        rows' order, chunk by chunk at fixed rows: the same whatever other keys run."""
         from .multiclass import to_logits
 
         zc = center_logits(to_logits(rows.score, self.kind))
         labels = rows.label.astype(np.intp)
+        out = np.zeros((which.shape[0], 3))
         chunk = 1 << 16  # chunks keep the temporaries in cache
-        total: np.ndarray = np.sum([temperature_sums(zc[i:i + chunk], labels[i:i + chunk],
-                                        None if rows.weight is None
-                                        else rows.weight[i:i + chunk], self.beta, centered=True)
-                       for i in range(0, max(zc.shape[0], 1), chunk)], axis=0)
-        return total
+        for i in range(0, zc.shape[0], chunk):
+            z, y = zc[i:i + chunk], labels[i:i + chunk]
+            w = None if rows.weight is None else rows.weight[i:i + chunk]
+            if codes is None:
+                out[0] += temperature_sums(z, y, w, float(self.betas[which[0]]), centered=True)
+                continue
+            c = codes[i:i + chunk]
+            on = c >= 0
+            on[on] = which[c[on]] >= 0
+            c = c[on]
+            terms = _row_terms(z[on], y[on], self.betas[which[c]])
+            for j, term in enumerate(terms):
+                out[:, j] += np.bincount(c, term if w is None else term * w[on],
+                                         minlength=which.shape[0])
+        return out
 
 
 def temperature_plan(max_iter: int = 200, rtol: float = 1e-13
