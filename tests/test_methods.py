@@ -180,10 +180,11 @@ def test_many_segments_newton_passes_equal_the_oracles_per_segment(engine, caplo
 
 
 def _log_loss(th, s, y, w):
-    """The beta map's weighted log loss at (a, b, c), brute force."""
-    with np.errstate(all="ignore"):  # (steep maps: probabilities of exactly 0 or 1)
-        p = beta_map(th, s)
-        return float(np.sum(w * -np.where(y == 1, np.log(p), np.log1p(-p))))
+    """The beta map's weighted log loss at (a, b, c), brute force from the logits (steep
+    maps: probabilities of exactly 0 or 1)."""
+    s = np.clip(s, 1e-12, 1 - 1e-12)
+    z = th[0] * np.log(s) - th[1] * np.log(1 - s) + th[2]
+    return float(np.sum(w * np.where(y == 1, np.logaddexp(0, -z), np.logaddexp(0, z))))
 
 
 def test_beta_on_nearly_separated_scores_stops_after_the_same_passes(tmp_path):
@@ -191,7 +192,9 @@ def test_beta_on_nearly_separated_scores_stops_after_the_same_passes(tmp_path):
     above 0 as a and c grow without bound. The fit warns and stops where the loss's
     decrease crosses 2^-40 of it, after the same passes whatever the order of the rows
     and the batches (it ran on until rounding stopped the descent: a = 37.8 or 36.9 by
-    the order). Rows' probabilities equal their limits (1/3 at 0.2) to 1e-9."""
+    the order). Rows' probabilities equal their limits (1/3 at 0.2) to 1e-9. The steps
+    that run off are doubled (a = 31 to 48 in the last), so the rounding of a step
+    in L's flat direction moves a by ~3e-4 of it; a pass apart would be ~35%."""
     df = pd.DataFrame({"score": [0.2, 0.5, 0.2, 0.9, 0.2], "label": [1, 1, 0, 1, 0]})
     fits = []
     for seed in range(6):
@@ -203,7 +206,7 @@ def test_beta_on_nearly_separated_scores_stops_after_the_same_passes(tmp_path):
         np.testing.assert_allclose(m.predict([0.2, 0.5, 0.9]), [1 / 3, 1.0, 1.0], rtol=1e-9)
         assert m.params["b"] == 0.0
         for k in "ac":  # the same passes: the paths' rounding apart, not a pass apart
-            assert m.params[k] == pytest.approx(fits[0].params[k], rel=1e-4)
+            assert m.params[k] == pytest.approx(fits[0].params[k], rel=2e-3)
 
 
 @pytest.mark.parametrize("pattern", ["threshold", "middle"])
@@ -232,10 +235,10 @@ def test_beta_stops_once_separated_scores_fit_their_labels(engine, pattern):
 
     with pytest.warns(RuntimeWarning, match="separate the classes"):
         th = np.array(run_plan(beta_plan(), map_parts))
-    assert len(passes) < 100  # 1 of totals, ~30 Newton passes per fit (and the refit's)
+    assert len(passes) < 40  # 1 of totals, Newton passes (doubled once they run off), the refit
     if pattern == "threshold":
         assert th[0] == 0.0  # refitted from (a, b, c) = (0, 1, 0)
-        assert 0 < _log_loss(th, s, y, w) <= _log_loss((0.0, 1.0, 0.0), s, y, w) * 2.0 ** -40
+        assert 0 <= _log_loss(th, s, y, w) <= _log_loss((0.0, 1.0, 0.0), s, y, w) * 2.0 ** -40
     else:
         assert th[1] == 0.0
         with np.errstate(all="ignore"):  # (the oracle's first fit runs off too)

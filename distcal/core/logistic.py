@@ -25,7 +25,13 @@ stops after a Newton step below 1e-10 relative (the error left is its
 square): a rule on the step, not on the loss, so that every engine,
 whatever the order of its sums, stops at the same point to rounding. A
 fit whose loss falls below 2^-40 of its start stops too (:data:`SEPARATED`:
-scores that separate the classes, no finite optimum). A
+scores that separate the classes, no finite optimum). There the
+parameters run off: Newton's steps keep their size while each lowers L by
+about a factor e, so ~28 passes would reach that bound; steps that keep
+their size and are taken whole are tried twice as long each time
+(accepted only where they gain more than L's quadratic model would from
+Newton's step, which gains nothing at twice its length), which reaches
+it in a few (and the bound of nearly separated scores, below). A
 singular Hessian (the optimum is then a line or a plane of parameters,
 all giving the same predictions at the fitted scores) takes the
 least-squares (minimum-norm) step.
@@ -33,6 +39,7 @@ least-squares (minimum-norm) step.
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -160,6 +167,7 @@ def newton_plan(terms: Terms, start: list[float], *, max_iter: int = 100,
     theta = np.array(start, dtype=np.float64)
     loss, g, h = yield from at(theta)
     separated = loss * SEPARATED
+    grow, last_size = 1.0, math.inf  # the step length tried first; the last Newton step's size
     for _ in range(max_iter):
         if loss <= separated:
             warnings.warn(f"{name}: the scores separate the classes (the loss fell below "
@@ -172,25 +180,46 @@ def newton_plan(terms: Terms, start: list[float], *, max_iter: int = 100,
         if size <= 1e-10 * scale:  # the error left is size^2: the rounding of the sums
             done: np.ndarray = theta + step
             return done
-        lam = 1.0
+        if grow > 1.0 and size < 1e-4 * last_size:
+            # Run off as below, then a step 10^4 times shorter: the direction the
+            # parameters ran along no longer moves L in floating point (its limit).
+            _warn_nearly_separated(name)
+            limit: np.ndarray = theta + step
+            return limit
+        # A step longer than Newton's must lower L by more than Newton's step would if
+        # L were its quadratic model (-g.step / 2; twice Newton's step gains nothing there).
+        gain = -float(g @ step) / 2.0
+        lam, running = grow, grow > 1.0
         while True:
             cand = theta + lam * step
             c_loss, c_g, c_h = yield from at(cand)
-            if c_loss <= loss or size <= 1e-4 * scale:  # quadratic region: full steps
+            if running and abs(loss - c_loss) <= NEARLY_SEPARATED * loss:
+                # Run off as below, and L flat to 2^-40 along the step tried: its limit.
+                _warn_nearly_separated(name)
+                newton: np.ndarray = theta + step
+                return newton
+            running = False
+            if c_loss <= loss - (gain if lam > 1.0 else 0.0) \
+                    or (lam <= 1.0 and size <= 1e-4 * scale):  # quadratic region: full steps
                 break
-            lam *= 0.5
+            lam = 0.5 * lam if lam <= 1.0 else 1.0
             if lam < 1e-12:  # no descent left: optimal to rounding
                 return theta
+        # Newton steps that keep their size (or grow) and are taken whole: the
+        # parameters run off (scores that separate the classes, or nearly), each step
+        # lowering L by about a factor e (or its excess over its limit). The next step
+        # is tried twice as long, so the stopping rules below are reached in a few
+        # passes, not ~28; one that does not gain enough is halved back.
+        grow = 2.0 * lam if c_loss < loss and lam >= grow \
+            and size >= 0.9 * last_size else 1.0
+        last_size = size
         if size > 1e-4 * scale and loss - c_loss <= NEARLY_SEPARATED * loss:
             # Long steps that no longer lower the loss: it nears a limit above 0 as the
             # parameters run off (labels of both classes at some scores only). Stopped
             # here, where the loss's decrease crosses a bound far above its rounding,
             # the fit ends after the same passes whatever the order of the sums; run
             # on, it would end where rounding stops the descent, on each engine elsewhere.
-            warnings.warn(f"{name}: the scores nearly separate the classes (the loss "
-                          "approaches its infimum as the parameters grow: there is no "
-                          "finite optimum); the last step's parameters are used",
-                          RuntimeWarning, stacklevel=2)
+            _warn_nearly_separated(name)
             stopped: np.ndarray = cand
             return stopped
         theta, loss, g, h = cand, c_loss, c_g, c_h
@@ -200,3 +229,9 @@ def newton_plan(terms: Terms, start: list[float], *, max_iter: int = 100,
                   "separate the classes have no finite optimum); the last step's "
                   "parameters are used", RuntimeWarning, stacklevel=2)
     return theta
+
+
+def _warn_nearly_separated(name: str) -> None:
+    warnings.warn(f"{name}: the scores nearly separate the classes (the loss approaches "
+                  "its infimum as the parameters grow: there is no finite optimum); the "
+                  "last step's parameters are used", RuntimeWarning, stacklevel=3)
