@@ -209,7 +209,7 @@ def newton_plan(terms: Terms, start: list[float], *, max_iter: int = 100,
         # parameters run off (scores that separate the classes, or nearly), each step
         # lowering L by about a factor e (or its excess over its limit). The next step
         # is tried twice as long, so the stopping rules below are reached in a few
-        # passes, not ~28; one that does not gain enough is halved back.
+        # passes, not ~28; one that does not gain enough falls back to Newton's.
         grow = 2.0 * lam if c_loss < loss and lam >= grow \
             and size >= 0.9 * last_size else 1.0
         last_size = size
