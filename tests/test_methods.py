@@ -179,6 +179,76 @@ def test_many_segments_newton_passes_equal_the_oracles_per_segment(engine, caplo
     assert ("later passes read the rows of" in caplog.text) == (engine.name != "local")
 
 
+@settings(max_examples=25, deadline=None)
+@given(st.data())
+def test_many_keys_newton_steps_taken_together_are_each_keys_own(data):
+    """The driver takes every key's Newton step at once (arrays over the keys): a key's
+    parameters are bit for bit those it gets run alone over its own tables (each key's
+    rows in the same ranges), for keys that converge, separate their classes, nearly
+    separate them or hold one distinct score, sigmoid and beta (refits included), with
+    the same warnings; and equal to scipy's optimum where there is one."""
+    import warnings
+
+    from sklearn.calibration import _sigmoid_calibration
+
+    from distcal.core.beta import beta_plan
+    from distcal.core.distinct import pool_ties
+    from distcal.core.keyed import KeyedTable, merge_keyed
+    from distcal.core.plans import run_plan, run_plans
+    from distcal.core.sigmoid import sigmoid_plan
+
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    kinds = data.draw(st.lists(st.sampled_from(["fit", "separated", "nearly", "one score"]),
+                               min_size=1, max_size=8))
+    rng = np.random.default_rng(seed)
+    tables, oracle = {}, {}
+    for c, kind in enumerate(kinds):
+        n = int(rng.integers(5, 300))
+        s = np.round(rng.beta(2.0, 3.0, n), int(rng.integers(1, 4)))
+        y = (rng.random(n) < s).astype(float)
+        if kind == "separated":
+            y = (s > np.median(s)).astype(float)
+        elif kind == "nearly":
+            y = (s > np.median(s)).astype(float)
+            y[np.flatnonzero(s == np.median(s))[:1]] = 1.0 - y[np.flatnonzero(
+                s == np.median(s))[:1]]
+        elif kind == "one score":
+            s[:] = 0.25
+        if kind in ("fit", "one score"):
+            y[:2] = [0.0, 1.0]  # both classes (beta's fit has a minimum to look for)
+        w = rng.choice([0.5, 1.0, 3.0], n)
+        t = pool_ties(s, y, w)
+        cut = np.sort(rng.integers(0, len(t) + 1, 2))
+        tables[c] = [t.slice(a, b) for a, b in zip([0, *cut], [*cut, len(t)])]
+        if kind == "fit":
+            oracle[c] = (s, y, w)
+    ranges = [merge_keyed([KeyedTable.single(tables[c][i], (None, c)) for c in tables
+                           if len(tables[c][i])]) for i in range(3)]
+    ranges = [r for r in ranges if r.keys]
+
+    def map_parts(fn):
+        return [fn(r) for r in ranges]
+
+    for make in (sigmoid_plan, beta_plan):
+        with warnings.catch_warnings(record=True) as together_warned:
+            warnings.simplefilter("always")
+            together = run_plans(lambda key, make=make: make(), map_parts)
+        alone = {}
+        with warnings.catch_warnings(record=True) as alone_warned:
+            warnings.simplefilter("always")
+            for c, ts in tables.items():
+                alone[(None, c)] = run_plan(make(), lambda fn, ts=ts: [fn(t) for t in ts
+                                                                       if len(t)])
+        assert together == alone
+        assert {str(w.message) for w in together_warned} == \
+            {str(w.message) for w in alone_warned}
+    for c, (s, y, w) in oracle.items():
+        a, b = _sigmoid_calibration(s, y, w)
+        got = run_plan(sigmoid_plan(), lambda fn, ts=tables[c]: [fn(t) for t in ts if len(t)])
+        assert got[0] == pytest.approx(a, rel=1e-4, abs=1e-6)
+        assert got[1] == pytest.approx(b, rel=1e-4, abs=1e-6)
+
+
 def _log_loss(th, s, y, w):
     """The beta map's weighted log loss at (a, b, c), brute force from the logits (steep
     maps: probabilities of exactly 0 or 1)."""

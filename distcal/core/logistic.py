@@ -15,7 +15,8 @@ are computed as (W - Y) softplus(z) + Y softplus(-z), (W - Y) p - Y q and
 W p q (p = expit(z), q = expit(-z)): with 0 <= Y <= W no term cancels
 another, so L stays accurate where scores that separate the classes drive
 |z| up, and backtracking compares true losses there, not rounding noise.
-A pass sums many keys' problems at once (:class:`Terms`, :class:`_Sums`).
+A pass sums many keys' problems at once (:class:`Terms`, :class:`_Sums`),
+and the driver takes their Newton steps at once (:class:`_Newton`).
 
 L is convex. Each pass gives L with the derivatives, so a step is checked
 by the pass that computes the next: a step that does not lower L is halved
@@ -49,7 +50,8 @@ import numpy as np
 
 from ..errors import sums_overflow
 from .distinct import DistinctTable
-from .plans import KeySums
+from .keyed import Key
+from .plans import Joint, JointPlan, KeyFailed, KeySums, sum_parts
 
 __all__ = ["Terms", "newton_plan", "SEPARATED"]
 
@@ -148,90 +150,163 @@ class _Sums(KeySums):
 
 
 def newton_plan(terms: Terms, start: list[float], *, max_iter: int = 100,
-                name: str = "logistic regression") -> Generator[Any, list[Any], np.ndarray]:
+                name: str = "logistic regression") -> Generator[Any, Any, np.ndarray]:
     """The minimiser theta of L (module docstring) from ``start``, by Newton passes.
 
-    A plan (:mod:`distcal.core.plans`): one pass per iterate. ``theta``'s
-    last element is the intercept. After ``max_iter`` passes without
-    convergence (scores that separate the classes have no finite optimum)
-    it warns, naming ``name``, and returns the last iterate.
+    A plan (:mod:`distcal.core.plans`): one pass per iterate, the keys'
+    steps taken together (:class:`_Newton`). ``theta``'s last element is
+    the intercept. After ``max_iter`` passes without convergence (scores
+    that separate the classes have no finite optimum) it warns, naming
+    ``name``, and returns the last iterate.
     """
-    m = len(start)
+    theta: np.ndarray = yield _Newton(terms, np.array(start, dtype=np.float64), max_iter, name)
+    return theta
 
-    def at(theta: np.ndarray) -> Generator[Any, list[Any], tuple[float, np.ndarray, np.ndarray]]:
-        sums: np.ndarray = np.sum((yield _Sums(theta, terms)), axis=0)
-        if not np.all(np.isfinite(sums)):
-            raise sums_overflow()
-        return float(sums[0]), sums[1:1 + m], sums[1 + m:].reshape(m, m)
 
-    theta = np.array(start, dtype=np.float64)
-    loss, g, h = yield from at(theta)
-    separated = loss * SEPARATED
-    grow, last_size = 1.0, math.inf  # the step length tried first; the last Newton step's size
-    for _ in range(max_iter):
-        if loss <= separated:
-            warnings.warn(f"{name}: the scores separate the classes (the loss fell below "
-                          "2^-40 of its start, and would fall on towards 0: there is no "
-                          "finite optimum); the last step's parameters are used",
-                          RuntimeWarning, stacklevel=2)
-            return theta
-        step = -np.linalg.lstsq(h, g, rcond=None)[0]
-        size, scale = float(np.abs(step).sum()), 1.0 + float(np.abs(theta).sum())
-        if size <= 1e-10 * scale:  # the error left is size^2: the rounding of the sums
-            done: np.ndarray = theta + step
-            return done
-        if grow > 1.0 and size < 1e-4 * last_size:
-            # Run off as below, then a step 10^4 times shorter: the direction the
-            # parameters ran along no longer moves L in floating point (its limit).
-            _warn_nearly_separated(name)
-            limit: np.ndarray = theta + step
-            return limit
-        # A step longer than Newton's must lower L by more than Newton's step would if
-        # L were its quadratic model (-g.step / 2; twice Newton's step gains nothing there).
-        gain = -float(g @ step) / 2.0
-        lam, running = grow, grow > 1.0
+class _Newton(Joint):
+    """One key's problem: L's minimiser from ``start`` (:func:`newton_plan`)."""
+
+    def __init__(self, terms: Terms, start: np.ndarray, max_iter: int, name: str):
+        self.terms, self.start = terms, start
+        self.joint_id = (terms.features, max_iter, name)
+
+    @classmethod
+    def solve(cls, problems: dict[Key, Joint]) -> JointPlan:
+        """Every key's Newton iterates at once, in arrays over the keys (one row each).
+
+        Each key takes the steps it would alone: a key's row of every array
+        below depends on its own sums only. Per key and pass: the sums at
+        ``point`` (its iterate, or the step it tries) arrive; a step tried is
+        accepted, halved, or ends the key (the stopping rules of the module
+        docstring); an accepted one is the next iterate, from which the next
+        step (Newton's, least squares where H is singular) is tried.
+        """
+        keys = list(problems)
+        mine: list[_Newton] = [problems[key] for key in keys]  # type: ignore[misc]
+        _, max_iter, name = mine[0].joint_id
+        n = len(keys)
+        theta = np.array([p.start for p in mine])
+        m = theta.shape[1]
+        point = theta.copy()  # where each key's sums are asked for
+        step = np.zeros_like(theta)
+        loss, separated = np.zeros(n), np.zeros(n)
+        g, h = np.zeros((n, m)), np.zeros((n, m, m))
+        size, scale, gain, lam = np.zeros(n), np.zeros(n), np.zeros(n), np.ones(n)
+        grow, last_size = np.ones(n), np.full(n, math.inf)  # step length tried; last size
+        running = np.zeros(n, bool)  # trying a doubled step right after a run-off
+        steps = np.zeros(n, np.intp)  # steps taken
+        started = np.zeros(n, bool)  # the sums at the start are in
+        active = np.ones(n, bool)
+        warned: set[str] = set()
+
+        def warn(which: np.ndarray, message: str) -> None:
+            if which.any() and message not in warned:
+                warned.add(message)
+                warnings.warn(f"{name}: {message}", RuntimeWarning, stacklevel=4)
+
+        solved: dict[Key, Any] = {}
+
+        def finish(which: np.ndarray, at: np.ndarray) -> None:
+            for i in np.flatnonzero(which).tolist():
+                solved[keys[i]] = at[i].copy()
+            active[which] = False
+
         while True:
-            cand = theta + lam * step
-            c_loss, c_g, c_h = yield from at(cand)
-            if running and abs(loss - c_loss) <= NEARLY_SEPARATED * loss:
-                # Run off as below, and L flat to 2^-40 along the step tried: its limit.
-                _warn_nearly_separated(name)
-                newton: np.ndarray = theta + step
-                return newton
-            running = False
-            if c_loss <= loss - (gain if lam > 1.0 else 0.0) \
-                    or (lam <= 1.0 and size <= 1e-4 * scale):  # quadratic region: full steps
-                break
-            lam = 0.5 * lam if lam <= 1.0 else 1.0
-            if lam < 1e-12:  # no descent left: optimal to rounding
-                return theta
-        # Newton steps that keep their size (or grow) and are taken whole: the
-        # parameters run off (scores that separate the classes, or nearly), each step
-        # lowering L by about a factor e (or its excess over its limit). The next step
-        # is tried twice as long, so the stopping rules below are reached in a few
-        # passes, not ~28; one that does not gain enough falls back to Newton's.
-        grow = 2.0 * lam if c_loss < loss and lam >= grow \
-            and size >= 0.9 * last_size else 1.0
-        last_size = size
-        if size > 1e-4 * scale and loss - c_loss <= NEARLY_SEPARATED * loss:
+            at = np.flatnonzero(active)
+            parts = yield ({keys[i]: _Sums(point[i], mine[i].terms) for i in at.tolist()},
+                           solved)
+            solved = {}
+            sums = sum_parts([keys[i] for i in at.tolist()], parts)
+            bad = ~np.isfinite(sums).all(axis=1)
+            if bad.any():
+                raise KeyFailed(keys[at[np.argmax(bad)]], sums_overflow())
+            c_loss = np.zeros(n)
+            c_g, c_h = np.zeros((n, m)), np.zeros((n, m, m))
+            c_loss[at], c_g[at], c_h[at] = sums[:, 0], sums[:, 1:1 + m], \
+                sums[:, 1 + m:].reshape(-1, m, m)
+            # The start's sums: the iterate's.
+            first = active & ~started
+            loss[first], g[first], h[first] = c_loss[first], c_g[first], c_h[first]
+            separated[first] = loss[first] * SEPARATED
+            started |= first
+            tried = active & ~first
+            # Run off, and L flat to 2^-40 along the doubled step tried: its limit.
+            flat = tried & running & (np.abs(loss - c_loss) <= NEARLY_SEPARATED * loss)
+            warn(flat, _NEARLY_SEPARATED)
+            finish(flat, theta + step)
+            tried &= ~flat
+            running[tried] = False
+            # A step longer than Newton's must lower L by more than Newton's step would
+            # if L were its quadratic model (twice Newton's step gains nothing there).
+            # In the quadratic region (a step below 1e-4 relative) full steps are taken.
+            better = c_loss <= loss - np.where(lam > 1.0, gain, 0.0)
+            quadratic = (lam <= 1.0) & (size <= 1e-4 * scale)
+            refused = tried & ~(better | quadratic)
+            lam[refused] = np.where(lam[refused] <= 1.0, 0.5 * lam[refused], 1.0)
+            stuck = refused & (lam < 1e-12)  # no descent left: optimal to rounding
+            finish(stuck, theta)
+            taken = tried & ~refused
+            # Newton steps that keep their size (or grow) and are taken whole: the
+            # parameters run off (scores that separate the classes, or nearly), each
+            # step lowering L by about a factor e (or its excess over its limit). The
+            # next step is tried twice as long, so the stopping rules are reached in a
+            # few passes, not ~28; one that does not gain enough falls back to Newton's.
+            runs = (c_loss < loss) & (lam >= grow) & (size >= 0.9 * last_size)
+            grow[taken] = np.where(runs[taken], 2.0 * lam[taken], 1.0)
+            last_size[taken] = size[taken]
             # Long steps that no longer lower the loss: it nears a limit above 0 as the
             # parameters run off (labels of both classes at some scores only). Stopped
             # here, where the loss's decrease crosses a bound far above its rounding,
             # the fit ends after the same passes whatever the order of the sums; run
             # on, it would end where rounding stops the descent, on each engine elsewhere.
-            _warn_nearly_separated(name)
-            stopped: np.ndarray = cand
-            return stopped
-        theta, loss, g, h = cand, c_loss, c_g, c_h
-    # A warning, not a log record: the core imports no logging set-up (only
-    # the core and the errors), and a caller sees it where the fit ran.
-    warnings.warn(f"{name}: no convergence in {max_iter} Newton passes (scores that "
-                  "separate the classes have no finite optimum); the last step's "
-                  "parameters are used", RuntimeWarning, stacklevel=2)
-    return theta
+            limit = taken & (size > 1e-4 * scale) & (loss - c_loss <= NEARLY_SEPARATED * loss)
+            warn(limit, _NEARLY_SEPARATED)
+            finish(limit, point)
+            taken &= ~limit
+            theta[taken], loss[taken], g[taken], h[taken] = \
+                point[taken], c_loss[taken], c_g[taken], c_h[taken]
+            steps[taken] += 1
+            # From each new iterate (the start's or a step's): the next step, or a stop.
+            new = first | taken
+            over = new & (steps >= max_iter)
+            # A warning, not a log record: the core imports no logging set-up (only
+            # the core and the errors), and a caller sees it where the fit ran.
+            warn(over, f"no convergence in {max_iter} Newton passes (scores that separate "
+                       "the classes have no finite optimum); the last step's parameters "
+                       "are used")
+            finish(over, theta)
+            off = new & ~over & (loss <= separated)
+            warn(off, "the scores separate the classes (the loss fell below 2^-40 of its "
+                      "start, and would fall on towards 0: there is no finite optimum); "
+                      "the last step's parameters are used")
+            finish(off, theta)
+            new &= ~(over | off)
+            if new.any():
+                # Least squares: the minimum-norm step where H is singular, singular
+                # values cut below lstsq's (rcond None: m eps of the largest).
+                cut = m * np.finfo(np.float64).eps
+                step[new] = -(np.linalg.pinv(h[new], rtol=cut) @ g[new][..., None])[..., 0]
+                size[new] = np.abs(step[new]).sum(axis=1)
+                scale[new] = 1.0 + np.abs(theta[new]).sum(axis=1)
+            # The error left is size^2: the rounding of the sums.
+            converged = new & (size <= 1e-10 * scale)
+            finish(converged, theta + step)
+            # Run off, then a step 10^4 times shorter: the direction the parameters
+            # ran along no longer moves L in floating point (its limit).
+            short = new & ~converged & (grow > 1.0) & (size < 1e-4 * last_size)
+            warn(short, _NEARLY_SEPARATED)
+            finish(short, theta + step)
+            new &= ~(converged | short)
+            gain[new] = -(g[new] * step[new]).sum(axis=1) / 2.0
+            lam[new] = grow[new]
+            running[new] = grow[new] > 1.0
+            point[active] = theta[active] + lam[active, None] * step[active]
+            if not active.any():
+                return solved
 
 
-def _warn_nearly_separated(name: str) -> None:
-    warnings.warn(f"{name}: the scores nearly separate the classes (the loss approaches "
-                  "its infimum as the parameters grow: there is no finite optimum); the "
-                  "last step's parameters are used", RuntimeWarning, stacklevel=3)
+_NEARLY_SEPARATED = ("the scores nearly separate the classes (the loss approaches its "
+                     "infimum as the parameters grow: there is no finite optimum); the "
+                     "last step's parameters are used")
+
+

@@ -18,7 +18,11 @@ lock step: each pass applies every key's current function to that key's
 part of every range, in one job over the data, so a fit of many keys costs
 the passes of its slowest key, not their sum, and no threads are needed.
 What a pass returns to the driver is each key's small result, never a
-key's table.
+key's table. A plan may hand a sub-problem over (``result = yield
+problem``, a :class:`Joint`): the same sub-problems of all keys are then
+solved by one plan over all of them, in arrays (Newton's steps of many
+keys' logistic regressions: a few array operations a pass, not a Python
+call per key).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from .distinct import DistinctTable
 from .keyed import Key, KeyedTable
 
 __all__ = ["Plan", "run_plan", "run_plans", "KeyFailed", "KeyCounts", "Split", "split_keyed",
-           "KeyBatch", "KeyResults", "KeySums"]
+           "KeyBatch", "KeyResults", "KeySums", "Joint", "JointPlan", "sum_parts"]
 
 R = TypeVar("R")
 Request = Callable[[Any], Any]
@@ -45,13 +49,71 @@ Split = Callable[[Any, Container[Key] | None], Iterable[tuple[Key, Any]]]
 
 def run_plan(plan: Generator[Any, list[Any], R], map_parts: Callable[[Any], list[Any]]) -> R:
     """Run one plan: each request it yields (a function to map over the parts) goes to
-    ``map_parts``, whose results are sent back."""
+    ``map_parts``, whose results are sent back (a :class:`Joint` is solved alone)."""
     try:
         request = next(plan)
         while True:
-            request = plan.send(map_parts(request))
+            if isinstance(request, Joint):
+                request = plan.send(_solve_alone(request, map_parts))
+            else:
+                request = plan.send(map_parts(request))
     except StopIteration as stop:
         return stop.value  # type: ignore[no-any-return]
+
+
+class Joint:
+    """A sub-problem that a key's plan hands over (``result = yield problem``), to be
+    solved together with the same sub-problems of the other keys.
+
+    The problems of one class and ``joint_id`` handed over in one pass are
+    solved by one plan over all their keys, ``cls.solve(problems)``
+    (:data:`JointPlan`): it yields, pass after pass, each running key's
+    request and the results of the keys it has solved (each sent back to
+    its key's plan at once, which goes on in the same pass), receives each
+    requesting key's results of the parts, and returns the last keys'
+    results. A key's problem raising ends the fit with :class:`KeyFailed`.
+    """
+
+    joint_id: Any = ()
+
+    @classmethod
+    def solve(cls, problems: dict[Key, Joint]) -> JointPlan:
+        raise NotImplementedError
+
+
+#: A plan over many keys' :class:`Joint` problems: yields (requests, solved), receives
+#: each requesting key's results of the parts, returns the keys solved last.
+JointPlan = Generator[tuple[dict[Key, Request], dict[Key, Any]], dict[Key, list[Any]],
+                      dict[Key, Any]]
+
+
+def sum_parts(keys: list[Key], results: dict[Key, list[Any]]) -> np.ndarray:
+    """Row i: the sum of ``keys[i]``'s results of the parts (arrays of one length), added
+    in the parts' order (as ``np.sum(parts, axis=0)``), for all keys at once."""
+    lists = [results[key] for key in keys]
+    sizes = np.array([len(parts) for parts in lists])
+    assert sizes.all(), "every requesting key has rows in some part"
+    rows = np.array([row for parts in lists for row in parts], dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):  # inf: each plan checks its sums
+        out: np.ndarray = np.add.reduceat(rows, np.cumsum(sizes) - sizes, axis=0)
+    return out
+
+
+def _solve_alone(problem: Joint, map_parts: Callable[[Any], list[Any]]) -> Any:
+    """``problem`` solved as the one key of its :class:`Joint` plan (a plan run alone)."""
+    solving = type(problem).solve({_ALONE: problem})
+    try:
+        requests, solved = next(solving)
+        while _ALONE not in solved:
+            requests, solved = solving.send({key: map_parts(fn) for key, fn in requests.items()})
+    except StopIteration as stop:
+        solved = stop.value
+    except KeyFailed as failed:
+        raise failed.error from None
+    return solved[_ALONE]
+
+
+_ALONE: Key = (None, None)  # the one key of a plan run alone
 
 
 class KeyFailed(Exception):
@@ -370,20 +432,62 @@ def run_plans(make_plan: Callable[[Key | None], Plan[Any]], map_parts: MapParts,
         plan = make_plan(key)
         next(plan)
         _advance(key, plan, results[key], plans, pending, done)
+    # Each running Joint plan and its keys' requests of the coming pass.
+    joints: list[tuple[JointPlan, dict[Key, Request]]] = []
+    _start_joints(joints, plans, pending, done)
     held = sum(c.n_rows for c in totals.values())
-    while pending:
-        needed = sum(totals[key].n_rows for key in pending)
-        if narrow is not None and needed <= held // 4:
-            narrow(set(pending))
-            held = needed
-        requests = dict(pending)
+    while pending or joints:
+        singly = dict(pending)
         pending.clear()
+        requests = dict(singly)
+        for _, asked in joints:
+            requests.update(asked)
+        needed = sum(totals[key].n_rows for key in requests)
+        if narrow is not None and needed <= held // 4:
+            narrow(set(requests))
+            held = needed
         gathered: dict[Key, list[Any]] = {key: [] for key in requests}
         for wave in _waves(requests, budget):
             _gather(map_parts(_Pass(wave, None, split, False)), gathered)
-        for key in requests:
+        for key in singly:
             _advance(key, plans[key], gathered[key], plans, pending, done)
+        running = joints[:]
+        joints.clear()
+        for solving, asked in running:
+            try:
+                asked, solved = solving.send({key: gathered[key] for key in asked})
+                joints.append((solving, asked))
+            except StopIteration as stop:
+                solved = stop.value
+            for key, result in solved.items():
+                _advance(key, plans[key], result, plans, pending, done)
+        _start_joints(joints, plans, pending, done)
     return done
+
+
+def _start_joints(joints: list[tuple[JointPlan, dict[Key, Request]]],
+                  plans: dict[Key, Plan[Any]], pending: dict[Key, Request],
+                  done: dict[Key, Any]) -> None:
+    """The :class:`Joint` problems among the ``pending`` requests, solved by one plan per
+    class and ``joint_id`` (added to ``joints``); keys solved at once go on."""
+    while True:
+        groups: dict[Any, dict[Key, Joint]] = {}
+        for key, fn in pending.items():
+            if isinstance(fn, Joint):
+                groups.setdefault((type(fn), fn.joint_id), {})[key] = fn
+        if not groups:
+            return
+        for (kind, _), problems in groups.items():
+            for key in problems:
+                del pending[key]
+            solving = kind.solve(problems)
+            try:
+                asked, solved = next(solving)
+                joints.append((solving, asked))
+            except StopIteration as stop:
+                solved = stop.value
+            for key, result in solved.items():
+                _advance(key, plans[key], result, plans, pending, done)
 
 
 def _waves(requests: dict[Key, Request], budget: int | None) -> Iterator[dict[Key, Request]]:
