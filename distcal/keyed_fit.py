@@ -271,6 +271,8 @@ def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str
                     raise DataError(f"column '{spec.label_col}' (label): {rows} labels other "
                                     f"than 0 and 1; {failed.error.needs}") from failed.error
                 raise _key_error(by, failed, method) from failed.error
+        if not all(math.isfinite(counts[key].weight) for key in results):
+            raise sums_overflow()  # (the methods whose sums did not overflow first)
         if method == "beta":
             results = _drop_one_class(by, results)
         maps = {key: _map_from(method, params, res, counts[key], class_columns(columns, key))

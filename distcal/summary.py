@@ -289,6 +289,7 @@ def summarize(data: Any, score_col: str = DEFAULTS.score_col,
     kt = merge_keyed(parts)
     if not math.isfinite(weight_total) or not np.all(np.isfinite(kt.table.weight)):
         raise sums_overflow()
+    _check_squares(kt, weight_col)
     log.info("summarize: %d rows (%d dropped) to %d (key, score) rows%s", n_rows, dropped,
              len(kt.table), f", period {period}" if period else "")
     try:
@@ -298,6 +299,27 @@ def summarize(data: Any, score_col: str = DEFAULTS.score_col,
     return Summary(table, columns=columns, by=names, n_rows=n_rows, weight_total=weight_total,
                    dropped_rows=dropped, period=period, decimals=d,
                    read_from=os.fspath(data) if isinstance(data, (str, os.PathLike)) else None)
+
+
+def _check_squares(kt: Any, weight_col: str | None) -> None:
+    """A summary keeps each (key, score)'s sum of squared weights (the variance terms of
+    evaluation's intervals and tests): a DataError where they overflow or underflow to 0
+    in float64 (weights beyond about 1e154 or below about 1e-154), which a saved summary
+    could not be read back with."""
+    if kt.ww is None or weight_col is None:
+        return
+    if not np.all(np.isfinite(kt.ww)):
+        raise sums_overflow("squared weights")
+    zero = kt.ww <= 0.0
+    if zero.any():
+        g = kt.global_index()  # (the key of all rows: each row once)
+        at = slice(None) if g is None else slice(int(kt.starts[g]), int(kt.starts[g + 1]))
+        rows = int(kt.table.count[at][zero[at]].sum())
+        have = "rows have" if rows != 1 else "row has"
+        raise DataError(f"column '{weight_col}' (weight): {rows} {have} weights whose "
+                        "squares underflow to 0 in float64 (below about 1e-154); "
+                        "a summary keeps sums of squared weights: multiply the weights by a "
+                        "constant")
 
 
 def _mixed_key_types(kt: Any, names: list[str]) -> DataError:

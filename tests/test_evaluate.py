@@ -111,6 +111,34 @@ def test_wilson_textbook(n, lo, hi):
     assert got[0] == pytest.approx(lo, abs=1.5e-3) and got[1] == pytest.approx(hi, abs=1.5e-3)
 
 
+@pytest.mark.parametrize("n", [1e-300, 1e-200, 1e-160, 0.3, 50.0, 1e12, 1e300])
+def test_wilson_interval_of_any_weight_total_is_wilsons_formula(n):
+    """Weights of any scale (a weighted accuracy's n is the total weight): the interval
+    is Wilson's formula computed in 700-digit decimals, never a ZeroDivisionError from
+    n^2 underflowing."""
+    from decimal import Decimal, getcontext
+
+    from scipy.stats import norm
+
+    getcontext().prec = 700  # centre - half cancels ~300 digits at n = 1e-300
+    z, nn, p = Decimal(float(norm.ppf(0.975))), Decimal(n), Decimal(0.8)
+    denom = 1 + z * z / nn
+    centre = (p + z * z / (2 * nn)) / denom
+    half = z * (p * (1 - p) / nn + z * z / (4 * nn * nn)).sqrt() / denom
+    got = wilson_interval(0.8 * n, n)
+    assert got[0] == pytest.approx(float(max(centre - half, Decimal(0))), rel=1e-12, abs=1e-300)
+    assert got[1] == pytest.approx(float(min(centre + half, Decimal(1))), rel=1e-12)
+
+
+def test_evaluate_of_tiny_weights_is_the_evaluation_of_unit_weights():
+    rng = np.random.default_rng(3)
+    s = rng.random(500)
+    df = pd.DataFrame({"prob": s, "label": (rng.random(500) < s).astype(int), "w": 1e-200})
+    tiny, unit = distcal.evaluate(df, weight_col="w"), distcal.evaluate(df.drop(columns="w"))
+    for name in ("ece", "mce", "brier", "log_loss", "accuracy"):
+        assert getattr(tiny, name) == pytest.approx(getattr(unit, name), rel=1e-9)
+
+
 def test_compare_error_rates_textbook():
     d, lo, hi = compare_error_rates(0.15, 30, 0.25, 5000)
     assert d == pytest.approx(0.1)

@@ -537,6 +537,21 @@ API_CASES = [
     ApiCase("weights-1e308-histogram", lambda w: distcal.fit(w / "bigw.parquet",
                                                              method="histogram", weight_col="w"),
             distcal.DataError, "sums overflow float64"),
+    # Temperature scaling's Newton sums may stay finite where the weights' total does not.
+    ApiCase("weights-1e308-temperature", lambda w: distcal.fit(
+        w / "bigw.parquet", method="temperature", weight_col="w"), distcal.DataError,
+        "sums overflow float64"),
+    ApiCase("weights-1e306-temperature-by", lambda w: distcal.fit(
+        _df(w).assign(w=1e306, g=np.arange(2000) % 2), method="temperature", weight_col="w",
+        by="g"), distcal.DataError, "sums overflow float64"),
+    # A summary keeps sums of squared weights: they must not overflow nor underflow to 0.
+    ApiCase("summarize-weights-1e200", lambda w: distcal.summarize(
+        _df(w).assign(w=1e200), weight_col="w"), distcal.DataError,
+        "the squared weights are too large: their sums overflow float64"),
+    ApiCase("summarize-weights-1e-200", lambda w: distcal.summarize(
+        _df(w).assign(w=np.where(np.arange(2000) < 7, 1e-200, 1.0)), weight_col="w", by=None),
+        distcal.DataError, r"column 'w' \(weight\): 7 rows have weights whose squares "
+        "underflow to 0"),
     ApiCase("weights-1e308-threshold", lambda w: distcal.optimal_threshold(w / "bigw.parquet",
                                                                            weight_col="w"),
             distcal.DataError, "sums overflow float64"),

@@ -265,7 +265,15 @@ def wilson_interval(successes: float, n: float, confidence: float = 0.95) -> tup
         raise ValueError("confidence must be in (0, 1)")
     z = float(norm.ppf(0.5 + confidence / 2.0))
     p = successes / n
-    denom = 1.0 + z * z / n
-    centre = (p + z * z / (2.0 * n)) / denom
-    half = z * math.sqrt(p * (1.0 - p) / n + z * z / (4.0 * n * n)) / denom
-    return (max(0.0, centre - half), min(1.0, centre + half))
+    # Wilson's centre (p + z^2 / 2n) / (1 + z^2 / n) minus and plus its half-width
+    # z sqrt(p (1 - p) / n + z^2 / 4n^2) / (1 + z^2 / n), multiplied through by
+    # r = n / z^2 (no term over- or underflows for any weight total n: tiny weights
+    # overflowed 1 / n^2), and the lower end rationalised: centre - half =
+    # p^2 r / (p r + 1/2 + sqrt(p q r + 1/4)), q = 1 - p (no cancellation when it is
+    # near 0); the upper end is 1 minus the same of q.
+    q = 1.0 - p
+    r = n / (z * z)
+    root = math.sqrt(p * q * r + 0.25)
+    lo = p * p * r / (p * r + 0.5 + root)
+    hi = 1.0 - q * q * r / (q * r + 0.5 + root)
+    return (max(0.0, lo), min(1.0, hi))
