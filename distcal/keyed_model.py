@@ -90,8 +90,11 @@ class TemperatureMap:
     """p = softmax(beta * logits) (:mod:`distcal.core.temperature`).
 
     ``input_``: how the fit read its scores ("logits" or "probabilities",
-    scikit-learn's rule over all the rows fitted); predictions apply the
-    rule to the rows given, as scikit-learn does.
+    scikit-learn's rule over all the rows fitted). Predictions read scores
+    the same way, so a row's probabilities depend on that row only, not on
+    the batch or partition it comes in (scikit-learn decides again for
+    each array given to ``predict_proba``: the same for an array like the
+    fitted rows, a NaN row or a row of logits among probabilities aside).
     """
 
     beta: float
@@ -104,7 +107,7 @@ class TemperatureMap:
         return {"beta": self.beta, "temperature": 1.0 / self.beta, "input_": self.input_}
 
     def predict(self, scores: np.ndarray) -> np.ndarray:
-        return softmax_predict(to_logits(scores), self.beta)
+        return softmax_predict(to_logits(scores, self.input_), self.beta)
 
 
 class KeyedModel:

@@ -578,6 +578,36 @@ def test_fit_and_transform_equal_local_and_sklearn(engine, wine, method):
         np.testing.assert_allclose(got, expect, rtol=0, atol=TOL[method])
 
 
+def test_temperature_predicts_each_row_alone(engine, wine):
+    """Temperature scaling reads the scores as the fit read them (its ``input_``): a row's
+    probabilities are softmax(beta log(p + 1e-12)) of that row, whatever other rows share
+    its batch or partition (a NaN row, a row of logits, seven partitions), with and
+    without segments; NaN in gives NaN out for that row only."""
+    clf, Xa, Xb, yb, _ = wine
+    P = clf.predict_proba(Xb)
+    df = pd.DataFrame({"s": _vectors(P), "label": yb, "g": np.where(np.arange(len(yb)) % 3,
+                                                                   "a", "b")})
+    for by in (None, "g"):
+        model = distcal.fit(engine(df), method="temperature", score_col="s", by=by,
+                            **engine.opts)
+        assert model.params["input_"] == "probabilities"
+        beta = {g: model.segment(g).params["beta"] for g in "ab"} if by else \
+            {g: model.params["beta"] for g in "ab"}
+        odd = P.copy()
+        odd[0] = np.nan
+        odd[1] = [3.0, -1.0, 0.5]  # logits among probabilities: log of a negative, NaN
+        test = pd.DataFrame({"s": _vectors(odd), "g": df.g, "i": np.arange(len(df))})
+        out = model.transform(engine.frame(test, npartitions=7), score_col="s",
+                              output_col="p")
+        got = _stack(engine.collect(out).sort_values("i")["p"])
+        z = np.log(odd + 1e-12)
+        want = np.vstack([softmax(beta[g] * z[i][None, :])[0] for i, g in enumerate(df.g)])
+        assert np.isnan(got[:2]).all() and np.isnan(want[:2]).all()
+        np.testing.assert_allclose(got[2:], want[2:], rtol=0, atol=1e-12)
+        alone = model.predict(odd[2:3], segments=["a"] if by else None)
+        np.testing.assert_array_equal(alone, got[2:3])
+
+
 def test_bad_rows_same_error_and_drop_as_local(engine):
     rng = np.random.default_rng(5)
     # per-class columns: a label outside the classes, a fraction, a NaN score

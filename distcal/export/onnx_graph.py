@@ -20,9 +20,8 @@ NaN gives NaN (``IsInf``, ``IsNaN``, ``Where``).
 Sigmoid: 1 / (1 + exp(a s + b)) (no error on overflow in ONNX: exp(z) = inf
 gives 0). One-vs-rest: each class's map on column k, then p = q / sum(q)
 with 1/K for a zero sum (K = 2: p1 from column 1, p0 = 1 - p1).
-Temperature: softmax(beta * z), z the logits, or ln(s + 1e-12) when every
-value of the batch lies in [0, 1] and every row sums to 1 within 1e-8 +
-1e-5, scikit-learn's rule over the rows given, as ``predict`` applies it.
+Temperature: softmax(beta * z), z the logits, or ln(s + 1e-12) when the
+fit read probabilities, as ``predict`` does.
 """
 
 from __future__ import annotations
@@ -155,20 +154,9 @@ def _ovr(g: _Graph, model: Any, scores: str) -> str:
 
 
 def _temperature(g: _Graph, model: Any, scores: str) -> str:
-    def all_of(cond: str) -> str:  # a scalar: 1.0 when cond holds everywhere
-        return g.op("ReduceMin", [g.op("Cast", [cond], to=11)], keepdims=0)
-
-    zero, one = g.const(0.0, "zero"), g.const(1.0, "one")
-    in_unit = g.op("And", [g.op("GreaterOrEqual", [scores, zero]),
-                           g.op("LessOrEqual", [scores, one])])
-    row_sum = g.op("ReduceSum", [scores, g.const([1], "axis", np.int64)], keepdims=0)
-    sums_one = g.op("LessOrEqual", [g.op("Abs", [g.op("Sub", [row_sum, one])]),
-                                    g.const(1e-8 + 1e-5 * 1.0, "tol")])
-    probs = g.op("Greater", [g.op("Mul", [all_of(in_unit), all_of(sums_one)]),
-                             g.const(0.5, "half")], "looks_like_probabilities")
-    logits = g.op("Where", [probs, g.op("Log", [g.op("Add", [scores,
-                                                            g.const(LOGIT_EPS, "eps")])]),
-                            scores], "logits")
+    logits = scores
+    if model.params["input_"] == "probabilities":
+        logits = g.op("Log", [g.op("Add", [scores, g.const(LOGIT_EPS, "eps")])], "logits")
     a = g.op("Mul", [logits, g.const(float(model.beta), "beta")])
     e = g.op("Exp", [g.op("Sub", [a, g.op("ReduceMax", [a], axes=[1], keepdims=1)])])
     total = g.op("ReduceSum", [e, g.const([1], "axis", np.int64)], keepdims=1)
