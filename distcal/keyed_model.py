@@ -544,7 +544,10 @@ class KeyedModel:
             return np.zeros((0, self.n_classes) if self.n_classes >= 2 else 0)
         if self.n_classes >= 2:
             problems = Problems(n)
-            s = read_scores(part, score_col, score_cols, problems, finite=False)
+            # K >= 3: vectors of K scores, whatever this part holds (a part of null
+            # vectors only gives NaN rows, as null vectors among others do).
+            s = read_scores(part, score_col, score_cols, problems, finite=False,
+                            length=self.n_classes if self.n_classes >= 3 else None)
             fatal = [(c, p, k) for c, p, k in problems.items
                      if k and ("ragged" in p or "text" in p)]
             if fatal:

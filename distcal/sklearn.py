@@ -338,14 +338,16 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         as any one-vs-rest output (:func:`~distcal.core.multiclass.normalise_ovr`).
 
         Where both geometric means are 0 (one fold is sure of 0, another of
-        1) the class gets 1/2.
+        1) the class gets 1/2; a NaN score gives NaN, as every method does.
         """
         p0, p1 = self._intervals(X)
         with np.errstate(divide="ignore"):
             g1 = np.exp(np.mean(np.log(p1), axis=0))
             g0 = np.exp(np.mean(np.log(1.0 - p0), axis=0))
         den = g0 + g1
-        return normalise_ovr(np.where(den > 0, g1 / np.where(den > 0, den, 1.0), 0.5))
+        with np.errstate(invalid="ignore"):
+            p = np.where(den == 0.0, 0.5, g1 / np.where(den == 0.0, 1.0, den))
+        return normalise_ovr(p)
 
     def predict(self, X: Any) -> np.ndarray:
         """The class of highest calibrated probability."""

@@ -528,6 +528,30 @@ def test_transform_equals_predict_on_every_engine(engine, method):
 
 # -- the scikit-learn estimator and the pyspark.ml stage ---------------------------
 
+def test_cross_venn_abers_of_a_nan_score_is_nan():
+    """NaN in gives NaN out, as every method's predict (not the 1/2 of two geometric
+    means that are both 0)."""
+    from sklearn.base import BaseEstimator, ClassifierMixin
+
+    from distcal.sklearn import CalibratedClassifier
+
+    class Scores(ClassifierMixin, BaseEstimator):  # the first feature is the score
+        def fit(self, X, y):
+            self.classes_ = np.unique(y)
+            return self
+
+        def decision_function(self, X):
+            return np.asarray(X, dtype=np.float64)[:, 0]
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(300, 1))
+    y = (X[:, 0] + rng.normal(size=300) > 0).astype(int)
+    cal = CalibratedClassifier(Scores(), method="venn_abers", cv=3).fit(X, y)
+    got = cal.predict_proba(np.array([[np.nan], [0.4]]))
+    assert np.isnan(got[0]).all() and np.isfinite(got[1]).all()
+    np.testing.assert_array_equal(got[1], cal.predict_proba(np.array([[0.4]]))[0])
+
+
 @pytest.mark.parametrize("k", [2, 3])
 def test_cross_venn_abers_equals_per_fold_brute_force(k):
     from sklearn.base import clone

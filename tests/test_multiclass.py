@@ -608,6 +608,32 @@ def test_temperature_predicts_each_row_alone(engine, wine):
         np.testing.assert_array_equal(alone, got[2:3])
 
 
+@pytest.mark.parametrize("method", ["isotonic", "temperature"])
+def test_a_part_of_null_vectors_only_gives_nan_rows(engine, wine, method, tmp_path):
+    """A null score vector is a NaN row wherever it lies: also in a partition, batch or
+    row group that holds no other vector (K = 3, so its width is not guessed)."""
+    clf, _, Xb, yb, _ = wine
+    S = clf.decision_function(Xb)
+    model = distcal.fit(pd.DataFrame({"s": _vectors(S), "label": yb}), method=method,
+                        score_col="s")
+    col = [list(S[0]), list(S[1]), None, None]
+    test = pd.DataFrame({"s": pd.Series(col, dtype=object), "i": range(4)})
+    got = engine.collect(model.transform(engine.frame(test, npartitions=2), score_col="s",
+                                         output_col="p")).sort_values("i")
+    p = _stack(got["p"])
+    np.testing.assert_array_equal(p[:2], model.predict(S[:2]))
+    assert np.isnan(p[2:]).all()
+    if engine.name == "local":  # a Parquet file of row groups of two rows: the same
+        from distcal.apply import apply_to_parquet
+
+        pq.write_table(pa.Table.from_pandas(test, preserve_index=False), tmp_path / "in.parquet",
+                       row_group_size=2)
+        apply_to_parquet(model, str(tmp_path / "in.parquet"), str(tmp_path / "out.parquet"),
+                         score_col="s", output_col="p", batch_rows=2)
+        out = pd.read_parquet(tmp_path / "out.parquet")
+        np.testing.assert_array_equal(_stack(out["p"]), p)
+
+
 def test_bad_rows_same_error_and_drop_as_local(engine):
     rng = np.random.default_rng(5)
     # per-class columns: a label outside the classes, a fraction, a NaN score
