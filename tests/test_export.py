@@ -361,15 +361,23 @@ def _class_probes(k: int) -> np.ndarray:
     return s
 
 
+def _logit_probes(k: int) -> np.ndarray:
+    """Logits, with rows of +inf (one class, two classes: predict's limit shares 1 among
+    them), of -inf only (NaN) and of +inf beside NaN (NaN)."""
+    s = np.log(np.abs(_class_probes(k)) + 0.05) * 3
+    s[6, 0] = s[7, :2] = s[9, 0] = np.inf
+    s[8] = -np.inf
+    s[9, 1] = np.nan
+    return s
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_sql_one_vs_rest_and_temperature(engine, run_sql, class_models):
     """A list of K expressions, p_k = q_k / sum(q), 1/K for all-zero rows (one query)."""
     frame: dict[str, list] = {}
     exprs, wanted = [], []
     for name, (model, cols) in class_models.items():
-        s = _class_probes(len(cols))
-        if name == "temperature":
-            s = np.log(np.abs(s) + 0.05) * 3
+        s = _logit_probes(len(cols)) if name == "temperature" else _class_probes(len(cols))
         names = [f"{name}_{c}" for c in cols]  # each model reads its own columns
         frame.update({c: s[:, j].tolist() for j, c in enumerate(names)})
         out = model.to_sql(names, dialect=engine)
@@ -383,6 +391,21 @@ def test_sql_one_vs_rest_and_temperature(engine, run_sql, class_models):
     for k in range(want.shape[1]):
         _assert_close(_columns(result, k), want[:, k])
     assert any(np.any(np.all(w == 1.0 / w.shape[1], axis=1)) for w in wanted)  # all-zero rows
+
+
+def test_sql_temperature_of_one_logit_column_at_infinity():
+    """One column s is the logit pair (-s, s): s = +-inf gives predict's limit (0, 1) or
+    (1, 0), not inf - inf."""
+    rng = np.random.default_rng(3)
+    s = np.round(rng.normal(size=500), 2)
+    df = pd.DataFrame({"s": s, "label": (rng.random(500) < 1 / (1 + np.exp(-s))).astype(int)})
+    model = distcal.fit(df, score_cols=["s"], method="temperature")
+    probe = np.array([np.inf, -np.inf, 0.3, np.nan])
+    want = model.predict(probe)
+    np.testing.assert_array_equal(want[:2], [[0.0, 1.0], [1.0, 0.0]])
+    result = run_duckdb(model.to_sql(["s"], dialect="duckdb"), {"s": probe.tolist()})
+    for k in range(2):
+        _assert_close(_columns(result, k), want[:, k])
 
 
 def test_sql_temperature_of_probabilities():
@@ -442,9 +465,7 @@ def test_onnx_multiclass(class_models):
             with pytest.raises(ValueError, match="segment"):
                 model.to_onnx()
             model = model.segment("a")
-        s = _class_probes(len(cols))
-        if name == "temperature":
-            s = np.log(np.abs(s) + 0.05) * 3
+        s = _logit_probes(len(cols)) if name == "temperature" else _class_probes(len(cols))
         got, want = _onnx_run(model, s), model.predict(s)
         assert got.shape == want.shape
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=name)

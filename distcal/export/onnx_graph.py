@@ -158,9 +158,21 @@ def _temperature(g: _Graph, model: Any, scores: str) -> str:
     if model.params["input_"] == "probabilities":
         logits = g.op("Log", [g.op("Add", [scores, g.const(LOGIT_EPS, "eps")])], "logits")
     a = g.op("Mul", [logits, g.const(float(model.beta), "beta")])
-    e = g.op("Exp", [g.op("Sub", [a, g.op("ReduceMax", [a], axes=[1], keepdims=1)])])
-    total = g.op("ReduceSum", [e, g.const([1], "axis", np.int64)], keepdims=1)
-    return g.op("Div", [e, total], "softmax")
+    axis = g.const([1], "axis", np.int64)
+    top = g.op("ReduceMax", [a], axes=[1], keepdims=1)
+    e = g.op("Exp", [g.op("Sub", [a, top])])
+    total = g.op("ReduceSum", [e, axis], keepdims=1)
+    softmax = g.op("Div", [e, total])
+    # +inf logits (inf - inf is NaN): their classes share 1 equally, as predict's limit;
+    # a row holding NaN stays NaN.
+    inf = g.const(float("inf"), "inf")
+    hit = g.op("Cast", [g.op("Equal", [a, inf])], to=11)
+    nan = g.op("ReduceMax", [g.op("Cast", [g.op("IsNaN", [a])], to=11)], axes=[1], keepdims=1)
+    limit = g.op("And", [g.op("Equal", [g.op("ReduceMax", [hit], axes=[1], keepdims=1),
+                                        g.const(1.0, "one")]),
+                         g.op("Equal", [nan, g.const(0.0, "zero")])])
+    shared = g.op("Div", [hit, g.op("ReduceSum", [hit, axis], keepdims=1)])
+    return g.op("Where", [limit, shared, softmax], "softmax")
 
 
 def to_onnx(model: Any) -> Any:

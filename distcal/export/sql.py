@@ -25,7 +25,7 @@ Spark SQL, DuckDB, PostgreSQL, BigQuery or Snowflake:
   q_1(e_1), p0 = 1 - p1), as scikit-learn's ``CalibratedClassifierCV``.
 * temperature: p_k = exp(beta z_k - m) / sum_j exp(beta z_j - m), m the
   largest beta z_j, z = the scores (logits) or ln(s + 1e-12) when the fit
-  read probabilities.
+  read probabilities; where some z_j are +inf, those classes share 1.
 
 Float literals are the shortest repr of each double written with an
 exponent (``0.1e0``): every dialect reads such a literal as a double, or,
@@ -368,7 +368,12 @@ def _temperature(model: Any, scores: list[str], w: _Writer) -> list[str]:
          for ai in a]
     total = "(" + " + ".join(e) + ")"
     assert len(e) == k
-    return [w.double(f"({ei}) / {total}") for ei in e]
+    # +inf logits (inf - inf is NaN): their classes share 1 equally, as predict's limit.
+    hit = [f"CASE WHEN {ai} = {w.inf} THEN 1.0e0 ELSE 0.0e0 END" for ai in a]
+    top = f"{m} = {w.inf} AND NOT (" + " OR ".join(w.is_nan(ai) for ai in a) + ")"
+    hits = "(" + " + ".join(hit) + ")"
+    return [w.double(f"CASE WHEN {top} THEN ({hi}) / {hits} ELSE ({ei}) / {total} END")
+            for hi, ei in zip(hit, e)]
 
 
 def _combined(model: Any, scores: list[str], w: _Writer) -> list[str]:
