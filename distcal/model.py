@@ -303,7 +303,13 @@ class CalibrationModel:
         if x.shape[0] == 0:  # every fitted score was infinite
             ends = np.where(s > 0, b.prob[-1], b.prob[0])
             return np.where(np.isnan(s), np.nan, ends)
-        out = np.interp(s, x, y)  # clips outside the knots: right for ±inf ...
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            out = np.interp(s, x, y)  # clips outside the knots: right for ±inf ...
+        # Two knots closer than ~1e-308 with different values: an infinite slope
+        # between them, taken as a step at the left knot (as the exports take it).
+        steep = ~np.isfinite(out) & np.isfinite(s)
+        if steep.any():
+            out[steep] = y[np.searchsorted(x, s[steep], side="right") - 1]
         out[np.isnan(s)] = np.nan  # (np.interp with a single knot returns it for NaN too)
         # ... unless the lowest (highest) block has no finite knot: it holds only
         # -inf (+inf), or, centered, its mean is infinite.

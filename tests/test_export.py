@@ -393,6 +393,18 @@ def test_sql_one_vs_rest_and_temperature(engine, run_sql, class_models):
     assert any(np.any(np.all(w == 1.0 / w.shape[1], axis=1)) for w in wanted)  # all-zero rows
 
 
+def test_knots_closer_than_the_smallest_normal_are_a_step_everywhere():
+    """Two knots 1e-310 apart with other values: an infinite slope. predict, SQL and ONNX
+    all take the step at the left knot (the exports' documented rule), no inf."""
+    model = distcal.fit(pd.DataFrame({"score": [0.0, 1e-310, 0.5], "label": [0, 1, 1]}))
+    probe = np.array([5e-311, 0.0, 1e-310, 0.25, np.nan])
+    want = model.predict(probe)
+    np.testing.assert_array_equal(want[:4], [0.0, 0.0, 1.0, 1.0])
+    np.testing.assert_array_equal(_onnx_run(model, probe), want)
+    result = run_duckdb([model.to_sql("s", dialect="duckdb")], {"s": probe.tolist()})
+    _assert_close(_columns(result, 0), want)
+
+
 def test_sql_temperature_of_one_logit_column_at_infinity():
     """One column s is the logit pair (-s, s): s = +-inf gives predict's limit (0, 1) or
     (1, 0), not inf - inf."""
