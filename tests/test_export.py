@@ -405,6 +405,28 @@ def test_knots_closer_than_the_smallest_normal_are_a_step_everywhere():
     _assert_close(_columns(result, 0), want)
 
 
+def test_sigmoid_of_one_distinct_score_is_constant_at_infinity(spark):
+    """One distinct score fitted: a = 0, the constant map 1 / (1 + e^b), at s = +-inf too
+    (0 * inf is NaN), in predict, SQL, ONNX and Spark's transform (one map, and a map per
+    segment); NaN stays NaN."""
+    df = pd.DataFrame({"score": [0.3] * 5, "label": [0, 1, 1, 0, 1], "g": ["a"] * 5})
+    model = distcal.fit(df, method="sigmoid")
+    segmented = distcal.fit(df, method="sigmoid", by="g", min_segment_weight=0)
+    assert model.params["a"] == 0.0 == segmented.segment("a").params["a"]
+    probe = np.array([0.3, np.inf, -np.inf, np.nan])
+    want = model.predict(probe)
+    np.testing.assert_allclose(want[:3], 1.0 / (1.0 + np.exp(model.params["b"])), rtol=1e-15)
+    assert np.isnan(want[3])
+    np.testing.assert_array_equal(_onnx_run(model, probe), want)
+    result = run_duckdb([model.to_sql("s", dialect="duckdb")], {"s": probe.tolist()})
+    _assert_close(_columns(result, 0), want)
+    sdf = spark.createDataFrame(pd.DataFrame({"score": probe, "g": ["a", "a", "b", "a"],
+                                              "i": range(4)}))
+    for m in (model, segmented):
+        got = m.transform(sdf, output_col="p").toPandas().sort_values("i")["p"].to_numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-15)
+
+
 def test_sql_temperature_of_one_logit_column_at_infinity():
     """One column s is the logit pair (-s, s): s = +-inf gives predict's limit (0, 1) or
     (1, 0), not inf - inf."""

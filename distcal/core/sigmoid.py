@@ -156,6 +156,12 @@ def _score(s: np.ndarray) -> np.ndarray:
 
 
 def sigmoid_predict(a: float, b: float, scores: np.ndarray) -> np.ndarray:
-    """p = 1 / (1 + exp(a s + b)), computed without overflow; NaN stays NaN."""
-    p: np.ndarray = expit(-(a * np.asarray(scores, dtype=np.float64) + b))
+    """p = 1 / (1 + exp(a s + b)), computed without overflow; NaN stays NaN.
+
+    With a = 0 (one distinct score fitted) the map is the constant 1 / (1 + e^b),
+    at s = +-inf too (where a s would be NaN).
+    """
+    s = np.asarray(scores, dtype=np.float64)
+    z = a * s if a != 0.0 else np.where(np.isnan(s), np.nan, 0.0)
+    p: np.ndarray = expit(-(z + b))
     return p

@@ -95,9 +95,11 @@ def _binary(g: _Graph, model: Any, s: str) -> str:
         return _beta(g, model, s)
     pw = piecewise(model)
     if pw is None:  # sigmoid
-        one = g.const(1.0, "one")
-        z = g.op("Add", [g.op("Mul", [s, g.const(float(model.params["a"]), "a")]),
-                         g.const(float(model.params["b"]), "b")])
+        one, a = g.const(1.0, "one"), float(model.params["a"])
+        # a = 0: the constant map, at s = +-inf too (0 * inf is NaN)
+        a_s = g.op("Mul", [s, g.const(a, "a")]) if a != 0.0 else \
+            g.op("Where", [g.op("IsNaN", [s]), s, g.const(0.0, "zero")])
+        z = g.op("Add", [a_s, g.const(float(model.params["b"]), "b")])
         return g.op("Div", [one, g.op("Add", [one, g.op("Exp", [z])])], "sigmoid")
     pos = _search(g, pw, s)
     y = g.op("Gather", [g.const(pw.y0, "y"), pos])

@@ -286,7 +286,9 @@ def _array_search(pw: Piecewise, s: str, w: _Writer) -> str:
 
 def _sigmoid(model: Any, s: str, w: _Writer) -> str:
     a, b = float(model.params["a"]), float(model.params["b"])
-    z = f"({w.times(a, s)} + {w.num(b)})"
+    # a = 0: the constant map, at s = +-inf too (0 * inf is NaN)
+    a_s = w.times(a, s) if a != 0.0 else f"CASE WHEN {w.is_nan(s)} THEN {w.nan} ELSE 0.0e0 END"
+    z = f"({a_s} + {w.num(b)})"
     return (f"CASE WHEN {s} IS NULL THEN NULL WHEN {w.is_nan(z)} THEN {w.nan} "
             f"WHEN {z} > {w.num(EXP_LIMIT)} THEN 0.0e0 WHEN {z} < {w.num(-EXP_LIMIT)} THEN 1.0e0 "
             f"ELSE 1.0e0 / (1.0e0 + EXP({z})) END")

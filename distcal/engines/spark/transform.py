@@ -125,7 +125,8 @@ def transform(model: Any, df: Any, score_col: str, output_col: str,
          else vector_element(df, score_col, score_index))
     if model.method == "sigmoid":
         a, b = float(model.params["a"]), float(model.params["b"])
-        return df.select(*keep, (F.lit(1.0) / (F.lit(1.0) + F.exp(s * F.lit(a) + F.lit(b))))
+        return df.select(*keep, (F.lit(1.0) / (F.lit(1.0) + F.exp(_times(s, F.lit(a))
+                                                                 + F.lit(b))))
                          .alias(output_col))
     if model.method == "beta":
         return df.select(*keep, beta_column(s, *(float(model.params[k]) for k in "abc"))
@@ -144,6 +145,15 @@ def transform(model: Any, df: Any, score_col: str, output_col: str,
         p = _line(cx0, cy0, csl, sv)
     ends = [None if v is None else F.lit(v) for v in (pw.at_neg_inf, pw.at_pos_inf)]
     return staged.select(*keep, _value(p, sv, *ends).alias(output_col))
+
+
+def _times(s: Any, a: Any) -> Any:
+    """a s, 0 where a = 0 (a sigmoid fitted on one distinct score is the constant map, at
+    s = +-inf too, where 0 * inf is NaN); null and NaN scores stay null and NaN."""
+    from pyspark.sql import functions as F
+
+    return F.when(a == F.lit(0.0), F.when(s.isNull() | F.isnan(s), s).otherwise(F.lit(0.0))
+                  ).otherwise(s * a)
 
 
 def beta_column(s: Any, a: Any, b: Any, c: Any) -> Any:
@@ -215,7 +225,7 @@ def transform_segmented(model: Any, df: Any, score_col: str, output_col: str) ->
     sv, v = F.col(cs), [F.col(c) for c in cv]
     ends: list[Any] = [None, None]  # the values at s = -inf / +inf, for piecewise maps
     if model.method == "sigmoid":
-        p = F.lit(1.0) / (F.lit(1.0) + F.exp(sv * v[0] + v[1]))
+        p = F.lit(1.0) / (F.lit(1.0) + F.exp(_times(sv, v[0]) + v[1]))
     elif model.method == "beta":
         p = beta_column(sv, *v)
     else:
