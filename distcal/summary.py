@@ -304,7 +304,7 @@ def summarize(data: Any, score_col: str = DEFAULTS.score_col,
 def _check_squares(kt: Any, weight_col: str | None) -> None:
     """A summary keeps each (key, score)'s sum of squared weights (the variance terms of
     evaluation's intervals and tests): a DataError where they overflow or underflow to 0
-    in float64 (weights beyond about 1e154 or below about 1e-154), which a saved summary
+    in float64 (weights beyond about 1e154 or below about 1e-162), which a saved summary
     could not be read back with."""
     if kt.ww is None or weight_col is None:
         return
@@ -317,7 +317,7 @@ def _check_squares(kt: Any, weight_col: str | None) -> None:
         rows = int(kt.table.count[at][zero[at]].sum())
         have = "rows have" if rows != 1 else "row has"
         raise DataError(f"column '{weight_col}' (weight): {rows} {have} weights whose "
-                        "squares underflow to 0 in float64 (below about 1e-154); "
+                        "squares underflow to 0 in float64 (below about 1e-162); "
                         "a summary keeps sums of squared weights: multiply the weights by a "
                         "constant")
 
