@@ -5,7 +5,8 @@
   heavily tied scores against scikit-learn's IsotonicRegression per class.
 * Temperature scaling from any start (the subsample start, the stopping
   rule on the estimated error left) against scipy's root of the gradient;
-  many keys' sums in one pass over the rows against scipy, key by key.
+  many keys' sums in one pass over the rows against scipy, key by key; many
+  keys' searches at once against each key's alone.
 * Reading score vectors: the concatenating fast path against the Arrow
   path, and the NaN / infinity row checks against a brute-force scan.
 """
@@ -31,6 +32,9 @@ from distcal.core.keyed import pool_keyed
 from distcal.core.rows import Problems, RowPart, read_scores
 from distcal.core.temperature import (
     BETA_MAX,
+    BETA_MIN,
+    TemperatureSearch,
+    _starts,
     _TemperatureSums,
     center_logits,
     fit_temperature,
@@ -193,6 +197,65 @@ def test_temperature_separable_reaches_the_bound_from_any_start(start):
                                  start=start)
     assert beta == pytest.approx(BETA_MAX, rel=1e-12)
     assert info["passes"] <= 20
+
+
+def _gradient_oracle(z, y, w):
+    """The minimiser of L within [e^-10, e^10] from scipy: a bound where L' keeps its sign,
+    else the root of L' (brentq)."""
+    if _grad(BETA_MIN, z, y, w) >= 0:
+        return BETA_MIN
+    if _grad(BETA_MAX, z, y, w) <= 0:
+        return BETA_MAX
+    return brentq(lambda b: _grad(b, z, y, w), BETA_MIN, BETA_MAX, xtol=1e-16, rtol=1e-15)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.data())
+def test_many_keys_temperature_searched_together_are_each_keys_own(data):
+    """One search for many keys (arrays over the keys): each key's beta, passes and
+    steps are bit for bit those of the key searched alone, from any start (a bound, far
+    off, NaN), with a cap on the steps or not, for keys with an optimum inside the
+    bounds, separable ones (the upper bound), inverted ones (the lower bound) and
+    saturated ones (probabilities 0/1: L flat in floating point); and the optimum is
+    scipy's. The starts from the keys' samples are each key's own alike."""
+    seed = data.draw(st.integers(0, 2**32 - 1))
+    kinds = data.draw(st.lists(st.sampled_from(["fit", "separable", "inverted", "saturated"]),
+                               min_size=1, max_size=8))
+    max_iter = data.draw(st.sampled_from([2, 200]))
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(2, 5))  # (the keys of one fit share their classes)
+    problems, starts, samples = [], [], []
+    for kind in kinds:
+        n = int(rng.integers(30, 200))
+        z = rng.normal(0, 2.0, (n, k))
+        y = {"fit": np.argmax(0.5 * z + rng.gumbel(size=(n, k)), axis=1),
+             "separable": np.argmax(z, axis=1), "inverted": np.argmin(z, axis=1),
+             "saturated": np.argmax(z, axis=1)}[kind]
+        if kind == "saturated":
+            z *= 1e6
+        w = rng.uniform(0.2, 2.0, n)
+        problems.append((z, y, w))
+        starts.append(data.draw(st.sampled_from([1.0, BETA_MIN, BETA_MAX, np.nan, np.inf]) |
+                                st.floats(1e-6, 1e6)))
+        cut = np.sort(rng.integers(0, n + 1, 2))
+        samples.append([(False, z[a:b:2], y[a:b:2].astype(float), w[a:b:2])
+                        for a, b in zip([0, *cut], [*cut, n])])
+
+    def sums(i, beta):
+        z, y, w = problems[i]
+        return temperature_sums(z, y, w, beta)
+
+    search = TemperatureSearch(np.array(starts), max_iter)
+    while (at := search.asked()).shape[0]:
+        search.send(np.array([sums(i, search.point[i]) for i in at]))
+    together = _starts(samples, "logits")
+    for i, kind in enumerate(kinds):
+        beta, info = fit_temperature(lambda b, i=i: [sums(i, b)], max_iter, start=starts[i])
+        assert (search.beta[i], search.passes[i], search.iterations[i]) == \
+            (beta, info["passes"], info["iterations"])
+        assert together[i] == _starts([samples[i]], "logits")[0]
+        if max_iter == 200 and kind != "saturated":
+            assert beta == pytest.approx(_gradient_oracle(*problems[i]), rel=1e-12)
 
 
 @settings(max_examples=60, deadline=None)

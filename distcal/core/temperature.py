@@ -11,14 +11,15 @@ which is convex in beta, with
     L''(beta) = sum_i w_i Var_p(z_i)          (p = softmax(beta z_i)).
 
 Both are sums over rows, so on a cluster every Newton step is one map over
-partitions (:func:`temperature_sums`) and a reduce; :func:`fit_temperature`
-is the driver that combines the partition sums. The search is safeguarded
-Newton in beta inside a bracket on the sign of L', bounded as scikit-learn's
-``_TemperatureScaling`` bounds it (log beta in [-10, 10]), and stops when
-the error left after a step, estimated from the quadratic convergence of
-Newton's method, is below 1e-13 relative (exact to rounding, well inside
-1e-9). The search starts from the minimiser on a strided sample of the
-rows (:func:`_start`), which leaves about three passes over all rows.
+partitions (:func:`temperature_sums`) and a reduce. The search
+(:class:`TemperatureSearch`) is safeguarded Newton in beta inside a bracket
+on the sign of L', bounded as scikit-learn's ``_TemperatureScaling`` bounds
+it (log beta in [-10, 10]), and stops when the error left after a step,
+estimated from the quadratic convergence of Newton's method, is below 1e-13
+relative (exact to rounding, well inside 1e-9). It starts from the
+minimiser on a strided sample of the rows (:func:`_starts`), which leaves
+about three passes over all rows. With ``by=``, every segment's search is
+one search in arrays over the segments (one per pass, not one per segment).
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from .plans import KeyBatch, run_plan
+from .keyed import Key
+from .plans import Joint, JointPlan, KeyBatch, sum_parts
 
-__all__ = ["temperature_sums", "fit_temperature", "temperature_steps", "temperature_plan",
+__all__ = ["temperature_sums", "fit_temperature", "TemperatureSearch", "temperature_plan",
            "softmax_predict", "center_logits", "BETA_MIN", "BETA_MAX"]
 
 BETA_MIN = float(np.exp(-10.0))
@@ -127,24 +129,8 @@ def _row_terms(z: np.ndarray, labels: np.ndarray, beta: float | np.ndarray
 
 def fit_temperature(map_parts: MapParts, max_iter: int = 200, rtol: float = 1e-13,
                     start: float = 1.0) -> tuple[float, dict[str, Any]]:
-    """The weighted log-loss optimal inverse temperature.
-
-    Safeguarded Newton in beta: the optimum is kept inside a bracket
-    [lo, hi] from the sign of L'; without a bracket on one side beta at least
-    doubles (halves), unless the Newton step is trusted (the first step and
-    below 10% of beta, or at most half the previous step); a Newton step
-    leaving the bracket is replaced by bisection in log beta; beta is
-    bounded to [e^-10, e^10].
-
-    Stopping. Near the minimiser Newton converges quadratically: with
-    c = L'''/(2 L''), the step from beta_n is d_n = beta_n - beta* + O(c d_n^2)
-    and the next iterate's error is about c d_n^2, with c estimated by
-    |d_n| / d_(n-1)^2. The search stops after a step d_n (taken without
-    evaluating the sums again) once the error left, about
-    |d_n|^3 / d_(n-1)^2, is at most ``rtol * beta``, and ``|d_n| <=
-    1e-3 |d_(n-1)|`` shows the quadratic regime; or once a step is at most
-    ``rtol * beta`` or the bracket is that narrow. The default rtol = 1e-13
-    leaves four orders of magnitude to the 1e-9 the engines must agree to.
+    """The weighted log-loss optimal inverse temperature: :class:`TemperatureSearch` of
+    one key.
 
     Parameters
     ----------
@@ -152,11 +138,11 @@ def fit_temperature(map_parts: MapParts, max_iter: int = 200, rtol: float = 1e-1
         ``map_parts(beta)`` returns the list of the per-partition results of
         ``temperature_sums(logits, labels, weights, beta)`` (one map over the
         partitions; on a cluster, the collected partition sums). Called once
-        per Newton step.
+        per pass of the search.
     max_iter : int
         Newton steps at most.
     rtol : float
-        The relative accuracy of beta (see Stopping).
+        The relative accuracy of beta (:class:`TemperatureSearch`, Stopping).
     start : float
         The first beta (e.g. the minimiser on a subsample, as
         :func:`temperature_plan` starts): the closer, the fewer passes.
@@ -175,98 +161,176 @@ def fit_temperature(map_parts: MapParts, max_iter: int = 200, rtol: float = 1e-1
     >>> bool(abs(temperature_sums(z, y, None, beta)[1]) < 1e-12)
     True
     """
-    return run_plan(temperature_steps(max_iter, rtol, start), map_parts)
+    search = TemperatureSearch(np.array([float(start)]), max_iter, rtol)
+    while search.asked().shape[0]:
+        parts = map_parts(float(search.point[0]))
+        search.send(np.sum(np.asarray(parts, dtype=np.float64), axis=0, keepdims=True)
+                    if parts else np.zeros((1, 3)))
+    return float(search.beta[0]), {
+        "iterations": int(search.iterations[0]), "passes": int(search.passes[0]),
+        "loss": float(search.loss[0]), "grad": float(search.g[0]), "hess": float(search.h[0])}
 
 
-def temperature_steps(max_iter: int = 200, rtol: float = 1e-13, start: float = 1.0,
-                      request: Callable[[float], Any] | None = None
-                      ) -> Generator[Any, list[Any], tuple[float, dict[str, Any]]]:
-    """:func:`fit_temperature`'s search as a generator: yields ``request(beta)`` (default:
-    beta) for each beta whose sums it needs, receives the parts' ``[loss, grad, hess]``
-    at that beta (their sum is over all rows), returns (beta, info)."""
-    passes = 0
+class TemperatureSearch:
+    """The inverse temperatures of many keys, each minimising its own L, searched at once.
 
-    def sums(beta: float) -> Generator[Any, list[Any], np.ndarray]:
-        nonlocal passes
-        passes += 1
-        parts = yield beta if request is None else request(beta)
-        total: np.ndarray = np.sum(np.asarray(parts, dtype=np.float64), axis=0) if parts \
-            else np.zeros(3)
-        return total
+    Safeguarded Newton in beta, per key: the optimum is kept inside a
+    bracket [lo, hi] from the sign of L'; without a bracket on one side beta
+    at least doubles (halves), unless the Newton step is trusted (the first
+    step and below 10% of beta, or at most half the previous step); a
+    Newton step leaving the bracket is replaced by bisection in log beta;
+    beta is bounded to [e^-10, e^10] as scikit-learn's ``_TemperatureScaling``
+    bounds log beta to [-10, 10], and a bound is the result when L' does not
+    change sign there.
 
-    lo, hi = BETA_MIN, BETA_MAX  # invariant: the optimum lies in [lo, hi]
-    start = float(start)
-    beta = min(max(start, BETA_MIN), BETA_MAX) if np.isfinite(start) else 1.0
-    loss, g, h = yield from sums(beta)
-    if g == 0.0 and h == 0.0 and beta != 1.0:
-        # Flat in floating point at the start (all probabilities 0 or 1): the
-        # side of the optimum is unknown there; start where the default does.
-        beta = 1.0
-        loss, g, h = yield from sums(beta)
-    it = 0
-    last: float | None = None  # the size of the previous plain Newton step
-    while it < max_iter and g != 0.0:
-        it += 1
-        if g > 0:
-            hi = beta
-        else:
-            lo = beta
-        newton = beta - g / h if (h > 0 and np.isfinite(h)) else np.nan
-        new = newton
-        # A Newton step is trusted on an unbracketed side when it is the first
-        # and small (a start close to the optimum: the subsample's minimiser)
-        # or when it is at most half the previous one (converging).
-        d = abs(newton - beta)
-        trusted = bool(np.isfinite(newton) and (
-            d <= 0.5 * last if last is not None else (it == 1 and d <= 0.1 * beta)))
-        # Otherwise, with no bracket on one side yet: at least double (halve)
-        # beta, so that an optimum far away, or at a bound, is reached in a few
-        # steps (Newton alone crawls when the loss decays exponentially, e.g.
-        # separable data: its steps then keep their size).
-        if trusted:
-            pass
-        elif g < 0 and hi == BETA_MAX:
-            new = max(new, 2.0 * beta) if np.isfinite(new) else 2.0 * beta
-            if new >= BETA_MAX:
-                new = BETA_MAX
-        elif g > 0 and lo == BETA_MIN:
-            new = min(new, 0.5 * beta) if np.isfinite(new) else 0.5 * beta
-            if new <= BETA_MIN:
-                new = BETA_MIN
-        if new in (BETA_MIN, BETA_MAX):
-            loss_b, g_b, h_b = yield from sums(new)
-            if (new == BETA_MAX and g_b <= 0) or (new == BETA_MIN and g_b >= 0):
-                beta, loss, g, h = new, loss_b, g_b, h_b
-                break  # the optimum within the bounds is the bound
-            if new == BETA_MAX:
-                hi = new
-            else:
-                lo = new
-            new = np.nan
-        if not (lo < new < hi):
-            new = float(np.sqrt(lo * hi))  # Newton leaves the bracket: bisect in log beta
-        plain = bool(new == newton)
-        step = abs(new - beta)
-        done = step <= rtol * beta or hi - lo <= rtol * lo
-        if plain and last is not None and step <= 1e-3 * last \
-                and step ** 3 <= rtol * beta * last ** 2:
-            done = True  # quadratic regime: the error left is about step^3 / last^2
-        beta = float(new)
-        if done and plain:
-            break  # a Newton step this small leaves beta exact to rounding: no pass
-        loss, g, h = yield from sums(beta)
-        last = step if plain else None
-        if done:
-            break
-    if g == 0.0 and h == 0.0:
-        # The loss went flat in floating point (probabilities already 0/1) on the
-        # way to a bound: the bound, as the exact minimiser in the bounds is.
-        if hi == BETA_MAX and lo > BETA_MIN:
-            beta = BETA_MAX
-        elif lo == BETA_MIN and hi < BETA_MAX:
-            beta = BETA_MIN
-    return float(beta), {"iterations": it, "passes": passes, "loss": float(loss),
-                         "grad": float(g), "hess": float(h)}
+    Stopping. Near the minimiser Newton converges quadratically: with
+    c = L'''/(2 L''), the step from beta_n is d_n = beta_n - beta* + O(c d_n^2)
+    and the next iterate's error is about c d_n^2, with c estimated by
+    |d_n| / d_(n-1)^2. A key stops after a step d_n (taken without
+    evaluating the sums again) once the error left, about
+    |d_n|^3 / d_(n-1)^2, is at most ``rtol * beta``, and ``|d_n| <=
+    1e-3 |d_(n-1)|`` shows the quadratic regime; or once a step is at most
+    ``rtol * beta`` or the bracket is that narrow. The default rtol = 1e-13
+    leaves four orders of magnitude to the 1e-9 the engines must agree to.
+
+    The keys' states are arrays, one entry per key, and every rule is an
+    array operation whose entry for a key depends on that key's sums only,
+    so a key takes the steps it would take alone, and thousands of keys
+    (segments) cost a few array operations a pass. Driven by :meth:`asked`
+    (the keys whose ``[loss, grad, hess]`` at ``point`` are needed next)
+    and :meth:`send` (those sums), until no key asks.
+    """
+
+    # What a key's sums at ``point`` are asked for.
+    _START, _RESTART, _STEP, _BOUND = range(4)
+
+    def __init__(self, start: np.ndarray, max_iter: int = 200, rtol: float = 1e-13):
+        n = start.shape[0]
+        self.max_iter, self.rtol = max_iter, rtol
+        finite = np.isfinite(start)
+        self.beta = np.where(finite, np.clip(np.where(finite, start, 1.0), BETA_MIN, BETA_MAX),
+                             1.0)
+        self.point = self.beta.copy()
+        self.lo, self.hi = np.full(n, BETA_MIN), np.full(n, BETA_MAX)  # the optimum's bracket
+        self.loss, self.g, self.h = np.zeros(n), np.zeros(n), np.zeros(n)  # L, L', L'' at beta
+        self.iterations, self.passes = np.zeros(n, np.intp), np.zeros(n, np.intp)
+        self.last = np.full(n, np.nan)  # the previous step's size when it was Newton's
+        self.newton = np.zeros(n)  # the Newton point of the step in progress
+        self.step = np.zeros(n)  # the size of the step whose sums are asked
+        self.plain = np.zeros(n, bool)  # ... and whether it is Newton's
+        self.done = np.zeros(n, bool)  # ... and whether the key stops after it
+        self.phase = np.full(n, self._START)
+        self.active = np.ones(n, bool)
+
+    def asked(self) -> np.ndarray:
+        """The keys (indices, ascending) whose sums at ``point`` are needed next."""
+        return np.flatnonzero(self.active)
+
+    def send(self, sums: np.ndarray) -> np.ndarray:
+        """The asked keys' ``[loss, grad, hess]`` at their ``point`` (row i: key
+        ``asked()[i]``'s); returns the keys (indices) that it ends."""
+        n = self.beta.shape[0]
+        got = np.zeros(n, bool)
+        got[self.asked()] = True
+        self.passes[got] += 1
+        loss, g, h = np.zeros(n), np.zeros(n), np.zeros(n)
+        loss[got], g[got], h[got] = sums[:, 0], sums[:, 1], sums[:, 2]
+        phase = self.phase.copy()
+        at_beta = got & (phase != self._BOUND)
+        self.loss[at_beta], self.g[at_beta], self.h[at_beta] = \
+            loss[at_beta], g[at_beta], h[at_beta]
+        # Flat in floating point at the start (all probabilities 0 or 1): the side of
+        # the optimum is unknown there; start again where the default does.
+        restart = at_beta & (phase == self._START) & (self.g == 0.0) & (self.h == 0.0) \
+            & (self.beta != 1.0)
+        self.beta[restart] = self.point[restart] = 1.0
+        self.phase[restart] = self._RESTART
+        stepped = at_beta & (phase == self._STEP)
+        self.last[stepped] = np.where(self.plain, self.step, np.nan)[stepped]
+        ended = stepped & self.done
+        # At a bound: the optimum within the bounds is the bound when L' keeps its
+        # sign there; otherwise the bound closes the bracket and beta is bisected.
+        at_bound = got & (phase == self._BOUND)
+        top, bottom = self.point == BETA_MAX, self.point == BETA_MIN
+        taken = at_bound & ((top & (g <= 0)) | (bottom & (g >= 0)))
+        self.beta[taken] = self.point[taken]
+        self.loss[taken], self.g[taken], self.h[taken] = loss[taken], g[taken], h[taken]
+        closed = at_bound & ~taken
+        self.hi[closed & top] = BETA_MAX
+        self.lo[closed & bottom] = BETA_MIN
+        ended |= taken
+        # Another step while L' != 0.
+        head = at_beta & ~restart & ~ended
+        goes = head & (self.iterations < self.max_iter) & (self.g != 0.0)
+        ended |= head & ~goes
+        new = self._propose(goes)
+        to_bound = goes & ((new == BETA_MIN) | (new == BETA_MAX))
+        self.point[to_bound] = new[to_bound]
+        self.phase[to_bound] = self._BOUND
+        new[closed] = np.nan
+        ended |= self._take(goes & ~to_bound | closed, new)
+        self._end(ended)
+        return np.flatnonzero(ended)
+
+    def _propose(self, keys: np.ndarray) -> np.ndarray:
+        """The next beta proposed for ``keys`` (the others' entries are not used):
+        Newton's when trusted, otherwise at least doubling (halving) beta on a side
+        without a bracket yet, up to a bound."""
+        beta, g, h = self.beta, self.g, self.h
+        self.iterations[keys] += 1
+        up = keys & (g > 0)
+        self.hi[up] = beta[up]
+        self.lo[keys & ~up] = beta[keys & ~up]
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            newton = np.where((h > 0) & np.isfinite(h), beta - g / h, np.nan)
+            d = np.abs(newton - beta)
+            # A Newton step is trusted on an unbracketed side when it is the first and
+            # small (a start close to the optimum: the subsample's minimiser) or at
+            # most half the previous one (converging).
+            trusted = np.isfinite(newton) & np.where(
+                np.isnan(self.last), (self.iterations == 1) & (d <= 0.1 * beta),
+                d <= 0.5 * self.last)
+        self.newton[keys] = newton[keys]
+        # Otherwise, with no bracket on one side yet: at least double (halve) beta, so
+        # that an optimum far away, or at a bound, is reached in a few steps (Newton
+        # alone crawls when the loss decays exponentially, e.g. separable data: its
+        # steps then keep their size).
+        doubles = ~trusted & (g < 0) & (self.hi == BETA_MAX)
+        halves = ~trusted & ~doubles & (g > 0) & (self.lo == BETA_MIN)
+        finite = np.isfinite(newton)
+        new = newton.copy()
+        new[doubles] = np.minimum(
+            np.where(finite, np.fmax(newton, 2.0 * beta), 2.0 * beta), BETA_MAX)[doubles]
+        new[halves] = np.maximum(
+            np.where(finite, np.fmin(newton, 0.5 * beta), 0.5 * beta), BETA_MIN)[halves]
+        return new
+
+    def _take(self, keys: np.ndarray, new: np.ndarray) -> np.ndarray:
+        """``keys`` step to ``new`` (bisected in log beta where it leaves the bracket);
+        the keys that stop without the sums there (returned), the others ask them."""
+        inside = (self.lo < new) & (new < self.hi)
+        new = np.where(inside, new, np.sqrt(self.lo * self.hi))
+        plain = new == self.newton
+        step = np.abs(new - self.beta)
+        done = (step <= self.rtol * self.beta) | (self.hi - self.lo <= self.rtol * self.lo)
+        with np.errstate(invalid="ignore", over="ignore"):
+            # The quadratic regime: the error left is about step^3 / last^2.
+            done |= plain & (step <= 1e-3 * self.last) \
+                & (step ** 3 <= self.rtol * self.beta * self.last ** 2)
+        self.beta[keys] = self.point[keys] = new[keys]
+        self.plain[keys], self.step[keys], self.done[keys] = plain[keys], step[keys], done[keys]
+        self.phase[keys] = self._STEP
+        stops: np.ndarray = keys & done & plain  # a Newton step this small: beta is exact
+        return stops
+
+    def _end(self, keys: np.ndarray) -> None:
+        # A loss gone flat in floating point (probabilities already 0/1) on the way
+        # to a bound: the bound, as the exact minimiser within the bounds is.
+        flat = keys & (self.g == 0.0) & (self.h == 0.0)
+        top = flat & (self.hi == BETA_MAX) & (self.lo > BETA_MIN)
+        bottom = flat & ~top & (self.lo == BETA_MIN) & (self.hi < BETA_MAX)
+        self.beta[top], self.beta[bottom] = BETA_MAX, BETA_MIN
+        self.active[keys] = False
 
 
 def softmax_predict(logits: np.ndarray, beta: float) -> np.ndarray:
@@ -323,26 +387,6 @@ class _InputKind:
         return looks, np.array(s[::step]), np.array(rows.label[::step]), w
 
 
-def _start(samples: list[tuple[bool, np.ndarray, np.ndarray, np.ndarray]], kind: str) -> float:
-    """The minimiser on the parts' samples (1.0 when it is a bound: no information).
-
-    Within a few percent of the full minimiser for typical data, where
-    Newton converges quadratically: about three passes instead of seven
-    from beta = 1 (bench/multiclass.py). The fit's result does not depend
-    on the start beyond its tolerance.
-    """
-    from .multiclass import to_logits
-
-    parts = [p for p in samples if p[1].shape[0]]
-    if not parts:
-        return 1.0
-    z = center_logits(to_logits(np.concatenate([p[1] for p in parts]), kind))
-    y = np.concatenate([p[2] for p in parts]).astype(np.intp)
-    w = np.concatenate([p[3] for p in parts])
-    beta, _ = fit_temperature(lambda b: [temperature_sums(z, y, w, b, centered=True)])
-    return beta if BETA_MIN < beta < BETA_MAX else 1.0
-
-
 class _TemperatureSums(KeyBatch):
     """``[loss, grad, hess]`` of one part of the rows at ``beta``; the requests of many
     keys (segments) run as one pass over the part's rows (:meth:`pack`)."""
@@ -393,17 +437,72 @@ class _TemperatureBatch:
         return out
 
 
+def _starts(samples: list[list[tuple[bool, np.ndarray, np.ndarray, np.ndarray]]], kind: str
+            ) -> np.ndarray:
+    """Each key's minimiser on its parts' samples (1.0 where it is a bound: no
+    information), all keys searched at once over the samples' rows.
+
+    Within a few percent of the full minimiser for typical data, where
+    Newton converges quadratically: about three passes instead of seven
+    from beta = 1 (bench/multiclass.py). The fit's result does not depend
+    on the start beyond its tolerance.
+    """
+    from .multiclass import to_logits
+
+    parts = [[p for p in key_parts if p[1].shape[0]] for key_parts in samples]
+    sizes = np.array([sum(p[1].shape[0] for p in mine) for mine in parts], dtype=np.intp)
+    n = sizes.shape[0]
+    if not sizes.any():
+        return np.ones(n)
+    codes = np.repeat(np.arange(n), sizes)
+    z = center_logits(to_logits(np.concatenate([p[1] for mine in parts for p in mine]), kind))
+    y = np.concatenate([p[2] for mine in parts for p in mine]).astype(np.intp)
+    w = np.concatenate([p[3] for mine in parts for p in mine])
+    search = TemperatureSearch(np.ones(n))
+    while (at := search.asked()).shape[0]:
+        on = search.active[codes]
+        c = codes[on]
+        terms = _row_terms(z[on], y[on], search.point[c])
+        search.send(np.stack([np.bincount(c, t * w[on], minlength=n)[at] for t in terms],
+                             axis=1))
+    beta = search.beta
+    return np.where((sizes > 0) & (BETA_MIN < beta) & (beta < BETA_MAX), beta, 1.0)
+
+
+class _Temperature(Joint):
+    """One key's problem: its inverse temperature, from the first pass's sample of its
+    rows (:func:`temperature_plan`); all keys' are one :class:`TemperatureSearch`."""
+
+    def __init__(self, samples: list[Any], kind: str, max_iter: int, rtol: float):
+        self.samples = samples
+        self.joint_id = (kind, max_iter, rtol)
+
+    @classmethod
+    def solve(cls, problems: dict[Key, Joint]) -> JointPlan:
+        keys = list(problems)
+        mine: list[_Temperature] = [problems[key] for key in keys]  # type: ignore[misc]
+        kind, max_iter, rtol = mine[0].joint_id
+        search = TemperatureSearch(_starts([p.samples for p in mine], kind), max_iter, rtol)
+        solved: dict[Key, Any] = {}
+        while (at := search.asked().tolist()):
+            parts = yield ({keys[i]: _TemperatureSums(float(search.point[i]), kind)
+                            for i in at}, solved)
+            ended = search.send(sum_parts([keys[i] for i in at], parts))
+            solved = {keys[i]: float(search.beta[i]) for i in ended.tolist()}
+        return solved
+
+
 def temperature_plan(max_iter: int = 200, rtol: float = 1e-13
-                     ) -> Generator[Any, list[Any], tuple[float, str]]:
+                     ) -> Generator[Any, Any, tuple[float, str]]:
     """Temperature scaling as a plan over parts of the rows (:mod:`distcal.core.plans`).
 
     The first pass decides scikit-learn's rule over all rows (logits, or
     probabilities turned into log(p + 1e-12)) and brings a strided sample
-    of each part; then one pass per Newton step (:func:`temperature_steps`),
-    from the sample's minimiser (:func:`_start`). Returns (beta, input kind).
+    of each part; then one pass per Newton step (:class:`TemperatureSearch`,
+    all keys' at once: :class:`_Temperature`), from the sample's minimiser
+    (:func:`_starts`). Returns (beta, input kind).
     """
     first = yield _InputKind()
     kind = "probabilities" if first and all(f[0] for f in first) else "logits"
-    beta, _ = yield from temperature_steps(max_iter, rtol, _start(first, kind),
-                                           lambda b: _TemperatureSums(b, kind))
+    beta = yield _Temperature(first, kind, max_iter, rtol)
     return beta, kind
