@@ -378,7 +378,9 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
         the result is a
         :class:`~distcal.multiclass_evaluation.MulticlassEvaluationReport`
         (log loss, Brier summed over classes, accuracy, top-label and
-        class-wise ECE over ``n_bins`` uniform bins, confusion matrix).
+        class-wise ECE over ``n_bins`` uniform bins, confusion matrix);
+        ``strategy``, ``bins``, ``threshold``, ``confidence`` and
+        ``roc_points`` do not apply (given, a ParameterError).
     by : str or list of str, optional
         Also evaluate each distinct value (tuple) of these columns:
         ``rep.segments`` is a DataFrame with one row per segment (the ``by``
@@ -469,6 +471,7 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
         if interval_cols is not None:
             raise DataError(f"column '{prob_col}' (prob) holds vectors (multiclass "
                             "probabilities); interval_cols goes with one probability per row")
+        _refuse_binary_options(strategy, bins, threshold, confidence, roc_points)
         return evaluate_multiclass(data, name, None if prob_cols is not None else prob_col,
                                    None if prob_cols is None else [str(c) for c in prob_cols],
                                    label_col, weight_col, n_bins, on_invalid, engine_opts)
@@ -479,6 +482,21 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
                    on_invalid, engine_opts, prob_col=prob_col, by=names, n_bins=n_bins,
                    strategy=strategy, bins=bins, threshold=threshold, confidence=confidence,
                    roc_points=roc_points)
+
+
+def _refuse_binary_options(strategy: str, bins: Any, threshold: float, confidence: float,
+                           roc_points: int | None) -> None:
+    """A multiclass report has its bins (``n_bins`` uniform) and no threshold, interval or
+    ROC: these options, given, are a ParameterError rather than ignored."""
+    given = [name for name, on in (
+        ("strategy", strategy != DEFAULTS.strategy), ("bins", bins is not None),
+        ("threshold", threshold != DEFAULTS.threshold),
+        ("confidence", confidence != DEFAULTS.confidence), ("roc_points", roc_points != 1000))
+        if on]
+    if given:
+        raise ParameterError(f"{', '.join(given)}: binary evaluation only; a multiclass "
+                             "report takes n_bins (uniform bins of the top-label and "
+                             "class-wise ECE)")
 
 
 def _report(engine_impl: Any, data: Any, spec: KeySpec, on_invalid: str,
@@ -568,6 +586,7 @@ def evaluate_many(data: Any, prob_cols: list[Any], label_col: str = DEFAULTS.lab
         if interval_cols is not None:
             raise ParameterError("interval_cols goes with binary probability columns, not "
                                  "with multiclass predictions")
+        _refuse_binary_options(strategy, bins, threshold, confidence, roc_points)
 
         return evaluate_many_multiclass(
             data, name, [(None, e) if isinstance(e, list) else (e, None) for e in entries],

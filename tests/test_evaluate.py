@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from sklearn.calibration import calibration_curve
+from sklearn.exceptions import UndefinedMetricWarning
 from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score, roc_curve
 
 import distcal
@@ -201,6 +202,22 @@ def test_roc_hull_is_convex_and_dominates():
         slopes = np.diff(hy) / np.diff(hx)  # a first vertical edge has slope +inf
     assert np.all(np.diff(slopes) < 0)  # strictly concave chain
     assert np.all(np.interp(rep.roc["fpr"], hx, hy) >= rep.roc["tpr"] - 1e-12)
+
+
+@pytest.mark.parametrize("label", [0, 1])
+def test_roc_and_hull_of_one_class_have_no_rate_of_the_other(label):
+    # With one class only the other class's rate is 0/0: NaN on the curve and on its
+    # hull alike (scikit-learn's roc_curve gives NaN there too), not an invented diagonal.
+    df = pd.DataFrame({"prob": [0.2, 0.6, 0.9], "label": [label] * 3})
+    with pytest.warns(UndefinedMetricWarning):
+        fpr, tpr, _ = roc_curve(df.label, df.prob, drop_intermediate=False)
+    for roc_points in (1000, None):  # the sampled curve's plan, the whole curve's
+        rep = distcal.evaluate(df, roc_points=roc_points)
+        for got, want in ((rep.roc["fpr"], fpr), (rep.roc["tpr"], tpr)):
+            assert np.isnan(got).all() == np.isnan(want).all()
+        hull = rep.roc_hull
+        missing, known = ("fpr", "tpr") if label == 1 else ("tpr", "fpr")
+        assert np.isnan(hull[missing]).all() and hull[known].tolist() == [0.0, 1.0]
 
 
 def test_confusion_and_accuracy():

@@ -19,7 +19,7 @@ import distcal
 from distcal.core.distinct import pool_ties
 from distcal.core.histogram import fit_histogram
 from distcal.core.sigmoid import fit_sigmoid
-from distcal.errors import DataError
+from distcal.errors import DataError, ParameterError
 
 
 def _brute_top_label_ece(P, y, w, n_bins):
@@ -77,6 +77,27 @@ def test_prob_columns_and_bad_probabilities():
                                         r"'label': 1 row is outside the class indices 0..2"):
         distcal.evaluate(bad, prob_cols=["a", "b", "c"])
     assert distcal.evaluate(bad, prob_cols=["a", "b", "c"], on_invalid="drop").dropped_rows == 2
+
+
+@pytest.mark.parametrize("option", [{"strategy": "quantile"}, {"bins": [0, 0.9, 1]},
+                                    {"threshold": 0.3}, {"confidence": 0.9},
+                                    {"roc_points": 10}])
+def test_binary_only_options_are_refused_for_multiclass(option):
+    # A multiclass report has uniform bins of n_bins and no threshold, interval or ROC:
+    # an option it cannot honour is an error naming it, not silently the default.
+    rng = np.random.default_rng(1)
+    P = softmax(rng.normal(size=(40, 3)), axis=1)
+    cols = pd.DataFrame(P, columns=["a", "b", "c"]).assign(label=np.arange(40) % 3)
+    name = next(iter(option))
+    with pytest.raises(ParameterError, match=rf"^{name}: binary evaluation only"):
+        distcal.evaluate(cols, prob_cols=["a", "b", "c"], **option)
+    vectors = pd.DataFrame({"p": list(P), "label": cols.label})
+    with pytest.raises(ParameterError, match=rf"^{name}: binary evaluation only"):
+        distcal.evaluate(vectors, prob_col="p", **option)
+    with pytest.raises(ParameterError, match=rf"^{name}: binary evaluation only"):
+        distcal.evaluate_many(cols, [["a", "b", "c"]], **option)
+    assert distcal.evaluate(cols, prob_cols=["a", "b", "c"]).ece == \
+        distcal.evaluate(cols, prob_cols=["a", "b", "c"], n_bins=10).ece
 
 
 def _keyed_ranges(tables):

@@ -186,6 +186,20 @@ def test_many_keys_temperature_sums_in_one_pass_are_each_keys_own(n, k, n_keys, 
         np.testing.assert_array_equal(sums.run_rows(alone, codes, rows)[key], got[key])
 
 
+def test_temperature_started_at_its_optimum_stops_after_one_pass():
+    # A start at the optimum to rounding (a segment whose sample is all its rows): L'
+    # there rounds to about +-1e-17 and Newton's step to 0. That is the answer, not a
+    # point outside the bracket [start, ...] to bisect from (up to 48 passes before).
+    for seed in range(160, 200):
+        z, y, w = _problem(seed, n=int(np.random.default_rng(seed).integers(5, 300)), k=3)
+        beta, _ = fit_temperature(lambda b: [temperature_sums(z, y, w, b)])
+        again, info = fit_temperature(lambda b: [temperature_sums(z, y, w, b)], start=beta)
+        assert again == pytest.approx(beta, rel=1e-13)
+        assert info["passes"] == 1
+        assert again == pytest.approx(brentq(lambda b: _grad(b, z, y, w), 1e-3, 1e3,
+                                             xtol=1e-16, rtol=1e-15), rel=1e-12)
+
+
 @pytest.mark.parametrize("start", [1.0, 5.0, 1e3, 1e4])
 def test_temperature_separable_reaches_the_bound_from_any_start(start):
     # Separable rows: the loss falls for ever; the minimiser in the bounds is

@@ -128,15 +128,25 @@ def roc_hull(pos: np.ndarray, neg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     is its positive rate, and PAV makes rates decrease from the top score
     down, which is convexity. So the hull is one O(n) PAV (scipy) and the
     cumulative sums at block boundaries, read from the highest score;
-    collinear points fall inside merged blocks.
+    collinear points fall inside merged blocks. With one class only, the
+    rate of the other is 0/0 at both ends (NaN, as on the curve).
     """
-    if float(pos.sum()) <= 0.0 or float(neg.sum()) <= 0.0:
-        return np.array([0.0, 1.0]), np.array([0.0, 1.0])
+    p_total, n_total = float(pos.sum()), float(neg.sum())
+    if p_total <= 0.0 or n_total <= 0.0:
+        return _hull_ends(p_total, n_total)
     at = _hull_steps(pos, neg)
     # Divided by the cumulative sums' own totals (not pos.sum(), which numpy adds
     # pairwise): the hull ends at (1, 1) exactly, as the curve does.
     tp, fp = _from_top(pos), _from_top(neg)
     return fp[at] / fp[-1], tp[at] / tp[-1]
+
+
+def _hull_ends(p_total: float, n_total: float) -> tuple[np.ndarray, np.ndarray]:
+    """(fpr, tpr) of a hull from (0, 0) to (1, 1) alone; a rate of a class without
+    weight is 0/0, NaN."""
+    ends = np.array([0.0, 1.0])
+    return (ends if n_total > 0.0 else np.full(2, np.nan),
+            ends if p_total > 0.0 else np.full(2, np.nan))
 
 
 def _from_top(v: np.ndarray) -> np.ndarray:
@@ -225,7 +235,7 @@ def roc_plan(parts: list[dict[str, Any]], firsts: list[float], roc_points: int
     else:
         ends = np.array([0, cand["i"].shape[0] - 1])
         hull = {k: v[ends] for k, v in cand.items()}
-        hx, hy = np.array([0.0, 1.0]), np.array([0.0, 1.0])
+        hx, hy = _hull_ends(p_total, n_total)
     if total + 1 <= roc_points:
         want = np.arange(total + 1, dtype=np.int64)
     else:

@@ -308,7 +308,9 @@ class TemperatureSearch:
     def _take(self, keys: np.ndarray, new: np.ndarray) -> np.ndarray:
         """``keys`` step to ``new`` (bisected in log beta where it leaves the bracket);
         the keys that stop without the sums there (returned), the others ask them."""
-        inside = (self.lo < new) & (new < self.hi)
+        # A step of 0 (Newton's point rounds to beta) is beta exact to rounding, also at
+        # an end of the bracket (a start at the optimum, where L' rounds to -0).
+        inside = (self.lo < new) & (new < self.hi) | (new == self.beta)
         new = np.where(inside, new, np.sqrt(self.lo * self.hi))
         plain = new == self.newton
         step = np.abs(new - self.beta)
