@@ -192,12 +192,15 @@ def test_temperature_started_at_its_optimum_stops_after_one_pass():
     # point outside the bracket [start, ...] to bisect from (up to 48 passes before).
     for seed in range(160, 200):
         z, y, w = _problem(seed, n=int(np.random.default_rng(seed).integers(5, 300)), k=3)
-        beta, _ = fit_temperature(lambda b: [temperature_sums(z, y, w, b)])
-        again, info = fit_temperature(lambda b: [temperature_sums(z, y, w, b)], start=beta)
+
+        def sums(b, z=z, y=y, w=w):
+            return [temperature_sums(z, y, w, b)]
+
+        beta, _ = fit_temperature(sums)
+        again, info = fit_temperature(sums, start=beta)
         assert again == pytest.approx(beta, rel=1e-13)
         assert info["passes"] == 1
-        assert again == pytest.approx(brentq(lambda b: _grad(b, z, y, w), 1e-3, 1e3,
-                                             xtol=1e-16, rtol=1e-15), rel=1e-12)
+        assert again == pytest.approx(_gradient_oracle(z, y, w), rel=1e-12)
 
 
 @pytest.mark.parametrize("start", [1.0, 5.0, 1e3, 1e4])
