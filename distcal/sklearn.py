@@ -42,10 +42,15 @@ __all__ = ["CalibratedClassifier"]
 
 
 def _response_method(estimator: Any, method: str) -> str:
-    # Beta calibration maps probabilities (scores in [0, 1]): predict_proba first.
-    order = ("predict_proba", "decision_function") if method == "beta" \
-        else ("decision_function", "predict_proba")
-    for name in order:
+    # Beta calibration maps probabilities (scores in [0, 1]): predict_proba only
+    # (decision values outside [0, 1] would be clipped to its ends).
+    if method == "beta":
+        if hasattr(estimator, "predict_proba"):
+            return "predict_proba"
+        raise ValueError(f"method='beta' calibrates probabilities, and "
+                         f"{type(estimator).__name__} has no predict_proba; calibrate its "
+                         "decision_function with method='sigmoid' (or another method)")
+    for name in ("decision_function", "predict_proba"):
         if hasattr(estimator, name):
             return name
     raise TypeError(f"{type(estimator).__name__} has neither decision_function nor "

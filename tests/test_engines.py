@@ -175,6 +175,21 @@ def test_transform_every_map_kind(engine, method, params):
     np.testing.assert_allclose(got, model.predict(q), rtol=0, atol=1e-15, equal_nan=True)
 
 
+@pytest.mark.parametrize("method,params", [("isotonic", {"interpolation": "step"}),
+                                           ("modl", {})])
+def test_transform_of_negative_zero_is_that_of_zero(engine, method, params):
+    # -0.0 == 0.0: a map whose block starts at 0 gives both its value (Spark ML's
+    # Bucketizer alone orders -0.0 below 0.0, as Java's Arrays.binarySearch does).
+    df = pd.DataFrame({"score": [-1.0, -0.5, -0.5, 0.0, 0.0, 0.5, 0.5, 1.0] * 50,
+                       "label": [0, 0, 1, 1, 1, 1, 1, 1] * 50})
+    model = distcal.fit(df, method=method, **params)
+    q = pd.DataFrame({"score": [-0.0, 0.0, -0.5, np.nextafter(0.0, -1.0)], "i": range(4)})
+    out = engine.collect(model.transform(engine.frame(q)))
+    got = out.sort_values("i")["calibrated"].to_numpy(dtype=float)
+    np.testing.assert_array_equal(got, model.predict(q.score.to_numpy()))
+    assert got[0] == got[1] != got[3]
+
+
 def test_transform_infinite_blocks(engine):
     df = pd.DataFrame({"score": [-np.inf, -np.inf, 0.2, 0.4, 0.6, np.inf],
                        "label": [0, 0, 1, 0, 1, 1]})

@@ -179,6 +179,20 @@ def test_too_few_per_class():
         CalibratedClassifier(_lr(), cv=3).fit(X[keep], y[keep])
 
 
+def test_beta_needs_probabilities():
+    # Beta calibration maps probabilities: a classifier with decision values only (their
+    # negatives would all be clipped to one probability) is refused, naming the way out.
+    from sklearn.svm import LinearSVC
+
+    X, y, _ = _data("breast_cancer")
+    svc = make_pipeline(StandardScaler(), LinearSVC()).fit(X, y)
+    with pytest.raises(ValueError, match="method='beta' calibrates probabilities, and "
+                                         "FrozenEstimator has no predict_proba"):
+        CalibratedClassifier(FrozenEstimator(svc), method="beta").fit(X, y)
+    fitted = CalibratedClassifier(FrozenEstimator(_lr().fit(X, y)), method="beta").fit(X, y)
+    assert fitted.response_method_ == "predict_proba"
+
+
 # scikit-learn's own estimator checks. The frozen mode (cv=None) is not among
 # them: the checks fit one instance on data of other shapes and feature counts,
 # which a classifier fitted beforehand and never refitted cannot follow; the

@@ -105,6 +105,35 @@ def test_pipeline_fit_save_load(spark, tmp_path):
         PipelineModel.load(str(tmp_path / "pipe"))
 
 
+def test_pipeline_saves_where_spark_does_on_another_default_filesystem(spark, tmp_path):
+    # A path without a scheme is on the cluster's default filesystem (HDFS on YARN), for
+    # the stage's model as for the metadata Spark writes beside it. Here the default is a
+    # viewfs mount whose fallback is a directory of this machine, so where each file went
+    # can be seen; the same path on the local disk must stay empty.
+    from pyspark.ml import Pipeline, PipelineModel
+
+    from distcal.spark import Calibrator
+
+    sdf = spark.createDataFrame(make_scores(2000, seed=4))
+    fitted = Pipeline(stages=[Calibrator(outputCol="p")]).fit(sdf)
+    store = tmp_path / "default_fs"
+    store.mkdir()
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    before = conf.get("fs.defaultFS")
+    conf.set("fs.viewfs.mounttable.distcaltest.linkFallback", store.as_uri())
+    conf.set("fs.defaultFS", "viewfs://distcaltest/")
+    target = str(tmp_path / "pipe")  # absolute, no scheme
+    try:
+        fitted.write().save(target)
+        back = PipelineModel.load(target)
+    finally:
+        conf.set("fs.defaultFS", before)
+    assert not Path(target).exists()
+    stage_dir = next(Path(str(store) + target, "stages").glob("0_*"))
+    assert sorted(p.name for p in stage_dir.iterdir()) == ["metadata", "model"]
+    assert back.stages[0].model == fitted.stages[0].model
+
+
 def test_calibrator_params(spark):
     from distcal.spark import Calibrator
 

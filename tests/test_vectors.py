@@ -273,3 +273,34 @@ def test_spark_calibrator_stage_score_index(spark, predictions, tmp_path):
     with pytest.raises(distcal.DataError, match="column 'probability' \\(score\\) holds "
                        "vectors: set scoreIndex"):
         Pipeline(stages=[Calibrator(scoreCol="probability")]).fit(pred)
+
+
+def test_spark_calibrator_stage_transforms_a_stream(spark, predictions, tmp_path):
+    # A fitted stage is lazy as MLlib's are: transform() of a streaming DataFrame (a
+    # vector element's score included) runs no job, and the stream's rows get
+    # model.predict's values; a vector too short for scoreIndex fails its query.
+    from pyspark.ml.functions import vector_to_array
+
+    from distcal.spark import Calibrator
+
+    pred, plain = predictions
+    stage = Calibrator(scoreCol="probability", scoreIndex=1, outputCol="cal").fit(pred)
+    src = tmp_path / "in"
+    pred.select(vector_to_array("probability").alias("probability"), "label") \
+        .write.parquet(str(src))
+    short = tmp_path / "short"
+    spark.createDataFrame([([0.5],)], "probability array<double>").write.parquet(str(short))
+    schema = spark.read.parquet(str(src)).schema
+    got = []
+    query = (stage.transform(spark.readStream.schema(schema).parquet(str(src)))
+             .writeStream.foreachBatch(lambda batch, _: got.append(batch.toPandas()))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    out = pd.concat(got)
+    want = stage.model.predict(np.array([v[1] for v in out.probability]))
+    np.testing.assert_allclose(out.cal.to_numpy(), want, rtol=1e-12)
+    assert len(out) == len(plain)
+    failing = (stage.transform(spark.readStream.schema(schema).parquet(str(short)))
+               .writeStream.format("noop").trigger(availableNow=True).start())
+    with pytest.raises(Exception, match="score_index 1 is out of range"):
+        failing.awaitTermination()

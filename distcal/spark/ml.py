@@ -38,6 +38,7 @@ from ..errors import DataError, ModelError
 from ..loading import load_dir
 from ..model import CalibrationModel
 from ..storage import STAGE, OutputExistsError, fetch_dir, filesystem_for, publish_dir, publishing
+from ..storage.hadoop import qualified
 
 __all__ = ["Calibrator", "CalibratorModel"]
 
@@ -220,6 +221,7 @@ class _ModelWriter(MLWriter):
         is."""
         if not isinstance(path, str):
             raise TypeError(f"path should be a string, got type {type(path)}")
+        path = qualified(path, self.sparkSession)  # where Spark writes the metadata
         try:
             with publishing(filesystem_for(path, self.sparkSession), path,
                             overwrite=self.shouldOverwrite, kind=STAGE) as tmp:
@@ -242,6 +244,7 @@ class _ModelReader(MLReader):
         self.cls = cls
 
     def load(self, path: str) -> CalibratorModel:
+        path = qualified(path, self.sparkSession)
         metadata = DefaultParamsReader.loadMetadata(path, _metadata_session(self))
         source = path.rstrip("/") + "/model"
         core = fetch_dir(filesystem_for(source, self.sparkSession), source, load_dir)

@@ -14,7 +14,22 @@ from typing import Any
 
 from .base import FileSystem
 
-__all__ = ["HadoopFileSystem"]
+__all__ = ["HadoopFileSystem", "qualified"]
+
+
+def qualified(path: str, spark: Any) -> str:
+    """``path`` as Spark's own writers resolve it: one without a scheme is on the
+    session's default filesystem (``fs.defaultFS``: HDFS on a YARN cluster), relative
+    to the JVM's working directory there. Unchanged with a scheme, and on Spark Connect
+    (no JVM on the client: the server resolves it)."""
+    if "://" in path or path.startswith("file:"):
+        return path
+    try:
+        fs = HadoopFileSystem(spark)
+    except AttributeError:  # Spark Connect
+        return path
+    p, store = fs._path(path)
+    return str(store.makeQualified(p).toString())
 
 
 class HadoopFileSystem(FileSystem):

@@ -46,13 +46,19 @@ def vector_element(df: Any, name: str, index: int) -> Any:
     aggregation counts the vectors by length, for the same ``DataError``
     as the other engines (unequal lengths, index out of range). Null
     vectors and null elements give null (a null score to the row checks).
+    A streaming DataFrame cannot be aggregated before it runs: there a
+    vector too short for ``index`` fails its row when the query runs.
     """
+    from pyspark.sql import functions as F
+
     arr = vector_array(df, name)
     if arr is None:
         raise column_type(name, "score", fields_of(df)[name].simpleString(), VECTORS_EXPECTED)
+    if df.isStreaming:
+        return F.when(arr.isNull() | (F.size(arr) > index), F.get(arr, index)).otherwise(
+            F.raise_error(F.lit(f"column '{name}' (score): score_index {index} is out of "
+                                "range for a vector of this row")))
     check_vector_lengths(name, "score", index, vector_length_counts(df, name))
-    from pyspark.sql import functions as F
-
     # get() is null beyond the end (arr[i] raises under ANSI mode); none are, after the check.
     return F.get(arr, index)
 

@@ -134,6 +134,8 @@ def transform(model: Any, df: Any, score_col: str, output_col: str,
     pw = _form(model)
     u, x0, y0, sl = _pieces(pw)
     cs, cb = _fresh_names(["_s", "_b"], set(names))
+    # -0.0 as 0.0: Bucketizer's binary search (Java's) puts -0.0 below a split at 0.0.
+    s = F.when(s == 0.0, F.lit(0.0)).otherwise(s)
     staged, sv = df.select(*keep, s.alias(cs)), F.col(cs)
     if u.shape[0] == 0:  # one piece: a constant (Bucketizer needs two buckets)
         p = F.lit(float(y0[0]))
