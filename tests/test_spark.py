@@ -134,6 +134,31 @@ def test_pipeline_saves_where_spark_does_on_another_default_filesystem(spark, tm
     assert back.stages[0].model == fitted.stages[0].model
 
 
+def test_columns_named_with_dots(spark):
+    # Spark takes any column name (backticked in SQL); pyspark's mapInArrow resolved its
+    # inputs unquoted, so a dot in a name (the score's, or any other column's) failed.
+    from distcal.spark import Calibrator
+
+    df = make_scores(3000, seed=21).rename(columns={"score": "p.score", "label": "y.true"})
+    sdf = spark.createDataFrame(df.assign(**{"meta.id": np.arange(len(df))}))
+    want = distcal.fit(df, score_col="p.score", label_col="y.true")
+    assert distcal.fit(sdf, score_col="p.score", label_col="y.true") == want
+    assert Calibrator(scoreCol="p.score", labelCol="y.true").fit(sdf).model == want
+    assert distcal.evaluate(sdf, prob_col="p.score", label_col="y.true").brier == \
+        pytest.approx(distcal.evaluate(df, prob_col="p.score", label_col="y.true").brier,
+                      rel=1e-12)
+    cols = ["s.0", "s.1", "s.2"]
+    rng = np.random.default_rng(3)
+    mc = pd.DataFrame(rng.normal(size=(600, 3)), columns=cols).assign(
+        **{"y.cls": rng.integers(0, 3, 600), "meta.id": np.arange(600)})
+    model = distcal.fit(mc, score_cols=cols, label_col="y.cls")
+    assert distcal.fit(spark.createDataFrame(mc), score_cols=cols, label_col="y.cls") == model
+    out = model.transform(spark.createDataFrame(mc), output_col="p").toPandas()
+    assert list(out.columns) == [*mc.columns, "p"]
+    np.testing.assert_allclose(np.stack(out.sort_values("meta.id").p),
+                               model.predict(mc[cols].to_numpy()), rtol=1e-12)
+
+
 def test_calibrator_params(spark):
     from distcal.spark import Calibrator
 

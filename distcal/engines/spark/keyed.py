@@ -101,6 +101,7 @@ from .schema import (
     column_kind,
     fields_of,
     is_vector_udt,
+    map_in_arrow,
     quote,
     vector_array,
     vector_length_counts,
@@ -192,8 +193,8 @@ def collect_results(df: Any, runner: Callable[[Iterator[pa.RecordBatch]],
     """``runner`` mapped over ``df``'s partitions (one ``mapInArrow`` job, in the Arrow
     batches of :func:`.session.with_arrow_batches`): its result rows
     (:data:`RESULT_SCHEMA`) as (range id, payload unpickled), by range id."""
-    got = with_arrow_batches(df.sparkSession, lambda: df.mapInArrow(
-        runner, RESULT_SCHEMA).collect())
+    got = with_arrow_batches(df.sparkSession, lambda: map_in_arrow(
+        df, runner, RESULT_SCHEMA).collect())
     return sorted(((int(r["rid"]), pickle.loads(r["payload"])) for r in got),
                   key=lambda one: one[0])
 
@@ -830,9 +831,9 @@ class SparkKeyedRanges(SparkRanges):
         spark_schema = T.StructType(out)
         arrow_schema = to_arrow_schema(T.StructType([f for f in out
                                                      if not f.name.startswith("_k")]))
-        keyed = self.rows_df.mapInArrow(
-            row_runner(spec, finite_scores, self.length, self.classes, self.bounds,
-                       arrow_schema), spark_schema)
+        keyed = map_in_arrow(self.rows_df, row_runner(
+            spec, finite_scores, self.length, self.classes, self.bounds, arrow_schema),
+            spark_schema)
         self.ranged = self._partitioned(keyed)  # (passes > 1: pooled once, then kept)
         log.info("spark: keyed rows in %d ranges (~%.3g distinct (key, score) pairs, budget "
                  "%d per range)", self.k, self.distinct_estimate, range_rows)
@@ -881,7 +882,7 @@ class SparkKeyedRanges(SparkRanges):
         weighted = spec.weight_col is not None
         runner = pool_runner(fn, spec, self.finite_scores, self.chunk_rows) if self.raw \
             else pool_keyed_runner(fn, len(spec.by), weighted, self.per_class, self.chunk_rows)
-        self.pooled = self.persist(self.ranged.mapInArrow(runner, POOLED_SCHEMA))
+        self.pooled = self.persist(map_in_arrow(self.ranged, runner, POOLED_SCHEMA))
         with phase("spark: one keyed pass over %d ranges, pooled and persisted", self.k):
             got = with_arrow_batches(self.spark, lambda: self.pooled.where(
                 F.col("part") < 0).collect())

@@ -8,13 +8,14 @@ schema: a column's kind, quoting, and reading vectors (arrays and pyspark.ml
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ...core.validate import check_vector_lengths
 from ...errors import VECTORS_EXPECTED, column_type
 
 __all__ = ["fields_of", "column_kind", "quote", "vector_element", "is_vector_udt", "vector_array",
-           "vector_length_counts"]
+           "vector_length_counts", "map_in_arrow"]
 
 
 def fields_of(df: Any) -> dict[str, Any]:
@@ -34,6 +35,24 @@ def column_kind(dtype: Any) -> str:
 
 def quote(name: str) -> str:
     return "`" + name.replace("`", "``") + "`"
+
+
+def map_in_arrow(df: Any, fn: Callable[[Iterator[Any]], Iterator[Any]], schema: Any) -> Any:
+    """``df.mapInArrow(fn, schema)`` for columns of any name.
+
+    pyspark hands ``mapInArrow`` the input columns by their names unquoted,
+    so a name with a dot reads as a struct's field and fails to resolve. The
+    columns go in under positional names, and ``fn`` gets its batches with
+    their own names back (a rename of the batch, no copy).
+    """
+    import pyarrow as pa
+
+    names = list(df.columns)
+
+    def named(batches: Iterator[Any]) -> Iterator[Any]:
+        return fn(pa.RecordBatch.from_arrays(b.columns, names=names) for b in batches)
+
+    return df.toDF(*[f"_col{i}" for i in range(len(names))]).mapInArrow(named, schema)
 
 
 def vector_element(df: Any, name: str, index: int) -> Any:

@@ -14,7 +14,7 @@ from typing import Any
 import pyarrow as pa
 
 from ..base import check_transform_columns, prediction_array
-from .schema import fields_of, is_vector_udt, quote, vector_array, wall_clock
+from .schema import fields_of, is_vector_udt, map_in_arrow, quote, vector_array, wall_clock
 from .session import on_executors
 
 __all__ = ["transform_rows"]
@@ -57,7 +57,7 @@ def transform_rows(df: Any, columns: dict[str, str], output_col: str,
             yield pa.RecordBatch.from_arrays([*batch.columns, col],
                                              names=[*batch.schema.names, output_col])
 
-    out = on_executors(lambda: work.mapInArrow(run, schema))
+    out = on_executors(lambda: map_in_arrow(work, run, schema))
     if converted:
         out = out.drop(*[quote(h) for h in converted.values()])
     return out.select(*[F.col(quote(f.name)) for f in df.schema.fields], F.col(quote(output_col)))
