@@ -30,6 +30,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, clo
 from sklearn.model_selection import check_cv, cross_val_predict
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils import _safe_indexing, get_tags, indexable
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
 
@@ -55,6 +56,10 @@ def _response_method(estimator: Any, method: str) -> str:
             return name
     raise TypeError(f"{type(estimator).__name__} has neither decision_function nor "
                     "predict_proba")
+
+
+def _is_venn_abers(estimator: Any) -> bool:
+    return bool(estimator.method == "venn_abers")
 
 
 def _binary_column(pred: np.ndarray, method: str) -> np.ndarray:
@@ -249,10 +254,11 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         else:
             self._cross_fit(X, y, y_idx, sample_weight)
         first = self.estimators_[0]
-        if hasattr(first, "n_features_in_"):
-            self.n_features_in_ = first.n_features_in_
-        if hasattr(first, "feature_names_in_"):
-            self.feature_names_in_ = first.feature_names_in_
+        for attr in ("n_features_in_", "feature_names_in_"):  # the classifier's (or none)
+            if hasattr(first, attr):
+                setattr(self, attr, getattr(first, attr))
+            elif attr in vars(self):  # from an earlier fit, of another classifier
+                delattr(self, attr)
         return self
 
     def _cross_fit(self, X: Any, y: np.ndarray, y_idx: np.ndarray,
@@ -307,16 +313,16 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             p1s.append(p1)
         return np.stack(p0s), np.stack(p1s)
 
+    @available_if(_is_venn_abers)
     def predict_interval(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
-        """The Venn-Abers intervals (p0, p1), each (n_samples, n_classes) (venn_abers only).
+        """The Venn-Abers intervals (p0, p1), each (n_samples, n_classes) (venn_abers only:
+        for the other methods the attribute does not exist, as scikit-learn's
+        ``available_if`` methods).
 
         Per class, the arithmetic means over the fold models of p0 and of p1
         (one model without cross-fitting), before any normalisation.
         """
         check_is_fitted(self, "classes_")
-        if self.method != "venn_abers":
-            raise AttributeError(f"predict_interval is for method='venn_abers', not "
-                                 f"{self.method!r}")
         p0, p1 = self._intervals(X)
         return p0.mean(axis=0), p1.mean(axis=0)
 

@@ -193,6 +193,25 @@ def test_beta_needs_probabilities():
     assert fitted.response_method_ == "predict_proba"
 
 
+def test_attributes_follow_the_fit():
+    # predict_interval exists for Venn-Abers only (hasattr tells, as for scikit-learn's
+    # available_if methods); feature names are those of the classifier of the last fit.
+    import pandas as pd
+
+    X, y, _ = _data("iris")
+    frame = pd.DataFrame(X, columns=["a", "b", "c", "d"])
+    named = CalibratedClassifier(FrozenEstimator(_lr().fit(frame, y))).fit(frame, y)
+    assert list(named.feature_names_in_) == ["a", "b", "c", "d"]
+    assert not hasattr(named, "predict_interval")
+    with pytest.raises(AttributeError, match="has no attribute 'predict_interval'"):
+        named.predict_interval(frame)
+    named.set_params(estimator=FrozenEstimator(_lr().fit(X, y))).fit(X, y)
+    assert not hasattr(named, "feature_names_in_") and named.n_features_in_ == 4
+    va = CalibratedClassifier(FrozenEstimator(_lr().fit(X, y)), method="venn_abers").fit(X, y)
+    p0, p1 = va.predict_interval(X[:5])
+    assert p0.shape == p1.shape == (5, 3) and np.all(p0 <= p1)
+
+
 # scikit-learn's own estimator checks. The frozen mode (cv=None) is not among
 # them: the checks fit one instance on data of other shapes and feature counts,
 # which a classifier fitted beforehand and never refitted cannot follow; the
