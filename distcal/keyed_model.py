@@ -679,8 +679,7 @@ class KeyedModel:
             elif m != o:
                 return False
         if self.by:
-            a = self._segments.sort_values(self.by).reset_index(drop=True)
-            b = other._segments.sort_values(other.by).reset_index(drop=True)
+            a, b = _by_keys(self._segments, self.by), _by_keys(other._segments, other.by)
             return bool(a[[*self.by, "n_rows", "fallback"]].astype(object).equals(
                 b[[*self.by, "n_rows", "fallback"]].astype(object))
                 and np.allclose(a["weight"], b["weight"], rtol=1e-9, atol=0))
@@ -1006,3 +1005,13 @@ def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel | CalibrationMode
                           dropped_rows=meta["dropped_rows"], columns=columns)
     except (ValueError, KeyError) as exc:
         raise bad(str(exc)) from exc
+
+
+def _by_keys(segments: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """The segments' table in the order of its keys; keys of several types (a fit takes
+    int and str together) ordered by type name, then value."""
+    try:
+        ordered = segments.sort_values(by)
+    except TypeError:
+        ordered = segments.sort_values(by, key=lambda c: c.map(lambda v: (type(v).__name__, v)))
+    return ordered.reset_index(drop=True)

@@ -49,6 +49,13 @@ def test_read_parquet_hive_dataset(client, tmp_path):
                         partition_cols=["day"])
     model = distcal.fit(dd.read_parquet(str(tmp_path / "ds")))
     assert model == distcal.fit(df)
+    # A label column from the directories' names: Dask reads it as categories of numbers,
+    # which are its numbers (as the local engine reads the dataset's dictionary).
+    pq.write_to_dataset(pa.Table.from_pandas(df, preserve_index=False), tmp_path / "by_label",
+                        partition_cols=["label"])
+    ds = dd.read_parquet(str(tmp_path / "by_label"))
+    assert str(ds.dtypes["label"]) == "category"
+    assert distcal.fit(ds) == distcal.fit(df) == distcal.fit(str(tmp_path / "by_label"))
 
 
 def test_killed_worker_still_gives_the_exact_model():
@@ -115,3 +122,13 @@ def test_engine_dask_on_local_data_reads_the_columns_as_the_local_engine(client)
     ]
     for data, kw in cases:
         assert distcal.fit(data, engine="dask", **kw) == distcal.fit(data, **kw), kw
+    # Columns Arrow cannot type (mixed values) stay what they are, not Dask's text:
+    # segment keys 7 and 'a' (not '7'), one text score among numbers (not all text).
+    mixed = pd.DataFrame({"score": s, "label": y, "g": pd.Series(
+        [7 if i % 2 else "a" for i in range(60)], dtype=object)})
+    model = distcal.fit(mixed, by="g", engine="dask")
+    assert sorted(model.segments.g.tolist(), key=str) == [7, "a"]
+    assert model == distcal.fit(mixed, by="g")  # (equal models of keys of two types)
+    text = mixed.astype({"score": object})
+    text.loc[5, "score"] = "oops"
+    assert distcal.fit(text, on_invalid="drop", engine="dask").n_rows == 59

@@ -74,6 +74,9 @@ def column_to_float(data: pd.DataFrame | pa.Table, name: str, role: str | None =
         values, text = arrow_to_float(col)
         return values, np.zeros(len(values), bool) if text is None else text
     s = data[name]
+    if isinstance(s.dtype, pd.CategoricalDtype):  # (Hive partitions, dictionaries) as values
+        s = s.astype(s.cat.categories.dtype if is_real_dtype(s.cat.categories.dtype)
+                     else object)
     if is_real_dtype(s.dtype):  # not complex, dates or durations
         return s.to_numpy(dtype=np.float64, na_value=np.nan), np.zeros(len(s), bool)
     if pd.api.types.is_object_dtype(s.dtype) or pd.api.types.is_string_dtype(s.dtype):

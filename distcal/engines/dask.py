@@ -35,12 +35,17 @@ def as_dask(data: Any) -> Any:
     if isinstance(data, pa.Table):
         data = data.to_pandas()
     if isinstance(data, pd.DataFrame):
+        import dask
+
         converted = _arrow_objects(data)
         if converted:
             data = data.copy(deep=False)
             for name, column in converted.items():
                 data[name] = column
-        return dd.from_pandas(data, npartitions=max(1, workers_threads()))
+        # The other object columns as they are (mixed values, text among numbers), not
+        # made text by Dask's convert-string: every engine reads the same values.
+        with dask.config.set({"dataframe.convert-string": False}):
+            return dd.from_pandas(data, npartitions=max(1, workers_threads()))
     raise TypeError(f"the dask engine cannot read data of type {type(data).__name__}")
 
 
