@@ -23,7 +23,7 @@ from .core.plans import run_plan
 from .defaults import DEFAULTS
 from .engines import get_engine, resolve_engine
 from .errors import DataError
-from .params import check_int, check_max_groups, split_engine_options
+from .params import check_int, check_max_groups, check_on_invalid, split_engine_options
 
 __all__ = ["discretize", "MAX_CLASSES", "OWN_COLUMNS"]
 
@@ -128,7 +128,7 @@ class _Rows:
 
 
 def _class_tables(data: Any, engine: str, score_col: str, label_col: str, max_groups: int,
-                  max_classes: int, engine_opts: dict[str, Any]
+                  max_classes: int, on_invalid: str, engine_opts: dict[str, Any]
                   ) -> tuple[list[Any], list[RangeCounts], int | None]:
     """The classes and the ranges' count tables, pre-merged or grouped (two keyed passes).
 
@@ -139,7 +139,7 @@ def _class_tables(data: Any, engine: str, score_col: str, label_col: str, max_gr
     (:func:`~distcal.core.discretize.rows_plan`).
     """
     spec = KeySpec(score_col=score_col, label_col=label_col, target="classes")
-    with get_engine(engine).open_keyed(data, spec, on_invalid="raise", passes=2,
+    with get_engine(engine).open_keyed(data, spec, on_invalid=on_invalid, passes=2,
                                        **engine_opts) as keyed:
         first = keyed.map(_Summary(max_classes))
         found = list(dict.fromkeys(c for _, present, _ in first for c in present))
@@ -164,7 +164,8 @@ def _class_tables(data: Any, engine: str, score_col: str, label_col: str, max_gr
 def discretize(data: Any, score_col: str = DEFAULTS.score_col,
                label_col: str = DEFAULTS.label_col, engine: str = DEFAULTS.engine,
                exact_max: int = 1000, max_groups: int = MAX_GROUPS,
-               max_classes: int = MAX_CLASSES, **engine_opts: Any) -> pd.DataFrame:
+               max_classes: int = MAX_CLASSES, on_invalid: str = DEFAULTS.on_invalid,
+               **engine_opts: Any) -> pd.DataFrame:
     """MODL's Bayes-optimal partition of ``score_col`` into intervals, given the classes.
 
     Minimises the MODL criterion (Boullé 2006) over partitions whose cuts
@@ -203,6 +204,9 @@ def discretize(data: Any, score_col: str = DEFAULTS.score_col,
         table (one integer per distinct score and class) is built: each
         score range sends at most ``max_classes + 1`` labels to the driver
         to decide ("at least" when the count spans several ranges).
+    on_invalid : {"raise", "drop"}
+        Rows with a NaN, infinite, text or null score or a null label: a
+        :class:`~distcal.DataError` counting them, or dropped.
     **engine_opts
         The engine's options, as for :func:`distcal.fit` (locally
         ``memory_rows``, ``batch_rows``, ``chunk_rows``: a Parquet path is
@@ -229,11 +233,13 @@ def discretize(data: Any, score_col: str = DEFAULTS.score_col,
     """
     max_groups = check_max_groups(max_groups)
     max_classes = check_max_classes(max_classes)
+    exact_max = check_int(exact_max, 0, math.inf, "exact_max must be an integer >= 0")
+    check_on_invalid(on_invalid)
     engine = resolve_engine(data, engine)
     _, engine_opts = split_engine_options("discretize", None, engine_opts,
                                           get_engine(engine).options)
     classes, parts, groups = _class_tables(data, engine, score_col, label_col, max_groups,
-                                           max_classes, engine_opts)
+                                           max_classes, on_invalid, engine_opts)
     smin, smax, counts, cost, exact, groups = modl_from_counts(parts, exact_max, max_groups,
                                                                groups)
     out = pd.concat([pd.DataFrame({"score_min": smin, "score_max": smax,

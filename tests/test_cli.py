@@ -140,6 +140,13 @@ def test_fit_takes_each_methods_options(scores_path, tmp_path):
     r = run("discretize", "--input", path, "--max-groups", "20")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["cost"] == distcal.discretize(df, max_groups=20).attrs["cost"]
+    holes = df.assign(score=df.score.where(df.index % 50 != 0))  # NaN scores
+    holes.to_parquet(tmp_path / "holes.parquet")
+    r = run("discretize", "--input", tmp_path / "holes.parquet")
+    assert r.returncode == 2 and "pass on_invalid='drop'" in r.stderr
+    r = run("discretize", "--input", tmp_path / "holes.parquet", "--on-invalid", "drop")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["cost"] == distcal.discretize(holes.dropna()).attrs["cost"]
     (tmp_path / "c.yaml").write_text("increasing: false\nn-bins: 7\n")
     r = run("fit", "--input", path, "--output", tmp_path / "sig", "--method", "sigmoid",
             "--config", tmp_path / "c.yaml")

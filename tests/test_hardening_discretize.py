@@ -131,6 +131,34 @@ def test_max_classes_must_be_an_integer_of_at_least_2(bad):
         distcal.discretize("/nonexistent/input.parquet", max_classes=bad)
 
 
+@pytest.mark.parametrize("bad", [-5, 2.5, True, "a", None])
+def test_exact_max_must_be_an_integer_of_at_least_0(bad):
+    # Refused before any data is read (it failed after both passes, or not at all).
+    with pytest.raises(ParameterError, match="exact_max must be an integer >= 0"):
+        distcal.discretize("/nonexistent/input.parquet", exact_max=bad)
+
+
+def test_bad_scores_are_refused_or_dropped_as_the_message_says(engine):
+    # The DataError says "pass on_invalid='drop'": discretize takes it (and the command).
+    df = _frame(["a", "b"]).assign(score=lambda d: d.score.astype(float))
+    bad = df.copy()
+    bad.loc[[3, 7], "score"] = np.nan  # (infinite scores are scores: discretize keeps them)
+    with pytest.raises(distcal.DataError, match=r"column 'score'.*pass on_invalid='drop'"):
+        distcal.discretize(engine(bad))
+    pd.testing.assert_frame_equal(distcal.discretize(engine(bad), on_invalid="drop"),
+                                  distcal.discretize(df.drop(index=[3, 7])))
+
+
+def test_dask_options_are_checked_before_any_work(client):
+    import dask.dataframe as dd
+
+    ddf = dd.from_pandas(_frame(["a", "b"]), npartitions=2)
+    for name, bad in [("n_ranges", 0), ("n_ranges", 2.7), ("n_ranges", True),
+                      ("range_rows", "7"), ("samples_per_range", "x")]:
+        with pytest.raises(ParameterError, match=f"^{name} must be"):
+            distcal.fit(ddf, **{name: bad})
+
+
 def test_dask_refuses_too_many_classes_from_a_bounded_sample(client):
     import dask.dataframe as dd
 

@@ -306,7 +306,8 @@ def cmd_discretize(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
         io.refuse_existing(opts["output"], opts["overwrite"], kind=PARQUET)
     table = discretize(io.read(opts), score_col=opts["score_col"], label_col=opts["label_col"],
                        engine=io.engine, max_classes=opts["max_classes"],
-                       max_groups=opts.get("max_groups") or METHOD_PARAMS["modl"]["max_groups"])
+                       max_groups=opts.get("max_groups") or METHOD_PARAMS["modl"]["max_groups"],
+                       on_invalid=opts["on_invalid"])
     if opts.get("output"):  # one Parquet file; the class labels' columns named as text
         io.publish(opts["output"], lambda p: table.rename(columns=str).to_parquet(p, index=False),
                    opts["overwrite"], PARQUET)

@@ -188,7 +188,7 @@ OPTIONS: tuple[Option, ...] = (
            commands=("threshold",), default=DEFAULTS.cost_fn),
     Option("on-invalid", str, f"bad rows: fail, or drop and count them (default: "
            f"{DEFAULTS.on_invalid})", choices=("raise", "drop"), default=DEFAULTS.on_invalid,
-           commands=("fit", "apply", "evaluate", "threshold", "summarize")),
+           commands=("fit", "apply", "evaluate", "threshold", "summarize", "discretize")),
     # monitor's own (docs/history.md), before the --overwrite it shares
     Option("summaries", str, "summary directories, one per period in time order (required)",
            commands=("monitor",), many=True),

@@ -61,6 +61,7 @@ from ..core.keyed import (
 )
 from ..core.rows import RowPart, check_columns, count_classes, read_rows, vector_lengths
 from ..logs import log, phase
+from ..params import check_int
 from .base import KeyedRanges, check_transform_columns, with_prediction
 
 __all__ = ["DaskKeyedRanges", "DEFAULT_RANGE_ROWS", "n_ranges_for", "transform_rows"]
@@ -172,12 +173,14 @@ class DaskKeyedRanges(KeyedRanges):
     def _options(self, spec: KeySpec, on_invalid: str, finite_scores: bool, passes: int,
                  range_rows: int, n_ranges: int | None, samples_per_range: int) -> None:
         """The options (class docstring) kept, nothing computed yet."""
-        if int(range_rows) < 1:
-            raise ValueError(f"range_rows must be a positive number of rows, got {range_rows}")
         self.spec, self.on_invalid, self.finite_scores = spec, on_invalid, finite_scores
-        self.passes, self.range_rows = passes, int(range_rows)
-        self.min_ranges = int(n_ranges or 1)
-        self.samples_per_range = samples_per_range
+        self.passes = passes
+        self.range_rows = check_int(range_rows, 1, math.inf,
+                                    "range_rows must be a positive number of rows")
+        self.min_ranges = 1 if n_ranges is None else check_int(
+            n_ranges, 1, math.inf, "n_ranges must be None or an integer >= 1")
+        self.samples_per_range = check_int(samples_per_range, 1, math.inf,
+                                           "samples_per_range must be an integer >= 1")
         self._checked = False
         self._pooled: list[Any] | None = None   # per partition: (KeyedTable, stats), persisted
         self._pieces: list[Any] | None = None   # per partition: its table's slices, persisted
