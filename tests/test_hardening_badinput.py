@@ -676,6 +676,12 @@ def _vector_keys(w: Path) -> pd.DataFrame:
     return df.assign(v=["a"] + [[1, 2]] * (len(df) - 1))
 
 
+def _arrow_list_keys(w: Path) -> pd.DataFrame:
+    """:func:`_vector_keys` as pandas' Arrow lists (the first row null)."""
+    lists = pa.array([None] + [[1, 2]] * (len(_df(w)) - 1), pa.list_(pa.int64()))
+    return _df(w).assign(v=pd.Series(pd.arrays.ArrowExtensionArray(lists)))
+
+
 def _dup_pandas(w: Path) -> pd.DataFrame:
     return pd.concat([_df(w), _df(w)[["score"]]], axis=1)
 
@@ -775,7 +781,8 @@ API_CASES += [
           ("evaluate", lambda w: distcal.evaluate(_vector_keys(w), prob_col="score", by="v")),
           ("threshold", lambda w: distcal.optimal_threshold(_vector_keys(w), by="v")),
           ("transform", lambda w: distcal.fit(_vector_keys(w).assign(v=1), by="v").transform(
-              _vector_keys(w)))]),
+              _vector_keys(w))),
+          ("fit-arrow-lists", lambda w: distcal.fit(_arrow_list_keys(w), by="v"))]),
     ApiCase("summarize-by-column-of-mixed-types", lambda w: distcal.summarize(
         _df(w).assign(g=["a"] + [1] * 1999), by="g"), distcal.DataError,
         r"column 'g' \(segment\) holds values of several types \(1999 rows of int, "

@@ -146,8 +146,9 @@ def _factorize_column(col: Any, name: str | None = None) -> tuple[np.ndarray, li
     values = pd.Series(col) if not isinstance(col, pd.Series) else col
     try:
         c, u = pd.factorize(values, use_na_sentinel=True)
-    except TypeError:  # unhashable values: counted only on this failure path
-        k = int(values.map(lambda v: isinstance(v, (list, np.ndarray, dict, set))).sum())
+    except (TypeError, NotImplementedError):  # unhashable values (Arrow: lists), counted
+        # only on this failure path
+        k = sum(isinstance(v, (list, np.ndarray, dict, set)) for v in values)
         where = "a segment column" if name is None else f"column '{name}' (segment)"
         raise DataError(f"{where}: {k} row{' holds' if k == 1 else 's hold'} vectors (lists "
                         "or arrays), not segment keys") from None
