@@ -170,6 +170,10 @@ def test_calibrator_params(spark):
     assert sig.transform(sdf).columns == ["score", "label", "q"]
     auto = Calibrator(increasing="auto", yMin=0.05).fit(sdf)
     assert auto.model.params["increasing_"] is True and auto.model.blocks.prob.min() >= 0.05
+    # A Python bool is the text it stands for (it was a TypeError from Params' converter)
+    down = Calibrator(increasing=False)
+    assert down.getOrDefault(down.increasing) == "false"
+    assert down.fit(sdf).model == distcal.fit(df, increasing=False)
 
 
 def test_a_spark_frame_is_refused_by_the_local_engine(spark):

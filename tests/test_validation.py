@@ -35,7 +35,9 @@ CASES = [
     (frame(score=pd.to_datetime(["2024-01-01"] * 5)), {},
      r"column 'score' \(score\) has type (datetime64|timestamp).*; expected numbers"),
     (frame().iloc[:0], {}, r"no rows with weight > 0"),
-    (frame(w=[0.0] * 5), {"weight_col": "w"}, r"no rows with weight > 0 .*5 rows read"),
+    (frame(w=[0.0] * 5), {"weight_col": "w"},
+     r"no rows with weight > 0 to use \(5 rows read, 0 invalid; column 'w' \(weight\) is 0 "
+     r"in the other 5\)"),
 ]
 
 

@@ -573,7 +573,8 @@ class RowTotals:
     interval_widths: dict[str, Any] | None = None
 
 
-def add_up_rows(stats: list[dict[str, Any]], on_invalid: str) -> RowTotals:
+def add_up_rows(stats: list[dict[str, Any]], on_invalid: str,
+                weight_col: str | None = None) -> RowTotals:
     """The batches' counts of :func:`read_rows` added up; the input's ``DataError`` if any.
 
     Raised for any problem unless ``on_invalid="drop"``, and for an input
@@ -590,7 +591,10 @@ def add_up_rows(stats: list[dict[str, Any]], on_invalid: str) -> RowTotals:
     if message and on_invalid == "raise":
         raise DataError(message + " (pass on_invalid='drop' to drop such rows)")
     if total["n_rows"] == 0:
+        zero = total["rows"] - total["invalid"]
         raise DataError(f"no rows with weight > 0 to use ({total['rows']} rows read, "
-                        f"{total['invalid']} invalid)")
+                        f"{total['invalid']} invalid" + (
+                            f"; column '{weight_col}' (weight) is 0 in the other {zero})"
+                            if weight_col is not None and zero else ")"))
     return RowTotals(total["n_rows"], float(total["weight_total"]), total["invalid"],
                      total.get("widths"))

@@ -55,6 +55,7 @@ class KeyedRanges(ABC):
     results would be larger in several maps, each over some of the keys).
     """
 
+    spec: KeySpec  # the keyed rows' columns and roles
     n_rows: int = 0
     result_bytes: int | None = None
     weight_total: float = 0.0
@@ -86,7 +87,7 @@ class KeyedRanges(ABC):
     def add_up(self, stats: list[dict[str, Any]], on_invalid: str, engine: str) -> None:
         """The parts' counts of :func:`~distcal.core.rows.read_rows` added up, kept and logged
         (:func:`~distcal.core.rows.add_up_rows`: the input's ``DataError``, if any)."""
-        totals = add_up_rows(stats, on_invalid)
+        totals = add_up_rows(stats, on_invalid, self.spec.weight_col)
         self.n_rows, self.weight_total = totals.n_rows, totals.weight_total
         self.dropped_rows, self.interval_widths = totals.dropped_rows, totals.interval_widths
         log.info("%s: %d rows used (weight %g), %d dropped", engine, self.n_rows,

@@ -47,6 +47,11 @@ def _p(name: str, doc: str, conv: Any = TypeConverters.toString) -> Param:
     return Param(Params._dummy(), name, doc, typeConverter=conv)
 
 
+def _to_increasing(value: Any) -> str:
+    """``increasing`` as its text: a Python bool as "true" / "false" too."""
+    return str(value).lower() if isinstance(value, bool) else TypeConverters.toString(value)
+
+
 class _CalibratorParams(Params):
     scoreCol = _p("scoreCol", "column of classifier scores")
     scoreIndex = _p("scoreIndex", "element of the vectors in scoreCol that is the score (unset: "
@@ -56,7 +61,7 @@ class _CalibratorParams(Params):
     weightCol = _p("weightCol", "column of row weights (unset: all 1)")
     outputCol = _p("outputCol", "column for the calibrated probability")
     method = _p("method", "isotonic | sigmoid | histogram | modl | beta | venn_abers")
-    increasing = _p("increasing", "isotonic: true | false | auto")
+    increasing = _p("increasing", "isotonic: true | false | auto", _to_increasing)
     interpolation = _p("interpolation", "isotonic: linear | step | centered")
     yMin = _p("yMin", "isotonic: lower bound of the fitted values", TypeConverters.toFloat)
     yMax = _p("yMax", "isotonic: upper bound of the fitted values", TypeConverters.toFloat)
@@ -129,7 +134,7 @@ class Calibrator(Estimator, _CalibratorParams, DefaultParamsReadable, DefaultPar
         their own (below); the other methods use their default parameters.
     increasing
         isotonic: direction of the map, "true", "false" or "auto" (default:
-        "true").
+        "true"); a Python ``True`` / ``False`` is taken as its text.
     interpolation
         isotonic: between blocks, "linear", "step" or "centered" (default:
         "linear").
