@@ -93,6 +93,36 @@ def test_empty_partitions_and_a_hot_score(client):
 
 # -- transform_rows --------------------------------------------------------------------
 
+def test_one_pass_over_the_rows_reads_each_partition_once():
+    # A pass over whole rows (multiclass evaluate: one pass) brings the row counts with
+    # its results: each partition is read once (it was read a second time to count), plus
+    # once more for a vector column, whose length K must be known first.
+    import dask
+    import dask.dataframe as dd
+
+    import distcal
+
+    reads = []
+
+    def tagged(pdf):
+        reads.append(len(pdf))
+        return pdf
+
+    rng = np.random.default_rng(0)
+    P = rng.dirichlet(np.ones(3), 4000)
+    df = pd.DataFrame({"label": rng.integers(0, 3, 4000), "p0": P[:, 0], "p1": P[:, 1],
+                       "p2": P[:, 2]})
+    df["v"] = pd.Series(pd.arrays.ArrowExtensionArray(pa.array(list(map(list, P)))))
+    base = dd.from_pandas(df, npartitions=4)
+    want = distcal.evaluate(df, prob_cols=["p0", "p1", "p2"])
+    with dask.config.set(scheduler="synchronous"):
+        for kw, passes in (({"prob_cols": ["p0", "p1", "p2"]}, 1), ({"prob_col": "v"}, 2)):
+            reads.clear()
+            got = distcal.evaluate(base.map_partitions(tagged, meta=base._meta), **kw)
+            assert sum(1 for n in reads if n) == 4 * passes, kw
+            assert got.log_loss == pytest.approx(want.log_loss, rel=1e-12)
+
+
 def test_transform_rows_round_trip(client):
     df = _data(900, seed=8, k=3)
     ddf = _ddf(df, 3)

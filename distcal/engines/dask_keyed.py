@@ -137,8 +137,11 @@ def _only(table: KeyedTable, wanted: set[Key]) -> KeyedTable:
     return table.only(wanted)
 
 
-def _apply_rows(fn: Callable[[RowPart], Any], pair: tuple[RowPart, dict[str, Any]]) -> Any:
-    return fn(pair[0]) if pair[0].n_rows else None
+def _counted_apply_rows(fn: Callable[[RowPart], Any], pair: tuple[RowPart, dict[str, Any]]
+                        ) -> tuple[dict[str, Any], Any]:
+    """A row part's counts, and ``fn`` of its valid rows (None without any)."""
+    part, stats = pair
+    return stats, fn(part) if part.n_rows else None
 
 
 # -- the ranges ----------------------------------------------------------------------
@@ -281,11 +284,12 @@ class DaskKeyedRanges(KeyedRanges):
             if self.passes > 1:  # the valid rows are kept for the next passes
                 (rows,) = dask.persist(rows)
                 self._rows = rows
-        if not self._checked:
-            self._check(rows)
         with phase("dask: one pass over the row parts"):
-            results = dask.compute(*[delayed(_apply_rows)(fn, r) for r in rows])
-        return [r for r in results if r is not None]
+            got = dask.compute(*[delayed(_counted_apply_rows)(fn, r) for r in rows])
+        if not self._checked:  # (the counts came with the first pass: no read of its own)
+            self.add_up([stats for stats, _ in got], self.on_invalid, "dask")
+            self._checked = True
+        return [r for _, r in got if r is not None]
 
     def close(self) -> None:
         self._pooled = self._pieces = self._ranges = self._rows = None
