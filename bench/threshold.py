@@ -29,7 +29,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 import distcal  # noqa: E402
 from distcal.core.distinct import pool_ties  # noqa: E402
-from distcal.core.threshold import loss_per_score, summarise_segment  # noqa: E402
+from distcal.core.threshold import loss_mass, loss_per_score, summarise_segment  # noqa: E402
 
 
 def per_call(fn, args_list):
@@ -70,8 +70,8 @@ def main() -> None:
         reps = max(3, int(2e6 // n))
 
         def recompute():
-            summarise_segment(table.score, loss_per_score(table, 1.0, 1.0), table.weight,
-                              table.positives)
+            summarise_segment(table.score, loss_per_score(table, 1.0, 1.0),
+                              loss_mass(table, 1.0, 1.0), table.weight, table.positives)
 
         t_batch = per_call(recompute, [()] * min(reps, 200))
         base = base or t_seen

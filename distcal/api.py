@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import params as checks
-from .core.threshold import EMPTY, loss_per_score, merge_segments, summarise_segment
+from .core.threshold import EMPTY, loss_mass, loss_per_score, merge_segments, summarise_segment
 from .defaults import DEFAULTS, METHOD_PARAMS, METHODS
 from .engines import get_engine, resolve_engine
 from .errors import DataError, ParameterError, unexpected_arguments
@@ -242,4 +242,4 @@ class _ThresholdSummary:
     def __call__(self, part: Any) -> Any:
         t = part.key_table(0)
         return summarise_segment(t.score, loss_per_score(t, self.cost_fp, self.cost_fn),
-                                 t.weight, t.positives)
+                                 loss_mass(t, self.cost_fp, self.cost_fn), t.weight, t.positives)

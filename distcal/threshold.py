@@ -24,6 +24,7 @@ from .core.keyed import GLOBAL, KeyedTable, KeySpec, in_key_order
 from .core.threshold import (
     EMPTY,
     SegmentSummary,
+    loss_mass,
     loss_per_score,
     merge_segments,
     summarise_segment,
@@ -181,8 +182,11 @@ def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
                                           engine_impl.options)
 
     def summary(t: DistinctTable) -> SegmentSummary:
-        z = t.positives if per_row_loss else loss_per_score(t, cost_fp, cost_fn)
-        return summarise_segment(t.score, z, t.weight, t.positives)
+        if per_row_loss:
+            z, mass = t.positives, np.abs(t.positives)
+        else:
+            z, mass = loss_per_score(t, cost_fp, cost_fn), loss_mass(t, cost_fp, cost_fn)
+        return summarise_segment(t.score, z, mass, t.weight, t.positives)
 
     names: list[str] = []
     if by is not None:
@@ -332,6 +336,7 @@ class ThresholdTracker:
                 raise DataError(f"label must be in [0, 1], got {label!r}")
             wy = weight * label
             z = self.cost_fp * (weight - wy) - self.cost_fn * wy
+            mass = abs(self.cost_fp) * (weight - wy) + abs(self.cost_fn) * wy
         else:
             if label is not None:
                 raise ValueError("give only one of label and loss")
@@ -339,8 +344,9 @@ class ThresholdTracker:
                 raise DataError(f"loss must be finite, got {loss!r}")
             wy = 0.0
             z = weight * loss
+            mass = abs(z)
         if weight:
-            self._tree.add(score, float(z), float(weight), float(wy))
+            self._tree.add(score, float(z), float(mass), float(weight), float(wy))
             self.n_rows += 1
             if score == math.inf:
                 self._inf_w += float(weight)
@@ -379,11 +385,15 @@ class ThresholdTracker:
         table = pool_ties(s, values, w)
         if losses is None:
             z = loss_per_score(table, self.cost_fp, self.cost_fn)
+            mass = loss_mass(table, self.cost_fp, self.cost_fn)
             pos = table.positives
         else:
+            # Each row's |w z| pooled: the mass of the terms of the pooled z.
             z, pos = table.positives, np.zeros(len(table))
+            mass = pool_ties(s, np.abs(values), w).positives
         add = self._tree.add
-        for args in zip(table.score.tolist(), z.tolist(), table.weight.tolist(), pos.tolist()):
+        for args in zip(table.score.tolist(), z.tolist(), mass.tolist(), table.weight.tolist(),
+                        pos.tolist()):
             add(*args)
         if len(table) and table.score[-1] == np.inf:
             self._inf_w += float(table.weight[-1])
@@ -412,13 +422,13 @@ class ThresholdTracker:
     def summary(self) -> Any:
         """The segment summary of all rows so far (:class:`SegmentSummary`)."""
         tree = self._tree
-        best, t = tree.best()
+        best, t, best_mass = tree.best()
         if t == math.inf:  # the rows scored +inf, or (best == 0) none
             bw, bp = (self._inf_w, self._inf_p) if best < 0.0 else (0.0, 0.0)
         else:
             bw, bp = tree.sums_at_or_above(t)
         return SegmentSummary(tree.total_z(), best, t, tree.weight_total, tree.positives_total,
-                              bw, bp, tree.total_abs_z())
+                              bw, bp, tree.total_mass(), best_mass)
 
     def result(self) -> ThresholdResult:
         """What :func:`optimal_threshold` returns for these rows (confusion included)."""

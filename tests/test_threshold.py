@@ -108,6 +108,78 @@ def test_costs_equal_as_written_tie_on_every_engine(engine):
             candidates), g
 
 
+def _separated_groups(rng, n_groups, loss):
+    """Segments whose thresholds' exact costs tie exactly or differ by more than 2^-30 of
+    the mass of the longer suffix (the sum of |each row's terms| over its rows), with
+    weights, costs or losses spanning up to 1e12: ((rows, costs), exact answer) each."""
+    from fractions import Fraction as F
+
+    out = []
+    while len(out) < n_groups:
+        n = int(rng.integers(2, 9))
+        s = rng.integers(0, 5, n).astype(float)
+        y = rng.integers(0, 2, n).astype(float)
+        big = float(rng.choice([1e12, 1e6, 2.0 ** 40]))
+        w = rng.choice([big, 10.0, 1.0, 3.0, 0.5], n)
+        costs = [(1.0, 1.0), (1.0, 3.0), (1e8, 1.0), (1.0, 1e8), (0.5, 2.0 ** 30)][
+            int(rng.integers(0, 5))]
+        z = rng.choice([big, -big, 10.0, -10.0, 1.0, -1.0, 0.5, -3.0], n)
+        if loss:
+            terms = [[F(wi) * F(zi)] for wi, zi in zip(w, z)]
+        else:
+            terms = [[F(costs[0]) * F(wi) * F(1 - yi), -F(costs[1]) * F(wi) * F(yi)]
+                     for wi, yi in zip(w, y)]
+        candidates = sorted({*s.tolist(), math.inf})
+        cost = {t: sum((sum(r) for r, si in zip(terms, s) if si >= t), F(0))
+                for t in candidates}
+        mass = {t: sum((abs(v) for r, si in zip(terms, s) if si >= t for v in r), F(0))
+                for t in candidates}
+        if all(cost[a] == cost[b] or abs(cost[a] - cost[b]) > mass[a] / 2 ** 30
+               for i, a in enumerate(candidates) for b in candidates[i + 1:]):
+            low = min(cost.values())
+            out.append(((s, y, w, z, costs), max(t for t in candidates if cost[t] == low)))
+    return out
+
+
+@pytest.mark.parametrize("loss", [False, True], ids=["class costs", "per-row loss"])
+def test_threshold_exact_when_weights_and_costs_span_1e12(engine, loss):
+    """A cost difference is a tie only when it is below 2^-36 of the mass of the rows
+    the two compared suffixes hold, not of the whole table: with weights, losses or
+    class costs spanning 1e12, every engine and the tracker (in any order of
+    updates) return the exact optimum (the largest of equal ones), exact arithmetic
+    (fractions) the oracle. Weights 1e12 and 10 (scores 0 and 1) gave t = inf at a
+    cost of 10 where t = 1 costs 0, and a large loss below the candidates moved the
+    answer with the ranges."""
+    rng = np.random.default_rng(4 + loss)
+    groups = _separated_groups(rng, 120, loss)
+    frames = []
+    for g, ((s, y, w, z, costs), _) in enumerate(groups):
+        frames.append(pd.DataFrame({"g": g, "score": s, "label": y, "w": w, "z": z,
+                                    "c_fp": costs[0], "c_fn": costs[1]}))
+    df = pd.concat(frames, ignore_index=True)
+    if loss:
+        got = distcal.optimal_threshold(engine(df), loss_col="z", weight_col="w", by="g",
+                                        **engine.opts).segments.set_index("g").threshold
+    else:  # one call per pair of costs
+        got = pd.concat([
+            distcal.optimal_threshold(engine(part), weight_col="w", cost_fp=c_fp,
+                                      cost_fn=c_fn, by="g", **engine.opts
+                                      ).segments.set_index("g").threshold
+            for (c_fp, c_fn), part in df.groupby(["c_fp", "c_fn"])])
+    for g, ((s, y, w, z, costs), want) in enumerate(groups):
+        assert got[g] == want, (g, s, y, w, z, costs)
+        if engine.name != "local":
+            continue
+        for order in (np.arange(len(s)), np.arange(len(s))[::-1], rng.permutation(len(s))):
+            tracker = distcal.ThresholdTracker(*costs)
+            for i in order:
+                if loss:
+                    tracker.update(s[i], weight=w[i], loss=z[i])
+                else:
+                    tracker.update(s[i], y[i], w[i])
+            assert tracker.threshold == want, (g, order)
+
+
 def test_tracker_ties_costs_equal_as_written_in_any_order_of_updates():
     """The tracker's sums are added in the order rows arrive: thresholds of costs equal
     as written tie there too, whatever that order (exact decimal arithmetic)."""

@@ -22,14 +22,18 @@ per range partition, or per node of a balanced tree, and combined in score
 order. Preferring the right side on equal B returns the largest threshold
 among those of equal cost.
 
-Equal means equal to within ``TIE`` times the sum of |z| over the segments
-compared (the scale of every suffix sum there): the same z added in another
-order (other partitions, ranges or arrival order) differ in their last bits,
-and so do costs equal as written (3 x 0.1 against 0.3), so an exact
-comparison would let rounding pick among thresholds of equal cost, and two
-engines pick differently. A real difference in cost below 2^-36 of the
-total |z| is far below one row's loss for any table of fewer than 10^10
-rows of comparable losses.
+Equal means equal to within ``TIE`` times the *mass* of the longer of the
+two suffixes compared: the sum, over its scores, of the magnitudes of the
+terms z is made of (|c_fp| (W - Y) + |c_fn| Y for class costs; for a
+per-row loss |z_s| of the pooled z, the tracker's the sum of its rows'
+|w z|), which bounds the rounding of either sum. The same z added
+in another order (other partitions, ranges or arrival order) differ in
+their last bits, and so do costs equal as written (3 x 0.1 against 0.3), so
+an exact comparison would let rounding pick among thresholds of equal cost,
+and two engines pick differently. The mass is that of the scores the two
+suffixes hold, not of the whole table, so a large loss elsewhere (below
+both candidates) widens no tie, and a cost difference is a tie only when
+it is below 2^-36 of what the compared rows' costs add up to in magnitude.
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ import numpy as np
 
 from .distinct import DistinctTable
 
-__all__ = ["SegmentSummary", "summarise_segment", "merge_segments", "loss_per_score", "TIE"]
+__all__ = ["SegmentSummary", "summarise_segment", "merge_segments", "loss_per_score",
+           "loss_mass", "TIE"]
 
 TIE = 2.0 ** -36
 
@@ -55,7 +60,8 @@ class SegmentSummary:
     positives: float = 0.0  # weighted positives of the segment
     best_weight: float = 0.0  # weight in the best suffix (predicted positive)
     best_positives: float = 0.0  # positives in the best suffix
-    scale: float = 0.0  # sum of |z| over the segment: costs this close (times TIE) tie
+    mass: float = 0.0  # sum of the magnitudes of z's terms over the segment
+    best_mass: float = 0.0  # the same over the best suffix: the scale of its ties
 
     def __add__(self, right: SegmentSummary) -> SegmentSummary:
         return merge_segments(self, right)
@@ -66,16 +72,17 @@ EMPTY = SegmentSummary()
 
 def merge_segments(left: SegmentSummary, right: SegmentSummary) -> SegmentSummary:
     """Summary of ``left`` followed by ``right`` (all of left's scores are lower)."""
-    through = left.best + right.z
-    scale = left.scale + right.scale
-    if right.best <= through + TIE * scale:
-        best, t = right.best, right.threshold
+    through = left.best + right.z  # left's best suffix and all of right
+    longer = left.best_mass + right.mass
+    if right.best <= through + TIE * longer:
+        best, t, bm = right.best, right.threshold, right.best_mass
         bw, bp = right.best_weight, right.best_positives
     else:
-        best, t = through, left.threshold
+        best, t, bm = through, left.threshold, longer
         bw, bp = left.best_weight + right.weight, left.best_positives + right.positives
     return SegmentSummary(left.z + right.z, best, t, left.weight + right.weight,
-                          left.positives + right.positives, bw, bp, scale)
+                          left.positives + right.positives, bw, bp,
+                          left.mass + right.mass, bm)
 
 
 def loss_per_score(table: DistinctTable, cost_fp: float, cost_fn: float) -> np.ndarray:
@@ -85,25 +92,37 @@ def loss_per_score(table: DistinctTable, cost_fp: float, cost_fn: float) -> np.n
     return z
 
 
-def summarise_segment(score: np.ndarray, z: np.ndarray, weight: np.ndarray,
+def loss_mass(table: DistinctTable, cost_fp: float, cost_fn: float) -> np.ndarray:
+    """|c_fp| (W_s - Y_s) + |c_fn| Y_s: the magnitude of z_s's terms (the scale of its
+    rounding, whatever the two terms cancel)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        mass: np.ndarray = (abs(cost_fp) * (table.weight - table.positives)
+                            + abs(cost_fn) * table.positives)
+    return mass
+
+
+def summarise_segment(score: np.ndarray, z: np.ndarray, mass: np.ndarray, weight: np.ndarray,
                       positives: np.ndarray) -> SegmentSummary:
-    """Summary of distinct ascending scores with loss z, in O(n) by a suffix scan."""
+    """Summary of distinct ascending scores with loss z (terms of magnitude ``mass``),
+    in O(n) by a suffix scan."""
     n = score.shape[0]
     if n == 0:
         return EMPTY
     with np.errstate(over="ignore", invalid="ignore"):  # overflow: refused by the caller
         suffix = np.cumsum(z[::-1])  # suffix[j] = sum of the last j + 1 values of z
-        scale = float(np.sum(np.abs(z)))
-        tie = TIE * scale
-    # Smallest suffix sum; among those within ``tie`` of it the shortest (the largest
-    # threshold): the first in this reversed order; the empty one (0) if it ties.
-    low = float(np.min(suffix))
+        suffix_mass = np.cumsum(mass[::-1])
+    # The smallest suffix sum (the shortest of equal ones: argmin's first); the
+    # shortest suffix within TIE times its mass of it, or the empty one (0), wins:
+    # none of them is longer than the smallest one.
+    j = int(np.argmin(suffix))
+    low = float(suffix[j])
+    tie = TIE * float(suffix_mass[j])
     if low < -tie:
         j = int(np.argmax(suffix <= low + tie))
         i = n - 1 - j
-        best, t = float(suffix[j]), float(score[i])
+        best, t, bm = float(suffix[j]), float(score[i]), float(suffix_mass[j])
         bw, bp = float(weight[i:].sum()), float(positives[i:].sum())
     else:
-        best, t, bw, bp = 0.0, math.inf, 0.0, 0.0
+        best, t, bm, bw, bp = 0.0, math.inf, 0.0, 0.0, 0.0
     return SegmentSummary(float(suffix[-1]), best, t, float(weight.sum()),
-                          float(positives.sum()), bw, bp, scale)
+                          float(positives.sum()), bw, bp, float(suffix_mass[-1]), bm)

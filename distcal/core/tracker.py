@@ -16,13 +16,15 @@ continuous distribution; no rebalancing is ever needed.
 Memory layout, because at a million nodes an update is bound by cache
 misses, not arithmetic (measured with bench/threshold.py):
 
-* a node's record is one 64-byte cache line of doubles: its two children's
-  summaries side by side, (Z_left, B_left, Z_right, B_right), Z the sum of
-  z and B the minimum suffix sum (the empty suffix included), then the
-  offset of its own slot in its parent's record. Going up, a node reads its
-  record and writes its summary into that slot, which the next step reads:
-  about one new cache line per level (measured 30% faster than separate
-  link and summary arrays at a million nodes);
+* a node's record is 16 doubles (two 64-byte cache lines): its two
+  children's summaries side by side, (Z, B, A, A_B) of the left then of the
+  right child, Z the sum of z, B the minimum suffix sum (the empty suffix
+  included), A the mass of z's terms and A_B that of the best suffix (the
+  scale of the ties of :mod:`distcal.core.threshold`), then the offset of
+  its own slot in its parent's record. Going up, a node reads its record
+  and writes its summary into that slot, which the next step reads (one
+  record per level: measured 30% faster than separate link and summary
+  arrays at a million nodes);
 * where the best suffix starts is found by one descent when asked (a
   node's B came from the right child iff it equals B_right);
 * subtree weights and positives, needed only for the confusion at the
@@ -52,6 +54,8 @@ _UNPACK = struct.Struct("<Q")
 _SIGN = 1 << 63
 _MASK = (1 << 64) - 1
 _PENDING_MAX = 1 << 20
+# A new node's record: empty summaries, no parent yet.
+_EMPTY_RECORD = array("d", [0.0] * 8 + [-1.0] + [0.0] * 7)
 
 
 def score_key(score: float) -> int:
@@ -65,13 +69,11 @@ class SummaryTree:
 
     Node i: ``link[4i:4i+4]`` = (left, right, parent, side in the parent),
     left = -1 for a leaf; ``crit[i]`` the bit an internal node tests (63 =
-    most significant); ``rec[8i:8i+8]`` = (Z, B) of the left and the right
-    child, then ``8 parent + 2 side`` (-1 at the root), as doubles;
-    ``wp[4i:4i+4]`` = (W, P) of the left and right child (lazy). The root's
-    own summary is kept in ``root_z``/``root_b`` and ``root_w``/``root_p``;
-    ``root_a`` is the sum of |z| over the leaves, the scale of the ties of
-    :mod:`distcal.core.threshold` at every node (the whole tree's, so that an
-    update adds no work per level).
+    most significant); ``rec[16i:16i+16]`` = (Z, B, A, A_B) of the left and
+    the right child, then ``16 parent + 4 side`` (-1 at the root), as
+    doubles; ``wp[4i:4i+4]`` = (W, P) of the left and right child (lazy). The
+    root's own summary is kept in ``root_z``/``root_b``/``root_a``/``root_ab``
+    and ``root_w``/``root_p``.
     """
 
     def __init__(self) -> None:
@@ -83,7 +85,8 @@ class SummaryTree:
         self.score = array("d")  # leaf: its score
         self.key: list[int] = []  # leaf: its key
         self.leaf_of: dict[int, int] = {}
-        self.root_z = self.root_b = self.root_a = self.root_w = self.root_p = 0.0
+        self.root_z = self.root_b = self.root_a = self.root_ab = 0.0
+        self.root_w = self.root_p = 0.0
         self.pending_leaf = array("q")
         self.pending_w = array("d")
         self.pending_p = array("d")
@@ -97,15 +100,17 @@ class SummaryTree:
         i = len(self.crit)
         self.link.extend((left, right, -1, 0))
         self.crit.append(crit)
-        self.rec.extend((0.0, 0.0, 0.0, 0.0, -1.0, 0.0, 0.0, 0.0))
+        self.rec.extend(_EMPTY_RECORD)
         self.wp.extend((0.0, 0.0, 0.0, 0.0))
         self.key.append(key)
         self.score.append(score)
         return i
 
     # -- updates ----------------------------------------------------------
-    def add(self, score: float, z: float, weight: float, positives: float) -> None:
-        """Add (z, weight, positives) at ``score``: O(depth), depth <= 64, ~log2 n."""
+    def add(self, score: float, z: float, mass: float, weight: float, positives: float
+            ) -> None:
+        """Add (z, the mass of its terms, weight, positives) at ``score``: O(depth),
+        depth <= 64, ~log2 n."""
         k = score_key(score)
         i = self.leaf_of.get(k)
         if i is None:
@@ -118,37 +123,43 @@ class SummaryTree:
         if len(self.pending_leaf) > _PENDING_MAX:
             self._refresh()
         rec = self.rec
-        o = rec[8 * i + 4]
+        o = rec[16 * i + 8]
         if o < 0.0:  # the leaf is the root
-            z = self.root_z + z
-            self.root_z, self.root_b, self.root_a = z, (z if z < 0.0 else 0.0), abs(z)
+            z, a = self.root_z + z, self.root_a + mass
+            self.root_z, self.root_a = z, a
+            self.root_b, self.root_ab = (z, a) if z < -TIE * a else (0.0, 0.0)
             return
         # The leaf: its own segment; best suffix itself or empty (empty wins ties).
         o = int(o)
-        old = rec[o]
-        z = old + z
-        rec[o] = z
-        rec[o + 1] = z if z < 0.0 else 0.0
-        self.root_a += abs(z) - abs(old)
-        tie = TIE * self.root_a
-        # Up to the root: Z = Z_L + Z_R, B = B_R if B_R <= B_L + Z_R (to the tie)
-        # else B_L + Z_R, written into the node's slot in its parent's record (or
-        # the root's summary).
-        o -= o & 7
+        z, a = rec[o] + z, rec[o + 2] + mass
+        rec[o], rec[o + 2] = z, a
+        rec[o + 1], rec[o + 3] = (z, a) if z < -TIE * a else (0.0, 0.0)
+        # Up to the root: Z = Z_L + Z_R, A = A_L + A_R; B = B_R if B_R <= B_L + Z_R
+        # to within TIE times the longer suffix's mass A_B,L + A_R, else B_L + Z_R;
+        # written into the node's slot in its parent's record (or the root's).
+        o -= o & 15
         while True:
-            zr = rec[o + 2]
-            br = rec[o + 3]
+            zr = rec[o + 4]
+            br = rec[o + 5]
+            ar = rec[o + 6]
             through = rec[o + 1] + zr
+            longer = rec[o + 3] + ar
             z = rec[o] + zr
-            b = br if br <= through + tie else through
-            up = rec[o + 4]
+            a = rec[o + 2] + ar
+            if br <= through + TIE * longer:
+                b, ab = br, rec[o + 7]
+            else:
+                b, ab = through, longer
+            up = rec[o + 8]
             if up < 0.0:
-                self.root_z, self.root_b = z, b
+                self.root_z, self.root_b, self.root_a, self.root_ab = z, b, a, ab
                 return
             o = int(up)
             rec[o] = z
             rec[o + 1] = b
-            o -= o & 7
+            rec[o + 2] = a
+            rec[o + 3] = ab
+            o -= o & 15
 
     def _insert(self, k: int, score: float) -> int:
         crit, link, key = self.crit, self.link, self.key
@@ -178,22 +189,23 @@ class SummaryTree:
         # walk the parent links as they are then.
         rec, wp = self.rec, self.wp
         if up < 0:
-            cz, cb, cw, cp = self.root_z, self.root_b, self.root_w, self.root_p
+            summary = array("d", (self.root_z, self.root_b, self.root_a, self.root_ab))
+            cw, cp = self.root_w, self.root_p
         else:
-            o = 8 * up + 2 * side
-            cz, cb = rec[o], rec[o + 1]
+            o = 16 * up + 4 * side
+            summary = rec[o:o + 4]
             o = 4 * up + 2 * side
             cw, cp = wp[o], wp[o + 1]
-        o = 8 * node + 2 * (1 - new_side)
-        rec[o], rec[o + 1] = cz, cb
+        o = 16 * node + 4 * (1 - new_side)
+        rec[o:o + 4] = summary
         o = 4 * node + 2 * (1 - new_side)
         wp[o], wp[o + 1] = cw, cp
         link[4 * node + 2], link[4 * node + 3] = up, side
         link[4 * child + 2], link[4 * child + 3] = node, 1 - new_side
         link[4 * leaf + 2], link[4 * leaf + 3] = node, new_side
-        rec[8 * node + 4] = float(8 * up + 2 * side) if up >= 0 else -1.0
-        rec[8 * child + 4] = float(8 * node + 2 * (1 - new_side))
-        rec[8 * leaf + 4] = float(8 * node + 2 * new_side)
+        rec[16 * node + 8] = float(16 * up + 4 * side) if up >= 0 else -1.0
+        rec[16 * child + 8] = float(16 * node + 4 * (1 - new_side))
+        rec[16 * leaf + 8] = float(16 * node + 4 * new_side)
         if up < 0:
             self.root = node
         else:
@@ -217,29 +229,30 @@ class SummaryTree:
         del self.pending_leaf[:], self.pending_w[:], self.pending_p[:]
 
     # -- queries ----------------------------------------------------------
-    def best(self) -> tuple[float, float]:
-        """(min suffix sum, threshold where it starts; +inf for the empty suffix)."""
+    def best(self) -> tuple[float, float, float]:
+        """(min suffix sum, threshold where it starts (+inf for the empty suffix), the
+        suffix's mass)."""
         b = self.root_b
         if self.root < 0 or b == 0.0:
-            return (0.0, _INF)
+            return (0.0, _INF, 0.0)
         crit, link, rec = self.crit, self.link, self.rec
         i, cur = self.root, b
         # Follow the side each B came from: the right child's B, or the left
         # child's B plus all of the right child.
         while crit[i] >= 0:
-            o = 8 * i
-            if cur == rec[o + 3]:
+            o = 16 * i
+            if cur == rec[o + 5]:
                 i = link[4 * i + 1]
             else:
                 cur = rec[o + 1]
                 i = link[4 * i]
-        return (b, self.score[i])
+        return (b, self.score[i], self.root_ab)
 
     def total_z(self) -> float:
         return self.root_z
 
-    def total_abs_z(self) -> float:
-        """The sum of |z| over the distinct scores (the scale of ties)."""
+    def total_mass(self) -> float:
+        """The mass of z's terms over the distinct scores."""
         return self.root_a
 
     def sums_at_or_above(self, t: float) -> tuple[float, float]:
