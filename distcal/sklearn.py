@@ -108,6 +108,8 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         classifier, cloned and fitted per fold.
     method : {"isotonic", "sigmoid", "histogram", "beta", "venn_abers", "temperature"}
         One-vs-rest with a binary distcal method, or temperature scaling.
+        The default is distcal's default, "isotonic" (``CalibratedClassifierCV``'s
+        is "sigmoid": pass ``method="sigmoid"`` for its results).
         "beta" calibrates ``predict_proba`` (it maps probabilities);
         "venn_abers" with ``cv`` is the cross Venn-Abers predictor (module
         docstring).
@@ -118,11 +120,13 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         ``fit``. Otherwise cross-fitting as ``CalibratedClassifierCV(cv=...)``,
         with the splitter of ``sklearn.model_selection.check_cv(cv, y,
         classifier=True)`` (an int: ``StratifiedKFold(cv)``, no shuffle).
-    ensemble : bool
+    ensemble : bool or "auto"
         With ``cv`` set: True fits one (classifier, calibration) pair per
         fold and averages their probabilities; False fits the classifier on
         all data and calibrates on the out-of-fold responses of
-        ``cross_val_predict``.
+        ``cross_val_predict``; "auto" (``CalibratedClassifierCV``'s default
+        since scikit-learn 1.6) is False for a ``FrozenEstimator``, True
+        otherwise.
 
     Attributes
     ----------
@@ -155,7 +159,7 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
 
     def __init__(self, estimator: Any = None, method: str = "isotonic",
                  params: dict[str, Any] | None = None, cv: Any = None,
-                 ensemble: bool = True):
+                 ensemble: bool | str = True):
         self.estimator = estimator
         self.method = method
         self.params = params
@@ -225,7 +229,8 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
         if self.estimator is None:
             raise ValueError("estimator is required")
-        check_bool(self.ensemble, "ensemble")
+        if self.ensemble != "auto":
+            check_bool(self.ensemble, "ensemble")
         check_classification_targets(y)
         X, y = indexable(X, y)
         y = column_or_1d(y, warn=True)
@@ -269,7 +274,12 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             raise ValueError(f"Requesting {n_folds}-fold cross-validation but provided less "
                              f"than {n_folds} examples for at least one class.")
         cv = check_cv(self.cv, y, classifier=True)
-        if self.ensemble:
+        ensemble = self.ensemble
+        if ensemble == "auto":  # as CalibratedClassifierCV decides it
+            from sklearn.frozen import FrozenEstimator
+
+            ensemble = not isinstance(self.estimator, FrozenEstimator)
+        if ensemble:
             self.estimators_, models = [], []
             for train, test in cv.split(X, y):
                 est = clone(self.estimator)

@@ -96,6 +96,21 @@ def test_cross_fitting_matches_sklearn(name, method, cv, ensemble):
         assert isinstance(ours.calibration_model_, MulticlassCalibrationModel)
 
 
+@pytest.mark.parametrize("frozen", [False, True])
+def test_ensemble_auto_decides_as_sklearn(frozen):
+    """ensemble="auto" (CalibratedClassifierCV's default since 1.6): no ensemble for a
+    FrozenEstimator, one pair per fold otherwise; the same probabilities."""
+    X, y, w = _data("wine", strings=True)
+    est = FrozenEstimator(_lr().fit(X[::3], y[::3])) if frozen else _lr()
+    ours = CalibratedClassifier(est, method="isotonic", cv=3, ensemble="auto")
+    ours.fit(X, y, sample_weight=w)
+    ref = _sk(est, "isotonic", X, y, w, cv=3, ensemble="auto")
+    np.testing.assert_allclose(ours.predict_proba(X), ref.predict_proba(X), rtol=0,
+                               atol=TOL["isotonic"])
+    assert isinstance(ours.calibration_model_, list) is (not frozen)
+    assert len(ref.calibrated_classifiers_) == (1 if frozen else 3)
+
+
 def _separable_folds(ours, ref):
     """Compare temperatures fold by fold; True if some calibration fold is separable.
 
