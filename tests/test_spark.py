@@ -176,6 +176,42 @@ def test_calibrator_params(spark):
     assert down.fit(sdf).model == distcal.fit(df, increasing=False)
 
 
+def test_calibrator_setters_and_getters_as_pyspark_ml_stages_have_them(spark):
+    """Every Param has its getter (the value or its default, None when unset) and the
+    Calibrator its setter, chained as pyspark.ml's; the fitted model sets what it
+    reads to transform (scoreCol, scoreIndex, outputCol)."""
+    from distcal.spark import Calibrator
+
+    cal = Calibrator()
+    for param in cal.params:
+        cap = param.name[0].upper() + param.name[1:]
+        assert callable(getattr(cal, "get" + cap)) and callable(getattr(cal, "set" + cap))
+    assert (cal.getScoreCol(), cal.getLabelCol(), cal.getOutputCol(), cal.getMethod(),
+            cal.getIncreasing(), cal.getInterpolation(), cal.getNBins(), cal.getStrategy()
+            ) == ("score", "label", "calibrated", "isotonic", "true", "linear", 10, "uniform")
+    assert (cal.getScoreIndex(), cal.getWeightCol(), cal.getYMin(), cal.getYMax()) == (None,) * 4
+    df = make_scores(3000, seed=12).assign(w=lambda d: 0.5 + d.index % 3)
+    df = df.rename(columns={"score": "s", "label": "y"})
+    sdf = spark.createDataFrame(df)
+    cal = (Calibrator().setScoreCol("s").setLabelCol("y").setWeightCol("w")
+           .setMethod("isotonic").setIncreasing("auto").setInterpolation("step")
+           .setYMin(0.01).setYMax(0.9))
+    assert (cal.getWeightCol(), cal.getIncreasing(), cal.getYMax()) == ("w", "auto", 0.9)
+    fitted = cal.fit(sdf)
+    assert fitted.model == distcal.fit(df, score_col="s", label_col="y", weight_col="w",
+                                       increasing="auto", interpolation="step", y_min=0.01,
+                                       y_max=0.9)
+    hist = Calibrator(scoreCol="s", labelCol="y").setMethod("histogram").setNBins(4) \
+        .setStrategy("quantile").fit(sdf)
+    assert hist.model == distcal.fit(df, score_col="s", label_col="y", method="histogram",
+                                     n_bins=4, strategy="quantile")
+    out = fitted.setOutputCol("p").transform(sdf)
+    assert out.columns == ["s", "y", "w", "p"] and fitted.getOutputCol() == "p"
+    vec = spark.createDataFrame(df.assign(v=[[1 - x, x] for x in df.s])[["v"]])
+    got = fitted.setScoreCol("v").setScoreIndex(1).transform(vec).toPandas().p
+    np.testing.assert_array_equal(got, fitted.model.predict(df.s))
+
+
 def test_a_spark_frame_is_refused_by_the_local_engine(spark):
     df = make_scores(5000, seed=18)
     with pytest.raises(TypeError, match="collect"):

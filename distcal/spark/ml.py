@@ -80,29 +80,67 @@ class _CalibratorParams(Params):
     def _opt(self, param: Param) -> Any:
         return self.getOrDefault(param) if self.isDefined(param) else None
 
+    # Getters, as every pyspark.ml stage has them (None: unset, no default).
     def getScoreCol(self) -> str:
         return self.getOrDefault(self.scoreCol)
-
-    def getOutputCol(self) -> str:
-        return self.getOrDefault(self.outputCol)
 
     def getScoreIndex(self) -> int | None:
         return self._opt(self.scoreIndex)
 
+    def getLabelCol(self) -> str:
+        return self.getOrDefault(self.labelCol)
+
+    def getWeightCol(self) -> str | None:
+        return self._opt(self.weightCol)
+
+    def getOutputCol(self) -> str:
+        return self.getOrDefault(self.outputCol)
+
+    def getMethod(self) -> str:
+        return self.getOrDefault(self.method)
+
+    def getIncreasing(self) -> str:
+        return self.getOrDefault(self.increasing)
+
+    def getInterpolation(self) -> str:
+        return self.getOrDefault(self.interpolation)
+
+    def getYMin(self) -> float | None:
+        return self._opt(self.yMin)
+
+    def getYMax(self) -> float | None:
+        return self._opt(self.yMax)
+
+    def getNBins(self) -> int:
+        return self.getOrDefault(self.nBins)
+
+    def getStrategy(self) -> str:
+        return self.getOrDefault(self.strategy)
+
+    # Setters of what a fitted stage reads when it transforms (the Calibrator has
+    # every setter; a CalibratorModel only these, as pyspark.ml's models).
+    def setScoreCol(self, value: str) -> Any:
+        return self._set(scoreCol=value)
+
+    def setScoreIndex(self, value: int) -> Any:
+        return self._set(scoreIndex=value)
+
+    def setOutputCol(self, value: str) -> Any:
+        return self._set(outputCol=value)
+
     def _fit_kwargs(self) -> dict[str, Any]:
-        method = self.getOrDefault(self.method)
+        method = self.getMethod()
         kw: dict[str, Any] = {"method": method, "score_col": self.getScoreCol(),
-                              "label_col": self.getOrDefault(self.labelCol),
-                              "weight_col": self._opt(self.weightCol),
+                              "label_col": self.getLabelCol(),
+                              "weight_col": self.getWeightCol(),
                               "score_index": self.getScoreIndex()}
         if method == "isotonic":
-            inc = self.getOrDefault(self.increasing).lower()
+            inc = self.getIncreasing().lower()
             kw.update(increasing={"true": True, "false": False}.get(inc, inc),
-                      interpolation=self.getOrDefault(self.interpolation),
-                      y_min=self._opt(self.yMin), y_max=self._opt(self.yMax))
+                      interpolation=self.getInterpolation(),
+                      y_min=self.getYMin(), y_max=self.getYMax())
         elif method == "histogram":
-            kw.update(n_bins=self.getOrDefault(self.nBins),
-                      strategy=self.getOrDefault(self.strategy))
+            kw.update(n_bins=self.getNBins(), strategy=self.getStrategy())
         return kw
 
 
@@ -112,7 +150,10 @@ class Calibrator(Estimator, _CalibratorParams, DefaultParamsReadable, DefaultPar
     ``fit(df)`` runs :func:`distcal.fit` with ``engine="spark"`` on one
     binary score per row and returns a :class:`CalibratorModel`.
 
-    Params (keyword arguments of the constructor and of ``setParams``):
+    Params (keyword arguments of the constructor and of ``setParams``; each
+    also has its setter and getter, ``setScoreCol`` / ``getScoreCol`` ...,
+    and the fitted model the setters of ``scoreCol``, ``scoreIndex`` and
+    ``outputCol``):
 
     scoreCol
         Column of classifier scores (default: "score"). A vector column
@@ -168,6 +209,33 @@ class Calibrator(Estimator, _CalibratorParams, DefaultParamsReadable, DefaultPar
     @keyword_only
     def setParams(self, **kwargs: Any) -> Calibrator:
         return self._set(**{k: v for k, v in kwargs.items() if v is not None})
+
+    def setLabelCol(self, value: str) -> Calibrator:
+        return self._set(labelCol=value)
+
+    def setWeightCol(self, value: str) -> Calibrator:
+        return self._set(weightCol=value)
+
+    def setMethod(self, value: str) -> Calibrator:
+        return self._set(method=value)
+
+    def setIncreasing(self, value: Any) -> Calibrator:
+        return self._set(increasing=value)
+
+    def setInterpolation(self, value: str) -> Calibrator:
+        return self._set(interpolation=value)
+
+    def setYMin(self, value: float) -> Calibrator:
+        return self._set(yMin=value)
+
+    def setYMax(self, value: float) -> Calibrator:
+        return self._set(yMax=value)
+
+    def setNBins(self, value: int) -> Calibrator:
+        return self._set(nBins=value)
+
+    def setStrategy(self, value: str) -> Calibrator:
+        return self._set(strategy=value)
 
     def _fit(self, dataset: Any) -> CalibratorModel:
         from ..engines import get_engine
