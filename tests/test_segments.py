@@ -557,6 +557,20 @@ def test_evaluate_by_bad_input():
         rep.segment_curve("zzz")
 
 
+def test_a_segment_column_of_vectors_is_counted_over_the_whole_input(engine):
+    """Vectors in a by column are a DataError counting the rows of every partition (each
+    partition used to raise its own count from inside a worker), whatever on_invalid."""
+    df = pd.DataFrame({"score": np.linspace(0, 1, 40), "label": np.arange(40) % 2,
+                       "g": [[1.0, 2.0]] * 40})
+    msg = r"column 'g' \(segment\): 40 rows hold vectors \(lists or arrays\)"
+    for call in (lambda d: distcal.fit(d, by="g", **engine.opts),
+                 lambda d: distcal.optimal_threshold(d, by="g", on_invalid="drop",
+                                                     **engine.opts),
+                 lambda d: distcal.summarize(d, by="g", **engine.opts)):
+        with pytest.raises(DataError, match=msg):
+            call(engine(df, npartitions=4))
+
+
 @pytest.mark.parametrize("engine", ["dask", "spark"], indirect=True)
 def test_evaluate_and_threshold_by_equal_local_in_fixed_work(engine):
     """1, 5 and 2,000 segments evaluated and thresholded on a cluster: the local engine's

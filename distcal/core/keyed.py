@@ -135,6 +135,20 @@ def in_key_order(items: Iterable[T], key: Callable[[T], Any] = lambda item: item
 
 # -- segment keys ------------------------------------------------------------------
 
+class KeyVectorsError(DataError):
+    """``count`` rows of the key column ``column`` hold vectors (lists, arrays): a reader
+    of many parts adds up their counts (:func:`distcal.core.rows.add_up_rows`)."""
+
+    def __init__(self, column: str | None, count: int):
+        self.column, self.count = column, count
+        where = "a segment column" if column is None else f"column '{column}' (segment)"
+        super().__init__(f"{where}: {count} row{' holds' if count == 1 else 's hold'} "
+                         "vectors (lists or arrays), not segment keys")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # raised in Spark and Dask workers: picklable
+        return type(self), (self.column, self.count)
+
+
 def _factorize_column(col: Any, name: str | None = None) -> tuple[np.ndarray, list[Any]]:
     """Codes (-1: null) and distinct values of one key column (array-like or Arrow);
     vectors (lists, arrays) in it are a :class:`~distcal.DataError` naming ``name``."""
@@ -149,9 +163,7 @@ def _factorize_column(col: Any, name: str | None = None) -> tuple[np.ndarray, li
     except (TypeError, NotImplementedError):  # unhashable values (Arrow: lists), counted
         # only on this failure path
         k = sum(isinstance(v, (list, np.ndarray, dict, set)) for v in values)
-        where = "a segment column" if name is None else f"column '{name}' (segment)"
-        raise DataError(f"{where}: {k} row{' holds' if k == 1 else 's hold'} vectors (lists "
-                        "or arrays), not segment keys") from None
+        raise KeyVectorsError(name, k) from None
     # Plain Python scalars (int, float, str, bool, Timestamp) for dictionary keys.
     return np.asarray(c, dtype=np.int64), pd.Index(u).tolist()
 

@@ -513,11 +513,17 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
         with np.errstate(invalid="ignore"):
             keep &= weight > 0
     segments = None
+    key_vectors: dict[str, int] = {}
     by = (spec.label_col,) if spec.target == "classes" else spec.by
     if by:
-        from .keyed import factorize_keys
+        from .keyed import KeyVectorsError, factorize_keys
 
-        codes, keys = factorize_keys([table[b] for b in by], by)
+        try:
+            codes, keys = factorize_keys([table[b] for b in by], by)
+        except KeyVectorsError as e:  # no key: counted here, raised by add_up_rows
+            key_vectors = {str(e.column): e.count}
+            codes, keys = np.full(n, -1, dtype=np.int64), []
+            keep[:] = False
         if spec.target == "classes":  # a class per row: a null label is a problem
             problems.add(spec.label_col, "are null", codes < 0)
             keep &= codes >= 0
@@ -532,6 +538,8 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
     if lengths is not None:
         stats["vectors"] = (spec.score_col, "prob" if spec.probabilities else "score",
                             spec.score_index, lengths)
+    if key_vectors:
+        stats["key_vectors"] = key_vectors
     return rows, stats
 
 
@@ -556,6 +564,9 @@ def merge_stats(total: dict[str, Any] | None, part: dict[str, Any]) -> dict[str,
         from .interval_widths import merge_widths
 
         total["widths"] = merge_widths(total.get("widths"), part["widths"])
+    for column, k in part.get("key_vectors", {}).items():
+        counts = total.setdefault("key_vectors", {})
+        counts[column] = counts.get(column, 0) + k
     if "vectors" in part:
         lengths = total.setdefault("vectors", (*part["vectors"][:3], {}))[3]
         for k, v in part["vectors"][3].items():
@@ -583,6 +594,10 @@ def add_up_rows(stats: list[dict[str, Any]], on_invalid: str,
     total = _no_stats()
     for st in stats:
         merge_stats(total, st)
+    for column, k in total.get("key_vectors", {}).items():  # no keys: whatever on_invalid
+        from .keyed import KeyVectorsError
+
+        raise KeyVectorsError(column, k)
     if "vectors" in total:  # a problem of the column, raised whatever on_invalid says
         from .validate import check_vector_lengths
 
