@@ -64,3 +64,26 @@ def test_fit_from_path_with_spill_equals_in_memory(tmp_path):
     pq.write_table(pa.table({"score": s, "label": y}), path, row_group_size=10_000)
     opts = {"batch_rows": 10_000, "chunk_rows": 30_000, "memory_rows": 40_000}
     assert distcal.fit(str(path), **opts) == distcal.fit(pd.DataFrame({"score": s, "label": y}))
+
+
+@pytest.mark.slow
+def test_a_frame_in_memory_is_pooled_in_memory_whatever_its_rows(caplog):
+    """Past the default budget (2^23 distinct pairs) a frame already in memory is not
+    spilled: its pooled table is at most its own rows, and spilling saved no memory
+    while it doubled the fit's time. A Parquet path, or memory_rows given, still
+    spills."""
+    import logging
+
+    rng = np.random.default_rng(9)
+    n = (1 << 23) + 5000
+    df = pd.DataFrame({"score": rng.random(n), "label": rng.integers(0, 2, n)})
+    with caplog.at_level(logging.INFO, logger="distcal"):
+        res = distcal.optimal_threshold(df)
+    assert "local: 1 keys pooled\n" in caplog.text + "\n" and "spilled" not in caplog.text
+    assert res.n_rows == n
+    small = df.iloc[:50_000]
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="distcal"):
+        spilled = distcal.optimal_threshold(small, memory_rows=20_000, batch_rows=10_000)
+    assert "(spilled to disk)" in caplog.text
+    assert spilled == distcal.optimal_threshold(small)
