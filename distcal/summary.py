@@ -56,7 +56,14 @@ from .defaults import DEFAULTS
 from .engines import get_engine, resolve_engine
 from .errors import DataError, ModelError, ParameterError, sums_overflow, unexpected_arguments
 from .logs import log
-from .model import build_or_damaged, damaged, read_checked_meta, read_table_bytes, read_table_file
+from .model import (
+    MAX_TABLE_BYTES,
+    build_or_damaged,
+    damaged,
+    read_checked_meta,
+    read_table_bytes,
+    read_table_file,
+)
 from .model_format import _json_checksum
 from .params import check_int, check_on_invalid, check_roles
 from .storage import (
@@ -103,6 +110,9 @@ class Summary:
                  n_rows: int, weight_total: float, dropped_rows: int = 0,
                  period: str | None = None, decimals: int | None = None,
                  read_from: str | None = None):
+        if int(n_rows) < 1 or table.num_rows == 0:  # as summarize refuses no rows
+            raise DataError("a summary of no rows: summarize refuses an input with no row "
+                            "of weight > 0, and no summary holds none")
         self._table = table
         self.read_from = read_from
         self.columns = dict(columns)
@@ -191,6 +201,12 @@ class Summary:
         sample = score_sample(self._table).astype("<f8").tobytes()
         pq.write_table(self._table.replace_schema_metadata({SCORE_SAMPLE_KEY: sample}),
                        tmp / TABLE_FILE)
+        size = (tmp / TABLE_FILE).stat().st_size
+        if size > MAX_TABLE_BYTES:  # what load_summary reads (untrusted input): not written
+            raise DataError(f"this summary's table of {self._table.num_rows} (key, score) "
+                            f"rows takes {size} bytes, more than distcal reads back "
+                            f"({MAX_TABLE_BYTES}): summarize with decimals= (rounded "
+                            "scores), fewer by columns or shorter periods")
         data = (tmp / TABLE_FILE).read_bytes()
         meta = self._meta()
         meta["library_version"] = __version__
@@ -385,6 +401,9 @@ def merge_summaries(summaries: Sequence[Summary]) -> Summary:
                                 f"{' in some summaries and '.join(types)} in others; only "
                                 "summaries whose by columns have one type merge") from None
     kt = keyed_from_arrow(pa.concat_tables(tables, promote_options="permissive"), n_by)
+    if not np.all(np.isfinite(kt.table.weight)):  # as summarize refuses such rows
+        raise sums_overflow()
+    _check_squares(kt, src.columns["weight"])
     return Summary(arrow_from_keyed(kt, n_by), columns=src.columns, by=src.by,
                    n_rows=src.n_rows, weight_total=src.weight_total,
                    dropped_rows=src.dropped_rows, period=None, decimals=items[0].decimals)
@@ -409,6 +428,8 @@ def _read_meta(root: Path) -> dict[str, Any]:
         for k in ("n_rows", "dropped_rows"):
             if type(meta[k]) is not int or meta[k] < 0:
                 raise ValueError(f"{k} must be a count")
+        if meta["n_rows"] == 0:  # summarize refuses an input of no rows
+            raise ValueError("a summary of no rows")
         w = meta["weight_total"]
         if isinstance(w, bool) or not isinstance(w, (int, float)) or not w >= 0:
             raise ValueError("weight_total must be a number >= 0")

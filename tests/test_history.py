@@ -459,6 +459,42 @@ def test_summaries_of_other_columns_do_not_merge():
     assert (a + a).period is None and (a + a).n_rows == 2 * a.n_rows
 
 
+def test_merged_sums_that_overflow_and_summaries_of_no_rows_are_data_errors():
+    """A merge adds sums up: squared weights that overflow are the DataError summarize
+    gives (the merge made a summary that evaluate called damaged and that saved but did
+    not load); a summary of no rows cannot be made (monitor and fit failed on one)."""
+    df = pd.DataFrame({"score": [0.1, 0.2, 0.3], "label": [0, 1, 1], "w": [1e153] * 3})
+    s = distcal.summarize(df, weight_col="w")
+    with pytest.raises(DataError, match="squared weights are too large"):
+        distcal.merge_summaries([s] * 300)
+    with pytest.raises(DataError, match="no rows"):
+        distcal.Summary(s.arrow.slice(0, 0), columns=s.columns, by=[], n_rows=0,
+                        weight_total=0.0)
+
+
+def test_a_summary_too_large_to_read_back_is_not_saved(tmp_path, monkeypatch):
+    """load_summary reads at most MAX_TABLE_BYTES of table (untrusted input); save refuses
+    a larger table, names the way out and writes nothing (it wrote a directory that
+    could never be read back). Shown with the limit lowered to 20 KB."""
+    import distcal.model
+    import distcal.summary
+
+    rng = np.random.default_rng(3)
+    df = pd.DataFrame({"score": rng.random(4000), "label": rng.integers(0, 2, 4000)})
+    small = distcal.summarize(df.iloc[:100])
+    big = distcal.summarize(df)  # 4,000 distinct scores: about 100 KB of table
+    for module in (distcal.model, distcal.summary):
+        monkeypatch.setattr(module, "MAX_TABLE_BYTES", 20_000)
+    small.save(tmp_path / "small")
+    assert distcal.load_summary(tmp_path / "small") == small
+    with pytest.raises(DataError, match="decimals="):
+        big.save(tmp_path / "big")
+    assert not (tmp_path / "big").exists()
+    big_rounded = distcal.summarize(df, decimals=2)
+    big_rounded.save(tmp_path / "rounded")
+    assert distcal.load_summary(tmp_path / "rounded") == big_rounded
+
+
 # -- saved summaries are untrusted input -----------------------------------------------------
 
 def _rewrite_json(root: Path, change) -> None:
@@ -511,6 +547,17 @@ def test_tampered_summary_directories_raise_model_error(tmp_path):
         _rewrite_json(r, lambda m: m["tables"]["table"].update(sha256=digest))
     case("negative-weight", negative_weight)
     case("rows", lambda r: _rewrite_json(r, lambda m: m.update(n_rows=m["n_rows"] + 1)))
+    case("weight", lambda r: _rewrite_json(
+        r, lambda m: m.update(weight_total=2 * m["weight_total"])))
+
+    def no_rows(r):  # an empty table and totals of 0, consistent: not a summary either
+        t = pq.read_table(r / "table.parquet")
+        pq.write_table(t.slice(0, 0), r / "table.parquet")
+        import hashlib
+        digest = hashlib.sha256((r / "table.parquet").read_bytes()).hexdigest()
+        _rewrite_json(r, lambda m: (m["tables"]["table"].update(sha256=digest, rows=0),
+                                    m.update(n_rows=0, weight_total=0.0)))
+    case("no-rows", no_rows)
     case("version", lambda r: _rewrite_json(r, lambda m: m.update(format_version=99)))
     case("path", lambda r: _rewrite_json(
         r, lambda m: m["tables"]["table"].update(file="../good/table.parquet")))

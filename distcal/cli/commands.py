@@ -119,7 +119,10 @@ def _fit_summaries(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
                          "--by are the summaries' own")
     dirs = _summary_dirs(opts, io)
     io.refuse_existing(opts["output"], opts["overwrite"], kind=MODEL)
+    # The column options are the summaries' own: another one is a ParameterError (exit 2).
     model = fit(dirs, method=opts["method"], engine=io.engine,
+                score_col=opts["score_col"], label_col=opts["label_col"],
+                weight_col=opts["weight_col"],
                 min_segment_weight=opts["min_segment_weight"], **_method_params(opts))
     io.publish(opts["output"], model.write_dir, opts["overwrite"], MODEL)
     out = {"model": str(opts["output"]), "method": model.method, "summaries": len(dirs),

@@ -19,6 +19,7 @@ plan runs unchanged.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,7 @@ FIELDS = ("score", "weight", "positives", "wyy", "ww", "count", "label_sum", "no
 # range bounds from the samples of the files' footers, with no sampling job.
 SCORE_SAMPLE_KEY = b"distcal.score_sample"
 # The rows of the key of all rows, counted with the problems (they must add up to n_rows).
+_WEIGHT = "_weight"  # (the parts' weight, checked against the metadata)
 _ROWS = "rows"
 
 
@@ -306,7 +308,7 @@ class SummarySource:
         return out + [(score_sample(t), t.num_rows) for t in self.tables]
 
     def read_piece(self, piece: pa.Table, spec: KeySpec, finite_scores: bool,
-                   problems: list[dict[str, int]]) -> KeyedTable:
+                   problems: list[dict[str, float]]) -> KeyedTable:
         """A piece of the summaries' rows (a batch of :meth:`batches`, a range's chunk, a
         file's row groups) pooled by (key, score) and checked (:func:`summary_keyed`); its
         problems (:meth:`problems`) are appended to ``problems``, which the engines add up
@@ -315,7 +317,8 @@ class SummarySource:
         problems.append(self.problems(part, spec, finite_scores))
         return part
 
-    def problems(self, kt: KeyedTable, spec: KeySpec, finite_scores: bool) -> dict[str, int]:
+    def problems(self, kt: KeyedTable, spec: KeySpec, finite_scores: bool
+                 ) -> dict[str, float]:
         """The rows of a part of the summaries that a fit or evaluation of the summarised
         rows would refuse, by problem (added up over the parts, :meth:`raise_problems`).
 
@@ -328,7 +331,7 @@ class SummarySource:
             return {}
         t = kt.key_table(g)
         s, n = t.score, t.count
-        out = {_ROWS: int(n.sum())}
+        out: dict[str, float] = {_ROWS: int(n.sum()), _WEIGHT: float(t.weight.sum())}
         if finite_scores:
             out["are infinite (this method needs finite scores)"] = int(n[np.isinf(s)].sum())
         if spec.probabilities:
@@ -337,23 +340,26 @@ class SummarySource:
         return out
 
     @staticmethod
-    def refused(parts: list[dict[str, int]]) -> bool:
+    def refused(parts: list[dict[str, float]]) -> bool:
         """Whether the parts have rows the method refuses (then nothing is computed)."""
-        return any(k for p in parts for name, k in p.items() if name != _ROWS)
+        return any(k for p in parts for name, k in p.items() if name not in (_ROWS, _WEIGHT))
 
-    def raise_problems(self, parts: list[dict[str, int]]) -> None:
+    def raise_problems(self, parts: list[dict[str, float]]) -> None:
         """The ``DataError`` naming the score column, each problem and its rows, if any
-        (and ``ModelError`` when the tables' rows are not the rows the metadata states)."""
-        total: dict[str, int] = {}
+        (and ``ModelError`` when the tables' rows or weight are not those the metadata
+        states)."""
+        total: dict[str, float] = {}
         for p in parts:
             for problem, k in p.items():
                 total[problem] = total.get(problem, 0) + k
-        if total.pop(_ROWS, 0) != self.n_rows:
+        weight = total.pop(_WEIGHT, 0.0)
+        if total.pop(_ROWS, 0) != self.n_rows or not math.isclose(
+                weight, self.weight_total, rel_tol=1e-9, abs_tol=1e-12):
             from ..errors import ModelError
 
-            raise ModelError("a summary is damaged: its table's rows differ from the rows its "
-                             "metadata states")
-        message = problems_message([(str(self.columns["score"]), p, k)
+            raise ModelError("a summary is damaged: its table's rows or weight differ from "
+                             "those its metadata states")
+        message = problems_message([(str(self.columns["score"]), p, int(k))
                                     for p, k in total.items()])
         if message:
             raise DataError(message)

@@ -332,7 +332,7 @@ def _summary_piece(piece: Any, columns: list[str]) -> Any:
 def _pool_summary(piece: Any, source: Any, spec: KeySpec, finite_scores: bool
                   ) -> tuple[KeyedTable, dict[str, Any]]:
     """A piece of summary rows pooled by (key, score), checked as the rows would be."""
-    problems: list[dict[str, int]] = []
+    problems: list[dict[str, float]] = []
     part = source.read_piece(_summary_piece(piece, source.columns_read(spec)), spec,
                              finite_scores, problems)
     return part, problems[0]

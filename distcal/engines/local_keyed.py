@@ -256,7 +256,7 @@ class LocalKeyedRanges(KeyedRanges):
 
     def _pool(self) -> None:
         if self.summary is not None:
-            problems: list[dict[str, int]] = []
+            problems: list[dict[str, float]] = []
             with phase("local: read the summaries' pooled rows"):
                 for batch in self.summary.batches(self.batch_rows,
                                                   self.summary.columns_read(self.spec)):

@@ -51,7 +51,7 @@ def summary_runner(fn: Callable[[KeyedTable], Any], source: Any, spec: KeySpec,
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         runs = KeyedRuns()
-        problems: list[dict[str, int]] = []
+        problems: list[dict[str, float]] = []
         for data in chunks(batches, chunk_rows):
             runs.add(source.read_piece(data, spec, finite_scores, problems))
         yield range_result(fn, runs, not source.refused(problems), problems=problems)
