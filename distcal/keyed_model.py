@@ -704,6 +704,11 @@ class KeyedModel:
         from .export.sql import to_sql
 
         if score is None:
+            if self.n_classes >= 2 and not self.columns.get("scores"):
+                raise ValueError(f"this model was fitted on the vector column "
+                                 f"{self.columns.get('score')!r}: pass score= the SQL of "
+                                 "its elements (K expressions; K = 2: the class-1 score), "
+                                 "as the dialect reads an array's elements")
             score = self.columns.get("scores") or self.columns.get("score") or "score"
         return to_sql(self, score, dialect, segments)
 

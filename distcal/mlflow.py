@@ -67,7 +67,9 @@ def predict_frame(model: Any, df: pd.DataFrame) -> np.ndarray:
 
         out: np.ndarray = model.predict(read_score(df, scores[0]))
         return out
-    multi = model.n_classes >= 2 and len(scores) > 1
+    # Per-class score columns (one of them: a binary temperature model's logit), or one
+    # column (a vector column, or K = 2's score of class 1).
+    multi = model.n_classes >= 2 and bool(model.columns.get("scores"))
     out = model.predict_part(df, None if multi else scores[0], scores if multi else None)
     return out
 
@@ -177,6 +179,28 @@ def save_model(model: Any, path: str | os.PathLike[str], *, mlflow_model: Any = 
         raise OutputExistsError(e.target, "choose a new path, or remove this one") from None
 
 
+def _with_nullable_keys(model: Any, signature: Any) -> Any:
+    """``signature`` with the integer ``by`` columns of any type (MLflow's ``AnyType``).
+
+    MLflow's schema enforcement refuses a null in a column typed ``long`` (pandas
+    holds an integer column with a null as floats, or as the nullable Int64),
+    and a ``double`` refuses int64; a null or unseen key is served by the
+    global map, so the key column is passed through as it comes.
+    """
+    from mlflow.types import DataType
+    from mlflow.types.schema import AnyType, ColSpec, Schema
+
+    inputs = signature.inputs
+    if not (is_keyed(model) and model.by) or inputs is None:
+        return signature
+    by = set(model.by)
+    cols = [ColSpec(AnyType(), c.name)
+            if c.name in by and c.type in (DataType.long, DataType.integer) else c
+            for c in inputs.inputs]
+    signature.inputs = Schema(cols)
+    return signature
+
+
 def write_model_dir(model: Any, tmp: Path, *, mlflow_model: Any = None, signature: Any = None,
                     input_example: pd.DataFrame | None = None,
                     metadata: dict[str, Any] | None = None) -> None:
@@ -191,7 +215,8 @@ def write_model_dir(model: Any, tmp: Path, *, mlflow_model: Any = None, signatur
     mlflow_model = Model() if mlflow_model is None else mlflow_model
     example = example_input(model) if input_example is None else input_example
     if signature is None:
-        signature = infer_signature(example, predict_frame(model, example))
+        signature = _with_nullable_keys(model, infer_signature(example,
+                                                               predict_frame(model, example)))
     tmp.mkdir()
     model.save(tmp / MODEL_SUBDIR)
     _save_example(mlflow_model, example, str(tmp))

@@ -168,7 +168,7 @@ def run_postgres(conn, exprs: list[str], columns: dict[str, list]) -> list[list]
              if isinstance(_first(v), (int, np.integer)) else "float8" for c, v in columns.items()}
     arrays = ", ".join(f"%s::{t}[]" for t in types.values())
     select = ", ".join(f"{e} AS p{i}" for i, e in enumerate(exprs))
-    names = ", ".join(f'"{c}"' for c in types)  # as created: case and spaces kept
+    names = ", ".join('"' + c.replace('"', '""') + '"' for c in types)  # case, spaces kept
     sql = f"SELECT {select} FROM unnest({arrays}) AS t({names})"
     values = [[None if x is None else (float(x) if types[c] == "float8" else
                                        int(x) if types[c] == "int8" else x) for x in v]
@@ -297,19 +297,22 @@ def test_sql_segments(engine, run_sql, segment_models, probes):
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_sql_segment_columns_of_any_name(engine, run_sql):
-    """by columns named with a space, as a keyword, in mixed case: quoted where the
-    dialect would read them otherwise (an alias, a query, a folded name)."""
+    """by columns named with a space, as keywords (``select``, ``order``, ``end``), as
+    PostgreSQL's ``user`` (its current user when bare: every row got the global map), in
+    mixed case, with quotes: quoted, so that each dialect reads exactly that column."""
     rng = np.random.default_rng(14)
-    n = 800
-    df = pd.DataFrame({"score": np.round(rng.random(n), 2), "my seg": rng.choice(["a", "b"], n),
-                       "select": rng.choice(["x", "y"], n), "Seg": rng.choice(["u", "v"], n)})
+    n = 1600
+    names = ["my seg", "select", "Seg", "order", "user", "end", "it's", 'q"b']
+    df = pd.DataFrame({"score": np.round(rng.random(n), 2),
+                       **{c: rng.choice(["x", "y"], n) for c in names}})
     df["label"] = (rng.random(n) < df.score).astype(int)
-    model = distcal.fit(df, by=["my seg", "select", "Seg"])
     probe = df.sample(60, random_state=1)
-    result = run_sql([model.to_sql("score", dialect=engine)],
-                     {c: probe[c].tolist() for c in ["score", "my seg", "select", "Seg"]})
-    _assert_close(_columns(result, 0), model.predict(probe.score.to_numpy(),
-                                                     segments=probe[model.by]))
+    for by in (names[:3], names[3:6], names[6:]):
+        model = distcal.fit(df, by=by)
+        result = run_sql([model.to_sql("score", dialect=engine)],
+                         {c: probe[c].tolist() for c in ["score", *by]})
+        _assert_close(_columns(result, 0), model.predict(probe.score.to_numpy(),
+                                                         segments=probe[model.by]))
 
 
 def test_sql_expressions_of_one_value_only(binary_models):
@@ -464,6 +467,16 @@ def test_sql_refuses_what_it_cannot_write(binary_models, class_models):
         model.to_sql("score +")
     with pytest.raises(ValueError, match="3 expressions"):
         class_models["isotonic"][0].to_sql(["s0", "s1"])
+    with pytest.raises(ValueError, match="not a duckdb SQL expression"):  # an unclosed quote
+        model.to_sql("sc'ore", dialect="duckdb")
+    frame = make_scores(400, seed=3)
+    by_bytes = distcal.fit(frame.assign(g=[b"ab", b"cd"] * 200), by="g")
+    with pytest.raises(ValueError, match="segment key of bytes"):  # it matched no row
+        by_bytes.to_sql("score", dialect="duckdb")
+    vectors = pd.DataFrame({"v": [np.array([1 - x, x]) for x in frame.score],
+                            "label": frame.label})
+    with pytest.raises(ValueError, match="fitted on the vector column 'v'"):
+        distcal.fit(vectors, score_col="v").to_sql(dialect="duckdb")
     normalised = distcal.export.ovr_normalise_sql(["q0", "q1", "q2"], dialect="duckdb")
     out = run_duckdb(normalised, {"q0": [0.2, 0.0], "q1": [0.6, 0.0], "q2": [0.2, 0.0]})
     np.testing.assert_allclose(out, [[0.2, 0.6, 0.2], [1 / 3, 1 / 3, 1 / 3]])
@@ -557,6 +570,21 @@ def test_mlflow_pyfunc_and_round_trip(tracking, segment_models, class_models):
             dmlflow.save_model(model, path)
     with pytest.raises(distcal.DataError, match="column 'score': 2 rows are text, not numbers"):
         dmlflow.predict_frame(binary, pd.DataFrame({"score": ["0.2", "high"]}))
+    # Integer keys with nulls (float NaN, pandas' Int64 NA): the global map, as predict
+    # gives (MLflow's inferred "long" refused them); a binary temperature model's logit.
+    ints = df.assign(g=np.arange(len(df)) % 3)
+    by_int = distcal.fit(ints, by="g")
+    dmlflow.save_model(by_int, tracking / "ints")
+    pyfunc = mlflow.pyfunc.load_model(str(tracking / "ints"))
+    want = by_int.predict(np.array([0.2, 0.5, 0.7]), segments=pd.Series([1, None, 2]))
+    for keys in ([1, np.nan, 2], pd.array([1, None, 2], dtype="Int64"), [1.0, None, 2.0]):
+        got = pyfunc.predict(pd.DataFrame({"score": [0.2, 0.5, 0.7], "g": keys}))
+        np.testing.assert_array_equal(np.asarray(got), want)
+    logits = pd.DataFrame({"logit": np.linspace(-3, 3, 400), "label": np.arange(400) % 2})
+    temp = distcal.fit(logits, method="temperature", score_col="logit")
+    dmlflow.save_model(temp, tracking / "temperature")
+    got = mlflow.pyfunc.load_model(str(tracking / "temperature")).predict(logits[["logit"]])
+    np.testing.assert_array_equal(np.asarray(got), temp.predict(logits.logit.to_numpy()))
     with mlflow.start_run():
         info = dmlflow.log_model(segment_models["string"], "calibrator")
     loaded = mlflow.pyfunc.load_model(info.model_uri)
@@ -577,6 +605,20 @@ def test_mlflow_spark_udf(tracking, spark, segment_models):
     sdf = spark.createDataFrame(df).coalesce(1)
     got = np.array([r.p for r in sdf.withColumn("p", udf("score", "seg")).collect()])
     np.testing.assert_allclose(got, model.predict(df["score"].to_numpy(), segments=df["seg"]),
+                               rtol=0, atol=1e-12)
+    # A long key column with nulls (it failed the whole job): the global map for them.
+    ints = df.assign(g=np.arange(len(df)) % 3)
+    by_int = distcal.fit(ints.assign(label=_segment_data(600)["label"]), by="g")
+    with mlflow.start_run():
+        info = dmlflow.log_model(by_int, "by_int")
+    udf = mlflow.pyfunc.spark_udf(spark, info.model_uri, result_type="double",
+                                  env_manager="local")
+    keys = [None if i % 5 == 0 else int(g) for i, g in enumerate(ints.g)]
+    sdf = spark.createDataFrame(list(zip(ints.score.tolist(), keys)),
+                                "score double, g bigint").coalesce(1)
+    got = np.array([r.p for r in sdf.withColumn("p", udf("score", "g")).collect()])
+    np.testing.assert_allclose(got, by_int.predict(ints.score.to_numpy(),
+                                                   segments=pd.Series(keys, dtype=object)),
                                rtol=0, atol=1e-12)
 
 

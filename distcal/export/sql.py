@@ -125,13 +125,13 @@ class _Writer:
     def expression(self, sql: str, what: str) -> str:
         """The caller's SQL expression, parsed in the dialect; parenthesised unless atomic."""
         import sqlglot
-        from sqlglot.errors import ParseError
+        from sqlglot.errors import ParseError, TokenError
 
         if not isinstance(sql, str) or not sql.strip():
             raise ValueError(f"{what} must be a non-empty SQL expression, got {sql!r}")
         try:
             tree = sqlglot.parse_one(sql, read=self.dialect)
-        except ParseError as exc:
+        except (ParseError, TokenError) as exc:  # TokenError: an unclosed quote
             raise ValueError(f"{what} {sql!r} is not a {self.dialect} SQL expression: "
                              f"{str(exc).splitlines()[0]}") from exc
         if not isinstance(tree, (self._exp.Condition, self._exp.Subquery)):
@@ -145,25 +145,12 @@ class _Writer:
         return text if atomic else f"({text})"
 
     def column(self, name: str) -> str:
-        """The column ``name`` (a ``by`` column, named as the data has it): bare where
-        the dialect reads it back as exactly that column, as it would be written by hand;
-        quoted otherwise: spaces, keywords, dots (never read as an alias or a query), and
-        letters the dialect would fold (PostgreSQL lowers ``Seg``, Snowflake uppers
-        ``seg``: sqlglot's ``normalize_identifier``)."""
-        import sqlglot
-        from sqlglot.dialects.dialect import Dialect
-        from sqlglot.errors import ParseError
-
+        """The column ``name`` (a ``by`` column, named as the data has it), always quoted:
+        a bare name can be a keyword (``order``), a function (PostgreSQL's ``user``),
+        folded (PostgreSQL lowers ``Seg``, Snowflake uppers ``seg``) or a query, and no
+        dialect's list of reserved words is complete; the quotes inside a name are
+        escaped by sqlglot."""
         exp = self._exp
-        try:
-            tree = sqlglot.parse_one(name, read=self.dialect)
-        except ParseError:
-            tree = None
-        folded = Dialect.get_or_raise(self.dialect).normalize_identifier(
-            exp.to_identifier(name)).name
-        if isinstance(tree, exp.Column) and not tree.table and tree.name == name \
-                and not tree.this.quoted and folded == name:
-            return name
         return str(exp.column(exp.to_identifier(name, quoted=True)).sql(dialect=self.dialect))
 
     def is_nan(self, s: str) -> str:
@@ -182,6 +169,10 @@ class _Writer:
             return str(int(v)) if v >= 0 else f"({int(v)})"
         if isinstance(v, (float, np.floating)):
             return self.num(float(v))
+        if isinstance(v, (bytes, bytearray)):  # str() would be the text "b'...'"
+            raise ValueError(f"a segment key of bytes ({v[:20]!r}) has no SQL literal of "
+                             "the same value in every dialect: export segment(key) or "
+                             "global_model, or fit with text keys")
         return str(exp.Literal.string(str(v)).sql(dialect=self.dialect))
 
     def times(self, c: float, x: str) -> str:
