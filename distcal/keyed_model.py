@@ -701,7 +701,7 @@ class KeyedModel:
         keys, in the order of ``by`` (default: the ``by`` column names);
         segments that fell back, unseen keys and null keys get the global map.
         """
-        from .export.sql import to_sql
+        from .export.sql import quoted_column, to_sql
 
         if score is None:
             if self.n_classes >= 2 and not self.columns.get("scores"):
@@ -709,7 +709,10 @@ class KeyedModel:
                                  f"{self.columns.get('score')!r}: pass score= the SQL of "
                                  "its elements (K expressions; K = 2: the class-1 score), "
                                  "as the dialect reads an array's elements")
-            score = self.columns.get("scores") or self.columns.get("score") or "score"
+            names = self.columns.get("scores") or self.columns.get("score") or "score"
+            # the fit's columns as the data names them (a dot, a space, a keyword)
+            score = quoted_column(names, dialect) if isinstance(names, str) else \
+                [quoted_column(str(c), dialect) for c in names]
         return to_sql(self, score, dialect, segments)
 
     def to_onnx(self) -> Any:

@@ -79,14 +79,14 @@ def check_file_types(fragment: ds.Fragment, schema: pa.Schema, columns: list[str
         if i < 0:  # a hive partition column, or missing (reported where rows are read)
             continue
         have, want = physical.field(i).type, schema.field(name).type
-        if have != want and not _widens(have, want):
+        if have != want and not widens(have, want):
             raise DataError(
                 f"column '{name}' has type {have} in file '{fragment.path}' but {want} in the "
                 "dataset's first file; reading it as that type would change its values: "
                 "write the dataset's files with one type")
 
 
-def _widens(have: pa.DataType, want: pa.DataType) -> bool:
+def widens(have: pa.DataType, want: pa.DataType) -> bool:
     """Whether every value of type ``have`` is exactly a value of type ``want``."""
     t = pa.types
     if t.is_null(have):

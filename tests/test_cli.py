@@ -425,3 +425,64 @@ def test_in_process_run_after_an_earlier_capture_closed(tmp_path, capsys):
         assert main(["fit", "--input", str(tmp_path / "in.parquet"), "--output",
                      str(tmp_path / out), flag]) == 0, capsys.readouterr().err
     assert "distcal INFO" in capsys.readouterr().err
+
+
+def test_widened_files_dotted_columns_output_col_and_a_closed_stdout(tmp_path, capsys):
+    """A dataset whose later files widen a column exactly (int32 then int64 labels read
+    through an int64 first file) is read as the API reads it, and a narrowing is refused
+    as the API refuses it; export's default score is the fit's column as the data names
+    it (s.x was read as column x of table s); apply --output-col score, for a model fitted
+    on per-class columns, is no clash; a reader that closes stdout (| true) ends no run
+    with a traceback."""
+    import duckdb
+
+    from distcal.cli.main import main
+
+    def cli(*args):
+        code = main([str(a) for a in args])
+        return code, capsys.readouterr()
+
+    df = make_scores(2000, seed=4)
+    for order, ok in ((("int64", "int32"), True), (("int32", "int64"), False)):
+        d = tmp_path / f"{order[0]}-first"
+        d.mkdir()
+        for i, t in enumerate(order):
+            part = df.iloc[i * 1000:(i + 1) * 1000]
+            pq.write_table(pa.table({"score": part.score, "label": pa.array(part.label, t)}),
+                           d / f"part{i}.parquet")
+        code, out = cli("threshold", "--input", d)
+        assert (code == 0) is ok, out.err
+        want = None
+        try:
+            want = distcal.optimal_threshold(str(d)).threshold
+        except distcal.DataError:
+            assert not ok
+        if ok:
+            assert json.loads(out.out)["threshold"] == want
+        else:
+            assert "int64" in out.err and "int32" in out.err
+    df.rename(columns={"score": "s.x"}).to_parquet(tmp_path / "dot.parquet")
+    assert cli("fit", "--input", tmp_path / "dot.parquet", "--score-col", "s.x", "--output",
+               tmp_path / "m")[0] == 0
+    assert cli("export", "--model", tmp_path / "m", "--format", "sql", "--dialect", "duckdb",
+               "--output", tmp_path / "m.sql")[0] == 0
+    sql = (tmp_path / "m.sql").read_text().strip()
+    got = duckdb.sql(f'SELECT {sql} FROM (SELECT 0.3 AS "s.x")').fetchall()[0][0]
+    assert got == distcal.load(tmp_path / "m").predict([0.3])[0]
+    rng = np.random.default_rng(2)
+    p = rng.dirichlet(np.ones(3), 900)
+    pd.DataFrame({"s0": p[:, 0], "s1": p[:, 1], "s2": p[:, 2],
+                  "label": rng.integers(0, 3, 900)}).to_parquet(tmp_path / "mc.parquet")
+    assert cli("fit", "--input", tmp_path / "mc.parquet", "--score-cols", "s0,s1,s2",
+               "--output", tmp_path / "mc")[0] == 0
+    code, out = cli("apply", "--model", tmp_path / "mc", "--input", tmp_path / "mc.parquet",
+                    "--output", tmp_path / "o.parquet", "--output-col", "score")
+    assert code == 0, out.err
+    np.testing.assert_array_equal(np.stack(pd.read_parquet(tmp_path / "o.parquet")["score"]),
+                                  distcal.load(tmp_path / "mc").predict(p))
+    proc = subprocess.Popen([*DISTCAL, "threshold", "--input", str(tmp_path / "dot.parquet"),
+                             "--score-col", "s.x"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()  # as `| true` does, before the line is printed
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 0 and "Traceback" not in err and "Error" not in err, err

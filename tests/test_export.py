@@ -477,6 +477,27 @@ def test_sql_refuses_what_it_cannot_write(binary_models, class_models):
                             "label": frame.label})
     with pytest.raises(ValueError, match="fitted on the vector column 'v'"):
         distcal.fit(vectors, score_col="v").to_sql(dialect="duckdb")
+    with pytest.raises(ValueError, match="dialect"):
+        class_models["isotonic"][0].to_sql(dialect="oracle")
+
+
+def test_sql_default_score_columns_as_the_data_names_them():
+    """Without score=, the fit's score column(s), quoted: a name with a dot or a space
+    (read as a table's column, or refused) or a keyword."""
+    rng = np.random.default_rng(6)
+    s = rng.random(600)
+    df = pd.DataFrame({"s.x": s, "my score": s, "order": s, "g": rng.choice(["a", "b"], 600),
+                       "label": (rng.random(600) < s).astype(int)})
+    probe = {"s.x": [0.1, 0.5, 0.9], "g": ["a", "b", "a"]}
+    seg = distcal.fit(df, score_col="s.x", by="g")
+    got = _columns(run_duckdb([seg.to_sql(dialect="duckdb")], probe), 0)
+    _assert_close(got, seg.predict(np.array(probe["s.x"]), segments=probe["g"]))
+    multi = distcal.fit(df.assign(label=df.label + (df.order > 0.7)),
+                        score_cols=["my score", "order", "s.x"])
+    rows = np.array([[0.2, 0.3, 0.5], [0.6, 0.1, 0.3], [0.3, 0.3, 0.4]])
+    cols = {c: rows[:, j].tolist() for j, c in enumerate(["my score", "order", "s.x"])}
+    got = run_duckdb(multi.to_sql(dialect="duckdb"), cols)
+    np.testing.assert_allclose(got, multi.predict(rows), rtol=1e-9)
     normalised = distcal.export.ovr_normalise_sql(["q0", "q1", "q2"], dialect="duckdb")
     out = run_duckdb(normalised, {"q0": [0.2, 0.0], "q1": [0.6, 0.0], "q2": [0.2, 0.0]})
     np.testing.assert_allclose(out, [[0.2, 0.6, 0.2], [1 / 3, 1 / 3, 1 / 3]])

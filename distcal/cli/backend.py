@@ -38,6 +38,7 @@ from ..storage import (
     within,
 )
 from ..storage.kinds import visible_files
+from ..tables import widens
 
 __all__ = ["Backend", "check_input_files"]
 
@@ -210,11 +211,14 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
             if arrow_kind(t) == "other":
                 raise DataError(f"column '{name}' has type {t} in input file '{f}'; expected "
                                 "numbers")
-            first = seen.setdefault(name, (str(t), f))
-            if first[0] != str(t):
+            # As the readers: the first file's type, to which the others must widen
+            # exactly (int32 to int64, float32 to float64, string to large_string).
+            first = seen.setdefault(name, (t, f))
+            if first[0] != t and not widens(t, first[0]):
                 raise DataError(f"column '{name}' has type {t} in input file '{f}' but "
                                 f"{first[0]} in '{first[1]}'; every file of the input must "
-                                "have the same column types")
+                                "have the same column types (or exact widenings of the "
+                                "first file's)")
     _check_bins_against_rows(command, opts, rows, complete=len(files) < _MAX_CHECKED_FILES)
 
 
@@ -257,7 +261,9 @@ def _roles(command: str, opts: dict[str, Any]) -> Iterator[dict[str, Any]]:
             yield dict(prob_col=col, label_col=label, weight_col=weight, interval_cols=interval)
     elif command == "apply":
         report = bool(opts.get("report"))
-        yield dict(score_col=_score_role(opts) or DEFAULTS.score_col,  # (before the model)
+        # Only what was given: the model (not loaded yet) may read other score columns,
+        # and its transform refuses an output column its input has.
+        yield dict(score_col=_score_role(opts),
                    output_col=opts.get("output_col"),
                    label_col=label if report else None, weight_col=weight if report else None,
                    interval_cols=list(interval_columns(opts.get("interval_cols")) or ()) or None)

@@ -343,7 +343,11 @@ def cmd_export(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
             if opts.get("score_cols"):
                 score = column_list(opts["score_cols"], "score-cols")
             elif score is None and not isinstance(model, KeyedModel):
-                score = model.columns.get("score") or DEFAULTS.score_col
+                from ..export.sql import quoted_column
+
+                # the fit's column as the data names it (a dot, a space, a keyword)
+                score = quoted_column(model.columns.get("score") or DEFAULTS.score_col,
+                                      opts["dialect"])
             try:
                 exprs = model.to_sql(score=score, dialect=opts["dialect"])
             except ValueError as exc:  # a score expression that is no SQL, a wrong count

@@ -129,7 +129,10 @@ OPTIONS: tuple[Option, ...] = (
            "repeat to compare several (default: none)", commands=("evaluate",), repeat=True),
     Option("label-col", str, f"label column: 0/1 or rates in [0, 1] (default: "
            f"{DEFAULTS.label_col})", default=DEFAULTS.label_col,
-           commands=("fit", "apply", "evaluate", "threshold", "summarize")),
+           commands=("fit", "evaluate", "threshold", "summarize")),
+    Option("label-col", str, f"with --report: the label column the report evaluates (0/1 or "
+           f"rates in [0, 1]; default: {DEFAULTS.label_col})", default=DEFAULTS.label_col,
+           commands=("apply",)),
     Option("label-col", str, f"class label column: any labels, numbers or strings, each "
            f"value a class (default: {DEFAULTS.label_col})", commands=("discretize",),
            default=DEFAULTS.label_col),
@@ -139,7 +142,9 @@ OPTIONS: tuple[Option, ...] = (
     # Not for discretize: MODL counts rows (unit weights), and a weight column
     # it would ignore must not be accepted.
     Option("weight-col", str, "row weight column (default: none, every weight 1)",
-           commands=("fit", "apply", "evaluate", "threshold", "summarize")),
+           commands=("fit", "evaluate", "threshold", "summarize")),
+    Option("weight-col", str, "with --report: the row weight column of the report (default: "
+           "none, every weight 1)", commands=("apply",)),
     Option("loss-col", str, "per-row loss of predicting positive, instead of labels and "
            "costs (default: none)", commands=("threshold",)),
     Option("output-col", str, f"column to add (default: {DEFAULTS.output_col})",
@@ -188,7 +193,11 @@ OPTIONS: tuple[Option, ...] = (
            commands=("threshold",), default=DEFAULTS.cost_fn),
     Option("on-invalid", str, f"bad rows: fail, or drop and count them (default: "
            f"{DEFAULTS.on_invalid})", choices=("raise", "drop"), default=DEFAULTS.on_invalid,
-           commands=("fit", "apply", "evaluate", "threshold", "summarize", "discretize")),
+           commands=("fit", "evaluate", "threshold", "summarize", "discretize")),
+    Option("on-invalid", str, f"with --report: the report's bad rows: fail, or drop and count "
+           f"them (default: {DEFAULTS.on_invalid}); every input row is written, a NaN or null "
+           "score calibrated to NaN or null as the model predicts it", choices=("raise", "drop"),
+           default=DEFAULTS.on_invalid, commands=("apply",)),
     # monitor's own (docs/history.md), before the --overwrite it shares
     Option("summaries", str, "summary directories, one per period in time order (required)",
            commands=("monitor",), many=True),

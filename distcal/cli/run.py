@@ -172,7 +172,10 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
     # A command may end with another status once its line is printed (monitor
     # --fail-on-alert: 3 when a period alerts).
     status = int(result.pop("exit_status", 0))
-    print(json.dumps(json_safe(result, why=True), allow_nan=False))
+    try:
+        print(json.dumps(json_safe(result, why=True), allow_nan=False), flush=True)
+    except BrokenPipeError:  # the reader closed stdout (| head): the work is done and kept
+        pass
     return status
 
 

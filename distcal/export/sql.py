@@ -50,7 +50,7 @@ import numpy as np
 
 from ..core.piecewise import Piecewise, is_keyed, piecewise
 
-__all__ = ["DIALECTS", "to_sql", "ovr_normalise_sql"]
+__all__ = ["DIALECTS", "to_sql", "ovr_normalise_sql", "quoted_column"]
 
 DIALECTS = ("spark", "duckdb", "postgres", "bigquery", "snowflake")
 # NaN = NaN is true in these two and they have no ISNAN function.
@@ -91,6 +91,17 @@ def _check_dialect(dialect: str) -> str:
     if dialect not in DIALECTS:
         raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}, got {dialect!r}")
     return dialect
+
+
+def quoted_column(name: str, dialect: str) -> str:
+    """The column ``name`` as the data names it, as SQL of ``dialect``: always quoted, as
+    a bare name can be a keyword (``order``), a function (PostgreSQL's ``user``), folded
+    (PostgreSQL lowers ``Seg``, Snowflake uppers ``seg``) or a query, and no dialect's
+    list of reserved words is complete; quotes inside the name are escaped (sqlglot)."""
+    from sqlglot import exp
+
+    return str(exp.column(exp.to_identifier(name, quoted=True)).sql(
+        dialect=_check_dialect(dialect)))
 
 
 class _Writer:
@@ -145,13 +156,7 @@ class _Writer:
         return text if atomic else f"({text})"
 
     def column(self, name: str) -> str:
-        """The column ``name`` (a ``by`` column, named as the data has it), always quoted:
-        a bare name can be a keyword (``order``), a function (PostgreSQL's ``user``),
-        folded (PostgreSQL lowers ``Seg``, Snowflake uppers ``seg``) or a query, and no
-        dialect's list of reserved words is complete; the quotes inside a name are
-        escaped by sqlglot."""
-        exp = self._exp
-        return str(exp.column(exp.to_identifier(name, quoted=True)).sql(dialect=self.dialect))
+        return quoted_column(name, self.dialect)
 
     def is_nan(self, s: str) -> str:
         if _NAN_BY_EQUALITY.get(self.dialect, False):
