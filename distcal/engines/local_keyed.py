@@ -212,10 +212,11 @@ class LocalKeyedRanges(KeyedRanges):
     otherwise read a vector column again each time, which costs more than
     the pass).
 
-    ``memory_rows`` defaults to 2^23, or to the row count of a larger frame in
-    memory: its pooled table is at most its own rows, and spilling it saved no
-    memory (1e7 rows: peak 1.74 GB spilled against 1.81 GB not) while it
-    doubled the time of a fit.
+    ``memory_rows`` defaults to 2^23, or for a frame in memory to the most
+    (key, score) pairs its rows make (rows x K classes, x 2 with ``by``: each
+    row's segment and the global key), which spilling would not make smaller:
+    it saved no peak memory (1e7 rows: 1.74 GB spilled, 1.81 GB not; 1e6 x 10
+    classes: 1.03 GB both) and took up to twice the time of a fit.
     """
 
     def __init__(self, data: Any, spec: KeySpec, *, on_invalid: str = "raise",
@@ -228,11 +229,12 @@ class LocalKeyedRanges(KeyedRanges):
         self.finite_scores = finite_scores
         self.batch_rows, self.chunk_rows = int(batch_rows), int(chunk_rows)
         in_memory = isinstance(data, (pd.DataFrame, pa.Table, pa.RecordBatch))
-        if memory_rows is None:
-            memory_rows = max(1 << 23, len(data) if in_memory else 0)
-        self.store = KeyedStore(memory_rows, with_wyy=spec.pool_squares, keep=passes > 1)
         # K, and the vectors' common length (K' = K, or 1 when K = 2)
         self.n_classes, self.length = count_classes(spec, self._vector_lengths)
+        if memory_rows is None:  # a frame: the most (key, score) pairs its rows make
+            per_row = max(self.n_classes, 1) * (2 if spec.by else 1)
+            memory_rows = max(1 << 23, len(data) * per_row if in_memory else 0)
+        self.store = KeyedStore(memory_rows, with_wyy=spec.pool_squares, keep=passes > 1)
         self._pooled = False
         # Saved or in-memory summaries: their pooled rows go to the store as they are.
         self.summary = data if isinstance(data, SummarySource) else None
