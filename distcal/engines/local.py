@@ -33,8 +33,8 @@ class LocalEngine:
         """The keyed rows of a local input, streamed in batches (:mod:`.local_keyed`).
 
         Options: ``memory_rows`` (distinct (key, score) pairs held before
-        spilling sorted runs to disk; default 2^23, or the rows of a larger
-        frame in memory), ``batch_rows`` (rows read at a time);
+        spilling sorted runs to disk; default 2^23, or the (key, score) pairs
+        of a larger frame in memory), ``batch_rows`` (rows read at a time);
         ``chunk_rows`` is accepted for the binary fit's sake. With ``passes``
         > 1 an in-memory frame's checked rows are kept between passes over
         the rows.
