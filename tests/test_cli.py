@@ -143,7 +143,7 @@ def test_fit_takes_each_methods_options(scores_path, tmp_path):
     holes = df.assign(score=df.score.where(df.index % 50 != 0))  # NaN scores
     holes.to_parquet(tmp_path / "holes.parquet")
     r = run("discretize", "--input", tmp_path / "holes.parquet")
-    assert r.returncode == 2 and "pass on_invalid='drop'" in r.stderr
+    assert r.returncode == 2 and "pass --on-invalid drop" in r.stderr
     r = run("discretize", "--input", tmp_path / "holes.parquet", "--on-invalid", "drop")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["cost"] == distcal.discretize(holes.dropna()).attrs["cost"]

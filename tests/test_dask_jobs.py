@@ -123,7 +123,7 @@ def test_job_against_running_cluster(cluster, tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
         "dask_calibrate: error: column 'score': 1 row is null or NaN "
-        "(pass on_invalid='drop' to drop such rows)"]
+        "(pass --on-invalid drop to drop such rows)"]
     assert not (tmp_path / "bad_model").exists()
     r = job("fit", "--input", src, "--output", tmp_path / "model", "--scheduler", cluster)
     assert r.returncode == 2 and "--overwrite" in r.stderr

@@ -134,6 +134,7 @@ def test_usage_and_bad_input_exit_2_and_write_nothing(daily, tmp_path, capsys):
     code, _, err = cli("summarize", "--input", tmp_path / "bad.parquet", "--output",
                        tmp_path / "b")
     assert code == 2 and "column 'label'" in err and "1 row" in err
+    assert "pass --on-invalid drop to drop such rows" in err  # the command line's words
     assert cli("summarize", "--input", src, "--output", tmp_path / "d", "--decimals",
                "-2")[0] == 2
     # a window of summaries named in a file (@FILE, one argument a line), as a scheduler writes

@@ -147,7 +147,8 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
             backend = backend_factory(opts)
             result = COMMANDS[args.command](opts, backend)
     except _USER_ERRORS as exc:
-        msg = one_line(exc)
+        # The library's advice in the command line's words.
+        msg = one_line(exc).replace("pass on_invalid='drop'", "pass --on-invalid drop")
         if not msg.startswith(prog):
             msg = f"{prog}: error: {msg}"
         _say(msg, err())
