@@ -1120,9 +1120,10 @@ CLI_CASES += [
             "column 'label' is given as --label-col and as --weight-col"),
     CliCase("threshold-loss-is-score", ["threshold", "--input", "in.parquet", "--loss-col",
                                         "score"], "given as --score-col and as --loss-col"),
+    # The model reads 'score' (known once it is loaded): the input has that column.
     CliCase("apply-output-col-is-score", APPLY + ["--output", "o.parquet", "--output-col",
                                                   "score"],
-            "given as --score-col and as --output-col"),
+            "output column 'score' already exists in the input"),
     CliCase("spark-job-prob-cols-twice", ["evaluate", "--input", "mc3.parquet", "--prob-cols",
                                           "p0,p0,p1", "--output", "r"],
             "given twice in --prob-cols", surface="spark"),
