@@ -445,16 +445,23 @@ def test_sql_temperature_of_one_logit_column_at_infinity():
         _assert_close(_columns(result, k), want[:, k])
 
 
-def test_sql_temperature_of_probabilities():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sql_temperature_of_probabilities(engine, run_sql):
+    """log(p + 1e-12) as predict takes it, also where it is -inf (p = -1e-12) or NaN
+    (p < -1e-12: PostgreSQL's LN refuses a negative number, Spark's is NULL)."""
     df = _class_data(decimals=None)
     model = distcal.fit(df, score_cols=["s0", "s1", "s2"], method="temperature")
     assert model.params["input_"] == "probabilities"
     s = _class_probes(3)[:200]
     s = s[~np.isnan(s).any(axis=1)]
     s = s / s.sum(axis=1, keepdims=True)
-    exprs = model.to_sql(["s0", "s1", "s2"], dialect="duckdb")
-    result = run_duckdb(exprs, {f"s{j}": s[:, j].tolist() for j in range(3)})
-    want = model.predict(s)
+    s = np.vstack([s, [[-0.2, 0.7, 0.5], [-1e-12, 0.5, 0.5], [3.0, -1.0, 0.5],
+                       [np.nan, 0.5, 0.5]]])
+    exprs = model.to_sql(["s0", "s1", "s2"], dialect=engine)
+    result = run_sql(exprs, {f"s{j}": s[:, j].tolist() for j in range(3)})
+    with np.errstate(divide="ignore", invalid="ignore"):
+        want = model.predict(s)
+    assert np.isnan(want[-4]).all() and want[-3, 0] == 0.0  # the cases meant
     for k in range(3):
         _assert_close(_columns(result, k), want[:, k])
 

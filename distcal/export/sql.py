@@ -356,7 +356,11 @@ def _temperature(model: Any, scores: list[str], w: _Writer) -> list[str]:
     if len(scores) == 1:  # a binary score s is the logit pair (-s, s)
         logits = [f"(-{scores[0]})", scores[0]]
     elif model.params.get("input_") == "probabilities":
-        logits = [f"LN({s} + {w.num(LOGIT_EPS)})" for s in scores]
+        # log(p + eps) as numpy takes it: -inf at 0, NaN below (PostgreSQL's LN refuses
+        # 0 and negative numbers, Spark's is NULL); NULL stays NULL.
+        xs = [f"({s} + {w.num(LOGIT_EPS)})" for s in scores]
+        logits = [f"(CASE WHEN {x} < 0.0e0 THEN {w.nan} WHEN {x} = 0.0e0 THEN {w.neg_inf} "
+                  f"ELSE LN({x}) END)" for x in xs]
     else:
         logits = list(scores)
     a = [f"({w.times(beta, z)})" for z in logits]
