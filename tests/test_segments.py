@@ -571,6 +571,23 @@ def test_a_segment_column_of_vectors_is_counted_over_the_whole_input(engine):
             call(engine(df, npartitions=4))
 
 
+def test_negative_zero_and_zero_are_one_segment_named_zero(engine):
+    """-0.0 == 0.0: one segment of all their rows, named 0.0 whichever comes first (it was
+    named by the first row pandas or a Spark partition saw)."""
+    n = 200
+    rng = np.random.default_rng(3)
+    df = pd.DataFrame({"score": rng.random(n), "label": rng.integers(0, 2, n),
+                       "g": np.where(np.arange(n) < n // 2, -0.0, 0.0)})
+    model = distcal.fit(engine(df, npartitions=2), by="g", **engine.opts)
+    report = distcal.evaluate(engine(df.assign(prob=df.score), npartitions=2), by="g",
+                              **engine.opts)
+    for table in (model.segments, report.segments):
+        assert table["g"].tolist() == [0.0] and not np.signbit(table["g"].iloc[0])
+        assert table["n_rows"].tolist() == [n]
+    want = distcal.fit(df.drop(columns="g")).predict(df.score)
+    np.testing.assert_array_equal(model.predict(df.score, segments=df.g), want)
+
+
 @pytest.mark.parametrize("engine", ["dask", "spark"], indirect=True)
 def test_evaluate_and_threshold_by_equal_local_in_fixed_work(engine):
     """1, 5 and 2,000 segments evaluated and thresholded on a cluster: the local engine's

@@ -164,8 +164,10 @@ def _factorize_column(col: Any, name: str | None = None) -> tuple[np.ndarray, li
         # only on this failure path
         k = sum(isinstance(v, (list, np.ndarray, dict, set)) for v in values)
         raise KeyVectorsError(name, k) from None
-    # Plain Python scalars (int, float, str, bool, Timestamp) for dictionary keys.
-    return np.asarray(c, dtype=np.int64), pd.Index(u).tolist()
+    # Plain Python scalars (int, float, str, bool, Timestamp) for dictionary keys; -0.0 and
+    # 0.0 are one key, named 0.0 whichever the rows show first.
+    return np.asarray(c, dtype=np.int64), [v + 0.0 if isinstance(v, float) else v
+                                           for v in pd.Index(u).tolist()]
 
 
 def _arrow_codes(col: Any) -> tuple[np.ndarray, list[Any]] | None:
