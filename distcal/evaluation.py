@@ -472,9 +472,9 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
             raise DataError(f"column '{prob_col}' (prob) holds vectors (multiclass "
                             "probabilities); interval_cols goes with one probability per row")
         _refuse_binary_options(strategy, bins, threshold, confidence, roc_points)
-        return evaluate_multiclass(data, name, None if prob_cols is not None else prob_col,
-                                   None if prob_cols is None else [str(c) for c in prob_cols],
-                                   label_col, weight_col, n_bins, on_invalid, engine_opts)
+        prediction = prob_col if prob_cols is None else [str(c) for c in prob_cols]
+        return next(iter(evaluate_multiclass(data, name, [prediction], label_col, weight_col,
+                                             n_bins, on_invalid, engine_opts).values()))
     return _report(engine_impl, data, KeySpec(score_col=prob_col, label_col=label_col,
                                              weight_col=weight_col, by=tuple(names or ()),
                                              probabilities=True, score_index=score_index,
@@ -534,7 +534,7 @@ def evaluate_many(data: Any, prob_cols: list[Any], label_col: str = DEFAULTS.lab
     ``prob_cols`` is a vector/array column of K probabilities, or a list of
     K per-class columns; labels are class indices 0..K-1 and every report
     is a :class:`~distcal.multiclass_evaluation.MulticlassEvaluationReport`
-    (see :func:`~distcal.multiclass_evaluation.evaluate_many_multiclass`:
+    (see :func:`~distcal.multiclass_evaluation.evaluate_multiclass`:
     the same rows for all of them). Binary and multiclass
     predictions cannot be mixed.
 
@@ -581,16 +581,15 @@ def evaluate_many(data: Any, prob_cols: list[Any], label_col: str = DEFAULTS.lab
             raise ValueError("prob_cols mixes multiclass predictions (vector columns or lists "
                              f"of per-class columns) with probability columns {plain}; "
                              "evaluate them separately")
-        from .multiclass_evaluation import evaluate_many_multiclass
+        from .multiclass_evaluation import evaluate_multiclass
 
         if interval_cols is not None:
             raise ParameterError("interval_cols goes with binary probability columns, not "
                                  "with multiclass predictions")
         _refuse_binary_options(strategy, bins, threshold, confidence, roc_points)
 
-        return evaluate_many_multiclass(
-            data, name, [(None, e) if isinstance(e, list) else (e, None) for e in entries],
-            label_col, weight_col, n_bins, on_invalid, engine_opts)
+        return evaluate_multiclass(data, name, entries, label_col, weight_col, n_bins,
+                                   on_invalid, engine_opts)
     kw = {"n_bins": n_bins, "strategy": strategy, "bins": bins, "threshold": threshold,
           "confidence": confidence, "roc_points": roc_points}
     names = [str(e) for e in entries]

@@ -8,7 +8,7 @@ probabilities outside [0, 1]); then every partition computes the sums of
 (the engine's ``map_rows``: the local engine's batches, Dask's partitions,
 Spark's ``mapInArrow``), and the driver adds them up.
 
-:func:`evaluate_many_multiclass` compares several multiclass predictions
+:func:`evaluate_multiclass` compares one or several multiclass predictions
 (each a vector column or a list of per-class columns) over the same rows
 (a row invalid in any of them is left out of all), one pass per prediction.
 """
@@ -23,8 +23,7 @@ import pandas as pd
 
 from .core.multiclass_metrics import add_sums, metrics_from_sums, multiclass_sums
 
-__all__ = ["MulticlassEvaluationReport", "evaluate_multiclass", "evaluate_many_multiclass",
-           "prediction_name"]
+__all__ = ["MulticlassEvaluationReport", "evaluate_multiclass"]
 
 
 @dataclass
@@ -136,56 +135,35 @@ class _Sums:
         return multiclass_sums(s, rows.label.astype(np.intp), rows.weight, self.n_bins)
 
 
-def evaluate_multiclass(data: Any, engine: str, prob_col: str | None,
-                        prob_cols: list[str] | None, label_col: str, weight_col: str | None,
-                        n_bins: int, on_invalid: str, engine_opts: dict[str, Any],
-                        others: tuple[Any, ...] = ()) -> MulticlassEvaluationReport:
-    """The report of :class:`MulticlassEvaluationReport` on any engine (module docstring).
+def evaluate_multiclass(data: Any, engine: str, predictions: list[str | list[str]],
+                        label_col: str, weight_col: str | None, n_bins: int, on_invalid: str,
+                        engine_opts: dict[str, Any]) -> dict[str, MulticlassEvaluationReport]:
+    """One :class:`MulticlassEvaluationReport` per prediction (a vector column, or a list of
+    per-class columns, named by its columns joined with commas) on any engine.
 
-    One pass over the rows (the engine's ``map_rows`` of the keyed pass,
-    which reads and checks them as every engine does); each part's sums
-    are added on the driver. ``others``: other predictions (vector columns
-    or tuples of per-class columns) whose invalid rows are left out too.
+    One pass per prediction (the engine's ``map_rows`` of the keyed pass,
+    which reads and checks the rows as every engine does; each part's sums
+    are added on the driver), each checking every prediction's columns: a
+    row with a problem in any prediction is left out of every report.
     """
     from .core.keyed import KeySpec
     from .core.rows import check_score_args
     from .engines import get_engine
 
-    if on_invalid not in ("raise", "drop"):
-        raise ValueError(f"on_invalid must be 'raise' or 'drop', got {on_invalid!r}")
-    cols = check_score_args(None if prob_cols is not None else prob_col, prob_cols)
-    spec = KeySpec(score_col=None if cols is not None else prob_col, label_col=label_col,
-                   weight_col=weight_col, score_cols=None if cols is None else tuple(cols),
-                   multiclass=True, per_class=False, probabilities=True, check_cols=others)
-    with get_engine(engine).open_keyed(data, spec, on_invalid=on_invalid,
-                                       **engine_opts) as rows:
-        parts = rows.map_rows(_Sums(n_bins))
-        k, dropped = rows.n_classes, rows.dropped_rows
-    m = metrics_from_sums(add_sums(parts))
-    return MulticlassEvaluationReport(n_classes=k, dropped_rows=dropped, n_bins=n_bins,
-                                      prob_col=prediction_name(prob_col, prob_cols),
-                                      prob_cols=prob_cols, **m)
-
-
-def prediction_name(prob_col: str | None, prob_cols: list[str] | None) -> str:
-    """The name of one prediction: its vector column, or its per-class columns joined."""
-    if prob_cols is not None:
-        return ",".join(prob_cols)
-    return str(prob_col)
-
-
-def evaluate_many_multiclass(data: Any, engine: str,
-                             predictions: list[tuple[str | None, list[str] | None]],
-                             label_col: str, weight_col: str | None, n_bins: int,
-                             on_invalid: str, engine_opts: dict[str, Any]
-                             ) -> dict[str, MulticlassEvaluationReport]:
-    """One report per prediction ``(prob_col, None)`` or ``(None, prob_cols)``, same rows.
-
-    One pass per prediction, each checking every prediction's columns: a
-    row with a problem in any prediction is left out of every report.
-    """
-    entries = [c if cs is None else tuple(cs) for c, cs in predictions]
-    return {prediction_name(c, cs): evaluate_multiclass(
-        data, engine, c, cs, label_col, weight_col, n_bins, on_invalid, engine_opts,
-        others=tuple(e for j, e in enumerate(entries) if j != i))
-        for i, (c, cs) in enumerate(predictions)}
+    entries = [tuple(p) if isinstance(p, list) else p for p in predictions]
+    reports = {}
+    for i, p in enumerate(predictions):
+        cols = check_score_args(None, p) if isinstance(p, list) else None
+        spec = KeySpec(score_col=None if cols is not None else str(p), label_col=label_col,
+                       weight_col=weight_col, score_cols=None if cols is None else tuple(cols),
+                       multiclass=True, per_class=False, probabilities=True,
+                       check_cols=tuple(e for j, e in enumerate(entries) if j != i))
+        with get_engine(engine).open_keyed(data, spec, on_invalid=on_invalid,
+                                           **engine_opts) as rows:
+            parts = rows.map_rows(_Sums(n_bins))
+            k, dropped = rows.n_classes, rows.dropped_rows
+        name = ",".join(cols) if cols is not None else str(p)
+        reports[name] = MulticlassEvaluationReport(
+            n_classes=k, dropped_rows=dropped, n_bins=n_bins, prob_col=name, prob_cols=cols,
+            **metrics_from_sums(add_sums(parts)))
+    return reports

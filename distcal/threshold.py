@@ -196,14 +196,34 @@ def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
         if score_index is not None:
             raise ParameterError("by= reads a plain score column; score_index cannot be "
                                  "combined with by= in this version")
-
-    def result(seg: SegmentSummary, n_rows: int, dropped_rows: int) -> ThresholdResult:
-        return result_from_segment(seg, cost_fp, cost_fn, per_row_loss, n_rows, dropped_rows)
-
-    glob, table = _threshold_by(engine_impl, data, columns, names, summary=summary,
-                               result=result, on_invalid=on_invalid, score_index=score_index,
-                               engine_opts=engine_opts)
-    return replace(glob, segments=table) if by is not None else glob
+    # One pass for every segment (none without by=) and the key of all rows.
+    spec = KeySpec(score_col=str(score_col),
+                   label_col=str(loss_col if per_row_loss else label_col),
+                   weight_col=weight_col, by=tuple(names),
+                   target="loss" if per_row_loss else "label", score_index=score_index)
+    with engine_impl.open_keyed(data, spec, on_invalid=on_invalid, passes=1,
+                                **engine_opts) as keyed:
+        with phase("threshold by %s", names):
+            ranges = keyed.map(_Summaries(summary))
+        n_rows, dropped = keyed.n_rows, keyed.dropped_rows
+    merged: dict[Any, list[Any]] = {}
+    for part in ranges:  # ascending ranges: each key's own order
+        for segment, n, w, s in part:
+            entry = merged.setdefault(segment, [0, 0.0, EMPTY])
+            entry[0] += n
+            entry[1] += w
+            entry[2] = merge_segments(entry[2], s)
+    glob = result_from_segment(merged.pop(GLOBAL, [0, 0.0, EMPTY])[2], cost_fp, cost_fn,
+                               per_row_loss, n_rows, dropped)
+    if by is None:
+        return glob
+    rows = []
+    for key in in_key_order(merged):
+        n, w, s = merged[key]
+        r = result_from_segment(s, cost_fp, cost_fn, per_row_loss, n, 0)
+        rows.append((*key, n, w, r.threshold, r.cost, r.fp, r.fn, r.tp, r.tn, r.predict_none))
+    log.info("threshold by %s: %d segments", names, len(rows))
+    return replace(glob, segments=pd.DataFrame(rows, columns=[*names, *_SEGMENT_FIELDS]))
 
 
 class _Summaries:
@@ -217,45 +237,6 @@ class _Summaries:
         return [(key[0], int(n), float(w), self.summary(part.key_table(i)))
                 for i, (key, n, w) in enumerate(zip(part.keys, n_rows.tolist(),
                                                     weight.tolist()))]
-
-
-def _threshold_by(impl: Any, data: Any, columns: dict[str, str | None], by: list[str], *,
-                 summary: Callable[[DistinctTable], SegmentSummary],
-                 result: Callable[[SegmentSummary, int, int], Any], on_invalid: str,
-                 engine_opts: dict[str, Any], score_index: int | None = None) -> Any:
-    """The global threshold result and the table of segments (``by``; may be empty):
-    one pass for every segment.
-
-    ``summary`` turns a distinct-score table into its threshold summary and
-    ``result(summary, n_rows, dropped_rows)`` a merged summary into a
-    :class:`~distcal.threshold.ThresholdResult`, as without ``by``.
-    """
-    loss = columns.get("loss")
-    spec = KeySpec(score_col=str(columns["score"]),
-                   label_col=str(loss if loss is not None else columns["label"]),
-                   weight_col=columns.get("weight"), by=tuple(by),
-                   target="loss" if loss is not None else "label", score_index=score_index)
-    with impl.open_keyed(data, spec, on_invalid=on_invalid, passes=1,
-                         **engine_opts) as keyed:
-        with phase("threshold by %s", by):
-            ranges = keyed.map(_Summaries(summary))
-        n_rows, dropped = keyed.n_rows, keyed.dropped_rows
-    merged: dict[Any, list[Any]] = {}
-    for part in ranges:  # ascending ranges: each key's own order
-        for segment, n, w, s in part:
-            entry = merged.setdefault(segment, [0, 0.0, EMPTY])
-            entry[0] += n
-            entry[1] += w
-            entry[2] = merge_segments(entry[2], s)
-    glob = result(merged.pop(GLOBAL, [0, 0.0, EMPTY])[2], n_rows, dropped)
-    keys = in_key_order(merged)
-    rows = []
-    for key in keys:
-        n, w, s = merged[key]
-        r = result(s, n, 0)
-        rows.append((*key, n, w, r.threshold, r.cost, r.fp, r.fn, r.tp, r.tn, r.predict_none))
-    log.info("threshold by %s: %d segments", by, len(keys))
-    return glob, pd.DataFrame(rows, columns=[*by, *_SEGMENT_FIELDS])
 
 
 def result_from_segment(seg: Any, cost_fp: float, cost_fn: float, per_row_loss: bool,
