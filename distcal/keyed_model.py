@@ -25,7 +25,7 @@ A fit is a set of keyed problems (:mod:`distcal.core.keyed`); its model is
 ``global_model`` are the model of one segment (a multiclass model, or the
 binary :class:`~distcal.CalibrationModel`), ``class_model(k)`` the binary
 map of one class. Saved as one directory (format ``distcal-keyed-model``,
-version 2, :mod:`distcal.model_format`); :func:`load_keyed` reads it back.
+version 2, :mod:`distcal.model_format`); :func:`distcal.load` reads it back.
 """
 
 from __future__ import annotations
@@ -58,22 +58,18 @@ from .model import (
     CalibrationModel,
     MapRows,
     _close,
-    build_or_damaged,
     check_interval_columns,
     checked_map,
     damaged,
     is_count,
     is_number,
     parse_model_json,
-    read_checked_meta,
     read_table_file,
     steps_from_table,
 )
 from .model_format import (
     _BLOCK_COLUMNS,
     BLOCKS_FILE,
-    FORMAT,
-    FORMAT_VERSION,
     MAPS_FILE,
     SEGMENTS_FILE,
     STEPS_FILE,
@@ -82,7 +78,7 @@ from .model_format import (
 from .storage import filesystem_for, publish_dir
 
 __all__ = ["KeyedModel", "MulticlassCalibrationModel", "SegmentedCalibrationModel",
-           "TemperatureMap", "load_keyed", "class_columns", "key_kind"]
+           "TemperatureMap", "keyed_from_meta", "class_columns", "key_kind"]
 
 
 @dataclass(frozen=True)
@@ -872,21 +868,15 @@ SegmentedCalibrationModel = KeyedModel
 
 # -- loading (untrusted input) -----------------------------------------------------
 
-def load_keyed(root: Path) -> KeyedModel | CalibrationModel:
-    """Read a model directory of format version 2 (:mod:`distcal.model_format`).
+def keyed_from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel | CalibrationModel:
+    """The model of a directory of format version 2 (:mod:`distcal.model_format`), its
+    checksummed metadata read: every map (:func:`~distcal.model.check_model`), unique keys,
+    block counts and the segments table checked.
 
     The model of a binary score without ``by`` (the one key, no segment and
     no class) is the :class:`~distcal.CalibrationModel` that saved it; any
-    other is a :class:`KeyedModel`. The directory is untrusted: checksums,
-    every map (:func:`~distcal.model.check_model`), unique keys, block
-    counts and the segments table are checked; anything inconsistent is a
-    :class:`~distcal.ModelError`. Nothing in the directory is executed.
+    other is a :class:`KeyedModel`.
     """
-    meta = read_checked_meta(root, FORMAT, FORMAT_VERSION, "keyed ")
-    return build_or_damaged(root, lambda: _from_meta(root, meta))
-
-
-def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel | CalibrationModel:
     bad = partial(damaged, root)
     method, by, k = meta["method"], meta["by"], meta["n_classes"]
     if method not in (*METHODS, "temperature"):

@@ -20,7 +20,6 @@ applies.
 from __future__ import annotations
 
 import math
-import os
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -36,19 +35,17 @@ from .model import (
     CalibrationModel,
     MapRows,
     blocks_from_table,
-    build_or_damaged,
     check_model,
     checked_map,
     damaged,
     is_count,
     parse_model_json,
-    read_checked_meta,
     read_table_file,
     steps_from_table,
 )
 from .model_format import _BLOCK_COLUMNS
 
-__all__ = ["load_binary", "load_multiclass", "load_segmented"]
+__all__ = ["binary_from_meta", "multiclass_from_meta", "segmented_from_meta"]
 
 BINARY_FORMAT = "distcal-model"
 MULTICLASS_FORMAT = "distcal-multiclass-model"
@@ -61,22 +58,9 @@ STEPS_FILE = "steps.parquet"
 _SEGMENT = "segment"  # the blocks table's column: row of the segments table, -1 global
 
 
-def load_binary(root: Path) -> CalibrationModel:
-    """Read a binary model directory of format ``distcal-model`` version 1.
-
-    The directory is untrusted input. Raises :class:`~distcal.ModelError`
-    when it is missing, not a distcal model, of an unknown format version,
-    damaged, or inconsistent: only the regular files ``blocks.parquet`` and
-    ``steps.parquet`` directly inside it are read (no other name, no
-    symbolic link), and every parameter and table is checked
-    (:func:`~distcal.model.check_model`). Nothing in the directory is
-    executed.
-    """
-    meta = read_checked_meta(root, BINARY_FORMAT, 1)
-    return build_or_damaged(root, lambda: _binary_from_meta(root, meta))
-
-
-def _binary_from_meta(root: Path, meta: dict[str, Any]) -> CalibrationModel:
+def binary_from_meta(root: Path, meta: dict[str, Any]) -> CalibrationModel:
+    """A binary model (``distcal-model``): ``blocks.parquet`` or, Venn-Abers,
+    ``steps.parquet``, every parameter and table checked (:func:`~distcal.model.check_model`)."""
     tables = meta["tables"]
     if not isinstance(tables, dict) or set(tables) - {"blocks", "steps"}:
         raise damaged(root, "unexpected tables in model.json")
@@ -92,21 +76,9 @@ def _binary_from_meta(root: Path, meta: dict[str, Any]) -> CalibrationModel:
     return CalibrationModel(meta["method"], meta["params"], blocks, steps=steps, **parts)
 
 
-def load_multiclass(path: str | os.PathLike) -> KeyedModel:
-    """Read a multiclass model directory written by distcal 0.1.
-
-    The directory is untrusted input. Raises :class:`~distcal.ModelError`
-    when it is missing, not a distcal multiclass model, of an unknown format
-    version, or damaged (a checksum, a table or the metadata is
-    inconsistent); only the regular file ``classes.parquet`` directly inside
-    it is read, and every class model is checked as a binary one.
-    """
-    root = Path(path)
-    meta = read_checked_meta(root, MULTICLASS_FORMAT, 1, "multiclass ")
-    return build_or_damaged(root, lambda: _model_from_meta(root, meta))
-
-
-def _model_from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
+def multiclass_from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
+    """A multiclass model (``distcal-multiclass-model``): ``classes.parquet``, every class
+    model checked as a binary one."""
     bad = partial(damaged, root)
     method, k = meta["method"], meta["n_classes"]
     if method not in METHODS:
@@ -183,19 +155,9 @@ def _model_from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
                       columns=meta["columns"])
 
 
-def load_segmented(root: Path) -> KeyedModel:
-    """Read a segmented model directory written by distcal 0.1.
-
-    The directory is untrusted: the checksums of model.json and both
-    tables, every segment's map (:func:`~distcal.model.check_model`),
-    unique keys, and block counts are checked; anything inconsistent is a
-    :class:`~distcal.ModelError`. Nothing in the directory is executed.
-    """
-    meta = read_checked_meta(root, SEGMENTED_FORMAT, 1, "segmented ")
-    return build_or_damaged(root, lambda: _from_meta(root, meta))
-
-
-def _from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
+def segmented_from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
+    """A segmented model (``distcal-segmented-model``): every segment's map
+    (:func:`~distcal.model.check_model`), unique keys and block counts checked."""
     bad = partial(damaged, root)
     by, tables = meta["by"], meta["tables"]
     if not (isinstance(by, list) and by and all(isinstance(b, str) for b in by)

@@ -3,44 +3,57 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .errors import ModelError
-from .keyed_model import load_keyed
+from .keyed_model import keyed_from_meta
 from .legacy import (
+    BINARY_FORMAT,
     MULTICLASS_FORMAT,
     SEGMENTED_FORMAT,
-    load_binary,
-    load_multiclass,
-    load_segmented,
+    binary_from_meta,
+    multiclass_from_meta,
+    segmented_from_meta,
 )
-from .model import read_model_json
-from .model_format import FORMAT
+from .model import build_or_damaged, read_checked_meta, read_model_json
+from .model_format import FORMAT, FORMAT_VERSION
 from .storage import fetch_dir, filesystem_for
 
 __all__ = ["load", "load_dir"]
+
+# model.json's format -> its version, the kind its messages name, the reader of its
+# checked metadata.
+_READERS: dict[str, tuple[int, str, Callable[[Path, dict[str, Any]], Any]]] = {
+    FORMAT: (FORMAT_VERSION, "keyed ", keyed_from_meta),
+    MULTICLASS_FORMAT: (1, "multiclass ", multiclass_from_meta),
+    SEGMENTED_FORMAT: (1, "segmented ", segmented_from_meta),
+    BINARY_FORMAT: (1, "", binary_from_meta)}
 
 
 def load_dir(root: Path) -> Any:
     """The model in ``root``, by its model.json: version 2 (:mod:`distcal.model_format`),
     or a 0.1 multiclass, segmented or binary model (:mod:`distcal.legacy`).
 
-    Only the ``format`` field decides; the loader validates everything. A
-    model.json that cannot be read safely is left to the binary loader to report.
+    The directory is untrusted input. Only the ``format`` field chooses the
+    reader; anything else, or a model.json that cannot be read safely, is
+    read as a 0.1 binary model, whose checks say what is wrong. Then the
+    format version and checksum are checked, only the regular files the
+    format names directly inside ``root`` are read (no other name, no
+    symbolic link), and every parameter and table is checked; anything
+    inconsistent is a :class:`~distcal.ModelError`. Nothing in the
+    directory is executed.
     """
     try:
         fmt = read_model_json(root).get("format")
     except ModelError:
         fmt = None
-    if fmt == FORMAT:
-        return load_keyed(root)
-    if fmt == MULTICLASS_FORMAT:
-        return load_multiclass(root)
-    if fmt == SEGMENTED_FORMAT:
-        return load_segmented(root)
-    # Anything else is read as a 0.1 binary model, whose reader says what is wrong.
-    return load_binary(root)
+    if not (isinstance(fmt, str) and fmt in _READERS):  # (a JSON list is no dict key)
+        fmt = BINARY_FORMAT
+    version, kind, read = _READERS[fmt]
+    meta = read_checked_meta(root, fmt, version, kind)
+    return build_or_damaged(root, lambda: read(root, meta))
 
 
 def load(path: str | os.PathLike[str]) -> Any:

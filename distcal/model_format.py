@@ -18,7 +18,7 @@ no class), a :class:`~distcal.KeyedModel` as its maps. The directory holds
 * ``steps.parquet``: every Venn-Abers map's step functions, by map row;
 * ``segments.parquet``: the keys of the segments seen in fitting (``by``).
 
-No pickle. :func:`distcal.keyed_model.load_keyed` reads it;
+No pickle. :func:`distcal.load` reads it;
 :mod:`distcal.legacy` reads the formats of distcal 0.1.
 """
 

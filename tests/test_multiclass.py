@@ -30,7 +30,6 @@ import distcal
 from distcal import MulticlassCalibrationModel
 from distcal import fit as fit_multiclass
 from distcal.errors import DataError, ModelError
-from distcal.legacy import load_multiclass
 
 TOL = {"isotonic": 1e-9, "sigmoid": 1e-4, "temperature": 1e-6}
 LOADERS = {"iris": load_iris, "wine": load_wine, "digits": load_digits}
@@ -499,13 +498,10 @@ def test_damaged_models(tmp_path):
     with pytest.raises(ModelError):
         distcal.load(root)
     with pytest.raises(ModelError, match="does not exist"):
-        load_multiclass(tmp_path / "nothing")
-    # a binary model directory is not a multiclass model
+        distcal.load(tmp_path / "nothing")
+    # a binary model directory is read as the binary model it is, not as a multiclass one
     distcal.fit(pd.DataFrame({"score": [0.1, 0.9], "label": [0, 1]})).save(tmp_path / "b")
-    # (distcal.load reads it as the binary model it is, not as a multiclass one)
     assert type(distcal.load(tmp_path / "b")) is distcal.CalibrationModel
-    with pytest.raises(ModelError, match="not a distcal multiclass model"):
-        load_multiclass(tmp_path / "b")
 
 
 def test_equality():
