@@ -113,13 +113,13 @@ def multiclass_from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
     table = None
     if "classes" in tables:
         table = read_table_file(root, tables["classes"], _TABLE_FILE)
-        if set(table.schema.names) != {"class", *_BLOCK_COLUMNS}:
+        if set(table.schema.names) != {"class", *_BLOCK_COLUMNS} or not pa.types.is_integer(
+                table.schema.field("class").type):
             raise ModelError(f"'{root / _TABLE_FILE}' does not hold the expected per-class "
                              "blocks")
     if set(tables) - {"classes"}:
         raise bad(f"unknown tables {sorted(map(str, tables))[:5]}")
-    cls = None if table is None else table.column("class").to_numpy()
-    used = 0
+    rows = MapRows(root, table, _TABLE_FILE, "class")
     models: list[CalibrationModel | None] = []
     for i, e in enumerate(entries):
         if e is None:
@@ -131,20 +131,11 @@ def multiclass_from_meta(root: Path, meta: dict[str, Any]) -> KeyedModel:
             raise bad(f"entry {i} is not a mapping")
         if e["class"] != i:
             raise bad(f"entry {i} is for class {str(e['class'])[:40]!r}")
-        blocks = None
-        if e["blocks"] is not None:
-            if cls is None or table is None:
-                raise bad(f"class {i} has blocks but there is no blocks table")
-            rows = np.flatnonzero(cls == i)
-            if len(rows) != e["blocks"]:
-                raise bad(f"class {i} has {len(rows)} blocks in the table, "
-                          f"{str(e['blocks'])[:40]} in model.json")
-            blocks = blocks_from_table(table.take(pa.array(rows)),
-                                       f"'{root / _TABLE_FILE}' (class {i})", keys=("class",))
-            used += len(rows)
+        blocks = rows.blocks(i, -1 if e["blocks"] is None else e["blocks"], f"class {i}",
+                             short_repr)
         parts = {f: e[f] for f in ("n_rows", "weight_total", "dropped_rows", "columns")}
         models.append(checked_map(root, f"class {i}", method, e["params"], blocks, **parts))
-    if table is not None and used != table.num_rows:
+    if rows.taken != rows.total:
         raise bad("the blocks table has rows of no class")
     for f in ("n_rows", "dropped_rows"):
         if not is_count(meta[f]):
