@@ -8,7 +8,7 @@
 from . import metrics
 from .api import fit, fit_and_threshold
 from .discretize import discretize
-from .errors import DataError, ModelError
+from .errors import DataError, ModelError, ParameterError
 from .evaluation import EvaluationReport, evaluate, evaluate_many
 from .keyed_model import KeyedModel, MulticlassCalibrationModel, SegmentedCalibrationModel
 from .loading import load
@@ -23,4 +23,5 @@ __all__ = ["fit", "fit_and_threshold", "discretize", "load", "evaluate", "evalua
            "summarize", "Summary", "load_summary", "merge_summaries", "monitor", "MonitorReport",
            "metrics", "CalibrationModel", "KeyedModel", "MulticlassCalibrationModel",
            "SegmentedCalibrationModel", "EvaluationReport",
-           "ThresholdResult", "ThresholdTracker", "DataError", "ModelError", "__version__"]
+           "ThresholdResult", "ThresholdTracker", "DataError", "ModelError",
+           "ParameterError", "__version__"]

@@ -40,7 +40,8 @@ class _Defaults:
 DEFAULTS = _Defaults()
 
 METHODS = ("isotonic", "sigmoid", "histogram", "modl", "beta", "venn_abers")
-# Methods of multiclass calibration (one-vs-rest with a binary method, or temperature).
+# The scikit-learn estimator's methods (one-vs-rest with a binary method, or temperature;
+# distcal.fit also takes MODL per class).
 MULTICLASS_METHODS = ("isotonic", "sigmoid", "histogram", "beta", "venn_abers", "temperature")
 INTERPOLATIONS = ("linear", "step", "centered")
 STRATEGIES = ("uniform", "quantile")

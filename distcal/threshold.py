@@ -359,7 +359,7 @@ class ThresholdTracker:
         if w is not None:
             problems.check("weights", "weight", w)
         if problems.bad.any():
-            raise DataError(problems.message() + " (pass on_invalid='drop' to drop such rows)")
+            raise DataError(problems.message("argument") + " (leave such rows out)")
         if w is not None:
             keep = w > 0
             s, values, w = s[keep], values[keep], w[keep]

@@ -4,7 +4,8 @@
         --scheduler tcp://scheduler:8786
 
 Subcommands and options: those of the ``distcal`` command line (fit, apply,
-evaluate, threshold, summarize, fit --summaries, monitor) plus --scheduler;
+evaluate, threshold, discretize, export, summarize, fit --summaries, monitor)
+plus --scheduler;
 without it a LocalCluster is started
 for the run and closed after. Exit 0 on success, 2 on bad input or usage, 1
 on other failures, with one line on stderr.

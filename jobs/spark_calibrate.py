@@ -5,8 +5,8 @@
         --label-col clicked --weight-col w
 
 Subcommands and options: those of the ``distcal`` command line (fit, apply,
-evaluate, threshold, summarize, fit --summaries, monitor) plus --input-table /
---output-table; see README.md.
+evaluate, threshold, discretize, export, summarize, fit --summaries, monitor)
+plus --input-table / --output-table; see README.md.
 """
 
 from distcal.cli.run import exit_process

@@ -21,8 +21,7 @@ from sklearn.calibration import _sigmoid_calibration
 from sklearn.isotonic import IsotonicRegression
 
 import distcal
-from distcal import DataError, ModelError, SegmentedCalibrationModel
-from distcal.errors import ParameterError
+from distcal import DataError, ModelError, ParameterError, SegmentedCalibrationModel
 
 
 def assert_segments_equal_sklearn(model, df: pd.DataFrame, by: str = "seg") -> None:

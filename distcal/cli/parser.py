@@ -27,7 +27,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser(prog: str, entry_point: str) -> argparse.ArgumentParser:
-    """The parser of ``prog``: the four subcommands with the options of ``entry_point``."""
+    """The parser of ``prog``: every subcommand (``COMMANDS``) with the options of
+    ``entry_point``."""
     from .. import __version__
 
     # @FILE stands for the arguments in FILE, one per line (argparse's own rule): a

@@ -4,12 +4,6 @@
   or "sigmoid"): class k's binary calibrator maps its own score to
   q_k; with K >= 3 the row is divided by its sum (the uniform 1/K where the
   sum is 0); with K = 2 only class 1 is calibrated and p0 = 1 - p1.
-* One-vs-rest pooling (:func:`pool_one_vs_rest`): the distinct-score
-  table of class k (its scores against label == k, unit weights) from one
-  value sort of the n scores plus one of the class's own rows: sorting
-  float64 values is several times faster than the argsort and gathers of
-  the general pooling, and the positives per distinct score are counted by
-  locating each positive row's score among the distinct scores.
 * Temperature scaling takes logits. :func:`to_logits` is scikit-learn's
   ``_convert_to_logits``: a one-column score s becomes the pair (-s, s); a
   matrix of K >= 2 columns whose entries all lie in [0, 1] and whose row

@@ -1,7 +1,7 @@
 """Reading rows: scores (one or per class), labels, weights and segments, with their problems.
 
 Every engine reads every part of its input with the same code
-(:func:`read_rows`, and :func:`fit_rows` for per-class scores), so that
+(:func:`read_rows`, which also reads per-class scores), so that
 every engine reports the same problems in the same words. Per-class
 scores come from one vector column (a pandas column of numpy arrays or
 lists, a pyarrow list or fixed-size list) or from one column per class; K
@@ -57,12 +57,13 @@ class Problems:
         for problem, mask in rules(role, values, text, finite_scores):
             self.add(column, problem, mask)
 
-    def message(self) -> str:
-        return problems_message(self.items)
+    def message(self, noun: str = "column") -> str:
+        return problems_message(self.items, noun)
 
 
-def problems_message(items: list[tuple[str, str, int]]) -> str:
-    """``column 'c': 3 rows are ...; ...`` for the problems with a count above 0."""
+def problems_message(items: list[tuple[str, str, int]], noun: str = "column") -> str:
+    """``column 'c': 3 rows are ...; ...`` for the problems with a count above 0 (``noun``
+    names what 'c' is)."""
     parts = []
     for column, problem, k in items:
         if not k:
@@ -72,7 +73,7 @@ def problems_message(items: list[tuple[str, str, int]]) -> str:
                 if problem.startswith(plural):
                     problem = singular + problem[len(plural):]
                     break
-        parts.append(f"column '{column}': {k} {'row' if k == 1 else 'rows'} {problem}")
+        parts.append(f"{noun} '{column}': {k} {'row' if k == 1 else 'rows'} {problem}")
     return "; ".join(parts)
 
 
