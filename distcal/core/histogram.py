@@ -48,23 +48,17 @@ def fit_histogram(data: DistinctTable | MapRanges, n_bins: int = 10,
 
 
 class _BinSums(KeyBatch):
-    """Weight and positives per bin of one range (a (2, n_bins) array)."""
+    """Weight and positives per bin of one range (a (2, n_bins) array); the requests of
+    many keys (the same number of bins, their edges stacked: :meth:`pack`) run as one
+    call for all the keys of a range."""
 
     def __init__(self, edges: np.ndarray):
-        self.edges = edges
-        self.batch_id = edges.shape[0]
+        self.edges = np.atleast_2d(edges)  # one row of edges per key
+        self.batch_id = self.edges.shape[1]
 
     @classmethod
-    def pack(cls, requests: list[_BinSums]) -> _BinSumsBatch:
-        return _BinSumsBatch(np.stack([r.edges for r in requests]))
-
-
-class _BinSumsBatch:
-    """Many keys' :class:`_BinSums` (the same number of bins): one call for all the keys
-    of a range."""
-
-    def __init__(self, edges: np.ndarray):
-        self.edges = edges
+    def pack(cls, requests: list[_BinSums]) -> _BinSums:
+        return cls(np.concatenate([r.edges for r in requests]))
 
     def run(self, which: np.ndarray, part: KeyedTable) -> np.ndarray:
         t, starts = part.table, part.starts

@@ -68,19 +68,6 @@ class Piecewise:
     def n_leaves(self) -> int:
         return int(self.y0.shape[0])
 
-    def evaluate(self, s: np.ndarray) -> np.ndarray:
-        """The map in numpy, by the same operations as the exports (a self-check)."""
-        s = np.asarray(s, dtype=np.float64)
-        i = np.searchsorted(self.thresholds, s, side="right" if self.right else "left")
-        with np.errstate(invalid="ignore", over="ignore"):
-            lin = self.slope[i] * (s - self.x0[i]) + self.y0[i]
-        out = np.where(self.constant[i], self.y0[i], lin)
-        if self.at_neg_inf is not None:
-            out = np.where(s == -np.inf, self.at_neg_inf, out)
-        if self.at_pos_inf is not None:
-            out = np.where(s == np.inf, self.at_pos_inf, out)
-        return np.where(np.isnan(s), np.nan, out)
-
 
 def is_keyed(model: Any) -> bool:
     """Whether ``model`` is a :class:`~distcal.KeyedModel` (multiclass or segmented)."""

@@ -36,8 +36,8 @@ import numpy as np
 from .distinct import DistinctTable
 from .keyed import Key, KeyedTable
 
-__all__ = ["Plan", "run_plan", "run_plans", "KeyFailed", "KeyCounts", "Split", "split_keyed",
-           "KeyBatch", "KeyResults", "KeySums", "Joint", "JointPlan", "sum_parts"]
+__all__ = ["Plan", "run_plan", "run_plans", "KeyFailed", "KeyCounts", "Split", "KeyBatch",
+           "KeyResults", "KeySums", "Joint", "JointPlan", "sum_parts"]
 
 R = TypeVar("R")
 Request = Callable[[Any], Any]
@@ -133,15 +133,6 @@ class KeyCounts:
     binary: bool = True
 
 
-def split_keyed(part: KeyedTable, wanted: Container[Key] | None = None
-                ) -> Iterable[tuple[Key, Any]]:
-    """The keys of one range and their distinct-score tables (only the ``wanted`` keys':
-    a late pass of a few keys does not build the others' tables)."""
-    for i, key in enumerate(part.keys):
-        if wanted is None or key in wanted:
-            yield key, part.key_table(i)
-
-
 class KeyBatch:
     """A request that runs for many keys at once (what a pass ships once for all of them).
 
@@ -227,13 +218,6 @@ class KeySums(KeyBatch):
         ``number(j)``: parameter j of each row's key (a float when all share it)."""
         raise NotImplementedError
 
-    def __call__(self, t: DistinctTable) -> np.ndarray:
-        if not len(t):  # (a range without rows: every sum is 0)
-            numbers = self.numbers()
-            return np.zeros(len(self.columns(t, lambda j: numbers[j])))
-        out: np.ndarray = super().__call__(t)
-        return out
-
     @classmethod
     def pack(cls, requests: list[KeySums]) -> _KeySumsBatch:
         """Requests of one batch as one object: an array of their numbers, one row each."""
@@ -276,11 +260,13 @@ class _Pass:
     and run once per part for all their keys there (``run``); the others
     run key by key. The first pass's function
     is one request for every key, batched in the same way when it can be.
+    ``split`` None: the parts are score ranges (keyed tables); otherwise
+    parts of the rows, whose keys ``split`` lists (:data:`Split`).
     """
 
     def __init__(self, requests: dict[Key, Request] | None, first: Request | None,
-                 split: Split, count: bool):
-        self.first, self.split, self.count = first, split, count
+                 split: Split | None):
+        self.first, self.split = first, split
         self.single: dict[Key, Request] = {}
         self.batches: list[Any] = []
         # Every requested key: (its batch, its position in it), or (-1, 0): run singly.
@@ -307,38 +293,38 @@ class _Pass:
 
     def __call__(self, part: Any) -> PassResult:
         """(results of the keys run singly, [(keys, their results: item i is key i's)]
-        of the batches, each key's (rows, weight, all labels 0/1) when counting)."""
-        if isinstance(part, KeyedTable) and self.split is split_keyed:
+        of the batches, each key's (rows, weight, all labels 0/1) in the first pass)."""
+        if self.split is None:
             return self._range(part)
         return self._rows(part)
 
     def _rows(self, part: Any) -> PassResult:
-        """:meth:`__call__` of a part of the rows: the keys run singly get their rows
-        (``split``); a batch runs once per grouping of the rows by key
-        (``split.groups(part)``: [(keys, each row's key index)], the index None
-        when every row is the one key's), on the rows as they lie."""
-        assert self.where is not None or not self.batches, "a first pass over rows counts"
-        results: dict[Key, Any] = {}
-        counted: dict[Key, tuple[int, float, bool]] = {}
-        singles = None if self.where is None else \
-            {key for key, (b, _) in self.where.items() if b == -1}
-        if singles is None or singles:
-            for key, sub in self.split(part, singles):
-                if self.count:
-                    counted[key] = (sub.n_rows, sub.weight_total, bool(sub.binary))
-                results[key] = self._single(key)(sub)
+        """:meth:`__call__` of a part of the rows. The first pass runs ``first`` on each
+        key's rows (``split``) and counts them; a later pass runs each batch once per
+        grouping of the rows by key (``split.groups(part)``: [(keys, each row's key
+        index)], the index None when every row is the one key's), on the rows as they lie
+        (its requests are all batched)."""
+        split = self.split
+        assert split is not None
+        if self.where is None:
+            assert self.first is not None and not self.batches, "a first pass over rows counts"
+            results: dict[Key, Any] = {}
+            counted: dict[Key, tuple[int, float, bool]] = {}
+            for key, sub in split(part, None):
+                counted[key] = (sub.n_rows, sub.weight_total, bool(sub.binary))
+                results[key] = self.first(sub)
+            return results, [], counted
+        assert not self.single, "a later pass over rows runs batched requests only"
         batched = []
-        if self.batches:
-            assert self.where is not None
-            for keys, codes in self.split.groups(part):  # type: ignore[attr-defined]
-                spots = [self.where.get(key, (-2, 0)) for key in keys]
-                for b, batch in enumerate(self.batches):
-                    which = np.array([i if at == b else -1 for at, i in spots], dtype=np.intp)
-                    mine = np.flatnonzero(which >= 0)
-                    if mine.shape[0]:
-                        out = batch.run_rows(which, codes, part)
-                        batched.append(([keys[i] for i in mine.tolist()], out[mine]))
-        return results, batched, counted
+        for keys, codes in split.groups(part):  # type: ignore[attr-defined]
+            spots = [self.where.get(key, (-2, 0)) for key in keys]
+            for b, batch in enumerate(self.batches):
+                which = np.array([i if at == b else -1 for at, i in spots], dtype=np.intp)
+                mine = np.flatnonzero(which >= 0)
+                if mine.shape[0]:
+                    out = batch.run_rows(which, codes, part)
+                    batched.append(([keys[i] for i in mine.tolist()], out[mine]))
+        return {}, batched, {}
 
     def _single(self, key: Key) -> Request:
         fn = self.first if self.where is None else self.single[key]
@@ -351,7 +337,7 @@ class _Pass:
         spots = [self.first_at if self.where is None else self.where.get(key, (-2, 0))
                  for key in part.keys]  # (-2, 0): not wanted
         counted: dict[Key, tuple[int, float, bool]] = {}
-        if self.count:
+        if self.where is None:  # the first pass counts
             with np.errstate(over="ignore"):  # inf: the fit refuses such weights
                 rows, weight = part.key_totals()
             counted = {key: (int(n), float(w), bool(b)) for key, n, w, b in
@@ -383,7 +369,7 @@ def _gather(outs: list[PassResult], into: dict[Key, list[Any]]) -> None:
 
 
 def run_plans(make_plan: Callable[[Key | None], Plan[Any]], map_parts: MapParts,
-              split: Split = split_keyed,
+              split: Split | None = None,
               keep: Callable[[Key, KeyCounts], bool] | None = None,
               counts: dict[Key, KeyCounts] | None = None,
               narrow: Callable[[set[Key]], None] | None = None,
@@ -391,8 +377,10 @@ def run_plans(make_plan: Callable[[Key | None], Plan[Any]], map_parts: MapParts,
     """Run ``make_plan(key)`` for every key found in the parts, all keys in lock step.
 
     ``map_parts`` maps a function over the parts (an engine's ranges, or
-    row parts) and returns its results in order; ``split`` lists a part's
-    (key, data) pairs, of the keys it is given (:data:`Split`). The first
+    row parts) and returns its results in order; ``split``: None when the
+    parts are score ranges (keyed tables), otherwise what lists a row
+    part's (key, data) pairs, of the keys it is given (:data:`Split`),
+    and groups its rows by key for batched requests. The first
     function a plan yields must not depend on the key (``make_plan(None)``
     gives it): it is applied to every key in the first pass, which also
     counts each key's rows and weight (into ``counts``, when given); keys
@@ -415,7 +403,7 @@ def run_plans(make_plan: Callable[[Key | None], Plan[Any]], map_parts: MapParts,
     probe.close()
     results: dict[Key, list[Any]] = {}
     totals = counts if counts is not None else {}
-    outs = map_parts(_Pass(None, first, split, True))
+    outs = map_parts(_Pass(None, first, split))
     _gather(outs, results)
     for _, _, counted in outs:
         for key, (n, w, binary) in counted.items():
@@ -448,7 +436,7 @@ def run_plans(make_plan: Callable[[Key | None], Plan[Any]], map_parts: MapParts,
             held = needed
         gathered: dict[Key, list[Any]] = {key: [] for key in requests}
         for wave in _waves(requests, budget):
-            _gather(map_parts(_Pass(wave, None, split, False)), gathered)
+            _gather(map_parts(_Pass(wave, None, split)), gathered)
         for key in singly:
             _advance(key, plans[key], gathered[key], plans, pending, done)
         running = joints[:]

@@ -237,12 +237,6 @@ class SummarySource:
     weight_total: float
     dropped_rows: int
 
-    def spec(self, probabilities: bool = False) -> KeySpec:
-        """The key spec of the rows the summaries were made from."""
-        return KeySpec(score_col=str(self.columns["score"]), label_col=str(self.columns["label"]),
-                       weight_col=self.columns["weight"], by=self.by, squares=True,
-                       probabilities=probabilities)
-
     def own_columns(self, caller: str, **given: tuple[Any, Any]
                     ) -> tuple[str, str, str | None, list[str] | None]:
         """The summaries' score, label and weight columns and ``by``, for ``caller`` on them.

@@ -391,26 +391,16 @@ class _InputKind:
 
 class _TemperatureSums(KeyBatch):
     """``[loss, grad, hess]`` of one part of the rows at ``beta``; the requests of many
-    keys (segments) run as one pass over the part's rows (:meth:`pack`)."""
+    keys (segments) run as one pass over the part's rows (:meth:`pack`: their betas)."""
 
-    def __init__(self, beta: float, kind: str):
-        self.beta, self.kind = beta, kind
+    def __init__(self, beta: float | np.ndarray, kind: str):
+        self.betas = np.atleast_1d(beta)  # one beta per key
+        self.kind = kind
         self.batch_id = kind
 
     @classmethod
-    def pack(cls, requests: list[_TemperatureSums]) -> _TemperatureBatch:
-        return _TemperatureBatch(np.array([r.beta for r in requests]), requests[0].kind)
-
-    def __call__(self, rows: Any) -> np.ndarray:
-        out: np.ndarray = self.pack([self]).run_rows(np.zeros(1, np.intp), None, rows)[0]
-        return out
-
-
-class _TemperatureBatch:
-    """Many keys' :class:`_TemperatureSums` (their betas), run on a part's rows at once."""
-
-    def __init__(self, betas: np.ndarray, kind: str):
-        self.betas, self.kind = betas, kind
+    def pack(cls, requests: list[_TemperatureSums]) -> _TemperatureSums:
+        return cls(np.concatenate([r.betas for r in requests]), requests[0].kind)
 
     def run_rows(self, which: np.ndarray, codes: np.ndarray | None, rows: Any) -> np.ndarray:
         """Row k: ``[loss, grad, hess]`` at beta ``which[k]`` over the rows coded k
