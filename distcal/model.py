@@ -855,8 +855,11 @@ def check_model(method: Any, params: Any, blocks: Blocks | None, *, n_rows: Any 
             if not is_number(params.get(k)):
                 raise ValueError(f"{method} parameter {k} must be a finite number, got "
                                  f"{params.get(k)!r}")
-        if method == "beta" and not (params["a"] >= 0 and params["b"] >= 0):
-            raise ValueError("beta parameters a and b must be >= 0 (a monotone map)")
+        if method == "beta" and not (min(params["a"], params["b"]) >= 0 or params["a"] == 0
+                                     or params["b"] == 0):
+            # (the refit rule, as betacal's, leaves the parameter it refits unchecked)
+            raise ValueError("beta parameters a and b must be >= 0, or one of them 0 (the "
+                             "fit's refit rule)")
         return
     if blocks is None:
         raise ValueError(f"the {method} model has no blocks table")

@@ -125,3 +125,64 @@ def test_failed_output_leaves_no_directories(tmp_path):
     assert list(tmp_path.iterdir()) == []
     model.save(target)
     assert distcal.load(target) == model
+
+
+@pytest.mark.parametrize("score", [0.1, 0.3, 0.4, 0.7, 2.0])
+def test_sigmoid_of_one_distinct_score_is_its_mean_target(score):
+    """One distinct score identifies only b: p is Platt's mean target, everywhere. (The
+    mean of 0.4 repeated is not 0.4 in floats: its rounding error was taken for a spread,
+    and the map became a step, decreasing for some scores.)"""
+    df = pd.DataFrame({"score": [score] * 3, "label": [0, 1, 1], "g": ["a"] * 3})
+    # Platt's targets: (N+ + 1) / (N+ + 2) = 3/4 for the positives, 1 / (N- + 2) = 1/3
+    want = (2 * 0.75 + 1 / 3) / 3
+    for model in (distcal.fit(df, method="sigmoid"),
+                  distcal.fit(df, method="sigmoid", by="g").segment("a")):
+        assert model.params["a"] == 0.0
+        np.testing.assert_allclose(model.predict([score - 0.01, score, score + 0.01]), want,
+                                   rtol=1e-12)
+
+
+def test_sigmoid_and_beta_at_the_smallest_scales_are_those_of_ordinary_ones():
+    """Scores or weights below 2^-500 are scaled by powers of two as those above 2^500
+    are: squares and sums of them underflowed (sigmoid of scores 1e-300 was the constant
+    1/2; weights 1e-310 were called too large)."""
+    df = pd.DataFrame({"score": np.array([.1, .2, .3, .4, .5, .6, .7, .8]),
+                       "label": [0, 0, 1, 0, 1, 0, 1, 1]})
+    ref = distcal.fit(df, method="sigmoid")
+    tiny = distcal.fit(df.assign(score=df.score * 1e-300), method="sigmoid")
+    np.testing.assert_allclose(tiny.predict(df.score * 1e-300), ref.predict(df.score),
+                               rtol=1e-9)
+    ref = distcal.fit(df, method="beta")
+    for w in (1e-200, 1e-310, 5e-324):
+        light = distcal.fit(df.assign(w=w), method="beta", weight_col="w")
+        np.testing.assert_allclose(light.predict(df.score), ref.predict(df.score), rtol=1e-9)
+        # Platt's targets are (W+ + 1) / (W+ + 2): weights this light make them 1/2 each,
+        # so the map is flat at 1/2 (no error)
+        flat = distcal.fit(df.assign(w=w), method="sigmoid", weight_col="w")
+        np.testing.assert_allclose(flat.predict(df.score), 0.5, atol=1e-9)
+
+
+def test_quantile_edges_of_scores_spanning_more_than_the_largest_double(tmp_path):
+    """The median of -M and M is 0 (numpy's percentile gives -inf: b - a overflows);
+    a model of such an edge could not be saved."""
+    m = np.finfo(float).max
+    model = distcal.fit(pd.DataFrame({"score": [-m, m], "label": [0, 1]}), method="histogram",
+                        n_bins=2, strategy="quantile")
+    assert model.params["edges"] == [-m, 0.0, m]
+    np.testing.assert_array_equal(model.predict([-m, m]), [0.0, 1.0])
+    model.save(tmp_path / "m")
+    assert distcal.load(tmp_path / "m") == model
+
+
+def test_beta_models_refitted_to_a_negative_parameter_load(tmp_path):
+    """The refit rule (betacal's) leaves the parameter it refits unchecked: such a model
+    saved, then could not be loaded ("a and b must be >= 0")."""
+    from betacal import BetaCalibration
+
+    df = pd.DataFrame({"score": [.1, .2, .3, .7, .8, .9], "label": [1, 1, 0, 1, 0, 0]})
+    model = distcal.fit(df, method="beta")
+    assert model.params["a"] == 0.0 and model.params["b"] < 0.0
+    ref = BetaCalibration(parameters="abm").fit(df.score.to_numpy(), df.label.to_numpy())
+    np.testing.assert_allclose(model.predict(df.score), ref.predict(df.score), atol=1e-4)
+    model.save(tmp_path / "m")
+    assert distcal.load(tmp_path / "m") == model

@@ -41,7 +41,7 @@ from scipy.special import expit
 
 from ..errors import sums_overflow
 from .distinct import DistinctTable
-from .logistic import Terms, newton_plan
+from .logistic import Terms, newton_plan, power_of_two_scale
 from .plans import KeySums
 
 __all__ = ["beta_plan", "beta_predict", "beta_features", "CLIP", "NoMinimum"]
@@ -138,9 +138,10 @@ def beta_plan(score_col: str | None = None, max_iter: int = 100
         raise sums_overflow()
     if pos <= 0.0 or pos >= wsum:  # the caller refuses it, or falls back (a segment)
         return NoMinimum("0" if pos <= 0.0 else "1", wsum)
-    # Weights near the largest double: sums of them would overflow. The
-    # minimiser does not change when all weights are scaled (by a power of two: exact).
-    w_scale = math.ldexp(1.0, -math.frexp(wsum)[1]) if wsum > 2.0 ** 500 else 1.0
+    # Weights near the largest double, or the smallest: sums of them would overflow, or
+    # underflow. The minimiser does not change when all weights are scaled (by a power
+    # of two: exact).
+    w_scale = power_of_two_scale(wsum)
     a, b, c = yield from _newton((True, True), w_scale, max_iter)
     if a < 0.0:
         a, b, c = yield from _newton((False, True), w_scale, max_iter)

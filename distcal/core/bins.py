@@ -99,14 +99,19 @@ def percentile_interp(x: np.ndarray, xp: np.ndarray, fp: np.ndarray) -> np.ndarr
     ``np.interp`` always starts from a: the two differ in the last bit, and a
     value lying on an edge then falls in another bin than scikit-learn's.
     Written here because numpy exposes that rule only inside ``np.percentile``,
-    which needs all values in one array. Where that rule gives NaN (infinite
-    knots), ``np.interp``'s value.
+    which needs all values in one array. Where ``b - a`` overflows (finite
+    knots more than the largest double apart), the convex combination
+    a (1 - t) + b t, which does not (numpy's rule gives -inf there). Where
+    that rule gives NaN (infinite knots), ``np.interp``'s value.
     """
     j = np.clip(np.searchsorted(xp, x, side="right") - 1, 0, len(xp) - 2)
     a, b, width = fp[j], fp[j + 1], xp[j + 1] - xp[j]
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         t = np.where(width > 0, (x - xp[j]) / np.where(width > 0, width, 1.0), 0.0)
         out: np.ndarray = np.where(t < 0.5, a + (b - a) * t, b - (b - a) * (1.0 - t))
+        wide = ~np.isfinite(b - a) & np.isfinite(a) & np.isfinite(b)
+    if wide.any():
+        out[wide] = a[wide] * (1.0 - t[wide]) + b[wide] * t[wide]
     bad = np.isnan(out)
     if bad.any():
         out[bad] = np.interp(x[bad], xp, fp)

@@ -53,7 +53,16 @@ from .distinct import DistinctTable
 from .keyed import Key
 from .plans import Joint, JointPlan, KeyFailed, KeySums, sum_parts
 
-__all__ = ["Terms", "newton_plan", "SEPARATED"]
+__all__ = ["Terms", "newton_plan", "SEPARATED", "power_of_two_scale"]
+
+
+def power_of_two_scale(magnitude: float) -> float:
+    """1, or the power of two that brings ``magnitude`` (a sum of weights, a bound on the
+    scores) outside [2^-500, 2^500] into [1/2, 1), at most 2^1000: scaling by it is
+    exact, and sums of squares of the scaled values neither overflow nor underflow."""
+    if magnitude == 0.0 or 2.0 ** -500 <= magnitude <= 2.0 ** 500:
+        return 1.0
+    return math.ldexp(1.0, min(-math.frexp(magnitude)[1], 1000))
 
 #: The fit stops once the loss is below this fraction of its value at the start.
 #: Only scores that separate the classes get there: the loss then falls on
@@ -119,8 +128,9 @@ class _Sums(KeySums):
         features = self.terms.features
         m = len(features)
         w_scale = number(0)
-        w = t.weight * w_scale
-        y = (t.positives * number(1) + (t.weight - t.positives) * number(2)) * w_scale
+        # Scaled first: below 2^-1022 a product with a target rounds (to 0 at 2^-1075).
+        w, pos = t.weight * w_scale, t.positives * w_scale
+        y = pos * number(1) + (w - pos) * number(2)
         s_scale = number(3)
         cols = [(f(t.score) * s_scale - number(4 + j)) / number(4 + m + j)
                 for j, f in enumerate(features)]

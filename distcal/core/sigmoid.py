@@ -28,7 +28,7 @@ from scipy.special import expit
 
 from ..errors import sums_overflow
 from .distinct import DistinctTable
-from .logistic import Terms, newton_plan
+from .logistic import Terms, newton_plan, power_of_two_scale
 from .plans import KeySums, run_plan
 from .ranges import MapRanges, as_map_ranges
 
@@ -103,8 +103,8 @@ class _Targets(KeySums):
 
     def columns(self, t: DistinctTable, number: Callable[[int], float | np.ndarray]
                 ) -> list[np.ndarray]:
-        return [(t.positives * (1.0 - number(0)) + (t.weight - t.positives)
-                 * (1.0 - number(1))) * number(2)]
+        w, pos = t.weight * number(2), t.positives * number(2)  # scaled first, as in Terms
+        return [pos * (1.0 - number(0)) + (w - pos) * (1.0 - number(1))]
 
 
 def sigmoid_plan(max_iter: int = 100) -> Generator[Any, list[Any], tuple[float, float]]:
@@ -120,13 +120,13 @@ def sigmoid_plan(max_iter: int = 100) -> Generator[Any, list[Any], tuple[float, 
     n_neg = wsum - n_pos
     hi = (n_pos + 1.0) / (n_pos + 2.0)
     lo = 1.0 / (n_neg + 2.0)
-    # Scores or weights near the largest double: squares and weighted sums
-    # would overflow. The targets above depend on the weights' totals only;
-    # given them, the loss scales with the weights (same minimiser), and
-    # a s = (a 2^k) (s 2^-k). So fit on scores and weights scaled by powers
-    # of two (exact) and scale a back.
-    s_scale = math.ldexp(1.0, -math.frexp(float(sums[5]))[1]) if sums[5] > 2.0 ** 500 else 1.0
-    w_scale = math.ldexp(1.0, -math.frexp(wsum)[1]) if wsum > 2.0 ** 500 else 1.0
+    # Scores or weights near the largest double, or the smallest: squares and
+    # weighted sums would overflow, or underflow to 0. The targets above depend
+    # on the weights' totals only; given them, the loss scales with the
+    # weights (same minimiser), and a s = (a 2^k) (s 2^-k). So fit on scores
+    # and weights scaled by powers of two (exact) and scale a back.
+    s_scale = power_of_two_scale(float(sums[5]))
+    w_scale = power_of_two_scale(wsum)
     if s_scale != 1.0 or w_scale != 1.0:
         sums = yield from _sum(_Totals(s_scale, w_scale))
         wsum = float(sums[0])
@@ -137,8 +137,9 @@ def sigmoid_plan(max_iter: int = 100) -> Generator[Any, list[Any], tuple[float, 
     if not math.isfinite(spread[0]):
         raise sums_overflow("weights times scores")
     sd = float(np.sqrt(spread[0] / wsum))
-    if sd == 0.0:
-        # One distinct score: only b is identified; p equals the mean target.
+    if sd == 0.0 or sums[3] == 1:
+        # One distinct score: only b is identified; p equals the mean target. (Its
+        # spread can be a rounding error's, not 0: the mean of one score is not it.)
         tbar = float((yield from _sum(_Targets(hi, lo, w_scale)))[0]) / wsum
         return 0.0, float(np.log(tbar / (1.0 - tbar)))
 
