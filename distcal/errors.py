@@ -69,6 +69,13 @@ def sums_overflow(what: str = "weights") -> DataError:
                      f"float is 1.8e308); divide them by a constant")
 
 
+def sums_underflow() -> DataError:
+    """Positive weights so small that products of two of them (AUC's pairs, the calibration
+    tests' w^2) underflow float64 and lose their digits (weights below about 1e-151)."""
+    return DataError("the weights are too small: products of two of them underflow float64 "
+                     "(below 2.2e-308); multiply them by a constant")
+
+
 def column_not_found(name: str, role: str, available: Iterable[str]) -> DataError:
     """The one message for a missing column, whatever the engine."""
     return DataError(f"column '{name}' ({role}) not found; the input has columns "

@@ -270,7 +270,7 @@ def report_from_ranges(keyed: Any, *, prob_col: str, by: list[str] | None = None
         log_loss=float(sums.metrics["log_loss"][g]), ece=float(sums.metrics["ece"][g]),
         mce=float(sums.metrics["mce"][g]), auc=float(sums.metrics["auc"][g]),
         reliability=float(np.sum(share * gap * gap)),
-        resolution=float(np.sum(share * (true - ybar) ** 2)), uncertainty=ybar * (1.0 - ybar),
+        resolution=float(np.sum(share * (true - ybar) ** 2)), uncertainty=extra["uncertainty"],
         calibration_curve=curve,
         roc=pd.DataFrame(roc), roc_hull=pd.DataFrame({"fpr": hx, "tpr": hy}),
         threshold=float(threshold), confusion=conf, accuracy=correct / w_total,
@@ -307,10 +307,15 @@ def check_interval_cols(interval_cols: Any, roles: dict[str, Any]) -> tuple[str,
 
 
 def check_bins(bins: Any) -> None:
-    """Explicit bin edges: at least two, non-decreasing, none NaN."""
-    edges = np.asarray(bins, dtype=np.float64)
-    if edges.ndim != 1 or edges.shape[0] < 2 or not np.all(np.diff(edges) >= 0):
-        raise ParameterError(f"bins must be at least two non-decreasing edges (no NaN), got "
+    """Explicit bin edges: at least two numbers, non-decreasing, finite (a bin of
+    probabilities has finite edges; an infinite one could not be drawn)."""
+    try:
+        edges = np.asarray(bins, dtype=np.float64)
+    except (TypeError, ValueError):  # text, ragged lists
+        edges = np.full(1, np.nan)
+    if edges.ndim != 1 or edges.shape[0] < 2 or not np.all(np.diff(edges) >= 0) \
+            or not np.isfinite(edges).all():
+        raise ParameterError(f"bins must be at least two non-decreasing finite edges, got "
                              f"{bins!r}")
 
 

@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from .core import calibration_metrics as cm
+from .params import check_finite
 
 __all__ = ["plot_reliability", "plot_calibration_map", "plot_roc", "plot_cost_curve",
            "plot_interval_widths", "MARKER_AREA_MAX"]
@@ -40,6 +41,23 @@ __all__ = ["plot_reliability", "plot_calibration_map", "plot_roc", "plot_cost_cu
 MARKER_AREA_MAX = 400.0
 #: The smoothed curve is not drawn where the kernel averages less weight than this.
 MIN_EFFECTIVE = 10.0
+
+
+def _plain_log_labels(axis: Any) -> None:
+    """Log-axis tick labels as plain text (1, 10, 1e-05): matplotlib's default writes
+    them as math ($10^{1}$), shown raw where the report reads text as written
+    (:func:`distcal.report.figure_text_as_written`)."""
+    from matplotlib.ticker import LogFormatter
+
+    axis.set_major_formatter(LogFormatter())
+    axis.set_minor_formatter(LogFormatter(labelOnlyBase=False))
+
+
+def check_costs(cost_fp: Any, cost_fn: Any) -> tuple[float, float]:
+    """The cost curve's costs as floats (a ``ParameterError`` unless finite numbers)."""
+    c_fp, c_fn = check_finite(cost_fp, "cost_fp"), check_finite(cost_fn, "cost_fn")
+    assert c_fp is not None and c_fn is not None
+    return c_fp, c_fn
 
 
 def report_list(reports: Any) -> list:
@@ -165,6 +183,7 @@ def plot_reliability(reports: Any, ax: Any = None, *, hist_ax: Any = None,
     ax.legend(loc="upper left", fontsize=7)
     if hist_ax is not None:
         hist_ax.set_yscale("log")
+        _plain_log_labels(hist_ax.yaxis)
         hist_ax.set(xlabel="predicted probability", ylabel="weight per bin (log)", xlim=(0, 1))
         hist_ax.legend(loc="upper right", fontsize=7)
     else:
@@ -249,6 +268,7 @@ def plot_cost_curve(reports: Any, ax: Any = None, *, cost_fp: float = 1.0,
     probabilities descending) the rows with p >= p_k are positive.
     """
     reports = report_list(reports)
+    cost_fp, cost_fn = check_costs(cost_fp, cost_fn)
     ax = new_ax(ax, (6.4, 4.4))
     if curves is None:
         curves = [cm.cost_curve(r, cost_fp, cost_fn) for r in reports]
@@ -296,6 +316,7 @@ def plot_interval_widths(report: Any, ax: Any = None) -> Any:
             ax.bar([edges[1] / 10], [weight[0]], width=[edges[1] * 0.9], align="edge",
                    color="C0", hatch="//", edgecolor="white", label="width < 1e-6")
         ax.set_xscale("log")
+        _plain_log_labels(ax.xaxis)
     for value, name, style in ((w["mean"], "mean", "-"), (w["median"], "median", "--"),
                                (w["p90"], "90th percentile", ":")):
         if value is not None and math.isfinite(value) and value > 0:

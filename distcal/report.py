@@ -34,8 +34,9 @@ import numpy as np
 
 from .core import calibration_metrics as cm
 from .core.piecewise import is_keyed
+from .errors import ParameterError
 from .jsonsafe import json_safe
-from .plots import report_list
+from .plots import check_costs, report_list
 from .storage import REPORT, filesystem_for, publishing_dir
 
 # The reports (distcal.EvaluationReport) are only read here, by attribute:
@@ -522,6 +523,14 @@ def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
     reports = report_list(reports)
     if not reports:
         raise ValueError("no reports to write")
+    names = [r.prob_col for r in reports]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:  # the report names each column's numbers by it: one would be lost
+        raise ParameterError(f"several reports are of the column(s) {twice}: a report names "
+                             "its numbers by the column, so give each its own (e.g. "
+                             "dataclasses.replace(report, prob_col='test')), or write "
+                             "them apart")
+    cost_fp, cost_fn = check_costs(cost_fp, cost_fn)
     doc: dict[str, Any] = {}
     if any(_is_multiclass(r) for r in reports):
         model, doc["kind"], costs_key = None, "multiclass", {}

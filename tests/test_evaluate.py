@@ -132,12 +132,33 @@ def test_wilson_interval_of_any_weight_total_is_wilsons_formula(n):
 
 
 def test_evaluate_of_tiny_weights_is_the_evaluation_of_unit_weights():
+    """Down to a mean weight of 2^-500 (~3e-151) every metric is that of unit weights;
+    below, products of two weights (AUC's pairs, Spiegelhalter's w^2) underflow: a
+    DataError (AUC was 0.0 and z -inf at weights 1e-170)."""
     rng = np.random.default_rng(3)
     s = rng.random(500)
-    df = pd.DataFrame({"prob": s, "label": (rng.random(500) < s).astype(int), "w": 1e-200})
+    df = pd.DataFrame({"prob": s, "label": (rng.random(500) < s).astype(int), "w": 1e-140})
     tiny, unit = distcal.evaluate(df, weight_col="w"), distcal.evaluate(df.drop(columns="w"))
-    for name in ("ece", "mce", "brier", "log_loss", "accuracy"):
-        assert getattr(tiny, name) == pytest.approx(getattr(unit, name), rel=1e-9)
+    for name in ("ece", "mce", "brier", "log_loss", "accuracy", "auc", "spiegelhalter_z",
+                 "citl_low", "citl_high"):
+        assert getattr(tiny, name) == pytest.approx(getattr(unit, name), rel=1e-9), name
+    for w in (1e-170, 1e-200, 5e-324):
+        with pytest.raises(distcal.DataError, match="too small: products of two of them"):
+            distcal.evaluate(df.assign(w=w), weight_col="w")
+        with pytest.raises(distcal.DataError, match="too small"):
+            distcal.evaluate(df.assign(w=w, g=1), weight_col="w", by="g")
+
+
+def test_uncertainty_of_labels_that_are_rates_is_their_variance():
+    """Murphy's uncertainty is the weighted variance of the labels; ybar (1 - ybar) only for
+    0/1 labels (it was that for rates too, and brier != rel - res + unc)."""
+    rng = np.random.default_rng(5)
+    p, y, w = np.round(rng.random(3000), 2), rng.random(3000), rng.uniform(0.5, 2, 3000)
+    rep = distcal.evaluate(pd.DataFrame({"prob": p, "label": y, "w": w}), weight_col="w")
+    ybar = np.average(y, weights=w)
+    assert rep.uncertainty == pytest.approx(np.average((y - ybar) ** 2, weights=w), rel=1e-9)
+    assert rep.brier == pytest.approx(rep.reliability_exact - rep.resolution_exact
+                                      + rep.uncertainty, rel=1e-9)
 
 
 def test_compare_error_rates_textbook():
@@ -346,9 +367,11 @@ def test_full_roc_hull_ends_at_one_one_exactly():
         assert rep.roc_hull.to_numpy().max() == 1.0
 
 
-@pytest.mark.parametrize("bins", [[0.0, np.nan, 1.0], [0.5], [1.0, 0.0], [[0.0, 1.0]]])
+@pytest.mark.parametrize("bins", [[0.0, np.nan, 1.0], [0.5], [1.0, 0.0], [[0.0, 1.0]],
+                                  [-np.inf, 0.5, np.inf], ["a", "b"], [0.0, [0.5, 1.0]]])
 def test_explicit_bins_are_checked_before_any_read(tmp_path, bins):
-    """Edges with a NaN (which passed the order check: NaN compares false) are refused
+    """Edges with a NaN (which passed the order check: NaN compares false), infinite
+    edges (the report could not draw them) and edges that are not numbers are refused
     with the other invalid edges, before the input is read (it does not exist here)."""
-    with pytest.raises(ValueError, match="bins must be at least two"):
+    with pytest.raises(distcal.ParameterError, match="bins must be at least two"):
         distcal.evaluate(str(tmp_path / "missing.parquet"), bins=bins)

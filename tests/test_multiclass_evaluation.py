@@ -79,6 +79,16 @@ def test_prob_columns_and_bad_probabilities():
     assert distcal.evaluate(bad, prob_cols=["a", "b", "c"], on_invalid="drop").dropped_rows == 2
 
 
+def test_weights_whose_sums_overflow_are_a_data_error():
+    """As for binary probabilities: NaN metrics with every ECE 0.0, and a report that
+    could not be drawn, before."""
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.ones(3), 1000)
+    df = pd.DataFrame({"p": list(p), "label": p.argmax(1), "w": 1e306})
+    with pytest.raises(DataError, match="too large: their sums overflow"):
+        distcal.evaluate(df, prob_col="p", weight_col="w")
+
+
 @pytest.mark.parametrize("option", [{"strategy": "quantile"}, {"bins": [0, 0.9, 1]},
                                     {"threshold": 0.3}, {"confidence": 0.9},
                                     {"roc_points": 10}])

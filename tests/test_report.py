@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 from html.parser import HTMLParser
@@ -150,12 +151,24 @@ def test_marker_area_proportional_to_bin_weight(fitted) -> None:
                if (c.get_gid() or "").startswith("bins:")) == pytest.approx(plots.MARKER_AREA_MAX)
     assert hx.get_yscale() == "log"
     assert hx.get_legend() is not None and ax.get_legend() is not None
+    # the log axis's labels are plain text, also where the report reads text as written
+    # (matplotlib's default $10^{1}$ showed raw in every report's PNG)
+    from distcal.report import figure_text_as_written
+
+    with figure_text_as_written():
+        fig.savefig(io.BytesIO(), format="png")
+    labels = [t.get_text() for t in hx.get_yticklabels() + hx.get_yticklabels(minor=True)]
+    assert any(labels) and not any("$" in t for t in labels), labels
 
 
-@pytest.mark.parametrize("cost_fp,cost_fn,weights", [(1, 1, False), (1, 3, False), (2.5, 1, True),
-                                                     (1, 20, True)])
-def test_cost_curve_minimum_is_optimal_threshold(cost_fp, cost_fn, weights) -> None:
+@pytest.mark.parametrize("cost_fp,cost_fn,weights,scale", [
+    (1, 1, False, 1.0), (1, 3, False, 1.0), (2.5, 1, True, 1.0), (1, 20, True, 1.0),
+    (1, 1, True, 1e-15), (3, 1, True, 1e12)])
+def test_cost_curve_minimum_is_optimal_threshold(cost_fp, cost_fn, weights, scale) -> None:
+    """(Weights of 1e-15 made every cost a tie with nothing predicted positive.)"""
     df = _frame(5000, seed=3, weights=weights)
+    if scale != 1.0:
+        df["w"] *= scale
     wc = "w" if weights else None
     report = distcal.evaluate(df, prob_col="score", weight_col=wc)
     want = distcal.optimal_threshold(df, score_col="score", weight_col=wc, cost_fp=cost_fp,
@@ -383,3 +396,29 @@ def test_an_infinite_best_threshold_shows_as_infinity_and_says_why(tmp_path) -> 
     row = next(r for r in doc["json"]["table"] if r["key"] == "best_threshold")
     assert row["values"]["prob"] is None and row["why_null"] == {"prob": "+infinity"}
     assert '<td data-key="best_threshold" data-col="prob">∞</td>' in doc["html"]
+
+
+@pytest.mark.parametrize("costs", [(float("nan"), 1.0), (1.0, float("inf")), ("1", 1.0)])
+def test_costs_that_are_not_finite_numbers_are_a_parameter_error(fitted, costs) -> None:
+    """(A NaN cost was an IndexError from inside the cost curve.)"""
+    _, _, reports = fitted
+    with pytest.raises(distcal.ParameterError, match="cost_f[pn] must be a finite number"):
+        build_document([reports["score"]], cost_fp=costs[0], cost_fn=costs[1])
+    with pytest.raises(distcal.ParameterError, match="cost_f[pn] must be a finite number"):
+        plots.plot_cost_curve(reports["score"], Figure().subplots(), cost_fp=costs[0],
+                              cost_fn=costs[1])
+
+
+def test_reports_of_one_column_name_are_refused_until_told_apart(fitted) -> None:
+    """Train and test reports of one column 'score': the page showed the second's
+    numbers twice and report.json kept one."""
+    import dataclasses
+
+    _, _, reports = fitted
+    train = reports["score"]
+    test = dataclasses.replace(train, brier=train.brier + 0.1)
+    with pytest.raises(distcal.ParameterError, match=r"several reports are of the column"):
+        build_document([train, test])
+    doc = build_document([train, dataclasses.replace(test, prob_col="test")])
+    assert doc["json"]["columns"] == ["score", "test"]
+    assert doc["json"]["reports"]["test"]["brier"] == pytest.approx(train.brier + 0.1)

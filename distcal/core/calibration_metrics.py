@@ -61,6 +61,7 @@ from . import smooth_ece as sm
 from .distinct import DistinctTable
 from .metrics import desc_cumsums
 from .ranges import MapRanges, as_map_ranges
+from .threshold import TIE
 
 __all__ = ["murphy_partials", "combine_murphy", "adaptive_cuts", "adaptive_partials",
            "adaptive_from_bins", "adaptive_ece", "extra_range_partials", "extra_metrics",
@@ -303,7 +304,10 @@ def cost_curve(report: Any, cost_fp: float = 1.0, cost_fn: float = 1.0) -> dict[
     cost = float(cost_fp) * fp + float(cost_fn) * fn
     threshold = np.concatenate(([np.inf], t.score[::-1]))
     best = float(cost.min())
-    k = int(np.flatnonzero(cost <= best + 1e-12 * max(1.0, abs(best)))[0])
+    # Ties within distcal.core.threshold's TIE of the costs' mass (not of 1: weights of
+    # 1e-15 made every cost a tie with nothing predicted positive).
+    mass = abs(float(cost_fp)) * fp[-1] + abs(float(cost_fn)) * tp[-1]
+    k = int(np.flatnonzero(cost <= best + TIE * mass)[0])
     return {"threshold": threshold, "cost": cost, "fp": fp, "fn": fn, "tp": tp,
             "best_threshold": float(threshold[k]), "best_cost": float(cost[k]),
             "best_fp": float(fp[k]), "best_fn": float(fn[k]),

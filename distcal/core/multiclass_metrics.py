@@ -104,6 +104,10 @@ def metrics_from_sums(sums: dict[str, np.ndarray]) -> dict[str, Any]:
     class_curves (pandas DataFrames ``prob_pred``, ``prob_true``,
     ``weight``, one row per non-empty bin), n_rows and weight_total.
     """
+    if not all(np.isfinite(v).all() for v in sums.values()):  # weights near 1e308
+        from ..errors import sums_overflow
+
+        raise sums_overflow()
     w = float(sums["weight"][0])
     ece, top_curve = _curve(sums["top"])
     per_class, curves = [], []

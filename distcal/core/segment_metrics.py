@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..errors import sums_overflow
+from ..errors import sums_overflow, sums_underflow
 from .bins import bin_ids
 from .keyed import GLOBAL, KeyedTable, in_key_order
 from .metrics import EPS, wilson_interval
@@ -195,6 +195,9 @@ def combine_segment_partials(parts: list[SegmentEvalPartials]) -> SegmentEvaluat
         ece = np.sum((bw / w[:, None]) * gap, axis=1)
         if np.isinf(tot["pairs"]).any():  # products of two weights, from ~1e154 on
             raise sums_overflow()
+        # ... or below 2^-1022, where they lose their digits: a mean weight below 2^-500
+        if np.any((w > 0) & (w < n_rows * 2.0 ** -500)):
+            raise sums_underflow()
         with np.errstate(invalid="ignore", divide="ignore"):  # (y * neg overflows sooner)
             auc = np.where((y > 0) & (neg > 0), tot["pairs"] / y / neg, math.nan)
         metrics = {"n_rows": n_rows, "weight": w, "base_rate": y / w, "mean_prob": tot["wp"] / w,
