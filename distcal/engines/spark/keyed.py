@@ -4,32 +4,32 @@ A binary score (with or without ``by=``) takes the short route: Spark's
 own ``repartitionByRange`` on the score (its sampling job reads the input
 in the JVM only; asked for k / (1 - hot share) ranges, since equal bounds
 collapse), and each range reads its raw rows with ``read_rows``, makes the
-global and segment keys and pools them (:func:`raw_runner`). Per-class
+global and segment keys and pools them (:func:`pool_raw`). Per-class
 scores need a Python map side before the shuffle (each class has its own
-score); they take the route below. Either way the number of ranges comes
-from the sample of step 1 and a range is pooled as its batches stream in.
+score); they take the route below (:func:`pool_ranges`). Either way the
+number of ranges comes from the sample of step 1 and a range is pooled as
+its batches stream in.
 
-With ``passes > 1`` the ranges are pooled once and kept pooled. The first
-pass maps :func:`pool_runner` (a binary score) or :func:`pool_keyed_runner`
-(per-class rows, after the shuffle below) over the ranges: each range is
-read, checked and pooled, ``fn`` runs on its keyed table, and the range
-becomes rows (range id, part, payload): validation counts (part -1) and
-``fn``'s result (part -2), pickled, then its keyed table
-(:func:`table_payloads`: its keys pickled (part 0), its sums as
-LZ4-compressed Arrow IPC streams of at most ``CHUNK_ROWS`` rows (parts 1,
-2, ...)). That frame keeps the ranges' partitions (``mapInArrow`` is
-narrow) and is persisted (``MEMORY_AND_DISK``; unpersisted by ``close``);
-the first pass's results are its rows of parts < 0, read in the JVM. Every
-later pass maps :func:`table_runner` over its tables, coalesced to the
-default number of ranges (a pass over pooled ranges is mostly a task's
-fixed cost): each range's table is read back as written, then ``fn`` runs.
-A later pass thus reads each range's distinct (key, score) pairs (~9 B each
-for a distinct score with unit weights, compressed), never its rows, and
-checks and pools nothing again; a Python worker holds one range's pairs at
-a time. Once the keys still running are few (``narrow``), the tables are
-cut to theirs (:func:`narrow_runner`) and kept so for the passes left.
-With ``passes == 1`` one job reads, pools and maps each range
-(:func:`raw_runner`, :func:`range_runner`), and nothing is persisted.
+The first pass maps :func:`pool_runner` over the ranges (one job): each
+range is read, checked and pooled, ``fn`` runs on its keyed table, and the
+range becomes rows (range id, part, payload) (:func:`pooled_rows`):
+validation counts (part -1) and ``fn``'s result (part -2), pickled. With
+``passes == 1`` those rows are collected and nothing is persisted. With
+``passes > 1`` the ranges are pooled once and kept pooled: each range's
+rows also hold its keyed table (:func:`table_payloads`: its keys pickled
+(part 0), its sums as LZ4-compressed Arrow IPC streams of at most
+``CHUNK_ROWS`` rows (parts 1, 2, ...)). That frame keeps the ranges'
+partitions (``mapInArrow`` is narrow) and is persisted
+(``MEMORY_AND_DISK``; unpersisted by ``close``); the first pass's results
+are its rows of parts < 0, read in the JVM. Every later pass maps
+:func:`table_runner` over its tables, coalesced to the default number of
+ranges (a pass over pooled ranges is mostly a task's fixed cost): each
+range's table is read back as written, then ``fn`` runs. A later pass thus
+reads each range's distinct (key, score) pairs (~9 B each for a distinct
+score with unit weights, compressed), never its rows, and checks and pools
+nothing again; a Python worker holds one range's pairs at a time. Once the
+keys still running are few (``narrow``), the tables are cut to theirs
+(:func:`narrow_runner`) and kept so for the passes left.
 
 How per-class rows flow (one job per ``map``, after a sample when opened):
 
@@ -39,7 +39,8 @@ How per-class rows flow (one job per ``map``, after a sample when opened):
    (:func:`.schema.vector_length_counts`; ``VectorUDT`` columns become
    ``array<double>`` in the JVM first). A Bernoulli sample of the input
    (about ``sample_rows`` keyed rows) is read and exploded in Python
-   exactly as the rows will be; from its (key, score) pairs come the
+   exactly as the rows will be (:func:`parts_runner` with
+   :func:`_own_keys`); from its (key, score) pairs come the
    number of ranges (:func:`ranges_for`: estimated distinct (key, score)
    pairs over the per-range budget ``range_rows``) and the range bounds
    (quantiles of the sample's distinct pairs' scores, so a hot score
@@ -56,15 +57,16 @@ How per-class rows flow (one job per ``map``, after a sample when opened):
    partitioner sends to partition = range id (:func:`partition_ids`): the
    range bounds are already known, so there is no ``repartitionByRange``
    sampling job, which would run the Python map side a second time.
-4. **Range side** (:func:`range_runner`): the range's Arrow batches are
-   gathered into chunks of ``CHUNK_ROWS``, each chunk pooled by (key,
-   score) (:func:`~distcal.core.keyed.pool_keyed`) and the pooled runs
-   merged as they come (:class:`KeyedRuns`, exact); then ``fn`` runs on the
-   range's :class:`~distcal.core.keyed.KeyedTable` and one pickled row
-   (range id, result) goes to the driver. A worker holds a chunk and its
-   range's distinct (key, score) pairs, never the range's rows.
+4. **Range side** (:func:`pool_runner` with :func:`pool_ranges`): the
+   range's Arrow batches are gathered into chunks of ``CHUNK_ROWS``, each
+   chunk pooled by (key, score) (:func:`~distcal.core.keyed.pool_keyed`)
+   and the pooled runs merged as they come (:class:`KeyedRuns`, exact);
+   then ``fn`` runs on the range's :class:`~distcal.core.keyed.KeyedTable`
+   and its pickled result goes to the driver (:func:`pooled_rows`). A
+   worker holds a chunk and its range's distinct (key, score) pairs, never
+   the range's rows.
 
-The driver sorts the rows by range id, adds up the validation counts with
+The driver sorts the results by range id, adds up the validation counts with
 :func:`~distcal.core.rows.add_up_rows` (raising the input's ``DataError``)
 at the first map, and returns the results of the non-empty ranges. Nothing
 that grows with rows or distinct scores reaches it.
@@ -76,6 +78,7 @@ import math
 import pickle
 import zlib
 from collections.abc import Callable, Collection, Iterator
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -110,9 +113,8 @@ from .schema import (
 from .session import default_ranges, result_bytes, with_arrow_batches
 
 __all__ = ["SparkKeyedRanges", "KeyedRuns", "chunks", "result_batch", "range_result",
-           "row_runner", "range_runner", "raw_runner",
-           "pool_runner", "table_runner", "ranges_for", "partition_ids", "RANGE_ROWS",
-           "CHUNK_ROWS", "SAMPLE_ROWS"]
+           "row_runner", "pool_runner", "table_runner", "ranges_for", "partition_ids",
+           "RANGE_ROWS", "CHUNK_ROWS", "SAMPLE_ROWS"]
 
 # Per-range budget of distinct (key, score) pairs, each keyed row under its own key
 # (ranges_for). A pooled pair takes 40 B (5 float64), but merging the pooled runs peaks at
@@ -232,25 +234,6 @@ def _own_keys(rows: RowPart, classes: list[Any]) -> tuple[np.ndarray, np.ndarray
 
 
 # -- opened: the sample ------------------------------------------------------------------
-
-def sample_runner(spec: KeySpec, finite_scores: bool, n_classes: int | None,
-                  classes: list[Any]) -> Callable[[Iterator[pa.RecordBatch]],
-                                                 Iterator[pa.RecordBatch]]:
-    """Each sampled input partition to one row: its keyed rows' scores and key hashes."""
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        scores, hashes = [], []
-        for data in chunks(batches, 1):  # each non-empty batch
-            rows, _ = read_rows(data, spec, finite_scores=finite_scores, n_classes=n_classes)
-            s, h = _own_keys(rows, classes)
-            scores.append(s)
-            hashes.append(h)
-        s = np.concatenate(scores) if scores else np.zeros(0)
-        h = np.concatenate(hashes) if hashes else np.zeros(0, np.uint64)
-        yield result_batch(0, (s, h))
-
-    return run
-
 
 def ranges_for(scores: np.ndarray, hashes: np.ndarray, fraction: float, range_rows: int,
                least: int, n_ranges: int | None = None) -> tuple[np.ndarray, float, float]:
@@ -455,88 +438,41 @@ def pool_ranges(batches: Iterator[pa.RecordBatch], n_by: int, weighted: bool, pe
     return stats, runs
 
 
-def range_runner(fn: Callable[[KeyedTable], Any], n_by: int, weighted: bool, per_class: bool,
-                 chunk_rows: int = CHUNK_ROWS
-                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """One range partition's keyed rows to one row per range: (id, pickled ``fn`` result);
-    the map side's validation counts (rows of id -1) to one row of id -1."""
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        stats, runs = pool_ranges(batches, n_by, weighted, per_class, chunk_rows)
-        if stats:
-            yield result_batch(-1, [pickle.loads(st) for st in stats])
-        for v in sorted(runs):
-            table = runs.pop(v).table()
-            result = fn(table)
-            del table
-            yield result_batch(v, result)
-
-    return run
-
-
-def pool_keyed_runner(fn: Callable[[KeyedTable], Any], n_by: int, weighted: bool,
-                      per_class: bool, chunk_rows: int = CHUNK_ROWS
-                      ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """:func:`range_runner`'s pooling, kept: each range's pooled rows (:func:`pooled_rows`),
-    the task's validation counts with its first range (or alone)."""
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        stats, runs = pool_ranges(batches, n_by, weighted, per_class, chunk_rows)
-        if not runs and stats:
-            yield _pooled_batch(partition_id(), [-1] * len(stats), stats)
-        for v in sorted(runs):
-            yield from pooled_rows(v, fn, runs.pop(v).pop(), stats, weighted, chunk_rows)
-            stats = []
-
-    return run
-
-
 def pool_raw(batches: Iterator[pa.RecordBatch], spec: KeySpec, finite_scores: bool,
-             chunk_rows: int) -> tuple[dict[str, Any] | None, KeyedRuns, pa.Schema | None]:
+             chunk_rows: int) -> tuple[list[bytes], dict[int, KeyedRuns]]:
     """A range partition of the user's rows (a binary score, raw) read, checked and pooled
-    as its chunks stream in: its counts and first chunk's schema (None without rows), and
-    its pooled runs."""
+    as its chunks stream in, as :func:`pool_ranges` returns it: its counts (pickled) and
+    its pooled runs under its partition id (the range id); nothing without rows."""
     stats: dict[str, Any] | None = None
-    schema = None
     runs = KeyedRuns()
     for data in chunks(batches, chunk_rows):
-        if schema is None:
-            schema = data.schema
         rows, st = read_rows(data, spec, finite_scores=finite_scores)
         stats = merge_stats(stats, st)
         del data
         if rows.n_rows:
             runs.add(pool_rows(rows, [None], spec.pool_squares))
-    return stats, runs, schema
+    if stats is None:  # no rows
+        return [], {}
+    return [pickle.dumps(stats, pickle.HIGHEST_PROTOCOL)], {partition_id(): runs}
 
 
-def raw_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: bool,
-               chunk_rows: int = CHUNK_ROWS
-               ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """A range partition of the user's rows (a binary score, raw) to one row: its partition
-    id and the pickled (counts, ``fn`` result or None when it has no valid row)."""
-
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        stats, runs, _ = pool_raw(batches, spec, finite_scores, chunk_rows)
-        yield range_result(fn, runs, stats=stats)
-
-    return run
-
-
-def pool_runner(fn: Callable[[KeyedTable], Any], spec: KeySpec, finite_scores: bool,
-                chunk_rows: int = CHUNK_ROWS
+def pool_runner(fn: Callable[[KeyedTable], Any],
+                pool: Callable[[Iterator[pa.RecordBatch]],
+                               tuple[list[bytes], dict[int, KeyedRuns]]],
+                weighted: bool, chunk_rows: int, keep: bool
                 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    """A range partition of the user's rows (a binary score, raw) read, checked and pooled
-    (:func:`pool_raw`), as its pooled rows (:func:`pooled_rows`; the range id is its
-    partition id); nothing for a partition without rows."""
+    """A range partition pooled by ``pool`` (:func:`pool_raw` or :func:`pool_ranges`, its
+    arguments bound) to its ranges' rows (:func:`pooled_rows`; their tables too when
+    ``keep``), the task's validation counts with its first range (or alone)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        stats, runs, first_schema = pool_raw(batches, spec, finite_scores, chunk_rows)
-        if first_schema is None:  # no rows
-            return
-        yield from pooled_rows(partition_id(), fn, runs.pop(),
-                               [pickle.dumps(stats, pickle.HIGHEST_PROTOCOL)],
-                               spec.weight_col is not None, chunk_rows)
+        stats, runs = pool(batches)
+        if not runs and stats:
+            yield _pooled_batch(partition_id(), [-1] * len(stats), stats)
+        for v in sorted(runs):
+            yield from pooled_rows(v, fn, runs.pop(v).pop(), stats, weighted, chunk_rows,
+                                   keep)
+            stats = []
 
     return run
 
@@ -547,15 +483,15 @@ def _pooled_batch(rid: int, parts: list[int], payloads: list[bytes]) -> pa.Recor
 
 
 def pooled_rows(rid: int, fn: Callable[[KeyedTable], Any], table: KeyedTable,
-                stats: list[bytes], weighted: bool, chunk_rows: int
+                stats: list[bytes], weighted: bool, chunk_rows: int, keep: bool
                 ) -> Iterator[pa.RecordBatch]:
-    """A range as rows (rid, part, payload) of the frame that keeps it pooled: validation
-    counts (part -1, pickled, one row each), ``fn``'s outcome on its keyed table (part -2,
-    pickled: :func:`_outcome`), then the table itself (:func:`table_payloads`, parts 0,
-    1, ...; none when empty)."""
+    """A range as rows (rid, part, payload) of the pooled frame: validation counts (part
+    -1, pickled, one row each), ``fn``'s outcome on its keyed table (part -2, pickled:
+    :func:`_outcome`), then, when ``keep``, the table itself (:func:`table_payloads`,
+    parts 0, 1, ...; none when empty)."""
     first = pickle.dumps(_outcome(fn, table), pickle.HIGHEST_PROTOCOL)
     yield _pooled_batch(rid, [-1] * len(stats) + [-2], [*stats, first])
-    if len(table.table):
+    if keep and len(table.table):
         payloads = table_payloads(table, weighted, chunk_rows)
         yield _pooled_batch(rid, list(range(len(payloads))), payloads)
 
@@ -779,9 +715,11 @@ class SparkKeyedRanges(SparkRanges):
             fraction = min(1.0, sample_rows / max(total * per_row, 1))
             sample = self.rows_df if fraction >= 1.0 else self.rows_df.sample(
                 fraction=fraction, seed=20261203)
-            runner = sample_runner(spec, finite_scores, self.length, self.classes)
+            # Each sampled batch's keyed rows: their scores and key hashes.
+            runner = parts_runner(partial(_own_keys, classes=self.classes), spec,
+                                  finite_scores, self.length, 1)
             with phase("spark: sampling the keyed rows for the range bounds"):
-                parts = [p for _, p in collect_results(sample, runner)]
+                parts = [r for _, p in collect_results(sample, runner) for r in p["results"]]
             s = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0)
             h = np.concatenate([p[1] for p in parts]) if parts else np.zeros(0, np.uint64)
             self.bounds, self.distinct_estimate, hot_share = ranges_for(
@@ -854,38 +792,29 @@ class SparkKeyedRanges(SparkRanges):
         self.checked = True
 
     def map(self, fn: Callable[[KeyedTable], Any]) -> list[Any]:
-        if self.passes > 1 and self.pooled is None:
-            return self._pool_first(fn)
+        """``fn``'s results on the non-empty ranges, ascending. Each range is pooled
+        (:func:`pool_runner`; one job); with ``passes > 1`` the first map persists the
+        pooled ranges and the JVM reads its results back from them (no Python task reads
+        the ranges again), and later maps read their tables (:func:`table_runner`)."""
+        from pyspark.sql import functions as F
+
         if self.pooled is not None:
             with phase("spark: one keyed pass over %d ranges", self.k):
                 return [p for _, p in collect_results(self.pooled_read, table_runner(fn))]
-        if self.raw:
-            with phase("spark: one keyed pass over %d ranges", self.k):
-                parts = [p for _, p in collect_results(self.ranged, raw_runner(
-                    fn, self.spec, self.finite_scores, self.chunk_rows))]
-            self._check([p["stats"] for p in parts if p["stats"] is not None])
-            return [p["result"] for p in parts if not p["empty"]]
-        runner = range_runner(fn, len(self.spec.by), self.spec.weight_col is not None,
-                              self.per_class, self.chunk_rows)
-        with phase("spark: one keyed pass over %d ranges", self.k):
-            got = collect_results(self.ranged, runner)
-        self._check([st for rid, payload in got if rid < 0 for st in payload])
-        return [payload for rid, payload in got if rid >= 0]
-
-    def _pool_first(self, fn: Callable[[KeyedTable], Any]) -> list[Any]:
-        """The first of several passes: each range pooled and persisted with ``fn``'s
-        result (:func:`pooled_rows`), which the JVM reads back (no Python task reads the
-        ranges again); the results of the non-empty ranges, ascending."""
-        from pyspark.sql import functions as F
-
-        spec = self.spec
+        spec, keep = self.spec, self.passes > 1
         weighted = spec.weight_col is not None
-        runner = pool_runner(fn, spec, self.finite_scores, self.chunk_rows) if self.raw \
-            else pool_keyed_runner(fn, len(spec.by), weighted, self.per_class, self.chunk_rows)
-        self.pooled = self.persist(map_in_arrow(self.ranged, runner, POOLED_SCHEMA))
-        with phase("spark: one keyed pass over %d ranges, pooled and persisted", self.k):
-            got = with_arrow_batches(self.spark, lambda: self.pooled.where(
-                F.col("part") < 0).collect())
+        pool = partial(pool_raw, spec=spec, finite_scores=self.finite_scores,
+                       chunk_rows=self.chunk_rows) if self.raw else partial(
+            pool_ranges, n_by=len(spec.by), weighted=weighted, per_class=self.per_class,
+            chunk_rows=self.chunk_rows)
+        frame = map_in_arrow(self.ranged, pool_runner(fn, pool, weighted, self.chunk_rows,
+                                                      keep), POOLED_SCHEMA)
+        if keep:
+            pooled = self.pooled = self.persist(frame)
+            frame = pooled.where(F.col("part") < 0)
+        with phase("spark: one keyed pass over %d ranges" + (", pooled and persisted"
+                                                             if keep else ""), self.k):
+            got = with_arrow_batches(self.spark, frame.collect)
         stats, first = [], {}
         for r in got:
             if r["part"] == -1:
@@ -893,11 +822,12 @@ class SparkKeyedRanges(SparkRanges):
             else:
                 first[int(r["rid"])] = pickle.loads(r["payload"])
         self._check(stats)
-        # A pass over the pooled ranges is mostly a task's fixed cost (~0.1 s: 51 ranges
-        # of 1e7 distinct scores took 2.7 s on 2 cores), so later passes read several
-        # ranges per task (coalesce reads its partitions one after the other).
-        self.pooled_read = self.pooled.where(F.col("part") >= 0).coalesce(
-            min(self.k, default_ranges(self.rows_df)))
+        if keep:
+            # A pass over the pooled ranges is mostly a task's fixed cost (~0.1 s: 51 ranges
+            # of 1e7 distinct scores took 2.7 s on 2 cores), so later passes read several
+            # ranges per task (coalesce reads its partitions one after the other).
+            self.pooled_read = pooled.where(F.col("part") >= 0).coalesce(
+                min(self.k, default_ranges(self.rows_df)))
         return [first[v]["result"] for v in sorted(first) if not first[v]["empty"]]
 
     def narrow(self, keys: Collection[Key]) -> None:
