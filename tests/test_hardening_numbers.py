@@ -186,3 +186,15 @@ def test_beta_models_refitted_to_a_negative_parameter_load(tmp_path):
     np.testing.assert_allclose(model.predict(df.score), ref.predict(df.score), atol=1e-4)
     model.save(tmp_path / "m")
     assert distcal.load(tmp_path / "m") == model
+
+
+def test_sigmoid_of_scores_near_the_largest_double_in_ranges():
+    """The largest |score| is the largest over the ranges: two ranges' 1e308 were added
+    (inf), nothing was scaled, and every partitioned fit (a file in ranges, Dask, Spark)
+    refused what the fit in memory fits."""
+    df = pd.DataFrame({"score": [1e308, -1e308, .5, .2, .1, .7] * 20,
+                       "label": [1, 0, 1, 0, 0, 1] * 20})
+    want = distcal.fit(df, method="sigmoid")
+    got = distcal.fit(df, method="sigmoid", memory_rows=10, batch_rows=10)
+    assert got.params == pytest.approx(want.params, rel=1e-12)
+    assert math.isfinite(got.params["a"]) and got.params["a"] < 0

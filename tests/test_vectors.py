@@ -304,3 +304,18 @@ def test_spark_calibrator_stage_transforms_a_stream(spark, predictions, tmp_path
                .writeStream.format("noop").trigger(availableNow=True).start())
     with pytest.raises(Exception, match="score_index 1 is out of range"):
         failing.awaitTermination()
+
+
+def test_vectors_where_one_number_per_row_is_read_are_named_as_every_engine_names_them(
+        tmp_path):
+    """A pandas column of vectors read as a binary score: its type, as a Parquet file's
+    (list<...>) and Spark's (array<double>) are named, not "pass it as score_col" (it
+    was the score_col)."""
+    df = pd.DataFrame({"score": [np.array([0.2, 0.8])] * 10, "label": [0, 1] * 5})
+    with pytest.raises(distcal.DataError, match=r"column 'score' \(score\) has type vectors "
+                       r"\(lists or arrays\); expected numbers"):
+        distcal.optimal_threshold(df)
+    pq.write_table(pa.Table.from_pandas(df, preserve_index=False), tmp_path / "v.parquet")
+    with pytest.raises(distcal.DataError, match=r"column 'score' \(score\) has type "
+                       r"list<.*>; expected numbers"):
+        distcal.optimal_threshold(str(tmp_path / "v.parquet"))

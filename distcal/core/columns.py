@@ -15,7 +15,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import VECTORS_EXPECTED, DataError, column_type
+from ..errors import VECTORS_EXPECTED, column_type
 from .validate import is_real_dtype
 
 __all__ = ["arrow_kind", "arrow_to_float", "column_to_float", "vector_element", "is_list_type"]
@@ -83,7 +83,8 @@ def column_to_float(data: pd.DataFrame | pa.Table, name: str, role: str | None =
         # Only an object column can hold vectors (a string one's map gives strings).
         if pd.api.types.is_object_dtype(s.dtype) and \
                 s.map(lambda v: isinstance(v, (list, tuple, np.ndarray))).astype(bool).any():
-            raise DataError(f"column '{name}' holds vectors; pass it as score_col")
+            # (as Arrow's list types are named where other engines read them)
+            raise column_type(name, role, "vectors (lists or arrays)")
         return _coerce_text(s.astype(object))
     raise column_type(name, role, str(s.dtype))
 

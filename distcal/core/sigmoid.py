@@ -47,17 +47,20 @@ def fit_sigmoid(data: DistinctTable | MapRanges, max_iter: int = 100) -> tuple[f
 
 
 def _sum(request: KeySums) -> Generator[Any, list[Any], np.ndarray]:
-    """One pass: ``request``'s sums over every range, added up."""
+    """One pass: ``request``'s sums over every range, added up (its ``maxima`` columns:
+    their largest; two ranges' bounds of 1e308 added were inf)."""
     parts = yield request
     if not parts:
         raise ValueError("fit_sigmoid needs at least one row")
     total: np.ndarray = np.sum(parts, axis=0)
+    for j in request.maxima:
+        total[j] = np.max([p[j] for p in parts])
     return total
 
 
 class _Totals(KeySums):
     """Weight, positives, weight x score, distinct scores, non-finite scores and the
-    largest finite |score| (a bound, summed over the ranges), of scores and weights
+    largest finite |score| (the largest over the ranges), of scores and weights
     scaled by ``s_scale`` and ``w_scale`` (powers of two: exact)."""
 
     maxima = (5,)
