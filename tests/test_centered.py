@@ -110,3 +110,27 @@ def test_centered_on_spark_equals_local(spark):
     got = model.transform(spark.createDataFrame(q)).toPandas()["calibrated"].to_numpy()
     np.testing.assert_allclose(got, model.predict(q.score), rtol=0, atol=1e-15,
                                equal_nan=True)
+
+
+@pytest.mark.parametrize("by", [None, "seg"])
+def test_blocks_of_weights_that_are_not_whole_numbers_do_not_depend_on_their_order(engine, by):
+    # Weights of 0.1: a block's sums depend on the order they are added in (per range,
+    # per engine), so blocks of one rate differ in their last bits. Multiplying every
+    # weight by 10 changes no isotonic fit, so the oracle is the fit of unit weights,
+    # whose sums are exact (scikit-learn's blocks, centered here).
+    rng = np.random.default_rng(1003)
+    n = 1500
+    s = np.round(rng.random(n), 2)
+    df = pd.DataFrame({"score": s, "label": (rng.random(n) < s).astype(float), "w": 0.1,
+                       "seg": rng.integers(0, 2, n).astype(float)})
+    q = np.linspace(-0.1, 1.1, 1201)
+    groups = [(None, df)] if by is None else list(df.groupby("seg"))
+    for order in (df, df.iloc[::-1], df.sample(frac=1, random_state=3)):
+        model = distcal.fit(engine(order.reset_index(drop=True)), weight_col="w", by=by,
+                            interpolation="centered", **engine.opts)
+        for name, rows in groups:
+            fitted = model if by is None else model.segment(name)
+            expect = centered_oracle(rows, q, None)
+            unit = IsotonicRegression().fit(rows.score, rows.label).predict(np.unique(rows.score))
+            assert len(fitted.blocks) == np.count_nonzero(np.diff(unit)) + 1
+            np.testing.assert_allclose(fitted.predict(q), expect, rtol=0, atol=1e-12)

@@ -66,3 +66,47 @@ def test_integer_weights_equal_repeated_rows():
     np.testing.assert_allclose(weighted.params["edges"], repeated.params["edges"], atol=1e-15)
     q = np.linspace(0, 1, 301)
     np.testing.assert_allclose(weighted.predict(q), repeated.predict(q), atol=1e-12)
+
+
+def exact_quantile_edges(s, w, n_bins):
+    """The quantile edges computed in exact fractions of the weights as written (tenths)."""
+    from fractions import Fraction
+
+    values = np.unique(s)
+    weight = [sum((Fraction(str(x)) for x in w[s == v]), Fraction(0)) for v in values]
+    cum, xp, fp = Fraction(0), [], []
+    for v, wv in zip(values, weight):
+        xp += [cum, max(cum, cum + wv - 1)]
+        fp += [Fraction(float(v))] * 2
+        cum += wv
+    edges = []
+    for k in range(n_bins + 1):
+        pos = Fraction(k, n_bins) * max(cum - 1, Fraction(0))
+        j = max(i for i in range(len(xp)) if xp[i] <= pos)
+        j = min(j, len(xp) - 2)
+        width = xp[j + 1] - xp[j]
+        t = (pos - xp[j]) / width if width else Fraction(0)
+        edges.append(float(fp[j] + (fp[j + 1] - fp[j]) * t))
+    return np.array(edges)
+
+
+@pytest.mark.parametrize("seed", [42, 287])
+def test_quantile_bins_of_weights_that_are_not_whole_numbers_do_not_depend_on_their_order(
+        engine, seed):
+    # Weights in tenths: the positions of the quantiles are sums whose last bits depend on
+    # the order of the rows (per range, per engine). Where a quantile falls exactly on a
+    # value's position (exact fractions), every row of that value stays in one bin.
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(20, 300))
+    s = np.round(rng.random(n), 1)
+    y = (rng.random(n) < s).astype(float)
+    w = rng.choice([0.1, 0.2, 0.3, 0.7], n)
+    df = pd.DataFrame({"score": s, "label": y, "w": w})
+    edges = exact_quantile_edges(s, w, 7)
+    values = np.unique(s)
+    expect = brute(s, y, w, edges, values)
+    for order in (df, df.iloc[::-1], df.sample(frac=1, random_state=1)):
+        model = distcal.fit(engine(order.reset_index(drop=True)), method="histogram",
+                            strategy="quantile", n_bins=7, weight_col="w", **engine.opts)
+        np.testing.assert_allclose(model.params["edges"], edges, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(model.predict(values), expect, rtol=0, atol=1e-12)

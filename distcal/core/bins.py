@@ -19,20 +19,24 @@ from .distinct import DistinctTable
 from .keyed import KeyedTable
 from .plans import KeyBatch, KeyResults, run_plan
 from .ranges import MapRanges, as_map_ranges
+from .threshold import TIE
 
 __all__ = ["quantiles_plan", "bin_edges", "edges_plan", "bin_ids",
            "uniform_edges"]
 
 
 class _RangeStats(KeyBatch):
-    """First and last value, total and last weight, and rows of one range (of each key's
-    part of it: one call for all the keys of a range)."""
+    """First and last value, total and last weight, rows, and whether every weight is a
+    whole number, of one range (of each key's part of it: one call for all the keys of a
+    range)."""
 
     def run(self, which: np.ndarray, part: KeyedTable) -> KeyResults:
         t, first = part.table, part.starts[:-1]
         last = part.starts[1:] - 1
+        whole = np.logical_and.reduceat(t.weight == np.floor(t.weight), first)
         return KeyResults([t.score[first], t.score[last], np.add.reduceat(t.weight, first),
-                           t.weight[last], np.add.reduceat(t.count, first)], [None] * 5)
+                           t.weight[last], np.add.reduceat(t.count, first), whole],
+                          [None] * 6)
 
 
 def uniform_edges(lo: float, hi: float, n_bins: int) -> np.ndarray:
@@ -48,7 +52,7 @@ def uniform_edges(lo: float, hi: float, n_bins: int) -> np.ndarray:
     return np.maximum.accumulate(edges)
 
 
-def quantiles_plan(q: np.ndarray, stats: list[tuple[float, float, float, float, int]]
+def quantiles_plan(q: np.ndarray, stats: list[tuple[float, float, float, float, int, bool]]
                    ) -> Generator[Any, list[Any], np.ndarray]:
     """Weighted quantiles at ``q`` of the distinct values of ascending ranges, as a plan.
 
@@ -63,7 +67,17 @@ def quantiles_plan(q: np.ndarray, stats: list[tuple[float, float, float, float, 
     weights) give each range its offset; then one pass evaluates in each
     range the positions that fall inside it, and the driver interpolates
     positions that fall between two ranges from the stats alone.
+
+    Weights that are not all whole numbers make the positions sums whose
+    last bits depend on the order they were added in (per range, per
+    engine), so a quantile on a value's position in exact arithmetic would
+    land a rounding either side of it, and the edge a rounding either side
+    of the value: every row of that value would change bins. A position
+    within ``TIE`` (2^-36, :mod:`distcal.core.threshold`) of a knot's,
+    relative to its size, is then that knot's. Whole-number weights give
+    exact positions, and edges that are ``np.percentile``'s to the last bit.
     """
+    tie = 0.0 if all(st[5] for st in stats) else TIE
     weights = np.array([st[2] for st in stats])
     offsets = np.concatenate(([0.0], np.cumsum(weights)[:-1]))
     total = float(weights.sum())
@@ -80,18 +94,19 @@ def quantiles_plan(q: np.ndarray, stats: list[tuple[float, float, float, float, 
         gap = np.flatnonzero((at == k) & (pos > last[k]))
         if gap.shape[0] and k + 1 < len(stats):  # between the range's last knot and the next
             out[gap] = percentile_interp(pos[gap], np.array([last[k], offsets[k + 1]]),
-                                         np.array([stats[k][1], stats[k + 1][0]]))
+                                         np.array([stats[k][1], stats[k + 1][0]]), tie)
         elif gap.shape[0]:  # past the last knot of all
             out[gap] = stats[-1][1]
     if inside:
-        found = yield _InsideRange(inside, pos)
+        found = yield _InsideRange(inside, pos, tie)
         for res in found:
             if res is not None:
                 out[res[0]] = res[1]
     return out
 
 
-def percentile_interp(x: np.ndarray, xp: np.ndarray, fp: np.ndarray) -> np.ndarray:
+def percentile_interp(x: np.ndarray, xp: np.ndarray, fp: np.ndarray, tie: float = 0.0
+                      ) -> np.ndarray:
     """``np.interp(x, xp, fp)`` computed as ``np.percentile`` interpolates.
 
     Between knots a and b at fraction t, numpy's percentile takes a + (b - a) t
@@ -102,7 +117,9 @@ def percentile_interp(x: np.ndarray, xp: np.ndarray, fp: np.ndarray) -> np.ndarr
     which needs all values in one array. Where ``b - a`` overflows (finite
     knots more than the largest double apart), the convex combination
     a (1 - t) + b t, which does not (numpy's rule gives -inf there). Where
-    that rule gives NaN (infinite knots), ``np.interp``'s value.
+    that rule gives NaN (infinite knots), ``np.interp``'s value. An ``x``
+    within ``tie`` times its size of a knot takes that knot's value (the
+    nearer one's).
     """
     j = np.clip(np.searchsorted(xp, x, side="right") - 1, 0, len(xp) - 2)
     a, b, width = fp[j], fp[j + 1], xp[j + 1] - xp[j]
@@ -115,14 +132,18 @@ def percentile_interp(x: np.ndarray, xp: np.ndarray, fp: np.ndarray) -> np.ndarr
     bad = np.isnan(out)
     if bad.any():
         out[bad] = np.interp(x[bad], xp, fp)
+    if tie:
+        below, above, near = x - xp[j], xp[j + 1] - x, tie * np.abs(x)
+        out = np.where((above <= near) & (above < below), b, np.where(below <= near, a, out))
     return out
 
 
 class _InsideRange(KeyBatch):
     """The quantile positions that fall inside one range, evaluated there."""
 
-    def __init__(self, inside: dict[float, tuple[float, np.ndarray]], pos: np.ndarray):
-        self.inside, self.pos = inside, pos
+    def __init__(self, inside: dict[float, tuple[float, np.ndarray]], pos: np.ndarray,
+                 tie: float):
+        self.inside, self.pos, self.tie = inside, pos, tie
 
     @classmethod
     def pack(cls, requests: list[_InsideRange]) -> _InsideRanges:
@@ -153,7 +174,7 @@ class _InsideRanges:
             xp = np.empty(2 * (hi - lo))
             xp[0::2], xp[1::2] = first, np.maximum(first, cum - 1.0)
             out.append((idx, percentile_interp(request.pos[idx], xp,
-                                               np.repeat(t.score[lo:hi], 2))))
+                                               np.repeat(t.score[lo:hi], 2), request.tie)))
         return out
 
 

@@ -30,9 +30,10 @@ from scipy.optimize import isotonic_regression
 
 from ..errors import sums_overflow
 from .distinct import DistinctTable
+from .threshold import TIE
 
-__all__ = ["Blocks", "pav_blocks", "merge_blocks", "clip_blocks", "combine_spearman",
-           "isotonic_part", "isotonic_plan"]
+__all__ = ["Blocks", "pav_blocks", "merge_blocks", "clip_blocks", "tie_runs", "merge_ties",
+           "combine_spearman", "isotonic_part", "isotonic_plan"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,15 +100,42 @@ def _pool_runs(blocks: Blocks, starts: np.ndarray, prob: np.ndarray | None = Non
                   mean)
 
 
-def _merge_equal_neighbours(blocks: Blocks) -> Blocks:
-    """Adjacent blocks with equal probability are one block (part of the public contract)."""
-    if len(blocks) < 2:
-        return blocks
-    p = blocks.prob
-    starts = np.flatnonzero(np.concatenate(([True], p[1:] != p[:-1])))
-    if starts.shape[0] == len(blocks):
-        return blocks
-    return _pool_runs(blocks, starts, prob=p[starts])
+def tie_runs(prob: np.ndarray, starts: np.ndarray | None = None) -> np.ndarray:
+    """First block of every run of neighbours whose probabilities are equal.
+
+    Equal means equal to within ``TIE`` (2^-36) of the larger magnitude.
+    With weights that are not whole numbers a block's sums depend on the
+    order they were added in (per range, per engine), so blocks of one rate
+    in exact arithmetic differ in their last bits, and an exact comparison
+    would let that rounding decide which blocks the model has (the rule of
+    ties of :mod:`distcal.core.threshold`). ``starts`` (segment offsets)
+    are always run starts: runs never cross segments.
+    """
+    n = prob.shape[0]
+    first = np.ones(n, dtype=bool)
+    if n > 1:
+        with np.errstate(invalid="ignore", over="ignore"):
+            scale = np.maximum(np.abs(prob[:-1]), np.abs(prob[1:]))
+            # NaN (0/0, no weight) and inf compare as not tied: runs of their own.
+            np.logical_not(np.abs(prob[1:] - prob[:-1]) <= TIE * scale, out=first[1:])
+    if starts is not None:
+        first[starts[starts < n]] = True
+    return np.flatnonzero(first)
+
+
+def merge_ties(blocks: Blocks, starts: np.ndarray | None = None
+               ) -> tuple[Blocks, np.ndarray | None]:
+    """Pool the runs of :func:`tie_runs` (neighbouring blocks of one probability
+    are one block, part of the public contract); returns the blocks and their
+    segment offsets (None without ``starts``)."""
+    run = tie_runs(blocks.prob, starts)
+    if run.shape[0] == len(blocks):
+        return blocks, starts
+    counted = np.zeros(len(blocks) + 1, dtype=np.intp)
+    counted[run + 1] = 1
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (_pool_runs(blocks, run),
+                None if starts is None else np.cumsum(counted)[starts])
 
 
 def _pav(blocks: Blocks, increasing: bool) -> Blocks:
@@ -118,7 +146,7 @@ def _pav(blocks: Blocks, increasing: bool) -> Blocks:
     with np.errstate(over="ignore", invalid="ignore"):  # inf sums: refused by the model
         res = isotonic_regression(blocks.prob, weights=blocks.weight, increasing=increasing)
         starts = np.asarray(res.blocks[:-1], dtype=np.intp)
-        return _merge_equal_neighbours(_pool_runs(blocks, starts))
+        return merge_ties(_pool_runs(blocks, starts))[0]
 
 
 def pav_blocks(table: DistinctTable, increasing: bool = True) -> Blocks:
@@ -140,7 +168,7 @@ def merge_blocks(parts: list[Blocks], increasing: bool = True) -> Blocks:
 
 
 def clip_blocks(blocks: Blocks, y_min: float | None, y_max: float | None) -> Blocks:
-    """Clip block probabilities to [y_min, y_max] and merge equal neighbours.
+    """Clip block probabilities to [y_min, y_max] and merge neighbours of one probability.
 
     Clipping a monotone fit gives the fit of isotonic regression with those
     bounds (the bounded problem's solution is the clipped unbounded one).
@@ -151,7 +179,9 @@ def clip_blocks(blocks: Blocks, y_min: float | None, y_max: float | None) -> Blo
     hi = np.inf if y_max is None else float(y_max)
     if lo > hi:
         raise ValueError(f"y_min ({lo}) is greater than y_max ({hi})")
-    return _merge_equal_neighbours(dataclasses.replace(blocks, prob=np.clip(blocks.prob, lo, hi)))
+    # The pooled runs' probability is positives / weight, clipped again.
+    merged = merge_ties(dataclasses.replace(blocks, prob=np.clip(blocks.prob, lo, hi)))[0]
+    return dataclasses.replace(merged, prob=np.clip(merged.prob, lo, hi))
 
 
 def _spearman_partial(table: DistinctTable) -> tuple[int, int, int] | None:

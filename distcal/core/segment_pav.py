@@ -17,7 +17,8 @@ numba is importable; on few (where numba's import would cost more than it
 saves), or without numba, it runs in Python for small segments and as
 scipy's PAV (one call each) for large ones.
 Both give the unique isotonic solution, with strictly monotone pooled
-means.
+means. Last, neighbours whose means are equal to within rounding are
+pooled, in every segment (:func:`~distcal.core.isotonic.tie_runs`).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import sums_overflow
-from .isotonic import Blocks, _pav, _pool_runs
+from .isotonic import Blocks, _pav, _pool_runs, merge_ties
 
 __all__ = ["take_blocks", "pav_segments", "KeyedBlocks", "KeyedPav", "merge_keyed_pav"]
 
@@ -46,8 +47,20 @@ def pav_segments(blocks: Blocks, starts: np.ndarray, increasing: bool
     """PAV within each segment; returns the pooled blocks and the new start offsets.
 
     Within a segment the blocks must be in ascending, non-overlapping
-    score order (a range partition guarantees it; checked).
+    score order (a range partition guarantees it; checked). Neighbours of
+    one probability within a segment are one block (to within
+    :func:`~distcal.core.isotonic.tie_runs`' rounding), as in one call per
+    segment.
     """
+    pooled, pooled_starts = _pav_violations(blocks, starts, increasing)
+    merged, merged_starts = merge_ties(pooled, pooled_starts)
+    assert merged_starts is not None
+    return merged, merged_starts
+
+
+def _pav_violations(blocks: Blocks, starts: np.ndarray, increasing: bool
+                    ) -> tuple[Blocks, np.ndarray]:
+    """:func:`pav_segments` before the ties: pools the segments with a violation."""
     n = len(blocks)
     if n < 2:
         return blocks, starts
