@@ -147,7 +147,9 @@ def _fit_keyed(data: Any, engine: str, method: str, score_col: str, score_cols: 
                score_index: int | None = None, ride: Any = None,
                caller: str = "fit") -> tuple[Any, list[Any]]:
     """Every fit: one keyed pass (:mod:`distcal.keyed_fit`); ``ride``: see ``fit_keyed``."""
+    from .core.discretize import PROBLEMS
     from .core.keyed import KeySpec
+    from .core.venn_abers import ZERO_ONE_LABELS
     from .keyed_fit import check_by, fit_keyed
 
     names = check_by(by, {"score": score_col if score_cols is None else None,
@@ -168,7 +170,10 @@ def _fit_keyed(data: Any, engine: str, method: str, score_col: str, score_cols: 
                    label_col=label_col, weight_col=weight_col, by=tuple(names),
                    score_cols=None if score_cols is None else tuple(score_cols),
                    multiclass=multiclass, per_class=method != "temperature",
-                   score_index=score_index)
+                   score_index=score_index,
+                   # (multiclass labels are class indices: each key's are 0/1)
+                   zero_one_labels=None if multiclass else
+                   {"modl": PROBLEMS[1], "venn_abers": ZERO_ONE_LABELS}.get(method))
     log.info("fit: method %s%s%s on the %s engine", method, " multiclass" if multiclass else "",
              f" by {names}" if names else "", engine)
     return fit_keyed(impl, data, spec, method, params, float(min_segment_weight), on_invalid,

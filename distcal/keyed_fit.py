@@ -32,7 +32,7 @@ from .core.histogram import histogram_plan
 from .core.isotonic import clip_blocks, isotonic_plan
 from .core.keyed import GLOBAL, Key, KeyedTable, KeySpec, in_key_order, key_text
 from .core.plans import KeyCounts, KeyFailed, run_plans
-from .core.rows import LabelsNotBinaryError, RowPart, count_not_binary
+from .core.rows import LabelsNotBinaryError, RowPart
 from .core.segment_pav import KeyedPav, merge_keyed_pav, take_blocks
 from .core.sigmoid import sigmoid_plan
 from .core.temperature import temperature_plan
@@ -262,14 +262,12 @@ def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str
                     results = run_plans(plan, map_ranges, keep=keep, counts=counts,
                                         narrow=ranges.narrow, budget=ranges.result_bytes)
             except KeyFailed as failed:
-                if isinstance(failed.error, LabelsNotBinaryError):  # count the rows: one pass
-                    try:
-                        n = sum(ranges.map_rows(count_not_binary))
-                        rows = f"{n} row{'s hold' if n != 1 else ' holds'}"
-                    except DataError:  # summaries: they hold sums, no rows to count
-                        rows = "the summarised rows hold"
-                    raise DataError(f"column '{spec.label_col}' (label): {rows} labels other "
-                                    f"than 0 and 1; {failed.error.needs}") from failed.error
+                if isinstance(failed.error, LabelsNotBinaryError):
+                    # Summaries (rows with such labels are invalid rows: KeySpec's
+                    # zero_one_labels); they hold sums, no rows to count.
+                    raise DataError(f"column '{spec.label_col}' (label): the summarised rows "
+                                    f"hold labels other than 0 and 1; {failed.error.needs}"
+                                    ) from failed.error
                 raise _key_error(by, failed, method) from failed.error
         if not all(math.isfinite(counts[key].weight) for key in results):
             raise sums_overflow()  # (the methods whose sums did not overflow first)

@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from .core.multiclass_metrics import add_sums, metrics_from_sums, multiclass_sums
+from .errors import ParameterError
 
 __all__ = ["MulticlassEvaluationReport", "evaluate_multiclass"]
 
@@ -151,6 +152,13 @@ def evaluate_multiclass(data: Any, engine: str, predictions: list[str | list[str
     from .engines import get_engine
 
     entries = [tuple(p) if isinstance(p, list) else p for p in predictions]
+    names = [",".join(p) if isinstance(p, list) else str(p) for p in predictions]
+    for i, name in enumerate(names):
+        if name in names[:i]:  # one report per name: the second would replace the first
+            first = predictions[names.index(name)]
+            raise ParameterError(f"predictions {first!r} and {predictions[i]!r} are both "
+                                 f"named {name!r} (a list of columns is named by its columns "
+                                 "joined with commas); rename a column to tell them apart")
     reports = {}
     for i, p in enumerate(predictions):
         cols = check_score_args(None, p) if isinstance(p, list) else None
@@ -162,7 +170,7 @@ def evaluate_multiclass(data: Any, engine: str, predictions: list[str | list[str
                                            **engine_opts) as rows:
             parts = rows.map_rows(_Sums(n_bins))
             k, dropped = rows.n_classes, rows.dropped_rows
-        name = ",".join(cols) if cols is not None else str(p)
+        name = names[i]
         reports[name] = MulticlassEvaluationReport(
             n_classes=k, dropped_rows=dropped, n_bins=n_bins, prob_col=name, prob_cols=cols,
             **metrics_from_sums(add_sums(parts)))

@@ -458,13 +458,26 @@ def test_venn_abers_with_any_weights_is_one_model_whatever_the_partitioning(tmp_
     assert np.all(np.diff(p0) >= 0) and np.all(np.diff(p1) >= 0) and np.all(p0 <= p1)
 
 
-def test_venn_abers_refuses_labels_that_are_not_0_or_1(engine):
+@pytest.mark.parametrize("method,needs", [
+    ("venn_abers", "Venn-Abers predictors take 0/1 labels"),
+    ("modl", "MODL calibration needs 0/1 labels")])
+def test_labels_that_are_not_0_or_1_are_invalid_rows_for_methods_of_0_1_labels(
+        engine, method, needs):
     df = rows(400, weights=False)
     df["label"] = df.label.astype(float)
     df.loc[:4, "label"] = 0.5
-    with pytest.raises(DataError, match=r"column 'label' \(label\): 5 rows hold labels "
-                                        r"other than 0 and 1"):
-        distcal.fit(engine(df), method="venn_abers", **engine.opts)
+    df.loc[5, "label"] = 1.5  # outside [0, 1]: that problem, counted once
+    with pytest.raises(DataError, match=rf"column 'label': 1 row is outside \[0, 1\]; column "
+                                        rf"'label': 5 rows are neither 0 nor 1 \({needs}\)"):
+        distcal.fit(engine(df), method=method, **engine.opts)
+    # Invalid rows, so on_invalid="drop" leaves them out: the fit of the other rows.
+    model = distcal.fit(engine(df), method=method, on_invalid="drop", **engine.opts)
+    assert model.dropped_rows == 6
+    clean = distcal.fit(df.iloc[6:], method=method)
+    q = np.linspace(-0.1, 1.1, 241)
+    np.testing.assert_array_equal(model.predict(q), clean.predict(q))
+    if method == "venn_abers":
+        np.testing.assert_array_equal(model.predict_interval(q), clean.predict_interval(q))
 
 
 def test_venn_abers_damaged_steps_are_a_model_error(tmp_path):

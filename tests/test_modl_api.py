@@ -72,9 +72,8 @@ def test_fit_modl_refuses_weights_and_non_binary_labels():
     df["label"] = (df["label"] > 0).astype(float)
     df.loc[df.g == 2, "label"] *= 0.5  # one segment's labels are not 0/1
     bad = int(((df["label"] != 0) & (df["label"] != 1)).sum())  # the rows, counted
-    with pytest.raises(distcal.DataError, match=rf"column 'label' \(label\): {bad} rows hold "
-                                                r"labels other than 0 and 1; MODL calibration "
-                                                r"needs 0/1 labels"):
+    with pytest.raises(distcal.DataError, match=rf"column 'label': {bad} rows are neither 0 "
+                                                r"nor 1 \(MODL calibration needs 0/1 labels\)"):
         distcal.fit(df, method="modl", by="g")
 
 

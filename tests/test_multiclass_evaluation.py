@@ -253,6 +253,11 @@ def test_evaluate_many_multiclass_same_rows_as_separate_calls():
         rel=1e-12)
     with pytest.raises(ValueError, match=r"mixes multiclass predictions .* \['w'\]"):
         distcal.evaluate_many(df, ["a", "w"])
+    # Two predictions of one name: one report would replace the other.
+    named = df.assign(**{"q0,q1": df["q0"], "q1,q2": df["q1"]})
+    with pytest.raises(distcal.ParameterError, match=r"\['q0', 'q1,q2'\] and \['q0,q1', 'q2'\] "
+                                                   r"are both named 'q0,q1,q2'"):
+        distcal.evaluate_many(named, [["q0", "q1,q2"], ["q0,q1", "q2"]])
 
 
 def _report_frame(k, n=400, seed=11):

@@ -68,7 +68,9 @@ class KeySpec:
     columns checked as the score is, whose problems make a row invalid
     (several probability columns evaluated over the same rows);
     ``interval_cols``: two columns (p0, p1) checked as probabilities with
-    p0 <= p1, whose widths p1 - p0 the row checks sum up (evaluation).
+    p0 <= p1, whose widths p1 - p0 the row checks sum up (evaluation);
+    ``zero_one_labels``: what a method of 0/1 labels needs (Venn-Abers,
+    MODL), said of rows whose label is a rate, which are then invalid.
     """
 
     score_col: str | None = "score"
@@ -91,6 +93,9 @@ class KeySpec:
     # an interval's two columns (p0, p1) checked as probabilities with p0 <= p1, whose
     # widths the row checks sum up (distcal.core.interval_widths): evaluation only
     interval_cols: tuple[str, str] | None = None
+    # the method takes 0/1 labels only (binary scores), in these words: a rate is then an
+    # invalid row (dropped with on_invalid="drop")
+    zero_one_labels: str | None = None
 
     @property
     def pool_squares(self) -> bool:

@@ -25,7 +25,6 @@ from .distinct import is_binary
 from .multiclass import label_problems
 
 __all__ = ["vector_lengths", "problems_message", "Problems", "read_scores", "LabelsNotBinaryError",
-           "count_not_binary",
            "check_score_args", "RowPart", "group_by_code", "count_classes",
            "read_rows", "add_up_rows", "RowTotals", "check_columns", "merge_stats", "read_score"]
 
@@ -97,8 +96,8 @@ class InvalidRowsError(DataError):
 
 class LabelsNotBinaryError(DataError):
     """Labels other than 0/1 reached a method that takes 0/1 labels only (Venn-Abers,
-    MODL), found in pooled tables; the fit counts the rows holding them
-    (:func:`count_not_binary`) and says what the method ``needs``."""
+    MODL), found in pooled tables (of summaries: rows are checked as they are read,
+    ``KeySpec.zero_one_labels``); the fit says what the method ``needs``."""
 
     def __init__(self, message: str, needs: str):
         super().__init__(message)
@@ -106,11 +105,6 @@ class LabelsNotBinaryError(DataError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (str(self), self.needs)
-
-
-def count_not_binary(rows: Any) -> int:
-    """Rows of a :class:`RowPart` whose label is neither 0 nor 1."""
-    return int(np.count_nonzero((rows.label != 0.0) & (rows.label != 1.0)))
 
 
 def read_score(part: pd.DataFrame | pa.Table, name: str, index: int | None = None
@@ -503,6 +497,10 @@ def read_rows(table: pd.DataFrame | pa.Table, spec: Any, *, finite_scores: bool 
             if part is not None:
                 values[part] = v
             problems.check(name, roles[part or "score"], v, text, finite_scores)
+            if part == "label" and spec.zero_one_labels:
+                with np.errstate(invalid="ignore"):
+                    problems.add(name, f"are neither 0 nor 1 ({spec.zero_one_labels})",
+                                 (v > 0.0) & (v < 1.0))
             if part == "p1":
                 p0_name = spec.interval_cols[0]
                 with np.errstate(invalid="ignore"):

@@ -75,7 +75,10 @@ from .plans import KeyBatch, KeyResults
 from .rows import LabelsNotBinaryError
 from .segment_pav import pav_segments
 
-__all__ = ["Steps", "venn_abers_plan"]
+__all__ = ["Steps", "venn_abers_plan", "ZERO_ONE_LABELS"]
+
+# What a fit says of labels other than 0 and 1.
+ZERO_ONE_LABELS = "Venn-Abers predictors take 0/1 labels"
 
 
 @dataclass(frozen=True)
@@ -387,7 +390,7 @@ def venn_abers_plan(label_col: str | None = None, fit_rows: int = 0
         where = f"column '{label_col}' (label): " if label_col else ""
         known = sum(b for b in bad if b > 0)
         among = f" (among the {known} rows of the scores that hold them)" if known else ""
-        needs = "Venn-Abers predictors take 0/1 labels"
+        needs = ZERO_ONE_LABELS
         raise LabelsNotBinaryError(f"{where}labels other than 0 and 1{among}; {needs}", needs)
     parts = yield _Steps(firsts_parts, fit_rows > COMPILE_ROWS)
     return join_steps([Steps(*p) for p in parts])
