@@ -356,7 +356,9 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
     n_bins, strategy : int, {"uniform", "quantile"}
         The calibration curve's bins, scikit-learn's: edges
         ``linspace(0, 1, n_bins + 1)`` or the (weighted) quantiles; ``bins``
-        gives explicit edges instead. More bins than valid rows (and more
+        gives explicit edges instead (a row's bin is scikit-learn's
+        ``searchsorted(edges[1:-1], p)``: rows below the first edge count in
+        the first bin, rows above the last in the last). More bins than valid rows (and more
         than the default 10) is a :class:`~distcal.errors.ParameterError`,
         raised before any bin is computed.
     threshold : float

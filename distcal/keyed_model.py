@@ -57,12 +57,12 @@ from .logs import log
 from .model import (
     CalibrationModel,
     MapRows,
-    _close,
     check_interval_columns,
     checked_map,
     damaged,
     is_count,
     is_number,
+    nearly_equal,
     parse_model_json,
     read_table_file,
     steps_from_table,
@@ -662,15 +662,15 @@ class KeyedModel:
                 self.columns) != (other.method, other.by, other.n_classes, other.n_rows,
                                   other.dropped_rows, other.columns):
             return False
-        if not (_close(self.params, other.params)
-                and _close(self.weight_total, other.weight_total)):
+        if not (nearly_equal(self.params, other.params)
+                and nearly_equal(self.weight_total, other.weight_total)):
             return False
         if set(self._maps) != set(other._maps):
             return False
         for key, m in self._maps.items():
             o = other._maps[key]
             if isinstance(m, TemperatureMap):
-                if not (isinstance(o, TemperatureMap) and _close(m.beta, o.beta)):
+                if not (isinstance(o, TemperatureMap) and nearly_equal(m.beta, o.beta)):
                     return False
             elif m != o:
                 return False

@@ -177,15 +177,15 @@ class CalibrationModel:
         if (self.method, self.n_rows, self.dropped_rows, self.columns) != \
                 (other.method, other.n_rows, other.dropped_rows, other.columns):
             return False
-        if not (_close(self.params, other.params) and _close(self.weight_total,
+        if not (nearly_equal(self.params, other.params) and nearly_equal(self.weight_total,
                                                               other.weight_total)):
             return False
         if self._steps is not None or other._steps is not None:
             x, y = self._steps, other._steps
             # Step thresholds are data values: exact; step values are sums' ratios.
             return (x is not None and y is not None and np.array_equal(x.x0, y.x0)
-                    and np.array_equal(x.x1, y.x1) and _close(x.v0, y.v0)
-                    and _close(x.v1, y.v1))
+                    and np.array_equal(x.x1, y.x1) and nearly_equal(x.v0, y.v0)
+                    and nearly_equal(x.v1, y.v1))
         if (self._blocks is None) != (other._blocks is None):
             return False
         if self._blocks is None or other._blocks is None:
@@ -193,13 +193,13 @@ class CalibrationModel:
         a, b = self._blocks, other._blocks
         # Isotonic block bounds are data values: exact. Histogram bounds are
         # bin edges, computed (weighted quantiles): to rounding.
-        same = np.array_equal if self.method == "isotonic" else _close
+        same = np.array_equal if self.method == "isotonic" else nearly_equal
         return (len(a) == len(b) and same(a.score_min, b.score_min)
                 and same(a.score_max, b.score_max)
-                and all(_close(getattr(a, f), getattr(b, f))
+                and all(nearly_equal(getattr(a, f), getattr(b, f))
                         for f in ("weight", "positives", "prob"))
                 and (a.score_mean is None or b.score_mean is None
-                     or _close(a.score_mean, b.score_mean)))
+                     or nearly_equal(a.score_mean, b.score_mean)))
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -497,17 +497,17 @@ def _refuse_overflow(method: str, params: dict[str, Any], blocks: Blocks | None,
         raise sums_overflow()
 
 
-def _close(x: Any, y: Any, rtol: float = 1e-9, atol: float = 1e-12) -> bool:
+def nearly_equal(x: Any, y: Any, rtol: float = 1e-9, atol: float = 1e-12) -> bool:
     """Structural equality with floats compared to ``rtol`` (and ``atol`` near 0)."""
     if isinstance(x, dict) and isinstance(y, dict):
-        return x.keys() == y.keys() and all(_close(x[k], y[k], rtol, atol) for k in x)
+        return x.keys() == y.keys() and all(nearly_equal(x[k], y[k], rtol, atol) for k in x)
     if isinstance(x, (list, tuple, np.ndarray)) and isinstance(y, (list, tuple, np.ndarray)):
         xa, ya = np.asarray(x), np.asarray(y)
         if xa.shape != ya.shape:
             return False
         if xa.dtype.kind in "fiu" and ya.dtype.kind in "fiu":
             return bool(np.allclose(xa, ya, rtol=rtol, atol=atol, equal_nan=True))
-        return all(_close(u, v, rtol, atol) for u, v in zip(x, y))
+        return all(nearly_equal(u, v, rtol, atol) for u, v in zip(x, y))
     if isinstance(x, (float, np.floating)) or isinstance(y, (float, np.floating)):
         if isinstance(x, bool) or isinstance(y, bool) or x is None or y is None:
             return x == y

@@ -60,6 +60,7 @@ from .model import (
     MAX_TABLE_BYTES,
     build_or_damaged,
     damaged,
+    nearly_equal,
     read_checked_meta,
     read_table_bytes,
     read_table_file,
@@ -84,6 +85,8 @@ SUMMARY_JSON = "summary.json"
 TABLE_FILE = "table.parquet"
 # decimals beyond this round nothing a float64 in [0, 1] holds
 MAX_DECIMALS = 17
+# The table's columns that are sums of floats (compared to rounding by ==).
+_SUMS = ("weight", "positives", "wyy", "ww", "label_sum")
 
 
 class Summary:
@@ -157,10 +160,18 @@ class Summary:
                 f"distinct={len(self)}, by={self.by}, decimals={self.decimals})")
 
     def __eq__(self, other: object) -> bool:
+        """Equal as models are (:meth:`CalibrationModel.__eq__`): keys, scores, counts and
+        settings exactly; the sums (of weights, labels, squares) to 1e-9 relative, since
+        other partitions and engines add the same numbers in another order."""
         if not isinstance(other, Summary):
             return NotImplemented
-        return (self._meta(with_period=True) == other._meta(with_period=True)
-                and self._table.equals(other._table))
+        mine, theirs = self._meta(with_period=True), other._meta(with_period=True)
+        if not nearly_equal(mine.pop("weight_total"), theirs.pop("weight_total")) \
+                or mine != theirs or not self._table.schema.equals(other._table.schema):
+            return False
+        a, b = self._table, other._table
+        return all(nearly_equal(a.column(c).to_numpy(), b.column(c).to_numpy()) if c in _SUMS
+                   else a.column(c).equals(b.column(c)) for c in a.schema.names)
 
     def __add__(self, other: Summary) -> Summary:
         return merge_summaries([self, other])

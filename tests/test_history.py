@@ -62,6 +62,12 @@ def test_fit_from_saved_summaries_equals_fit_on_the_rows(engine, tmp_path, weigh
     for i, df in enumerate(parts):
         s = distcal.summarize(frame(df), weight_col=wc, by=by, period=f"2026-12-0{i + 1}")
         assert s.period == f"2026-12-0{i + 1}" and s.by == ([by] if by else [])
+        # Equal to the summary made in memory: sums to their rounding, the rest exactly.
+        local = distcal.summarize(df, weight_col=wc, by=by, period=f"2026-12-0{i + 1}")
+        assert s == local
+        if weighted:
+            assert s != distcal.summarize(df.assign(w=df["w"] * (1 + 1e-7)), weight_col=wc,
+                                          by=by, period=f"2026-12-0{i + 1}")
         s.save(tmp_path / f"day{i}")
         paths.append(str(tmp_path / f"day{i}"))
     rows = pd.concat(parts, ignore_index=True)
