@@ -36,6 +36,7 @@ from .core.rows import LabelsNotBinaryError, RowPart
 from .core.segment_pav import KeyedPav, merge_keyed_pav, take_blocks
 from .core.sigmoid import sigmoid_plan
 from .core.temperature import temperature_plan
+from .core.threshold import TIE
 from .core.venn_abers import venn_abers_plan
 from .errors import DataError, ParameterError, sums_overflow
 from .keyed_model import KeyedModel, TemperatureMap, class_columns
@@ -231,7 +232,10 @@ def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str
     min_rows = params["n_bins"] if method == "histogram" else 0
 
     def keep(key: Key, c: KeyCounts) -> bool:
-        return key[0] is GLOBAL or (c.weight >= min_segment_weight and c.n_rows >= min_rows)
+        # A segment's weight is a sum whose last bits depend on the order of its rows (per
+        # range, per engine): within TIE of the minimum is not below it.
+        return key[0] is GLOBAL or (c.weight >= min_segment_weight * (1.0 - TIE)
+                                    and c.n_rows >= min_rows)
 
     riding: list[Any] = []
     with impl.open_keyed(data, spec, on_invalid=on_invalid, finite_scores=finite,

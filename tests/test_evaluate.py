@@ -225,6 +225,29 @@ def test_roc_hull_is_convex_and_dominates():
     assert np.all(np.interp(rep.roc["fpr"], hx, hy) >= rep.roc["tpr"] - 1e-12)
 
 
+@pytest.mark.parametrize("roc_points", [None, 1000])
+def test_roc_hull_and_segment_order_of_weights_in_tenths_do_not_depend_on_row_order(
+        engine, roc_points):
+    # Probabilities 0.2 and 0.4 both have a positive rate of 1/6 in exact arithmetic (their
+    # ROC points are collinear: one hull edge), and segments a and b hold the same rows
+    # (the same ECE); the sums of weights in tenths differ in their last bits by order.
+    # The oracle is the evaluation of the weights times 10 (whole numbers: exact sums),
+    # which has the same hull; ties of ECE keep the segments in key order.
+    base = pd.DataFrame({"prob": [0.1, 0.2, 0.2, 0.2, 0.4, 0.4, 0.8],
+                         "label": [0, 1, 0, 0, 1, 0, 1],
+                         "w": [1.0, 0.1, 0.2, 0.3, 0.1, 0.5, 1.0]})
+    df = pd.concat([base.assign(seg="a"), base.iloc[::-1].assign(seg="b")], ignore_index=True)
+    whole = distcal.evaluate(df.assign(w=df["w"] * 10), weight_col="w",
+                             roc_points=roc_points).roc_hull
+    assert len(whole) == 4
+    for order in (df, df.iloc[::-1]):
+        report = distcal.evaluate(engine(order.reset_index(drop=True)), weight_col="w",
+                                  by="seg", roc_points=roc_points, **engine.opts)
+        np.testing.assert_allclose(report.roc_hull[["fpr", "tpr"]], whole[["fpr", "tpr"]],
+                                   rtol=0, atol=1e-12)
+        assert list(report.segments["seg"]) == ["a", "b"]
+
+
 @pytest.mark.parametrize("label", [0, 1])
 def test_roc_and_hull_of_one_class_have_no_rate_of_the_other(label):
     # With one class only the other class's rate is 0/0: NaN on the curve and on its

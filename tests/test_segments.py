@@ -772,3 +772,21 @@ def test_unit_weight_pooling_equals_pandas_and_fits_equal_sklearn(monkeypatch, c
         np.testing.assert_allclose(model.segment(name).predict(q),
                                    sklearn_isotonic(group, None).predict(q), rtol=1e-9,
                                    atol=1e-12)
+
+
+@pytest.mark.parametrize("method", ["isotonic", "sigmoid"])
+def test_a_segment_of_the_minimum_weight_in_tenths_does_not_fall_back(engine, method):
+    # 50 rows of weight 0.1 weigh 5, though adding 0.1 fifty times gives 4.999999999999998
+    # (in other orders, other last bits): min_segment_weight=5 keeps the segment on every
+    # engine; 49 rows fall back.
+    rng = np.random.default_rng(5)
+    n_a, n_b, n_c = 50, 49, 200
+    df = pd.DataFrame({"score": np.round(rng.random(n_a + n_b + n_c), 2),
+                       "label": rng.integers(0, 2, n_a + n_b + n_c).astype(float),
+                       "w": np.r_[np.full(n_a + n_b, 0.1), np.ones(n_c)],
+                       "seg": ["a"] * n_a + ["b"] * n_b + ["c"] * n_c})
+    for order in (df, df.iloc[::-1]):
+        model = distcal.fit(engine(order.reset_index(drop=True)), method=method, by="seg",
+                            weight_col="w", min_segment_weight=5.0, **engine.opts)
+        fallback = model.segments.set_index("seg")["fallback"]
+        assert not fallback["a"] and fallback["b"] and not fallback["c"]

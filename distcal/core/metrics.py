@@ -41,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from .distinct import DistinctTable
+from .isotonic import tie_runs
 
 __all__ = ["range_partials", "combine_partials", "roc_points", "roc_hull", "roc_candidates",
            "roc_sample", "roc_plan", "roc_select", "desc_cumsums", "wilson_interval"]
@@ -113,7 +114,9 @@ def _hull_steps(pos: np.ndarray, neg: np.ndarray) -> np.ndarray:
     bp = np.add.reduceat(pos, starts)[::-1]
     bn = np.add.reduceat(neg, starts)[::-1]
     rate = bp / (bp + bn)
-    keep = np.concatenate((rate[1:] != rate[:-1], [True]))
+    # Neighbouring blocks of one rate (to rounding, as isotonic blocks) are one segment.
+    keep = np.zeros(rate.shape[0], dtype=bool)
+    keep[tie_runs(rate) - 1] = True  # the last block of each run; the very last's index -1
     ends = n - starts[::-1]  # position after each block, descending blocks
     return np.concatenate(([0], ends[keep])).astype(np.int64)
 
