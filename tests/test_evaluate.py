@@ -225,27 +225,47 @@ def test_roc_hull_is_convex_and_dominates():
     assert np.all(np.interp(rep.roc["fpr"], hx, hy) >= rep.roc["tpr"] - 1e-12)
 
 
+def _orders(engine, df):
+    """The rows in two orders as the engine's input; locally also frames in memory, and
+    streamed three rows at a time."""
+    orders = [df, df.iloc[::-1].reset_index(drop=True)]
+    inputs = [(engine(order), engine.opts) for order in orders]
+    if engine.name == "local":
+        inputs += [(order, opts) for order in orders
+                   for opts in ({}, {"memory_rows": 3, "batch_rows": 3})]
+    return inputs
+
+
 @pytest.mark.parametrize("roc_points", [None, 1000])
-def test_roc_hull_and_segment_order_of_weights_in_tenths_do_not_depend_on_row_order(
-        engine, roc_points):
-    # Probabilities 0.2 and 0.4 both have a positive rate of 1/6 in exact arithmetic (their
-    # ROC points are collinear: one hull edge), and segments a and b hold the same rows
-    # (the same ECE); the sums of weights in tenths differ in their last bits by order.
-    # The oracle is the evaluation of the weights times 10 (whole numbers: exact sums),
-    # which has the same hull; ties of ECE keep the segments in key order.
-    base = pd.DataFrame({"prob": [0.1, 0.2, 0.2, 0.2, 0.4, 0.4, 0.8],
-                         "label": [0, 1, 0, 0, 1, 0, 1],
-                         "w": [1.0, 0.1, 0.2, 0.3, 0.1, 0.5, 1.0]})
-    df = pd.concat([base.assign(seg="a"), base.iloc[::-1].assign(seg="b")], ignore_index=True)
+def test_roc_hull_of_weights_in_tenths_does_not_depend_on_row_order(engine, roc_points):
+    # Probabilities 0.2 and 0.4 both have a positive rate of 1/6 in exact arithmetic: their
+    # ROC points are collinear, one hull edge. The sums of weights in tenths differ in their
+    # last bits by order; the oracle is the evaluation of the weights times 10 (whole
+    # numbers: exact sums), which has the same hull.
+    df = pd.DataFrame({"prob": [0.1, 0.2, 0.2, 0.2, 0.4, 0.4, 0.8],
+                       "label": [0, 1, 0, 0, 1, 0, 1],
+                       "w": [1.0, 0.1, 0.2, 0.3, 0.1, 0.5, 1.0]})
     whole = distcal.evaluate(df.assign(w=df["w"] * 10), weight_col="w",
                              roc_points=roc_points).roc_hull
     assert len(whole) == 4
-    for order in (df, df.iloc[::-1]):
-        report = distcal.evaluate(engine(order.reset_index(drop=True)), weight_col="w",
-                                  by="seg", roc_points=roc_points, **engine.opts)
-        np.testing.assert_allclose(report.roc_hull[["fpr", "tpr"]], whole[["fpr", "tpr"]],
-                                   rtol=0, atol=1e-12)
+    for data, opts in _orders(engine, df):
+        hull = distcal.evaluate(data, weight_col="w", roc_points=roc_points, **opts).roc_hull
+        np.testing.assert_allclose(hull[["fpr", "tpr"]], whole[["fpr", "tpr"]], rtol=0,
+                                   atol=1e-12)
+
+
+def test_segments_of_equal_ece_keep_key_order(engine):
+    # Segments a and b hold the same rows (b's in reverse): their ECE is equal in exact
+    # arithmetic and differs in the last bits by the order of the sums.
+    base = pd.DataFrame({
+        "prob": [0.9, 0.8, 0.2, 0.3, 0.9, 0.0, 0.8, 0.8, 0.5, 0.3, 0.3, 0.3, 0.4, 0.5],
+        "label": [1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 1, 0, 0, 1],
+        "w": [0.1, 0.7, 0.3, 0.1, 0.1, 0.2, 0.1, 0.1, 0.3, 0.7, 0.2, 0.7, 0.7, 0.7]})
+    df = pd.concat([base.assign(seg="a"), base.iloc[::-1].assign(seg="b")], ignore_index=True)
+    for data, opts in _orders(engine, df):
+        report = distcal.evaluate(data, weight_col="w", by="seg", **opts)
         assert list(report.segments["seg"]) == ["a", "b"]
+        assert report.segments["ece"].iloc[0] == pytest.approx(0.326, rel=1e-12)
 
 
 @pytest.mark.parametrize("label", [0, 1])
