@@ -183,7 +183,7 @@ def optimal_threshold(data: Any, score_col: str = DEFAULTS.score_col,
 
     def summary(t: DistinctTable) -> SegmentSummary:
         if per_row_loss:
-            z, mass = t.positives, np.abs(t.positives)
+            z, mass = t.positives, t.label_sum  # sum w z, sum |w z| (pool_magnitudes)
         else:
             z, mass = loss_per_score(t, cost_fp, cost_fn), loss_mass(t, cost_fp, cost_fn)
         return summarise_segment(t.score, z, mass, t.weight, t.positives)

@@ -108,6 +108,50 @@ def test_costs_equal_as_written_tie_on_every_engine(engine):
             candidates), g
 
 
+def test_losses_that_cancel_at_one_score_tie_in_any_row_order(engine):
+    """Per-row losses that cancel exactly at one score (0.1 + 0.2 - 0.1 - 0.2) pool to 0
+    or to a rounding error of either sign, by the order they are added. The tie scale
+    of that score is the sum of its rows' |w z|, not |sum w z|, so the rounding never
+    picks the threshold: every engine, in every row order, returns the largest threshold
+    of least cost in exact decimal arithmetic (fractions), as the tracker does. Before,
+    the threshold flipped between that score and "predict nothing" with the order."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(7)
+    cancelling = [0.1, 0.2, -0.1, -0.2, 0.3, -0.3, 0.7, -0.7]
+    parts = []
+    for g in range(120):
+        k = 2 * int(rng.integers(2, 5))
+        z = rng.permutation(cancelling[:k])  # sums to 0 exactly, in any order in float
+        above = [[], [0.1], [-0.1], [0.2, -0.2]][int(rng.integers(0, 4))]
+        below = rng.choice([0.1, 0.3, 0.7, -0.9], int(rng.integers(1, 4))).tolist()
+        parts.append(pd.DataFrame({
+            "g": g, "score": [0.9] * k + [0.95] * len(above) + [0.2 + 0.1 * i
+                                                                for i in range(len(below))],
+            "z": [*z.tolist(), *above, *below],
+            "w": rng.choice([1.0, 0.5, 2.0], 1).tolist() * (k + len(above) + len(below))}))
+    df = pd.concat(parts, ignore_index=True)
+    wants = {}
+    for g, part in df.groupby("g"):
+        s = part.score.to_numpy()
+        zw = [Fraction(str(v)) * Fraction(w) for v, w in zip(part.z, part.w)]
+        wants[g] = _exact_best(s, lambda pos, zw=zw: sum((v for v, p in zip(zw, pos) if p),
+                                                         Fraction(0)), [*s.tolist(), math.inf])
+    assert {math.inf, 0.95} < set(wants.values())  # and thresholds below 0.9
+    for order in (np.arange(len(df)), np.arange(len(df))[::-1], rng.permutation(len(df))):
+        rows = df.iloc[order].reset_index(drop=True)
+        got = distcal.optimal_threshold(engine(rows), loss_col="z", weight_col="w", by="g",
+                                        **engine.opts).segments.set_index("g").threshold
+        assert {g: got[g] for g in wants} == wants
+        for g in (0, 1, 2):  # without by=: one group's rows, and the tracker
+            one = rows[rows.g == g]
+            res = distcal.optimal_threshold(engine(one), loss_col="z", weight_col="w",
+                                            **engine.opts)
+            tracker = distcal.ThresholdTracker()
+            tracker.update_many(one.score, weights=one.w, losses=one.z)
+            assert res.threshold == tracker.threshold == wants[g], (g, order[:5])
+
+
 def _separated_groups(rng, n_groups, loss):
     """Segments whose thresholds' exact costs tie exactly or differ by more than 2^-30 of
     the mass of the longer suffix (the sum of |each row's terms| over its rows), with

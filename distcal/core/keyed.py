@@ -103,6 +103,14 @@ class KeySpec:
         return self.probabilities or self.squares
 
     @property
+    def pool_magnitudes(self) -> bool:
+        """Whether the pooled label sums are those of |w y| instead of y: a per-row loss
+        (target "loss"), whose pooled sum sum w z may cancel to a rounding error, needs
+        the sum of its terms' magnitudes as the scale of that rounding (thresholds' tie
+        rule, :mod:`distcal.core.threshold`)."""
+        return self.target == "loss"
+
+    @property
     def columns(self) -> list[str]:
         """Every input column the rows are read from."""
         cols = list(self.score_cols) if self.score_cols is not None else [str(self.score_col)]
@@ -341,9 +349,11 @@ class KeyedTable:
 
 
 def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.ndarray,
-               weight: np.ndarray | None, with_wyy: bool = False) -> KeyedTable:
+               weight: np.ndarray | None, with_wyy: bool = False,
+               magnitudes: bool = False) -> KeyedTable:
     """Pool keyed rows by (key, score) into a :class:`KeyedTable` (``with_wyy``: also the
-    sums of w y^2 and of w^2).
+    sums of w y^2 and of w^2; ``magnitudes``: the label sums are those of |w y|, see
+    :attr:`KeySpec.pool_magnitudes`).
 
     ``codes`` index ``keys`` (-1: no key, left out). One key is
     :func:`~distcal.core.distinct.pool_ties` (its fast paths); 0/1 labels
@@ -351,6 +361,12 @@ def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.
     one sort by (key, score) (:func:`pool_sums`).
     """
     codes, score, label, weight = _with_key(codes, score, label, weight)
+    if magnitudes:
+        w = np.ones(score.shape[0]) if weight is None else weight
+        wy = w * label
+        return pool_sums(codes, keys, score, w, wy, np.ones(score.shape[0], dtype=np.int64),
+                          np.abs(wy), (label != 0.0) & (label != 1.0),
+                          wy * label if with_wyy else None, w * w if with_wyy else None)
     if len(keys) == 1 and not with_wyy:
         return KeyedTable.single(pool_ties(score, label, weight), keys[0])
     if weight is None and is_binary(label):
@@ -415,7 +431,8 @@ def _squares(parts: list[KeyedTable]) -> tuple[np.ndarray | None, np.ndarray | N
     return wyy, ww
 
 
-def pool_rows(rows: Any, classes: list[int | None], with_wyy: bool = False) -> KeyedTable:
+def pool_rows(rows: Any, classes: list[int | None], with_wyy: bool = False,
+              magnitudes: bool = False) -> KeyedTable:
     """The keyed table of one part's valid rows (a :class:`~distcal.core.rows.RowPart`).
 
     What every engine does with a batch of valid rows. One class at a time,
@@ -423,18 +440,19 @@ def pool_rows(rows: Any, classes: list[int | None], with_wyy: bool = False) -> K
     are disjoint, so their tables are only put side by side (in the order
     of :func:`explode`'s codes), and the rows are never copied once per key
     (the global key alone takes :func:`pool_keyed`'s one-key fast paths).
-    ``with_wyy``: also pool w * y^2 (evaluation's Brier score).
+    ``with_wyy``: also pool w * y^2 (evaluation's Brier score); ``magnitudes``:
+    the label sums are those of |w y| (:attr:`KeySpec.pool_magnitudes`).
     """
     if rows.n_rows == 0:
         return empty_keyed()
     parts = []
     for cls in classes:
         codes, keys, s, y, w = explode(rows.score, rows.label, rows.weight, None, [cls])
-        parts.append(pool_keyed(codes, keys, s, y, w, with_wyy=with_wyy))
+        parts.append(pool_keyed(codes, keys, s, y, w, with_wyy, magnitudes))
         if rows.segments is not None:
             seg_codes, seg_keys = rows.segments
             parts.append(pool_keyed(seg_codes, [(seg, cls) for seg in seg_keys], s, y, w,
-                                    with_wyy=with_wyy))
+                                    with_wyy, magnitudes))
     return _concat_disjoint(parts)
 
 

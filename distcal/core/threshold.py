@@ -24,9 +24,9 @@ among those of equal cost.
 
 Equal means equal to within ``TIE`` times the *mass* of the longer of the
 two suffixes compared: the sum, over its scores, of the magnitudes of the
-terms z is made of (|c_fp| (W - Y) + |c_fn| Y for class costs; for a
-per-row loss |z_s| of the pooled z, the tracker's the sum of its rows'
-|w z|), which bounds the rounding of either sum. The same z added
+terms z is made of (|c_fp| (W - Y) + |c_fn| Y for class costs, the sum of
+its rows' |w z| for a per-row loss), which bounds the rounding of either
+sum, however the terms cancel. The same z added
 in another order (other partitions, ranges or arrival order) differ in
 their last bits, and so do costs equal as written (3 x 0.1 against 0.3), so
 an exact comparison would let rounding pick among thresholds of equal cost,

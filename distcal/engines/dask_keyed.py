@@ -108,7 +108,7 @@ def _lengths(pdf: pd.DataFrame, name: str) -> np.ndarray:
 def _read_pool(pdf: pd.DataFrame, spec: KeySpec, finite_scores: bool, length: int | None,
                classes: list[int | None]) -> tuple[KeyedTable, dict[str, Any]]:
     rows, stats = read_rows(pdf, spec, finite_scores=finite_scores, n_classes=length)
-    return pool_rows(rows, classes, spec.pool_squares), stats
+    return pool_rows(rows, classes, spec.pool_squares, spec.pool_magnitudes), stats
 
 
 def _stats_and_size(pair: tuple[Any, dict[str, Any]]) -> tuple[dict[str, Any], int]:

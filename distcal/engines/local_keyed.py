@@ -276,7 +276,8 @@ class LocalKeyedRanges(KeyedRanges):
                 stats.append(st)
                 if not rows.n_rows or (st["invalid"] and self.on_invalid == "raise"):
                     continue  # keep counting: the error names totals
-                self.store.add(pool_rows(rows, classes, self.spec.pool_squares))
+                self.store.add(pool_rows(rows, classes, self.spec.pool_squares,
+                                         self.spec.pool_magnitudes))
         self.add_up(stats, self.on_invalid, "local")
         self._pooled = True
         log.info("local: %d keys pooled%s", len(self.store.keys),

@@ -385,8 +385,10 @@ def _merge(parts: list[KeyedTable]) -> KeyedTable:
     return merge_keyed(parts)
 
 
-def pool_chunk(data: pa.Table, n_by: int, weighted: bool, per_class: bool) -> KeyedTable:
-    """One chunk of a range's keyed rows pooled by (key, score); segments exploded here."""
+def pool_chunk(data: pa.Table, n_by: int, weighted: bool, per_class: bool,
+               magnitudes: bool = False) -> KeyedTable:
+    """One chunk of a range's keyed rows pooled by (key, score); segments exploded here
+    (``magnitudes``: :attr:`~distcal.core.keyed.KeySpec.pool_magnitudes`)."""
     score = data.column("_s").to_numpy()
     label = data.column("_y").to_numpy()
     weight = data.column("_w").to_numpy() if weighted else None
@@ -399,17 +401,19 @@ def pool_chunk(data: pa.Table, n_by: int, weighted: bool, per_class: bool) -> Ke
     m = len(classes)
     keys: list[Key] = [(GLOBAL, c) for c in classes]
     if not n_by:
-        return pool_keyed(ci, keys, score, label, weight)
+        return pool_keyed(ci, keys, score, label, weight, magnitudes=magnitudes)
     seg, seg_keys = factorize_keys([data.column(f"_k{j}") for j in range(n_by)])
     keys += [(s, c) for s in seg_keys for c in classes]
     seg_codes = np.where(seg >= 0, m + seg * m + ci, -1)
     return pool_keyed(np.concatenate([ci, seg_codes]), keys, np.concatenate([score, score]),
                       np.concatenate([label, label]),
-                      None if weight is None else np.concatenate([weight, weight]))
+                      None if weight is None else np.concatenate([weight, weight]),
+                      magnitudes=magnitudes)
 
 
 def pool_ranges(batches: Iterator[pa.RecordBatch], n_by: int, weighted: bool, per_class: bool,
-                chunk_rows: int) -> tuple[list[bytes], dict[int, KeyedRuns]]:
+                chunk_rows: int, magnitudes: bool = False
+                ) -> tuple[list[bytes], dict[int, KeyedRuns]]:
     """A range partition's keyed rows (:func:`row_runner`'s, shuffled) pooled as their
     chunks stream in: the map side's validation counts that came with them (pickled) and
     each range's pooled runs, by range id."""
@@ -433,7 +437,8 @@ def pool_ranges(batches: Iterator[pa.RecordBatch], n_by: int, weighted: bool, pe
             r = rid.to_numpy()
             parts = [(int(v), data.filter(pa.array(r == v))) for v in np.unique(r)]
         for v, part in parts:
-            runs.setdefault(v, KeyedRuns()).add(pool_chunk(part, n_by, weighted, per_class))
+            runs.setdefault(v, KeyedRuns()).add(pool_chunk(part, n_by, weighted, per_class,
+                                                                  magnitudes))
         del data, parts
     return stats, runs
 
@@ -450,7 +455,7 @@ def pool_raw(batches: Iterator[pa.RecordBatch], spec: KeySpec, finite_scores: bo
         stats = merge_stats(stats, st)
         del data
         if rows.n_rows:
-            runs.add(pool_rows(rows, [None], spec.pool_squares))
+            runs.add(pool_rows(rows, [None], spec.pool_squares, spec.pool_magnitudes))
     if stats is None:  # no rows
         return [], {}
     return [pickle.dumps(stats, pickle.HIGHEST_PROTOCOL)], {partition_id(): runs}
@@ -802,11 +807,14 @@ class SparkKeyedRanges(SparkRanges):
             with phase("spark: one keyed pass over %d ranges", self.k):
                 return [p for _, p in collect_results(self.pooled_read, table_runner(fn))]
         spec, keep = self.spec, self.passes > 1
-        weighted = spec.weight_col is not None
+        # Pooled tables of a per-row loss carry sum |w z| apart from sum w z (the
+        # positives), which unweighted payloads would read off the label sums.
+        weighted = spec.weight_col is not None or spec.pool_magnitudes
         pool = partial(pool_raw, spec=spec, finite_scores=self.finite_scores,
                        chunk_rows=self.chunk_rows) if self.raw else partial(
-            pool_ranges, n_by=len(spec.by), weighted=weighted, per_class=self.per_class,
-            chunk_rows=self.chunk_rows)
+            pool_ranges, n_by=len(spec.by), weighted=spec.weight_col is not None,
+            per_class=self.per_class, chunk_rows=self.chunk_rows,
+            magnitudes=spec.pool_magnitudes)
         frame = map_in_arrow(self.ranged, pool_runner(fn, pool, weighted, self.chunk_rows,
                                                       keep), POOLED_SCHEMA)
         if keep:
