@@ -29,11 +29,11 @@ def compare_error_rates(e1: float, n1: float, e2: float, n2: float,
     difference is significant at that confidence when the interval
     excludes 0.
     """
-    from scipy.stats import norm
+    from scipy.special import ndtri
 
     if n1 <= 0 or n2 <= 0:
         raise ValueError("n1 and n2 must be positive")
-    z = float(norm.ppf(0.5 + confidence / 2.0))
+    z = float(ndtri(0.5 + confidence / 2.0))
     d = abs(e1 - e2)
     sigma = math.sqrt(e1 * (1.0 - e1) / n1 + e2 * (1.0 - e2) / n2)
     return (d, d - z * sigma, d + z * sigma)

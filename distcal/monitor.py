@@ -101,9 +101,9 @@ class MonitorReport:
 
 
 def _critical_z(alpha: float) -> float:
-    from scipy.stats import norm
+    from scipy.special import ndtri
 
-    return float(norm.ppf(1.0 - alpha / 2.0))
+    return float(ndtri(1.0 - alpha / 2.0))
 
 
 def monitor(summaries: Any, alpha: float = 0.01, max_ece: float | None = None, *,

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import norm
+from scipy.special import ndtr, ndtri
 
 from .distinct import DistinctTable
 
@@ -63,9 +63,9 @@ def calibration_tests(sums: np.ndarray, weight: float, positives: float,
         z = num / math.sqrt(den)
     else:
         z = math.copysign(math.inf, num) if den == 0 and num != 0 else math.nan
-    p_value = float(2.0 * norm.sf(abs(z))) if not math.isnan(z) else math.nan
+    p_value = float(2.0 * ndtr(-abs(z))) if not math.isnan(z) else math.nan
     citl = (wp - positives) / weight if weight > 0 else math.nan
-    half = float(norm.ppf(0.5 + confidence / 2.0)) * math.sqrt(var) / weight \
+    half = float(ndtri(0.5 + confidence / 2.0)) * math.sqrt(var) / weight \
         if weight > 0 and var >= 0 else math.nan
     return {"spiegelhalter_z": z, "spiegelhalter_p": p_value, "citl": citl,
             "citl_low": citl - half, "citl_high": citl + half}

@@ -26,7 +26,6 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
-from scipy.optimize import isotonic_regression
 
 from ..errors import sums_overflow
 from .distinct import DistinctTable
@@ -143,6 +142,10 @@ def _pav(blocks: Blocks, increasing: bool) -> Blocks:
         return blocks
     if not np.all(np.isfinite(blocks.weight)):
         raise sums_overflow()
+    # Imported here: scipy.optimize takes ~0.5 s to import, which every command-line run
+    # and every Spark or Dask worker importing distcal would pay.
+    from scipy.optimize import isotonic_regression
+
     with np.errstate(over="ignore", invalid="ignore"):  # inf sums: refused by the model
         res = isotonic_regression(blocks.prob, weights=blocks.weight, increasing=increasing)
         starts = np.asarray(res.blocks[:-1], dtype=np.intp)

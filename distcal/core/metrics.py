@@ -270,13 +270,13 @@ def roc_select(plan: dict[str, Any], samples: list[dict[str, Any]]) -> dict[str,
 
 def wilson_interval(successes: float, n: float, confidence: float = 0.95) -> tuple[float, float]:
     """Wilson score interval for a binomial proportion (Wilson, 1927)."""
-    from scipy.stats import norm
+    from scipy.special import ndtri
 
     if n <= 0:
         return (math.nan, math.nan)
     if not 0.0 < confidence < 1.0:
         raise ValueError("confidence must be in (0, 1)")
-    z = float(norm.ppf(0.5 + confidence / 2.0))
+    z = float(ndtri(0.5 + confidence / 2.0))
     p = successes / n
     # Wilson's centre (p + z^2 / 2n) / (1 + z^2 / n) minus and plus its half-width
     # z sqrt(p (1 - p) / n + z^2 / 4n^2) / (1 + z^2 / n), multiplied through by
