@@ -9,8 +9,9 @@ Usage: python bench/threshold.py [--rows 1e7] [--updates 100000]
    else; then the time of reading ``tracker.threshold``; and, as the
    anchor, recomputing the batch answer from the pooled table after one
    update (what a tracker without the tree would do).
-2. ``distcal.optimal_threshold`` on N rows from arrays vs ``np.argsort`` of
-   the scores, in one process.
+2. ``distcal.optimal_threshold`` on N rows from arrays (0/1 labels, weighted
+   labels, a weighted per-row loss) vs ``np.argsort`` of the scores, in one
+   process.
 """
 
 from __future__ import annotations
@@ -89,10 +90,14 @@ def main() -> None:
     t_thr = statistics.median(timed(lambda: distcal.optimal_threshold(df)) for _ in range(3))
     t_thw = statistics.median(
         timed(lambda: distcal.optimal_threshold(dfw, weight_col="w")) for _ in range(3))
+    dfz = dfw.assign(z=rng.normal(size=n))
+    t_thz = statistics.median(timed(lambda: distcal.optimal_threshold(
+        dfz, weight_col="w", loss_col="z")) for _ in range(3))
     print(f"\n# batch threshold, N = {n:.0e} all-distinct scores, median of 3")
     print(f"np.argsort                           {t_arg:7.3f} s")
     print(f"optimal_threshold (0/1, unit)        {t_thr:7.3f} s   x argsort = {t_thr / t_arg:.2f}")
     print(f"optimal_threshold (weighted)         {t_thw:7.3f} s   x argsort = {t_thw / t_arg:.2f}")
+    print(f"optimal_threshold (per-row loss)     {t_thz:7.3f} s   x argsort = {t_thz / t_arg:.2f}")
 
 
 def timed(fn):
