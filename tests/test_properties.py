@@ -129,6 +129,25 @@ def test_pooling_paths_agree(df):
     np.testing.assert_allclose(a.positives, b.positives, rtol=1e-12)
 
 
+@SETTINGS
+@given(datasets(), st.sampled_from([None, "hash", "argsort"]), st.booleans())
+def test_pooling_other_label_sums_equals_pandas_groupby(df, path, weighted):
+    """``label_sums`` (a per-row loss's |w z|) summed per score on its own, beside the
+    weights and weighted labels; the oracle is pandas' groupby. Losses of either sign."""
+    df = df[df.w > 0].assign(z=lambda d: d.label - 0.5, mag=lambda d: d.w * (d.label - 0.5).abs())
+    w = df.w.to_numpy() if weighted else None
+    t = pool_ties(df.score.to_numpy(), df.z.to_numpy(), w, path=path,
+                  label_sums=df.mag.to_numpy() if weighted else df.z.abs().to_numpy())
+    g = (df.assign(w=df.w if weighted else 1.0).assign(wz=lambda d: d.w * d.z,
+                                                         mag=lambda d: d.w * d.z.abs())
+         .groupby("score").agg(w=("w", "sum"), wz=("wz", "sum"), n=("z", "size"),
+                               mag=("mag", "sum")))
+    np.testing.assert_array_equal(t.score, g.index.to_numpy())
+    np.testing.assert_array_equal(t.count, g.n.to_numpy())
+    for got, want in ((t.weight, g.w), (t.positives, g.wz), (t.label_sum, g.mag)):
+        np.testing.assert_allclose(got, want.to_numpy(), rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("labels", ["mixed", "all positive", "all negative"])
 def test_split_pooling_matches_argsort(labels):
     """The split path (positives and negatives sorted apart, then merged): -0.0 and 0.0

@@ -136,36 +136,42 @@ def estimate_distinct(n: int, m: int, d: int) -> float:
 
 
 def pool_ties(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | None = None,
-              *, path: str | None = None) -> DistinctTable:
+              *, path: str | None = None, label_sums: np.ndarray | None = None
+              ) -> DistinctTable:
     """Pool rows with equal scores into a :class:`DistinctTable`.
 
     ``scores`` and ``labels`` are finite-checked float64 arrays (±inf scores
     allowed), ``weights`` is None for unit weights or a float64 array > 0
     (zero-weight rows must already be removed). ``path`` forces one of the
     four algorithms (for tests and benchmarks); by default it is chosen by
-    :func:`choose_pool_path`.
+    :func:`choose_pool_path`. ``label_sums``: the values whose sum per
+    score is the table's ``label_sum`` (default: the labels; the keyed
+    pass's per-row losses pool |w y| there, the hash and argsort paths
+    take them).
     """
     scores = np.asarray(scores, dtype=np.float64)
     labels = np.asarray(labels, dtype=np.float64)
     if scores.shape[0] == 0:
         return DistinctTable.empty()
     binary = is_binary(labels)
-    if path is None:
-        path = choose_pool_path(scores, labels, weights, binary)
+    if path is None:  # (the key and split paths count labels: none for other sums)
+        path = choose_pool_path(scores, labels, weights, binary and label_sums is None)
     if path == "key":
         if not (binary and weights is None and scores.min() >= 0.0):
             raise ValueError("the key path needs 0/1 labels, unit weights and scores >= 0")
         return _pool_by_key(scores, labels)
+    if label_sums is not None and path in ("key", "split"):
+        raise ValueError("the key and split paths sum the labels themselves")
     if path == "hash":
         # -0.0 + 0.0 == +0.0: one bit pattern, hence one hash, for zero. (The
         # key path drops the sign bit in its shift; argsort compares values.)
-        return _pool_by_hash(scores + 0.0, labels, weights, binary)
+        return _pool_by_hash(scores + 0.0, labels, weights, binary, label_sums)
     if path == "split":
         if not (binary and weights is None):
             raise ValueError("the split path needs 0/1 labels and unit weights")
         return _pool_by_split(scores, labels)
     if path == "argsort":
-        return _pool_by_argsort(scores, labels, weights, binary)
+        return _pool_by_argsort(scores, labels, weights, binary, label_sums)
     raise ValueError(f"unknown pooling path {path!r}")
 
 
@@ -229,8 +235,8 @@ def _pool_by_split(scores: np.ndarray, labels: np.ndarray) -> DistinctTable:
     return DistinctTable(s, count.astype(np.float64), positives, count, positives, True)
 
 
-def _hash_sums(scores: np.ndarray, labels: np.ndarray,
-               weights: np.ndarray | None) -> tuple[np.ndarray, list[np.ndarray]]:
+def _hash_sums(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | None,
+               label_sums: np.ndarray | None = None) -> tuple[np.ndarray, list[np.ndarray]]:
     """Distinct bit patterns (unsorted) and per-distinct sums, by hashing."""
     import pandas as pd
 
@@ -240,6 +246,12 @@ def _hash_sums(scores: np.ndarray, labels: np.ndarray,
     k = uniques.shape[0]
     count = np.bincount(codes, minlength=k).astype(np.float64)
     label_sum = np.bincount(codes, weights=labels, minlength=k)
+    if label_sums is not None:
+        positives = label_sum if weights is None else np.bincount(
+            codes, weights=weights * labels, minlength=k)
+        weight = count if weights is None else np.bincount(codes, weights=weights, minlength=k)
+        return uniques, [count, weight, np.bincount(codes, weights=label_sums, minlength=k),
+                         positives]
     if weights is None:
         return uniques, [count, count, label_sum, label_sum]
     weight = np.bincount(codes, weights=weights, minlength=k)
@@ -248,9 +260,9 @@ def _hash_sums(scores: np.ndarray, labels: np.ndarray,
 
 
 def _pool_by_hash(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | None,
-                  binary: bool) -> DistinctTable:
+                  binary: bool, label_sums: np.ndarray | None = None) -> DistinctTable:
     # One thread: inside a Spark or Dask worker the cores belong to the engine.
-    uniques, sums = _hash_sums(scores, labels, weights)
+    uniques, sums = _hash_sums(scores, labels, weights, label_sums)
     count, weight, label_sum, positives = sums
     values = uniques.view(np.float64)
     order = np.argsort(values)
@@ -259,22 +271,23 @@ def _pool_by_hash(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | 
 
 
 def _pool_by_argsort(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | None,
-                     binary: bool) -> DistinctTable:
+                     binary: bool, label_sums: np.ndarray | None = None) -> DistinctTable:
     order = np.argsort(scores)
     s = scores[order]
     y = labels[order]
+    v = y if label_sums is None else label_sums[order]
     w = None if weights is None else weights[order]
     new = np.concatenate(([True], s[1:] != s[:-1]))
     if new.all():  # all distinct: the sorted rows are the table
         count = np.ones(s.shape[0], dtype=np.int64)
         weight = count.astype(np.float64) if w is None else w
-        return DistinctTable(s + 0.0, weight, y if w is None else w * y, count, y, binary)
+        return DistinctTable(s + 0.0, weight, y if w is None else w * y, count, v, binary)
     starts = np.flatnonzero(new)
     count = np.diff(np.append(starts, s.shape[0]))
-    label_sum = np.add.reduceat(y, starts)
+    label_sum = np.add.reduceat(v, starts)
     if w is None:
         weight = count.astype(np.float64)
-        positives = label_sum
+        positives = label_sum if label_sums is None else np.add.reduceat(y, starts)
     else:
         # Weights near 1e308 can sum to inf: the fits refuse such sums with
         # a DataError (distcal.errors.sums_overflow) instead of warning here.

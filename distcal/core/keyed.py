@@ -361,15 +361,12 @@ def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.
     one sort by (key, score) (:func:`pool_sums`).
     """
     codes, score, label, weight = _with_key(codes, score, label, weight)
-    if magnitudes:
-        w = np.ones(score.shape[0]) if weight is None else weight
-        wy = w * label
-        return pool_sums(codes, keys, score, w, wy, np.ones(score.shape[0], dtype=np.int64),
-                          np.abs(wy), (label != 0.0) & (label != 1.0),
-                          wy * label if with_wyy else None, w * w if with_wyy else None)
+    # Per-row losses (magnitudes): |w y| = w |y|, as weights are > 0.
+    magnitude = None if not magnitudes else (
+        np.abs(label) if weight is None else weight * np.abs(label))
     if len(keys) == 1 and not with_wyy:
-        return KeyedTable.single(pool_ties(score, label, weight), keys[0])
-    if weight is None and is_binary(label):
+        return KeyedTable.single(pool_ties(score, label, weight, label_sums=magnitude), keys[0])
+    if weight is None and is_binary(label) and not magnitudes:
         kt = (KeyedTable.single(pool_ties(score, label, None), keys[0]) if len(keys) == 1
               else _pool_unit(codes, keys, score, label))
         if not with_wyy:
@@ -379,9 +376,10 @@ def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.
         return dataclasses.replace(kt, wyy=kt.table.positives.astype(np.float64),
                                    ww=kt.table.count.astype(np.float64))
     w = np.ones(score.shape[0]) if weight is None else weight
-    return pool_sums(codes, keys, score, w, w * label, np.ones(score.shape[0], dtype=np.int64),
-                      label, (label != 0.0) & (label != 1.0),
-                      w * label * label if with_wyy else None, w * w if with_wyy else None)
+    wy = w * label
+    return pool_sums(codes, keys, score, w, wy, np.ones(score.shape[0], dtype=np.int64),
+                      label if magnitude is None else magnitude, (label != 0.0) & (label != 1.0),
+                      wy * label if with_wyy else None, w * w if with_wyy else None)
 
 
 def _with_key(codes: np.ndarray, score: np.ndarray, label: np.ndarray,
