@@ -19,7 +19,10 @@ times, medians of R, in one process:
   scan      reading the path batch by batch as the local engine does
             (``distcal.tables.iter_tables``), nothing else
 
-and prints path / anchor (target <= 1.5).
+and prints path / anchor (target <= 1.5). ``--memory-rows M``: the path fit
+holds at most M distinct scores in memory (``distcal.fit(path,
+memory_rows=M, chunk_rows=2M, batch_rows=2M)``), spilling sorted runs to disk
+and reading them back in score ranges.
 """
 
 from __future__ import annotations
@@ -70,9 +73,14 @@ def main() -> None:
     ap.add_argument("--kinds", default="ties,cont")
     ap.add_argument("--layouts", default=",".join(LAYOUTS))
     ap.add_argument("--dir", default=None)
+    ap.add_argument("--memory-rows", type=float, default=None)
     args = ap.parse_args()
+    bounded = {} if args.memory_rows is None else {
+        "memory_rows": int(args.memory_rows), "chunk_rows": 2 * int(args.memory_rows),
+        "batch_rows": 2 * int(args.memory_rows)}
     n = int(args.n)
-    print(f"# local fit from Parquet, N = {n:.0e}, median of {args.repeat}, seconds")
+    print(f"# local fit from Parquet, N = {n:.0e}, median of {args.repeat}, seconds"
+          + (f", memory_rows = {int(args.memory_rows)}" if bounded else ""))
     print(f"{'kind':<6}{'layout':<8}{'read':>7}{'fit(t)':>8}{'anchor':>8}{'path':>8}"
           f"{'scan':>7}{'path/anchor':>13}")
     for kind in args.kinds.split(","):
@@ -88,10 +96,10 @@ def main() -> None:
                 t_in = ds.dataset(path, format="parquet").to_table()
                 t_fit = timed(lambda t=t_in: distcal.fit(t), args.repeat)
                 del t_in
-                t_path = timed(lambda: distcal.fit(path), args.repeat)
+                t_path = timed(lambda: distcal.fit(path, **bounded), args.repeat)
                 t_scan = timed(lambda: sum(t.num_rows for t in iter_tables(
                     open_dataset(path), ["score", "label"])), args.repeat)
-                assert distcal.fit(path) == distcal.fit(table)
+                assert distcal.fit(path, **bounded) == distcal.fit(table)
                 anchor = t_read + t_fit
                 print(f"{kind:<6}{name:<8}{t_read:7.3f}{t_fit:8.3f}{anchor:8.3f}{t_path:8.3f}"
                       f"{t_scan:7.3f}{t_path / anchor:13.2f}", flush=True)

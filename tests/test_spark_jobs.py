@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -63,19 +62,6 @@ def reason(r: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
-def spark_script(tmp: Path, body: str) -> dict:
-    script = tmp / f"script_{abs(hash(body))}.py"
-    script.write_text(textwrap.dedent("""
-        import json, sys
-        from pyspark.sql import SparkSession
-        spark = SparkSession.builder.enableHiveSupport().getOrCreate()
-    """) + textwrap.dedent(body))
-    r = subprocess.run([str(SUBMIT), *conf(tmp), str(script)], capture_output=True, text=True,
-                       timeout=600, cwd=tmp, env=_env())
-    assert r.returncode == 0, r.stderr[-3000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
-
-
 @pytest.fixture(scope="module")
 def work(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sparkjob")
@@ -96,9 +82,13 @@ def test_parquet_fit_apply_evaluate(work):
     model = distcal.load(tmp / "model")
     assert model == distcal.fit(df, weight_col="w", method="venn_abers")
 
+    # The output replaces a previous Parquet output (--overwrite), as a daily run does.
+    df.head(10).assign(p2=0.5).to_parquet(tmp / "calibrated.parquet", index=False)
     r = submit(tmp, "apply", "--model", tmp / "model", "--input", tmp / "scores.parquet",
-               "--output", tmp / "calibrated.parquet", "--interval-cols", "p0,p1")
+               "--output", tmp / "calibrated.parquet", "--interval-cols", "p0,p1",
+               "--overwrite")
     assert r.returncode == 0, r.stderr[-3000:]
+    assert not [p for p in tmp.iterdir() if p.name.startswith(".calibrated")]
     out = pq.read_table(tmp / "calibrated.parquet").to_pandas().sort_values("id")
     assert list(out.columns) == ["score", "label", "w", "id", "calibrated", "p0", "p1"]
     np.testing.assert_allclose(out["calibrated"].to_numpy(), model.predict(out["score"]),
@@ -123,12 +113,6 @@ def test_parquet_fit_apply_evaluate(work):
 
     # The threshold job, and an output refused without --overwrite and kept as it
     # was, are run by test_airflow (the Spark DAG's threshold task) and test_tables.
-    # Replacing a Parquet output, with another probability column:
-    r = submit(tmp, "apply", "--model", tmp / "model", "--input", tmp / "scores.parquet",
-               "--output", tmp / "calibrated.parquet", "--output-col", "p2", "--overwrite")
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "p2" in pq.read_table(tmp / "calibrated.parquet").schema.names
-    assert not [p for p in tmp.iterdir() if p.name.startswith(".calibrated")]
 
 
 def test_bad_input_fails_with_one_line_and_writes_nothing(work):
@@ -142,29 +126,29 @@ def test_bad_input_fails_with_one_line_and_writes_nothing(work):
 
 
 def test_tables(work):
+    """Tables of the session's catalog (Hive, Derby metastore): apply creates one from
+    Parquet, fit reads it, apply replaces it (--overwrite) and refuses to without."""
     tmp, df = work
-    spark_script(tmp, f"""
-        spark.sql("CREATE DATABASE IF NOT EXISTS ml")
-        spark.read.parquet({str(tmp / 'scores.parquet')!r}).write.saveAsTable("ml.scores")
-        print(json.dumps({{"ok": True}}))
-    """)
-    r = submit(tmp, "fit", "--input-table", "ml.scores", "--output", tmp / "tmodel",
+    distcal.fit(df, weight_col="w").save(tmp / "model0")
+    r = submit(tmp, "apply", "--model", tmp / "model0", "--input", tmp / "scores.parquet",
+               "--output-table", "scores")
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = submit(tmp, "fit", "--input-table", "scores", "--output", tmp / "tmodel",
                "--weight-col", "w", "--method", "beta")
     assert r.returncode == 0, r.stderr[-3000:]
     model = distcal.load(tmp / "tmodel")
     assert model == distcal.fit(df, weight_col="w", method="beta")
-    for _ in range(2):  # the second run replaces the table
-        r = submit(tmp, "apply", "--model", tmp / "tmodel", "--input-table", "ml.scores",
-                   "--output-table", "ml.calibrated", "--overwrite")
-        assert r.returncode == 0, r.stderr[-3000:]
-    r = submit(tmp, "apply", "--model", tmp / "tmodel", "--input-table", "ml.scores",
-               "--output-table", "ml.calibrated")
+    r = submit(tmp, "apply", "--model", tmp / "tmodel", "--input", tmp / "scores.parquet",
+               "--output-table", "scores", "--overwrite")
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = submit(tmp, "apply", "--model", tmp / "model0", "--input", tmp / "scores.parquet",
+               "--output-table", "scores")
     assert r.returncode == 2 and "exists" in reason(r)
-    # The managed tables' files, read with pyarrow (a Spark session more would
-    # only add a JVM start): no table or directory left aside by the replacement.
-    database = tmp / "warehouse" / "ml.db"
-    assert sorted(p.name for p in database.iterdir()) == ["calibrated", "scores"]
-    t = pq.read_table(database / "calibrated").to_pandas().sort_values("id")
-    assert len(t) == len(df)
+    # The managed table's files, read with pyarrow (a Spark session more would only
+    # add a JVM start): the replacement's rows, no table or directory left aside.
+    warehouse = tmp / "warehouse"
+    assert sorted(p.name for p in warehouse.iterdir()) == ["scores"]
+    t = pq.read_table(warehouse / "scores").to_pandas().sort_values("id")
+    assert list(t.columns) == ["score", "label", "w", "id", "calibrated"] and len(t) == len(df)
     np.testing.assert_allclose(t["calibrated"].to_numpy(), model.predict(t["score"].to_numpy()),
                                rtol=1e-12)

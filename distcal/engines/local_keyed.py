@@ -116,7 +116,10 @@ class KeyedStore:
         for f in _FIELDS:
             np.save(run_dir / f"{f}.npy", run[f])
         del run
-        self._runs.append({f: np.load(run_dir / f"{f}.npy", mmap_mode="r") for f in _FIELDS})
+        # Plain array views of the memory maps: np.memmap's slicing runs Python code, and
+        # the read-back slices every run once per range (runs x ranges slices).
+        self._runs.append({f: np.load(run_dir / f"{f}.npy", mmap_mode="r").view(np.ndarray)
+                           for f in _FIELDS})
 
     @property
     def spilled(self) -> bool:
@@ -184,11 +187,10 @@ class KeyedStore:
         cuts = [np.concatenate(([0], np.searchsorted(r["score"], bounds, side="left"),
                                 [r["score"].shape[0]])) for r in self._runs]
         for k in range(bounds.shape[0] + 1):
-            parts = [{f: np.array(run[f][int(cut[k]):int(cut[k + 1])]) if
-                      run[f].shape[0] else run[f] for f in _FIELDS}
-                     for run, cut in zip(self._runs, cuts) if cut[k + 1] > cut[k]]
-            if parts:
-                cat = {f: np.concatenate([p[f] for p in parts]) for f in _FIELDS}
+            live = [(run, int(cut[k]), int(cut[k + 1]))
+                    for run, cut in zip(self._runs, cuts) if cut[k + 1] > cut[k]]
+            if live:  # (wyy and ww are empty in every run when not pooled)
+                cat = {f: np.concatenate([run[f][a:b] for run, a, b in live]) for f in _FIELDS}
                 yield pool_sums(cat["code"], keys, cat["score"], cat["weight"],
                                 cat["positives"], cat["count"], cat["label_sum"],
                                 cat["nonbinary"], cat["wyy"] if self.with_wyy else None,
