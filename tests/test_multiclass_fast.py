@@ -271,7 +271,12 @@ def test_many_keys_temperature_searched_together_are_each_keys_own(data):
         assert (search.beta[i], search.passes[i], search.iterations[i]) == \
             (beta, info["passes"], info["iterations"])
         assert together[i] == _starts([samples[i]], "logits")[0]
-        if max_iter == 200 and kind != "saturated":
+        if max_iter == 200 and kind == "separable":
+            # L(b) = sum w log(1 + sum_{j != y} e^{b (z_j - z_y)}), z_j < z_y: decreasing,
+            # so the upper bound, even where L' rounds to 0 below it (scipy's brentq
+            # then stops short of the bound: seed 41 gives 22004.8).
+            assert beta == BETA_MAX
+        elif max_iter == 200 and kind != "saturated":
             assert beta == pytest.approx(_gradient_oracle(*problems[i]), rel=1e-12)
 
 
