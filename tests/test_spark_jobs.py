@@ -72,7 +72,8 @@ def work(tmp_path_factory):
 
 
 def test_parquet_fit_apply_evaluate(work):
-    # A Venn-Abers model (isotonic job fits: test_spark_standalone, test_airflow): the
+    # A weighted Venn-Abers model (test_spark_standalone fits one on a cluster, the Airflow
+    # DAG an isotonic one from summaries, test_tables beta from a table): the
     # interval written by apply, its widths reported by evaluate.
     tmp, df = work
     r = submit(tmp, "fit", "--input", tmp / "scores.parquet", "--output", tmp / "model",

@@ -10,10 +10,9 @@ environment's copies, so it costs no install. Then, as a user would:
    executors: exit 2 and one line naming the missing module and the fix
    (``EngineSetupError``, carrying the worker's ModuleNotFoundError);
 2. the same with ``--py-files distcal.zip`` (``make zip``): fit, then
-   apply, equal to the local engine to 1e-9;
-3. a Venn-Abers fit past ``COMPILE_ROWS``, whose range pass numba would
-   compile: the executors (no numba) run its Python loop, and the model
-   equals the local one.
+   apply, equal to the local engine to 1e-9. The fit is Venn-Abers past
+   ``COMPILE_ROWS``, whose range pass numba would compile: the executors
+   (no numba) run its Python loop.
 """
 
 from __future__ import annotations
@@ -155,7 +154,9 @@ def test_standalone_cluster_without_and_with_the_zip(cluster):
     check = subprocess.run([str(python), "-c", "import distcal"], capture_output=True,
                            text=True, cwd=tmp, env=spark_env())
     assert "No module named 'distcal'" in check.stderr  # the executors really lack it
-    df = make_scores(20_000, seed=21, weights=True)
+    from distcal.core.venn_abers import COMPILE_ROWS
+
+    df = make_scores(COMPILE_ROWS + 5_000, seed=21, weights=True)
     src = tmp / "scores.parquet"
     df.to_parquet(src)
 
@@ -172,30 +173,20 @@ def test_standalone_cluster_without_and_with_the_zip(cluster):
     assert "--py-files" in line and "dist/distcal.zip" in line
     assert not (tmp / "m0").exists()
 
-    # 2. distcal shipped as a zip: fit and apply equal the local engine
+    # 2. distcal shipped as a zip: fit and apply equal the local engine; a Venn-Abers
+    # fit large enough for the compiled range pass, which executors without numba run
+    # as its Python loop
     zipped = build_zip(tmp / "dist" / "distcal.zip")
     r = submit(url, tmp, python, [zipped], "fit", "--input", src, "--output", tmp / "m",
-               "--weight-col", "w")
+               "--weight-col", "w", "--method", "venn_abers")
     assert r.returncode == 0, r.stderr[-3000:]
-    assert json.loads(r.stdout.strip().splitlines()[-1])["n_rows"] == distcal.fit(
-        df, weight_col="w").n_rows
-    model = distcal.load(tmp / "m")
-    assert model == distcal.fit(df, weight_col="w")
+    local = distcal.fit(df, weight_col="w", method="venn_abers")
+    assert json.loads(r.stdout.strip().splitlines()[-1])["n_rows"] == local.n_rows
+    assert distcal.load(tmp / "m") == local
     r = submit(url, tmp, python, [zipped], "apply", "--model", tmp / "m", "--input", src,
                "--output", tmp / "out")
     assert r.returncode == 0, r.stderr[-3000:]
     out = pd.read_parquet(tmp / "out").sort_values(["score", "w"])
-    expected = distcal.fit(df, weight_col="w").transform(df).sort_values(["score", "w"])
+    expected = local.transform(df).sort_values(["score", "w"])
     np.testing.assert_allclose(out.calibrated.to_numpy(), expected.calibrated.to_numpy(),
                                rtol=1e-9, atol=1e-12)
-
-    # 3. a Venn-Abers fit large enough for the compiled range pass: without numba on the
-    # executors, they run its Python loop
-    from distcal.core.venn_abers import COMPILE_ROWS
-
-    big = make_scores(COMPILE_ROWS + 5_000, seed=22)
-    big.to_parquet(tmp / "big.parquet")
-    r = submit(url, tmp, python, [zipped], "fit", "--input", tmp / "big.parquet",
-               "--output", tmp / "va", "--method", "venn_abers")
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert distcal.load(tmp / "va") == distcal.fit(big, method="venn_abers")
