@@ -156,12 +156,12 @@ def pool_ties(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | None
     binary = is_binary(labels)
     if path is None:  # (the key and split paths count labels: none for other sums)
         path = choose_pool_path(scores, labels, weights, binary and label_sums is None)
+    if label_sums is not None and path in ("key", "split"):
+        raise ValueError("the key and split paths sum the labels themselves")
     if path == "key":
         if not (binary and weights is None and scores.min() >= 0.0):
             raise ValueError("the key path needs 0/1 labels, unit weights and scores >= 0")
         return _pool_by_key(scores, labels)
-    if label_sums is not None and path in ("key", "split"):
-        raise ValueError("the key and split paths sum the labels themselves")
     if path == "hash":
         # -0.0 + 0.0 == +0.0: one bit pattern, hence one hash, for zero. (The
         # key path drops the sign bit in its shift; argsort compares values.)
@@ -246,17 +246,13 @@ def _hash_sums(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | Non
     k = uniques.shape[0]
     count = np.bincount(codes, minlength=k).astype(np.float64)
     label_sum = np.bincount(codes, weights=labels, minlength=k)
-    if label_sums is not None:
-        positives = label_sum if weights is None else np.bincount(
-            codes, weights=weights * labels, minlength=k)
-        weight = count if weights is None else np.bincount(codes, weights=weights, minlength=k)
-        return uniques, [count, weight, np.bincount(codes, weights=label_sums, minlength=k),
-                         positives]
+    other = label_sum if label_sums is None else np.bincount(codes, weights=label_sums,
+                                                              minlength=k)
     if weights is None:
-        return uniques, [count, count, label_sum, label_sum]
+        return uniques, [count, count, other, label_sum]
     weight = np.bincount(codes, weights=weights, minlength=k)
     positives = np.bincount(codes, weights=weights * labels, minlength=k)
-    return uniques, [count, weight, label_sum, positives]
+    return uniques, [count, weight, other, positives]
 
 
 def _pool_by_hash(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray | None,
