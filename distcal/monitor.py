@@ -140,7 +140,7 @@ def monitor(summaries: Any, alpha: float = 0.01, max_ece: float | None = None, *
     ['d2']
     """
     from .evaluation import evaluate
-    from .summary import Summary, load_summary
+    from .summary import Summary, load_summary, not_a_summary
 
     a = alpha
     if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0.0 < a < 1.0:
@@ -153,6 +153,8 @@ def monitor(summaries: Any, alpha: float = 0.01, max_ece: float | None = None, *
                              "period) or of their paths")
     rows = []
     for item in summaries:
+        if not isinstance(item, (Summary, str, os.PathLike)):
+            raise not_a_summary("monitor", item)
         s = item if isinstance(item, Summary) else load_summary(item)
         rep = evaluate(s, n_bins=n_bins, engine=engine, roc_points=2)
         w = rep.weight_total

@@ -45,6 +45,7 @@ from .core.summary import (
     SummarySource,
     arrow_from_keyed,
     by_name,
+    check_written_order,
     global_totals,
     keyed_from_arrow,
     round_keyed,
@@ -77,7 +78,7 @@ from .storage import (
 )
 
 __all__ = ["Summary", "summarize", "merge_summaries", "load_summary", "summary_source",
-           "SUMMARY_FORMAT"]
+           "not_a_summary", "SUMMARY_FORMAT"]
 
 SUMMARY_FORMAT = "distcal-summary"
 SUMMARY_VERSION = 1
@@ -330,23 +331,32 @@ def summarize(data: Any, score_col: str = DEFAULTS.score_col,
 
 def _check_squares(kt: Any, weight_col: str | None) -> None:
     """A summary keeps each (key, score)'s sum of squared weights (the variance terms of
-    evaluation's intervals and tests): a DataError where they overflow or underflow to 0
-    in float64 (weights beyond about 1e154 or below about 1e-162), which a saved summary
-    could not be read back with."""
+    evaluation's intervals and tests): a DataError, naming the rows, where they overflow
+    or underflow to 0 in float64 (weights beyond about 1e154 or below about 1e-162),
+    which a saved summary could not be read back with."""
     if kt.ww is None or weight_col is None:
         return
-    if not np.all(np.isfinite(kt.ww)):
-        raise sums_overflow("squared weights")
-    zero = kt.ww <= 0.0
-    if zero.any():
-        g = kt.global_index()  # (the key of all rows: each row once)
-        at = slice(None) if g is None else slice(int(kt.starts[g]), int(kt.starts[g + 1]))
-        rows = int(kt.table.count[at][zero[at]].sum())
-        have = "rows have" if rows != 1 else "row has"
-        raise DataError(f"column '{weight_col}' (weight): {rows} {have} weights whose "
-                        "squares underflow to 0 in float64 (below about 1e-162); "
-                        "a summary keeps sums of squared weights: multiply the weights by a "
-                        "constant")
+    for bad, what, fix in ((~np.isfinite(kt.ww), "overflow float64 (above about 1e154)",
+                            "divide"),
+                           (kt.ww <= 0.0, "underflow to 0 in float64 (below about 1e-162)",
+                            "multiply")):
+        if bad.any():
+            rows = _rows_at(kt, bad)
+            have = "rows have" if rows != 1 else "row has"
+            raise DataError(f"column '{weight_col}' (weight): {rows} {have} weights whose "
+                            f"squares, summed per score, {what}; a summary keeps sums of "
+                            f"squared weights: {fix} the weights by a constant")
+
+
+def _rows_at(kt: Any, bad: np.ndarray) -> int:
+    """The rows in the (key, score)s ``bad`` marks: those of the segments' if any is marked
+    (each row is in one segment, and a (score)'s sum of all rows is marked only where its
+    segments' are), else of the key of all rows."""
+    key = np.repeat(np.arange(len(kt.keys)), np.diff(kt.starts))
+    g = kt.global_index()
+    segment = np.ones(key.shape[0], dtype=bool) if g is None else key != g
+    where = bad & segment if (bad & segment).any() else bad
+    return int(kt.table.count[where].sum())
 
 
 def _mixed_key_types(kt: Any, names: list[str]) -> DataError:
@@ -460,13 +470,19 @@ def _table_of(root: Path, meta: dict[str, Any]) -> pa.Table:
         if not isinstance(tables, dict) or set(tables) != {"table"}:
             raise damaged(root, f"unexpected tables in {SUMMARY_JSON}")
         table = read_table_file(root, tables["table"], TABLE_FILE)
-        _check_schema(table, len(meta["by"]), root)
+        _check_schema(table.schema, len(meta["by"]), root)
         sample = (table.schema.metadata or {}).get(SCORE_SAMPLE_KEY)
         if sample is not None:  # what a refit on a cluster reads (the bounds of its ranges)
             stored_sample(sample, table.num_rows, str(root / TABLE_FILE))
+        _check_order(root, [table], len(meta["by"]))
         kt = summary_keyed(table, len(meta["by"]))
-        if len(kt.table) != table.num_rows:
-            raise damaged(root / TABLE_FILE, "a (key, score) pair is listed twice")
+        if meta["columns"]["weight"] is None:  # rows of weight 1: sums of w are counts
+            count = table.column("count").to_numpy().astype(np.float64)
+            if not all(np.array_equal(table.column(a).to_numpy(), b) for a, b in (
+                    ("weight", count), ("ww", count),
+                    ("positives", table.column("label_sum").to_numpy()))):
+                raise damaged(root / TABLE_FILE, "its rows have no weights, but the sums of "
+                              "their weights are not their counts")
         n, w = global_totals(kt)
         if n != meta["n_rows"] or not math.isclose(w, meta["weight_total"], rel_tol=1e-9,
                                                    abs_tol=1e-12):
@@ -476,17 +492,26 @@ def _table_of(root: Path, meta: dict[str, Any]) -> pa.Table:
     return build_or_damaged(root, read)
 
 
-def _check_schema(table: pa.Table, n_by: int, root: Path) -> None:
+def _check_schema(schema: pa.Schema, n_by: int, root: Path) -> None:
+    """The columns of a summary table and the types of its sums (its nulls are checked as
+    it is read: :func:`~distcal.core.summary.summary_keyed`)."""
     names = [by_name(j) for j in range(n_by)] + list(FIELDS)
-    if table.column_names != names:
+    if schema.names != names:
         raise ModelError(f"'{root / TABLE_FILE}' does not hold the expected columns "
-                         f"({table.column_names[:20]})")
+                         f"({schema.names[:20]})")
     for f in FIELDS:
-        t = table.schema.field(f).type
+        t = schema.field(f).type
         ok = (pa.types.is_int64(t) if f == "count" else pa.types.is_boolean(t)
               if f == "nonbinary" else pa.types.is_float64(t))
-        if not ok or table.column(f).null_count:
-            raise damaged(root / TABLE_FILE, f"column {f!r} has type {t} or nulls")
+        if not ok:
+            raise damaged(root / TABLE_FILE, f"column {f!r} has type {t}")
+
+
+def _check_order(root: Path, batches: Any, n_by: int) -> None:
+    try:
+        check_written_order(batches, n_by)
+    except ValueError as exc:
+        raise damaged(root / TABLE_FILE, str(exc)) from None
 
 
 def _load_dir(root: Path) -> Summary:
@@ -560,6 +585,12 @@ def summary_source(data: Any) -> SummarySource | None:
     return _source(items, "summaries")
 
 
+def not_a_summary(what: str, item: Any) -> ParameterError:
+    """The error of an item of a list of summaries that is neither a summary nor a path."""
+    return ParameterError(f"{what}: every item must be a Summary or the path of a saved "
+                          f"summary, got {type(item).__name__}")
+
+
 def _source(items: list[Any], what: str) -> SummarySource:
     """Summaries and saved summaries' paths as one keyed input: of the same columns (else
     a DataError naming ``what``), with the totals of all of them."""
@@ -567,6 +598,8 @@ def _source(items: list[Any], what: str) -> SummarySource:
     files: list[str] = []
     metas: list[dict[str, Any]] = []  # what _same_rows compares and the totals add up
     for item in items:
+        if not isinstance(item, (Summary, str, os.PathLike)):
+            raise not_a_summary(what, item)
         if isinstance(item, (str, os.PathLike)) and not is_local_uri(os.fspath(item)):
             # On another store: copied here and checked, as distcal.load reads a model there.
             item = load_summary(item)
@@ -576,7 +609,7 @@ def _source(items: list[Any], what: str) -> SummarySource:
         else:
             root = Path(local_path(os.fspath(item)))
             meta = _read_meta(root)
-            _check_file_hash(root, meta)
+            _check_file(root, meta)
             files.append(str(root / TABLE_FILE))
             metas.append(meta)
     first = metas[0]
@@ -588,11 +621,23 @@ def _source(items: list[Any], what: str) -> SummarySource:
                          sum(m["dropped_rows"] for m in metas))
 
 
-def _check_file_hash(root: Path, meta: dict[str, Any]) -> None:
-    """The table file of a saved summary is the one its summary.json names (sha256)."""
+def _check_file(root: Path, meta: dict[str, Any]) -> None:
+    """The table file of a saved summary read by an engine: the one its summary.json names
+    (sha256), with a summary table's columns and types, and its rows in the order
+    :meth:`Summary.save` writes them (read a batch at a time; the engine checks the sums
+    and nulls of every piece it reads, and the totals)."""
     info = meta.get("tables")
     entry = info.get("table") if isinstance(info, dict) else None
     if not isinstance(entry, dict) or entry.get("file") != TABLE_FILE:
         raise damaged(root, f"{SUMMARY_JSON} names no '{TABLE_FILE}'")
-    read_table_bytes(root, entry, TABLE_FILE)
+    data = read_table_bytes(root, entry, TABLE_FILE)
+    n_by = len(meta["by"])
+
+    def check() -> None:
+        file = pq.ParquetFile(pa.BufferReader(data))
+        _check_schema(file.schema_arrow, n_by, root)
+        _check_order(root, file.iter_batches(
+            batch_size=1 << 16, columns=[by_name(j) for j in range(n_by)] + ["score"]), n_by)
+
+    build_or_damaged(root / TABLE_FILE, check)
 

@@ -547,11 +547,12 @@ API_CASES = [
     # A summary keeps sums of squared weights: they must not overflow nor underflow to 0.
     ApiCase("summarize-weights-1e200", lambda w: distcal.summarize(
         _df(w).assign(w=1e200), weight_col="w"), distcal.DataError,
-        "the squared weights are too large: their sums overflow float64"),
+        r"column 'w' \(weight\): 2000 rows have weights whose squares, summed per score, "
+        "overflow float64"),
     ApiCase("summarize-weights-1e-200", lambda w: distcal.summarize(
         _df(w).assign(w=np.where(np.arange(2000) < 7, 1e-200, 1.0)), weight_col="w", by=None),
-        distcal.DataError, r"column 'w' \(weight\): 7 rows have weights whose squares "
-        "underflow to 0"),
+        distcal.DataError, r"column 'w' \(weight\): 7 rows have weights whose squares, "
+        "summed per score, underflow to 0"),
     ApiCase("weights-1e308-threshold", lambda w: distcal.optimal_threshold(w / "bigw.parquet",
                                                                            weight_col="w"),
             distcal.DataError, "sums overflow float64"),

@@ -471,11 +471,36 @@ def test_merged_sums_that_overflow_and_summaries_of_no_rows_are_data_errors():
     not load); a summary of no rows cannot be made (monitor and fit failed on one)."""
     df = pd.DataFrame({"score": [0.1, 0.2, 0.3], "label": [0, 1, 1], "w": [1e153] * 3})
     s = distcal.summarize(df, weight_col="w")
-    with pytest.raises(DataError, match="squared weights are too large"):
+    with pytest.raises(DataError, match=r"column 'w' \(weight\): 900 rows have weights "
+                       "whose squares, summed per score, overflow"):
         distcal.merge_summaries([s] * 300)
     with pytest.raises(DataError, match="no rows"):
         distcal.Summary(s.arrow.slice(0, 0), columns=s.columns, by=[], n_rows=0,
                         weight_total=0.0)
+
+
+def test_squares_that_underflow_are_counted_in_the_rows_they_lose(tmp_path):
+    """A weight whose square underflows alone in its segment: the DataError counts that
+    row (it counted the rows of all rows' sums at its score, where it is not lost: 0)."""
+    df = pd.DataFrame({"score": [0.5, 0.5, 0.2], "label": [1, 0, 1], "w": [1e-170, 1.0, 1.0],
+                       "g": ["a", "b", "b"]})
+    assert distcal.summarize(df, weight_col="w").n_rows == 3  # 1 + 1e-340 is 1: nothing lost
+    with pytest.raises(DataError, match=r"column 'w' \(weight\): 1 row has weights whose "
+                       "squares, summed per score, underflow to 0"):
+        distcal.summarize(df, weight_col="w", by="g")
+
+
+def test_a_list_of_summaries_with_other_items_is_a_parameter_error(tmp_path):
+    df = pd.DataFrame({"score": [0.1, 0.4, 0.6], "label": [0, 1, 1]})
+    s = distcal.summarize(df)
+    s.save(tmp_path / "s")
+    for call in (lambda: distcal.fit([str(tmp_path / "s"), df]),
+                 lambda: distcal.evaluate([s, None]),
+                 lambda: distcal.monitor([df]),
+                 lambda: distcal.monitor([[s, s]])):
+        with pytest.raises(ParameterError, match="every item must be a Summary or the path "
+                           "of a saved summary, got (DataFrame|NoneType|list)"):
+            call()
 
 
 def test_a_summary_too_large_to_read_back_is_not_saved(tmp_path, monkeypatch):
@@ -521,14 +546,14 @@ def test_tampered_summary_directories_raise_model_error(tmp_path):
         s.save(good)
     s.save(good, overwrite=True)
 
-    def case(name, damage):
+    def case(name, damage, read=distcal.fit):
         root = tmp_path / name
         s.save(root)
         damage(root)
         with pytest.raises(ModelError):
             distcal.load_summary(root)
         with pytest.raises(ModelError):
-            distcal.fit([str(good), str(root)])
+            read([str(good), str(root)])
 
     case("truncated", lambda r: (r / "table.parquet").write_bytes(
         (r / "table.parquet").read_bytes()[:-20]))
@@ -542,16 +567,35 @@ def test_tampered_summary_directories_raise_model_error(tmp_path):
         os.symlink(tmp_path / "elsewhere.parquet", r / "table.parquet")
     case("symlink", symlink)
 
-    def negative_weight(r):  # a consistent checksum over inconsistent sums
-        t = pq.read_table(r / "table.parquet")
-        w = t.column("weight").to_numpy().copy()
-        w[0] = -1.0
-        pq.write_table(t.set_column(t.column_names.index("weight"), "weight", pa.array(w)),
-                       r / "table.parquet")
-        import hashlib
-        digest = hashlib.sha256((r / "table.parquet").read_bytes()).hexdigest()
-        _rewrite_json(r, lambda m: m["tables"]["table"].update(sha256=digest))
-    case("negative-weight", negative_weight)
+    def table_case(name, change, read=distcal.fit):
+        """The table changed, with consistent checksums (a crafted directory): refused by
+        load_summary and when read by path (which the engines stream)."""
+        def damage(r):
+            import hashlib
+            t = pq.read_table(r / "table.parquet")
+            pq.write_table(change(t).replace_schema_metadata(t.schema.metadata),
+                           r / "table.parquet")
+            digest = hashlib.sha256((r / "table.parquet").read_bytes()).hexdigest()
+            _rewrite_json(r, lambda m: m["tables"]["table"].update(sha256=digest))
+        case(name, damage, read)
+
+    def column(name, values, type=None):
+        return lambda t: t.set_column(t.column_names.index(name), name,
+                                      pa.array(values(t.column(name).to_numpy()), type))
+
+    table_case("negative-weight", column("weight", lambda w: np.r_[-1.0, w[1:]]))
+    table_case("count-as-double", column("count", lambda c: c + 0.5))
+    table_case("score-as-text", column("score", lambda v: v.astype(str)))
+    table_case("null-count", column("count", lambda c: [None, *c[1:].tolist()], pa.int64()))
+    table_case("extra-column", lambda t: t.append_column("x", pa.array([1.0] * t.num_rows)))
+    # Segments b and c renamed a: (a, score) pairs twice, which pooling would merge silently.
+    table_case("pair-twice", column("by_0", lambda g: np.where(pd.isna(g), None, "a")))
+    # Sums of squares that no rows have: sum w^2 < (sum w)^2 / rows, sum w y^2 != sum w y
+    # for 0/1 labels (what evaluate and monitor read, a fit does not).
+    table_case("ww-too-small", column("ww", lambda ww: ww * 1e-6), distcal.evaluate)
+    table_case("wyy-not-positives", lambda t: t.set_column(
+        t.column_names.index("wyy"), "wyy", pa.array(t.column("positives").to_numpy() / 2)),
+        distcal.evaluate)
     case("rows", lambda r: _rewrite_json(r, lambda m: m.update(n_rows=m["n_rows"] + 1)))
     case("weight", lambda r: _rewrite_json(
         r, lambda m: m.update(weight_total=2 * m["weight_total"])))

@@ -377,9 +377,11 @@ def pool_keyed(codes: np.ndarray, keys: list[Key], score: np.ndarray, label: np.
                                    ww=kt.table.count.astype(np.float64))
     w = np.ones(score.shape[0]) if weight is None else weight
     wy = w * label
+    with np.errstate(over="ignore"):  # squares past 1e308 are inf: refused where they are read
+        squares = (wy * label, w * w) if with_wyy else (None, None)
     return pool_sums(codes, keys, score, w, wy, np.ones(score.shape[0], dtype=np.int64),
                       label if magnitude is None else magnitude, (label != 0.0) & (label != 1.0),
-                      wy * label if with_wyy else None, w * w if with_wyy else None)
+                      *squares)
 
 
 def _with_key(codes: np.ndarray, score: np.ndarray, label: np.ndarray,

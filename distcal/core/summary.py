@@ -20,7 +20,7 @@ plan runs unchanged.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,16 +71,63 @@ def by_name(j: int) -> str:
     return f"by_{j}"
 
 
+def _key_codes(table: pa.Table | pa.RecordBatch, n_by: int) -> tuple[np.ndarray, list[Key]]:
+    """Each summary row's key, as a code into the list of keys (0: the key of all rows)."""
+    keys: list[Key] = [(GLOBAL, None)]
+    if not n_by:
+        return np.zeros(table.num_rows, dtype=np.int64), keys
+    seg, seg_keys = factorize_keys([table.column(by_name(j)) for j in range(n_by)])
+    keys += [(s, None) for s in seg_keys]
+    return seg + 1, keys  # -1 (a null key value: the key of all rows) becomes 0
+
+
+def _written_runs(codes: np.ndarray, score: np.ndarray) -> np.ndarray | None:
+    """Where each key's rows start, if the rows are as :meth:`~distcal.Summary.save` writes
+    a table (each key's rows together, in any order of the keys, its scores strictly
+    increasing); None otherwise, or for no rows."""
+    if not codes.shape[0]:
+        return None
+    step = np.diff(codes)
+    new = np.flatnonzero(np.r_[True, step != 0])
+    if np.unique(codes[new]).shape[0] == new.shape[0] and np.all((np.diff(score) > 0)
+                                                                   | (step != 0)):
+        return new
+    return None
+
+
+def check_written_order(batches: Iterable[pa.Table | pa.RecordBatch], n_by: int) -> None:
+    """``ValueError`` unless one saved table's rows, read in order a batch at a time, are
+    as :meth:`~distcal.Summary.save` writes them (:func:`_written_runs`, across batches
+    too). A (key, score) pair listed twice breaks that order; pooled, it would be merged
+    into one row without a word (two segments renamed to one, say). Holds the keys seen,
+    not the rows."""
+    done: set[Key] = set()
+    last: tuple[Key, float] | None = None  # the key and score of the previous batch's end
+    for batch in batches:
+        if not batch.num_rows:
+            continue
+        codes, keys = _key_codes(batch, n_by)
+        score = np.asarray(batch.column("score").to_numpy(zero_copy_only=False),
+                           dtype=np.float64) + 0.0
+        new = _written_runs(codes, score)
+        runs = [] if new is None else [keys[c] for c in codes[new].tolist()]
+        if runs and last is not None and runs[0] == last[0]:
+            ok, later = bool(score[0] > last[1]), runs[1:]
+        else:
+            ok, later = new is not None, runs
+            if last is not None:
+                done.add(last[0])
+        if not ok or any(k in done for k in later):
+            raise ValueError("its rows are not as Summary.save writes them (a (key, score) "
+                             "pair listed twice, or a key's scores out of order)")
+        done.update(runs[:-1])
+        last = (runs[-1], float(score[-1]))
+
+
 def keyed_from_arrow(table: pa.Table | pa.RecordBatch, n_by: int) -> KeyedTable:
     """Summary rows (any number of summaries' rows, any order) pooled by (key, score)."""
     n = table.num_rows
-    keys: list[Key] = [(GLOBAL, None)]
-    if n_by:
-        seg, seg_keys = factorize_keys([table.column(by_name(j)) for j in range(n_by)])
-        keys += [(s, None) for s in seg_keys]
-        codes = seg + 1  # -1 (a null key value: the key of all rows) becomes 0
-    else:
-        codes = np.zeros(n, dtype=np.int64)
+    codes, keys = _key_codes(table, n_by)
 
     def col(name: str, dtype: Any) -> np.ndarray:
         return np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=dtype)
@@ -98,10 +145,8 @@ def keyed_from_arrow(table: pa.Table | pa.RecordBatch, n_by: int) -> KeyedTable:
     ww = (None if wyy is None else col("ww", np.float64) if "ww" in names
           else count.astype(np.float64))
     nonbinary = col("nonbinary", bool)
-    step = np.diff(codes)
-    new = np.flatnonzero(np.r_[True, step != 0]) if n else np.zeros(0, np.int64)
-    if n and np.unique(codes[new]).shape[0] == new.shape[0] and np.all(
-            (np.diff(score) > 0) | (step != 0)):
+    new = _written_runs(codes, score)
+    if new is not None:
         # One table as written (each key's rows contiguous, in any order of the keys, its
         # scores strictly increasing): it is pooled already; only its keys' bounds are
         # needed (a merge of many, or a Spark pass over a range's pooled table, skips a sort).
@@ -183,6 +228,9 @@ def summary_keyed(batch: pa.Table, n_by: int) -> KeyedTable:
     from ..errors import ModelError
 
     try:
+        nulls = [f for f in FIELDS if f in batch.column_names and batch.column(f).null_count]
+        if nulls:  # (before the sums are cast to numpy, which would make them numbers)
+            raise ValueError(f"column {nulls[0]!r} has nulls")
         kt = keyed_from_arrow(batch, n_by)
         check_keyed(kt)
     except (KeyError, TypeError, ValueError, pa.ArrowException) as exc:
@@ -199,9 +247,16 @@ def check_keyed(kt: KeyedTable) -> None:
            | (y > w + slack) | (t.count < 1) | ~np.isfinite(t.label_sum)
            | (t.label_sum < 0) | (t.label_sum > t.count))
     if kt.wyy is not None and kt.ww is not None:  # (when read: a fit may leave them out)
-        q = kt.wyy
-        bad |= (~np.isfinite(q) | (q < -slack) | (q > y + slack) | ~np.isfinite(kt.ww)
-                | (kt.ww <= 0))
+        q, ww = kt.wyy, kt.ww
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            # Cauchy-Schwarz over the rows of a (key, score): sum w y^2 >= (sum w y)^2 / sum w
+            # and sum w^2 >= (sum w)^2 / rows (to the rounding of long sums, and of
+            # subnormal squares); and y^2 = y for 0/1 labels.
+            low_q = (y / w) * y * (1 - 1e-6) - 2.0**-960
+            low_ww = (w / t.count) * w * (1 - 1e-6) - 2.0**-960
+        binary = np.repeat(kt.binary, np.diff(kt.starts))
+        bad |= (~np.isfinite(q) | (q < -slack) | (q > y + slack) | ~np.isfinite(ww)
+                | (ww <= 0) | (q < low_q) | (ww < low_ww) | (binary & (np.abs(q - y) > slack)))
     if bad.any():
         raise ValueError(f"{int(bad.sum())} summary rows hold sums no rows can have "
                          "(NaN score, weight <= 0, positives outside [0, weight], ...)")
