@@ -305,6 +305,11 @@ SEGMENTS_CHILD = textwrap.dedent("""
         Pipeline(stages=[Calibrator(outputCol="cal")]).fit(sdf).write().save(f"{tmp}/pipe")
         stage = PipelineModel.load(f"{tmp}/pipe").stages[0].model
         out["stage_ok"] = stage == distcal.fit(rows)
+        # The unfitted stage too, replaced with overwrite() (pyspark's own writer deletes
+        # the old directory through the JVM session, which a Connect client has not).
+        Calibrator(method="sigmoid").write().save(f"{tmp}/est")
+        Calibrator(method="histogram").write().overwrite().save(f"{tmp}/est")
+        out["estimator_ok"] = Calibrator.load(f"{tmp}/est").getMethod() == "histogram"
         rows.to_parquet(f"{tmp}/in.parquet", index=False)
         n = SparkBackend(spark).apply(stage, {"input": f"{tmp}/in.parquet", "overwrite": False,
                                               "output": f"{tmp}/out.parquet",
@@ -336,7 +341,7 @@ def test_keyed_map_on_spark_connect():
     assert out["refit_ok"] and out["narrow_ok"], out
     assert out["isotonic_by_ok"] and out["sigmoid_by_ok"], out
     assert out["evaluate_ok"] and out["threshold_ok"], out
-    assert out["stage_ok"] and out["backend_ok"], out
+    assert out["stage_ok"] and out["backend_ok"] and out["estimator_ok"], out
 
 
 # -- issue 35: 2e7 rows in 600 MB Python workers -------------------------------------------

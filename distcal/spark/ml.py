@@ -24,7 +24,6 @@ from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.util import (
     DefaultParamsReadable,
     DefaultParamsReader,
-    DefaultParamsWritable,
     DefaultParamsWriter,
     MLReadable,
     MLReader,
@@ -144,7 +143,7 @@ class _CalibratorParams(Params):
         return kw
 
 
-class Calibrator(Estimator, _CalibratorParams, DefaultParamsReadable, DefaultParamsWritable):
+class Calibrator(Estimator, _CalibratorParams, DefaultParamsReadable, MLWritable):
     """Fits a distcal calibration map on a Spark DataFrame (exact, distributed).
 
     ``fit(df)`` runs :func:`distcal.fit` with ``engine="spark"`` on one
@@ -237,6 +236,9 @@ class Calibrator(Estimator, _CalibratorParams, DefaultParamsReadable, DefaultPar
     def setStrategy(self, value: str) -> Calibrator:
         return self._set(strategy=value)
 
+    def write(self) -> MLWriter:
+        return _StageWriter(self)
+
     def _fit(self, dataset: Any) -> CalibratorModel:
         from ..engines import get_engine
 
@@ -265,7 +267,7 @@ class CalibratorModel(Model, _CalibratorParams, MLReadable, MLWritable):
                                     score_index=self.getScoreIndex())
 
     def write(self) -> MLWriter:
-        return _ModelWriter(self)
+        return _StageWriter(self)
 
     @classmethod
     def read(cls) -> MLReader:
@@ -281,8 +283,15 @@ def _metadata_session(io: MLWriter | MLReader) -> Any:
         return io.sparkSession
 
 
-class _ModelWriter(MLWriter):
-    def __init__(self, instance: CalibratorModel):
+class _StageWriter(MLWriter):
+    """Writes a stage: Spark's parameter metadata, and a fitted stage's model beside it.
+
+    Not pyspark's ``DefaultParamsWriter`` for the unfitted stage either: its
+    ``overwrite()`` deletes the old directory through the JVM session, which a
+    Spark Connect client does not have.
+    """
+
+    def __init__(self, instance: Calibrator | CalibratorModel):
         super().__init__()
         self.instance = instance
 
@@ -305,6 +314,8 @@ class _ModelWriter(MLWriter):
 
     def saveImpl(self, path: str) -> None:
         DefaultParamsWriter.saveMetadata(self.instance, path, _metadata_session(self))
+        if not isinstance(self.instance, CalibratorModel):
+            return
         assert self.instance.model is not None, "a CalibratorModel holds a fitted model"
         target = path.rstrip("/") + "/model"
         publish_dir(filesystem_for(target, self.sparkSession), target,

@@ -33,12 +33,13 @@ __all__ = ["MODEL", "REPORT", "PARQUET", "SUMMARY", "STAGE", "KIND_NAMES", "outp
            "visible_files"]
 
 MODEL, REPORT, PARQUET, SUMMARY = "model", "report", "parquet", "summary"
-STAGE = "stage"  # a pyspark.ml CalibratorModel's directory: Spark's metadata/, our model/
+STAGE = "stage"  # a pyspark.ml stage's directory: Spark's metadata/ (and our model/, fitted)
 KIND_NAMES = {MODEL: "a model directory", REPORT: "a report directory",
               PARQUET: "a Parquet file or dataset", SUMMARY: "a summary directory",
               STAGE: "a Spark ML calibrator directory"}
-_MARKERS = {MODEL: "model.json", REPORT: "report.json", SUMMARY: "summary.json",
-            STAGE: "model/model.json"}
+# The file(s) that tell a directory's kind (any one of them).
+_MARKERS = {MODEL: ("model.json",), REPORT: ("report.json",), SUMMARY: ("summary.json",),
+            STAGE: ("model/model.json", "metadata/_SUCCESS")}
 _PARQUET_MAGIC = b"PAR1"
 # A dataset directory with more files than this is taken on its first ones.
 _MAX_DATASET_FILES = 10_000
@@ -92,12 +93,13 @@ def _local_kind(path: str) -> tuple[str | None, str]:
     except OSError:
         return None, "missing"
     if stat.S_ISDIR(st.st_mode):
-        for kind, marker in _MARKERS.items():
-            try:
-                if stat.S_ISREG(os.lstat(os.path.join(path, marker)).st_mode):
-                    return kind, KIND_NAMES[kind]
-            except OSError:
-                pass
+        for kind, markers in _MARKERS.items():
+            for marker in markers:
+                try:
+                    if stat.S_ISREG(os.lstat(os.path.join(path, marker)).st_mode):
+                        return kind, KIND_NAMES[kind]
+                except OSError:
+                    pass
         files = visible_files(path)
         if (files or os.path.lexists(os.path.join(path, "_SUCCESS"))) and all(
                 _starts_with_magic(f) for f in files):
@@ -120,8 +122,8 @@ def output_kind(fs: FileSystem, path: str) -> tuple[str | None, str]:
     if fs.local:
         return _local_kind(local_path(path))
     base = str(path).rstrip("/")
-    for kind, marker in _MARKERS.items():
-        if fs.exists(f"{base}/{marker}"):
+    for kind, markers in _MARKERS.items():
+        if any(fs.exists(f"{base}/{marker}") for marker in markers):
             return kind, KIND_NAMES[kind]
     return PARQUET, KIND_NAMES[PARQUET]
 
