@@ -145,7 +145,10 @@ class Summary:
         # (a by column named like a sum keeps its stored name: no column twice)
         names = [self.by[int(c[3:])] if c.startswith("by_") and self.by[int(c[3:])]
                  not in FIELDS else c for c in self._table.column_names]
-        frame: pd.DataFrame = self._table.rename_columns(names).to_pandas()
+        # Integer keys beside the null of all rows' key stay integers (objects), not floats
+        # (which would make 2^53 and 2^53 + 1 one key).
+        frame: pd.DataFrame = self._table.rename_columns(names).to_pandas(
+            integer_object_nulls=True)
         return frame
 
     @property
@@ -415,8 +418,9 @@ def merge_summaries(summaries: Sequence[Summary]) -> Summary:
     for j, name in enumerate(src.by):  # e.g. int64 in one summary, string in another
         types = sorted({str(t.schema.field(by_name(j)).type) for t in tables})
         if len(types) > 1:
-            try:
-                pa.unify_schemas([t.schema for t in tables], promote_options="permissive")
+            try:  # (int64 keys beyond 2^53 do not become doubles either)
+                pa.concat_tables([t.select([by_name(j)]) for t in tables],
+                                 promote_options="permissive")
             except (pa.ArrowTypeError, pa.ArrowInvalid):
                 raise DataError(f"merge_summaries: column '{name}' (segment) has type "
                                 f"{' in some summaries and '.join(types)} in others; only "

@@ -490,6 +490,19 @@ def test_squares_that_underflow_are_counted_in_the_rows_they_lose(tmp_path):
         distcal.summarize(df, weight_col="w", by="g")
 
 
+def test_integer_keys_beyond_2_to_the_53_stay_distinct():
+    """Summary.table showed int64 keys beside the key of all rows (null) as floats: 2^53 and
+    2^53 + 1 one value; and a merge with double keys raised pyarrow's own error."""
+    big = distcal.summarize(pd.DataFrame({"score": [.1, .2, .3, .4], "label": [0, 1, 0, 1],
+                                          "g": [2**53, 2**53 + 1] * 2}), by="g")
+    assert sorted({k for k in big.table["g"] if k is not None}) == [2**53, 2**53 + 1]
+    small = distcal.summarize(pd.DataFrame({"score": [.1, .2], "label": [0, 1],
+                                            "g": [1.0, 2.0]}), by="g")
+    with pytest.raises(DataError, match=r"column 'g' \(segment\) has type double in some "
+                       "summaries and int64 in others"):
+        big + small
+
+
 def test_a_list_of_summaries_with_other_items_is_a_parameter_error(tmp_path):
     df = pd.DataFrame({"score": [0.1, 0.4, 0.6], "label": [0, 1, 1]})
     s = distcal.summarize(df)
