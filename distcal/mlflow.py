@@ -180,10 +180,12 @@ def save_model(model: Any, path: str | os.PathLike[str], *, mlflow_model: Any = 
 
 
 def _with_nullable_keys(model: Any, signature: Any) -> Any:
-    """``signature`` with the integer ``by`` columns of any type (MLflow's ``AnyType``).
+    """``signature`` with the integer and boolean ``by`` columns of any type (MLflow's
+    ``AnyType``).
 
-    MLflow's schema enforcement refuses a null in a column typed ``long`` (pandas
-    holds an integer column with a null as floats, or as the nullable Int64),
+    MLflow's schema enforcement refuses a null in a column typed ``long`` or
+    ``boolean`` (pandas holds an integer column with a null as floats, or as the
+    nullable Int64, and booleans with a null as the nullable ``boolean``),
     and a ``double`` refuses int64; a null or unseen key is served by the
     global map, so the key column is passed through as it comes.
     """
@@ -195,7 +197,8 @@ def _with_nullable_keys(model: Any, signature: Any) -> Any:
         return signature
     by = set(model.by)
     cols = [ColSpec(AnyType(), c.name)
-            if c.name in by and c.type in (DataType.long, DataType.integer) else c
+            if c.name in by and c.type in (DataType.long, DataType.integer, DataType.boolean)
+            else c
             for c in inputs.inputs]
     signature.inputs = Schema(cols)
     return signature

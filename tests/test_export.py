@@ -322,7 +322,14 @@ def test_sql_expressions_of_one_value_only(binary_models):
     for bad in ("x AS y", "my score", "select", "DROP TABLE t"):
         with pytest.raises(ValueError, match="is not a postgres SQL expression of one value"):
             model.to_sql(bad, dialect="postgres")
-    assert "(SELECT" in model.to_sql("(SELECT max(s) FROM t)", dialect="duckdb")
+    # A subquery: Spark and DuckDB refuse one inside the search's lambda (it was accepted,
+    # and the SQL failed when run).
+    for dialect in ("duckdb", "spark", "postgres"):
+        with pytest.raises(ValueError, match="holds a subquery: compute it in an inner query"):
+            model.to_sql("(SELECT max(s) FROM t)", dialect=dialect)
+    with pytest.raises(ValueError, match="holds a subquery"):
+        model.to_sql("s + (SELECT 1)", dialect="duckdb")
+    assert "max" in model.to_sql("max(s) OVER ()", dialect="duckdb").lower()
 
 
 def _class_data(n: int = 3000, k: int = 3, seed: int = 5, decimals: int | None = 2
@@ -554,6 +561,13 @@ def test_onnx_multiclass(class_models):
         got, want = _onnx_run(model, batch), model.predict(batch)
         np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
         np.testing.assert_allclose(got[:50], want[:50], rtol=0, atol=1e-12)
+    # temperature of one logit column (K = 2): the graph takes the pair (-s, s), as
+    # docs/export.md says, and gives predict of the single logit
+    logit = np.linspace(-4, 4, 301)
+    one = distcal.fit(pd.DataFrame({"s": logit, "label": np.arange(301) % 3 == 0}),
+                      score_cols=["s"], method="temperature")
+    np.testing.assert_allclose(_onnx_run(one, np.column_stack([-logit, logit])),
+                               one.predict(logit), rtol=0, atol=1e-12)
 
 
 # -- MLflow ------------------------------------------------------------------------------
@@ -608,6 +622,14 @@ def test_mlflow_pyfunc_and_round_trip(tracking, segment_models, class_models):
     for keys in ([1, np.nan, 2], pd.array([1, None, 2], dtype="Int64"), [1.0, None, 2.0]):
         got = pyfunc.predict(pd.DataFrame({"score": [0.2, 0.5, 0.7], "g": keys}))
         np.testing.assert_array_equal(np.asarray(got), want)
+    # Boolean keys with a null (pandas' nullable boolean): MLflow's "boolean" refused them.
+    by_bool = distcal.fit(ints.assign(g=ints["g"] == 1), by="g")
+    dmlflow.save_model(by_bool, tracking / "bools")
+    keys = pd.array([True, None, False], dtype="boolean")
+    got = mlflow.pyfunc.load_model(str(tracking / "bools")).predict(
+        pd.DataFrame({"score": [0.2, 0.5, 0.7], "g": keys}))
+    np.testing.assert_array_equal(np.asarray(got), by_bool.predict(
+        np.array([0.2, 0.5, 0.7]), segments=pd.Series([True, None, False], dtype=object)))
     logits = pd.DataFrame({"logit": np.linspace(-3, 3, 400), "label": np.arange(400) % 2})
     temp = distcal.fit(logits, method="temperature", score_col="logit")
     dmlflow.save_model(temp, tracking / "temperature")

@@ -150,6 +150,11 @@ class _Writer:
             raise ValueError(f"{what} {sql!r} is not a {self.dialect} SQL expression of one "
                              f"value (it reads as {tree.sql(dialect=self.dialect)!r}); quote a "
                              "column name that is not a plain identifier")
+        if tree.find(self._exp.Subquery, self._exp.Select) is not None:
+            # Spark and DuckDB refuse a subquery inside the search's lambda; elsewhere it
+            # would run once per step of the search.
+            raise ValueError(f"{what} {sql!r} holds a subquery: compute it in an inner "
+                             "query (or a join) and pass its column")
         text = str(tree.sql(dialect=self.dialect))
         atomic = isinstance(tree, (self._exp.Column, self._exp.Literal, self._exp.Identifier,
                                    self._exp.Paren))
