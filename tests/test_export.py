@@ -295,6 +295,26 @@ def test_sql_segments(engine, run_sql, segment_models, probes):
         _assert_close(_columns(result, i), want)
 
 
+@pytest.mark.parametrize("engine", ["duckdb", "spark"])
+def test_sql_of_100000_blocks_in_500_segments(engine, run_sql):
+    """The size the contract names, in segments: 500 isotonic maps of 200 blocks (one CASE
+    arm a segment), exact in DuckDB and Spark SQL with null and unseen keys."""
+    rng = np.random.default_rng(3)
+    df = pd.concat([pd.DataFrame({"score": np.cumsum(rng.uniform(0.5, 1.5, 200)) / 200,
+                                  "label": np.sort(rng.uniform(0, 1, 200)), "g": g})
+                    for g in range(500)], ignore_index=True)
+    model = distcal.fit(df, by="g", min_segment_weight=0)
+    assert sum(len(model.segment(g).blocks) for g in range(500)) == 100_000
+    keys = [int(k) for k in rng.integers(0, 500, 400)]
+    keys[:5], keys[5:8] = [None] * 5, [503] * 3  # null keys, an unseen key: the global map
+    scores = rng.uniform(-0.1, 1.1, 400)
+    scores[8:12] = [-np.inf, np.inf, 0.0, 1.0]
+    result = run_sql([model.to_sql("score", dialect=engine)],
+                     {"score": scores.tolist(), "g": keys})
+    _assert_close(_columns(result, 0), model.predict(scores, segments=pd.Series(
+        keys, dtype=object)))
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_sql_segment_columns_of_any_name(engine, run_sql):
     """by columns named with a space, as keywords (``select``, ``order``, ``end``), as
