@@ -111,6 +111,9 @@ def test_fit_of_one_summary_in_memory_and_refusals(engine, caplog):
     assert distcal.fit(si, engine=name) == distcal.fit(inf)
     with pytest.raises(DataError, match=r"column 'score': 3 rows are infinite"):
         distcal.fit(si, method="sigmoid", engine=name)
+    dropped = distcal.fit(si, method="sigmoid", engine=name, on_invalid="drop")
+    assert dropped == distcal.fit(inf, method="sigmoid", on_invalid="drop")
+    assert (dropped.n_rows, dropped.dropped_rows) == (len(df) - 3, 3)
     # 0/1-label methods say what the labels are, not that the rows are missing
     for method, needs in [("modl", "MODL calibration needs 0/1 labels"),
                           ("venn_abers", "Venn-Abers predictors take 0/1 labels")]:
@@ -213,10 +216,26 @@ def test_evaluate_a_summary_equals_the_rows_and_the_oracles(engine, tmp_path):
     half = 1.959963984540054 * np.sqrt(np.sum(w**2 * p * (1 - p))) / w.sum()
     assert (rep.citl, rep.citl_low, rep.citl_high) == pytest.approx(
         (citl, citl - half, citl + half), rel=1e-9)
-    # scores outside [0, 1] are no probabilities to evaluate
-    logits = distcal.summarize(frame(parts[0].assign(score=parts[0]["score"] * 4 - 2)))
-    with pytest.raises(DataError, match="outside"):
+    # scores outside [0, 1] are no probabilities to evaluate: refused, or dropped from
+    # every segment as the rows would be (saved or in memory)
+    wide = parts[0].assign(score=parts[0]["score"] * 1.6 - 0.3, g=parts[0].index % 3)
+    logits = distcal.summarize(frame(wide), weight_col="w", by="g")
+    logits.save(tmp_path / "wide")
+    # (rows of weight 0 add nothing to a summary's table: they are in no count of it)
+    outside = int(((wide["score"] < 0) | (wide["score"] > 1))[wide["w"] > 0].sum())
+    with pytest.raises(DataError, match=f"column 'score': {outside} rows are outside "
+                       r"\[0, 1\] \(evaluated as probabilities\) \(pass on_invalid='drop'"):
         distcal.evaluate(logits, engine=name)
+    want = distcal.evaluate(wide[wide["w"] > 0], prob_col="score", weight_col="w", by="g",
+                            on_invalid="drop")
+    assert want.dropped_rows == outside > 0
+    for summary in (logits, str(tmp_path / "wide")):
+        got = distcal.evaluate(summary, on_invalid="drop", engine=name)
+        assert (got.n_rows, got.dropped_rows) == (want.n_rows, want.dropped_rows)
+        assert got.weight_total == pytest.approx(want.weight_total, rel=1e-12)
+        for k in ("brier", "log_loss", "ece", "auc", "spiegelhalter_z"):
+            assert getattr(got, k) == pytest.approx(getattr(want, k), rel=1e-9), k
+        pd.testing.assert_frame_equal(got.segments, want.segments, rtol=1e-9)
 
 
 def test_spiegelhalter_and_citl_on_every_evaluation(engine):

@@ -658,6 +658,27 @@ def test_bad_rows_same_error_and_drop_as_local(engine):
     assert "2 rows are outside the class indices 0..2" in str(engine_err.value)
 
 
+def test_transform_of_bad_scores_is_the_local_data_error(engine):
+    """A transform's text scores, and a multiclass model's scores that are not vectors:
+    the local reader's DataError on every engine (Spark raises them from the schema, and
+    counts the text rows, before the lazy transform has a job)."""
+    rng = np.random.default_rng(6)
+    S = rng.dirichlet(np.ones(3), 80)
+    y = rng.integers(0, 3, 80)
+    model = distcal.fit(pd.DataFrame({"s": list(S), "label": y}), score_col="s")
+    binary = distcal.fit(pd.DataFrame({"score": S[:, 1], "label": (y == 1).astype(int)}))
+    text = pd.DataFrame({"score": ["0.5", "x", None, "0.2"]})
+    for m, data, kw, problem in [
+            (binary, text, {}, "column 'score': 3 rows are text, not numbers"),
+            (model, pd.DataFrame({"s": S[:, 0]}), {"score_col": "s"},
+             "column 's' has type (double|float64); expected a vector \\(list\\) of numbers")]:
+        with pytest.raises(DataError, match=problem):
+            m.transform(data, **kw)
+        with pytest.raises(DataError, match=problem):
+            # one partition: Dask's partitions are read lazily, each counting its own rows
+            engine.collect(m.transform(engine.frame(data, npartitions=1), **kw))
+
+
 def _brute_ece(P, y, w, n_bins=10):
     """Top-label ECE by explicit loops over bins (right-closed inner edges)."""
     conf, right = P.max(axis=1), (P.argmax(axis=1) == y).astype(float)

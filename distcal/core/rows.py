@@ -143,11 +143,16 @@ def _arrow_column(data: pd.DataFrame | pa.Table, name: str) -> pa.Array:
     return col
 
 
+def not_vectors(name: str, type_name: str) -> DataError:
+    """The ``DataError`` of a multiclass score column that does not hold vectors."""
+    return DataError(f"column '{name}' has type {type_name}; expected a vector (list) of "
+                     "numbers per row, or pass one column per class as score_cols")
+
+
 def _as_lists(col: pa.Array, name: str) -> pa.Array:
     """A list, large list or fixed-size list array as a list array, else a DataError."""
     if not is_list_type(col.type):
-        raise DataError(f"column '{name}' has type {col.type}; expected a vector (list) of "
-                        "numbers per row, or pass one column per class as score_cols")
+        raise not_vectors(name, str(col.type))
     return col if pa.types.is_list(col.type) else pc.cast(col, pa.list_(col.type.value_type))
 
 
@@ -214,15 +219,15 @@ def _vector_column(data: pd.DataFrame | pa.Table, name: str, length: int | None 
     present = lens[~null]
     k = length if length is not None else (
         int(np.bincount(present).argmax()) if present.size else 0)
-    ragged = ~null & (lens != k)
+    bad_length = ~null & (lens != k)
     out = np.full((n, max(k, 1)), np.nan)
-    good = ~null & ~ragged
+    good = ~null & ~bad_length
     if k and good.all():
         out = flat.reshape(n, k)
     elif k and good.any():
         starts = np.concatenate([[0], np.cumsum(lens)[:-1]])[good]
         out[good] = flat[starts[:, None] + np.arange(k)]
-    return out, null, ragged
+    return out, null, bad_length
 
 
 def vector_lengths(data: pd.DataFrame | pa.Table, name: str) -> np.ndarray:
@@ -305,10 +310,11 @@ def read_scores(data: pd.DataFrame | pa.Table, score_col: str | None,
     if score_col is None:
         raise ValueError("pass exactly one of score_col (a vector column) and score_cols "
                          "(one column per class)")
-    m, null, ragged = _vector_column(data, score_col, length)
+    m, null, bad_length = _vector_column(data, score_col, length)
     problems.add(score_col, "are null", null)
-    problems.add(score_col, f"have a length other than {m.shape[1]} (ragged vectors)", ragged)
-    ok = ~null & ~ragged
+    problems.add(score_col, f"have a length other than {m.shape[1]} (ragged vectors)",
+                 bad_length)
+    ok = ~null & ~bad_length
     with np.errstate(invalid="ignore"):
         # Only rows whose sum is not finite can hold NaN or inf: look there
         # (einsum sums a short last axis fast; any(axis=1) over (n, K) does not).

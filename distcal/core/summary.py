@@ -42,9 +42,9 @@ FIELDS = ("score", "weight", "positives", "wyy", "ww", "count", "label_sum", "no
 # (:func:`score_sample`, little-endian float64): a refit on a cluster sets its
 # range bounds from the samples of the files' footers, with no sampling job.
 SCORE_SAMPLE_KEY = b"distcal.score_sample"
-# The rows of the key of all rows, counted with the problems (they must add up to n_rows).
-_WEIGHT = "_weight"  # (the parts' weight, checked against the metadata)
-_ROWS = "rows"
+# The rows and weight of the key of all rows, counted with the problems (they must add up
+# to the metadata's n_rows and weight_total), and those dropped (on_invalid="drop").
+_ROWS, _WEIGHT, _DROPPED, _DROPPED_WEIGHT = "_rows", "_weight", "_dropped", "_dropped_weight"
 
 
 def score_sample(table: pa.Table) -> np.ndarray:
@@ -238,6 +238,14 @@ def summary_keyed(batch: pa.Table, n_by: int) -> KeyedTable:
     return kt
 
 
+def _without_rows(kt: KeyedTable, bad: np.ndarray) -> KeyedTable:
+    """``kt`` without the table rows ``bad`` (of any key), and without keys left empty."""
+    kept = np.concatenate(([0], np.cumsum(~bad)))[kt.starts]
+    sizes = np.diff(kept)
+    keys = np.flatnonzero(sizes)
+    return kt.take(keys, np.flatnonzero(~bad), np.concatenate(([0], np.cumsum(sizes[keys]))))
+
+
 def check_keyed(kt: KeyedTable) -> None:
     """``ValueError`` for sums no rows can have (a damaged or foreign summary table)."""
     t = kt.table
@@ -357,45 +365,64 @@ class SummarySource:
         return out + [(score_sample(t), t.num_rows) for t in self.tables]
 
     def read_piece(self, piece: pa.Table, spec: KeySpec, finite_scores: bool,
-                   problems: list[dict[str, float]]) -> KeyedTable:
+                   problems: list[dict[str, float]], drop: bool = False) -> KeyedTable:
         """A piece of the summaries' rows (a batch of :meth:`batches`, a range's chunk, a
         file's row groups) pooled by (key, score) and checked (:func:`summary_keyed`); its
         problems (:meth:`problems`) are appended to ``problems``, which the engines add up
-        over the pieces with :meth:`raise_problems` (pieces are read one at a time)."""
+        over the pieces with :meth:`add_up` (pieces are read one at a time). ``drop``
+        (``on_invalid="drop"``): the rows of the scores with problems leave every key's
+        table, and count as dropped instead."""
         part = summary_keyed(piece, len(spec.by))
-        problems.append(self.problems(part, spec, finite_scores))
+        counts, bad = self.problems(part, spec, finite_scores)
+        if drop and bad.any():
+            g = part.global_index()
+            assert g is not None  # (rows with problems are counted in it)
+            lo, hi = part.starts[g], part.starts[g + 1]
+            t, bad_g = part.table, bad[lo:hi]
+            counts = {_ROWS: counts[_ROWS], _WEIGHT: counts[_WEIGHT],
+                      _DROPPED: int(t.count[lo:hi][bad_g].sum()),
+                      _DROPPED_WEIGHT: float(t.weight[lo:hi][bad_g].sum())}
+            part = _without_rows(part, bad)
+        problems.append(counts)
         return part
 
     def problems(self, kt: KeyedTable, spec: KeySpec, finite_scores: bool
-                 ) -> dict[str, float]:
+                 ) -> tuple[dict[str, float], np.ndarray]:
         """The rows of a part of the summaries that a fit or evaluation of the summarised
-        rows would refuse, by problem (added up over the parts, :meth:`raise_problems`).
+        rows would refuse, by problem (added up over the parts, :meth:`add_up`), and the
+        mask of the table's rows (of every key) of their scores.
 
         Counted over the key of all rows (every row is in it once):
         infinite scores for methods that need finite ones, and scores outside
         [0, 1] when they are evaluated as probabilities.
         """
+        s = kt.table.score
+        bad = np.zeros(len(s), bool)
         g = kt.global_index()
         if g is None:
-            return {}
-        t = kt.key_table(g)
-        s, n = t.score, t.count
-        out: dict[str, float] = {_ROWS: int(n.sum()), _WEIGHT: float(t.weight.sum())}
+            return {}, bad
+        rows = slice(int(kt.starts[g]), int(kt.starts[g + 1]))
+        n = kt.table.count[rows]
+        out: dict[str, float] = {_ROWS: int(n.sum()), _WEIGHT: float(kt.table.weight[rows].sum())}
+        checks = []
         if finite_scores:
-            out["are infinite (this method needs finite scores)"] = int(n[np.isinf(s)].sum())
+            checks.append(("are infinite (this method needs finite scores)", np.isinf(s)))
         if spec.probabilities:
-            out["are outside [0, 1] (evaluated as probabilities)"] = int(
-                n[(s < 0) | (s > 1)].sum())
-        return out
+            checks.append(("are outside [0, 1] (evaluated as probabilities)", (s < 0) | (s > 1)))
+        for problem, mask in checks:
+            out[problem] = int(n[mask[rows]].sum())
+            bad |= mask
+        return out, bad
 
     @staticmethod
     def refused(parts: list[dict[str, float]]) -> bool:
         """Whether the parts have rows the method refuses (then nothing is computed)."""
-        return any(k for p in parts for name, k in p.items() if name not in (_ROWS, _WEIGHT))
+        return any(k for p in parts for name, k in p.items() if not name.startswith("_"))
 
-    def raise_problems(self, parts: list[dict[str, float]]) -> None:
-        """The ``DataError`` naming the score column, each problem and its rows, if any
-        (and ``ModelError`` when the tables' rows or weight are not those the metadata
+    def add_up(self, parts: list[dict[str, float]]) -> tuple[int, float, int]:
+        """The rows, weight and dropped rows of the summarised rows used, from the parts'
+        counts; the ``DataError`` naming the score column, each problem and its rows, if
+        any (and ``ModelError`` when the tables' rows or weight are not those the metadata
         states)."""
         total: dict[str, float] = {}
         for p in parts:
@@ -408,10 +435,13 @@ class SummarySource:
 
             raise ModelError("a summary is damaged: its table's rows or weight differ from "
                              "those its metadata states")
+        dropped, dropped_weight = int(total.pop(_DROPPED, 0)), total.pop(_DROPPED_WEIGHT, 0.0)
         message = problems_message([(str(self.columns["score"]), p, int(k))
                                     for p, k in total.items()])
         if message:
-            raise DataError(message)
+            raise DataError(message + " (pass on_invalid='drop' to drop such rows)")
+        return (self.n_rows - dropped, self.weight_total - dropped_weight,
+                self.dropped_rows + dropped)
 
     def no_rows(self, what: str = "this") -> DataError:
         return DataError(f"a summary holds no rows, and {what} needs them: fit the rows "

@@ -329,12 +329,12 @@ def _summary_piece(piece: Any, columns: list[str]) -> Any:
     return pq.ParquetFile(path).read_row_groups(groups, columns=columns, use_threads=False)
 
 
-def _pool_summary(piece: Any, source: Any, spec: KeySpec, finite_scores: bool
+def _pool_summary(piece: Any, source: Any, spec: KeySpec, finite_scores: bool, drop: bool
                   ) -> tuple[KeyedTable, dict[str, Any]]:
     """A piece of summary rows pooled by (key, score), checked as the rows would be."""
     problems: list[dict[str, float]] = []
     part = source.read_piece(_summary_piece(piece, source.columns_read(spec)), spec,
-                             finite_scores, problems)
+                             finite_scores, problems, drop)
     return part, problems[0]
 
 
@@ -377,8 +377,8 @@ class DaskSummaryRanges(DaskKeyedRanges):
                     group, rows = [], 0
             if group:
                 pieces.append((f, group))
-        pooled = [delayed(_pool_summary, pure=True)(p, source, spec, finite_scores)
-                  for p in pieces]
+        pooled = [delayed(_pool_summary, pure=True)(p, source, spec, finite_scores,
+                                                    on_invalid == "drop") for p in pieces]
         with phase("dask: reading and pooling the summaries by (key, score)"):
             (self._pooled,) = dask.persist(pooled)
         self._parts = []
@@ -386,10 +386,10 @@ class DaskSummaryRanges(DaskKeyedRanges):
                  len(source.tables) + len(source.files))
 
     def add_up(self, stats: list[dict[str, Any]], on_invalid: str, engine: str) -> None:
-        """The counts are the summaries' (the rows were checked when summarised): only the
-        DataError of the summarised rows for this method, if any (``stats``: the pieces'
-        problems)."""
-        self.source.raise_problems(stats)
+        """The counts are the summaries' (the rows were checked when summarised), less the
+        rows dropped; the DataError of the summarised rows for this method, if any
+        (``stats``: the pieces' problems)."""
+        self.n_rows, self.weight_total, self.dropped_rows = self.source.add_up(stats)
 
     def map_rows(self, fn: Callable[[RowPart], Any]) -> list[Any]:
         raise self.source.no_rows()

@@ -264,11 +264,10 @@ class LocalKeyedRanges(KeyedRanges):
             with phase("local: read the summaries' pooled rows"):
                 for batch in self.summary.batches(self.batch_rows,
                                                   self.summary.columns_read(self.spec)):
-                    self.store.add(self.summary.read_piece(batch, self.spec,
-                                                           self.finite_scores, problems))
-            self.summary.raise_problems(problems)
-            self.n_rows, self.weight_total = self.summary.n_rows, self.summary.weight_total
-            self.dropped_rows = self.summary.dropped_rows
+                    self.store.add(self.summary.read_piece(
+                        batch, self.spec, self.finite_scores, problems,
+                        drop=self.on_invalid == "drop"))
+            self.n_rows, self.weight_total, self.dropped_rows = self.summary.add_up(problems)
             self._pooled = True
             return
         stats = []

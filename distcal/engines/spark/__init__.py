@@ -88,6 +88,7 @@ class SparkEngine:
         import pyarrow as pa
 
         from ..frames import engine_of
+        from .schema import check_scores
         from .transform_rows import transform_rows
 
         df, score_col = as_spark(data), next(iter(columns))
@@ -100,6 +101,9 @@ class SparkEngine:
 
             out = transform_segmented(model, df, score_col, output_col)
         else:
+            if model is not None:  # its reader's DataErrors, before any job
+                scores = [c for c, role in columns.items() if role == "score"]
+                check_scores(df, scores, vectors=model.n_classes >= 3 and len(scores) == 1)
             out = transform_rows(df, columns, output_col, predict, vector)
         if engine_of(data) == "spark":
             return out

@@ -96,8 +96,8 @@ from ...core.keyed import (
     pool_keyed,
     pool_rows,
 )
-from ...core.rows import RowPart, check_columns, count_classes, merge_stats, read_rows
-from ...errors import VECTORS_EXPECTED, DataError, column_type
+from ...core.rows import RowPart, check_columns, count_classes, merge_stats, not_vectors, read_rows
+from ...errors import VECTORS_EXPECTED, column_type
 from ...logs import log, phase
 from ..base import KeyedRanges
 from .schema import (
@@ -640,8 +640,7 @@ def _vector_lengths(df: Any, spec: KeySpec) -> list[dict[int, int]]:
     name = str(spec.score_col)
     dtype = fields_of(df)[name]
     if vector_array(df, name) is None:
-        raise DataError(f"column '{name}' has type {dtype.simpleString()}; expected a vector "
-                        "(list) of numbers per row, or pass one column per class as score_cols")
+        raise not_vectors(name, dtype.simpleString())
     with phase("spark: vector lengths"):
         return [vector_length_counts(df, name)]
 

@@ -15,7 +15,7 @@ from ...core.validate import check_vector_lengths
 from ...errors import VECTORS_EXPECTED, column_type
 
 __all__ = ["fields_of", "column_kind", "quote", "vector_element", "is_vector_udt", "vector_array",
-           "vector_length_counts", "map_in_arrow"]
+           "vector_length_counts", "map_in_arrow", "check_scores"]
 
 
 def fields_of(df: Any) -> dict[str, Any]:
@@ -53,6 +53,34 @@ def map_in_arrow(df: Any, fn: Callable[[Iterator[Any]], Iterator[Any]], schema: 
         return fn(pa.RecordBatch.from_arrays(b.columns, names=names) for b in batches)
 
     return df.toDF(*[f"_col{i}" for i in range(len(names))]).mapInArrow(named, schema)
+
+
+def check_scores(df: Any, names: list[str], vectors: bool = False) -> None:
+    """The ``DataError`` that a transform's reader would raise in the workers (wrapped in
+    Spark's exception there), raised on the driver where the schema tells: a score column
+    of text counts its rows (one job, only then); another non-number type is named; with
+    ``vectors``, the one column ``names`` must hold vectors of numbers. Vectors of the
+    wrong length are found by the workers, as Spark ML's models find them: counting them
+    first would be one more pass over the input in every transform.
+    """
+    from pyspark.sql import functions as F
+
+    from ...core.rows import InvalidRowsError, not_vectors
+
+    fields = fields_of(df)
+    if vectors:
+        (name,) = names
+        if vector_array(df, name) is None:
+            raise not_vectors(name, fields[name].simpleString())
+        return
+    for name in names:
+        kind = column_kind(fields[name])
+        if kind == "text" and not df.isStreaming:
+            text = df.where(F.col(quote(name)).isNotNull()).count()
+            if text:
+                raise InvalidRowsError([(name, "are text, not numbers", text)])
+        elif kind != "number":
+            raise column_type(name, "score", fields[name].simpleString())
 
 
 def vector_element(df: Any, name: str, index: int) -> Any:

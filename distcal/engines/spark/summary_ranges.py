@@ -44,16 +44,17 @@ __all__ = ["SparkSummaryRanges"]
 
 
 def summary_runner(fn: Callable[[KeyedTable], Any], source: Any, spec: KeySpec,
-                   finite_scores: bool, chunk_rows: int = CHUNK_ROWS
+                   finite_scores: bool, drop: bool, chunk_rows: int = CHUNK_ROWS
                    ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """A range partition of summary rows to one row: its partition id and the pickled
-    ``fn`` result (None for an empty partition)."""
+    ``fn`` result (None for an empty partition); ``drop``: the rows with problems are
+    dropped (:meth:`~distcal.core.summary.SummarySource.read_piece`)."""
 
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         runs = KeyedRuns()
         problems: list[dict[str, float]] = []
         for data in chunks(batches, chunk_rows):
-            runs.add(source.read_piece(data, spec, finite_scores, problems))
+            runs.add(source.read_piece(data, spec, finite_scores, problems, drop))
         yield range_result(fn, runs, not source.refused(problems), problems=problems)
 
     return run
@@ -93,7 +94,7 @@ class SparkSummaryRanges(SparkRanges):
         from .session import default_ranges
 
         self.source, self.spec, self.finite_scores = source, spec, finite_scores
-        self.chunk_rows = chunk_rows
+        self.on_invalid, self.chunk_rows = on_invalid, chunk_rows
         self.spark = SparkSession.getActiveSession() or SparkSession.builder.getOrCreate()
         # Only the columns the pass reads move; the files' schema is the first footer's,
         # given to Spark (no job to infer it).
@@ -134,10 +135,11 @@ class SparkSummaryRanges(SparkRanges):
 
     def map(self, fn: Callable[[KeyedTable], Any]) -> list[Any]:
         runner = summary_runner(fn, self.source, self.spec, self.finite_scores,
-                                self.chunk_rows)
+                                self.on_invalid == "drop", self.chunk_rows)
         with phase("spark: one keyed pass over %d ranges of summary rows", self.k):
             parts = [p for _, p in collect_results(self.ranged, runner)]
-        self.source.raise_problems([q for p in parts for q in p["problems"]])
+        self.n_rows, self.weight_total, self.dropped_rows = self.source.add_up(
+            [q for p in parts for q in p["problems"]])
         return [p["result"] for p in parts if not p["empty"]]
 
     def map_rows(self, fn: Callable[[RowPart], Any]) -> list[Any]:

@@ -40,9 +40,8 @@ import numpy as np
 
 from ...core.distinct import starts_of_runs
 from ...core.piecewise import Piecewise, piecewise
-from ...errors import column_type
 from ..base import check_transform_columns
-from .schema import column_kind, fields_of, quote, vector_element, wall_clock
+from .schema import check_scores, fields_of, quote, vector_element, wall_clock
 
 __all__ = ["transform", "transform_segmented"]
 
@@ -83,8 +82,8 @@ def _check(df: Any, score_col: str, output_col: str, vectors: bool = False,
            by: tuple[str, ...] = ()) -> dict[str, Any]:
     fields = fields_of(df)
     check_transform_columns(list(fields), {score_col: "score"})
-    if not vectors and column_kind(fields[score_col]) != "number":
-        raise column_type(score_col, "score", fields[score_col].simpleString())
+    if not vectors:
+        check_scores(df, [score_col])
     check_transform_columns(list(fields), dict.fromkeys(by, "segment"), output_col)
     return fields
 
