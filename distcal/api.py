@@ -50,7 +50,8 @@ def fit(data: Any, method: str = DEFAULTS.method, score_col: str = DEFAULTS.scor
         pair (-s, s) as in scikit-learn (as ``score_cols=[score_col]``).
     score_col, label_col, weight_col : str
         Column names; labels are 0/1 or rates in [0, 1]; weights finite and
-        >= 0 (None: all 1). A ``score_col`` of vectors (lists or arrays of K
+        >= 0 (None: all 1); for Venn-Abers, weights are counts of rows (its
+        test row weighs 1: docs/methods.md). A ``score_col`` of vectors (lists or arrays of K
         per-class scores) fits a multiclass calibration, with labels 0..K-1.
     score_cols : list of str, optional
         Multiclass scores as one column per class.

@@ -219,7 +219,8 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             Class labels of any type (strings too).
         sample_weight : array-like of shape (n_samples,), optional
             Weights for the calibration (and the classifier's fit, when
-            refitted and its ``fit`` takes ``sample_weight``).
+            refitted and its ``fit`` takes ``sample_weight``); Venn-Abers
+            reads them as counts of rows, so their scale matters there.
 
         Returns
         -------
