@@ -21,15 +21,19 @@ gives the arithmetic means of p0 and p1 over the folds.
 
 from __future__ import annotations
 
+import warnings
 from inspect import signature
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from sklearn import get_config
 from sklearn.base import BaseEstimator, ClassifierMixin, MetaEstimatorMixin, clone
+from sklearn.exceptions import NotFittedError
 from sklearn.model_selection import check_cv, cross_val_predict
 from sklearn.preprocessing import LabelEncoder
 from sklearn.utils import _safe_indexing, get_tags, indexable
+from sklearn.utils.metadata_routing import MetadataRouter, MethodMapping, process_routing
 from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, column_or_1d
@@ -59,7 +63,42 @@ def _response_method(estimator: Any, method: str) -> str:
 
 
 def _is_venn_abers(estimator: Any) -> bool:
-    return bool(estimator.method == "venn_abers")
+    return bool(_method(estimator) == "venn_abers")
+
+
+def _method(estimator: Any) -> str:
+    """The method of the last fit (``method_``), before any fit the parameter: a
+    ``set_params(method=...)`` after ``fit`` changes nothing until the next fit."""
+    return str(getattr(estimator, "method_", estimator.method))
+
+
+def _rows_of(params: dict[str, Any], n: int, rows: np.ndarray) -> dict[str, Any]:
+    """The fit parameters for the samples ``rows``: array-likes of one value per sample
+    indexed, anything else as it is (as scikit-learn's meta-estimators slice them)."""
+    def per_sample(v: Any) -> bool:
+        return hasattr(v, "__len__") and not isinstance(v, (str, dict)) and len(v) == n
+
+    return {k: _safe_indexing(v, rows) if per_sample(v) else v for k, v in params.items()}
+
+
+def _check_weights(sample_weight: Any, n: int) -> np.ndarray | None:
+    """``sample_weight`` as n float64 weights (a scalar: the same for every sample), finite
+    and >= 0 (distcal's weights count rows), else a ValueError naming it."""
+    if sample_weight is None:
+        return None
+    w = np.asarray(sample_weight, dtype=np.float64)
+    if w.ndim == 0:
+        w = np.full(n, float(w))
+    w = w.reshape(-1)
+    if w.shape[0] != n:
+        raise ValueError(f"sample_weight has {w.shape[0]} entries for {n} samples")
+    for bad, what in ((~np.isfinite(w), "NaN or infinite"), (w < 0, "negative")):
+        k = int(np.count_nonzero(bad))
+        if k:
+            raise ValueError(f"sample_weight holds {k} {what} "
+                             f"{'value' if k == 1 else 'values'}; distcal's weights count "
+                             "samples: finite and >= 0")
+    return w
 
 
 def _binary_column(pred: np.ndarray, method: str) -> np.ndarray:
@@ -177,7 +216,7 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         _check_same_classes(getattr(estimator, "classes_", None), self.classes_)
         if k == 2:
             s = _binary_column(pred, self.response_method_)
-            if self.method == "temperature" and self.response_method_ == "predict_proba":
+            if _method(self) == "temperature" and self.response_method_ == "predict_proba":
                 return np.column_stack([1.0 - s, s])  # scikit-learn's pair
             return s.reshape(-1, 1)
         if pred.ndim != 2 or pred.shape[1] != k:
@@ -199,17 +238,47 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         from .api import fit
 
         model: MulticlassCalibrationModel = fit(
-            frame, method=self.method, score_cols=cols, label_col="label", weight_col=wcol,
+            frame, method=self.method_, score_cols=cols, label_col="label", weight_col=wcol,
             **dict(self.params or {}))
         return model
 
-    def _fit_kwargs(self, estimator: Any, sample_weight: Any) -> dict[str, Any]:
-        if sample_weight is not None and "sample_weight" in signature(estimator.fit).parameters:
-            return {"sample_weight": sample_weight}
-        return {}
+    def _routed(self, sample_weight: np.ndarray | None, fit_params: dict[str, Any]
+                ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The classifier's fit parameters and the splitter's split parameters.
+
+        With scikit-learn's metadata routing enabled, as the classifier and
+        the splitter request them (:meth:`get_metadata_routing`); else, as
+        ``CalibratedClassifierCV`` does, ``fit_params`` and ``sample_weight``
+        to the classifier if its ``fit`` takes it (a warning if not: the
+        weights then weigh the calibration only).
+        """
+        if get_config()["enable_metadata_routing"]:
+            routed = process_routing(self, "fit", sample_weight=sample_weight, **fit_params)
+            return dict(routed.estimator.fit), dict(routed.splitter.split)
+        kwargs = dict(fit_params)
+        if sample_weight is not None and self.cv is not None:
+            if "sample_weight" in signature(self.estimator.fit).parameters:
+                kwargs["sample_weight"] = sample_weight
+            else:
+                warnings.warn(f"{type(self.estimator).__name__}.fit takes no sample_weight: "
+                              "the weights weigh the calibration only, not the classifier's "
+                              "fit (with metadata routing enabled, they go where the "
+                              "classifier requests them)", UserWarning, stacklevel=3)
+        return kwargs, {}
+
+    def get_metadata_routing(self) -> MetadataRouter:
+        """Where ``fit``'s metadata goes: ``sample_weight`` to the calibration itself, and
+        any metadata the classifier's ``fit`` and the splitter's ``split`` request to them
+        (scikit-learn's metadata routing, as ``CalibratedClassifierCV``)."""
+        return (MetadataRouter(owner=self).add_self_request(self)
+                .add(estimator=self.estimator,
+                     method_mapping=MethodMapping().add(caller="fit", callee="fit"))
+                .add(splitter=self.cv,
+                     method_mapping=MethodMapping().add(caller="fit", callee="split")))
 
     # -- scikit-learn API -------------------------------------------------
-    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> CalibratedClassifier:
+    def fit(self, X: Any, y: Any, sample_weight: Any = None,
+            **fit_params: Any) -> CalibratedClassifier:
         """Calibrate the classifier (and with ``cv`` set, fit it) on X, y.
 
         Parameters
@@ -218,9 +287,15 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         y : array-like of shape (n_samples,)
             Class labels of any type (strings too).
         sample_weight : array-like of shape (n_samples,), optional
-            Weights for the calibration (and the classifier's fit, when
-            refitted and its ``fit`` takes ``sample_weight``); Venn-Abers
-            reads them as counts of rows, so their scale matters there.
+            Weights for the calibration, finite and >= 0 (a scalar: the same
+            for every sample); Venn-Abers reads them as counts of rows, so
+            their scale matters there. With ``cv`` set they also go to the
+            classifier's fit: where its ``fit`` takes ``sample_weight``, or
+            with metadata routing enabled, where it requests them.
+        **fit_params : dict
+            With ``cv`` set: parameters for the classifier's ``fit`` (with
+            metadata routing enabled, any metadata the classifier or the
+            splitter requests).
 
         Returns
         -------
@@ -240,15 +315,21 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         if len(self.classes_) < 2:
             raise ValueError("calibration needs samples of at least 2 classes; got 1 class")
         y_idx = encoder.transform(y)
-        if sample_weight is not None:
-            sample_weight = np.asarray(sample_weight, dtype=np.float64).reshape(-1)
-            if sample_weight.shape[0] != y.shape[0]:
-                raise ValueError(f"sample_weight has {sample_weight.shape[0]} entries for "
-                                 f"{y.shape[0]} samples")
+        sample_weight = _check_weights(sample_weight, y.shape[0])
+        fit_kwargs, split_kwargs = self._routed(sample_weight, fit_params)
+        self.method_ = self.method
         self.response_method_ = _response_method(self.estimator, self.method)
 
         if self.cv is None:
-            check_is_fitted(self.estimator)
+            try:
+                check_is_fitted(self.estimator)
+            except NotFittedError as exc:
+                raise NotFittedError(
+                    f"{exc} With cv=None (the default) the classifier must be fitted "
+                    "already, and is never refitted (CalibratedClassifierCV's cv=None means "
+                    "5-fold cross-fitting instead): pass cv=5 to fit it per fold, or a "
+                    "fitted classifier (in sklearn.frozen.FrozenEstimator where it will be "
+                    "cloned).") from exc
             # The fitted classifier's classes are the calibration's: every label of y
             # among them, and each of them in y (as CalibratedClassifierCV requires).
             _check_same_classes(getattr(self.estimator, "classes_", None), self.classes_)
@@ -258,7 +339,7 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
                                       | list[MulticlassCalibrationModel]) = model
             self._models = [model]
         else:
-            self._cross_fit(X, y, y_idx, sample_weight)
+            self._cross_fit(X, y, y_idx, sample_weight, fit_kwargs, split_kwargs)
         first = self.estimators_[0]
         for attr in ("n_features_in_", "feature_names_in_"):  # the classifier's (or none)
             if hasattr(first, attr):
@@ -268,7 +349,8 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         return self
 
     def _cross_fit(self, X: Any, y: np.ndarray, y_idx: np.ndarray,
-                   sample_weight: np.ndarray | None) -> None:
+                   sample_weight: np.ndarray | None, fit_kwargs: dict[str, Any],
+                   split_kwargs: dict[str, Any]) -> None:
         n_folds = (self.cv if isinstance(self.cv, int) and not isinstance(self.cv, bool)
                    else getattr(self.cv, "n_splits", None))
         if n_folds and np.min(np.bincount(y_idx)) < n_folds:
@@ -282,10 +364,11 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             ensemble = not isinstance(self.estimator, FrozenEstimator)
         if ensemble:
             self.estimators_, models = [], []
-            for train, test in cv.split(X, y):
+            for fold, (train, test) in enumerate(cv.split(X, y, **split_kwargs)):
                 est = clone(self.estimator)
-                sw_train = None if sample_weight is None else sample_weight[train]
-                est.fit(_safe_indexing(X, train), y[train], **self._fit_kwargs(est, sw_train))
+                est.fit(_safe_indexing(X, train), y[train],
+                        **_rows_of(fit_kwargs, y.shape[0], train))
+                self._check_fold(est, fold)
                 scores = self._scores(est, _safe_indexing(X, test))
                 models.append(self._calibrate(scores, y_idx[test],
                                               None if sample_weight is None
@@ -295,15 +378,27 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
             self._models = models
         else:
             est = clone(self.estimator)
-            kwargs = self._fit_kwargs(est, sample_weight)
             pred = cross_val_predict(clone(self.estimator), X, y, cv=cv,
-                                     method=self.response_method_, params=kwargs or None)
-            est.fit(X, y, **kwargs)
+                                     method=self.response_method_,
+                                     params={**fit_kwargs, **split_kwargs} or None)
+            est.fit(X, y, **fit_kwargs)
             scores = self._shape_scores(est, np.asarray(pred, dtype=np.float64))
             model = self._calibrate(scores, y_idx, sample_weight)
             self.estimators_ = [est]
             self.calibration_model_ = model
             self._models = [model]
+
+    def _check_fold(self, estimator: Any, fold: int) -> None:
+        """A fold's classifier knows every class (it scores the classes it was fitted on)."""
+        known = getattr(estimator, "classes_", None)
+        if known is None:
+            return
+        missing = [c for c in self.classes_.tolist() if c not in set(np.asarray(known).tolist())]
+        if missing:
+            raise ValueError(f"the training samples of fold {fold} of cv hold no samples of "
+                             f"classes {_few(missing)}, so its classifier scores none of them; "
+                             "use a splitter whose training folds hold every class (an int "
+                             "cv is StratifiedKFold)")
 
     def _intervals(self, X: Any) -> tuple[np.ndarray, np.ndarray]:
         """Every model's Venn-Abers (p0, p1) per class: two (folds, n, classes) arrays.
@@ -344,7 +439,7 @@ class CalibratedClassifier(ClassifierMixin, MetaEstimatorMixin, BaseEstimator):
         "venn_abers", the cross Venn-Abers merge (module docstring).
         """
         check_is_fitted(self, "classes_")
-        if self.method == "venn_abers" and len(self._models) > 1:
+        if _method(self) == "venn_abers" and len(self._models) > 1:
             return self._cross_venn_abers(X)
         total: np.ndarray | None = None
         for est, model in zip(self.estimators_, self._models):

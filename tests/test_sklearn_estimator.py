@@ -20,6 +20,10 @@ from sklearn.utils.estimator_checks import parametrize_with_checks
 from distcal import MulticlassCalibrationModel
 from distcal.sklearn import CalibratedClassifier
 
+# A Pipeline's (or FrozenEstimator's) fit takes no sample_weight: the weights then weigh the
+# calibration only, which the estimator says in a warning (test_sample_weight_goes_where_...).
+pytestmark = pytest.mark.filterwarnings("ignore:.*takes no sample_weight:UserWarning")
+
 TOL = {"isotonic": 1e-9, "sigmoid": 1e-4, "temperature": 1e-6}
 LOADERS = {"iris": load_iris, "wine": load_wine, "digits": load_digits,
            "breast_cancer": load_breast_cancer}
@@ -183,8 +187,80 @@ def test_unfitted_estimator_without_cv():
     from sklearn.exceptions import NotFittedError
 
     X, y, _ = _data("iris")
-    with pytest.raises(NotFittedError):
+    # cv=None is CalibratedClassifierCV's 5-fold cross-fitting, distcal's fitted classifier:
+    # the error says so, and the way out
+    with pytest.raises(NotFittedError, match="With cv=None .* pass cv=5"):
         CalibratedClassifier(_lr()).fit(X, y)
+
+
+class _WeightSpy(LogisticRegression):
+    """A LogisticRegression that records whether its fit got sample_weight."""
+
+    def fit(self, X, y, sample_weight=None):
+        self.got_weights_ = sample_weight is not None
+        return super().fit(X, y, sample_weight=sample_weight)
+
+
+@pytest.mark.parametrize("ensemble", [True, False])
+def test_sample_weight_goes_where_metadata_routing_sends_it(ensemble):
+    """With metadata routing, the classifier gets the weights when it requests them, also
+    inside a Pipeline, and not when it declines them (as CalibratedClassifierCV, whose
+    probabilities ours equal); without routing, a fit that takes no sample_weight warns."""
+    import sklearn
+
+    X, y, w = _data("wine")
+    with sklearn.config_context(enable_metadata_routing=True):
+        for request, est in [
+                (False, _WeightSpy(max_iter=5000).set_fit_request(sample_weight=False)),
+                (True, make_pipeline(StandardScaler().set_fit_request(sample_weight=False),
+                                     _WeightSpy(max_iter=5000).set_fit_request(
+                                         sample_weight=True)))]:
+            ours = CalibratedClassifier(est, method="sigmoid", cv=3, ensemble=ensemble).fit(
+                X, y, sample_weight=w)
+            spy = [e[-1] if isinstance(e, Pipeline) else e for e in ours.estimators_]
+            assert all(s.got_weights_ is request for s in spy)
+            theirs = CalibratedClassifierCV(est, method="sigmoid", cv=3,
+                                            ensemble=ensemble).fit(X, y, sample_weight=w)
+            np.testing.assert_allclose(ours.predict_proba(X), theirs.predict_proba(X),
+                                       atol=TOL["sigmoid"])
+    with pytest.warns(UserWarning, match="Pipeline.fit takes no sample_weight: the weights "
+                      "weigh the calibration only"):
+        CalibratedClassifier(_lr(), cv=3, ensemble=ensemble).fit(X, y, sample_weight=w)
+
+
+def test_sample_weight_scalar_and_bad_values_as_scikit_learn_checks_them():
+    X, y, _ = _data("iris")
+    clf = FrozenEstimator(_lr().fit(X, y))
+    scalar = CalibratedClassifier(clf).fit(X, y, sample_weight=2.0)
+    np.testing.assert_array_equal(scalar.predict_proba(X), CalibratedClassifier(clf).fit(
+        X, y, sample_weight=np.full(len(y), 2.0)).predict_proba(X))
+    w = np.ones(len(y))
+    w[[3, 9]] = np.nan, -1.0
+    with pytest.raises(ValueError, match="sample_weight holds 1 NaN or infinite value; "
+                       "distcal's weights count samples"):
+        CalibratedClassifier(clf).fit(X, y, sample_weight=w)
+    with pytest.raises(ValueError, match="sample_weight holds 1 negative value"):
+        CalibratedClassifier(clf).fit(X, y, sample_weight=np.where(np.isnan(w), 1.0, w))
+
+
+def test_a_training_fold_without_a_class_is_named():
+    X, y, _ = _data("iris")
+    others = np.flatnonzero(y != 2)
+    test0 = np.concatenate([np.flatnonzero(y == 2), others[:30]])
+    folds = [(np.setdiff1d(np.arange(len(y)), t), t) for t in (test0, others[30:70])]
+    with pytest.raises(ValueError, match=r"the training samples of fold 0 of cv hold no "
+                       r"samples of classes \[2\]"):
+        CalibratedClassifier(_lr(), cv=folds).fit(X, y)
+
+
+def test_set_params_after_fit_changes_nothing_until_the_next_fit():
+    X, y, _ = _data("iris")
+    cal = CalibratedClassifier(FrozenEstimator(_lr().fit(X, y)), method="temperature")
+    before = cal.fit(X, y).predict_proba(X)
+    cal.set_params(method="venn_abers")
+    np.testing.assert_array_equal(cal.predict_proba(X), before)
+    assert not hasattr(cal, "predict_interval")  # of the fitted method
+    assert cal.fit(X, y).method_ == "venn_abers" and hasattr(cal, "predict_interval")
 
 
 def test_too_few_per_class():

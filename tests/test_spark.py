@@ -174,6 +174,37 @@ def test_calibrator_params(spark):
     down = Calibrator(increasing=False)
     assert down.getOrDefault(down.increasing) == "false"
     assert down.fit(sdf).model == distcal.fit(df, increasing=False)
+    # the stage calibrates one binary score: temperature scaling (multiclass) is refused
+    # before a model it could neither transform with nor load is made
+    with pytest.raises(distcal.ParameterError, match="method must be one of isotonic, "
+                       "sigmoid, histogram, modl, beta, venn_abers .*got 'temperature'"):
+        Calibrator(method="temperature").fit(sdf)
+    # a Param given as None is unset (cleared), as pyspark.ml's setParams does
+    assert Calibrator(scoreIndex=1, weightCol="w").setParams(
+        scoreIndex=None, weightCol=None).getScoreIndex() is None
+    assert Calibrator(nBins=3).setParams(nBins=None).getNBins() == 10
+
+
+def test_a_stage_directory_loads_as_its_own_class_only(spark, tmp_path):
+    """Calibrator.load of a fitted stage (pyspark's DefaultParamsReader made an empty
+    CalibratorModel of it) and CalibratorModel.load of an unfitted one: a ModelError
+    naming both classes and the loader to use, as Spark's readers refuse another class."""
+    from distcal.spark import Calibrator, CalibratorModel
+
+    sdf = spark.createDataFrame(make_scores(2000, seed=13))
+    Calibrator(method="sigmoid").fit(sdf).write().save(str(tmp_path / "fitted"))
+    Calibrator(method="sigmoid").write().save(str(tmp_path / "unfitted"))
+    with pytest.raises(distcal.ModelError, match=r"holds a distcal.spark.ml.CalibratorModel "
+                       r"stage, not a distcal.spark.ml.Calibrator \(load it with "
+                       r"CalibratorModel.load\)"):
+        Calibrator.load(str(tmp_path / "fitted"))
+    with pytest.raises(distcal.ModelError, match=r"not a distcal.spark.ml.CalibratorModel "
+                       r"\(load it with Calibrator.load\)"):
+        CalibratorModel.load(str(tmp_path / "unfitted"))
+    assert Calibrator.load(str(tmp_path / "unfitted")).getMethod() == "sigmoid"
+    assert CalibratorModel.load(str(tmp_path / "fitted")).model.method == "sigmoid"
+    with pytest.raises(distcal.ModelError, match="holds no fitted model"):
+        CalibratorModel().transform(sdf)
 
 
 def test_calibrator_setters_and_getters_as_pyspark_ml_stages_have_them(spark):

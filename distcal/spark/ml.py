@@ -22,7 +22,6 @@ from pyspark import keyword_only
 from pyspark.ml import Estimator, Model
 from pyspark.ml.param import Param, Params, TypeConverters
 from pyspark.ml.util import (
-    DefaultParamsReadable,
     DefaultParamsReader,
     DefaultParamsWriter,
     MLReadable,
@@ -32,8 +31,8 @@ from pyspark.ml.util import (
 )
 
 from ..api import fit
-from ..defaults import DEFAULTS, METHOD_PARAMS
-from ..errors import DataError, ModelError
+from ..defaults import DEFAULTS, METHOD_PARAMS, METHODS
+from ..errors import DataError, ModelError, ParameterError
 from ..loading import load_dir
 from ..model import CalibrationModel
 from ..storage import STAGE, OutputExistsError, fetch_dir, filesystem_for, publish_dir, publishing
@@ -143,7 +142,7 @@ class _CalibratorParams(Params):
         return kw
 
 
-class Calibrator(Estimator, _CalibratorParams, DefaultParamsReadable, MLWritable):
+class Calibrator(Estimator, _CalibratorParams, MLReadable, MLWritable):
     """Fits a distcal calibration map on a Spark DataFrame (exact, distributed).
 
     ``fit(df)`` runs :func:`distcal.fit` with ``engine="spark"`` on one
@@ -207,6 +206,10 @@ class Calibrator(Estimator, _CalibratorParams, DefaultParamsReadable, MLWritable
 
     @keyword_only
     def setParams(self, **kwargs: Any) -> Calibrator:
+        """Set the Params given; one given as None is cleared (its default, or unset)."""
+        for name, value in kwargs.items():
+            if value is None:
+                self.clear(getattr(self, name))
         return self._set(**{k: v for k, v in kwargs.items() if v is not None})
 
     def setLabelCol(self, value: str) -> Calibrator:
@@ -239,9 +242,16 @@ class Calibrator(Estimator, _CalibratorParams, DefaultParamsReadable, MLWritable
     def write(self) -> MLWriter:
         return _StageWriter(self)
 
+    @classmethod
+    def read(cls) -> MLReader:
+        return _StageReader(cls)
+
     def _fit(self, dataset: Any) -> CalibratorModel:
         from ..engines import get_engine
 
+        if self.getMethod() not in METHODS:  # (distcal.fit also takes "temperature")
+            raise ParameterError(f"method must be one of {', '.join(METHODS)} (the stage "
+                                 f"calibrates one binary score), got {self.getMethod()!r}")
         col = self.getScoreCol()
         if self.getScoreIndex() is None and get_engine("spark").is_vector_column(dataset, col):
             # The stage calibrates one binary score; distcal.fit takes vectors as multiclass.
@@ -261,7 +271,9 @@ class CalibratorModel(Model, _CalibratorParams, MLReadable, MLWritable):
         self.model = model
 
     def _transform(self, dataset: Any) -> Any:
-        assert self.model is not None, "a CalibratorModel holds a fitted model"
+        if self.model is None:
+            raise ModelError("this CalibratorModel holds no fitted model: get one from "
+                             "Calibrator.fit or CalibratorModel.load")
         return self.model.transform(dataset, score_col=self.getScoreCol(),
                                     output_col=self.getOutputCol(),
                                     score_index=self.getScoreIndex())
@@ -322,14 +334,37 @@ class _StageWriter(MLWriter):
                     self.instance.model.write_dir)
 
 
-class _ModelReader(MLReader):
+class _StageReader(MLReader):
+    """Reads a stage of class ``cls`` (the unfitted one: its Params only); a directory of
+    another stage is a ``ModelError`` naming both (as Spark's own readers refuse it)."""
+
     def __init__(self, cls: type):
         super().__init__()
         self.cls = cls
 
+    def metadata(self, path: str) -> dict[str, Any]:
+        metadata = DefaultParamsReader.loadMetadata(path, _metadata_session(self))
+        expected = f"{self.cls.__module__}.{self.cls.__name__}"
+        found = str(metadata.get("class"))
+        if found != expected:
+            other = {"Calibrator": "CalibratorModel"}.get(self.cls.__name__, "Calibrator")
+            hint = f" (load it with {other}.load)" if found == f"{__name__}.{other}" else ""
+            raise ModelError(f"'{path}' holds a {found} stage, not a {expected}{hint}")
+        return metadata
+
+    def load(self, path: str) -> Any:
+        path = qualified(path, self.sparkSession)
+        metadata = self.metadata(path)
+        stage = self.cls()
+        DefaultParamsReader.getAndSetParams(stage, metadata)
+        stage._resetUid(metadata["uid"])
+        return stage
+
+
+class _ModelReader(_StageReader):
     def load(self, path: str) -> CalibratorModel:
         path = qualified(path, self.sparkSession)
-        metadata = DefaultParamsReader.loadMetadata(path, _metadata_session(self))
+        metadata = self.metadata(path)
         source = path.rstrip("/") + "/model"
         core = fetch_dir(filesystem_for(source, self.sparkSession), source, load_dir)
         if not isinstance(core, CalibrationModel):
