@@ -590,6 +590,8 @@ class KeyedModel:
         check_interval_columns(self, interval_cols, output_col)
         if score_col is None and score_cols is None:
             score_col, score_cols = self.columns.get("score"), self.columns.get("scores")
+        elif score_cols is None and len(self.columns.get("scores") or ()) == 1:
+            score_cols = [score_col]  # one binary logit per row, as the model was fitted
         if score_cols is not None:
             score_cols = [str(c) for c in score_cols]
             score_col = None

@@ -11,11 +11,13 @@ colour per report) and returns the Axes it drew on:
 * :func:`plot_class_reliability`: one one-vs-rest reliability curve per
   class, p_k against [y = k]. One report with K <= 6 classes: one panel,
   one colour per class, with a legend. Otherwise small multiples, one panel
-  per class, one colour per report.
+  per class, one colour per report; beyond 24 classes the 24 of highest
+  ECE (in any report), so that the figure's size and drawing time stay
+  bounded (every class's ECE is in the report's table).
 * :func:`plot_confusion_matrix`: the weighted confusion matrix as a heatmap
   (rows = true class), each cell shaded by its share of the row (the
   recall of the class on the diagonal) and labelled with its weight while
-  K <= 12; one panel per report.
+  K <= 12, each class ticked while K <= 40; one panel per report.
 
 Every number drawn comes from the report's sums (one pass over the data),
 nothing from the rows.
@@ -32,12 +34,16 @@ from .core.metrics import wilson_interval
 from .plots import diagonal, figure, finish, heaviest, new_ax, plot_bins, report_list
 
 __all__ = ["plot_top_label_reliability", "plot_class_reliability", "plot_confusion_matrix",
-           "MAX_OVERLAID_CLASSES", "MAX_ANNOTATED_CLASSES"]
+           "MAX_OVERLAID_CLASSES", "MAX_ANNOTATED_CLASSES", "MAX_CLASS_PANELS"]
 
 #: Up to this many classes of one report share one panel; more get small multiples.
 MAX_OVERLAID_CLASSES = 6
 #: Confusion cells are labelled with their weight up to this many classes.
 MAX_ANNOTATED_CLASSES = 12
+#: At most this many small multiples: the classes of highest ECE beyond it.
+MAX_CLASS_PANELS = 24
+#: Every class is a tick of the confusion heatmap up to this many classes.
+MAX_TICKED_CLASSES = 40
 
 
 def _wilson(curve: Any) -> np.ndarray:
@@ -86,12 +92,17 @@ def plot_class_reliability(reports: Any, ax: Any = None, *, fig: Any = None) -> 
                title=f"Reliability per class (one-vs-rest), class-wise ECE "
                      f"{r.classwise_ece:.3g}")
         return finish(ax, "upper left")
-    cols = min(4, k)
-    rows = math.ceil(k / cols)
+    shown = list(range(k))
+    if k > MAX_CLASS_PANELS:  # the worst calibrated classes, in class order
+        worst = np.max([[r.per_class_ece[c] if c < r.n_classes else -np.inf
+                         for c in range(k)] for r in reports], axis=0)
+        shown = sorted(np.argsort(-np.nan_to_num(worst, nan=-np.inf),
+                                  kind="stable")[:MAX_CLASS_PANELS].tolist())
+    cols = min(4, len(shown))
+    rows = math.ceil(len(shown) / cols)
     fig = figure((2.6 * cols + 0.6, 2.5 * rows + 0.8), fig)
     axes = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False).ravel()
-    for c in range(k):
-        a = axes[c]
+    for a, c in zip(axes, shown):
         diagonal(a)
         for i, r in enumerate(reports):
             if c < r.n_classes:
@@ -101,11 +112,13 @@ def plot_class_reliability(reports: Any, ax: Any = None, *, fig: Any = None) -> 
         a.set_title(f"class {reports[0].class_names[c] if c < reports[0].n_classes else c}",
                     fontsize=9)
         a.legend(loc="upper left", fontsize=6)
-    for a in axes[k:]:
+    for a in axes[len(shown):]:
         a.set_axis_off()
     fig.supxlabel("predicted probability of the class")
     fig.supylabel("observed frequency of the class")
-    fig.suptitle("Reliability per class (one-vs-rest)")
+    fig.suptitle("Reliability per class (one-vs-rest)" if len(shown) == k else
+                 f"Reliability per class (one-vs-rest): the {len(shown)} of {k} classes "
+                 "of highest ECE")
     fig.tight_layout()
     return axes[0]
 
@@ -131,9 +144,10 @@ def plot_confusion_matrix(reports: Any, ax: Any = None, *, fig: Any = None) -> A
         share = np.divide(m, totals, out=np.zeros_like(m), where=totals > 0)
         im = a.imshow(share, cmap="Blues", vmin=0.0, vmax=1.0)
         im.set_gid(f"confusion:{r.prob_col}")
-        ticks = np.arange(r.n_classes)
-        a.set_xticks(ticks, [str(t) for t in ticks], fontsize=7)
-        a.set_yticks(ticks, [str(t) for t in ticks], fontsize=7)
+        if r.n_classes <= MAX_TICKED_CLASSES:  # (else matplotlib's own ticks)
+            ticks = np.arange(r.n_classes)
+            a.set_xticks(ticks, [str(t) for t in ticks], fontsize=7)
+            a.set_yticks(ticks, [str(t) for t in ticks], fontsize=7)
         if r.n_classes <= MAX_ANNOTATED_CLASSES:
             for i in range(r.n_classes):
                 for j in range(r.n_classes):

@@ -13,9 +13,11 @@ number the page shows is in report.json (``table``, ``provenance``,
 Multiclass reports (``"kind": "multiclass"`` in report.json) have their
 own metrics table (log loss, Brier, accuracy, top-label and class-wise
 ECE, the ECE of every class), the confusion matrix of each prediction as a
-table, and the figures reliability.png (top label), reliability_classes.png
-(one one-vs-rest curve per class; small multiples beyond 6 classes or for
-several predictions) and confusion.png (:mod:`distcal.plots_multiclass`).
+table (up to 50 classes; beyond, in report.json only), and the figures
+reliability.png (top label), reliability_classes.png (one one-vs-rest curve
+per class; small multiples beyond 6 classes or for several predictions, at
+most 24: the classes of highest ECE) and confusion.png
+(:mod:`distcal.plots_multiclass`).
 """
 
 from __future__ import annotations
@@ -476,10 +478,19 @@ def _multiclass_figures(reports: list[Any]) -> list[tuple[str, str, str, bytes]]
     return out
 
 
+#: The confusion matrix is a table of the page up to this many classes (K^2 cells);
+#: beyond, report.json and confusion.png hold it.
+MAX_TABLE_CLASSES = 50
+
+
 def _confusion_html(r: Any) -> str:
     """One report's confusion matrix as a table (rows = true class), row totals last."""
     m = np.asarray(r.confusion_matrix, dtype=float)
     col = html.escape(r.prob_col, quote=True)
+    if r.n_classes > MAX_TABLE_CLASSES:
+        return (f"<h3>{html.escape(r.prob_col)}</h3><p>{r.n_classes} classes: the matrix "
+                f"({r.n_classes}² cells) is in report.json and the heatmap, not in this "
+                "page.</p>")
     head = "".join(f"<th scope=\"col\">{k}</th>" for k in range(r.n_classes))
     rows = []
     for i in range(r.n_classes):

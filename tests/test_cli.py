@@ -110,8 +110,10 @@ def test_apply_reads_the_per_class_columns_a_model_was_fitted_on(tmp_path):
         r = run("fit", "--input", tmp_path / "in.parquet", "--output", tmp_path / name,
                 "--label-col", label, *fit_opts)
         assert r.returncode == 0, r.stderr
+        # (the column of the fit, named or not: one logit column is the temperature's too)
+        named = ["--score-col", "score"] if name == "temperature" else []
         r = run("apply", "--model", tmp_path / name, "--input", tmp_path / "in.parquet",
-                "--output", tmp_path / f"{name}.parquet")
+                "--output", tmp_path / f"{name}.parquet", *named)
         assert r.returncode == 0, r.stderr
         got = np.stack(pd.read_parquet(tmp_path / f"{name}.parquet")["calibrated"])
         model = distcal.load(tmp_path / name)

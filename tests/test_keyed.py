@@ -89,6 +89,28 @@ def test_temperature_one_beta_per_segment(engine):
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
+def test_temperature_decides_probabilities_or_logits_per_segment_silently(engine):
+    """Segment "a" holds probabilities (log(p + 1e-12) taken), the others logits: each
+    beta is the oracle's on its own rows read so, and the logits' log is never taken (it
+    warned 'invalid value encountered in log')."""
+    import warnings
+
+    df = frame()
+    S = df[COLS].to_numpy()
+    a = (df.g == "a").to_numpy()
+    S[a] = softmax(S[a], axis=1)
+    mixed = pd.DataFrame({"s": list(S), "y": df.y, "g": df.g})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        model = distcal.fit(engine(mixed), method="temperature", score_col="s", label_col="y",
+                            by="g")
+    for g in "abc":
+        rows = (df.g == g).to_numpy()
+        z = np.log(S[rows] + 1e-12) if g == "a" else S[rows]
+        assert model.segment(g).beta == pytest.approx(_beta(z, df.y[rows].to_numpy()),
+                                                      rel=1e-6)
+
+
 @pytest.mark.parametrize("method", ["isotonic", "sigmoid", "histogram", "modl", "temperature"])
 def test_every_method_by_segment_and_class_saves_and_loads(tmp_path, method, engine):
     df = frame(2000)

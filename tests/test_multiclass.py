@@ -244,6 +244,11 @@ def test_temperature_of_one_logit_column(engine):
     assert model.params["beta"] == pytest.approx(np.exp(res.x), rel=1e-6)
     np.testing.assert_allclose(model.predict(s)[:, 1], expit(2 * model.params["beta"] * s),
                                rtol=1e-12)
+    # transformed by the column it was fitted on, named or not, or by another column
+    want = model.predict(s)
+    for kw in ({}, {"score_col": "score"}, {"score_col": "t"}):
+        got = engine.collect(model.transform(engine.frame(df.assign(t=s)), **kw))
+        np.testing.assert_allclose(np.stack(got["calibrated"]), want, rtol=1e-12)
 
 
 @pytest.mark.parametrize("sign", [1.0, -1.0])

@@ -362,3 +362,33 @@ def test_multiclass_plots_draw_the_report():
     ax = big.plot("classes")  # small multiples: one panel per class
     assert sum(a.axison for a in ax.figure.axes) == MAX_OVERLAID_CLASSES + 2
     plt.close("all")
+
+
+def test_a_report_of_many_classes_stays_bounded(tmp_path):
+    """K = 60: the per-class figure draws the 24 classes of highest ECE (a panel per class
+    took minutes at K = 400 and failed past matplotlib's pixel limit near K = 950), and the
+    page says where the 3,600-cell confusion matrix is instead of tabulating it."""
+    import json
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from distcal.plots_multiclass import MAX_CLASS_PANELS
+    from distcal.report import write_report
+
+    df, _, _ = _report_frame(60, n=3000)
+    rep = distcal.evaluate(df, prob_col="p")
+    ax = rep.plot("classes")
+    titles = sorted(int(a.get_title().split()[1]) for a in ax.figure.axes if a.axison)
+    worst = np.argsort(-np.asarray(rep.per_class_ece), kind="stable")[:MAX_CLASS_PANELS]
+    assert titles == sorted(worst.tolist()) and len(titles) == 24
+    assert "the 24 of 60 classes of highest ECE" in ax.figure.get_suptitle()
+    plt.close("all")
+    write_report(rep, tmp_path / "rep")
+    page = (tmp_path / "rep" / "report.html").read_text()
+    assert 'class="confusion"' not in page and "60 classes: the matrix (60² cells)" in page
+    doc = json.loads((tmp_path / "rep" / "report.json").read_text())
+    np.testing.assert_array_equal(doc["reports"]["p"]["confusion_matrix"],
+                                  rep.confusion_matrix)

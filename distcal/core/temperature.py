@@ -408,7 +408,8 @@ class _TemperatureSums(KeyBatch):
         rows' order, chunk by chunk at fixed rows: the same whatever other keys run."""
         from .multiclass import to_logits
 
-        zc = center_logits(to_logits(rows.score, self.kind))
+        with np.errstate(invalid="ignore"):  # log of other keys' rows (logits < 0): unused
+            zc = center_logits(to_logits(rows.score, self.kind))
         labels = rows.label.astype(np.intp)
         out = np.zeros((which.shape[0], 3))
         chunk = 1 << 16  # chunks keep the temporaries in cache
