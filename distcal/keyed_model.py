@@ -591,7 +591,7 @@ class KeyedModel:
         if score_col is None and score_cols is None:
             score_col, score_cols = self.columns.get("score"), self.columns.get("scores")
         elif score_cols is None and len(self.columns.get("scores") or ()) == 1:
-            score_cols = [score_col]  # one binary logit per row, as the model was fitted
+            score_cols = [str(score_col)]  # one binary logit per row, as the model was fitted
         if score_cols is not None:
             score_cols = [str(c) for c in score_cols]
             score_col = None
