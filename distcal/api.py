@@ -9,6 +9,7 @@ from .core.threshold import EMPTY, loss_mass, loss_per_score, merge_segments, su
 from .defaults import DEFAULTS, METHOD_PARAMS, METHODS
 from .engines import get_engine, resolve_engine
 from .errors import DataError, ParameterError, unexpected_arguments
+from .keyed_fit import FINITE_SCORE_METHODS
 from .logs import log
 from .model import CalibrationModel
 from .params import check_finite, check_on_invalid, split_engine_options
@@ -205,7 +206,11 @@ def fit_and_threshold(data: Any, method: str = DEFAULTS.method,
         Equal to :func:`fit` and :func:`distcal.optimal_threshold` called
         separately. The threshold's segment summary rides along with the
         first pass over the score ranges, so an isotonic fit and its
-        threshold cost one range shuffle on a cluster.
+        threshold cost one range shuffle on a cluster. A method that needs
+        finite scores (sigmoid, histogram, beta) with ``on_invalid="drop"``
+        drops rows of score +-inf that the threshold keeps: when its fit
+        dropped rows, the threshold is :func:`distcal.optimal_threshold`'s,
+        from a pass of its own.
 
     Examples
     --------
@@ -219,6 +224,7 @@ def fit_and_threshold(data: Any, method: str = DEFAULTS.method,
     score_index = checks.check_score_index(score_index)
     checks.check_roles(score_col=score_col, label_col=label_col, weight_col=weight_col)
     checks.check_fit_params(method, method_params)
+    given = data
     source = summary_source(data)
     if source is not None:  # a summary without segments: its columns
         if source.by or score_index is not None:
@@ -233,6 +239,14 @@ def fit_and_threshold(data: Any, method: str = DEFAULTS.method,
     model, parts = _fit_keyed(data, name, method, score_col, None, label_col, weight_col, None,
                               0.0, False, on_invalid, method_params, score_index=score_index,
                               ride=_ThresholdSummary(c_fp, c_fn), caller="fit_and_threshold")
+    if method in FINITE_SCORE_METHODS and model.dropped_rows:  # (on_invalid="drop")
+        from .threshold import optimal_threshold
+
+        columns: dict[str, Any] = {} if source is not None else {
+            "score_col": score_col, "label_col": label_col, "weight_col": weight_col,
+            "score_index": score_index}
+        return model, optimal_threshold(given, cost_fp=c_fp, cost_fn=c_fn, engine=name,
+                                        on_invalid=on_invalid, **columns)
     seg = EMPTY
     for part in parts:
         seg = merge_segments(seg, part)

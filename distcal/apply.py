@@ -59,8 +59,8 @@ def apply_to_parquet(model: CalibrationModel | KeyedModel, source: str | os.Path
     lengths: Counter[int] = Counter()
     predict: Callable[[pa.Table], np.ndarray]
     if isinstance(model, KeyedModel):
-        vector_col: str | None = None if score_cols is not None else score_col
-        inputs = {**dict.fromkeys(score_cols or [score_col], "score"),
+        vector_col, score_cols = model.score_inputs(score_col, score_cols)
+        inputs = {**dict.fromkeys(score_cols or [str(vector_col)], "score"),
                   **dict.fromkeys(model.by, "segment")}
 
         def predict(table: pa.Table) -> np.ndarray:

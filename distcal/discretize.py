@@ -205,8 +205,10 @@ def discretize(data: Any, score_col: str = DEFAULTS.score_col,
         score range sends at most ``max_classes + 1`` labels to the driver
         to decide ("at least" when the count spans several ranges).
     on_invalid : {"raise", "drop"}
-        Rows with a NaN, infinite, text or null score or a null label: a
-        :class:`~distcal.DataError` counting them, or dropped.
+        Rows with a NaN, text or null score or a null label: a
+        :class:`~distcal.DataError` counting them, or dropped. Scores of
+        +-inf are valid: they fall in the first or last interval (whose
+        outer bound is -inf or +inf), as in ``fit(method="modl")``.
     **engine_opts
         The engine's options, as for :func:`distcal.fit` (locally
         ``memory_rows``, ``batch_rows``, ``chunk_rows``: a Parquet path is

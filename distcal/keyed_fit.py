@@ -43,7 +43,10 @@ from .keyed_model import KeyedModel, TemperatureMap, class_columns
 from .logs import log, phase
 from .model import CalibrationModel
 
-__all__ = ["fit_keyed", "check_by"]
+__all__ = ["fit_keyed", "check_by", "FINITE_SCORE_METHODS"]
+
+# The methods whose rows need finite scores (a row of score +-inf is invalid for them).
+FINITE_SCORE_METHODS = ("sigmoid", "histogram", "temperature", "beta")
 
 
 def check_by(by: Any, columns: dict[str, str | None], min_segment_weight: Any) -> list[str]:
@@ -222,7 +225,7 @@ def fit_keyed(impl: Any, data: Any, spec: KeySpec, method: str, params: dict[str
     """
     by = list(spec.by)
     binary = not by and not spec.multiclass
-    finite = method in ("sigmoid", "histogram", "temperature", "beta")
+    finite = method in FINITE_SCORE_METHODS
     # One key: its plan (per-range PAV merged in order); many: every key's PAV at once.
     iso_fixed = method == "isotonic" and params["increasing"] != "auto" and not binary
     passes = 1 if method == "isotonic" and params["increasing"] != "auto" else 4

@@ -561,6 +561,23 @@ class KeyedModel:
             return both[:, interval].copy()
         return self._predict_segments(self._scores(s), keys, counts)
 
+    def score_inputs(self, score_col: str | None = None, score_cols: list[str] | None = None
+                     ) -> tuple[str | None, list[str] | None]:
+        """The columns a transform reads the scores from: ``score_col`` (numbers, or
+        vectors for multiclass) or ``score_cols`` (one per class), exactly one not None.
+
+        Neither given: the columns of the fit. A model fitted on one column of
+        binary logits (temperature scaling: the pair (-s, s)) reads ``score_col``
+        so too.
+        """
+        if score_col is None and score_cols is None:
+            score_col, score_cols = self.columns.get("score"), self.columns.get("scores")
+        elif score_cols is None and len(self.columns.get("scores") or ()) == 1:
+            score_cols = [str(score_col)]
+        if score_cols is not None:
+            return None, [str(c) for c in score_cols]
+        return score_col, None
+
     def transform(self, data: Any, score_col: str | None = None,
                   score_cols: list[str] | None = None,
                   output_col: str = "calibrated", *,
@@ -588,13 +605,7 @@ class KeyedModel:
         from .engines import engine_of, get_engine
 
         check_interval_columns(self, interval_cols, output_col)
-        if score_col is None and score_cols is None:
-            score_col, score_cols = self.columns.get("score"), self.columns.get("scores")
-        elif score_cols is None and len(self.columns.get("scores") or ()) == 1:
-            score_cols = [str(score_col)]  # one binary logit per row, as the model was fitted
-        if score_cols is not None:
-            score_cols = [str(c) for c in score_cols]
-            score_col = None
+        score_col, score_cols = self.score_inputs(score_col, score_cols)
         inputs = {**dict.fromkeys(score_cols or [str(score_col)], "score"),
                   **dict.fromkeys(self.by, "segment")}
 

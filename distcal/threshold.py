@@ -295,6 +295,7 @@ class ThresholdTracker:
         # Weight and positives of the rows scored +inf: the tree's sums at or
         # above a threshold cannot single them out.
         self._inf_w = self._inf_p = 0.0
+        self._losses = False  # a row came with its own loss: no confusion to report
 
     def update(self, score: float, label: float | None = None, weight: float = 1.0, *,
                loss: float | None = None) -> None:
@@ -329,6 +330,7 @@ class ThresholdTracker:
         if weight:
             self._tree.add(score, float(z), float(mass), float(weight), float(wy))
             self.n_rows += 1
+            self._losses |= loss is not None
             if score == math.inf:
                 self._inf_w += float(weight)
                 self._inf_p += float(wy)
@@ -380,6 +382,7 @@ class ThresholdTracker:
             self._inf_w += float(table.weight[-1])
             self._inf_p += float(pos[-1])
         self.n_rows += int(s.shape[0])
+        self._losses |= losses is not None and len(table) > 0
 
     @property
     def threshold(self) -> float:
@@ -412,6 +415,10 @@ class ThresholdTracker:
                               bw, bp, tree.total_mass(), best_mass)
 
     def result(self) -> ThresholdResult:
-        """What :func:`optimal_threshold` returns for these rows (confusion included)."""
-        return result_from_segment(self.summary(), self.cost_fp, self.cost_fn, False,
-                                   self.n_rows, 0)
+        """What :func:`optimal_threshold` returns for these rows: with the confusion of
+        the rows' labels, NaN once a row came with its own loss (as ``loss_col``'s)."""
+        out = result_from_segment(self.summary(), self.cost_fp, self.cost_fn, False,
+                                  self.n_rows, 0)
+        if self._losses:
+            return replace(out, tp=math.nan, fp=math.nan, tn=math.nan, fn=math.nan)
+        return out

@@ -147,6 +147,12 @@ def test_bad_scores_are_refused_or_dropped_as_the_message_says(engine):
         distcal.discretize(engine(bad))
     pd.testing.assert_frame_equal(distcal.discretize(engine(bad), on_invalid="drop"),
                                   distcal.discretize(df.drop(index=[3, 7])))
+    # scores of +-inf are kept (not refused, nor dropped): the outer intervals' bounds
+    ends = pd.DataFrame({"score": [-np.inf, 0.2, 0.3, np.inf] * 5, "label": list("abba") * 5})
+    for on_invalid in ("raise", "drop"):
+        got = distcal.discretize(engine(ends), on_invalid=on_invalid)
+        assert got["n"].sum() == 20
+        assert (got["score_min"].iloc[0], got["score_max"].iloc[-1]) == (-np.inf, np.inf)
 
 
 def test_dask_options_are_checked_before_any_work(client):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -318,6 +319,26 @@ def test_tracker_matches_brute_force_after_every_update(rows, costs):
             assert getattr(res, f) == pytest.approx(getattr(batch, f), abs=1e-9), f
 
 
+def test_tracker_result_of_rows_with_losses_has_no_confusion_as_loss_col():
+    """optimal_threshold(loss_col=...) reports tp, fp, tn, fn as NaN (there are no labels):
+    so does the tracker's result once a row came with its own loss, by update or
+    update_many; threshold, cost and the positive predictions are the same."""
+    df = pd.DataFrame({"score": [0.2, 1.0, 0.5], "z": [0.5, -1.0, -0.2]})
+    batch = distcal.optimal_threshold(df, loss_col="z")
+    one, many = distcal.ThresholdTracker(), distcal.ThresholdTracker()
+    for s, z in zip(df.score, df.z):
+        one.update(s, loss=z)
+    many.update_many(df.score, losses=df.z)
+    for t in (one, many):
+        res = t.result()
+        for f in ("threshold", "cost", "n_positive_predicted", "n_rows"):
+            assert getattr(res, f) == pytest.approx(getattr(batch, f), abs=1e-12), f
+        assert all(math.isnan(getattr(res, f)) for f in ("tp", "fp", "tn", "fn"))
+    labelled = distcal.ThresholdTracker()
+    labelled.update(0.3, 1.0)
+    assert labelled.result().tp == 1.0
+
+
 def test_update_many_equals_updates():
     rng = np.random.default_rng(3)
     s = np.round(rng.normal(size=3000), 2)
@@ -379,3 +400,22 @@ def test_fit_and_threshold_in_one_pass(increasing):
     assert res.threshold == alone.threshold and res.cost == pytest.approx(alone.cost)
     sig, res2 = distcal.fit_and_threshold(df, method="sigmoid", weight_col="w", cost_fn=3)
     assert sig == distcal.fit(df, method="sigmoid", weight_col="w") and res2 == res
+
+
+def test_fit_and_threshold_keeps_the_infinite_scores_the_fit_drops(engine):
+    """Sigmoid, histogram and beta drop rows of score +-inf (on_invalid="drop"); the
+    threshold keeps them, as optimal_threshold does: brute force over the four rows costs
+    1 at t = 0.4 (the negative at +inf is predicted positive), not the three rows' 0."""
+    df = pd.DataFrame({"score": [0.1, 0.4, 0.6, np.inf, np.nan],
+                       "label": [0, 1, 1, 0, 1]})
+    alone = distcal.optimal_threshold(engine(df), on_invalid="drop")
+    assert (alone.threshold, alone.cost, alone.fp, alone.n_rows, alone.dropped_rows) == \
+        (0.4, 1.0, 1.0, 4, 1)
+    for method, kw in [("isotonic", {}), ("sigmoid", {}), ("histogram", {"n_bins": 2}),
+                       ("beta", {})]:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # (beta: separated classes)
+            model, best = distcal.fit_and_threshold(engine(df), method=method,
+                                                    on_invalid="drop", **kw)
+            assert model == distcal.fit(df, method=method, on_invalid="drop", **kw), method
+        assert best == alone, method
