@@ -722,6 +722,15 @@ def test_cli_export_each_format(tmp_path, capsys):
                          "--output", str(out), *extra]) == 2
     assert cli_main(["export", "--model", str(tmp_path / "model"), "--format", "sql",
                      "--output", str(tmp_path / "model" / "x.sql")]) == 2
+    # ONNX of a per-segment model: a usage error (exit 2) in the command line's words
+    df.assign(g=np.arange(len(df)) % 2).to_parquet(tmp_path / "in.parquet")
+    assert cli_main(["fit", "--input", str(tmp_path / "in.parquet"), "--output",
+                     str(tmp_path / "by"), "--by", "g", "-q"]) == 0
+    capsys.readouterr()
+    assert cli_main(["export", "--model", str(tmp_path / "by"), "--format", "onnx",
+                     "--output", str(tmp_path / "by.onnx")]) == 2
+    assert "--format onnx: an ONNX graph takes scores only, not the segment keys of this " \
+        "model (by g); export --format sql" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "in.parquet", "model", "out-mlflow", "out-onnx", "out-sql"]
+        "by", "in.parquet", "model", "out-mlflow", "out-onnx", "out-sql"]
     capsys.readouterr()

@@ -135,6 +135,19 @@ def test_usage_and_bad_input_exit_2_and_write_nothing(daily, tmp_path, capsys):
                        tmp_path / "b")
     assert code == 2 and "column 'label'" in err and "1 row" in err
     assert "pass --on-invalid drop to drop such rows" in err  # the command line's words
+    # ... and fit --summaries takes it: infinite scores summarised, dropped by sigmoid
+    inf = daily[0].assign(score=np.r_[[np.inf] * 3, daily[0]["score"][3:]])
+    inf.to_parquet(tmp_path / "inf.parquet", index=False)
+    assert cli("summarize", "--input", tmp_path / "inf.parquet", "--output",
+               tmp_path / "si")[0] == 0
+    code, _, err = cli("fit", "--summaries", tmp_path / "si", "--method", "sigmoid",
+                       "--output", tmp_path / "msig")
+    assert code == 2 and "3 rows are infinite" in err
+    code, out, err = cli("fit", "--summaries", tmp_path / "si", "--method", "sigmoid",
+                         "--on-invalid", "drop", "--output", tmp_path / "msig")
+    assert code == 0, err
+    assert distcal.load(tmp_path / "msig") == distcal.fit(inf, method="sigmoid",
+                                                          on_invalid="drop")
     assert cli("summarize", "--input", src, "--output", tmp_path / "d", "--decimals",
                "-2")[0] == 2
     # a window of summaries named in a file (@FILE, one argument a line), as a scheduler writes

@@ -122,7 +122,7 @@ def _fit_summaries(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     # The column options are the summaries' own: another one is a ParameterError (exit 2).
     model = fit(dirs, method=opts["method"], engine=io.engine,
                 score_col=opts["score_col"], label_col=opts["label_col"],
-                weight_col=opts["weight_col"],
+                weight_col=opts["weight_col"], on_invalid=opts["on_invalid"],
                 min_segment_weight=opts["min_segment_weight"], **_method_params(opts))
     io.publish(opts["output"], model.write_dir, opts["overwrite"], MODEL)
     out = {"model": str(opts["output"]), "method": model.method, "summaries": len(dirs),
@@ -356,6 +356,11 @@ def cmd_export(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
             tmp.write_text("".join(e + "\n" for e in lines))
             result.update(dialect=opts["dialect"], expressions=len(lines))
         elif fmt == "onnx":
+            if getattr(model, "by", None):
+                raise UsageError(f"--format onnx: an ONNX graph takes scores only, not the "
+                                 f"segment keys of this model (by {', '.join(model.by)}); "
+                                 "export --format sql, which selects each row's segment map "
+                                 "by key, or fit a model without --by for ONNX")
             tmp.write_bytes(model.to_onnx().SerializeToString())
         else:
             from ..mlflow import write_model_dir
