@@ -529,11 +529,13 @@ def evaluate_many(data: Any, prob_cols: list[Any], label_col: str = DEFAULTS.lab
                   confidence: float = DEFAULTS.confidence,
                   on_invalid: str = DEFAULTS.on_invalid, roc_points: int | None = 1000,
                   interval_cols: tuple[str, str] | None = None,
+                  by: str | list[str] | None = None,
                   **engine_opts: Any) -> dict[str, Any]:
     """:func:`evaluate` for several probability columns (e.g. raw and calibrated).
 
     A row with a problem in any of the columns counts as invalid for all,
-    so the reports describe the same rows. Each column has its own keyed
+    so the reports describe the same rows, with ``by`` (binary columns:
+    each report's ``segments``, as :func:`evaluate`'s) as without. Each column has its own keyed
     pass over the input (each orders the rows differently), which checks
     every column.
 
@@ -582,6 +584,17 @@ def evaluate_many(data: Any, prob_cols: list[Any], label_col: str = DEFAULTS.lab
     _, engine_opts = split_engine_options("evaluate_many", None, engine_opts,
                                           engine_impl.options)
     multi = [isinstance(e, list) or engine_impl.is_vector_column(data, e) for e in entries]
+    names = None
+    if by is not None:
+        from .keyed_fit import check_by
+
+        names = check_by(by, {"label": label_col, "weight": weight_col}, 0.0)
+        for n in names:
+            if any(n == e or (isinstance(e, list) and n in e) for e in entries):
+                raise ParameterError(f"by column {n!r} is also a prob column")
+        if any(multi):
+            raise ParameterError("by= evaluates probability columns of one binary "
+                                 "probability per row, not multiclass predictions")
     if any(multi):
         if not all(multi):
             plain = [e for e, m in zip(entries, multi) if not m]
@@ -599,11 +612,12 @@ def evaluate_many(data: Any, prob_cols: list[Any], label_col: str = DEFAULTS.lab
                                    on_invalid, engine_opts)
     kw = {"n_bins": n_bins, "strategy": strategy, "bins": bins, "threshold": threshold,
           "confidence": confidence, "roc_points": roc_points}
-    names = [str(e) for e in entries]
     # One keyed pass per column (each orders the rows by its own values); a row
     # invalid in any column is invalid for all (``check_cols``).
+    cols = [str(e) for e in entries]
     return {c: _report(engine_impl, data,
                        KeySpec(score_col=c, label_col=label_col, weight_col=weight_col,
-                               probabilities=True, check_cols=tuple(e for e in names if e != c),
+                               by=tuple(names or ()), probabilities=True,
+                               check_cols=tuple(e for e in cols if e != c),
                                interval_cols=interval_cols),
-                       on_invalid, engine_opts, prob_col=c, **kw) for c in names}
+                       on_invalid, engine_opts, prob_col=c, by=names, **kw) for c in cols}

@@ -338,6 +338,39 @@ def test_a_refit_never_touches_the_published_model(tmp_path):
     assert len(list((tmp_path / "models" / "published").iterdir())) == 2
 
 
+CHECK_CURRENT = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import distcal_loop as loop
+base, monitor, ds = sys.argv[2:5]
+try:
+    print(json.dumps({"branch": loop.check_current.function(base, monitor, ds=ds)}))
+except ValueError as e:
+    print(json.dumps({"error": str(e)}))
+"""
+
+
+@pytest.mark.subprocess
+def test_the_first_run_publishes_only_a_candidate_the_monitor_does_not_alert_on(tmp_path):
+    """With no current model there is nothing to compare with: the candidate is published
+    (branch no_current_model) unless the monitor alerts on its holdout (yesterday's
+    period); then the task fails, and the run with it, publishing nothing."""
+    _airflow_or_fail()
+
+    def check(alerts: list) -> dict:
+        monitor = json.dumps({"alerts": alerts, "periods": 2})
+        r = subprocess.run([str(AIRFLOW_PY), "-c", CHECK_CURRENT, str(DAGS), str(tmp_path),
+                            monitor, DAY2], env=airflow_env(tmp_path / "home"),
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    assert check([]) == {"branch": "no_current_model"}
+    assert check([DAY0]) == {"branch": "no_current_model"}  # an older period's alert
+    assert "nothing is published" in check([DAY1])["error"]
+    assert not (tmp_path / "models").exists()
+
+
 def job_line(result: dict, task: str) -> dict:
     line = result["xcom"][task]
     return json.loads(line.strip().splitlines()[-1]) if isinstance(line, str) else line

@@ -352,6 +352,26 @@ def test_evaluate_many_is_evaluate_per_column_on_common_rows():
         distcal.evaluate(df.iloc[2:], prob_col="cal").brier, rel=1e-12)
 
 
+def test_evaluate_many_by_segment_keeps_the_common_rows(engine):
+    """With by=, every column is still evaluated on the rows valid in all of them, and
+    each report's segments are evaluate(by=)'s of those rows (distcal evaluate --by
+    --prob-col a --prob-col b compared the columns on different rows)."""
+    rng = np.random.default_rng(10)
+    p = rng.random(3000)
+    df = pd.DataFrame({"raw": p, "cal": np.sqrt(p), "label": (rng.random(3000) < p) * 1,
+                       "g": rng.choice(["x", "y", "z"], 3000)})
+    bad = df.assign(cal=np.where(np.arange(3000) < 200, np.nan, df["cal"]))
+    many = distcal.evaluate_many(engine(bad), ["raw", "cal"], by="g", on_invalid="drop")
+    common = df.iloc[200:]
+    for c in ("raw", "cal"):
+        one = distcal.evaluate(common, prob_col=c, by="g")
+        assert (many[c].n_rows, many[c].dropped_rows) == (2800, 200)
+        assert many[c].brier == pytest.approx(one.brier, rel=1e-12)
+        pd.testing.assert_frame_equal(many[c].segments, one.segments, rtol=1e-12)
+    with pytest.raises(distcal.ParameterError, match="by column 'cal' is also a prob column"):
+        distcal.evaluate_many(df, ["raw", "cal"], by="cal")
+
+
 def test_precision_recall_f1_and_bin_intervals():
     from sklearn.metrics import f1_score, precision_score, recall_score
 

@@ -154,7 +154,13 @@ def test_usage_and_bad_input_exit_2_and_write_nothing(daily, tmp_path, capsys):
     (tmp_path / "window.args").write_text(f"--summaries\n{tmp_path / 's'}\n")
     code, out, err = cli("fit", f"@{tmp_path / 'window.args'}", "--output", tmp_path / "w")
     assert code == 0 and json.loads(out.strip().splitlines()[-1])["summaries"] == 1, err
-    for path in ("m", "b", "d", "s/rep"):
+    # ... or at a URL, where a scheduler writes it beside data on a store (fsspec)
+    url = (tmp_path / "window.args").as_uri()
+    code, out, err = cli("fit", f"@{url}", "--output", tmp_path / "wu")
+    assert code == 0 and distcal.load(tmp_path / "wu") == distcal.load(tmp_path / "w"), err
+    code, _, err = cli("fit", f"@{url}.missing", "--output", tmp_path / "wm")
+    assert code == 2 and "cannot read the arguments there" in err
+    for path in ("m", "b", "d", "s/rep", "wm"):
         assert not (tmp_path / path).exists()
     for sub in ("summarize", "monitor"):
         with pytest.raises(SystemExit):

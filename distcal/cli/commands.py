@@ -14,7 +14,7 @@ from ..api import fit
 from ..defaults import DEFAULTS, METHOD_PARAMS
 from ..discretize import discretize
 from ..errors import ModelError, UsageError
-from ..evaluation import evaluate, evaluate_many
+from ..evaluation import evaluate_many
 from ..keyed_model import KeyedModel
 from ..storage import MODEL, PARQUET, REPORT
 from ..threshold import optimal_threshold
@@ -263,13 +263,11 @@ def cmd_evaluate(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
           "on_invalid": opts["on_invalid"],
           "interval_cols": interval_columns(opts.get("interval_cols"))}
     by = column_list(opts.get("by"), "by")
-    if by is None:
-        reports = list(evaluate_many(data, predictions, **kw).values())
-    else:  # one segmented evaluation per column (each on its own valid rows)
-        if any(not isinstance(p, str) for p in predictions):
-            raise UsageError("--by evaluates binary probability columns (--prob-col); "
-                             "it does not take --prob-cols")
-        reports = [evaluate(data, prob_col=c, by=by, **kw) for c in dict.fromkeys(predictions)]
+    if by is not None and any(not isinstance(p, str) for p in predictions):
+        raise UsageError("--by evaluates binary probability columns (--prob-col); "
+                         "it does not take --prob-cols")
+    # every column on the same rows (a row invalid in one is invalid for all), by segment too
+    reports = list(evaluate_many(data, predictions, by=by, **kw).values())
     io.write_report(reports, opts["output"], opts["overwrite"],
                     provenance=_provenance(opts, "evaluate"))
     out = {"report": str(opts["output"]),
@@ -356,9 +354,10 @@ def cmd_export(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
             tmp.write_text("".join(e + "\n" for e in lines))
             result.update(dialect=opts["dialect"], expressions=len(lines))
         elif fmt == "onnx":
-            if getattr(model, "by", None):
+            by = list(getattr(model, "by", None) or [])
+            if by:
                 raise UsageError(f"--format onnx: an ONNX graph takes scores only, not the "
-                                 f"segment keys of this model (by {', '.join(model.by)}); "
+                                 f"segment keys of this model (by {', '.join(by)}); "
                                  "export --format sql, which selects each row's segment map "
                                  "by key, or fit a model without --by for ONNX")
             tmp.write_bytes(model.to_onnx().SerializeToString())

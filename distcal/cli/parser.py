@@ -7,7 +7,7 @@ import argparse
 from ..errors import UsageError
 from .options import COMMANDS, OPTIONS, add_options
 
-__all__ = ["build_parser", "attach_negative_values"]
+__all__ = ["build_parser", "attach_negative_values", "read_url_arguments"]
 
 _HELP = {
     "fit": "fit a calibration map and save the model directory",
@@ -31,10 +31,11 @@ def build_parser(prog: str, entry_point: str) -> argparse.ArgumentParser:
     ``entry_point``."""
     from .. import __version__
 
-    # @FILE stands for the arguments in FILE, one per line (argparse's own rule): a
-    # scheduler writes a window of summary directories there (docs/history.md).
+    # @FILE stands for the arguments in FILE, one per line (argparse's own rule; a URL:
+    # read_url_arguments): a scheduler writes a window of summary directories there
+    # (docs/history.md).
     parser = _Parser(prog=prog, description="Exact probability calibration and thresholds; "
-                     "@FILE reads arguments from FILE, one per line.",
+                     "@FILE reads arguments from FILE (a path or URL), one per line.",
                      fromfile_prefix_chars="@")
     parser.add_argument("--version", action="version", version=f"distcal {__version__}",
                         help="print the version and exit")
@@ -49,6 +50,28 @@ def build_parser(prog: str, entry_point: str) -> argparse.ArgumentParser:
         loud.add_argument("-q", "--quiet", action="store_true", default=False,
                           help="log errors only, no progress bar (default: warnings)")
     return parser
+
+
+def read_url_arguments(argv: list[str]) -> list[str]:
+    """``@URL`` (``@s3://...``, ``@file:///...``, any fsspec URL) replaced by the lines of
+    the file there, one argument a line, as argparse reads a local ``@FILE``: a
+    scheduler writes the window's arguments beside the data, wherever that is."""
+    out: list[str] = []
+    for arg in argv:
+        if not (arg.startswith("@") and "://" in arg):
+            out.append(arg)
+            continue
+        try:
+            import fsspec
+
+            with fsspec.open(arg[1:], "rt", encoding="utf-8") as f:
+                out.extend(f.read().splitlines())
+        except ImportError as exc:
+            raise UsageError(f"{arg}: reading arguments from a URL needs fsspec "
+                             "(pip install fsspec, and its filesystem's package)") from exc
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"{arg}: cannot read the arguments there: {exc}") from exc
+    return out
 
 
 def attach_negative_values(argv: list[str]) -> list[str]:

@@ -36,7 +36,7 @@ from ..storage import OutputExistsError
 from .backend import Backend, check_input_files, one_line
 from .commands import COMMANDS
 from .options import resolve_options
-from .parser import attach_negative_values, build_parser
+from .parser import attach_negative_values, build_parser, read_url_arguments
 
 __all__ = ["run", "exit_process", "BackendFactory"]
 
@@ -130,8 +130,8 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, _terminate)
     try:
-        args = build_parser(prog, entry_point).parse_args(
-            attach_negative_values(list(sys.argv[1:] if argv is None else argv)))
+        args = build_parser(prog, entry_point).parse_args(attach_negative_values(
+            read_url_arguments(list(sys.argv[1:] if argv is None else argv))))
         verbose = args.verbose
         _configure_logging(args.verbose, args.quiet)
         opts = resolve_options(args, entry_point)

@@ -7,7 +7,8 @@ Same tasks and branches as distcal_daily_spark (see distcal_loop.py):
         >> summarize_holdout >> monitor_window >> monitor >> check_current
         check_current -> score_holdout_current >> evaluate_holdout >> compare
                              compare -> publish | keep_current
-        check_current -> no_current_model >> publish       (the first run)
+        check_current -> no_current_model >> publish       (the first run; it fails
+                                                            if the monitor alerts)
     publish | keep_current >> current_model >> calibrate_today
                                            >> threshold >> save_threshold
 
@@ -95,7 +96,7 @@ with DAG(
         'monitor @"$WINDOW" --output "$REPORT" --alpha "$ALPHA" --overwrite',
         WINDOW=loop.MONITOR_WINDOW, REPORT=loop.MONITOR_REPORT, ALPHA="{{ params.alpha }}")
 
-    check_current = loop.check_current(loop.BASE)
+    check_current = loop.check_current(loop.BASE, monitor.output)
 
     score_holdout_current = dask_job(
         "score_holdout_current",

@@ -5,7 +5,8 @@ jobs/spark_calibrate.py (SparkSubmitOperator, provider apache-airflow-providers-
         >> summarize_holdout >> monitor_window >> monitor >> check_current
         check_current -> score_holdout_current >> evaluate_holdout >> compare
                              compare -> publish | keep_current
-        check_current -> no_current_model >> publish       (the first run)
+        check_current -> no_current_model >> publish       (the first run; it fails
+                                                            if the monitor alerts)
     publish | keep_current >> current_model >> calibrate_today
                                            >> threshold >> save_threshold
 
@@ -85,7 +86,7 @@ with DAG(
         "monitor", "monitor", "@" + loop.MONITOR_WINDOW, "--output", loop.MONITOR_REPORT,
         "--alpha", "{{ params.alpha }}", "--overwrite")
 
-    check_current = loop.check_current(loop.BASE)
+    check_current = loop.check_current(loop.BASE, monitor.output)
 
     score_holdout_current = spark_job(
         "score_holdout_current", "apply", "--model", loop.PREVIOUS_MODEL,

@@ -11,7 +11,7 @@ The daily calibration loop, for the run of logical date ``ds``:
 3. evaluate both probability columns on the holdout,
 4. publish the candidate if it is not worse than the current model and the
    monitor does not alert on its holdout (the first run, with no current model,
-   publishes),
+   publishes it unless the monitor alerts: then the run fails, publishing nothing),
 5. calibrate today's scores with the current model,
 6. compute the cost-optimal threshold on the holdout, for the current model.
 
@@ -170,10 +170,17 @@ def job_result(value: Any) -> dict:
 
 # -- the loop's Python tasks ----------------------------------------------------------
 @task.branch
-def check_current(base: str, ti: Any = None) -> str:
-    """Compare with the current model if there is one; the first run publishes."""
+def check_current(base: str, monitor: Any, ds: str | None = None, ti: Any = None) -> str:
+    """Compare with the current model if there is one; the first run publishes, unless
+    the monitor alerts on the candidate's holdout: then the run fails, publishing
+    nothing (there is no model to calibrate today with)."""
     current = read_json(pointer_path(base))
     if current is None:
+        alerts = job_result(monitor)["alerts"]
+        if _yesterday(ds) in alerts:
+            raise ValueError(f"no current model, and the monitor alerts on the candidate's "
+                             f"holdout ({_yesterday(ds)}; alerts: {alerts}): nothing is "
+                             "published; see the run's monitor report")
         print("no current model: the candidate will be published")
         return "no_current_model"
     print(f"current model: {current['model']} (published by the run of {current['ds']})")
