@@ -419,6 +419,20 @@ def test_in_process_run_under_a_capture(tmp_path, capsys):
     assert "distcal INFO" in capsys.readouterr().err
 
 
+def test_quiet_prints_errors_only_not_warnings(tmp_path):
+    """-q: "log errors only": the library's warnings (here beta calibration's on scores
+    that separate the classes) are left out too; without -q they show."""
+    pd.DataFrame({"score": [0.1, 0.2, 0.3, 0.7, 0.8, 0.9] * 5,
+                  "label": [0, 0, 0, 1, 1, 1] * 5}).to_parquet(tmp_path / "sep.parquet")
+    loud = run("fit", "--input", tmp_path / "sep.parquet", "--output", tmp_path / "m1",
+               "--method", "beta")
+    assert loud.returncode == 0 and "separate the classes" in loud.stderr
+    quiet = run("fit", "--input", tmp_path / "sep.parquet", "--output", tmp_path / "m2",
+                "--method", "beta", "-q")
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    assert distcal.load(tmp_path / "m1") == distcal.load(tmp_path / "m2")
+
+
 def test_in_process_run_after_an_earlier_capture_closed(tmp_path, capsys):
     from distcal.cli.main import main
 

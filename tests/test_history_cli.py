@@ -154,6 +154,13 @@ def test_usage_and_bad_input_exit_2_and_write_nothing(daily, tmp_path, capsys):
     (tmp_path / "window.args").write_text(f"--summaries\n{tmp_path / 's'}\n")
     code, out, err = cli("fit", f"@{tmp_path / 'window.args'}", "--output", tmp_path / "w")
     assert code == 0 and json.loads(out.strip().splitlines()[-1])["summaries"] == 1, err
+    # a summary saved without --period is named by its directory among the alerts
+    assert cli("summarize", "--input", tmp_path / "day2.parquet", "--output",
+               tmp_path / "s2")[0] == 0
+    code, out, err = cli("monitor", "--summaries", tmp_path / "s", tmp_path / "s2",
+                         "--output", tmp_path / "mon-np")
+    assert code == 0 and json.loads(out.strip().splitlines()[-1])["alerts"] == [
+        str(tmp_path / "s2")], err
     # ... or at a URL, where a scheduler writes it beside data on a store (fsspec)
     url = (tmp_path / "window.args").as_uri()
     code, out, err = cli("fit", f"@{url}", "--output", tmp_path / "wu")

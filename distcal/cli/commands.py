@@ -164,7 +164,9 @@ def cmd_monitor(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
     io.refuse_existing(opts["output"], opts["overwrite"], kind=REPORT)
     rep = monitor(dirs, alpha=opts["alpha"], max_ece=opts.get("max_ece"), engine=io.engine)
     io.publish(opts["output"], rep.write_dir, opts["overwrite"], REPORT)
-    alerts = rep.alerts["period"].tolist()
+    # a summary saved without --period is named by its directory
+    alerts = [str(dirs[int(i)]) if p is None else p
+              for i, p in zip(rep.alerts.index, rep.alerts["period"])]
     out: dict[str, Any] = {"report": str(opts["output"]), "periods": len(rep.table),
                            "alerts": alerts, "n_alerts": len(alerts)}
     if alerts and opts.get("fail_on_alert"):

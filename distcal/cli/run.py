@@ -142,7 +142,8 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
             # would only add lines to the one-line message.
             warnings.filterwarnings("ignore", message="overflow encountered",
                                     category=RuntimeWarning)
-            if args.quiet:
+            if args.quiet:  # errors only: no warnings either (they are not errors)
+                warnings.simplefilter("ignore")
                 silenced = _silence_children()
             backend = backend_factory(opts)
             result = COMMANDS[args.command](opts, backend)
