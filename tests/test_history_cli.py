@@ -120,6 +120,9 @@ def test_usage_and_bad_input_exit_2_and_write_nothing(daily, tmp_path, capsys):
     code, _, err = cli("fit", "--summaries", tmp_path / "s", tmp_path, "--output",
                        tmp_path / "m")
     assert code == 2 and "not a distcal summary" in err
+    code, _, err = cli("fit", "--input", tmp_path / "s", "--output", tmp_path / "m")
+    assert code == 2 and "is a saved summary, not a table of rows: pass it with " \
+        "--summaries" in err
     # The column options name the summaries' own columns: another one is refused, as the
     # library refuses it (it was ignored: an unweighted model for --weight-col w).
     for opt, col in (("--weight-col", "w"), ("--label-col", "y"), ("--score-col", "p")):

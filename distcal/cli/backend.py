@@ -167,6 +167,14 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
     if fmt == "parquet" and not os.path.exists(path):
         return  # each backend says so in its own words
     check_regular_input(path)  # a FIFO or a device would block or never end
+    if os.path.exists(os.path.join(path, "summary.json")):
+        from ..summary import is_summary_dir
+
+        if is_summary_dir(path):
+            raise UsageError(f"--input '{inp}' is a saved summary, not a table of rows: "
+                             + ("pass it with --summaries" if command == "fit" else
+                                f"{command} reads rows (fit and monitor take summaries "
+                                "with --summaries)"))
     if fmt != "parquet":
         return  # Spark's reader checks the rest
     files = visible_files(path, _MAX_CHECKED_FILES) if os.path.isdir(path) else [path]
