@@ -157,6 +157,13 @@ def test_usage_and_bad_input_exit_2_and_write_nothing(daily, tmp_path, capsys):
     (tmp_path / "window.args").write_text(f"--summaries\n{tmp_path / 's'}\n")
     code, out, err = cli("fit", f"@{tmp_path / 'window.args'}", "--output", tmp_path / "w")
     assert code == 0 and json.loads(out.strip().splitlines()[-1])["summaries"] == 1, err
+    # its JSON line is that of the fit of the rows (blocks, ...), plus the summaries' count
+    code, rows_out, err = cli("fit", "--input", src, "--output", tmp_path / "wr")
+    from_rows = json.loads(rows_out.strip().splitlines()[-1])
+    from_summary = json.loads(out.strip().splitlines()[-1])
+    assert code == 0 and from_rows["blocks"] > 0, err
+    assert {k: v for k, v in from_summary.items() if k not in ("summaries", "model")} == \
+        {k: v for k, v in from_rows.items() if k != "model"}
     # a summary saved without --period is named by its directory among the alerts
     assert cli("summarize", "--input", tmp_path / "day2.parquet", "--output",
                tmp_path / "s2")[0] == 0

@@ -331,3 +331,19 @@ def test_outputs_of_the_api_never_replace_or_enter_their_input(tmp_path):
     (tmp_path / "ds" / "sub" / "notes.json").write_text("{}")
     with pytest.raises(distcal.DataError, match="notes.json' is not a readable Parquet file"):
         distcal.fit(str(tmp_path / "ds"))
+
+
+def test_a_directory_of_no_distcal_kind_is_refused_naming_every_kind(tmp_path):
+    """The refusal lists what overwrite does replace: every kind distcal writes (the
+    summary directories and Spark ML stages were missing from it)."""
+    from distcal.errors import OutputPathError
+    from distcal.storage.kinds import KIND_NAMES, check_replaceable
+
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    with pytest.raises(OutputPathError) as err:
+        check_replaceable(LocalFileSystem(), str(tmp_path / "mine"), None)
+    assert "a directory that is not a distcal output" in str(err.value)
+    for name in KIND_NAMES.values():
+        assert name in str(err.value), name
+    assert "a summary directory" in str(err.value)

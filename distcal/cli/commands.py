@@ -68,10 +68,17 @@ def cmd_fit(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
                 engine=io.engine, on_invalid=opts["on_invalid"],
                 score_index=opts.get("score_index"), **segments, **_method_params(opts))
     io.publish(opts["output"], model.write_dir, opts["overwrite"], MODEL)
-    out = {"model": str(opts["output"]), "method": model.method, "n_rows": model.n_rows,
-           "weight_total": model.weight_total, "dropped_rows": model.dropped_rows}
+    return _fit_line(model, {"model": str(opts["output"]), "method": model.method})
+
+
+def _fit_line(model: Any, out: dict[str, Any]) -> dict[str, Any]:
+    """``fit``'s JSON line (rows or summaries): ``out``, the rows used, the segments and
+    the global map's size or parameters."""
+    out.update(n_rows=model.n_rows, weight_total=model.weight_total,
+               dropped_rows=model.dropped_rows)
+    by = getattr(model, "by", None) or None
     if by is not None:
-        out.update(by=by, segments=len(model.segments),
+        out.update(by=list(by), segments=len(model.segments),
                    fallback=int(model.segments["fallback"].sum()))
     glob = model.global_model if by is not None else model
     if isinstance(glob, KeyedModel):  # multiclass
@@ -125,12 +132,8 @@ def _fit_summaries(opts: dict[str, Any], io: Backend) -> dict[str, Any]:
                 weight_col=opts["weight_col"], on_invalid=opts["on_invalid"],
                 min_segment_weight=opts["min_segment_weight"], **_method_params(opts))
     io.publish(opts["output"], model.write_dir, opts["overwrite"], MODEL)
-    out = {"model": str(opts["output"]), "method": model.method, "summaries": len(dirs),
-           "n_rows": model.n_rows, "weight_total": model.weight_total,
-           "dropped_rows": model.dropped_rows}
-    if isinstance(model, KeyedModel) and model.segments is not None:
-        out.update(by=model.by, segments=len(model.segments))
-    return out
+    return _fit_line(model, {"model": str(opts["output"]), "method": model.method,
+                             "summaries": len(dirs)})
 
 
 def cmd_summarize(opts: dict[str, Any], io: Backend) -> dict[str, Any]:

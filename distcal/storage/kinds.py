@@ -137,8 +137,7 @@ def check_replaceable(fs: FileSystem, target: str, kind: str | None, shown: str 
     shown = shown or target
     if actual is None:
         raise OutputPathError(f"output '{shown}' is {what}; overwrite replaces only a previous "
-                              "distcal output (a model directory, a Parquet file or dataset, a "
-                              "report directory)")
+                              f"distcal output ({', '.join(KIND_NAMES.values())})")
     if kind is not None and actual != kind:
         raise OutputPathError(f"output '{shown}' is {what}, not {KIND_NAMES[kind]}; overwrite "
                               "replaces only a previous output of the same kind")
