@@ -238,6 +238,23 @@ def test_evaluate_a_summary_equals_the_rows_and_the_oracles(engine, tmp_path):
         pd.testing.assert_frame_equal(got.segments, want.segments, rtol=1e-9)
 
 
+def test_dropping_from_pieces_without_the_key_of_all_rows():
+    """A summary read in pieces of a few rows: a piece may hold a segment's rows without
+    the key of all rows (the table is written key by key); its rows with refused scores
+    are dropped too (they were kept, and a range with a segment but no global key
+    failed an assertion)."""
+    rng = np.random.default_rng(1)
+    s = np.round(rng.normal(0.5, 0.3, 600), 2)
+    df = pd.DataFrame({"score": s, "label": (rng.random(600) < np.clip(s, 0, 1)) * 1,
+                       "g": rng.choice(["a", "b"], 600)})
+    want = distcal.evaluate(df, prob_col="score", by="g", on_invalid="drop")
+    got = distcal.evaluate(distcal.summarize(df, by="g"), on_invalid="drop", batch_rows=7,
+                           memory_rows=50)
+    assert (got.n_rows, got.dropped_rows) == (want.n_rows, want.dropped_rows)
+    assert got.dropped_rows > 0
+    pd.testing.assert_frame_equal(got.segments, want.segments, rtol=1e-9)
+
+
 def test_spiegelhalter_and_citl_on_every_evaluation(engine):
     frame = engine.frame
     df = days(1, seed=7)[0].rename(columns={"score": "prob"})

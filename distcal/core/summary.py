@@ -375,11 +375,12 @@ class SummarySource:
         part = summary_keyed(piece, len(spec.by))
         counts, bad = self.problems(part, spec, finite_scores)
         if drop and bad.any():
+            # (a piece may hold a segment's rows without the key of all rows, which counts
+            # them where it is: every piece drops its rows, only that key's are counted)
             g = part.global_index()
-            assert g is not None  # (rows with problems are counted in it)
-            lo, hi = part.starts[g], part.starts[g + 1]
+            lo, hi = (0, 0) if g is None else (part.starts[g], part.starts[g + 1])
             t, bad_g = part.table, bad[lo:hi]
-            counts = {_ROWS: counts[_ROWS], _WEIGHT: counts[_WEIGHT],
+            counts = {**{k: v for k, v in counts.items() if k.startswith("_")},
                       _DROPPED: int(t.count[lo:hi][bad_g].sum()),
                       _DROPPED_WEIGHT: float(t.weight[lo:hi][bad_g].sum())}
             part = _without_rows(part, bad)
@@ -397,21 +398,22 @@ class SummarySource:
         [0, 1] when they are evaluated as probabilities.
         """
         s = kt.table.score
+        checks = []
+        if finite_scores:
+            checks.append(("are infinite (this method needs finite scores)", np.isinf(s)))
+        if spec.probabilities:
+            checks.append(("are outside [0, 1] (evaluated as probabilities)", (s < 0) | (s > 1)))
         bad = np.zeros(len(s), bool)
+        for _, mask in checks:
+            bad |= mask
         g = kt.global_index()
         if g is None:
             return {}, bad
         rows = slice(int(kt.starts[g]), int(kt.starts[g + 1]))
         n = kt.table.count[rows]
         out: dict[str, float] = {_ROWS: int(n.sum()), _WEIGHT: float(kt.table.weight[rows].sum())}
-        checks = []
-        if finite_scores:
-            checks.append(("are infinite (this method needs finite scores)", np.isinf(s)))
-        if spec.probabilities:
-            checks.append(("are outside [0, 1] (evaluated as probabilities)", (s < 0) | (s > 1)))
         for problem, mask in checks:
             out[problem] = int(n[mask[rows]].sum())
-            bad |= mask
         return out, bad
 
     @staticmethod
