@@ -176,3 +176,54 @@ def test_two_overwriters_both_complete(setup, tmp_path):
     assert [p.wait() for p in procs] == [0, 0], [p.communicate() for p in procs]
     assert check_complete(out, model) in ("old", "new")
     assert temporaries(tmp_path, out.name) == []
+
+
+# A SIGTERM whose handler runs inside a native callback: Python prints the
+# handler's KeyboardInterrupt ("Exception ignored on calling ctypes callback
+# function") and goes on. numba's compiler calls back into Python through
+# ctypes, so a SIGTERM landing while a kernel compiles (the first large
+# summarize or fit of a process) did this, and the run published and exited 0.
+# Here the callback is libc's qsort's comparison, called from a handler of the
+# distcal logger, so the signal lands at a known moment of a real `distcal fit`.
+SWALLOWED_SIGTERM = """
+import ctypes, logging, os, signal, sys, time
+from distcal.cli.main import main
+
+libc = ctypes.CDLL(None)
+CMP = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+
+@CMP
+def compare(a, b):
+    os.kill(os.getpid(), signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:  # the handler runs here, between bytecodes
+        pass
+    return 0
+
+class SignalInsideCallback(logging.Handler):
+    def emit(self, record):
+        if record.getMessage().startswith(sys.argv[1]):
+            pair = (ctypes.c_int * 2)(1, 2)
+            libc.qsort(pair, 2, ctypes.sizeof(ctypes.c_int), compare)
+            print("the run goes on", file=sys.stderr, flush=True)
+
+logging.getLogger("distcal").addHandler(SignalInsideCallback())
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("moment", ["local: read", "fit binary"])
+def test_a_sigterm_lost_in_a_native_callback_still_stops_the_commit(setup, tmp_path, moment):
+    d, _ = setup
+    out = tmp_path / "model"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    r = subprocess.run([sys.executable, "-c", SWALLOWED_SIGTERM, moment, "fit", "-v",
+                        "--input", d / "small.parquet", "--output", out],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    # The signal's exception was swallowed where it was raised, and the fit went on ...
+    assert "Exception ignored on calling ctypes callback function" in r.stderr, r.stderr
+    assert "the run goes on" in r.stderr, r.stderr
+    # ... yet the run stops before its commit, as for any SIGTERM: 130, nothing written.
+    assert r.returncode == 130, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == "distcal: interrupted"
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

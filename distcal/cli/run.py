@@ -6,7 +6,9 @@ a bad model directory, a bad parameter value, an existing output without
 ``--overwrite``; one line on stderr and nothing written. Exit 1 for
 anything else (a bug or the environment), also one line, with the
 traceback under ``--verbose``. SIGTERM is handled like Ctrl-C: temporary
-outputs are removed and nothing is published.
+outputs are removed, nothing is published and the exit code is 130, also
+when the signal's KeyboardInterrupt was lost in a native callback (see
+:data:`~distcal.storage.publish.commit_guard`).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from ..errors import (
     UsageError,
 )
 from ..jsonsafe import json_safe
-from ..storage import OutputExistsError
+from ..storage import OutputExistsError, commit_guard
 from .backend import Backend, check_input_files, one_line
 from .commands import COMMANDS
 from .options import resolve_options
@@ -76,8 +78,20 @@ def _configure_logging(verbose: int, quiet: bool) -> None:
         log.propagate = False
 
 
-def _terminate(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
+class _Termination:
+    """SIGTERM's handler for one run, and the commit guard that remembers it."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        self.signal = signum
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    def check(self) -> None:
+        """Raise again what a native callback may have swallowed (before a commit)."""
+        if self.signal is not None:
+            raise KeyboardInterrupt(f"signal {self.signal}")
 
 
 def _silence_children() -> Callable[[], None]:
@@ -127,8 +141,10 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
     verbose = 0
     previous = None
     silenced: Callable[[], None] | None = None
+    termination = _Termination()
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGTERM, _terminate)
+        previous = signal.signal(signal.SIGTERM, termination.handle)
+    guarded = commit_guard.set(termination.check)
     try:
         args = build_parser(prog, entry_point).parse_args(attach_negative_values(
             read_url_arguments(list(sys.argv[1:] if argv is None else argv))))
@@ -147,6 +163,7 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
                 silenced = _silence_children()
             backend = backend_factory(opts)
             result = COMMANDS[args.command](opts, backend)
+            termination.check()  # a run told to stop does not report success
     except _USER_ERRORS as exc:
         # The library's advice in the command line's words.
         msg = one_line(exc).replace("pass on_invalid='drop'", "pass --on-invalid drop")
@@ -163,6 +180,7 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
         _say(f"{prog}: failed: {type(exc).__name__}: {one_line(exc)}", err())
         return 1
     finally:
+        commit_guard.reset(guarded)
         try:
             if backend is not None:
                 backend.close()

@@ -21,7 +21,15 @@ from typing import Any, TextIO
 
 from ..errors import DataError, UsageError
 from ..model import CalibrationModel
-from ..storage import PARQUET, FileSystem, LocalFileSystem, filesystem_for, is_local_uri, publishing
+from ..storage import (
+    PARQUET,
+    FileSystem,
+    LocalFileSystem,
+    check_commit,
+    filesystem_for,
+    is_local_uri,
+    publishing,
+)
 from .backend import Backend, transform_for_cli
 from .run import run
 
@@ -182,6 +190,7 @@ class SparkBackend(Backend):
             if before_commit is not None:
                 before_commit(self.spark.table(tmp))
             self.refuse_existing(table, overwrite, table=table)  # it may have appeared since
+            check_commit()
             if self.spark.catalog.tableExists(table):
                 old = f"{prefix}_distcal_old_{name}_{uuid.uuid4().hex[:8]}"
                 self.spark.sql(f"ALTER TABLE {q(table)} RENAME TO {q(old)}")

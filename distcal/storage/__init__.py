@@ -35,7 +35,9 @@ from .local import LocalFileSystem
 from .publish import (
     OutputExistsError,
     OutputPathError,
+    check_commit,
     check_target,
+    commit_guard,
     fetch_dir,
     local_publishing,
     publish_dir,
@@ -47,6 +49,7 @@ from .publish import (
 )
 
 __all__ = ["FileSystem", "LocalFileSystem", "OutputExistsError", "OutputPathError", "check_target",
+           "check_commit", "commit_guard",
            "filesystem_for", "fetch_dir", "is_local_uri", "local_path", "within",
            "local_publishing", "publish_dir", "publishing", "publishing_dir", "refuse_existing",
            "refuse_overlap", "resolve_local", "check_regular_input", "read_regular_file",

@@ -19,6 +19,10 @@ The algorithm, the same on every store (:class:`~distcal.storage.base.FileSystem
    in, put the old one back if that fails, and remove it.
 5. On any failure (including KeyboardInterrupt), the temporary sibling is
    removed and directories created for the output are removed again.
+
+Step 4 first calls the :data:`commit_guard` of the current context, if one is
+set: a command-line run sets one that raises once a termination signal has
+arrived (:mod:`distcal.cli.run`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from hashlib import sha1
 from pathlib import Path
 from typing import TypeVar
@@ -39,13 +44,29 @@ from ..params import check_bool
 from .base import FileSystem, local_path, split_uri, within
 from .kinds import check_replaceable, output_kind
 
-__all__ = ["OutputExistsError", "publishing", "local_publishing", "publish_dir",
-           "publishing_dir", "fetch_dir",
+__all__ = ["OutputExistsError", "commit_guard", "check_commit", "publishing",
+           "local_publishing", "publish_dir", "publishing_dir", "fetch_dir",
            "refuse_existing", "temp_sibling", "recover", "check_target", "OutputPathError",
            "resolve_local", "refuse_overlap"]
 
 log = logging.getLogger("distcal")
 T = TypeVar("T")
+
+#: Called before every commit when set (a context variable, so only the run that
+#: set it sees it). A command-line run's SIGTERM handler raises KeyboardInterrupt,
+#: but a handler that runs inside a native callback (numba compiling a kernel
+#: calls back into Python through ctypes) has its exception printed and dropped,
+#: and the run would go on to publish; the guard raises it again here.
+commit_guard: ContextVar[Callable[[], None] | None] = ContextVar("distcal_commit_guard",
+                                                                 default=None)
+
+
+def check_commit() -> None:
+    """Run the :data:`commit_guard`, if any: just before an output is committed."""
+    guard = commit_guard.get()
+    if guard is not None:
+        guard()
+
 
 # Names longer than this are shortened in temporary siblings, so that the
 # temporary name stays within the usual 255-byte limit of a file name.
@@ -271,6 +292,7 @@ def publishing(fs: FileSystem, target: str, *, overwrite: bool = False,
     done = False
     try:
         yield tmp
+        check_commit()
         _commit(fs, tmp, target, overwrite, kind, shown)
         done = True
     finally:
