@@ -18,7 +18,7 @@ from .engines.base import check_transform_columns, prediction_array
 from .errors import VECTORS_EXPECTED, ParameterError, column_type
 from .keyed_model import KeyedModel
 from .model import CalibrationModel, check_interval_columns
-from .storage import local_publishing, refuse_overlap
+from .storage import PARQUET, filesystem_for, publishing_dir, refuse_overlap
 from .tables import iter_tables, open_dataset
 
 __all__ = ["apply_to_parquet"]
@@ -94,7 +94,9 @@ def apply_to_parquet(model: CalibrationModel | KeyedModel, source: str | os.Path
     out_schema = pa.schema([schema.field(n) for n in keep]
                            + [pa.field(n, out_type) for n in added])
     rows = 0
-    with local_publishing(output, overwrite=overwrite) as tmp:
+    target = os.fspath(output)
+    with publishing_dir(filesystem_for(target), target, overwrite=overwrite,
+                        kind=PARQUET) as tmp:
         with pq.ParquetWriter(tmp, out_schema) as writer:
             tables = iter_tables(dataset, keep, batch_rows)
             for table in tables:

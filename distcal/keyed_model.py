@@ -170,6 +170,17 @@ class KeyedModel:
         for cls in classes:
             if (GLOBAL, cls) not in self._maps:
                 raise ValueError(f"the model has no global map for {key_text([], (GLOBAL, cls))}")
+        # Every fitted segment has one map per class, no more (a segment without
+        # one of them would fail to predict, or fall back to the global map unseen).
+        found: dict[Any, set[int | None]] = {}
+        for segment, cls in self._maps:
+            found.setdefault(segment, set()).add(cls)
+        for segment, have in found.items():
+            if have != set(classes):
+                text = "all rows" if segment is GLOBAL else key_text(self.by, (segment, None))
+                wanted = "one map of no class" if classes == [None] else f"classes {classes}"
+                raise ValueError(f"the maps of {text} are for classes {sorted(have, key=str)}; "
+                                 f"every segment of this model has {wanted}")
 
     def _classes_keyed(self) -> list[int | None]:
         """The class part of this model's keys."""

@@ -307,9 +307,17 @@ class CalibrationModel:
             out = np.interp(s, x, y)  # clips outside the knots: right for ±inf ...
         # Two knots closer than ~1e-308 with different values: an infinite slope
         # between them, taken as a step at the left knot (as the exports take it).
-        steep = ~np.isfinite(out) & np.isfinite(s)
+        # Two knots more than ~1.8e308 apart: their distance overflows, so the slope
+        # is 0 and the left knot's value holds up to the right knot, as the exports
+        # compute it too (np.interp mixes the two knots' values there).
+        left = np.searchsorted(x, s, side="right") - 1
+        inside = (left >= 0) & (left < x.shape[0] - 1)
+        with np.errstate(over="ignore"):
+            wide = np.zeros(s.shape, dtype=bool)
+            wide[inside] = np.isinf(x[left[inside] + 1] - x[left[inside]])
+        steep = (~np.isfinite(out) & np.isfinite(s)) | wide
         if steep.any():
-            out[steep] = y[np.searchsorted(x, s[steep], side="right") - 1]
+            out[steep] = y[left[steep]]
         out[np.isnan(s)] = np.nan  # (np.interp with a single knot returns it for NaN too)
         # ... unless the lowest (highest) block has no finite knot: it holds only
         # -inf (+inf), or, centered, its mean is infinite.

@@ -39,7 +39,7 @@ __all__ = ["plot_reliability", "plot_calibration_map", "plot_roc", "plot_cost_cu
 
 #: Area (points^2) of the marker of the heaviest bin; others scale linearly.
 MARKER_AREA_MAX = 400.0
-#: The smoothed curve is not drawn where the kernel averages less weight than this.
+#: The smoothed curve is not drawn where the kernel averages fewer rows than this.
 MIN_EFFECTIVE = 10.0
 
 
@@ -120,22 +120,23 @@ def plot_bins(ax: Any, curve: Any, wmax: float, color: str, label: str, gid: str
     sc.set_gid(gid)
 
 
-def _effective_weight(curve: dict[str, np.ndarray], weight_total: float,
-                      sigma: float) -> np.ndarray:
-    return weight_total * curve["density"] * 2.0 * math.sqrt(math.pi) * sigma
+def _effective_rows(curve: dict[str, np.ndarray], n_rows: int, sigma: float) -> np.ndarray:
+    return n_rows * curve["density"] * 2.0 * math.sqrt(math.pi) * sigma
 
 
-def smooth_band(curve: dict[str, np.ndarray], weight_total: float, sigma: float,
+def smooth_band(curve: dict[str, np.ndarray], n_rows: int, sigma: float,
                 z: float = 1.96) -> tuple[np.ndarray, np.ndarray]:
     """Approximate pointwise band of the smoothed curve.
 
-    A Gaussian kernel of width sigma averages about n_eff(t) = W f(t) 2
-    sqrt(pi) sigma rows near t (f the weight density, 1 / int K^2 = 2 sqrt(pi)
-    sigma), so mu(t) +- z sqrt(mu (1 - mu) / n_eff). An approximation for
-    display, not an exact interval.
+    A Gaussian kernel of width sigma averages about n_eff(t) = n f(t) 2
+    sqrt(pi) sigma rows near t (n the rows of positive weight, f the weight
+    density, 1 / int K^2 = 2 sqrt(pi) sigma), so mu(t) +- z sqrt(mu (1 - mu)
+    / n_eff). Rows, not the total weight: the band does not change when every
+    weight is multiplied by one factor. An approximation for display, not an
+    exact interval.
     """
     mu = curve["mu"]
-    n_eff = np.maximum(_effective_weight(curve, weight_total, sigma), 1e-9)
+    n_eff = np.maximum(_effective_rows(curve, n_rows, sigma), 1e-9)
     half = z * np.sqrt(np.clip(mu * (1 - mu), 0, None) / n_eff)
     return np.clip(mu - half, 0, 1), np.clip(mu + half, 0, 1)
 
@@ -166,9 +167,9 @@ def plot_reliability(reports: Any, ax: Any = None, *, hist_ax: Any = None,
         if smooth and metrics is not None:
             mt = metrics[i]
             curve = mt["smooth_curve"]
-            lo, hi = smooth_band(curve, r.weight_total, mt["smece_sigma"])
-            # drawn only where the kernel averages enough weight to mean something
-            sparse = _effective_weight(curve, r.weight_total, mt["smece_sigma"]) < MIN_EFFECTIVE
+            lo, hi = smooth_band(curve, r.n_rows, mt["smece_sigma"])
+            # drawn only where the kernel averages enough rows to mean something
+            sparse = _effective_rows(curve, r.n_rows, mt["smece_sigma"]) < MIN_EFFECTIVE
             mu = np.where(sparse, np.nan, curve["mu"])
             ax.fill_between(curve["t"], lo, hi, where=~sparse, color=color, alpha=0.15, lw=0)
             ax.plot(curve["t"], mu, color=color, lw=1.5,

@@ -140,8 +140,10 @@ def test_evaluate_of_tiny_weights_is_the_evaluation_of_unit_weights():
     df = pd.DataFrame({"prob": s, "label": (rng.random(500) < s).astype(int), "w": 1e-140})
     tiny, unit = distcal.evaluate(df, weight_col="w"), distcal.evaluate(df.drop(columns="w"))
     for name in ("ece", "mce", "brier", "log_loss", "accuracy", "auc", "spiegelhalter_z",
-                 "citl_low", "citl_high"):
+                 "citl_low", "citl_high", "smece", "smece_sigma"):
         assert getattr(tiny, name) == pytest.approx(getattr(unit, name), rel=1e-9), name
+    for part in ("mu", "density"):  # the smoothed curve too (smECE was ~1e-135)
+        np.testing.assert_allclose(tiny.smooth_curve[part], unit.smooth_curve[part], rtol=1e-9)
     for w in (1e-170, 1e-200, 5e-324):
         with pytest.raises(distcal.DataError, match="too small: products of two of them"):
             distcal.evaluate(df.assign(w=w), weight_col="w")

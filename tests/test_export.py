@@ -435,6 +435,25 @@ def test_knots_closer_than_the_smallest_normal_are_a_step_everywhere():
     _assert_close(_columns(result, 0), want)
 
 
+@pytest.mark.parametrize("interpolation", ["linear", "centered"])
+def test_knots_further_apart_than_the_largest_double_agree_everywhere(interpolation):
+    """Centered, the knots are the means -8.5e307 and 1.7e308: their distance overflows,
+    the slope is 0. predict mixed the two knots' values there (1.0 at 1e308 where SQL
+    and ONNX give 0.0); now all three keep the left knot's value. Linear, the knots 0 and
+    1.7e308 are within range: interpolated."""
+    model = distcal.fit(pd.DataFrame({"score": [-1.7e308, 0.0, 1.7e308], "label": [0, 0, 1]}),
+                        interpolation=interpolation)
+    probe = np.array([-1.0, 0.0, 0.5, 1e307, 1e308, 1.6e308, np.nan])
+    want = model.predict(probe)
+    if interpolation == "centered":
+        np.testing.assert_array_equal(want[:6], 0.0)
+    else:
+        np.testing.assert_allclose(want[3:6], probe[3:6] / 1.7e308, rtol=1e-15)
+    np.testing.assert_array_equal(_onnx_run(model, probe), want)
+    result = run_duckdb([model.to_sql("s", dialect="duckdb")], {"s": probe.tolist()})
+    _assert_close(_columns(result, 0), want)
+
+
 def test_sigmoid_of_one_distinct_score_is_constant_at_infinity(spark):
     """One distinct score fitted: a = 0, the constant map 1 / (1 + e^b), at s = +-inf too
     (0 * inf is NaN), in predict, SQL, ONNX and Spark's transform (one map, and a map per

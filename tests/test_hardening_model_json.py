@@ -50,6 +50,9 @@ def models(tmp_path_factory) -> Path:
     distcal.fit(df, by="g", method="sigmoid").save(d / "keyed_sigmoid")
     distcal.fit(df.assign(g=df.g % 2), by="g").save(d / "keyed01")
     distcal.fit(df, method="beta").save(d / "beta")
+    probabilities = rng.dirichlet([1, 1, 1], 1500)
+    distcal.fit(pd.DataFrame({"z": list(probabilities), "label": rng.integers(0, 3, 1500),
+                              "g": df.g}), score_col="z", by="g").save(d / "keyed_multiclass")
     logits = rng.normal(size=(1500, 3))
     distcal.fit(pd.DataFrame({"z": list(logits), "label": logits.argmax(1)}), score_col="z",
                 method="temperature").save(d / "temperature")
@@ -178,6 +181,19 @@ CASES = [
     ("keyed-segment-n-rows-negative", "keyed", lambda d: _resign(
         d, lambda m: m["segments"]["n_rows"].__setitem__(1, -1)), "",
      "segments.n_rows does not match"),
+    # every fitted segment has one map per class of the model, no more
+    ("keyed-segment-of-class-3", "keyed", _cell("maps.parquet", "maps", "class", 1,
+                                                lambda c: 3), "",
+     r"the maps of g=3 are for classes \[3\]; every segment of this model has one map of "
+     "no class"),
+    ("keyed-multiclass-segment-without-class-2", "keyed_multiclass",
+     _cell("maps.parquet", "maps", "class", 9, lambda c: 7), "",
+     r"the maps of g=3 are for classes \[0, 1, 7\]; every segment of this model has "
+     r"classes \[0, 1, 2\]"),
+    ("keyed-multiclass-of-2-classes-with-3-maps", "keyed_multiclass", lambda d: _resign(
+        d, lambda m: m.__setitem__("n_classes", 2)), "",
+     r"the maps of all rows are for classes \[0, 1, 2\]; every segment of this model has "
+     r"classes \[1\]"),
     ("beta-negative-a", "beta", _cell("maps.parquet", "maps", "params", 0, lambda p: json.dumps(
         {**json.loads(p), "a": -1.0})), "", "a and b must be >= 0"),
     ("temperature-negative-rows", "temperature", _cell("maps.parquet", "maps", "n_rows", 0,
@@ -209,8 +225,8 @@ def test_every_json_of_a_model_directory_is_parsed_with_limits(case, models, tmp
 
 
 def test_the_untampered_models_load(models):
-    for name in ("binary", "keyed", "keyed_sigmoid", "segmented_isotonic", "segmented_sigmoid",
-                 "multiclass_isotonic", "binary_isotonic"):
+    for name in ("binary", "keyed", "keyed_sigmoid", "keyed_multiclass", "segmented_isotonic",
+                 "segmented_sigmoid", "multiclass_isotonic", "binary_isotonic"):
         distcal.load(models / name)
 
 

@@ -128,3 +128,21 @@ def test_nan_in_nan_out(scores_df):
     model = distcal.fit(scores_df)
     out = model.predict(np.array([np.nan, 0.5]))
     assert np.isnan(out[0]) and 0 <= out[1] <= 1
+
+
+def test_probabilities_of_tiny_steps_are_not_chained_into_one_block(engine):
+    """Neighbouring blocks within 2^-36 of each other are one block, but a run of such
+    steps may not drift: 20,000 rates 0.3 + i 2e-12 (already increasing, so the fit is the
+    rates themselves) were pooled into one block, 6.7e-8 from sklearn at the ends."""
+    k = 20_000
+    s = np.arange(k) / k
+    p = 0.3 + np.arange(k) * 2e-12
+    df = pd.DataFrame({"score": np.r_[s, s], "label": np.r_[np.ones(k), np.zeros(k)],
+                       "w": np.r_[p, 1 - p]})
+    want = sklearn_predict(df, s, weight_col="w")
+    np.testing.assert_allclose(want, p, rtol=1e-12)
+    for interpolation in ("step", "linear"):
+        model = distcal.fit(engine(df), weight_col="w", interpolation=interpolation,
+                            **engine.opts)
+        np.testing.assert_allclose(model.predict(s), want, rtol=1e-10)
+        assert len(model.blocks) > 1000

@@ -56,3 +56,14 @@ def test_infinite_scores_are_rejected():
     df = pd.DataFrame({"score": [0.1, np.inf, 0.3], "label": [0, 1, 1]})
     with pytest.raises(distcal.DataError, match=r"column 'score': 1 row is infinite"):
         distcal.fit(df, method="sigmoid")
+
+
+def test_subnormal_scores_are_refused_for_what_they_are(engine):
+    """Scores 1e-320 apart need a slope near 1e320: a DataError saying so, on every engine
+    (it said the weights were too large; they were 1)."""
+    df = pd.DataFrame({"score": [1e-320, 2e-320, 3e-320, 4e-320], "label": [0, 1, 0, 1]})
+    with pytest.raises(distcal.DataError, match=r"the scores spread too little for a sigmoid"):
+        distcal.fit(engine(df), method="sigmoid", **engine.opts)
+    model = distcal.fit(engine(df.assign(score=df.score * 1e300)), method="sigmoid",
+                        **engine.opts)
+    assert np.isfinite(model.params["a"]) and np.isfinite(model.params["b"])

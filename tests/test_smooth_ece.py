@@ -65,8 +65,9 @@ def test_fixed_bandwidth_equals_relplot(sigma: float) -> None:
     assert got == pytest.approx(relplot.smECE_sigma(f, y, sigma), rel=1e-10, abs=1e-14)
 
 
-def test_unit_weights_equal_repeated_rows() -> None:
-    """A weight w means w repeated rows (relplot has no weights)."""
+def test_integer_weights_are_repeated_rows() -> None:
+    """A weight w stands for w repeated rows (relplot has no weights), but for relplot's
+    density epsilon of 1e-4 a row, taken in units of the mean weight (2.5 here): ~1e-7."""
     rng = np.random.default_rng(8)
     f = np.round(rng.uniform(size=400), 3)
     y = (rng.random(400) < f).astype(float)
@@ -74,7 +75,20 @@ def test_unit_weights_equal_repeated_rows() -> None:
     weighted = sm.smooth_ece(pool_ties(f, y, reps.astype(float)))
     want, want_sigma = relplot.smECE(np.repeat(f, reps), np.repeat(y, reps), return_width=True)
     assert weighted["smece_sigma"] == want_sigma
-    assert weighted["smece"] == pytest.approx(want, rel=1e-9)
+    assert weighted["smece"] == pytest.approx(want, rel=1e-6)
+
+
+@pytest.mark.parametrize("w", [1e-140, 1e-9, 1e-6, 0.002, 7.0, 1e6])
+def test_weights_of_one_value_are_unit_weights(w: float) -> None:
+    """Multiplying every weight by one factor changes nothing: relplot's number. A fixed
+    epsilon outweighed small weights (0.120 instead of 0.144 at w = 1e-6, 0.001 at 1e-9)."""
+    rng = np.random.default_rng(14)
+    f = rng.uniform(size=500)
+    y = (rng.random(500) < f ** 2).astype(float)
+    want, want_sigma = relplot.smECE(f, y, return_width=True)
+    got = sm.smooth_ece(pool_ties(f, y, np.full(500, w)))
+    assert got["smece_sigma"] == want_sigma
+    assert got["smece"] == pytest.approx(want, rel=1e-9)
 
 
 @pytest.mark.parametrize("kind,n,seed", [("calibrated", 100_000, 9), ("ties", 5000, 10)])

@@ -6,6 +6,7 @@ and ``file://`` URLs, and a Spark session's Hadoop FileSystem.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import uuid
@@ -31,13 +32,13 @@ def _write(content: str):
     """A writer of a directory that looks like a model (overwrite replaces only outputs)."""
     def write(d: Path) -> None:
         d.mkdir()
-        (d / "model.json").write_text(content)
+        (d / "model.json").write_text(json.dumps({"format": "distcal-model", "test": content}))
 
     return write
 
 
 def _read(d: Path) -> str:
-    return (d / "model.json").read_text()
+    return json.loads((d / "model.json").read_text())["test"]
 
 
 def _siblings(parent: Path, name: str) -> list[str]:
@@ -144,6 +145,17 @@ def test_next_run_restores_output_left_aside_and_cleans_dead_temporaries(tmp_pat
     assert _siblings(tmp_path, "out") == [live.name]
 
 
+def test_an_old_output_a_live_run_moved_aside_is_left_to_it(tmp_path):
+    """On a store without an atomic exchange a run moves the old output aside, then renames
+    the new one in: another run starting in between put the old one back (and the first
+    failed), though only a run that died leaves it for others to restore."""
+    fs, target = LocalFileSystem(), tmp_path / "out"
+    aside = tmp_path / f".out.old-{os.getpid()}@{socket.gethostname()}-1234abcd"
+    _write("old")(aside)  # this process is the live run, between its two renames
+    publish_dir(fs, str(target), _write("new"))
+    assert _read(target) == "new" and _read(aside) == "old"
+
+
 def test_long_names_fit_the_temporary_prefix(tmp_path):
     name = "m" * 250  # near the 255-byte limit of ext4
     target = tmp_path / name
@@ -216,7 +228,7 @@ def test_output_kinds_of_local_paths(tmp_path):
     df.to_parquet(tmp_path / "ds" / "part-0.parquet")
     (tmp_path / "ds" / "_SUCCESS").write_text("")
     (tmp_path / "rep").mkdir()
-    (tmp_path / "rep" / "report.json").write_text("{}")
+    (tmp_path / "rep" / "report.json").write_text('{"table": []}')
     (tmp_path / "text").write_text("hello")
     (tmp_path / "empty").mkdir()
     os.mkfifo(tmp_path / "fifo")
@@ -237,7 +249,7 @@ def test_overwrite_replaces_only_the_same_kind(tmp_path):
 
     def report(d: Path) -> None:
         d.mkdir()
-        (d / "report.json").write_text("{}")
+        (d / "report.json").write_text('{"table": []}')
 
     publish_dir(fs, target, report)
     with pytest.raises(OutputPathError, match="is a report directory, not a model directory"):
@@ -265,7 +277,7 @@ def test_remote_store_kinds_by_marker_file():
 
     def report(d: Path) -> None:
         d.mkdir()
-        (d / "report.json").write_text("{}")
+        (d / "report.json").write_text('{"table": []}')
 
     with pytest.raises(OutputPathError, match="is a model directory, not a report directory"):
         publish_dir(fs, f"{root}/m", report, overwrite=True, kind="report")
@@ -296,6 +308,12 @@ def test_file_urls_are_read_as_rfc_8089(tmp_path):
     assert (spaced / "m" / "model.json").is_file() and distcal.load(spaced / "m") == model
     model.save(f"file://localhost{tmp_path}/m2")
     assert distcal.load(tmp_path / "m2") == model
+    # Decoded once: m%2541 is the name m%41 (it was decoded twice, to mA).
+    model.save(f"file://{tmp_path}/m%2541")
+    assert (tmp_path / "m%41" / "model.json").is_file() and not (tmp_path / "mA").exists()
+    assert distcal.load(f"file://{tmp_path}/m%2541") == model
+    model.save(f"file://{tmp_path}/m%2541", overwrite=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a b", "m%41", "m2"]
     with pytest.raises(ValueError, match="names the host 'server'"):
         model.save("file://server/share/m")
 
@@ -347,3 +365,65 @@ def test_a_directory_of_no_distcal_kind_is_refused_naming_every_kind(tmp_path):
     for name in KIND_NAMES.values():
         assert name in str(err.value), name
     assert "a summary directory" in str(err.value)
+
+
+def test_apply_to_parquet_writes_a_url_to_its_store(tmp_path, monkeypatch):
+    """The local engine's writer of tables publishes a URL on its store (it made a local
+    directory named ``memory:``), from the API and from ``distcal apply``."""
+    import fsspec
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from distcal.apply import apply_to_parquet
+    from distcal.cli.main import main
+
+    monkeypatch.chdir(tmp_path)
+    scores = np.linspace(0, 1, 50)
+    pq.write_table(pa.table({"score": scores, "label": (scores > .4).astype(np.int8)}),
+                   tmp_path / "in.parquet")
+    model = distcal.fit(pd.read_parquet(tmp_path / "in.parquet"))
+    model.save(tmp_path / "m")
+    root = f"memory://distcal-test-{uuid.uuid4().hex}"
+    assert apply_to_parquet(model, tmp_path / "in.parquet", f"{root}/api.parquet") == 50
+    assert main(["apply", "--model", str(tmp_path / "m"), "--input",
+                 str(tmp_path / "in.parquet"), "--output", f"{root}/cli.parquet", "-q"]) == 0
+    fs = fsspec.filesystem("memory")
+    for name in ("api", "cli"):
+        with fs.open(f"{root}/{name}.parquet", "rb") as f:
+            table = pq.read_table(f)
+        np.testing.assert_array_equal(table.column("calibrated").to_numpy(),
+                                      model.predict(scores))
+    with pytest.raises(OutputExistsError):
+        apply_to_parquet(model, tmp_path / "in.parquet", f"{root}/api.parquet")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.parquet", "m"]
+
+
+@pytest.mark.parametrize("marker,content", [
+    ("model.json", '{"format": "layers-model", "weightsManifest": []}'),  # TensorFlow.js
+    ("model.json", "not json"), ("model.json", "[1, 2]"), ("report.json", '{"a": 1}'),
+    ("summary.json", '{"format": "other"}')])
+def test_overwrite_leaves_a_directory_whose_marker_another_tool_wrote(tmp_path, marker, content):
+    """A directory holding a model.json (report.json, summary.json) that distcal did not
+    write is not replaced: a TensorFlow.js model's directory and its weights were."""
+    from distcal.errors import OutputPathError
+
+    model = distcal.fit(pd.DataFrame({"score": [.1, .3, .5, .7, .9], "label": [0, 1, 0, 1, 1]}))
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / marker).write_text(content)
+    (other / "group1-shard1of1.bin").write_bytes(b"weights")
+    with pytest.raises(OutputPathError, match=f"whose {marker} distcal did not write"):
+        model.save(other, overwrite=True)
+    assert sorted(p.name for p in other.iterdir()) == sorted([marker, "group1-shard1of1.bin"])
+    assert _siblings(tmp_path, "other") == []
+
+
+def test_a_directory_that_takes_no_new_entry_is_an_output_path_error():
+    """/proc exists but creates nothing: the same OutputPathError as a directory that cannot
+    be created (it was a PermissionError or FileNotFoundError naming the temporary)."""
+    from distcal.errors import OutputPathError
+
+    model = distcal.fit(pd.DataFrame({"score": [.1, .3, .5, .7, .9], "label": [0, 1, 0, 1, 1]}))
+    with pytest.raises(OutputPathError, match="'/proc/distcal-m': cannot create files in its "
+                                              "directory"):
+        model.save("/proc/distcal-m")

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from scipy.special import expit
 
-from ..errors import sums_overflow
+from ..errors import DataError, sums_overflow
 from .distinct import DistinctTable
 from .logistic import Terms, newton_plan, power_of_two_scale
 from .plans import KeySums, run_plan
@@ -151,7 +151,12 @@ def sigmoid_plan(max_iter: int = 100) -> Generator[Any, list[Any], tuple[float, 
     alpha, beta = yield from newton_plan(
         terms, [0.0, float(np.log((n_neg + 1.0) / (n_pos + 1.0)))], max_iter=max_iter,
         name="sigmoid calibration")
-    return float(alpha / sd * s_scale), float(beta - alpha * mu / sd)
+    with np.errstate(over="ignore", invalid="ignore"):
+        a, b = float(alpha / sd * s_scale), float(beta - alpha * mu / sd)
+    if not (math.isfinite(a) and math.isfinite(b)):  # a slope of ~1/sd beyond the doubles
+        raise DataError("the scores spread too little for a sigmoid a s + b in doubles "
+                        "(its slope overflows): multiply them by a constant before fitting")
+    return a, b
 
 
 def _score(s: np.ndarray) -> np.ndarray:

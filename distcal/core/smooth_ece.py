@@ -21,9 +21,16 @@ residuals r_i = f_i - y_i:
    residuals and D(x) for the ones (the density).
 3. **Evaluation.** R and D are linearly interpolated at the T = max(200,
    round(10 / sigma)) points t = linspace(0, 1, T), and with
-   D'(t) = D(t) + 1e-4
+   D'(t) = D(t) + 1e-4 w_mean
 
        smECE_sigma = sum_t |R(t) / D'(t)| D'(t) / sum_t D'(t).
+
+   relplot adds 1e-4 to a density of row counts; here the density is of
+   weights, so the 1e-4 is in units of the mean row weight w_mean (the
+   total weight over the rows of positive weight). Unit weights give
+   relplot's number, and the value does not change when every weight is
+   multiplied by one factor, as every other metric: a fixed 1e-4 would
+   outweigh weights normalised to sum to 1 over a million rows.
 
 4. **Bandwidth.** sigma* is the fixed point smECE_sigma = sigma, found as
    relplot's ``search_param``: if sigma = 1 has smECE_1 > 1 it is taken;
@@ -36,10 +43,11 @@ residuals r_i = f_i - y_i:
    smECE_alpha - alpha is within rounding of 0 at a bisection point.
 
 **Why it is mergeable.** Step 1 is a sum over rows, so over distinct
-probabilities p with weight W_p and positives Y_p the grid vectors are
+probabilities p with weight W_p, positives Y_p and N_p rows the grid vectors are
 
     mass_j  = sum_p W_p          * share_j(p)
     resid_j = sum_p (W_p p - Y_p) * share_j(p)
+    rows_j  = sum_p N_p          * share_j(p)   (only their total is read: w_mean)
 
 and the vectors of disjoint ranges add up (:func:`grid_partials`,
 :func:`combine_grid_partials`). Steps 2-4 only read the two length-G
@@ -90,7 +98,7 @@ DEFAULT_GRID = grid_size(1.0)
 
 def grid_partials(t: DistinctTable, sizes: tuple[int, ...] = (DEFAULT_GRID,)
                   ) -> dict[int, np.ndarray]:
-    """Per grid size G, the (2, G) array [mass, resid] of one range (step 1)."""
+    """Per grid size G, the (3, G) array [mass, resid, rows] of one range (step 1)."""
     p = t.score
     resid = t.weight * p - t.positives  # sum of w (f - y) over the rows at p
     out = {}
@@ -98,8 +106,8 @@ def grid_partials(t: DistinctTable, sizes: tuple[int, ...] = (DEFAULT_GRID,)
         x = p * (g - 1)
         k = x.astype(np.int64).clip(0, g - 2)
         frac = x - k
-        arr = np.empty((2, g))
-        for row, v in ((0, t.weight), (1, resid)):
+        arr = np.empty((3, g))
+        for row, v in ((0, t.weight), (1, resid), (2, t.count.astype(np.float64))):
             arr[row] = (np.bincount(k, weights=(1 - frac) * v, minlength=g)[:g]
                         + np.bincount(k + 1, weights=frac * v, minlength=g)[:g])
         out[g] = arr
@@ -137,16 +145,22 @@ def _interpolate(t: np.ndarray, y: np.ndarray) -> np.ndarray:
     return out
 
 
+def _density_eps(grid: np.ndarray) -> float:
+    """relplot's 1e-4 in units of the mean row weight (step 3)."""
+    rows = float(grid[2].sum())
+    return DENSITY_EPS * float(grid[0].sum()) / rows if rows > 0 else DENSITY_EPS
+
+
 def _smoothed(grid: np.ndarray, sigma: float, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(R(t) / D'(t), D'(t)) as relplot's ``ReflectedGaussianKernel.smooth``."""
     ker = _kernel(sigma, grid.shape[1])
     ys = _interpolate(t, _reflect_convolve(grid[1], ker))
-    dens = _interpolate(t, _reflect_convolve(grid[0], ker)) + DENSITY_EPS
+    dens = _interpolate(t, _reflect_convolve(grid[0], ker)) + _density_eps(grid)
     return ys / dens, dens
 
 
 def smooth_ece_sigma(grid: np.ndarray, sigma: float) -> float:
-    """smECE at bandwidth ``sigma`` from the (2, grid_size(sigma)) grid sums."""
+    """smECE at bandwidth ``sigma`` from the (3, grid_size(sigma)) grid sums."""
     if grid.shape[1] != grid_size(sigma):
         raise ValueError(f"bandwidth {sigma} needs a grid of {grid_size(sigma)} points")
     t = np.linspace(0, 1, max(round(10 / sigma), MESH_POINTS))
@@ -178,7 +192,7 @@ def smooth_ece(data: DistinctTable | MapRanges, *, grids: dict[int, np.ndarray] 
     ``grids`` may hold combined grid sums already gathered (e.g. the
     :data:`DEFAULT_GRID` sums from the evaluation's single pass); any other
     size the search needs costs one more map over the ranges. Returns
-    ``{"smece": ..., "smece_sigma": ..., "grid": (2, G) array at sigma*}``.
+    ``{"smece": ..., "smece_sigma": ..., "grid": (3, G) array at sigma*}``.
     """
     map_ranges = as_map_ranges(data)
     have = dict(grids or {})
@@ -204,10 +218,10 @@ def smooth_curve(grid: np.ndarray, sigma: float, n_points: int = 200) -> dict[st
 
     ``mu(t) = t - R(t) / D'(t)``: the kernel-smoothed positive rate near
     t, with the smoothed weight density D(t) (normalised to integrate to 1
-    over [0, 1], approximately). ``grid`` is the (2, grid_size(sigma)) sums.
+    over [0, 1], approximately). ``grid`` is the (3, grid_size(sigma)) sums.
     """
     t = np.linspace(0, 1, n_points)
     rs, dens = _smoothed(grid, sigma, t)
     total = float(grid[0].sum())
-    density = (dens - DENSITY_EPS) / total if total > 0 else dens * 0
+    density = (dens - _density_eps(grid)) / total if total > 0 else dens * 0
     return {"t": t, "mu": np.clip(t - rs, 0.0, 1.0), "density": density}

@@ -3,7 +3,8 @@
 ``--overwrite`` (``overwrite=True``) replaces only a previous output of the
 same kind: a model directory (it holds ``model.json``), a report directory
 (``report.json``), a summary directory (``summary.json``), a Spark ML
-calibrator's directory (``model/model.json``), or Parquet (a file starting
+calibrator's directory (``model/model.json``), each file the JSON distcal
+writes there (locally: other tools write a ``model.json`` too), or Parquet (a file starting
 with the ``PAR1`` magic, or a dataset directory whose visible files are
 all Parquet). Anything else
 (a device, a FIFO, a socket, a symbolic link, a directory that is not one
@@ -21,6 +22,7 @@ Every check uses ``lstat``/``stat`` and, where bytes are read, an
 from __future__ import annotations
 
 import errno
+import json
 import os
 import stat
 from typing import Any
@@ -40,6 +42,9 @@ KIND_NAMES = {MODEL: "a model directory", REPORT: "a report directory",
 # The file(s) that tell a directory's kind (any one of them).
 _MARKERS = {MODEL: ("model.json",), REPORT: ("report.json",), SUMMARY: ("summary.json",),
             STAGE: ("model/model.json", "metadata/_SUCCESS")}
+# Marker files other tools write too (TensorFlow.js's model.json) are read: the
+# JSON object distcal writes there, told by its keys. Larger ones are not ours.
+_MAX_MARKER_BYTES = 1 << 26
 _PARQUET_MAGIC = b"PAR1"
 # A dataset directory with more files than this is taken on its first ones.
 _MAX_DATASET_FILES = 10_000
@@ -86,6 +91,23 @@ def visible_files(root: str, limit: int = _MAX_DATASET_FILES) -> list[str]:
     return out[:limit]
 
 
+def _written_by_distcal(marker: str) -> bool:
+    """Whether the JSON file ``marker`` (``model.json``, ...) is one distcal writes:
+    a model's or a summary's ``"format": "distcal-..."`` (a 0.1 multiclass model's
+    ``class_models``), a report's ``table``; Spark's ``_SUCCESS`` holds nothing."""
+    if marker.endswith("_SUCCESS"):
+        return True
+    try:
+        doc = json.loads(read_regular_file(marker, _MAX_MARKER_BYTES))
+    except (OSError, ValueError, RecursionError):
+        return False
+    if not isinstance(doc, dict):
+        return False
+    if marker.endswith("report.json"):
+        return "table" in doc
+    return str(doc.get("format", "")).startswith("distcal-") or "class_models" in doc
+
+
 def _local_kind(path: str) -> tuple[str | None, str]:
     """(kind or None, what it is in words) for a local path."""
     try:
@@ -97,7 +119,9 @@ def _local_kind(path: str) -> tuple[str | None, str]:
             for marker in markers:
                 try:
                     if stat.S_ISREG(os.lstat(os.path.join(path, marker)).st_mode):
-                        return kind, KIND_NAMES[kind]
+                        if _written_by_distcal(os.path.join(path, marker)):
+                            return kind, KIND_NAMES[kind]
+                        return None, f"a directory whose {marker} distcal did not write"
                 except OSError:
                     pass
         files = visible_files(path)

@@ -38,6 +38,7 @@ from contextvars import ContextVar
 from hashlib import sha1
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import quote
 
 from ..errors import DataError, OutputPathError
 from ..params import check_bool
@@ -114,13 +115,25 @@ def _dead_owner(entry: str, prefix: str) -> bool:
     return False
 
 
+def _live_owner(entry: str, prefix: str) -> bool:
+    """Whether the run that made the sibling is a process of this host that still runs."""
+    owner = entry[len(prefix):].rpartition("-")[0]
+    pid_s, _, host = owner.partition("@")
+    return host == socket.gethostname() and pid_s.isdigit() and not _dead_owner(entry, prefix)
+
+
 def recover(fs: FileSystem, target: str) -> None:
-    """Put back an old output a killed run left aside; drop dead runs' temporaries."""
+    """Put back an old output a killed run left aside; drop dead runs' temporaries.
+
+    An old output a live run of this host moved aside is its to put back or
+    remove (it is between its two renames, on a store without an exchange).
+    """
     parent, name = split_uri(target)
     base = _base(name)
     entries = fs.listdir(parent) if parent or fs.local else []
     join = (lambda e: f"{parent}/{e}") if parent else (lambda e: e)
-    olds = sorted(e for e in entries if e.startswith(f".{base}.old-"))
+    olds = sorted(e for e in entries if e.startswith(f".{base}.old-")
+                  and not _live_owner(e, f".{base}.old-"))
     if olds and not fs.exists(target):
         log.warning("restoring %s from %s, left aside by an interrupted run", target, olds[-1])
         fs.rename_noreplace(join(olds[-1]), target)
@@ -234,8 +247,9 @@ def resolve_local(target: str) -> str:
     if name in ("", ".", ".."):
         raise OutputPathError(f"output '{target}' does not name a file or directory")
     resolved = os.path.join(os.path.realpath(head or "."), name)
-    # A file: URL stays one (an engine would take a bare path on its default filesystem).
-    return "file://" + resolved if str(target).startswith("file:") else resolved
+    # A file: URL stays one (an engine would take a bare path on its default filesystem),
+    # quoted again: local_path reads %XX in it.
+    return "file://" + quote(resolved) if str(target).startswith("file:") else resolved
 
 
 def _make_parents(fs: FileSystem, target: str) -> list[str]:
@@ -289,6 +303,14 @@ def publishing(fs: FileSystem, target: str, *, overwrite: bool = False,
     refuse_existing(fs, target, overwrite, kind, shown)
     created = _make_parents(fs, target)
     tmp = temp_sibling(target, "tmp")
+    if fs.local:  # a directory that exists but takes no new entry (read-only, /proc)
+        try:
+            os.mkdir(local_path(tmp))
+            os.rmdir(local_path(tmp))
+        except OSError as exc:
+            _remove_empty(created)
+            raise OutputPathError(f"output '{shown}': cannot create files in its directory: "
+                                  f"{exc.strerror}") from exc
     done = False
     try:
         yield tmp
