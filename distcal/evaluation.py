@@ -72,7 +72,9 @@ class EvaluationReport:
     reliability_exact: float = float("nan")
     resolution_exact: float = float("nan")
     # ECE over equal-weight bins (as many as n_bins), and the smooth ECE of
-    # Blasiok & Nakkiran (relplot's smECE) with its kernel bandwidth.
+    # Blasiok & Nakkiran (relplot's smECE) with its kernel bandwidth: relplot's
+    # number for unit weights, unchanged when every weight is multiplied by one
+    # factor (distcal.core.smooth_ece).
     adaptive_ece: float = float("nan")
     adaptive_mce: float = float("nan")
     smece: float = float("nan")
