@@ -369,7 +369,8 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
     engine, on_invalid, **engine_opts
         As for :func:`distcal.fit`.
     confidence : float
-        Of the Wilson intervals (accuracy, each bin's observed rate).
+        Of the Wilson intervals (accuracy, each bin's observed rate), which
+        read the weights as counts of rows.
     roc_points : int or None
         At most this many points of the exact ROC curve in ``roc``: all of
         them when there are fewer distinct probabilities, else points at
