@@ -502,3 +502,37 @@ def test_widened_files_dotted_columns_output_col_and_a_closed_stdout(tmp_path, c
     proc.stdout.close()  # as `| true` does, before the line is printed
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=300) == 0 and "Traceback" not in err and "Error" not in err, err
+
+
+def test_config_dates_are_the_text_written(scores_path, tmp_path):
+    """YAML reads an unquoted 2026-12-03 as a date: a string option takes it as written
+    (it was refused: "must be a string, got datetime.date(2026, 12, 3)")."""
+    path, _ = scores_path
+    cfg = tmp_path / "day.yaml"
+    cfg.write_text(f"input: {path}\nperiod: 2026-12-03\n")
+    r = run("summarize", "--config", cfg, "--output", tmp_path / "s")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["period"] == "2026-12-03"
+    assert distcal.load_summary(tmp_path / "s").period == "2026-12-03"
+
+
+def test_advice_in_errors_names_options(scores_path, tmp_path):
+    """The library's advice reads as the command line's options, not as API arguments
+    ("pass weight_col=None", "pass score= ...")."""
+    path, df = scores_path
+    r = run("fit", "--input", path, "--output", tmp_path / "m", "--method", "modl",
+            "--weight-col", "w")
+    assert r.returncode == 2 and "MODL counts rows; it takes no weights (leave out " \
+        "--weight-col)" in r.stderr, r.stderr
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet([1, 1, 1], 300)
+    pq.write_table(pa.table({"p": [list(v) for v in p], "label": rng.integers(0, 3, 300)}),
+                   tmp_path / "mc.parquet")
+    assert run("fit", "--input", tmp_path / "mc.parquet", "--score-col", "p", "--output",
+               tmp_path / "mc").returncode == 0
+    r = run("export", "--model", tmp_path / "mc", "--format", "sql", "--output",
+            tmp_path / "mc.sql")
+    assert r.returncode == 2 and "pass --score-cols, the SQL of its elements" in r.stderr, \
+        r.stderr
+    assert "score=" not in r.stderr and "weight_col" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mc", "mc.parquet", "scores.parquet"]

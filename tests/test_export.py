@@ -750,6 +750,13 @@ def test_cli_export_each_format(tmp_path, capsys):
                      "--output", str(tmp_path / "by.onnx")]) == 2
     assert "--format onnx: an ONNX graph takes scores only, not the segment keys of this " \
         "model (by g); export --format sql" in capsys.readouterr().err
+    # options of the SQL export with another format: a usage error (they were ignored)
+    for fmt, option in (("onnx", ["--dialect", "duckdb"]), ("mlflow", ["--score-col", "s"]),
+                        ("onnx", ["--score-cols", "a,b"])):
+        assert cli_main(["export", "--model", str(tmp_path / "model"), "--format", fmt,
+                         "--output", str(tmp_path / "x"), *option]) == 2
+        assert f"{option[0]} is an option of --format sql; this export's format is {fmt}" \
+            in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "by", "in.parquet", "model", "out-mlflow", "out-onnx", "out-sql"]
     capsys.readouterr()

@@ -10,6 +10,7 @@ subcommands it belongs to, and the entry points that offer it (the
 from __future__ import annotations
 
 import argparse
+import datetime
 from dataclasses import dataclass
 from typing import Any
 
@@ -154,8 +155,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("interval-cols", str, "two columns holding an interval per row, comma-separated "
            "(p0,p1, as apply --interval-cols writes them): the report adds the distribution "
            "of the widths p1 - p0 (default: none)", commands=("evaluate",)),
-    Option("report", str, "also write the before/after evaluation report to this directory "
-           "(needs the label column; default: none)", commands=("apply",)),
+    Option("report", str, "also write the evaluation report of --output-col to this "
+           "directory, beside the raw score's when the model was fitted on scores in [0, 1] "
+           "(isotonic, histogram or MODL; needs the label column; default: none)",
+           commands=("apply",)),
     Option("increasing", str, "isotonic: direction of the map (default: true)",
            commands=("fit",), choices=("true", "false", "auto")),
     Option("interpolation", str, "isotonic: between blocks (default: linear)",
@@ -260,6 +263,8 @@ def _check_value(o: Option, value: Any, source: str) -> Any:
     elif o.kind is str:
         if o.name == "increasing" and isinstance(value, bool):
             value = "true" if value else "false"
+        if isinstance(value, datetime.date):  # YAML reads period: 2026-12-03 as a date
+            value = str(value)
         if not isinstance(value, str):
             raise bad("a string")
     if o.choices is not None and value not in o.choices:
@@ -359,6 +364,12 @@ def resolve_options(args: argparse.Namespace, entry_point: str) -> dict[str, Any
                                                                            DEFAULTS.cli_engine))
     if command == "fit":
         _check_method_options(opts["method"], given)
+    if command == "export" and opts.get("format") not in (None, "sql"):
+        # Options of the SQL export would be ignored (a config file's are defaults).
+        sql_only = [n for n in ("dialect", "score_col", "score_cols") if n in given]
+        if sql_only:
+            raise UsageError(f"--{sql_only[0].replace('_', '-')} is an option of --format "
+                             f"sql; this export's format is {opts['format']}")
     return opts
 
 

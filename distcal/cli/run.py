@@ -43,6 +43,12 @@ from .parser import attach_negative_values, build_parser, read_url_arguments
 __all__ = ["run", "exit_process", "BackendFactory"]
 
 BackendFactory = Callable[[dict[str, Any]], Backend]
+# The library's advice to callers, as the command line's options say it.
+_CLI_WORDS = (("pass on_invalid='drop'", "pass --on-invalid drop"),
+              ("(pass weight_col=None)", "(leave out --weight-col)"),
+              ("pass score= the SQL of its elements (K expressions;",
+               "pass --score-cols, the SQL of its elements (K expressions;"),
+              ("pass increasing=True or False", "pass --increasing true or false"))
 _USER_ERRORS = (UsageError, DataError, ModelError, ParameterError, OutputExistsError,
                 OutputPathError, EngineSetupError)
 
@@ -166,7 +172,9 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
             termination.check()  # a run told to stop does not report success
     except _USER_ERRORS as exc:
         # The library's advice in the command line's words.
-        msg = one_line(exc).replace("pass on_invalid='drop'", "pass --on-invalid drop")
+        msg = one_line(exc)
+        for api, cli in _CLI_WORDS:
+            msg = msg.replace(api, cli)
         if not msg.startswith(prog):
             msg = f"{prog}: error: {msg}"
         _say(msg, err())
