@@ -180,11 +180,13 @@ def _figures(rep: MonitorReport) -> list[tuple[str, str, bytes]]:
     """(id, caption, PNG bytes) of each time-series figure."""
     from matplotlib.figure import Figure
 
+    from .plots import as_written
     from .report import _png
 
     t = rep.table
     x = np.arange(len(t))
-    labels = [str(p) if p is not None else f"#{i + 1}" for i, p in enumerate(t["period"])]
+    labels = [as_written(p) if p is not None else f"#{i + 1}"
+              for i, p in enumerate(t["period"])]
     alert = t["alert"].to_numpy()
     out = []
 
@@ -241,7 +243,7 @@ def _figures(rep: MonitorReport) -> list[tuple[str, str, bytes]]:
 
 
 def _html(rep: MonitorReport) -> str:
-    from .report import _CSS, _figures_html, _page, figure_text_as_written, format_value
+    from .report import _CSS, _figures_html, _page, format_value
 
     kinds = {"n_rows": "count", "weight": "weight"}
     head = "".join(f"<th scope=\"col\">{html.escape(c)}</th>" for c in COLUMNS)
@@ -259,8 +261,7 @@ def _html(rep: MonitorReport) -> str:
     alerts = ", ".join(html.escape(str(p)) for p in rep.alerts["period"]) or "none"
     ece = "" if rep.max_ece is None else f" or ECE above {rep.max_ece:g}"
     css = _CSS + "tr.alert td{background:#fde0e0}\n"
-    with figure_text_as_written():
-        figs = _figures_html([(k, cap, cap, png) for k, cap, png in _figures(rep)])  # alt: caption
+    figs = _figures_html([(k, cap, cap, png) for k, cap, png in _figures(rep)])  # alt: caption
     return _page("distcal calibration monitor", "distcal calibration monitor", f"""\
 <p class="note" id="summary">{n} of {len(rep.table)} periods alert (Spiegelhalter p-value
 below α = {rep.alpha:g} after Holm's correction over the periods{html.escape(ece)}):

@@ -43,10 +43,17 @@ MARKER_AREA_MAX = 400.0
 MIN_EFFECTIVE = 10.0
 
 
+def as_written(text: Any) -> str:
+    """User text (column names, class names, segment keys, periods) to show as written:
+    matplotlib reads "$...$" in text as math (``$\\frac$`` raised, ``US$ 10 - US$ 20``
+    came out in italics); an escaped dollar is a dollar. Per text, rather than
+    matplotlib's global ``text.parse_math``, which every thread's figures share."""
+    return str(text).replace("$", r"\$")
+
+
 def _plain_log_labels(axis: Any) -> None:
-    """Log-axis tick labels as plain text (1, 10, 1e-05): matplotlib's default writes
-    them as math ($10^{1}$), shown raw where the report reads text as written
-    (:func:`distcal.report.figure_text_as_written`)."""
+    """Log-axis tick labels as plain text (1, 10, 1e-05) rather than matplotlib's math
+    ($10^{1}$)."""
     from matplotlib.ticker import LogFormatter
 
     axis.set_major_formatter(LogFormatter())
@@ -116,7 +123,7 @@ def plot_bins(ax: Any, curve: Any, wmax: float, color: str, label: str, gid: str
     if line:
         ax.plot(x, y, color=color, lw=1, alpha=0.8)
     sc = ax.scatter(x, y, s=MARKER_AREA_MAX * w / wmax, color=color, alpha=0.6,
-                    edgecolors="k", linewidths=0.5, label=label)
+                    edgecolors="k", linewidths=0.5, label=as_written(label))
     sc.set_gid(gid)
 
 
@@ -173,12 +180,12 @@ def plot_reliability(reports: Any, ax: Any = None, *, hist_ax: Any = None,
             mu = np.where(sparse, np.nan, curve["mu"])
             ax.fill_between(curve["t"], lo, hi, where=~sparse, color=color, alpha=0.15, lw=0)
             ax.plot(curve["t"], mu, color=color, lw=1.5,
-                    label=f"{r.prob_col}: smoothed (smECE {mt['smece']:.3g}, "
+                    label=f"{as_written(r.prob_col)}: smoothed (smECE {mt['smece']:.3g}, "
                           f"σ {mt['smece_sigma']:.3g})")
         if hist_ax is not None:
             edges = np.asarray(r.bin_edges, dtype=float)
             hist_ax.stairs(_bin_weights(r, edges), edges, color=color, alpha=0.35, fill=True,
-                           label=f"{r.prob_col}")
+                           label=as_written(r.prob_col))
     ax.set(ylabel="observed positive rate", xlim=(0, 1), ylim=(0, 1),
            title="Reliability diagram")
     ax.legend(loc="upper left", fontsize=7)
@@ -253,9 +260,9 @@ def plot_roc(reports: Any, ax: Any = None) -> Any:
     ax.plot([0, 1], [0, 1], ls="--", color="0.5", lw=1, label="chance")
     for i, r in enumerate(reports):
         ax.plot(r.roc["fpr"], r.roc["tpr"], lw=1.5, color=f"C{i}",
-                label=f"{r.prob_col} (AUC {r.auc:.4f})")
+                label=f"{as_written(r.prob_col)} (AUC {r.auc:.4f})")
         ax.plot(r.roc_hull["fpr"], r.roc_hull["tpr"], ls=":", marker=".", color=f"C{i}",
-                label=f"{r.prob_col} convex hull")
+                label=f"{as_written(r.prob_col)} convex hull")
     ax.set(xlabel="false positive rate", ylabel="true positive rate", xlim=(0, 1),
            ylim=(0, 1.01), title="ROC curve", aspect="equal")
     return finish(ax, "lower right")
@@ -282,12 +289,13 @@ def plot_cost_curve(reports: Any, ax: Any = None, *, cost_fp: float = 1.0,
         x = np.append(x, 1.0 if x.size == 0 or x[-1] < 1.0 else x[-1])
         y = np.append(y, cost[~finite][0] if (~finite).any() else y[-1])
         line, = ax.step(x, y, where="pre", color=f"C{i}", lw=1.5,
-                        label=f"{r.prob_col}")
+                        label=as_written(r.prob_col))
         line.set_gid(f"cost:{r.prob_col}")
         bt = c["best_threshold"]
         ax.plot([min(bt, 1.0)], [c["best_cost"]], marker="v", ms=9, color=f"C{i}",
                 markeredgecolor="k", gid=f"best:{r.prob_col}",
-                label=f"{r.prob_col} optimum: t = {bt:.4g}, cost {c['best_cost']:,.4g}")
+                label=f"{as_written(r.prob_col)} optimum: t = {bt:.4g}, "
+                      f"cost {c['best_cost']:,.4g}")
         ax.axvline(min(bt, 1.0), color=f"C{i}", ls=":", lw=1)
     ax.set(xlabel="threshold t (positive iff p ≥ t)",
            ylabel=f"total cost = {cost_fp:g}·FP + {cost_fn:g}·FN", xlim=(0, 1),
@@ -323,6 +331,7 @@ def plot_interval_widths(report: Any, ax: Any = None) -> Any:
         if value is not None and math.isfinite(value) and value > 0:
             ax.axvline(value, color="C3", ls=style, lw=1.2, label=f"{name} {value:.3g}")
     p0, p1 = w["columns"]
-    ax.set(xlabel=f"interval width {p1} − {p0} (log scale)", ylabel="weight",
+    ax.set(xlabel=f"interval width {as_written(p1)} − {as_written(p0)} (log scale)",
+           ylabel="weight",
            title="Venn-Abers interval widths")
     return finish(ax, "best")

@@ -31,7 +31,16 @@ from typing import Any
 import numpy as np
 
 from .core.metrics import wilson_interval
-from .plots import diagonal, figure, finish, heaviest, new_ax, plot_bins, report_list
+from .plots import (
+    as_written,
+    diagonal,
+    figure,
+    finish,
+    heaviest,
+    new_ax,
+    plot_bins,
+    report_list,
+)
 
 __all__ = ["plot_top_label_reliability", "plot_class_reliability", "plot_confusion_matrix",
            "MAX_OVERLAID_CLASSES", "MAX_ANNOTATED_CLASSES", "MAX_CLASS_PANELS"]
@@ -109,7 +118,8 @@ def plot_class_reliability(reports: Any, ax: Any = None, *, fig: Any = None) -> 
                 plot_bins(a, r.class_curves[c], wmax, f"C{i}",
                           f"{r.prob_col}: ECE {r.per_class_ece[c]:.3g}",
                           f"class:{r.prob_col}:{c}", line=True)
-        a.set_title(f"class {reports[0].class_names[c] if c < reports[0].n_classes else c}",
+        name = reports[0].class_names[c] if c < reports[0].n_classes else c
+        a.set_title(f"class {as_written(name)}",
                     fontsize=9)
         a.legend(loc="upper left", fontsize=6)
     for a in axes[len(shown):]:
@@ -155,7 +165,7 @@ def plot_confusion_matrix(reports: Any, ax: Any = None, *, fig: Any = None) -> A
                     a.text(j, i, text, ha="center", va="center", fontsize=7,
                            color="white" if share[i, j] > 0.5 else "black")
         a.set(xlabel="predicted class (argmax)", ylabel="true class",
-              title=f"{r.prob_col}: accuracy {r.accuracy:.3g}")
+              title=f"{as_written(r.prob_col)}: accuracy {r.accuracy:.3g}")
         a.figure.colorbar(im, ax=a, fraction=0.046, pad=0.04, label="share of the true class")
     axes[0].figure.tight_layout()
     return axes[0]

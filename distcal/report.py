@@ -291,15 +291,6 @@ def _width_figures(reports: list[EvaluationReport]) -> list[tuple[str, str, str,
     return out
 
 
-def figure_text_as_written() -> Any:
-    """A context in which figures show column names, segment keys and periods as
-    written: matplotlib reads "$...$" in text as math (``$\\frac$`` raised, ``US$ 10 -
-    US$ 20`` came out in italics)."""
-    import matplotlib
-
-    return matplotlib.rc_context({"text.parse_math": False})
-
-
 def _png(fig: Any, dpi: int = 110) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)
@@ -549,8 +540,7 @@ def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
         legend = table[:len(MULTICLASS_METRICS)]  # not each class's ECE again
         per_report = {r.prob_col: json_safe(r.to_dict()) for r in reports}
         notes: list[dict[str, Any]] = []
-        with figure_text_as_written():
-            figures = _multiclass_figures(reports)
+        figures = _multiclass_figures(reports)
         after_table = ("<h2>Confusion matrix</h2><p>Weight per true class (rows) and predicted "
                        "class (argmax, columns).</p>"
                        + "".join(_confusion_html(r) for r in reports))
@@ -574,10 +564,9 @@ def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
                                                             "cost_fn")})
             per_report[r.prob_col] = d
         notes = _notes(reports, model)
-        with figure_text_as_written():
-            figures = _figures(reports, extras, costs, model, cost_fp, cost_fn)
-            figures += _width_figures(reports)
-            figures += _segment_figures(reports)
+        figures = _figures(reports, extras, costs, model, cost_fp, cost_fn)
+        figures += _width_figures(reports)
+        figures += _segment_figures(reports)
         costs_key = {"costs": {"cost_fp": float(cost_fp), "cost_fn": float(cost_fn)}}
         cost_text = (f"Costs: false positive {format_value(cost_fp, 'metric')}, false negative "
                      f"{format_value(cost_fn, 'metric')}; threshold for the confusion counts "
@@ -719,7 +708,7 @@ def _segment_figures(reports: list[EvaluationReport]) -> list[tuple[str, str, st
             ax.scatter(curve["prob_pred"], curve["prob_true"], color="#1f77b4", zorder=3,
                        s=np.maximum(200.0 * curve["weight"] / heaviest, 4.0))
             key = ", ".join(f"{b}={row[b]}" for b in r.segment_by)
-            ax.set_title(f"{key}\nECE {format_value(row['ece'], 'metric')}, "
+            ax.set_title(f"{plots.as_written(key)}\nECE {format_value(row['ece'], 'metric')}, "
                          f"{format_value(row['n_rows'], 'count')} rows", fontsize=9)
             ax.set(xlim=(0, 1), ylim=(0, 1))
         for ax in axes[len(worst):]:

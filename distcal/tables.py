@@ -80,10 +80,12 @@ def check_file_types(fragment: ds.Fragment, schema: pa.Schema, columns: list[str
             continue
         have, want = physical.field(i).type, schema.field(name).type
         if have != want and not widens(have, want):
+            why = ("the dataset is read in the types of its first file, whose narrower type "
+                   "would change this file's values" if widens(want, have) else
+                   "reading it as that type would change its values")
             raise DataError(
                 f"column '{name}' has type {have} in file '{fragment.path}' but {want} in the "
-                "dataset's first file; reading it as that type would change its values: "
-                "write the dataset's files with one type")
+                f"dataset's first file; {why}: write the dataset's files with one type")
 
 
 def widens(have: pa.DataType, want: pa.DataType) -> bool:

@@ -15,4 +15,4 @@ from distcal.cli.dask import main
 from distcal.cli.run import exit_process
 
 if __name__ == "__main__":
-    exit_process(main())
+    exit_process(main(process=True))

@@ -13,4 +13,4 @@ from distcal.cli.run import exit_process
 from distcal.cli.spark import main
 
 if __name__ == "__main__":
-    exit_process(main())
+    exit_process(main(process=True))

@@ -477,6 +477,7 @@ def test_widened_files_dotted_columns_output_col_and_a_closed_stdout(tmp_path, c
             assert json.loads(out.out)["threshold"] == want
         else:
             assert "int64" in out.err and "int32" in out.err
+            assert "the input is read in its first file's types, here the narrower" in out.err
     df.rename(columns={"score": "s.x"}).to_parquet(tmp_path / "dot.parquet")
     assert cli("fit", "--input", tmp_path / "dot.parquet", "--score-col", "s.x", "--output",
                tmp_path / "m")[0] == 0
@@ -536,3 +537,29 @@ def test_advice_in_errors_names_options(scores_path, tmp_path):
         r.stderr
     assert "score=" not in r.stderr and "weight_col" not in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mc", "mc.parquet", "scores.parquet"]
+
+
+def test_an_in_process_run_leaves_the_process_as_it_found_it(tmp_path):
+    """main() in a caller's process (a notebook, a service): the distcal logger, the
+    warnings filters and stderr are the caller's again after each run, -v, -q, a failure.
+    Each run added a handler and stopped propagation for good, and -q pointed file
+    descriptor 2 at /dev/null while it ran (two at once left it there, sys.stderr closed)."""
+    import logging
+    import warnings
+
+    from distcal.cli.main import main
+
+    make_scores(500, seed=9).to_parquet(tmp_path / "in.parquet")
+    log = logging.getLogger("distcal")
+
+    def state():
+        return (log.level, log.propagate, list(log.handlers), list(warnings.filters),
+                os.readlink("/proc/self/fd/2"), sys.stderr)
+
+    before = state()
+    for i, flags in enumerate((["-v"], ["-q"], [], ["-q", "--label-col", "nope"])):
+        code = main(["fit", "--input", str(tmp_path / "in.parquet"), "--output",
+                     str(tmp_path / f"m{i}"), *flags])
+        assert code == (2 if "nope" in flags else 0)
+        assert state() == before, flags
+    assert not sys.stderr.closed

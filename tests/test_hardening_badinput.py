@@ -1300,14 +1300,17 @@ def test_suite_size():
     assert {"cli", "spark", "dask"} <= surfaces
 
 
-_FILE_TYPES = [  # (column, first file's values, a later file's values, refused?)
-    ("label", pa.array([True, False] * 20), pa.array([0.5, 0.25] * 20), True),  # 0.5 -> True
+_FILE_TYPES = [  # (column, first file's values, a later file's values, refused: why)
+    ("label", pa.array([True, False] * 20), pa.array([0.5, 0.25] * 20),
+     "would change its values"),  # 0.5 -> True
     ("score", pa.array(np.linspace(0.1, 0.9, 40), pa.float32()),
-     pa.array(np.linspace(0.11, 0.91, 40)), True),  # float64 rounded to float32
-    ("score", pa.array(np.linspace(0.1, 0.9, 40)), pa.array(["0.3"] * 40), True),  # parsed
+     pa.array(np.linspace(0.11, 0.91, 40)),  # float64 rounded to the first file's float32
+     "read in the types of its first file, whose narrower type would change"),
+    ("score", pa.array(np.linspace(0.1, 0.9, 40)), pa.array(["0.3"] * 40),
+     "would change its values"),  # parsed
     ("score", pa.array(np.linspace(0.1, 0.9, 40), pa.float32()),
-     pa.array(np.linspace(0.1, 0.9, 40), pa.float32()), False),
-    ("label", pa.array([0, 1] * 20, pa.int64()), pa.array([1, 0] * 20, pa.int32()), False),
+     pa.array(np.linspace(0.1, 0.9, 40), pa.float32()), None),
+    ("label", pa.array([0, 1] * 20, pa.int64()), pa.array([1, 0] * 20, pa.int32()), None),
 ]
 
 
@@ -1328,7 +1331,8 @@ def test_a_dataset_whose_files_disagree_on_a_column_s_type(tmp_path, column, fir
         files.append(pa.table(other))
         pq.write_table(files[-1], tmp_path / f"part-{i}.parquet")
     if refused:
-        want = rf"column '{column}' has type .* in file '.*part-1.parquet' but .* first file"
+        want = rf"column '{column}' has type .* in file '.*part-1.parquet' but .* first " \
+               rf"file; .*{refused}"
         with pytest.raises(distcal.DataError, match=want):
             distcal.fit(str(tmp_path))
         model = distcal.fit(files[0].to_pandas())

@@ -151,12 +151,9 @@ def test_marker_area_proportional_to_bin_weight(fitted) -> None:
                if (c.get_gid() or "").startswith("bins:")) == pytest.approx(plots.MARKER_AREA_MAX)
     assert hx.get_yscale() == "log"
     assert hx.get_legend() is not None and ax.get_legend() is not None
-    # the log axis's labels are plain text, also where the report reads text as written
-    # (matplotlib's default $10^{1}$ showed raw in every report's PNG)
-    from distcal.report import figure_text_as_written
-
-    with figure_text_as_written():
-        fig.savefig(io.BytesIO(), format="png")
+    # the log axis's labels are plain text (matplotlib's default $10^{1}$ showed raw in
+    # every report's PNG while the report read all text as written)
+    fig.savefig(io.BytesIO(), format="png")
     labels = [t.get_text() for t in hx.get_yticklabels() + hx.get_yticklabels(minor=True)]
     assert any(labels) and not any("$" in t for t in labels), labels
 
@@ -371,8 +368,14 @@ def test_report_to_an_fsspec_url_is_written_there(fitted, tmp_path, monkeypatch)
 
 def test_dollar_signs_in_names_keys_and_periods_are_text(tmp_path) -> None:
     """Column names, segment keys and periods holding "$...$" are written as they are in
-    the figures (matplotlib read them as math: "$\\frac$" raised, so no report at all)."""
+    the figures (matplotlib read them as math: "$\\frac$" raised, so no report at all),
+    their dollars escaped one by one: matplotlib's global text.parse_math, which a report
+    turned off while it drew, stays as it was (another thread's figures share it)."""
     import html
+
+    import matplotlib
+
+    from distcal.plots import as_written
 
     weird = "cost $\\frac$ band"
     df = pd.DataFrame({"p $x$": [0.1, 0.6, 0.8, 0.3] * 4, "label": [0, 1, 1, 0] * 4,
@@ -385,6 +388,8 @@ def test_dollar_signs_in_names_keys_and_periods_are_text(tmp_path) -> None:
                  for p in ("wk $\\frac$", "wk 2")]
     distcal.monitor(summaries).save(tmp_path / "m")
     assert "wk $\\frac$" in (tmp_path / "m" / "report.html").read_text()
+    assert matplotlib.rcParams["text.parse_math"] is True
+    assert as_written("US$ 10 - US$ 20") == "US\\$ 10 - US\\$ 20"
 
 
 def test_an_infinite_best_threshold_shows_as_infinity_and_says_why(tmp_path) -> None:

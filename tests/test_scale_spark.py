@@ -10,6 +10,8 @@ of 865,000 points alone is 20 MB). Runs in its own process and SparkSession
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from test_spark_cluster import run_child
 
@@ -66,7 +68,8 @@ def test_by_segment_fits_of_2000_segments_under_a_4m_result_cap(tmp_path):
 
     MODL needs each key's table after merging pure runs on the driver (more than
     the cap over all segments): its second pass runs in waves of keys, each
-    bringing at most a quarter of the cap.
+    bringing at most a quarter of the cap; so do Venn-Abers' steps (its second
+    pass brought every segment's at once).
     """
     out = run_child(f"""
         import numpy as np, pandas as pd, pyarrow as pa, pyarrow.parquet as pq
@@ -80,11 +83,34 @@ def test_by_segment_fits_of_2000_segments_under_a_4m_result_cap(tmp_path):
                        row_group_size=1 << 18)
         sdf, pdf = spark.read.parquet(path), pd.DataFrame({{"score": s, "label": y, "seg": seg}})
         same = {{}}
-        for method in ("sigmoid", "histogram", "modl", "isotonic", "temperature"):
+        for method in ("sigmoid", "histogram", "modl", "isotonic", "temperature",
+                       "venn_abers", "beta"):
             remote = distcal.fit(sdf, method=method, by="seg")
             same[method] = [remote == distcal.fit(pdf, method=method, by="seg"),
                             len(remote.segments)]
         print(json.dumps(same))
     """, conf={"spark.driver.maxResultSize": "4m", "spark.driver.memory": "2g"})
     assert out == {m: [True, 2000] for m in ("sigmoid", "histogram", "modl", "isotonic",
-                                             "temperature")}, out
+                                             "temperature", "venn_abers", "beta")}, out
+
+
+def test_a_pass_over_the_result_cap_names_it():
+    """A fit's first pass brings each key's summary of each range (keys: segments x classes):
+    over spark.driver.maxResultSize it is an EngineSetupError naming both sizes and the
+    setting (it was a Py4JJavaError and a JVM stack trace)."""
+    out = run_child("""
+        import numpy as np, pandas as pd
+        n = 200_000
+        rng = np.random.default_rng(0)
+        p = rng.dirichlet([1, 1, 1], n)
+        df = pd.DataFrame({"p": [list(map(float, v)) for v in p],
+                           "label": rng.integers(0, 3, n), "g": rng.integers(0, 500, n)})
+        try:
+            distcal.fit(spark.createDataFrame(df), score_col="p", by="g")
+            print(json.dumps({"error": None}))
+        except distcal.errors.EngineSetupError as exc:
+            print(json.dumps({"error": str(exc)}))
+    """, conf={"spark.driver.maxResultSize": "1m", "spark.driver.memory": "2g"})
+    assert out["error"] is not None and re.search(
+        r"the results of \d+ tasks of one pass \([\d.]+ KiB\) exceed "
+        r"spark.driver.maxResultSize \(1024.0 KiB\): raise that setting", out["error"]), out

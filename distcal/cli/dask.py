@@ -104,6 +104,7 @@ class DaskBackend(Backend):
             self.cluster.close()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``jobs/dask_calibrate.py``."""
-    return run(argv, prog="dask_calibrate", entry_point="dask", backend_factory=DaskBackend.for_job)
+def main(argv: Sequence[str] | None = None, *, process: bool = False) -> int:
+    """Entry point of ``jobs/dask_calibrate.py`` (``process``: :func:`.run.run`)."""
+    return run(argv, prog="dask_calibrate", entry_point="dask",
+               backend_factory=DaskBackend.for_job, process=process)

@@ -27,14 +27,16 @@ def backend_for(opts: dict[str, Any]) -> Backend:
     return LocalBackend()
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``distcal SUBCOMMAND ...`` and return the exit code."""
-    return run(argv, prog="distcal", entry_point="distcal", backend_factory=backend_for)
+def main(argv: Sequence[str] | None = None, *, process: bool = False) -> int:
+    """Run ``distcal SUBCOMMAND ...`` and return the exit code (``process``: as the
+    command's own process, :func:`.run.run`)."""
+    return run(argv, prog="distcal", entry_point="distcal", backend_factory=backend_for,
+               process=process)
 
 
 def command() -> None:
     """The ``distcal`` console script: :func:`main`, then :func:`.run.exit_process`."""
-    exit_process(main())
+    exit_process(main(process=True))
 
 
 if __name__ == "__main__":

@@ -70,10 +70,13 @@ class _CurrentStderr(logging.StreamHandler):
         pass
 
 
-def _configure_logging(verbose: int, quiet: bool) -> None:
+def _configure_logging(verbose: int, quiet: bool) -> Callable[[], None]:
+    """The ``distcal`` logger at -v/-q's level, to stderr; returns what puts it back as
+    it was (a run in a caller's process leaves its logging as it found it)."""
     level = logging.ERROR if quiet else (logging.DEBUG if verbose > 1 else
                                          logging.INFO if verbose else logging.WARNING)
     log = logging.getLogger("distcal")
+    saved_level, saved_propagate, saved_handlers = log.level, log.propagate, list(log.handlers)
     log.setLevel(level)
     if not any(getattr(h, "_distcal_cli", False) for h in log.handlers):
         handler = _CurrentStderr()
@@ -82,6 +85,14 @@ def _configure_logging(verbose: int, quiet: bool) -> None:
         handler._distcal_cli = True  # type: ignore[attr-defined]
         log.addHandler(handler)
         log.propagate = False
+
+    def restore() -> None:
+        for h in [h for h in log.handlers if h not in saved_handlers]:
+            log.removeHandler(h)
+        log.setLevel(saved_level)
+        log.propagate = saved_propagate
+
+    return restore
 
 
 class _Termination:
@@ -137,16 +148,23 @@ def _say(line: str, stream: TextIO) -> None:
 
 
 def run(argv: Sequence[str] | None, prog: str, entry_point: str,
-        backend_factory: BackendFactory, errors: Callable[[], TextIO] | None = None) -> int:
+        backend_factory: BackendFactory, errors: Callable[[], TextIO] | None = None,
+        process: bool = False) -> int:
     """Parse ``argv``, run the command on a backend, print one JSON line; the exit code.
 
     The one failure line goes to ``errors()`` (default: this process's stderr).
+    The ``distcal`` logger and the warnings filters are set for the run and put
+    back after it: a caller's process (a notebook, a test) keeps its own, one
+    run at a time (they are the process's). Only a process that is the command
+    (``process=True``, the console scripts) also points file descriptor 2 at
+    /dev/null under ``-q``, for the output of the engine's own processes.
     """
     err = errors or (lambda: sys.stderr)
     backend = None
     verbose = 0
     previous = None
     silenced: Callable[[], None] | None = None
+    restore_logging: Callable[[], None] | None = None
     termination = _Termination()
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGTERM, termination.handle)
@@ -155,7 +173,7 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
         args = build_parser(prog, entry_point).parse_args(attach_negative_values(
             read_url_arguments(list(sys.argv[1:] if argv is None else argv))))
         verbose = args.verbose
-        _configure_logging(args.verbose, args.quiet)
+        restore_logging = _configure_logging(args.verbose, args.quiet)
         opts = resolve_options(args, entry_point)
         check_input_files(args.command, opts)
         with warnings.catch_warnings():
@@ -166,7 +184,8 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
                                     category=RuntimeWarning)
             if args.quiet:  # errors only: no warnings either (they are not errors)
                 warnings.simplefilter("ignore")
-                silenced = _silence_children()
+                if process:
+                    silenced = _silence_children()
             backend = backend_factory(opts)
             result = COMMANDS[args.command](opts, backend)
             termination.check()  # a run told to stop does not report success
@@ -195,6 +214,8 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
         finally:
             if silenced is not None:
                 silenced()
+            if restore_logging is not None:
+                restore_logging()
             if previous is not None:
                 signal.signal(signal.SIGTERM, previous)
     # A command may end with another status once its line is printed (monitor

@@ -232,7 +232,7 @@ def launcher_stderr() -> TextIO:
         return sys.stderr
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``jobs/spark_calibrate.py``."""
+def main(argv: Sequence[str] | None = None, *, process: bool = False) -> int:
+    """Entry point of ``jobs/spark_calibrate.py`` (``process``: :func:`.run.run`)."""
     return run(argv, prog="spark_calibrate", entry_point="spark",
-               backend_factory=SparkBackend.submitted, errors=launcher_stderr)
+               backend_factory=SparkBackend.submitted, errors=launcher_stderr, process=process)

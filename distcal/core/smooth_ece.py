@@ -47,11 +47,11 @@ probabilities p with weight W_p, positives Y_p and N_p rows the grid vectors are
 
     mass_j  = sum_p W_p          * share_j(p)
     resid_j = sum_p (W_p p - Y_p) * share_j(p)
-    rows_j  = sum_p N_p          * share_j(p)   (only their total is read: w_mean)
 
-and the vectors of disjoint ranges add up (:func:`grid_partials`,
-:func:`combine_grid_partials`). Steps 2-4 only read the two length-G
-vectors on the driver. The search needs G = 1001 for every sigma >= 0.01;
+with a third vector holding the rows' count sum_p N_p in its first cell (only
+the total is read, for w_mean); the vectors of disjoint ranges add up
+(:func:`grid_partials`, :func:`combine_grid_partials`). Steps 2-4 only read
+these vectors on the driver. The search needs G = 1001 for every sigma >= 0.01;
 a finer grid is needed only when smECE < 0.01 and is asked for then
 (:func:`smooth_ece` maps over the ranges once per grid size it needs; at
 most :data:`SEARCH_GRID_SIZES` has 10 sizes).
@@ -98,7 +98,8 @@ DEFAULT_GRID = grid_size(1.0)
 
 def grid_partials(t: DistinctTable, sizes: tuple[int, ...] = (DEFAULT_GRID,)
                   ) -> dict[int, np.ndarray]:
-    """Per grid size G, the (3, G) array [mass, resid, rows] of one range (step 1)."""
+    """Per grid size G, the (3, G) array [mass, resid, rows] of one range (step 1; rows:
+    the range's row count in the first cell, zeros after)."""
     p = t.score
     resid = t.weight * p - t.positives  # sum of w (f - y) over the rows at p
     out = {}
@@ -106,10 +107,11 @@ def grid_partials(t: DistinctTable, sizes: tuple[int, ...] = (DEFAULT_GRID,)
         x = p * (g - 1)
         k = x.astype(np.int64).clip(0, g - 2)
         frac = x - k
-        arr = np.empty((3, g))
-        for row, v in ((0, t.weight), (1, resid), (2, t.count.astype(np.float64))):
+        arr = np.zeros((3, g))
+        for row, v in ((0, t.weight), (1, resid)):
             arr[row] = (np.bincount(k, weights=(1 - frac) * v, minlength=g)[:g]
                         + np.bincount(k + 1, weights=frac * v, minlength=g)[:g])
+        arr[2, 0] = float(t.count.sum())
         out[g] = arr
     return out
 

@@ -329,6 +329,9 @@ class _Steps(KeyBatch):
                  compiled: bool):
         self.parts, self.compiled = firsts_parts, compiled
         self.batch_id = compiled
+        # At most one step (x0, v0, x1, v1) per block of the key's ranges comes back:
+        # a pass of many keys runs in waves (run_plans' budget).
+        self.driver_bytes = 32 * sum(len(p[0]) for p in firsts_parts)
 
     @classmethod
     def pack(cls, requests: list[_Steps]) -> _StepsBatch:

@@ -43,6 +43,14 @@ def on_executors(action: Callable[[], Any]) -> Any:
     try:
         return action()
     except Exception as exc:
+        capped = _RESULT_CAP.search(str(exc))
+        if capped is not None:
+            tasks, size, cap = capped.groups()
+            raise EngineSetupError(
+                f"the results of {tasks} tasks of one pass ({size}) exceed "
+                f"spark.driver.maxResultSize ({cap}): raise that setting; with by= they grow "
+                "with the segments times the classes and the score ranges (docs/scale.md)"
+            ) from exc
         line = worker_error(exc)
         name, _, message = (line or "").partition(": ")
         if name.startswith("distcal.") and _is_data_error(name):
@@ -58,6 +66,11 @@ def on_executors(action: Callable[[], Any]) -> Any:
             "('make zip' builds dist/distcal.zip) with spark-submit --py-files "
             "dist/distcal.zip or the spark.submit.pyFiles setting; the executors' Python is "
             "PYSPARK_PYTHON / spark.pyspark.python") from exc
+
+
+# Spark's message when a job's results pass the driver's cap.
+_RESULT_CAP = re.compile(r"serialized results of (\d+) tasks \(([^)]+)\) is bigger than "
+                         r"spark\.driver\.maxResultSize \(([^)]+)\)")
 
 
 def _is_data_error(qualified_name: str) -> bool:
