@@ -310,14 +310,15 @@ class CalibrationModel:
         # Two knots more than ~1.8e308 apart: their distance overflows, so the slope
         # is 0 and the left knot's value holds up to the right knot, as the exports
         # compute it too (np.interp mixes the two knots' values there).
-        left = np.searchsorted(x, s, side="right") - 1
-        inside = (left >= 0) & (left < x.shape[0] - 1)
+        steep = ~np.isfinite(out) & np.isfinite(s)
         with np.errstate(over="ignore"):
-            wide = np.zeros(s.shape, dtype=bool)
-            wide[inside] = np.isinf(x[left[inside] + 1] - x[left[inside]])
-        steep = (~np.isfinite(out) & np.isfinite(s)) | wide
+            gaps = np.isinf(np.diff(x))
+        if gaps.any():  # (a search of every score only for maps that have such a gap)
+            left = np.searchsorted(x, s, side="right") - 1
+            inside = (left >= 0) & (left < x.shape[0] - 1)
+            steep[inside] |= gaps[left[inside]]
         if steep.any():
-            out[steep] = y[left[steep]]
+            out[steep] = y[np.searchsorted(x, s[steep], side="right") - 1]
         out[np.isnan(s)] = np.nan  # (np.interp with a single knot returns it for NaN too)
         # ... unless the lowest (highest) block has no finite knot: it holds only
         # -inf (+inf), or, centered, its mean is infinite.
