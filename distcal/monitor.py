@@ -75,7 +75,8 @@ class MonitorReport:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe: the table by column (non-finite numbers as None), the settings."""
-        return {"alpha": self.alpha, "max_ece": self.max_ece,
+        return {"format": "distcal-monitor-report", "alpha": self.alpha,
+                "max_ece": self.max_ece,
                 "critical_z": _critical_z(self.alpha),
                 "table": json_safe(self.table[list(COLUMNS)]),
                 "holm_p": json_safe(self.holm_p),

@@ -533,7 +533,7 @@ def build_document(reports: Any, *, provenance: dict[str, Any] | None = None,
                              "dataclasses.replace(report, prob_col='test')), or write "
                              "them apart")
     cost_fp, cost_fn = check_costs(cost_fp, cost_fn)
-    doc: dict[str, Any] = {}
+    doc: dict[str, Any] = {"format": "distcal-report"}
     if any(_is_multiclass(r) for r in reports):
         model, doc["kind"], costs_key = None, "multiclass", {}
         table = _multiclass_table(reports)

@@ -515,6 +515,11 @@ def test_config_dates_are_the_text_written(scores_path, tmp_path):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["period"] == "2026-12-03"
     assert distcal.load_summary(tmp_path / "s").period == "2026-12-03"
+    # a timestamp's text is not Python's (2026-12-03 10:00:00+00:00): quote it
+    cfg.write_text(f"input: {path}\nperiod: 2026-12-03T10:00:00Z\n")
+    r = run("summarize", "--config", cfg, "--output", tmp_path / "s2")
+    assert r.returncode == 2 and "option 'period'" in r.stderr and "must be a string" \
+        in r.stderr, r.stderr
 
 
 def test_advice_in_errors_names_options(scores_path, tmp_path):

@@ -128,3 +128,23 @@ def test_smooth_curve_of_calibrated_data_follows_diagonal() -> None:
     assert np.max(np.abs(curve["mu"][inner] - curve["t"][inner])) < 0.03
     # uniform predictions: density about 1 away from the edges
     assert np.allclose(curve["density"][inner], 1.0, atol=0.1)
+
+
+def test_the_report_figure_draws_the_report_s_own_smooth_curve() -> None:
+    """The figures read the metrics back from a report (metrics_from_report): the smoothed
+    curve is the report's. Recomputed from the ROC's table (one row per probability, not
+    the rows), weighted rows had another mean weight, so another curve (by up to 0.021)."""
+    import pandas as pd
+
+    import distcal
+    from distcal.core import calibration_metrics as cm
+
+    rng = np.random.default_rng(1)
+    n = 100_000
+    p = rng.choice(np.array([0.001, 0.002, 0.5, 0.999]), n, p=[0.6, 0.3, 0.0999, 0.0001])
+    df = pd.DataFrame({"prob": p, "label": (rng.random(n) < np.clip(p * 1.05, 0, 1)),
+                       "w": rng.uniform(0.5, 1.5, n)})
+    rep = distcal.evaluate(df.astype({"label": int}), weight_col="w")
+    drawn = cm.metrics_from_report(rep)["smooth_curve"]
+    for part in ("t", "mu", "density"):
+        np.testing.assert_array_equal(drawn[part], rep.smooth_curve[part])

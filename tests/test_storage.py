@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import sys
 import uuid
 from pathlib import Path
 
@@ -149,11 +150,25 @@ def test_an_old_output_a_live_run_moved_aside_is_left_to_it(tmp_path):
     """On a store without an atomic exchange a run moves the old output aside, then renames
     the new one in: another run starting in between put the old one back (and the first
     failed), though only a run that died leaves it for others to restore."""
+    import subprocess
+
     fs, target = LocalFileSystem(), tmp_path / "out"
-    aside = tmp_path / f".out.old-{os.getpid()}@{socket.gethostname()}-1234abcd"
-    _write("old")(aside)  # this process is the live run, between its two renames
-    publish_dir(fs, str(target), _write("new"))
-    assert _read(target) == "new" and _read(aside) == "old"
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:  # another process of this host, alive, between its two renames
+        aside = tmp_path / f".out.old-{live.pid}@{socket.gethostname()}-1234abcd"
+        _write("old")(aside)
+        publish_dir(fs, str(target), _write("new"))
+        assert _read(target) == "new" and _read(aside) == "old"
+    finally:
+        live.kill()
+        live.wait()
+    # This process's own pid is a killed run's that a restart reused (a container keeps
+    # its hostname and numbers its processes from 1): its old output is put back.
+    own = tmp_path / f".out2.old-{os.getpid()}@{socket.gethostname()}-1234abcd"
+    _write("old")(own)
+    with pytest.raises(OutputExistsError):
+        publish_dir(fs, str(tmp_path / "out2"), _write("new"))
+    assert _read(tmp_path / "out2") == "old" and not own.exists()
 
 
 def test_long_names_fit_the_temporary_prefix(tmp_path):
@@ -308,11 +323,15 @@ def test_file_urls_are_read_as_rfc_8089(tmp_path):
     assert (spaced / "m" / "model.json").is_file() and distcal.load(spaced / "m") == model
     model.save(f"file://localhost{tmp_path}/m2")
     assert distcal.load(tmp_path / "m2") == model
-    # Decoded once: m%2541 is the name m%41 (it was decoded twice, to mA).
-    model.save(f"file://{tmp_path}/m%2541")
-    assert (tmp_path / "m%41" / "model.json").is_file() and not (tmp_path / "mA").exists()
-    assert distcal.load(f"file://{tmp_path}/m%2541") == model
-    model.save(f"file://{tmp_path}/m%2541", overwrite=True)
+    # m%2541 decodes to m%41, which the writers would decode once more, to mA (it was
+    # written there, and its overwrite replaced what mA held): refused; a plain path
+    # holding '%' is itself.
+    from distcal.errors import OutputPathError
+
+    with pytest.raises(OutputPathError, match="its path holds '%' once decoded"):
+        model.save(f"file://{tmp_path}/m%2541")
+    model.save(tmp_path / "m%41")
+    assert distcal.load(tmp_path / "m%41") == model
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a b", "m%41", "m2"]
     with pytest.raises(ValueError, match="names the host 'server'"):
         model.save("file://server/share/m")
@@ -427,3 +446,22 @@ def test_a_directory_that_takes_no_new_entry_is_an_output_path_error():
     with pytest.raises(OutputPathError, match="'/proc/distcal-m': cannot create files in its "
                                               "directory"):
         model.save("/proc/distcal-m")
+
+
+def test_a_report_larger_than_the_parsed_limit_is_still_distcal_s(tmp_path):
+    """A report.json of 71 MB (roc_points=None on 420,000 probabilities) was parsed whole
+    against a 64 MiB limit, and overwrite refused distcal's own report: its first key
+    (format) tells."""
+    from distcal.storage.kinds import output_kind
+
+    rep = tmp_path / "rep"
+    rep.mkdir()
+    with open(rep / "report.json", "w") as f:
+        f.write('{\n  "format": "distcal-report",\n  "roc": [' + "0.5, " * (15 << 20) + "0]}")
+    assert (rep / "report.json").stat().st_size > 70 << 20
+    assert output_kind(LocalFileSystem(), str(rep))[0] == "report"
+    report = distcal.evaluate(pd.DataFrame({"prob": [.1, .4, .6, .8], "label": [0, 1, 0, 1]}))
+    from distcal.report import write_report
+
+    write_report(report, rep, overwrite=True)
+    assert json.loads((rep / "report.json").read_text())["format"] == "distcal-report"

@@ -225,10 +225,10 @@ def check_input_files(command: str, opts: dict[str, Any]) -> None:
             if first[0] != t and not widens(t, first[0]):
                 raise DataError(f"column '{name}' has type {t} in input file '{f}' but "
                                 f"{first[0]} in '{first[1]}'; every file of the input must "
-                                "have the same column types (or exact widenings of the "
-                                "first file's: the input is read in its first file's types"
-                                + (", here the narrower" if widens(first[0], t) else "")
-                                + ")")
+                                "have the first file's column types, or types that widen "
+                                "exactly to them: the input is read in its first file's "
+                                "types" + (", here the narrower" if widens(first[0], t)
+                                           else ""))
     _check_bins_against_rows(command, opts, rows, complete=len(files) < _MAX_CHECKED_FILES)
 
 

@@ -263,8 +263,8 @@ def _check_value(o: Option, value: Any, source: str) -> Any:
     elif o.kind is str:
         if o.name == "increasing" and isinstance(value, bool):
             value = "true" if value else "false"
-        if isinstance(value, datetime.date):  # YAML reads period: 2026-12-03 as a date
-            value = str(value)
+        if type(value) is datetime.date:  # YAML reads period: 2026-12-03 as a date
+            value = value.isoformat()  # (a timestamp's text is not str()'s: quote it)
         if not isinstance(value, str):
             raise bad("a string")
     if o.choices is not None and value not in o.choices:

@@ -47,7 +47,8 @@ BackendFactory = Callable[[dict[str, Any]], Backend]
 _CLI_WORDS = (("pass on_invalid='drop'", "pass --on-invalid drop"),
               ("(pass weight_col=None)", "(leave out --weight-col)"),
               ("pass score= the SQL of its elements (K expressions;",
-               "pass --score-cols, the SQL of its elements (K expressions;"),
+               "pass --score-cols, the SQL of its elements comma-separated, e.g. p[0],p[1],"
+               "p[2] in Spark SQL (K expressions;"),
               ("pass increasing=True or False", "pass --increasing true or false"))
 _USER_ERRORS = (UsageError, DataError, ModelError, ParameterError, OutputExistsError,
                 OutputPathError, EngineSetupError)

@@ -280,6 +280,8 @@ def metrics_from_report(report: Any) -> dict[str, Any]:
         v = getattr(report, k, None)
         if v is not None:
             out[k] = v
+    if getattr(report, "smooth_curve", None):  # (the table read back from the ROC has one
+        out["smooth_curve"] = report.smooth_curve  # row per probability, not the rows)
     if not getattr(report, "roc_complete", True):  # a sampled ROC: the report's own values
         rel, res = report.reliability_exact, report.resolution_exact
         out.update(reliability=rel, resolution=res, uncertainty=report.brier - rel + res,

@@ -303,8 +303,9 @@ def join_steps(parts: list[Steps]) -> Steps:
 
 class _Blocks(KeyBatch):
     """Pass 1: each key's PAV blocks of a range (weights and label sums), its first score
-    there and its rows with labels not 0/1 (-1: some, count unknown), for all the
-    range's keys at once (:func:`~distcal.core.segment_pav.pav_segments`)."""
+    there, its rows with labels not 0/1 (-1: some, count unknown) and its distinct scores
+    there, for all the range's keys at once
+    (:func:`~distcal.core.segment_pav.pav_segments`)."""
 
     def run(self, which: np.ndarray, part: KeyedTable) -> KeyResults:
         t, starts = part.table, part.starts
@@ -317,21 +318,21 @@ class _Blocks(KeyBatch):
         key = np.repeat(np.arange(len(sizes)), sizes)
         bad = np.rint(np.bincount(key, t.count * frac, len(sizes))).astype(np.int64)
         bad = np.where(part.binary, 0, np.where(bad == 0, -1, bad))
-        return KeyResults([blocks.weight, blocks.positives, first, bad],
-                          [block_starts, block_starts, None, None])
+        return KeyResults([blocks.weight, blocks.positives, first, bad, sizes],
+                          [block_starts, block_starts, None, None, None])
 
 
 class _Steps(KeyBatch):
     """Pass 2: a key's compressed steps in each range, from the blocks of all its ranges
     (pass 1's results, ascending; module docstring)."""
 
-    def __init__(self, firsts_parts: list[tuple[np.ndarray, np.ndarray, float, int]],
+    def __init__(self, firsts_parts: list[tuple[np.ndarray, np.ndarray, float, int, int]],
                  compiled: bool):
         self.parts, self.compiled = firsts_parts, compiled
         self.batch_id = compiled
-        # At most one step (x0, v0, x1, v1) per block of the key's ranges comes back:
-        # a pass of many keys runs in waves (run_plans' budget).
-        self.driver_bytes = 32 * sum(len(p[0]) for p in firsts_parts)
+        # At most a (score, p0) and a (score, p1) step per distinct score of the key
+        # comes back: a pass of many keys runs in waves (run_plans' budget).
+        self.driver_bytes = 32 * sum(int(p[4]) for p in firsts_parts)
 
     @classmethod
     def pack(cls, requests: list[_Steps]) -> _StepsBatch:
@@ -386,7 +387,7 @@ def venn_abers_plan(label_col: str | None = None, fit_rows: int = 0
     loops).
     """
     firsts_parts = yield _Blocks()
-    bad = [b for _, _, _, b in firsts_parts if b]
+    bad = [p[3] for p in firsts_parts if p[3]]
     if bad:
         # The pooled table knows which scores hold labels other than 0/1, not
         # which of their rows: the caller counts the rows (LabelsNotBinaryError).

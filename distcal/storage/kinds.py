@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 from typing import Any
 
@@ -43,8 +44,12 @@ KIND_NAMES = {MODEL: "a model directory", REPORT: "a report directory",
 _MARKERS = {MODEL: ("model.json",), REPORT: ("report.json",), SUMMARY: ("summary.json",),
             STAGE: ("model/model.json", "metadata/_SUCCESS")}
 # Marker files other tools write too (TensorFlow.js's model.json) are read: the
-# JSON object distcal writes there, told by its keys. Larger ones are not ours.
+# JSON object distcal writes there has "format": "distcal-..." near its start (its
+# keys sorted, or the key first); a 0.1 multiclass model.json and a report.json of
+# an earlier version, which have none, are parsed whole when not larger than this.
+_MARKER_HEAD_BYTES = 1 << 16
 _MAX_MARKER_BYTES = 1 << 26
+_DISTCAL_FORMAT = re.compile(rb'"format"\s*:\s*"distcal-')
 _PARQUET_MAGIC = b"PAR1"
 # A dataset directory with more files than this is taken on its first ones.
 _MAX_DATASET_FILES = 10_000
@@ -61,19 +66,25 @@ def describe_mode(mode: int) -> str:
     return "not a regular file"
 
 
-def _starts_with_magic(path: str) -> bool:
-    """Whether the regular file ``path`` starts with Parquet's magic (never blocks)."""
+def _head(path: str, size: int) -> bytes:
+    """Up to the first ``size`` bytes of the regular file ``path`` (b"" for anything
+    else; never blocks, never follows a link)."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
                      | getattr(os, "O_NONBLOCK", 0))
     except OSError:
-        return False
+        return b""
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
-        return os.read(fd, len(_PARQUET_MAGIC)) == _PARQUET_MAGIC
+        return os.read(fd, size) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
+    except OSError:
+        return b""
     finally:
         os.close(fd)
+
+
+def _starts_with_magic(path: str) -> bool:
+    """Whether the regular file ``path`` starts with Parquet's magic (never blocks)."""
+    return _head(path, len(_PARQUET_MAGIC)) == _PARQUET_MAGIC
 
 
 def visible_files(root: str, limit: int = _MAX_DATASET_FILES) -> list[str]:
@@ -96,6 +107,8 @@ def _written_by_distcal(marker: str) -> bool:
     a model's or a summary's ``"format": "distcal-..."`` (a 0.1 multiclass model's
     ``class_models``), a report's ``table``; Spark's ``_SUCCESS`` holds nothing."""
     if marker.endswith("_SUCCESS"):
+        return True
+    if _DISTCAL_FORMAT.search(_head(marker, _MARKER_HEAD_BYTES)):
         return True
     try:
         doc = json.loads(read_regular_file(marker, _MAX_MARKER_BYTES))

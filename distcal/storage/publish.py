@@ -38,7 +38,6 @@ from contextvars import ContextVar
 from hashlib import sha1
 from pathlib import Path
 from typing import TypeVar
-from urllib.parse import quote
 
 from ..errors import DataError, OutputPathError
 from ..params import check_bool
@@ -116,10 +115,13 @@ def _dead_owner(entry: str, prefix: str) -> bool:
 
 
 def _live_owner(entry: str, prefix: str) -> bool:
-    """Whether the run that made the sibling is a process of this host that still runs."""
+    """Whether the run that made the sibling is another process of this host that still
+    runs (this process's own pid: a run killed before a restart that reused it, as in a
+    container that keeps its hostname and numbers its processes from 1)."""
     owner = entry[len(prefix):].rpartition("-")[0]
     pid_s, _, host = owner.partition("@")
-    return host == socket.gethostname() and pid_s.isdigit() and not _dead_owner(entry, prefix)
+    return (host == socket.gethostname() and pid_s.isdigit() and int(pid_s) != os.getpid()
+            and not _dead_owner(entry, prefix))
 
 
 def recover(fs: FileSystem, target: str) -> None:
@@ -247,9 +249,15 @@ def resolve_local(target: str) -> str:
     if name in ("", ".", ".."):
         raise OutputPathError(f"output '{target}' does not name a file or directory")
     resolved = os.path.join(os.path.realpath(head or "."), name)
+    if not str(target).startswith("file:"):
+        return resolved
     # A file: URL stays one (an engine would take a bare path on its default filesystem),
-    # quoted again: local_path reads %XX in it.
-    return "file://" + quote(resolved) if str(target).startswith("file:") else resolved
+    # its path as decoded: Spark's and fsspec's writers take it as written, this module
+    # decodes it once more, so a '%' left after decoding would name two paths.
+    if "%" in resolved:
+        raise OutputPathError(f"output '{target}': its path holds '%' once decoded "
+                              f"('{_short(resolved)}'); give it as a plain path")
+    return "file://" + resolved
 
 
 def _make_parents(fs: FileSystem, target: str) -> list[str]:
