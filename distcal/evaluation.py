@@ -421,8 +421,9 @@ def evaluate(data: Any, prob_col: str = DEFAULTS.prob_col, label_col: str = DEFA
         Brier score and Murphy's decomposition over the bins (reliability -
         resolution + uncertainty equals the Brier score only when every bin
         holds one distinct probability), log loss (probabilities clipped to
-        [eps, 1 - eps]), ECE and MCE, exact AUC (ties count one half), the
-        ROC curve and its convex hull, the confusion matrix and accuracy.
+        [eps, 1 - eps], eps float64's epsilon for any input type), ECE and MCE,
+        exact AUC (ties count one half), the ROC curve and its convex hull, the
+        confusion matrix and accuracy.
 
     Examples
     --------

@@ -7,7 +7,8 @@ W_p and weighted positives Y_p. Every metric below is a sum over that table
 * Brier score  (1/W) sum_i w_i (p_i - y_i)^2
              = (1/W) [ sum_p (W_p p^2 - 2 p Y_p) + sum_i w_i y_i^2 ]
 * log loss     -(1/W) sum_p [ Y_p log p + (W_p - Y_p) log(1 - p) ], p clipped
-  to [eps, 1 - eps] with eps the float64 machine epsilon (scikit-learn).
+  to [eps, 1 - eps] with eps the float64 machine epsilon, whatever the input's
+  type (scikit-learn's rule for float64 input; it clips float32 input at float32's).
 * calibration curve over scikit-learn's bins; ECE = sum_b (W_b / W)
   |true_b - pred_b|, MCE = max_b |true_b - pred_b|; Murphy's (1973)
   decomposition  reliability = sum_b (W_b/W) (pred_b - true_b)^2,

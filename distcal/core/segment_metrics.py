@@ -10,7 +10,8 @@ distinct probabilities,
 
 * Brier score  (1/W) [ sum_p (W_p p^2 - 2 p Y_p) + sum_i w_i y_i^2 ]
 * log loss     -(1/W) sum_p [ Y_p log p + (W_p - Y_p) log(1 - p) ], p clipped to
-  [eps, 1 - eps] (scikit-learn)
+  [eps, 1 - eps], eps float64's machine epsilon whatever the input's type
+  (scikit-learn's for float64 input; it clips float32 input at float32's)
 * ECE = sum_b (W_b / W) |Y_b / W_b - (sum w p)_b / W_b| over the report's bins,
   MCE the largest such gap
 * AUC = (sum_r pairs_r + Y_r N_{<r}) / (Y N), where pairs_r counts the
