@@ -63,10 +63,14 @@ def short_repr(value: object, limit: int = 40) -> str:
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
-def sums_overflow(what: str = "weights") -> DataError:
-    """Finite values whose sums exceed the largest double (weights near 1e308)."""
-    return DataError(f"the {what} are too large: their sums overflow float64 (the largest "
-                     f"float is 1.8e308); divide them by a constant")
+def sums_overflow(what: str = "weights", column: str | None = None,
+                  n_rows: int | None = None) -> DataError:
+    """Finite values whose sums exceed the largest double (weights near 1e308); ``column``
+    and ``n_rows``: the weight column and its rows, when known."""
+    where = f"column '{column}' (weight): " if column is not None else ""
+    rows = f" of {n_rows} row{'s' if n_rows != 1 else ''}" if n_rows is not None else ""
+    return DataError(f"{where}the {what}{rows} are too large: their sums overflow float64 "
+                     "(the largest float is 1.8e308); divide them by a constant")
 
 
 def sums_underflow() -> DataError:

@@ -264,7 +264,7 @@ def report_from_ranges(keyed: Any, *, prob_col: str, by: list[str] | None = None
     f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn > 0 else math.nan
     test_sums = np.sum([q["tests"] for q in parts], axis=0)
     if np.isinf(test_sums).any():  # sums of w^2: weights from ~1e154 on
-        raise sums_overflow()
+        raise sums_overflow("weights (their squares)", keyed.spec.weight_col, keyed.n_rows)
     tests = calibration_tests(test_sums, w_total, positives)
     report = EvaluationReport(
         prob_col=prob_col, n_rows=keyed.n_rows, weight_total=w_total,

@@ -99,6 +99,25 @@ def test_fit_and_threshold_refuse_overflow():
         distcal.fit_and_threshold(df, weight_col="w")
 
 
+@pytest.mark.parametrize("call", [
+    lambda df: distcal.fit(df, method="histogram", weight_col="w"),
+    lambda df: distcal.fit(df, method="sigmoid", weight_col="w", by="g"),
+    lambda df: distcal.optimal_threshold(df, weight_col="w"),
+    lambda df: distcal.evaluate(df, "score", weight_col="w", by="g"),
+    lambda df: distcal.summarize(df, weight_col="w")])
+def test_weights_whose_total_overflows_are_refused_by_name_without_numpy_warnings(call):
+    """Each weight is finite, their sum is not: one DataError naming the weight column
+    and its rows, before any method's sums overflow (numpy's RuntimeWarnings leaked)."""
+    n = 1000
+    df = pd.DataFrame({"score": np.linspace(0, 1, n), "label": np.arange(n) % 2,
+                       "w": np.full(n, 1e306), "g": np.arange(n) % 3})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(distcal.DataError, match=r"^column 'w' \(weight\): the weights of 1000 "
+                           r"rows are too large: their sums overflow float64"):
+            call(df)
+
+
 def test_output_name_at_the_limit_works(tmp_path):
     """A 255-byte name is fine: the temporary siblings shorten their part of it."""
     model = distcal.fit(_df(300))

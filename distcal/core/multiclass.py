@@ -57,7 +57,10 @@ def to_logits(scores: np.ndarray, kind: str = "auto") -> np.ndarray:
     if s.shape[1] == 1:
         return np.concatenate([-s, s], axis=1)
     if kind == "probabilities" or (kind == "auto" and looks_like_probabilities(s)):
-        return np.log(s + EPS)
+        # An entry below -EPS has no logit: NaN (its row's prediction is NaN, as the
+        # SQL and ONNX exports give it), not a RuntimeWarning per call.
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.log(s + EPS)
     return s
 
 

@@ -19,7 +19,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import DataError
+from ..errors import DataError, sums_overflow
 from .columns import arrow_kind, column_to_float, is_list_type, vector_element
 from .distinct import is_binary
 from .multiclass import label_problems
@@ -390,7 +390,11 @@ class RowPart:
 
     @property
     def weight_total(self) -> float:
-        return float(self.label.shape[0]) if self.weight is None else float(self.weight.sum())
+        """inf when the weights' sum overflows (the fit or evaluation then refuses it)."""
+        if self.weight is None:
+            return float(self.label.shape[0])
+        with np.errstate(over="ignore"):
+            return float(self.weight.sum())
 
     @property
     def binary(self) -> bool:
@@ -616,5 +620,7 @@ def add_up_rows(stats: list[dict[str, Any]], on_invalid: str,
                         f"{total['invalid']} invalid" + (
                             f"; column '{weight_col}' (weight) is 0 in the other {zero})"
                             if weight_col is not None and zero else ")"))
+    if not np.isfinite(total["weight_total"]):  # (the methods' own sums would overflow too)
+        raise sums_overflow(column=weight_col, n_rows=total["n_rows"])
     return RowTotals(total["n_rows"], float(total["weight_total"]), total["invalid"],
                      total.get("widths"))

@@ -102,7 +102,8 @@ def segment_partials(segs: KeyedTable, edges: np.ndarray) -> SegmentEvalPartials
     for i in range(m):  # Mann-Whitney pairs inside the range, ties counting one half
         a, b = starts[i], starts[i + 1]
         ni = n[a:b]
-        pairs[i] = float(np.sum(y[a:b] * (np.cumsum(ni) - ni + 0.5 * ni)))
+        with np.errstate(over="ignore"):  # inf (weights from ~1e154): evaluate refuses it
+            pairs[i] = float(np.sum(y[a:b] * (np.cumsum(ni) - ni + 0.5 * ni)))
     return SegmentEvalPartials([k[0] for k in segs.keys], per(t.count).astype(np.int64), per(w),
                                per(y), per(w * p), wyy, per(w * p * p - 2.0 * p * y),
                                per(y * np.log(pc) + n * np.log1p(-pc)), pairs, bins)
