@@ -568,3 +568,19 @@ def test_an_in_process_run_leaves_the_process_as_it_found_it(tmp_path):
         assert code == (2 if "nope" in flags else 0)
         assert state() == before, flags
     assert not sys.stderr.closed
+
+
+def test_library_advice_in_log_lines_speaks_of_options(tmp_path, capsys):
+    """The library's warnings name the API's parameters; a command-line run names its
+    options instead (it said "pass increasing=True or False" to a shell user)."""
+    from distcal.cli.main import main
+
+    rng = np.random.default_rng(3)
+    pd.DataFrame({"score": rng.random(400), "label": rng.random(400)}).to_parquet(
+        tmp_path / "frac.parquet")
+    assert main(["fit", "--input", str(tmp_path / "frac.parquet"), "--output",
+                 str(tmp_path / "m"), "--increasing", "auto"]) == 0
+    err = capsys.readouterr().err
+    assert "--increasing auto with labels that are not all 0/1" in err
+    assert "pass --increasing true or false to avoid it" in err
+    assert "increasing=" not in err

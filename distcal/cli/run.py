@@ -49,7 +49,8 @@ _CLI_WORDS = (("pass on_invalid='drop'", "pass --on-invalid drop"),
               ("pass score= the SQL of its elements (K expressions;",
                "pass --score-cols, the SQL of its elements comma-separated, e.g. p[0],p[1],"
                "p[2] in Spark SQL (K expressions;"),
-              ("pass increasing=True or False", "pass --increasing true or false"))
+              ("pass increasing=True or False", "pass --increasing true or false"),
+              ("increasing='auto'", "--increasing auto"))
 _USER_ERRORS = (UsageError, DataError, ModelError, ParameterError, OutputExistsError,
                 OutputPathError, EngineSetupError)
 
@@ -71,6 +72,20 @@ class _CurrentStderr(logging.StreamHandler):
         pass
 
 
+def _cli_words(msg: str) -> str:
+    """``msg`` with the API's advice in the command line's words (--on-invalid ...)."""
+    for api, cli in _CLI_WORDS:
+        msg = msg.replace(api, cli)
+    return msg
+
+
+class _CliFormatter(logging.Formatter):
+    """The log lines of a command-line run speak of its options, not the API's."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return _cli_words(super().format(record))
+
+
 def _configure_logging(verbose: int, quiet: bool) -> Callable[[], None]:
     """The ``distcal`` logger at -v/-q's level, to stderr; returns what puts it back as
     it was (a run in a caller's process leaves its logging as it found it)."""
@@ -81,8 +96,8 @@ def _configure_logging(verbose: int, quiet: bool) -> Callable[[], None]:
     log.setLevel(level)
     if not any(getattr(h, "_distcal_cli", False) for h in log.handlers):
         handler = _CurrentStderr()
-        handler.setFormatter(logging.Formatter("%(asctime)s distcal %(levelname)s %(message)s",
-                                               "%H:%M:%S"))
+        handler.setFormatter(_CliFormatter("%(asctime)s distcal %(levelname)s %(message)s",
+                                           "%H:%M:%S"))
         handler._distcal_cli = True  # type: ignore[attr-defined]
         log.addHandler(handler)
         log.propagate = False
@@ -193,8 +208,7 @@ def run(argv: Sequence[str] | None, prog: str, entry_point: str,
     except _USER_ERRORS as exc:
         # The library's advice in the command line's words.
         msg = one_line(exc)
-        for api, cli in _CLI_WORDS:
-            msg = msg.replace(api, cli)
+        msg = _cli_words(msg)
         if not msg.startswith(prog):
             msg = f"{prog}: error: {msg}"
         _say(msg, err())
