@@ -458,6 +458,29 @@ def test_venn_abers_equals_the_venn_abers_package():
     np.testing.assert_allclose(model.predict(tests), prob[:, 1], rtol=1e-9)
 
 
+def test_venn_abers_weights_are_repeated_rows():
+    """Integer weights (0 included) are repeated rows, binary and one-vs-rest: the added
+    test point weighs 1 in both, so (p0, p1) are the same numbers."""
+    rng = np.random.default_rng(1)
+    n = 60
+    p = rng.dirichlet([1, 1, 1], n)
+    y = rng.integers(0, 3, n)
+    w = rng.integers(0, 5, n)
+    rep = np.repeat(np.arange(n), w)
+    probes = rng.dirichlet([1, 1, 1], 50)
+    for scores, labels, tests in [(p[:, 1], (y == 1).astype(int), probes[:, 1]),
+                                  (list(p), y, probes)]:
+        weighted = distcal.fit(pd.DataFrame({"score": scores, "label": labels,
+                                             "w": w.astype(float)}),
+                               method="venn_abers", weight_col="w")
+        repeated = distcal.fit(pd.DataFrame({"score": [scores[i] for i in rep],
+                                             "label": labels[rep]}), method="venn_abers")
+        np.testing.assert_array_equal(weighted.predict(tests), repeated.predict(tests))
+    one = weighted.class_model(1)
+    np.testing.assert_array_equal(one.predict_interval(tests[:, 1]),
+                                  repeated.class_model(1).predict_interval(tests[:, 1]))
+
+
 def test_venn_abers_with_any_weights_is_one_model_whatever_the_partitioning(tmp_path):
     # Weights such as uniform draws: a block's sums added in another order differ in
     # their last bits; the model (its thresholds) must not, and must load again.

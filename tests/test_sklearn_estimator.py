@@ -307,11 +307,12 @@ def test_attributes_follow_the_fit():
 # them: the checks fit one instance on data of other shapes and feature counts,
 # which a classifier fitted beforehand and never refitted cannot follow; the
 # cross-fitting mode below is the same code path after the classifier's fit.
+# MODL is not among the estimator's methods (it takes no sample weights).
 # Histogram with 2 bins: the checks calibrate folds of a handful of rows, and
 # distcal refuses more bins than rows (a ValueError naming n_bins).
 _CHECKED = [CalibratedClassifier(LogisticRegression(C=1), method=m, cv=3,
                                  params={"n_bins": 2} if m == "histogram" else None)
-            for m in ("isotonic", "sigmoid", "histogram", "temperature")]
+            for m in ("isotonic", "sigmoid", "histogram", "temperature", "venn_abers", "beta")]
 
 
 def _expected_failed(estimator):
@@ -322,6 +323,14 @@ def _expected_failed(estimator):
                 "after trimming, a calibration fold holds one row: fewer rows than histogram "
                 "bins, which distcal refuses with a ValueError naming n_bins (the check wants "
                 "the word 'class' in the message)"}
+    if estimator.method == "venn_abers":
+        reason = ("the check predicts at the calibration rows themselves, where Venn-Abers' "
+                  "(p0, p1) jump (a test score tied with a calibration score pools with it); "
+                  "LogisticRegression's fits on weighted and on repeated rows differ by ~1e-14, "
+                  "which unties them (0.057 apart, measured). distcal.fit with integer "
+                  "weights equals repeated rows (test_venn_abers_weights_are_repeated_rows)")
+        return {"check_sample_weight_equivalence_on_dense_data": reason,
+                "check_sample_weight_equivalence_on_sparse_data": reason}
     return {}
 
 
