@@ -29,6 +29,47 @@ def test_threaded_scheduler_without_client():
         assert distcal.fit(ddf_of(df, 4)) == distcal.fit(df)
 
 
+def test_local_data_on_dask_from_threads_leaves_dask_s_settings_alone():
+    """engine="dask" on pandas data with a column of mixed values, from 8 threads, while
+    another thread builds its own Dask frames: those still get Dask's strings, and the
+    process's dask.config is as before (a fit's ``dask.config.set`` restored another's
+    value and left convert-string False for the whole process)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import dask
+    import dask.dataframe as dd
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    df = pd.DataFrame({"score": rng.random(2000), "label": rng.integers(0, 2, 2000),
+                       "g": pd.Series([7 if i % 3 else "a" for i in range(2000)],
+                                      dtype=object)})
+    text = pd.DataFrame({"t": ["fr", "de"] * 10})
+    before = dask.config.get("dataframe.convert-string", None)
+    want = distcal.fit(df, by="g")
+    seen: set[str] = set()
+    stop = threading.Event()
+
+    def user() -> None:
+        while not stop.is_set():
+            seen.add(str(dd.from_pandas(text, npartitions=1).dtypes["t"]))
+
+    with dask.config.set(scheduler="sync"):
+        watcher = threading.Thread(target=user)
+        watcher.start()
+        try:
+            with ThreadPoolExecutor(8) as pool:
+                models = list(pool.map(lambda _: distcal.fit(df, by="g", engine="dask"),
+                                       range(32)))
+        finally:
+            stop.set()
+            watcher.join()
+    assert all(m == want for m in models)
+    assert sorted(models[0].segments.g.tolist(), key=str) == [7, "a"]
+    assert seen == {"string"}
+    assert dask.config.get("dataframe.convert-string", None) == before
+
+
 def test_transform_is_lazy_with_meta(client):
     df = make_scores(5_000, seed=9)
     model = distcal.fit(df)

@@ -7,6 +7,7 @@ becomes a Dask DataFrame first (:func:`as_dask`).
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable
 from typing import Any
 
@@ -35,37 +36,58 @@ def as_dask(data: Any) -> Any:
     if isinstance(data, pa.Table):
         data = data.to_pandas()
     if isinstance(data, pd.DataFrame):
-        import dask
-
-        converted = _arrow_objects(data)
-        if converted:
+        converted, mixed = _arrow_objects(data)
+        if converted or mixed:
             data = data.copy(deep=False)
             for name, column in converted.items():
                 data[name] = column
-        # The other object columns as they are (mixed values, text among numbers), not
-        # made text by Dask's convert-string: every engine reads the same values.
-        with dask.config.set({"dataframe.convert-string": False}):
-            return dd.from_pandas(data, npartitions=max(1, workers_threads()))
+            for name in mixed:
+                data[name] = _pickled(data[name])
+        frame = dd.from_pandas(data, npartitions=max(1, workers_threads()))
+        if not mixed:
+            return frame
+        return frame.map_partitions(_unpickled, mixed, meta=_unpickled(frame._meta, mixed))
     raise TypeError(f"the dask engine cannot read data of type {type(data).__name__}")
 
 
-def _arrow_objects(df: pd.DataFrame) -> dict[Any, pd.Series]:
-    """``df``'s object columns that Arrow types (vectors, decimals, Python ints, dates) as
-    pandas' Arrow columns: ``from_pandas`` would turn them into strings (Dask's
-    ``dataframe.convert-string``), which the local engine reads as numbers and vectors.
-    Columns Arrow cannot type (mixed values) stay as they are."""
+def _pickled(column: pd.Series) -> pd.Series:
+    """A column of mixed values (text among numbers, keys 7 and 'a') as Arrow binary, each
+    value pickled: Dask leaves it as it is, where it would make an object column text
+    (``dataframe.convert-string``, a setting of the whole process, which distcal leaves
+    alone), and the workers unpickle it (:func:`_unpickled`): every engine reads the
+    same values."""
     import pyarrow as pa
 
-    out = {}
+    values = pa.array([pickle.dumps(v) for v in column], pa.binary())
+    return pd.Series(pd.arrays.ArrowExtensionArray(values), index=column.index)
+
+
+def _unpickled(part: pd.DataFrame, names: list[Any]) -> pd.DataFrame:
+    part = part.copy(deep=False)
+    for name in names:
+        part[name] = pd.Series([pickle.loads(b) for b in part[name]], index=part.index,
+                               dtype=object)
+    return part
+
+
+def _arrow_objects(df: pd.DataFrame) -> tuple[dict[Any, pd.Series], list[Any]]:
+    """``df``'s object columns that Arrow types (vectors, decimals, Python ints, dates) as
+    pandas' Arrow columns: ``from_pandas`` would turn them into strings (Dask's
+    ``dataframe.convert-string``), which the local engine reads as numbers and vectors;
+    and the names of those Arrow cannot type (mixed values), which must stay as they are."""
+    import pyarrow as pa
+
+    out, mixed = {}, []
     for name in df.columns:
         if pd.api.types.is_object_dtype(df[name].dtype):
             try:
                 values = pa.array(df[name], from_pandas=True)
             except (pa.ArrowException, TypeError, ValueError):
+                mixed.append(name)
                 continue
             if not pa.types.is_string(values.type):
                 out[name] = pd.Series(pd.arrays.ArrowExtensionArray(values), index=df.index)
-    return out
+    return out, mixed
 
 
 class DaskEngine:
