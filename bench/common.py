@@ -13,8 +13,11 @@ from collections.abc import Callable
 
 
 def timed(fn: Callable[[], object], repeat: int = 3,
-          clock: Callable[[], float] = time.perf_counter) -> float:
-    """Median seconds of ``repeat`` calls of ``fn`` (wall time; ``time.process_time``: CPU)."""
+          clock: Callable[[], float] = time.perf_counter, warmup: bool = False) -> float:
+    """Median seconds of ``repeat`` calls of ``fn`` (wall time; ``time.process_time``: CPU),
+    after one untimed call with ``warmup`` (a JIT compile, a cold session or cluster)."""
+    if warmup:
+        fn()
     times = []
     for _ in range(repeat):
         t0 = clock()

@@ -94,9 +94,9 @@ def main() -> None:
                 t_read = timed(lambda: ds.dataset(path, format="parquet").to_table(),
                                args.repeat)
                 t_in = ds.dataset(path, format="parquet").to_table()
-                t_fit = timed(lambda t=t_in: distcal.fit(t), args.repeat)
+                t_fit = timed(lambda t=t_in: distcal.fit(t), args.repeat, warmup=True)
                 del t_in
-                t_path = timed(lambda: distcal.fit(path, **bounded), args.repeat)
+                t_path = timed(lambda: distcal.fit(path, **bounded), args.repeat, warmup=True)
                 t_scan = timed(lambda: sum(t.num_rows for t in iter_tables(
                     open_dataset(path), ["score", "label"])), args.repeat)
                 assert distcal.fit(path, **bounded) == distcal.fit(table)

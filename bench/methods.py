@@ -49,14 +49,18 @@ def make_rows(n: int, decimals: int | None, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame({"score": s, "label": (rng.random(n) < p).astype(np.int64)})
 
 
-def run(label: str, fit: object, repeat: int, pairs: list[str]) -> None:
-    times = {}
+def run(label: str, fit: object, repeat: int, pairs: list[str]) -> dict[str, object]:
+    """Times each pair's fits (one untimed fit of each method first: numba's kernels
+    compile on the first large table, Spark's workers start); returns the models."""
+    times, models = {}, {}
     for anchor, ours, target in (p for p in PAIRS if p[1] in pairs):
         for method in (anchor, ours):
-            times[method] = timed(lambda m=method: fit(m), repeat)  # type: ignore[operator]
+            models[method] = fit(m := method)  # type: ignore[operator]
+            times[method] = timed(lambda m=m: fit(m), repeat)  # type: ignore[operator]
             print(f"{label:<14} {method:<11} {times[method]:8.3f} s", flush=True)
         ratio = times[ours] / times[anchor]
         print(f"{label:<14} {ours} / {anchor} = {ratio:.2f}x (target <= {target}x)", flush=True)
+    return models
 
 
 def main() -> None:
@@ -75,18 +79,20 @@ def main() -> None:
         if name not in kinds:
             continue
         df = make_rows(n, decimals)
-        distcal.fit(df.head(50_000), method="venn_abers")  # compile the numba loop once
+        local = {}
         if not args.no_local:
-            run(f"local/{name}", lambda m, df=df: distcal.fit(df, method=m), args.repeat,
-                pairs)
+            local = run(f"local/{name}", lambda m, df=df: distcal.fit(df, method=m),
+                        args.repeat, pairs)
         if args.spark:
             spark = spark_session("distcal-bench-methods")
             with tempfile.TemporaryDirectory() as tmp:
                 path = str(Path(tmp) / "rows.parquet")
                 df.to_parquet(path)
-                run(f"spark/{name}",
-                    lambda m, path=path: distcal.fit(spark.read.parquet(path), method=m),
-                    args.repeat, pairs)
+                remote = run(f"spark/{name}",
+                             lambda m, path=path: distcal.fit(spark.read.parquet(path), method=m),
+                             args.repeat, pairs)
+            for method, model in local.items():  # every engine fits the same model
+                assert remote[method] == model, f"{method}: Spark and local models differ"
 
 
 if __name__ == "__main__":

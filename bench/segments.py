@@ -121,10 +121,13 @@ def main() -> None:
     ap.add_argument("n", type=float)
     ap.add_argument("--segments", type=int, default=10_000)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--sample", type=int, default=12)
+    ap.add_argument("--sample", type=int, default=12,
+                    help="segments fitted alone, spread over the Zipf ranks (at least 3)")
     ap.add_argument("--transform-only", action="store_true")
     ap.add_argument("--floor", action="store_true")
     args = ap.parse_args()
+    if args.sample < 3:  # one sample is the largest segment alone: not the loop's mean
+        ap.error("--sample must be at least 3")
     n = int(args.n)
     import distcal
 
@@ -144,12 +147,15 @@ def main() -> None:
         return
     if args.transform_only:
         model = distcal.fit(read(), by="seg")
+    fitted: dict[str, Any] = {}
     for _ in range(0 if args.transform_only else args.repeat):
-        anchors.append(timed(lambda: distcal.fit(read()), 1))
+        anchors.append(timed(lambda: fitted.update(anchor=distcal.fit(read())), 1))
         t0 = time.perf_counter()
         model = distcal.fit(read(), by="seg")
         bys.append(time.perf_counter() - t0)
     if not args.transform_only:
+        # The by= fit's global map is the fit of the same rows without by=.
+        assert model.global_model == fitted["anchor"], "the global maps differ"
         report_fits(args, read, model, anchors, bys)
     glob = model.global_model
 

@@ -75,6 +75,11 @@ def main() -> None:
                               loss_mass(table, 1.0, 1.0), table.weight, table.positives)
 
         t_batch = per_call(recompute, [()] * min(reps, 200))
+        rows = np.array([*zip(scores, labels), *seen[: m // 10], *seen, *seen, *seen,
+                         *fresh])  # every update made (warm-up, 3 timed, new scores)
+        batch = distcal.optimal_threshold(pd.DataFrame({"score": rows[:, 0],
+                                                        "label": rows[:, 1]}))
+        assert tracker.result() == batch, "the tracker and the batch threshold differ"
         base = base or t_seen
         print(f"{n:>10.0e}{t_seen * 1e6:>13.2f}{t_new * 1e6:>12.2f}{t_query * 1e6:>11.2f}"
               f"{t_batch * 1e6:>17.1f}{t_seen / base:>17.2f}")
@@ -93,11 +98,23 @@ def main() -> None:
     dfz = dfw.assign(z=rng.normal(size=n))
     t_thz = statistics.median(timed(lambda: distcal.optimal_threshold(
         dfz, weight_col="w", loss_col="z")) for _ in range(3))
+    assert distcal.optimal_threshold(df).cost == brute_force_cost(s, y), "cost differs"
     print(f"\n# batch threshold, N = {n:.0e} all-distinct scores, median of 3")
     print(f"np.argsort                           {t_arg:7.3f} s")
     print(f"optimal_threshold (0/1, unit)        {t_thr:7.3f} s   x argsort = {t_thr / t_arg:.2f}")
     print(f"optimal_threshold (weighted)         {t_thw:7.3f} s   x argsort = {t_thw / t_arg:.2f}")
     print(f"optimal_threshold (per-row loss)     {t_thz:7.3f} s   x argsort = {t_thz / t_arg:.2f}")
+
+
+def brute_force_cost(s: np.ndarray, y: np.ndarray) -> float:
+    """The least FP + FN over every rule "positive if score >= t" (t: each score, or
+    above all), from cumulative sums over the rows sorted by score, highest first."""
+    order = np.argsort(-s, kind="stable")
+    ys, ss = y[order], s[order]
+    last = np.r_[ss[1:] != ss[:-1], True]  # the end of each run of equal scores
+    tp = np.cumsum(ys)[last]
+    k = np.arange(1, len(s) + 1)[last]
+    return float(min(y.sum(), np.min((k - tp) + (y.sum() - tp))))
 
 
 def timed(fn):
