@@ -217,7 +217,7 @@ def report_from_ranges(keyed: Any, *, prob_col: str, by: list[str] | None = None
                 "tests": calibration_test_partials(t, global_ww(part))}
 
     parts = keyed.map(partials)
-    sums = combine_segment_partials([q["keys"] for q in parts])
+    sums = combine_segment_partials([q["keys"] for q in parts], keyed.spec.weight_col)
     g = sums.index(GLOBAL)
     w_total, positives = float(sums.metrics["weight"][g]), float(sums.y[g])
     if not math.isfinite(w_total):  # weights near 1e308: every metric would be NaN
@@ -264,7 +264,7 @@ def report_from_ranges(keyed: Any, *, prob_col: str, by: list[str] | None = None
     f1 = 2 * tp / (2 * tp + fp + fn) if tp + fp + fn > 0 else math.nan
     test_sums = np.sum([q["tests"] for q in parts], axis=0)
     if np.isinf(test_sums).any():  # sums of w^2: weights from ~1e154 on
-        raise sums_overflow("weights (their squares)", keyed.spec.weight_col, keyed.n_rows)
+        raise sums_overflow("weights (their products)", keyed.spec.weight_col, keyed.n_rows)
     tests = calibration_tests(test_sums, w_total, positives)
     report = EvaluationReport(
         prob_col=prob_col, n_rows=keyed.n_rows, weight_total=w_total,

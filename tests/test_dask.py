@@ -173,3 +173,5 @@ def test_engine_dask_on_local_data_reads_the_columns_as_the_local_engine(client)
     text = mixed.astype({"score": object})
     text.loc[5, "score"] = "oops"
     assert distcal.fit(text, on_invalid="drop", engine="dask").n_rows == 59
+    ids = mixed.assign(id=pd.Series([2**64 + i for i in range(60)], dtype=object))
+    assert distcal.fit(ids, engine="dask") == distcal.fit(ids)  # (Arrow: OverflowError)

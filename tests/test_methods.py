@@ -467,7 +467,7 @@ def test_venn_abers_weights_are_repeated_rows():
     y = rng.integers(0, 3, n)
     w = rng.integers(0, 5, n)
     rep = np.repeat(np.arange(n), w)
-    probes = rng.dirichlet([1, 1, 1], 50)
+    probes = np.vstack([rng.dirichlet([1, 1, 1], 50), p])  # the calibration scores too
     for scores, labels, tests in [(p[:, 1], (y == 1).astype(int), probes[:, 1]),
                                   (list(p), y, probes)]:
         weighted = distcal.fit(pd.DataFrame({"score": scores, "label": labels,

@@ -326,9 +326,10 @@ def _expected_failed(estimator):
     if estimator.method == "venn_abers":
         reason = ("the check predicts at the calibration rows themselves, where Venn-Abers' "
                   "(p0, p1) jump (a test score tied with a calibration score pools with it); "
-                  "LogisticRegression's fits on weighted and on repeated rows differ by ~1e-14, "
-                  "which unties them (0.057 apart, measured). distcal.fit with integer "
-                  "weights equals repeated rows (test_venn_abers_weights_are_repeated_rows)")
+                  "predict_proba gives one row scores 2 ulps apart in a batch of repeated "
+                  "rows and in X, which unties them in one estimator only (0.057 apart, "
+                  "measured). distcal.fit with integer weights equals repeated rows "
+                  "(test_venn_abers_weights_are_repeated_rows)")
         return {"check_sample_weight_equivalence_on_dense_data": reason,
                 "check_sample_weight_equivalence_on_sparse_data": reason}
     return {}

@@ -168,10 +168,12 @@ class SegmentEvaluation:
                                  key=lambda ece: ece.round(12)).reset_index(drop=True)
 
 
-def combine_segment_partials(parts: list[SegmentEvalPartials]) -> SegmentEvaluation:
+def combine_segment_partials(parts: list[SegmentEvalPartials],
+                             weight_col: str | None = None) -> SegmentEvaluation:
     """Every key's sums and metrics from the ranges' sums, the ranges in ascending order.
 
-    AUC is NaN for a key with a single class.
+    AUC is NaN for a key with a single class. ``weight_col``: named in the
+    :class:`~distcal.DataError` of sums that overflow.
     """
     ids: dict[Any, int] = {}
     locals_ = [np.fromiter((ids.setdefault(k, len(ids)) for k in q.keys), dtype=np.int64,
@@ -199,7 +201,7 @@ def combine_segment_partials(parts: list[SegmentEvalPartials]) -> SegmentEvaluat
         gap = np.where(full, np.abs(bwy / safe - bwp / safe), 0.0)
         ece = np.sum((bw / w[:, None]) * gap, axis=1)
         if np.isinf(tot["pairs"]).any():  # products of two weights, from ~1e154 on
-            raise sums_overflow()
+            raise sums_overflow("weights (their products)", weight_col)
         # ... or below 2^-1022, where they lose their digits: a mean weight below 2^-500
         if np.any((w > 0) & (w < n_rows * 2.0 ** -500)):
             raise sums_underflow()

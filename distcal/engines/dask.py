@@ -82,7 +82,7 @@ def _arrow_objects(df: pd.DataFrame) -> tuple[dict[Any, pd.Series], list[Any]]:
         if pd.api.types.is_object_dtype(df[name].dtype):
             try:
                 values = pa.array(df[name], from_pandas=True)
-            except (pa.ArrowException, TypeError, ValueError):
+            except (pa.ArrowException, TypeError, ValueError, OverflowError):  # ints >= 2^63
                 mixed.append(name)
                 continue
             if not pa.types.is_string(values.type):
