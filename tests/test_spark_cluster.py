@@ -15,6 +15,8 @@ import subprocess
 import sys
 import textwrap
 
+from conftest import full_jit_env
+
 import distcal
 
 SESSION = """
@@ -35,7 +37,7 @@ import distcal
 def run_child(body: str, master: str = "local[2]", conf: dict | None = None) -> dict:
     code = SESSION.format(master=master, conf=conf or {}) + textwrap.dedent(body)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                       timeout=900)
+                       timeout=900, env=full_jit_env())  # millions of rows: C2 pays
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 
