@@ -401,6 +401,28 @@ def test_issue_35_rows_in_600m_python_workers(tmp_path):
     np.testing.assert_allclose(b["prob"][at], fitted, rtol=0, atol=1e-12)
 
 
+def test_a_given_number_of_ranges_takes_no_count_and_no_sample(spark):
+    """A binary score, with or without segments, in ``n_ranges`` ranges: Spark's range
+    partitioner cuts them, so the fit counts and samples nothing first (that was two of
+    a small isotonic fit's six jobs). The models are the local ones."""
+    import uuid
+
+    rng = np.random.default_rng(12)
+    df = pd.DataFrame({"score": rng.random(3000), "label": rng.integers(0, 2, 3000),
+                       "g": rng.integers(0, 4, 3000)})
+    sdf, sc = spark.createDataFrame(df), spark.sparkContext
+    for by in (None, "g"):
+        group = f"ranges-{uuid.uuid4().hex}"
+        sc.setJobGroup(group, group)
+        try:
+            model = distcal.fit(sdf, by=by, n_ranges=3)
+        finally:
+            sc.setLocalProperty("spark.jobGroup.id", None)
+        jobs = len(sc.statusTracker().getJobIdsForGroup(group))
+        assert jobs <= 3, jobs  # the range partitioner's sample, the pass, its results
+        assert model == distcal.fit(df, by=by)
+
+
 def test_scores_distinct_in_their_type_but_one_double_share_a_range(spark):
     """Longs beyond 2^53 (and decimals of many digits) are distinct to Spark but one double
     to the workers: the ranges are cut on the double, so equal doubles never lie in two

@@ -706,15 +706,16 @@ class SparkKeyedRanges(SparkRanges):
         self.spark = self.rows_df.sparkSession
         self.result_bytes = result_bytes(self.spark)
 
-        # The sample: the range count and bounds.
-        total = self.rows_df.count()
+        # The sample: the range count and bounds. A binary score in a given number of
+        # ranges needs neither a count nor a sample: Spark's range partitioner cuts them.
+        given = not spec.multiclass and bool(n_ranges)
+        total = 0 if given else self.rows_df.count()
         per_row = len(self.classes)  # keyed rows per row, each counted under its own key
         hot_share = 0.0
-        if not spec.multiclass and n_ranges is None and total * per_row <= range_rows:
-            # All the keyed rows fit one range's budget: no sample (a binary score's
-            # ranges come from Spark's own partitioner), the least number of ranges.
+        if given or (not spec.multiclass and total * per_row <= range_rows):
+            # (All the keyed rows fit one range's budget: the least number of ranges.)
             self.bounds, self.distinct_estimate = np.zeros(0), float(total * per_row)
-            self.k = default_ranges(df)
+            self.k = int(n_ranges) if given and n_ranges else default_ranges(df)
         else:
             fraction = min(1.0, sample_rows / max(total * per_row, 1))
             sample = self.rows_df if fraction >= 1.0 else self.rows_df.sample(
@@ -755,8 +756,9 @@ class SparkKeyedRanges(SparkRanges):
             self.k = max(1, int(math.ceil(self.k / max(1.0 - hot_share, 0.05)))) \
                 if not n_ranges else int(n_ranges)
             self.ranged = self.rows_df.repartitionByRange(self.k, score)
-            log.info("spark: raw rows in %d ranges by score (~%.3g distinct (key, score) "
-                     "pairs, budget %d per range)", self.k, self.distinct_estimate, range_rows)
+            log.info("spark: raw rows in %d ranges by score (%s)", self.k,
+                     "as given" if given else f"~{self.distinct_estimate:.3g} distinct (key, "
+                     f"score) pairs, budget {range_rows} per range")
             return
 
         # The keyed rows, partitioned by range.
