@@ -47,8 +47,11 @@ def query() -> np.ndarray:
 # HotSpot's optimising compiler (C2) spends more CPU compiling than such a run
 # saves: a spark-submit fit of 2,000 rows took 34-38 s of CPU with the archive and
 # 20 s with the quick compiler alone (-XX:TieredStopAtLevel=1), on two cores shared
-# by both test workers. Like the archive, it changes no result. The long-lived
-# session of the `spark` fixture, which runs the larger in-process tests, keeps C2.
+# by both test workers. Like the archive, it changes no result. The long-lived session
+# of the `spark` fixture runs many small jobs too: with C2, its JVM spent a third of
+# its CPU compiling (test_export.py and test_methods.py on Spark: 240 CPU-s, 145 with
+# C1 only). Children that push millions of rows through one JVM keep C2
+# (full_jit_env).
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
 
 
@@ -102,40 +105,11 @@ def _class_archive(root) -> str | None:
     return f"-XX:SharedArchiveFile={archive} {quiet}"
 
 
-def _full_jit_in_process() -> None:
-    """Every JVM that PySpark starts inside a test process keeps C2.
-
-    That JVM lives as long as the test worker and runs the larger in-process
-    tests; whichever test starts it first (the `spark` fixture or an embedded
-    session), it is launched without QUICK_JIT. Subprocesses (spark-submit,
-    scripts) still get SPARK_SUBMIT_OPTS as it is.
-    """
-    import os
-
-    import pyspark.core.context as context
-
-    launch = context.launch_gateway
-
-    def launch_with_full_jit(*args, **kwargs):
-        saved = os.environ.get("SPARK_SUBMIT_OPTS")
-        if saved is not None:
-            os.environ["SPARK_SUBMIT_OPTS"] = full_jit_env()["SPARK_SUBMIT_OPTS"]
-        try:
-            return launch(*args, **kwargs)
-        finally:
-            if saved is not None:
-                os.environ["SPARK_SUBMIT_OPTS"] = saved
-
-    context.launch_gateway = launch_with_full_jit
-
-
 def pytest_configure(config):
     """In the controlling process (before xdist's workers start, which inherit it)."""
     import os
     import tempfile
 
-    if "not spark" not in (config.getoption("markexpr") or ""):
-        _full_jit_in_process()  # in every process that may start Spark in-process
     if hasattr(config, "workerinput") or "SPARK_SUBMIT_OPTS" in os.environ:
         return
     if "not spark" in (config.getoption("markexpr") or ""):

@@ -844,7 +844,8 @@ class SparkKeyedRanges(SparkRanges):
             return
         runner = narrow_runner(set(keys), self.spec.weight_col is not None, self.chunk_rows)
         # Computed and kept by the next pass; the ranges before stay kept until close.
-        self.pooled_read = self.persist(self.pooled_read.mapInArrow(runner, POOLED_SCHEMA))
+        self.pooled_read = self.persist(map_in_arrow(self.pooled_read, runner,
+                                                       POOLED_SCHEMA))
         log.info("spark: later passes read the rows of %d keys", len(keys))
 
     def map_rows(self, fn: Callable[[RowPart], Any]) -> list[Any]:
