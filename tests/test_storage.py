@@ -85,6 +85,26 @@ def test_failed_write_leaves_old_output_and_no_directories(tmp_path):
     assert not (tmp_path / "x").exists()  # parents created for it are gone again
 
 
+def test_an_interrupt_as_the_temporary_is_first_made_leaves_nothing(tmp_path, monkeypatch):
+    """The command line's SIGTERM handler raises KeyboardInterrupt wherever Python is: here
+    just after the probe that the directory takes new entries made the temporary (the
+    probe's directory was left behind, found by the kill tests on a loaded machine)."""
+    made = []
+    mkdir = os.mkdir
+
+    def interrupted_mkdir(path, *args, **kwargs):
+        mkdir(path, *args, **kwargs)
+        if ".out.tmp-" in str(path) and not made:
+            made.append(path)
+            raise KeyboardInterrupt("signal 15")
+
+    monkeypatch.setattr(os, "mkdir", interrupted_mkdir)
+    target = tmp_path / "x" / "out"
+    with pytest.raises(KeyboardInterrupt):
+        publish_dir(LocalFileSystem(), str(target), _write("new"))
+    assert made and not (tmp_path / "x").exists()  # neither the temporary nor its parent
+
+
 def test_concurrent_writers_one_wins(tmp_path):
     fs, target = LocalFileSystem(), str(tmp_path / "out")
     first, second = publishing(fs, target), publishing(fs, target)

@@ -311,16 +311,16 @@ def publishing(fs: FileSystem, target: str, *, overwrite: bool = False,
     refuse_existing(fs, target, overwrite, kind, shown)
     created = _make_parents(fs, target)
     tmp = temp_sibling(target, "tmp")
-    if fs.local:  # a directory that exists but takes no new entry (read-only, /proc)
-        try:
-            os.mkdir(local_path(tmp))
-            os.rmdir(local_path(tmp))
-        except OSError as exc:
-            _remove_empty(created)
-            raise OutputPathError(f"output '{shown}': cannot create files in its directory: "
-                                  f"{exc.strerror}") from exc
     done = False
     try:
+        # (Within the try: a signal between the probe's mkdir and rmdir left it behind.)
+        if fs.local:  # a directory that exists but takes no new entry (read-only, /proc)
+            try:
+                os.mkdir(local_path(tmp))
+                os.rmdir(local_path(tmp))
+            except OSError as exc:
+                raise OutputPathError(f"output '{shown}': cannot create files in its "
+                                      f"directory: {exc.strerror}") from exc
         yield tmp
         check_commit()
         _commit(fs, tmp, target, overwrite, kind, shown)
