@@ -100,11 +100,11 @@ def test_a_pass_over_the_result_cap_names_it():
     setting (it was a Py4JJavaError and a JVM stack trace)."""
     out = run_child("""
         import numpy as np, pandas as pd
-        n = 200_000
+        n = 50_000  # in 2,000 segments of 3 classes: 6,000 keys, ~1.3 MiB of summaries
         rng = np.random.default_rng(0)
         p = rng.dirichlet([1, 1, 1], n)
         df = pd.DataFrame({"p": [list(map(float, v)) for v in p],
-                           "label": rng.integers(0, 3, n), "g": rng.integers(0, 500, n)})
+                           "label": rng.integers(0, 3, n), "g": rng.integers(0, 2000, n)})
         try:
             distcal.fit(spark.createDataFrame(df), score_col="p", by="g")
             print(json.dumps({"error": None}))
