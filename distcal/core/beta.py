@@ -37,7 +37,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.special import expit
 
 from ..errors import sums_overflow
 from .distinct import DistinctTable
@@ -76,6 +75,9 @@ def _log_1ms(s: np.ndarray) -> np.ndarray:
 
 def beta_predict(a: float, b: float, c: float, scores: Any) -> np.ndarray:
     """p = expit(a ln s - b ln(1 - s) + c) with s clipped to [1e-12, 1 - 1e-12]; NaN stays NaN."""
+    # (here, not at the top: scipy.special is a quarter of `import distcal`)
+    from scipy.special import expit
+
     x1, x2 = beta_features(scores)
     p: np.ndarray = expit(a * x1 + b * x2 + c)
     return p

@@ -28,7 +28,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.special import ndtr, ndtri
 
 from .distinct import DistinctTable
 
@@ -58,6 +57,9 @@ def calibration_tests(sums: np.ndarray, weight: float, positives: float,
     model calls impossible: y = 1 at p = 0, or y = 0 at p = 1) is |z| = inf and p = 0;
     with a zero numerator too (0/0), z and p are NaN.
     """
+    # (here, not at the top: scipy.special is a quarter of `import distcal`)
+    from scipy.special import ndtr, ndtri
+
     num, den, wp, var = (float(x) for x in sums)
     if den > 0:
         z = num / math.sqrt(den)

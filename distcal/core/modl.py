@@ -63,7 +63,6 @@ from types import ModuleType
 from typing import NamedTuple
 
 import numpy as np
-from scipy.special import gammaln
 
 __all__ = ["ModlResult", "RangeGroups", "granularise", "greedy_merge", "group_range",
            "interval_bounds", "join_groups", "modl_cost", "modl_partition", "plan_groups",
@@ -141,6 +140,9 @@ def _lg(x: np.ndarray) -> np.ndarray:
     if small.all():
         out: np.ndarray = table[x]
         return out
+    # (here, not at the top: scipy.special is a quarter of `import distcal`)
+    from scipy.special import gammaln
+
     out = np.empty(x.shape)
     out[small] = table[x[small]]
     out[~small] = gammaln(x[~small].astype(np.float64))
@@ -477,6 +479,9 @@ def _greedy_path_py(C: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     heap order: least gain, then leftmost pair). A heap entry (gain, left,
     end) is stale once either interval changed: then the pair's end moved.
     """
+    # (here, not at the top: scipy.special is a quarter of `import distcal`)
+    from scipy.special import gammaln
+
     K, J = C.shape
     table: list[float] = lgamma_table().tolist()
     lg_j = table[J]

@@ -24,7 +24,6 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
-from scipy.special import expit
 
 from ..errors import DataError, sums_overflow
 from .distinct import DistinctTable
@@ -170,6 +169,9 @@ def sigmoid_predict(a: float, b: float, scores: np.ndarray) -> np.ndarray:
     With a = 0 (one distinct score fitted) the map is the constant 1 / (1 + e^b),
     at s = +-inf too (where a s would be NaN).
     """
+    # (here, not at the top: scipy.special is a quarter of `import distcal`)
+    from scipy.special import expit
+
     s = np.asarray(scores, dtype=np.float64)
     z = a * s if a != 0.0 else np.where(np.isnan(s), np.nan, 0.0)
     p: np.ndarray = expit(-(z + b))
