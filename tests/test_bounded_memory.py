@@ -25,6 +25,7 @@ from scipy.optimize import isotonic_regression
 import distcal
 
 WORK_MB = 200  # on top of the ~170 MB that importing numpy, scipy, pandas and pyarrow takes
+# (distcal imports scipy where it uses it: the child imports it before measuring)
 ROWS = int(os.environ.get("DISTCAL_BIG_ROWS", 100_000_000))  # ~0.9 GB of Parquet
 # The system allocator (Arrow's own pools reserve address space up front) and
 # fewer threads (each stack counts as data) make the measure mean memory used.
@@ -34,6 +35,7 @@ ENV = {**os.environ, "ARROW_DEFAULT_MEMORY_POOL": "system", "OPENBLAS_NUM_THREAD
 CHILD = textwrap.dedent("""
     import json, resource, sys
     import distcal, pyarrow.parquet as pq
+    import scipy.optimize  # the fit's PAV: imported by the fit, counted with the imports
     status = open("/proc/self/status").read()
     base = int(status.split("VmData:")[1].split("kB")[0]) << 10
     limit = base + (int(sys.argv[2]) << 20)
