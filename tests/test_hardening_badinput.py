@@ -29,6 +29,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from forked_cli import ForkedCli
 
 import distcal
 from distcal.errors import OutputPathError, ParameterError
@@ -1168,31 +1169,36 @@ def _spark_env() -> dict:
     return env
 
 
-def _memory_limit() -> None:
-    import resource
+# The command line runs under a memory limit (an input that never ends, such as
+# /dev/zero, would exhaust it); every surface under a timeout (a FIFO would block).
+CLI_ADDRESS_SPACE = 3 << 30
 
-    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+@pytest.fixture(scope="module")
+def forked_cli(tmp_path_factory):
+    """The command line's runs, each a process of its own (tests/forked_cli.py)."""
+    cli = ForkedCli(tmp_path_factory.mktemp("forked_cli"), {**os.environ, "PYTHONPATH": str(ROOT)})
+    yield cli
+    cli.close()
 
 
-def run_surface(surface: str, argv: list[str], cwd: Path, engine_logs_the_task: bool = False
-                ) -> tuple[int, list[str]]:
-    """Run the command line or a job in a subprocess; (exit code, its one-line reasons)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def run_surface(surface: str, argv: list[str], cwd: Path, forked_cli: ForkedCli,
+                engine_logs_the_task: bool = False) -> tuple[int, list[str]]:
+    """Run the command line or a job in a process; (exit code, its one-line reasons)."""
     if surface == "cli":
-        cmd, prog = [sys.executable, "-m", "distcal", *argv], "distcal"
-    elif surface == "dask":
-        cmd, prog = [sys.executable, str(ROOT / "jobs" / "dask_calibrate.py"), *argv], \
-            "dask_calibrate"
+        r = forked_cli.run(argv, cwd, as_limit=CLI_ADDRESS_SPACE, timeout=300)
+        prog = "distcal"
     else:
-        cmd = [str(BIN / "spark-submit"), "--master", "local[1]", "--conf",
-               f"spark.pyspark.python={sys.executable}", "--conf", "spark.ui.enabled=false",
-               str(ROOT / "jobs" / "spark_calibrate.py"), *argv]
-        prog, env = "spark_calibrate", _spark_env()
-    # The command line runs under a memory limit (an input that never ends, such as
-    # /dev/zero, would exhaust it); every surface under a timeout (a FIFO would block).
-    limit = _memory_limit if surface == "cli" else None
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=cwd, env=env,
-                       preexec_fn=limit)
+        if surface == "dask":
+            cmd, prog = [sys.executable, str(ROOT / "jobs" / "dask_calibrate.py"), *argv], \
+                "dask_calibrate"
+            env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        else:
+            cmd = [str(BIN / "spark-submit"), "--master", "local[1]", "--conf",
+                   f"spark.pyspark.python={sys.executable}", "--conf", "spark.ui.enabled=false",
+                   str(ROOT / "jobs" / "spark_calibrate.py"), *argv]
+            prog, env = "spark_calibrate", _spark_env()
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=cwd, env=env)
     if surface != "cli":
         # spark-submit adds its own log lines (the Spark job writes its line to
         # spark-submit's stderr, not into the stdout the driver's stderr is merged
@@ -1209,11 +1215,12 @@ def run_surface(surface: str, argv: list[str], cwd: Path, engine_logs_the_task: 
 
 
 @pytest.mark.parametrize("case", CLI_CASES, ids=[f"{c.surface}-{c.id}" for c in CLI_CASES])
-def test_command_line_and_jobs(case, work):
+def test_command_line_and_jobs(case, work, forked_cli):
     if case.fault is not None:
         case.fault(work)
     before = snapshot(work)
-    code, lines = run_surface(case.surface, case.argv, work, case.engine_logs_the_task)
+    code, lines = run_surface(case.surface, case.argv, work, forked_cli,
+                              case.engine_logs_the_task)
     assert code == 2, lines
     assert len(lines) == 1, lines  # the one line, nothing else (no warnings, no traceback)
     assert re.search(case.match, lines[0]), lines[0]
