@@ -105,6 +105,66 @@ def test_an_interrupt_as_the_temporary_is_first_made_leaves_nothing(tmp_path, mo
     assert made and not (tmp_path / "x").exists()  # neither the temporary nor its parent
 
 
+def _fail(run) -> None:
+    """End a run of :func:`publishing` entered by hand as an exception in its block would."""
+    assert run.__exit__(RuntimeError, RuntimeError("disk full"), None) is False
+
+
+def test_a_run_in_a_directory_a_failing_run_made_keeps_it(tmp_path):
+    """Two runs write into one new directory: the first made it, the second found it and
+    writes there. The first fails: it removes the directory it made only if empty, and
+    the second's empty sibling keeps it so (it was empty: the second's write then
+    failed, its directory gone)."""
+    fs = LocalFileSystem()
+    first = publishing(fs, str(tmp_path / "x" / "a"))
+    first.__enter__()
+    second = publishing(fs, str(tmp_path / "x" / "b"))
+    tmp = Path(second.__enter__())
+    _fail(first)
+    _write("second")(tmp)
+    second.__exit__(None, None, None)
+    assert _read(tmp_path / "x" / "b") == "second"
+    assert sorted(os.listdir(tmp_path / "x")) == ["b"]
+
+
+def test_a_run_whose_directory_a_failing_run_removes_as_it_starts_makes_it_again(
+        tmp_path, monkeypatch):
+    """The same two runs, the first failing just after the second found the directory
+    (before anything of the second is in it): the second makes the directory again and
+    publishes (it failed: "cannot create files in its directory"); or, failing too,
+    removes the directory it made again."""
+    from distcal.storage import publish
+
+    fs = LocalFileSystem()
+    make_parents, firsts = publish._make_parents, []
+
+    def first_fails_meanwhile(fs_, target):
+        made = make_parents(fs_, target)
+        if target.endswith("/b") and firsts:
+            _fail(firsts.pop())
+        return made
+
+    monkeypatch.setattr(publish, "_make_parents", first_fails_meanwhile)
+    for d, write in (("x", _write("second")), ("y", _write_then_fail)):
+        first = publishing(fs, str(tmp_path / d / "a"))
+        first.__enter__()
+        firsts.append(first)
+        if d == "x":
+            publish_dir(fs, str(tmp_path / d / "b"), write)
+        else:
+            with pytest.raises(RuntimeError, match="disk full"):
+                publish_dir(fs, str(tmp_path / d / "b"), write)
+        assert not firsts  # the first did fail meanwhile
+    assert _read(tmp_path / "x" / "b") == "second"
+    assert sorted(os.listdir(tmp_path / "x")) == ["b"]
+    assert sorted(os.listdir(tmp_path)) == ["x"]
+
+
+def _write_then_fail(d: Path) -> None:
+    _write("half")(d)
+    raise RuntimeError("disk full")
+
+
 def test_concurrent_writers_one_wins(tmp_path):
     fs, target = LocalFileSystem(), str(tmp_path / "out")
     first, second = publishing(fs, target), publishing(fs, target)

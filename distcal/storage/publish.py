@@ -9,7 +9,10 @@ The algorithm, the same on every store (:class:`~distcal.storage.base.FileSystem
    alive are removed.
 2. Refuse an existing target unless ``overwrite``.
 3. The caller writes the new output at a temporary sibling ``.NAME.tmp-*``
-   (same directory, so that the commit is a rename on the same volume).
+   (same directory, so that the commit is a rename on the same volume). Locally
+   an empty second one is made first and kept until the run ends: it shows that
+   the directory takes new entries, and it keeps a concurrent run that fails
+   from removing the parent directories it made while this run writes there.
 4. Commit. If the target is absent: create it by a rename that fails if the
    target appeared meanwhile (``RENAME_NOREPLACE`` locally), so of two
    concurrent runs without ``overwrite`` exactly one wins and the other
@@ -17,8 +20,9 @@ The algorithm, the same on every store (:class:`~distcal.storage.base.FileSystem
    swap the two atomically where the store can (``RENAME_EXCHANGE``), then
    remove the old one; elsewhere move the old one aside, rename the new one
    in, put the old one back if that fails, and remove it.
-5. On any failure (including KeyboardInterrupt), the temporary sibling is
-   removed and directories created for the output are removed again.
+5. On any failure (including KeyboardInterrupt), the temporary siblings are
+   removed and directories created for the output are removed again (only if
+   empty: another run may be writing there).
 
 Step 4 first calls the :data:`commit_guard` of the current context, if one is
 set: a command-line run sets one that raises once a termination signal has
@@ -311,16 +315,12 @@ def publishing(fs: FileSystem, target: str, *, overwrite: bool = False,
     refuse_existing(fs, target, overwrite, kind, shown)
     created = _make_parents(fs, target)
     tmp = temp_sibling(target, "tmp")
+    hold = temp_sibling(target, "tmp") if fs.local else None
     done = False
     try:
-        # (Within the try: a signal between the probe's mkdir and rmdir left it behind.)
-        if fs.local:  # a directory that exists but takes no new entry (read-only, /proc)
-            try:
-                os.mkdir(local_path(tmp))
-                os.rmdir(local_path(tmp))
-            except OSError as exc:
-                raise OutputPathError(f"output '{shown}': cannot create files in its "
-                                      f"directory: {exc.strerror}") from exc
+        # (Within the try: a signal right after a mkdir must not leave the directory.)
+        if hold is not None:
+            created += _hold_parent(fs, target, local_path(hold), shown)
         yield tmp
         check_commit()
         _commit(fs, tmp, target, overwrite, kind, shown)
@@ -328,8 +328,35 @@ def publishing(fs: FileSystem, target: str, *, overwrite: bool = False,
     finally:
         if fs.exists(tmp):
             fs.remove(tmp)
+        if hold is not None and os.path.isdir(local_path(hold)):
+            os.rmdir(local_path(hold))
         if not done:
             _remove_empty(created)
+
+
+def _hold_parent(fs: FileSystem, target: str, hold: str, shown: str) -> list[str]:
+    """Make the empty directory ``hold`` next to ``target`` (removed once the run ends).
+
+    It shows that the directory takes new entries (one can exist and not: read-only,
+    /proc), and it keeps the directory non-empty while this run writes: a concurrent
+    run that created the parent directories and fails removes them only if empty. One
+    that did so before ``hold`` was made (this run found them existing) is seen as a
+    missing directory here: the parents are made again (returned, deepest first, to be
+    removed if this run fails).
+    """
+    created: list[str] = []
+    for _ in range(10):
+        try:
+            os.mkdir(hold)
+            return created
+        except OSError as exc:
+            parent_there = os.path.isdir(os.path.dirname(hold) or ".")
+            if not isinstance(exc, FileNotFoundError) or parent_there:  # /proc: ENOENT
+                raise OutputPathError(f"output '{shown}': cannot create files in its "
+                                      f"directory: {exc.strerror}") from exc
+        created = _make_parents(fs, target) + created  # another run removed them
+    raise OutputPathError(f"output '{shown}': its directory was removed again and again "
+                          "while this run made it")
 
 
 @contextmanager
