@@ -60,7 +60,7 @@ test: setup
 	$(PYTEST) --doctest-modules distcal
 
 # The development loop: no Spark, no Dask cluster, no large files, no new
-# Python processes (under a minute on 2 cores).
+# Python processes (about a minute on 2 cores).
 test-fast: $(STAMP)
 	$(BIN)/ruff check .
 	$(PYTEST) -x -n 2 --dist loadfile --no-loadscope-reorder -m "not spark and not dask and not slow and not subprocess" --doctest-modules tests distcal

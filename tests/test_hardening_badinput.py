@@ -1272,6 +1272,7 @@ def test_command_line_json_is_standard(work):
     assert not [p for p in os.listdir(work) if p.startswith(".q.")]
 
 
+@pytest.mark.subprocess
 def test_overwrite_replaces_previous_outputs_of_the_same_kind(work):
     """Rule 2's other side: a model replaces a model, Parquet Parquet, a report a report."""
     _cli_ok(work, ["fit", "--input", "in.parquet", "--output", "m_sigmoid", "--overwrite"])

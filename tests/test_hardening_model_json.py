@@ -271,6 +271,7 @@ for path in sys.argv[1:]:
 """
 
 
+@pytest.mark.subprocess
 def test_loading_tampered_models_then_exiting_is_clean(models, tmp_path):
     """Each process loads every tampering (parquet truncated or garbled, bad JSON, deep
     params, wrong types, mismatched keys) and exits: exit 0, nothing on stderr.

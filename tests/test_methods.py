@@ -189,10 +189,11 @@ def test_many_segments_newton_passes_equal_the_oracles_per_segment(engine, caplo
         part = rows(int(rng.integers(15, 600)), seed=100 + g, a=abc[0], b=abc[1], c=abc[2])
         parts.append(part.assign(g=f"s{g:02d}"))
     df = pd.concat(parts, ignore_index=True)
+    opts = engine.opts_for(2 * len(df))  # each row's segment and the global key
     beta = distcal.fit(engine(df), method="beta", weight_col="w", by="g",
-                       min_segment_weight=0, **engine.opts)
+                       min_segment_weight=0, **opts)
     platt = distcal.fit(engine(df), method="sigmoid", weight_col="w", by="g",
-                        min_segment_weight=0, **engine.opts)
+                        min_segment_weight=0, **opts)
     refits = set()
     for g, part in df.groupby("g"):
         s, y, w = part.score.to_numpy(), part.label.to_numpy(), part.w.to_numpy()
@@ -460,7 +461,8 @@ def test_venn_abers_of_many_segments_equals_the_oracle_per_group(engine):
     # Past 20,000 rows every key runs numba's kernels, all keys of a range in one call.
     df = rows(24_000, weights=False)
     df["g"] = np.random.default_rng(3).integers(0, 300, len(df))
-    model = distcal.fit(engine(df), method="venn_abers", by="g", **engine.opts)
+    model = distcal.fit(engine(df), method="venn_abers", by="g",
+                        **engine.opts_for(2 * len(df)))
     for g in (0, 7, 299):
         part = df[df.g == g]
         tests = probe_scores(part.score.to_numpy())[:-2]
