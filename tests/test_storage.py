@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -176,6 +177,79 @@ def test_concurrent_writers_one_wins(tmp_path):
         second.__exit__(None, None, None)
     assert _read(Path(target)) == "first"
     assert _siblings(tmp_path, "out") == []
+
+
+def _segment_models():
+    rng = np.random.default_rng(5)
+    df = pd.DataFrame({"score": rng.random(3000), "label": (rng.random(3000) < 0.4) * 1.0,
+                       "g": rng.integers(0, 40, 3000)})
+    return distcal.fit(df, by="g"), distcal.fit(df.assign(label=1.0 - df.label), by="g")
+
+
+def test_a_model_replaced_while_it_is_read_is_read_again(tmp_path, monkeypatch, caplog):
+    """A load that overlaps an overwrite reads the old model.json and a new table (the
+    checksum refuses it) and reads the directory again: it returns the new model. A
+    damaged model that nobody replaces is refused after one read."""
+    import logging
+
+    from distcal import keyed_model
+
+    old, new = _segment_models()
+    path = tmp_path / "m"
+    old.save(path)
+    read_table, reads, replace = keyed_model.read_table_file, [], [True]
+
+    def replaced_after_model_json(root, *args):
+        if replace.pop() if replace else False:
+            new.save(path, overwrite=True)
+        reads.append(args[-1])
+        return read_table(root, *args)
+
+    monkeypatch.setattr(keyed_model, "read_table_file", replaced_after_model_json)
+    caplog.set_level(logging.INFO, logger="distcal")
+    assert distcal.load(path) == new
+    assert reads.count("maps.parquet") == 2 and "was replaced while it was read" in caplog.text
+    blocks = path / "blocks.parquet"
+    blocks.write_bytes(blocks.read_bytes()[:-9] + b"x" * 9)
+    reads.clear()
+    with pytest.raises(distcal.ModelError, match="blocks.parquet' is missing or damaged"):
+        distcal.load(path)
+    assert reads.count("maps.parquet") == 1
+
+
+def _save_in_turn(path: str, seconds: float, saving) -> None:
+    models = _segment_models()
+    saving.set()
+    end, i = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        models[i % 2].save(path, overwrite=True)
+        i += 1
+
+
+@pytest.mark.subprocess
+def test_loads_during_overwrites_each_return_one_model_whole(tmp_path):
+    """A process saves two models in turn with overwrite=True while this one loads: every
+    load returns one of the two, whole (before reads were read again, about one load
+    in ten overlapped a save and failed as damaged)."""
+    import multiprocessing
+
+    models, path = _segment_models(), tmp_path / "m"
+    models[0].save(path)
+    spawn = multiprocessing.get_context("spawn")
+    saving = spawn.Event()
+    writer = spawn.Process(target=_save_in_turn, args=(str(path), 3.0, saving))
+    writer.start()
+    loaded = []
+    try:
+        assert saving.wait(60)
+        while writer.is_alive():
+            loaded.append(distcal.load(path))
+    finally:
+        writer.join()
+    assert writer.exitcode == 0 and len(loaded) >= 50
+    assert sum(m == models[0] for m in loaded) + sum(m == models[1] for m in loaded) \
+        == len(loaded)
+    assert any(m == models[1] for m in loaded)
 
 
 class NoExchange(LocalFileSystem):

@@ -398,10 +398,40 @@ def publish_dir(fs: FileSystem, target: str, write: Callable[[Path], None], *,
         write(path)
 
 
+# How often a local directory replaced while it was read is read again.
+_READ_TRIES = 10
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """The directory entry's (device, inode); None if nothing is there."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def fetch_dir(fs: FileSystem, uri: str, read: Callable[[Path], T]) -> T:
-    """``read(local_path)`` on ``uri``, copied to a local temporary directory if remote."""
-    if fs.local:
-        return read(Path(local_path(uri)))
-    with tempfile.TemporaryDirectory(prefix="distcal-") as d:
-        fs.get(uri, Path(d) / "in")
-        return read(Path(d) / "in")
+    """``read(local_path)`` on ``uri``, copied to a local temporary directory if remote.
+
+    Locally a read that fails while the directory is replaced (an overwrite
+    publishes a new directory in its place, step 4 of this module) is done
+    again, at most ``_READ_TRIES`` times: a read that overlaps the exchange
+    sees files of both, and the old one's may be gone (the checksums refuse
+    the mix). The inode of ``uri`` tells: unchanged, the failure is the
+    directory's own and is raised.
+    """
+    if not fs.local:
+        with tempfile.TemporaryDirectory(prefix="distcal-") as d:
+            fs.get(uri, Path(d) / "in")
+            return read(Path(d) / "in")
+    path, tries_left = Path(local_path(uri)), _READ_TRIES
+    while True:
+        before = _identity(path)
+        try:
+            return read(path)
+        except Exception:
+            tries_left -= 1
+            if not tries_left or _identity(path) == before:
+                raise
+            log.info("'%s' was replaced while it was read: reading it again", uri)
