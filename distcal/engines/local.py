@@ -34,7 +34,8 @@ class LocalEngine:
 
         Options: ``memory_rows`` (distinct (key, score) pairs held before
         spilling sorted runs to disk; default 2^23, or the (key, score) pairs
-        of a larger frame in memory), ``batch_rows`` (rows read at a time);
+        of a larger frame in memory), ``batch_rows`` (rows read at a time;
+        default 2^20, or all the rows of a frame in memory);
         ``chunk_rows`` is accepted for the binary fit's sake. With ``passes``
         > 1 an in-memory frame's checked rows are kept between passes over
         the rows.
