@@ -281,6 +281,37 @@ def test_many_keys_newton_steps_taken_together_are_each_keys_own(data):
         assert platt_loss(got, s, y, w) <= sk * (1 + 1e-13)
 
 
+def test_a_key_of_several_chunks_sums_the_same_alone_or_among_others():
+    """A range's per-row terms are computed a chunk of rows at a time, each key's rows
+    summed in blocks counted from its own first row: a key of three chunks and more,
+    after a smaller key in its range, gets Platt's (a, b) and beta's (a, b, c) bit for
+    bit as alone (blocks aligned on the range would group its additions otherwise), and
+    (a, b) equal the optimum."""
+    from distcal.core import plans
+    from distcal.core.beta import beta_plan
+    from distcal.core.distinct import pool_ties
+    from distcal.core.keyed import KeyedTable, merge_keyed
+    from distcal.core.plans import run_plan, run_plans
+    from distcal.core.sigmoid import sigmoid_plan
+
+    rng = np.random.default_rng(8)
+    tables, rows = {}, {}
+    for c, n in enumerate([777, 3 * plans._CHUNK_ROWS + 123, 5000]):
+        s = rng.beta(2.0, 3.0, n)
+        y = (rng.random(n) < s).astype(float)
+        w = rng.uniform(0.1, 3.0, n)
+        tables[c], rows[c] = pool_ties(s, y, w), (s, y, w)
+    together_range = merge_keyed([KeyedTable.single(t, (None, c)) for c, t in tables.items()])
+    assert together_range.starts[1] % plans._CHUNK_ROWS  # the large key starts mid-chunk
+    for make in (sigmoid_plan, beta_plan):
+        together = run_plans(lambda key, make=make: make(), lambda fn: [fn(together_range)])
+        alone = {(None, c): run_plan(make(), lambda fn, t=t: [fn(t)])
+                 for c, t in tables.items()}
+        assert together == alone
+    got = run_plan(sigmoid_plan(), lambda fn: [fn(tables[1])])
+    np.testing.assert_allclose(got[:2], platt_oracle(*rows[1]), rtol=1e-6, atol=1e-7)
+
+
 def _log_loss(th, s, y, w):
     """The beta map's weighted log loss at (a, b, c), brute force from the logits (steep
     maps: probabilities of exactly 0 or 1)."""
