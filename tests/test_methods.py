@@ -286,7 +286,8 @@ def test_a_key_of_several_chunks_sums_the_same_alone_or_among_others():
     summed in blocks counted from its own first row: a key of three chunks and more,
     after a smaller key in its range, gets Platt's (a, b) and beta's (a, b, c) bit for
     bit as alone (blocks aligned on the range would group its additions otherwise), and
-    (a, b) equal the optimum."""
+    (a, b) equal the optimum. Every key of the range is summed, the last one too (a
+    range whose last multiple of the chunk size falls past its last block's start)."""
     from distcal.core import plans
     from distcal.core.beta import beta_plan
     from distcal.core.distinct import pool_ties
@@ -296,7 +297,8 @@ def test_a_key_of_several_chunks_sums_the_same_alone_or_among_others():
 
     rng = np.random.default_rng(8)
     tables, rows = {}, {}
-    for c, n in enumerate([777, 3 * plans._CHUNK_ROWS + 123, 5000]):
+    # (the last chunk starts past the last key's first row: its own block)
+    for c, n in enumerate([777, 3 * plans._CHUNK_ROWS + 123, plans._CHUNK_ROWS - 1000, 200]):
         s = rng.beta(2.0, 3.0, n)
         y = (rng.random(n) < s).astype(float)
         w = rng.uniform(0.1, 3.0, n)
@@ -310,6 +312,35 @@ def test_a_key_of_several_chunks_sums_the_same_alone_or_among_others():
         assert together == alone
     got = run_plan(sigmoid_plan(), lambda fn: [fn(tables[1])])
     np.testing.assert_allclose(got[:2], platt_oracle(*rows[1]), rtol=1e-6, atol=1e-7)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(1, 3 * 2**15 + 7), min_size=1, max_size=5), st.integers(0, 2**32 - 1))
+def test_keyed_sums_of_any_key_sizes_equal_each_keys_own_sums(sizes, seed):
+    """Sums per key of a range (weight, positives, w s, rows, the largest |s|) for keys of
+    any sizes around the chunk size: each equals math.fsum (max) of its own rows' terms to
+    1e-12, and its sums alone, bit for bit."""
+    import math
+
+    from distcal.core.distinct import pool_ties
+    from distcal.core.keyed import KeyedTable, merge_keyed
+    from distcal.core.sigmoid import _Totals
+
+    rng = np.random.default_rng(seed)
+    tables = {}
+    for c, n in enumerate(sizes):
+        s = rng.normal(0.0, 3.0, n)
+        tables[c] = pool_ties(s, (rng.random(n) < 0.5) * 1.0, rng.uniform(0.1, 2.0, n))
+    part = merge_keyed([KeyedTable.single(t, (None, c)) for c, t in tables.items()])
+    batch = _Totals.pack([_Totals()] * len(sizes))
+    got = batch.run(np.arange(len(sizes)), part)
+    for k, key in enumerate(part.keys):
+        t = tables[key[1]]
+        alone = _Totals.pack([_Totals()]).run(np.zeros(1, np.intp), KeyedTable.single(t))
+        assert np.array_equal(got[k], alone[0])
+        want = [math.fsum(t.weight), math.fsum(t.positives), math.fsum(t.weight * t.score),
+                len(t), 0.0, float(np.max(np.abs(t.score)))]
+        np.testing.assert_allclose(got[k], want, rtol=1e-12, atol=1e-12)
 
 
 def _log_loss(th, s, y, w):

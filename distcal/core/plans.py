@@ -254,9 +254,8 @@ class _KeySumsBatch:
             np.arange(first_block[-1]) - first_block[:-1][block_key])
         block_end = np.append(block_start[1:], part.starts[-1])
         # The chunks: runs of whole blocks, cut where a multiple of _CHUNK_ROWS is passed.
-        cuts = np.unique(np.searchsorted(block_start, np.arange(0, int(part.starts[-1]),
-                                                                _CHUNK_ROWS)))
-        cuts = np.append(cuts, first_block[-1]) if n_keys else np.zeros(1, np.intp)
+        cuts = np.unique(np.append(np.searchsorted(
+            block_start, np.arange(0, int(part.starts[-1]), _CHUNK_ROWS)), first_block[-1]))
         maxima = self.first.maxima
         # A parameter that all keys share is a float, else an array of each row's key's.
         shared = [float(v[0]) if n_keys and np.all(v == v[0]) else None for v in numbers.T]
